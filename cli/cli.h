@@ -1,0 +1,77 @@
+/* cli.h: the attnscope command line: subcommands and the helpers they share. */
+#ifndef AS_CLI_H
+#define AS_CLI_H
+
+#include <stddef.h>
+
+#include "../core/status.h"
+#include "../io/dataset.h"
+#include "../io/model.h"
+#include "../io/trace.h"
+
+/* subcommands: each returns the process exit code (0 ok, 1 failure, 2 usage) */
+int cmd_record(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
+
+/* "3", "0-11", "0,2,5-7" or "all" into ascending unique values < limit; returns the count or
+ * -1 with err filled. what names the option in messages ("--layers"). */
+int cli_parse_list(const char *s, int limit, int *out, int max_n, const char *what, as_error *err);
+/* argv joined with spaces, for the trace's command_line attribute. */
+void cli_command_line(int argc, char **argv, char *buf, size_t n);
+double cli_now(void); /* monotonic seconds */
+int cli_parse_int(const char *s, int lo, int hi, int *out);
+/* Prints "attnscope: msg" on stderr; returns 1. */
+int cli_error(const as_error *err);
+
+/* progress line on a terminal (stderr), silent in pipes */
+typedef struct {
+    const char *what;
+    long total, base;
+    double t0, last;
+    int tty;
+} progress;
+void progress_init(progress *p, const char *what, long total, long base);
+void progress_update(progress *p, long done);
+void progress_finish(progress *p);
+
+/* threads and OpenBLAS */
+void runtime_set_threads(int n); /* n <= 0: all cores */
+int runtime_threads(void);
+/* The kernel OpenBLAS chose; *warn set with advice when it is not the CPU's best. */
+void runtime_blas_info(char *core, size_t n, char *advice, size_t an, int *warn);
+/* Measured SGEMM GFLOP/s at the model's largest GEMM shape class, all threads. */
+double runtime_gemm_ceiling(int m, int n, int k, double seconds);
+
+/* recording loop shared by record, demo and bench */
+typedef struct {
+    const char *out;
+    trace_mode mode;
+    trace_spec spec;  /* quantities, layers, heads, dtype, compression, batch */
+    int quiet;        /* no summary lines (progress still follows the tty rule) */
+    int max_images;   /* 0: all */
+} record_opts;
+
+typedef struct {
+    long recorded;    /* images recorded by this run */
+    long resumed;     /* images already in the trace */
+    double seconds;   /* wall time of the loop */
+    int complete;
+} record_result;
+
+/* Fills o->spec's selection from the --record/--layers/--heads/--dtype/--compress/--query-rows
+ * strings; returns 0, or 2 (usage error) with err filled. */
+int record_parse_selection(record_opts *o, const vit_config *c, const char *what,
+                           const char *layers, const char *heads, const char *dtype,
+                           const char *compress, const char *rows, as_error *err);
+as_status record_run(const model *m, const dataset *ds, record_opts *o, record_result *res,
+                     as_error *err);
+
+/* synthetic inputs for the demo, tests and benchmarks */
+as_status synth_write_images(const char *dir, int count, int size, unsigned long long seed,
+                             as_error *err);
+void synth_fill_image(unsigned char *rgb, int w, int h, int kind, unsigned long long seed);
+as_status synth_save_png(const char *path, const unsigned char *rgb, int w, int h, as_error *err);
+
+#endif

@@ -1,0 +1,215 @@
+/* cmd_bench.c: attnscope bench: img/s, ms/img, GFLOP/s and the share of the SGEMM ceiling
+ * measured in the same run, plain and while recording a trace. */
+#define _POSIX_C_SOURCE 200809L
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../core/rng.h"
+#include "cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+"usage: attnscope bench [--arch NAME|CONFIG.json] [--model PATH] [--batch N] [--threads N]\n"
+"                       [--seconds S] [--record] [--record-what LIST] [--dtype f16|f32]\n"
+"                       [--compress C] [--out FILE] [--json]\n"
+"Times the forward pass on random inputs (random weights unless --model is given) and reports\n"
+"img/s, ms/img, achieved GFLOP/s and the percentage of the SGEMM ceiling measured now on the\n"
+"model's MLP GEMM shape. --record also records every attention map into a temporary trace\n"
+"(or --out) and reports the overhead. Reports the kernel OpenBLAS chose and warns when it is\n"
+"not the best for this CPU (e.g. OPENBLAS_CORETYPE=Haswell on an AVX-512 machine).\n");
+}
+
+typedef struct {
+    double img_s, ms_img, gflops, pct;
+    long images;
+} bench_result;
+
+static void time_forward(const model *m, int B, double seconds, double flops_img, double ceiling,
+                         bench_result *r) {
+    const vit_config *c = &m->cfg;
+    size_t bytes = vit_acts_carve(c, B, NULL, NULL);
+    void *arena = aligned_alloc(64, bytes);
+    size_t nx = (size_t)B * c->in_chans * c->img_size * c->img_size;
+    float *x = malloc(nx * sizeof(float));
+    memset(r, 0, sizeof *r);
+    if (!arena || !x) {
+        free(arena);
+        free(x);
+        return;
+    }
+    rng_state rs = {7};
+    for (size_t i = 0; i < nx; i++) x[i] = rng_normal(&rs);
+    vit_acts a;
+    vit_acts_carve(c, B, arena, &a);
+    vit_forward(c, &m->params, &a, x, B, NULL); /* warm-up: page faults, OpenBLAS buffers */
+    double t0 = cli_now(), t;
+    long n = 0;
+    do {
+        vit_forward(c, &m->params, &a, x, B, NULL);
+        n += B;
+        t = cli_now() - t0;
+    } while (t < seconds);
+    r->images = n;
+    r->img_s = n / t;
+    r->ms_img = 1000.0 * t / n;
+    r->gflops = flops_img * r->img_s / 1e9;
+    r->pct = ceiling > 0 ? 100.0 * r->gflops / ceiling : 0;
+    free(arena);
+    free(x);
+}
+
+int cmd_bench(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"arch", required_argument, 0, 'a'}, {"model", required_argument, 0, 'm'},
+        {"batch", required_argument, 0, 'b'}, {"threads", required_argument, 0, 't'},
+        {"seconds", required_argument, 0, 's'}, {"record", no_argument, 0, 'r'},
+        {"record-what", required_argument, 0, 'w'}, {"dtype", required_argument, 0, 'd'},
+        {"compress", required_argument, 0, 'c'}, {"out", required_argument, 0, 'o'},
+        {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *arch = "deit_tiny_patch16_224", *model_path = NULL, *what = "attn", *dtype = "f16";
+    const char *compress = "none", *out = NULL;
+    int B = 8, threads = 0, record = 0, json = 0, ch;
+    double seconds = 5;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        int ok = 1;
+        switch (ch) {
+        case 'a': arch = optarg; break;
+        case 'm': model_path = optarg; break;
+        case 'b': ok = cli_parse_int(optarg, 1, TRACE_MAX_BATCH, &B); break;
+        case 't': ok = cli_parse_int(optarg, 1, 1024, &threads); break;
+        case 's': seconds = atof(optarg); ok = seconds > 0 && seconds < 3600; break;
+        case 'r': record = 1; break;
+        case 'w': what = optarg; break;
+        case 'd': dtype = optarg; break;
+        case 'c': compress = optarg; break;
+        case 'o': out = optarg; break;
+        case 'j': json = 1; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "attnscope bench: bad value \"%s\" (attnscope bench --help)\n", optarg);
+            return 2;
+        }
+    }
+    runtime_set_threads(threads);
+    as_error err = {0};
+    model m;
+    if (model_path) {
+        if (model_load(&m, model_path, strcmp(arch, "deit_tiny_patch16_224") ? arch : NULL, 0, &err) != AS_OK)
+            return cli_error(&err);
+    } else {
+        vit_config cfg = {0};
+        if (model_config_from_arch(&cfg, arch, &err) != AS_OK) return cli_error(&err);
+        if (model_init_random(&m, &cfg, 1, &err) != AS_OK) return cli_error(&err);
+    }
+    const vit_config *c = &m.cfg;
+    vit_cost cost;
+    vit_config_cost(c, &cost);
+    char core[64], advice[512];
+    int warn;
+    runtime_blas_info(core, sizeof core, advice, sizeof advice, &warn);
+    const int T = vit_num_tokens(c);
+    double ceiling = runtime_gemm_ceiling(B * T, c->mlp_hidden, c->embed_dim, seconds < 2 ? 0.5 : 1.0);
+    if (!json) {
+        printf("attnscope bench: %s, batch %d, %d threads, float32\n", c->name, B, runtime_threads());
+        printf("OpenBLAS    kernel %s; SGEMM ceiling %.1f GFLOP/s (M=%d N=%d K=%d, measured now)\n",
+               core, ceiling, B * T, c->mlp_hidden, c->embed_dim);
+        if (warn) printf("WARNING     %s\n", advice);
+        fflush(stdout);
+    }
+    bench_result plain;
+    time_forward(&m, B, seconds, cost.flops_total, ceiling, &plain);
+    if (!json)
+        printf("forward     %8.1f img/s %8.2f ms/img %8.1f GFLOP/s  %5.1f%% of ceiling\n",
+               plain.img_s, plain.ms_img, plain.gflops, plain.pct);
+
+    bench_result rec = {0};
+    int rc = 0;
+    if (record) {
+        /* enough images for about `seconds` of recording, as an in-memory tensor input */
+        long count = (long)(plain.img_s * seconds);
+        count = (count / B + 1) * B;
+        if (count < 2 * B) count = 2 * B;
+        dataset ds;
+        memset(&ds, 0, sizeof ds);
+        const size_t per = (size_t)c->in_chans * c->img_size * c->img_size;
+        ds.kind = DATASET_TENSOR;
+        ds.count = (int)count;
+        ds.t_chans = c->in_chans;
+        ds.t_size = c->img_size;
+        /* one batch of distinct images, repeated: keeps memory small for long runs */
+        float *tensor = malloc(per * (size_t)count * sizeof(float));
+        ds.paths = calloc((size_t)count, sizeof *ds.paths);
+        ds.labels = calloc((size_t)count, sizeof *ds.labels);
+        char tmp[512];
+        snprintf(tmp, sizeof tmp, "%s", out ? out : "");
+        if (!out) snprintf(tmp, sizeof tmp, "%s/attnscope-bench-%ld.h5",
+                           getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (long)getpid());
+        if (!tensor || !ds.paths || !ds.labels) {
+            fprintf(stderr, "attnscope bench: out of memory for %ld input images\n", count);
+            rc = 1;
+        }
+        rng_state rs = {11};
+        for (long i = 0; !rc && i < count; i++) {
+            if (i < B) for (size_t k = 0; k < per; k++) tensor[k + per * (size_t)i] = rng_normal(&rs);
+            else memcpy(tensor + per * (size_t)i, tensor + per * (size_t)(i % B), per * sizeof(float));
+            ds.paths[i] = strdup("bench");
+        }
+        ds.tensor = ds.tensor_copy = tensor;
+        record_opts o;
+        memset(&o, 0, sizeof o);
+        o.out = tmp;
+        o.mode = TRACE_FORCE;
+        o.spec.batch = B;
+        o.spec.command_line = "attnscope bench --record";
+        o.quiet = 1;
+        if (!rc && record_parse_selection(&o, c, what, "all", "all", dtype, compress, "all", &err)) {
+            cli_error(&err);
+            rc = 2;
+        }
+        record_result res;
+        if (!rc && record_run(&m, &ds, &o, &res, &err) != AS_OK) rc = cli_error(&err);
+        if (!rc) {
+            rec.images = res.recorded;
+            rec.img_s = res.recorded / res.seconds;
+            rec.ms_img = 1000.0 * res.seconds / res.recorded;
+            rec.gflops = cost.flops_total * rec.img_s / 1e9;
+            rec.pct = ceiling > 0 ? 100.0 * rec.gflops / ceiling : 0;
+            trace_reader r;
+            double fb = 0, db = 0;
+            if (trace_reader_open(&r, tmp, &err) == AS_OK) {
+                trace_sizes(&r, &fb, &db);
+                trace_reader_close(&r);
+            }
+            if (!json) {
+                printf("recording   %8.1f img/s %8.2f ms/img %8.1f GFLOP/s  %5.1f%% of ceiling\n",
+                       rec.img_s, rec.ms_img, rec.gflops, rec.pct);
+                printf("            %s of every layer and head, %s, compression %s: %.1f MB/s "
+                       "to disk; recording costs %.1f%% over the plain forward\n", what, dtype,
+                       compress, fb / res.seconds / 1e6, 100.0 * (plain.img_s / rec.img_s - 1.0));
+            }
+        }
+        if (!out) remove(tmp);
+        dataset_free(&ds);
+    }
+    if (json && !rc) {
+        printf("{\"arch\": \"%s\", \"batch\": %d, \"threads\": %d, \"openblas_core\": \"%s\", "
+               "\"openblas_suboptimal\": %s, \"gemm_ceiling_gflops\": %.2f, "
+               "\"flops_per_image\": %.0f, \"forward\": {\"img_s\": %.3f, \"ms_img\": %.4f, "
+               "\"gflops\": %.2f, \"pct_ceiling\": %.2f}",
+               c->name, B, runtime_threads(), core, warn ? "true" : "false", ceiling,
+               cost.flops_total, plain.img_s, plain.ms_img, plain.gflops, plain.pct);
+        if (record)
+            printf(", \"recording\": {\"img_s\": %.3f, \"ms_img\": %.4f, \"gflops\": %.2f, "
+                   "\"pct_ceiling\": %.2f, \"overhead_pct\": %.2f}", rec.img_s, rec.ms_img,
+                   rec.gflops, rec.pct, 100.0 * (plain.img_s / rec.img_s - 1.0));
+        printf("}\n");
+    }
+    model_free(&m);
+    return rc;
+}

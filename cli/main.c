@@ -1,0 +1,42 @@
+/* main.c: attnscope, git-style: attnscope COMMAND [options]. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} commands[] = {
+    {"record", cmd_record, "run a ViT/DeiT checkpoint over images, recording attention to HDF5"},
+    {"info", cmd_info, "architecture, parameters and FLOPs of a model; contents of a trace"},
+    {"bench", cmd_bench, "img/s, ms/img, GFLOP/s and share of the GEMM ceiling, with/without recording"},
+    {"demo", cmd_demo, "the end-to-end job with no download (synthetic model and images)"},
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: attnscope COMMAND [options]   (attnscope COMMAND --help for each)\n\n");
+    for (size_t i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\n  --version  print the version\n"
+               "Threads: --threads N (default: all cores). OpenBLAS honours OPENBLAS_CORETYPE: if it\n"
+               "is set to an older core than your CPU's, SGEMM runs slower (attnscope bench warns).\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("attnscope %s\n", ATTNSCOPE_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "attnscope: unknown command \"%s\"\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

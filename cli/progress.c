@@ -1,0 +1,39 @@
+/* progress.c: one self-overwriting line (count, rate, ETA) on a terminal; nothing in a pipe. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+void progress_init(progress *p, const char *what, long total, long base) {
+    p->what = what;
+    p->total = total;
+    p->base = base;
+    p->t0 = p->last = cli_now();
+    p->tty = isatty(fileno(stderr));
+}
+
+static void fmt_time(char *buf, size_t n, double s) {
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+    else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+void progress_update(progress *p, long done) {
+    if (!p->tty) return;
+    double now = cli_now();
+    if (now - p->last < 0.2 && done < p->total) return;
+    p->last = now;
+    double rate = (done - p->base) / (now - p->t0 > 1e-9 ? now - p->t0 : 1e-9);
+    char eta[32] = "?";
+    if (rate > 0) fmt_time(eta, sizeof eta, (double)(p->total - done) / rate);
+    fprintf(stderr, "\r%s: %ld/%ld  %.1f/s  ETA %s   ", p->what, done, p->total, rate, eta);
+    fflush(stderr);
+}
+
+void progress_finish(progress *p) {
+    if (p->tty) {
+        fprintf(stderr, "\r%60s\r", "");
+        fflush(stderr);
+    }
+}

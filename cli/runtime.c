@@ -1,0 +1,71 @@
+/* runtime.c: one thread pool for OpenMP and OpenBLAS, and what OpenBLAS chose for this CPU. */
+#define _POSIX_C_SOURCE 200809L
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+/* OpenBLAS exports these; its cblas.h declares them too, but not in every packaging. */
+char *openblas_get_corename(void);
+char *openblas_get_config(void);
+void openblas_set_num_threads(int);
+
+void runtime_set_threads(int n) {
+    if (n <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c > 0 ? (int)c : 1;
+    }
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
+int runtime_threads(void) { return omp_get_max_threads(); }
+
+void runtime_blas_info(char *core, size_t n, char *advice, size_t an, int *warn) {
+    const char *name = openblas_get_corename();
+    snprintf(core, n, "%s", name ? name : "unknown");
+    *warn = 0;
+    advice[0] = 0;
+#if defined(__x86_64__)
+    const char *env = getenv("OPENBLAS_CORETYPE");
+    int avx512 = __builtin_cpu_supports("avx512f");
+    int is512 = name && (strcasecmp(name, "skylakex") == 0 || strcasecmp(name, "cooperlake") == 0 ||
+                         strcasecmp(name, "sapphirerapids") == 0);
+    if (avx512 && !is512) {
+        *warn = 1;
+        snprintf(advice, an, "this CPU has AVX-512 but OpenBLAS runs its %s kernels%s%s%s: SGEMM "
+                 "runs at about half speed; unset OPENBLAS_CORETYPE (or set it to SkylakeX) for "
+                 "full speed", core, env ? " because OPENBLAS_CORETYPE=" : "", env ? env : "",
+                 env ? " is set" : "");
+    }
+#endif
+}
+
+double runtime_gemm_ceiling(int m, int n, int k, double seconds) {
+    float *a = malloc((size_t)m * k * 4), *b = malloc((size_t)n * k * 4), *c = malloc((size_t)m * n * 4);
+    if (!a || !b || !c) {
+        free(a);
+        free(b);
+        free(c);
+        return 0;
+    }
+    for (size_t i = 0; i < (size_t)m * k; i++) a[i] = (float)(i % 7) * 0.01f;
+    for (size_t i = 0; i < (size_t)n * k; i++) b[i] = (float)(i % 5) * 0.01f;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1, a, k, b, k, 0, c, n);
+    double t0 = cli_now(), t;
+    long reps = 0;
+    do {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1, a, k, b, k, 0, c, n);
+        reps++;
+        t = cli_now() - t0;
+    } while (t < seconds);
+    free(a);
+    free(b);
+    free(c);
+    return 2.0 * m * n * k * reps / t / 1e9;
+}

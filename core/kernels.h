@@ -1,0 +1,35 @@
+/* kernels.h: the elementwise and row kernels of the engine (LayerNorm, GELU, softmax, bias,
+ * float16 packing). Plain functions over caller-owned buffers; none allocates. */
+#ifndef AS_KERNELS_H
+#define AS_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* out[r,:] = (x[r,:] - mean) / sqrt(var + eps) * w + b for rows r < n.
+ * out, x: (n, d), may alias; w, b: (d). */
+void kernels_layernorm(float *out, const float *x, const float *w, const float *b, int n, int d,
+                       float eps);
+
+/* Exact (erf) GELU in place: x = 0.5 x (1 + erf(x / sqrt 2)). x: (n). */
+void kernels_gelu(float *x, size_t n);
+
+/* erf for float, branch-free so that loops over it vectorise; within 2e-7 absolute of erf. */
+float kernels_erf(float x);
+
+/* Row softmax in place. x: (n, d). */
+void kernels_softmax_rows(float *x, int n, int d);
+
+/* y[r,:] = bias for rows r < n: the starting value of a GEMM with beta = 1. y: (n, d). */
+void kernels_fill_rows(float *y, const float *bias, int n, int d);
+/* y[r,:] += bias. y: (n, d). */
+void kernels_add_rows(float *y, const float *bias, int n, int d);
+
+/* IEEE binary16 conversions, round to nearest even; NaN and infinities are kept. */
+uint16_t kernels_f32_to_f16(float f);
+float kernels_f16_to_f32(uint16_t h);
+float kernels_bf16_to_f32(uint16_t h);
+/* dst[i] = f16(src[i]) for i < n; uses F16C instructions when the CPU has them. */
+void kernels_f32_to_f16_array(uint16_t *dst, const float *src, size_t n);
+
+#endif

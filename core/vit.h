@@ -1,0 +1,89 @@
+/* vit.h: the ViT/DeiT forward pass over caller-owned weights and activations, recording any
+ * layer's attention maps, pre-softmax scores, Q/K and block outputs into caller buffers. */
+#ifndef AS_VIT_H
+#define AS_VIT_H
+
+#include "config.h"
+
+/* Usage:
+ *     vit_params p;  vit_tensor_spec specs[VIT_MAX_TENSORS];
+ *     int n = vit_param_specs(&cfg, &p, specs, VIT_MAX_TENSORS);  // names, shapes, slots
+ *     ... point every *specs[i].slot at its weights (io/model.c does this) ...
+ *     size_t bytes = vit_acts_carve(&cfg, B, NULL, NULL);          // measure only
+ *     vit_acts a; vit_acts_carve(&cfg, B, arena, &a);              // one allocation per run
+ *     vit_record rec = {.attn = maps};     // maps[l]: (B,H,T,T) or NULL to skip layer l
+ *     vit_forward(&cfg, &p, &a, images, B, &rec);  // images: (B,3,S,S); logits in a.logits
+ * Shapes: B images, T tokens (prefix + patches), D embed_dim, H heads, hd = D/H. */
+
+#define VIT_MAX_TENSORS 4096
+#define VIT_MAX_DEPTH 256 /* vit_config_validate enforces it */
+#define VIT_TENSOR_NAME_MAX 96
+
+typedef struct {
+    const float *norm1_w, *norm1_b; /* (D) */
+    const float *qkv_w, *qkv_b;     /* (3D, D), (3D) or NULL without qkv_bias */
+    const float *proj_w, *proj_b;   /* (D, D), (D) */
+    const float *norm2_w, *norm2_b; /* (D) */
+    const float *fc1_w, *fc1_b;     /* (Hm, D), (Hm) */
+    const float *fc2_w, *fc2_b;     /* (D, Hm), (D) */
+} vit_block_params;
+
+typedef struct {
+    const float *patch_w, *patch_b;       /* (D, C, P, P), (D) */
+    const float *cls_token, *dist_token;  /* (D) each, or NULL */
+    const float *pos_embed;               /* (T, D) at the config's img_size (resampled) */
+    vit_block_params blocks[VIT_MAX_DEPTH];
+    const float *norm_w, *norm_b;         /* final norm (or fc_norm when cfg->fc_norm) (D) */
+    const float *head_w, *head_b;         /* (C, D), (C) */
+    const float *head_dist_w, *head_dist_b;
+} vit_params;
+
+/* One expected checkpoint tensor: timm's name, its shape, and where its pointer goes. */
+typedef struct {
+    char name[VIT_TENSOR_NAME_MAX];
+    int ndim;
+    int shape[4];
+    const float **slot;
+    int is_pos_embed; /* may come at another grid size and be resampled */
+} vit_tensor_spec;
+
+/* Fills specs (at most max) with every tensor the config needs; returns the count. */
+int vit_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, int max);
+
+/* Activations for up to B images, carved from one buffer. */
+typedef struct {
+    int B;
+    float *patches; /* (B, Np, C*P*P) im2col of the input */
+    float *x;       /* (B, T, D) residual stream */
+    float *xn;      /* (B, T, D) normalised */
+    float *qkv;     /* (B, T, 3D) */
+    float *att;     /* (B, H, T, T) scratch maps for layers not recorded */
+    float *ao;      /* (B, T, D) attention output before proj */
+    float *hid;     /* (B, T, Hm) MLP hidden */
+    float *pooled;  /* (B, 2, D) pooled features (and distillation token) */
+    float *logits;  /* (B, C) final logits (distilled: mean of both heads) */
+} vit_acts;
+
+/* Returns the bytes needed for B images; with base != NULL also carves it into *a. base must
+ * be 64-byte aligned. */
+size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a);
+
+/* What to record; every pointer may be NULL, and each array has depth entries (NULL skips). */
+typedef struct {
+    float **attn;   /* [l]: (B, H, T, T) softmax probabilities */
+    float **scores; /* [l]: (B, H, T, T) scaled scores before softmax */
+    float **q;      /* [l]: (B, H, T, hd) */
+    float **k;      /* [l]: (B, H, T, hd) */
+    float **tokens; /* [l]: (B, T, D) block output */
+} vit_record;
+
+/* Runs n <= a->B images: (n, C, S, S) normalised float input; logits land in a->logits. */
+void vit_forward(const vit_config *c, const vit_params *p, vit_acts *a, const float *images,
+                 int n, const vit_record *rec);
+
+/* timm's resample_abs_pos_embed: bicubic (PyTorch's cubic, A = -0.75, align_corners false)
+ * interpolation of the patch part from a gs_in x gs_in to a gs_out x gs_out grid; prefix rows
+ * are copied. out: (prefix + gs_out^2, D); in: (prefix + gs_in^2, D). */
+void vit_resample_pos_embed(float *out, const float *in, int prefix, int gs_in, int gs_out, int D);
+
+#endif

@@ -1,0 +1,333 @@
+/* dataset.c: input enumeration (files, folders, ImageFolder, lists) and tensor inputs. */
+#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE
+#include "dataset.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "image.h"
+
+typedef struct {
+    char **v;
+    int *lab;
+    int n, cap;
+} pathvec;
+
+static int pv_push(pathvec *pv, const char *p, int label) {
+    if (pv->n == pv->cap) {
+        int nc = pv->cap ? 2 * pv->cap : 64;
+        char **nv = realloc(pv->v, (size_t)nc * sizeof *nv);
+        if (!nv) return 0;
+        pv->v = nv;
+        int *nl = realloc(pv->lab, (size_t)nc * sizeof *nl);
+        if (!nl) return 0;
+        pv->lab = nl;
+        pv->cap = nc;
+    }
+    if (!(pv->v[pv->n] = strdup(p))) return 0;
+    pv->lab[pv->n++] = label;
+    return 1;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int is_dir(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* Lists dir's entries (sorted), excluding dot files. */
+static char **list_dir(const char *dir, int *n) {
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) return NULL;
+    char **v = NULL;
+    int cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 64;
+            char **nv = realloc(v, (size_t)cap * sizeof *v);
+            if (!nv) break;
+            v = nv;
+        }
+        v[(*n)++] = strdup(e->d_name);
+    }
+    closedir(d);
+    if (!v) v = malloc(sizeof *v);
+    if (*n > 1) qsort(v, (size_t)*n, sizeof *v, cmp_str);
+    return v;
+}
+
+static void free_list(char **v, int n) {
+    for (int i = 0; i < n; i++) free(v[i]);
+    free(v);
+}
+
+/* Adds every supported image below dir, in sorted order, with the given label. */
+static int walk(pathvec *pv, const char *dir, int label, int depth) {
+    if (depth > 64) return 1; /* symlink loops */
+    int n;
+    char **names = list_dir(dir, &n);
+    if (!names) return 0;
+    int ok = 1;
+    for (int i = 0; i < n && ok; i++) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        if (is_dir(p)) ok = walk(pv, p, label, depth + 1);
+        else if (image_is_supported_name(p)) ok = pv_push(pv, p, label);
+    }
+    free_list(names, n);
+    return ok;
+}
+
+static as_status open_list(pathvec *pv, const char *path, as_error *err) {
+    FILE *f = fopen(path, "r");
+    if (!f) return as_fail(err, AS_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    char dir[1024] = ".";
+    const char *slash = strrchr(path, '/');
+    if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    char line[4096];
+    int lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        size_t L = strlen(line);
+        while (L && (line[L - 1] == '\n' || line[L - 1] == '\r' || line[L - 1] == ' ')) line[--L] = 0;
+        if (!L || line[0] == '#') continue;
+        /* "path" or "path<TAB or space>label" */
+        int label = -1;
+        char *sep = strrchr(line, '\t');
+        if (!sep) sep = strrchr(line, ' ');
+        if (sep) {
+            char *end;
+            long v = strtol(sep + 1, &end, 10);
+            if (*end == 0 && end != sep + 1 && v >= 0 && v < (1 << 30)) {
+                label = (int)v;
+                *sep = 0;
+            }
+        }
+        char p[4096];
+        if (line[0] == '/') snprintf(p, sizeof p, "%s", line);
+        else snprintf(p, sizeof p, "%s/%s", dir, line);
+        if (!pv_push(pv, p, label)) {
+            fclose(f);
+            return as_fail(err, AS_ERR_NOMEM, "%s: out of memory", path);
+        }
+    }
+    fclose(f);
+    return AS_OK;
+}
+
+as_status dataset_parse_npy(const unsigned char *buf, size_t len, const char *name, int shape[4],
+                            size_t *data_offset, as_error *err) {
+    if (len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0)
+        return as_fail(err, AS_ERR_FORMAT, "%s: not a .npy file (bad magic)", name);
+    size_t hlen, hstart;
+    if (buf[6] == 1) {
+        hlen = buf[8] | (size_t)buf[9] << 8;
+        hstart = 10;
+    } else if (buf[6] == 2 || buf[6] == 3) {
+        if (len < 12) return as_fail(err, AS_ERR_FORMAT, "%s: truncated .npy header", name);
+        hlen = buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
+        hstart = 12;
+    } else {
+        return as_fail(err, AS_ERR_FORMAT, "%s: unknown .npy version %d", name, buf[6]);
+    }
+    if (hlen > 65536 || hstart + hlen > len)
+        return as_fail(err, AS_ERR_FORMAT, "%s: .npy header runs past the end of the file: "
+                       "truncated", name);
+    char h[65537];
+    memcpy(h, buf + hstart, hlen);
+    h[hlen] = 0;
+    if (!strstr(h, "'descr': '<f4'"))
+        return as_fail(err, AS_ERR_UNSUPPORTED, "%s: .npy must hold float32 ('<f4'); save with "
+                       "x.astype(np.float32)", name);
+    if (!strstr(h, "'fortran_order': False"))
+        return as_fail(err, AS_ERR_UNSUPPORTED, "%s: .npy must be C-ordered; save "
+                       "np.ascontiguousarray(x)", name);
+    const char *sp = strstr(h, "'shape': (");
+    long long v[4];
+    if (!sp || sscanf(sp, "'shape': (%lld, %lld, %lld, %lld)", &v[0], &v[1], &v[2], &v[3]) != 4)
+        return as_fail(err, AS_ERR_SHAPE, "%s: .npy must be 4-D (N, C, H, W)", name);
+    size_t n = 4;
+    for (int i = 0; i < 4; i++) {
+        if (v[i] <= 0 || v[i] > (1 << 24) || !as_mul_size(n, (size_t)v[i], &n))
+            return as_fail(err, AS_ERR_SHAPE, "%s: .npy shape out of range", name);
+        shape[i] = (int)v[i];
+    }
+    if (n > len - hstart - hlen)
+        return as_fail(err, AS_ERR_FORMAT, "%s: .npy data is %zu bytes short: truncated", name,
+                       n - (len - hstart - hlen));
+    *data_offset = hstart + hlen;
+    return AS_OK;
+}
+
+static as_status open_tensor(dataset *ds, const char *path, as_error *err) {
+    size_t L = strlen(path);
+    int shape[4] = {0};
+    ds->kind = DATASET_TENSOR;
+    if (L > 4 && strcasecmp(path + L - 4, ".npy") == 0) {
+        int fd = open(path, O_RDONLY);
+        if (fd < 0) return as_fail(err, AS_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+        struct stat sb;
+        if (fstat(fd, &sb) != 0 || sb.st_size <= 0) {
+            close(fd);
+            return as_fail(err, AS_ERR_FORMAT, "%s: empty file", path);
+        }
+        ds->npy_size = (size_t)sb.st_size;
+        ds->npy_map = mmap(NULL, ds->npy_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        close(fd);
+        if (ds->npy_map == MAP_FAILED) {
+            ds->npy_map = NULL;
+            return as_fail(err, AS_ERR_IO, "%s: cannot map (%s)", path, strerror(errno));
+        }
+        size_t off;
+        as_status rc = dataset_parse_npy(ds->npy_map, ds->npy_size, path, shape, &off, err);
+        if (rc != AS_OK) return rc;
+        const unsigned char *data = (const unsigned char *)ds->npy_map + off;
+        if (((uintptr_t)data & 3u) == 0) {
+            ds->tensor = (const float *)(const void *)data;
+        } else {
+            size_t n = (size_t)shape[0] * shape[1] * shape[2] * shape[3];
+            if (!(ds->tensor_copy = malloc(n * 4))) return as_fail(err, AS_ERR_NOMEM, "%s: out of memory", path);
+            memcpy(ds->tensor_copy, data, n * 4);
+            ds->tensor = ds->tensor_copy;
+        }
+    } else {
+        as_status rc = safetensors_open(&ds->st, path, err);
+        if (rc != AS_OK) return rc;
+        const char *names[] = {"images", "pixel_values", "x", "input"};
+        const safetensors_tensor *t = NULL;
+        for (int i = 0; i < 4 && !t; i++) t = safetensors_find(&ds->st, names[i]);
+        if (!t && ds->st.count == 1) t = &ds->st.tensors[0];
+        if (!t || t->ndim != 4)
+            return as_fail(err, AS_ERR_SHAPE, "%s: need one 4-D (N, C, H, W) tensor named "
+                           "\"images\" (or the file's only tensor)", path);
+        for (int i = 0; i < 4; i++) {
+            if (t->shape[i] <= 0 || t->shape[i] > (1 << 24))
+                return as_fail(err, AS_ERR_SHAPE, "%s: tensor shape out of range", path);
+            shape[i] = (int)t->shape[i];
+        }
+        if (!(ds->tensor_copy = malloc(t->numel * sizeof(float))))
+            return as_fail(err, AS_ERR_NOMEM, "%s: out of memory", path);
+        if ((rc = safetensors_read_f32(&ds->st, t, ds->tensor_copy, err)) != AS_OK) return rc;
+        ds->tensor = ds->tensor_copy;
+    }
+    if (shape[2] != shape[3])
+        return as_fail(err, AS_ERR_SHAPE, "%s: images must be square (got %dx%d)", path, shape[2], shape[3]);
+    ds->count = shape[0];
+    ds->t_chans = shape[1];
+    ds->t_size = shape[2];
+    ds->paths = calloc((size_t)ds->count, sizeof *ds->paths);
+    ds->labels = malloc((size_t)ds->count * sizeof *ds->labels);
+    if (!ds->paths || !ds->labels) return as_fail(err, AS_ERR_NOMEM, "%s: out of memory", path);
+    for (int i = 0; i < ds->count; i++) {
+        char p[1200];
+        snprintf(p, sizeof p, "%s[%d]", path, i);
+        if (!(ds->paths[i] = strdup(p))) return as_fail(err, AS_ERR_NOMEM, "%s: out of memory", path);
+        ds->labels[i] = -1;
+    }
+    return AS_OK;
+}
+
+as_status dataset_open(dataset *ds, const char *path, as_error *err) {
+    memset(ds, 0, sizeof *ds);
+    snprintf(ds->root, sizeof ds->root, "%s", path);
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return as_fail(err, AS_ERR_IO, "%s: no such file or folder (%s): give an image, a folder, "
+                       "a .txt list or a .npy/.safetensors tensor", path, strerror(errno));
+    size_t L = strlen(path);
+    as_status rc = AS_OK;
+    if (!S_ISDIR(sb.st_mode) && ((L > 4 && strcasecmp(path + L - 4, ".npy") == 0) ||
+                                 (L > 12 && strcasecmp(path + L - 12, ".safetensors") == 0))) {
+        rc = open_tensor(ds, path, err);
+        if (rc != AS_OK) dataset_free(ds);
+        return rc;
+    }
+    pathvec pv = {0};
+    if (S_ISDIR(sb.st_mode)) {
+        /* ImageFolder when the top level has sub-folders and no images of its own */
+        int n, images_here = 0, dirs = 0;
+        char **names = list_dir(path, &n);
+        if (!names) return as_fail(err, AS_ERR_IO, "%s: cannot list (%s)", path, strerror(errno));
+        for (int i = 0; i < n; i++) {
+            char p[4096];
+            snprintf(p, sizeof p, "%s/%s", path, names[i]);
+            if (is_dir(p)) dirs++;
+            else if (image_is_supported_name(p)) images_here++;
+        }
+        if (dirs > 0 && images_here == 0) {
+            ds->classes = calloc((size_t)dirs, sizeof *ds->classes);
+            for (int i = 0; ds->classes && i < n; i++) {
+                char p[4096];
+                snprintf(p, sizeof p, "%s/%s", path, names[i]);
+                if (!is_dir(p)) continue;
+                ds->classes[ds->n_classes] = strdup(names[i]);
+                if (!walk(&pv, p, ds->n_classes, 0)) rc = AS_ERR_NOMEM;
+                ds->n_classes++;
+            }
+            if (!ds->classes) rc = AS_ERR_NOMEM;
+        } else if (!walk(&pv, path, -1, 0)) {
+            rc = AS_ERR_NOMEM;
+        }
+        free_list(names, n);
+        if (rc != AS_OK) as_fail(err, rc, "%s: out of memory listing images", path);
+    } else if (image_is_supported_name(path)) {
+        if (!pv_push(&pv, path, -1)) rc = as_fail(err, AS_ERR_NOMEM, "out of memory");
+    } else {
+        rc = open_list(&pv, path, err);
+    }
+    ds->paths = pv.v;
+    ds->labels = pv.lab;
+    ds->count = pv.n;
+    if (rc == AS_OK && ds->count == 0)
+        rc = as_fail(err, AS_ERR_ARG, "%s: no PNG or JPEG images found: check the path", path);
+    if (rc != AS_OK) dataset_free(ds);
+    return rc;
+}
+
+void dataset_free(dataset *ds) {
+    for (int i = 0; i < ds->count && ds->paths; i++) free(ds->paths[i]);
+    free(ds->paths);
+    free(ds->labels);
+    for (int i = 0; i < ds->n_classes; i++) free(ds->classes[i]);
+    free(ds->classes);
+    safetensors_close(&ds->st);
+    if (ds->npy_map) munmap(ds->npy_map, ds->npy_size);
+    free(ds->tensor_copy);
+    memset(ds, 0, sizeof *ds);
+}
+
+as_status dataset_load(const dataset *ds, int i, float *x, unsigned char *rgb,
+                       const vit_config *cfg, as_error *err) {
+    if (ds->kind == DATASET_TENSOR) {
+        if (ds->t_chans != cfg->in_chans || ds->t_size != cfg->img_size)
+            return as_fail(err, AS_ERR_SHAPE, "%s: tensors are (%d, %d, %d) but the model takes "
+                           "(%d, %d, %d): preprocess at the model's size or pass --img-size %d",
+                           ds->root, ds->t_chans, ds->t_size, ds->t_size, cfg->in_chans,
+                           cfg->img_size, cfg->img_size, ds->t_size);
+        size_t n = (size_t)cfg->in_chans * cfg->img_size * cfg->img_size;
+        memcpy(x, ds->tensor + (size_t)i * n, n * sizeof(float));
+        if (rgb) image_denormalize(rgb, x, cfg);
+        return AS_OK;
+    }
+    image im;
+    as_status rc = image_load(&im, ds->paths[i], err);
+    if (rc != AS_OK) return rc;
+    rc = image_preprocess(x, rgb, &im, cfg, err);
+    image_free(&im);
+    return rc;
+}

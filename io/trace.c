@@ -1,0 +1,1151 @@
+/* trace.c: HDF5 trace writer and reader. HDF5 is called from one thread at a time: the caller's
+ * thread while opening and closing, the writer thread in between. The writer runs in SWMR mode
+ * so that on-disk metadata is always consistent: a live reader or a crash sees every batch that
+ * was flushed, and /images/done marks which images are complete. */
+#define _POSIX_C_SOURCE 200809L
+#include "trace.h"
+
+#include <errno.h>
+#include <hdf5.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../core/kernels.h"
+#include "model.h"
+
+#define TRACE_FORMAT "attnscope-trace"
+#define TRACE_FORMAT_VERSION 1
+#define TRACE_SLOTS 2
+#define TRACE_PATH_LEN 1024
+#define TRACE_LZ4_FILTER 32004 /* registered id of the HDF5 LZ4 filter (hdf5-filter-plugin) */
+
+#ifndef ATTNSCOPE_VERSION
+#define ATTNSCOPE_VERSION "0.1.0"
+#endif
+
+static const char *const trace_q_names[] = {[TRACE_Q_ATTN] = "attn", [TRACE_Q_SCORES] = "scores",
+                                            [TRACE_Q_Q] = "q", [TRACE_Q_K] = "k",
+                                            [TRACE_Q_TOKENS] = "tokens"};
+_Static_assert(sizeof trace_q_names / sizeof trace_q_names[0] == TRACE_Q_COUNT, "quantity names");
+static const char *const trace_c_names[] = {[TRACE_COMPRESS_NONE] = "none",
+                                            [TRACE_COMPRESS_LZ4] = "lz4",
+                                            [TRACE_COMPRESS_DEFLATE] = "deflate"};
+_Static_assert(sizeof trace_c_names / sizeof trace_c_names[0] == TRACE_COMPRESS_COUNT,
+               "compression names");
+
+const char *trace_quantity_name(trace_quantity q) {
+    return (unsigned)q < TRACE_Q_COUNT ? trace_q_names[q] : "?";
+}
+const char *trace_compress_name(trace_compress c) {
+    return (unsigned)c < TRACE_COMPRESS_COUNT ? trace_c_names[c] : "?";
+}
+
+/* HDF5 prints its error stack by default; we translate failures into our own messages. */
+static void h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+
+/* The IEEE half type, as h5py and numpy's float16 read it. */
+static hid_t h5_f16_type(void) {
+    hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+    H5Tset_fields(t, 15, 10, 5, 0, 10);
+    H5Tset_precision(t, 16);
+    H5Tset_size(t, 2);
+    H5Tset_ebias(t, 15);
+    return t;
+}
+
+static hid_t h5_str_type(size_t n) {
+    hid_t t = H5Tcopy(H5T_C_S1);
+    if (n) H5Tset_size(t, n);
+    else H5Tset_size(t, H5T_VARIABLE);
+    H5Tset_strpad(t, H5T_STR_NULLTERM);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    return t;
+}
+
+static int attr_write(hid_t loc, const char *name, hid_t type, hid_t space, const void *v) {
+    if (H5Aexists(loc, name) > 0) H5Adelete(loc, name);
+    hid_t a = H5Acreate2(loc, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+    if (a < 0) return -1;
+    herr_t e = H5Awrite(a, type, v);
+    H5Aclose(a);
+    return e < 0 ? -1 : 0;
+}
+static int attr_str(hid_t loc, const char *name, const char *v) {
+    hid_t t = h5_str_type(0), s = H5Screate(H5S_SCALAR);
+    int rc = attr_write(loc, name, t, s, &v);
+    H5Sclose(s);
+    H5Tclose(t);
+    return rc;
+}
+static int attr_ints(hid_t loc, const char *name, const int *v, int n) {
+    hsize_t d = (hsize_t)n;
+    hid_t s = n == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &d, NULL);
+    int rc = attr_write(loc, name, H5T_NATIVE_INT, s, v);
+    H5Sclose(s);
+    return rc;
+}
+static int attr_int(hid_t loc, const char *name, int v) { return attr_ints(loc, name, &v, 1); }
+static int attr_int64(hid_t loc, const char *name, long long v) {
+    hid_t s = H5Screate(H5S_SCALAR);
+    int rc = attr_write(loc, name, H5T_NATIVE_LLONG, s, &v);
+    H5Sclose(s);
+    return rc;
+}
+static int attr_floats(hid_t loc, const char *name, const float *v, int n) {
+    hsize_t d = (hsize_t)n;
+    hid_t s = n == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &d, NULL);
+    int rc = attr_write(loc, name, H5T_NATIVE_FLOAT, s, v);
+    H5Sclose(s);
+    return rc;
+}
+static int attr_strs(hid_t loc, const char *name, char **v, int n) {
+    hsize_t d = (hsize_t)n;
+    hid_t t = h5_str_type(0), s = H5Screate_simple(1, &d, NULL);
+    int rc = attr_write(loc, name, t, s, v);
+    H5Sclose(s);
+    H5Tclose(t);
+    return rc;
+}
+
+static int attr_read_int(hid_t loc, const char *name, int *out, int n) {
+    if (H5Aexists(loc, name) <= 0) return -1;
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    hid_t s = H5Aget_space(a);
+    hssize_t np = H5Sget_simple_extent_npoints(s);
+    int rc = -1;
+    if (np >= 1 && np <= n) rc = H5Aread(a, H5T_NATIVE_INT, out) < 0 ? -1 : (int)np;
+    H5Sclose(s);
+    H5Aclose(a);
+    return rc;
+}
+
+static void attr_read_str(hid_t loc, const char *name, char *out, size_t n) {
+    out[0] = 0;
+    if (H5Aexists(loc, name) <= 0) return;
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    hid_t ft = H5Aget_type(a);
+    if (H5Tget_class(ft) == H5T_STRING) {
+        if (H5Tis_variable_str(ft) > 0) {
+            char *v = NULL;
+            hid_t mt = h5_str_type(0);
+            if (H5Aread(a, mt, &v) >= 0 && v) {
+                snprintf(out, n, "%s", v);
+                H5free_memory(v);
+            }
+            H5Tclose(mt);
+        } else {
+            size_t sz = H5Tget_size(ft);
+            char *v = calloc(sz + 1, 1);
+            if (v && H5Aread(a, ft, v) >= 0) snprintf(out, n, "%s", v);
+            free(v);
+        }
+    }
+    H5Tclose(ft);
+    H5Aclose(a);
+}
+
+static char *attr_read_str_alloc(hid_t loc, const char *name) {
+    size_t cap = 1 << 16;
+    char *buf = malloc(cap);
+    if (buf) attr_read_str(loc, name, buf, cap);
+    return buf;
+}
+
+static void iso_now(char *buf, size_t n) {
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* ---- layout --------------------------------------------------------------------------------- */
+
+/* Query rows kept per map: all T, or the prefix tokens' rows only. */
+static int spec_q_rows(const trace_spec *s) {
+    return s->prefix_rows_only ? vit_num_prefix(&s->cfg) : vit_num_tokens(&s->cfg);
+}
+
+/* Shape of one image's record of quantity q in one layer (without the image axis). */
+static int q_shape(const trace_spec *s, trace_quantity q, hsize_t dims[3]) {
+    const int T = vit_num_tokens(&s->cfg), hd = vit_head_dim(&s->cfg);
+    switch (q) {
+    case TRACE_Q_ATTN:
+    case TRACE_Q_SCORES:
+        dims[0] = (hsize_t)s->n_heads, dims[1] = (hsize_t)spec_q_rows(s), dims[2] = (hsize_t)T;
+        return 3;
+    case TRACE_Q_Q:
+    case TRACE_Q_K:
+        dims[0] = (hsize_t)s->n_heads, dims[1] = (hsize_t)T, dims[2] = (hsize_t)hd;
+        return 3;
+    default:
+        dims[0] = (hsize_t)T, dims[1] = (hsize_t)s->cfg.embed_dim;
+        return 2;
+    }
+}
+
+/* Floats per image the engine writes for q (all heads, all rows). */
+static size_t q_engine_floats(const vit_config *c, trace_quantity q) {
+    const size_t T = (size_t)vit_num_tokens(c), H = (size_t)c->num_heads, hd = (size_t)vit_head_dim(c);
+    switch (q) {
+    case TRACE_Q_ATTN:
+    case TRACE_Q_SCORES: return H * T * T;
+    case TRACE_Q_Q:
+    case TRACE_Q_K: return H * T * hd;
+    default: return T * (size_t)c->embed_dim;
+    }
+}
+
+static const char *q_axes(trace_quantity q) {
+    switch (q) {
+    case TRACE_Q_ATTN:
+    case TRACE_Q_SCORES: return "image,head,query,key";
+    case TRACE_Q_Q:
+    case TRACE_Q_K: return "image,head,token,channel";
+    default: return "image,token,channel";
+    }
+}
+
+static const char *q_description(trace_quantity q) {
+    switch (q) {
+    case TRACE_Q_ATTN: return "softmax(q k^T * scale): the map that multiplies the values";
+    case TRACE_Q_SCORES: return "q k^T * scale before the softmax";
+    case TRACE_Q_Q: return "per-head queries after the qkv projection";
+    case TRACE_Q_K: return "per-head keys after the qkv projection";
+    default: return "block output (residual stream after the MLP)";
+    }
+}
+
+typedef struct {
+    hid_t q[TRACE_Q_COUNT][VIT_MAX_DEPTH]; /* [quantity][position in spec.layers] */
+    hid_t path, label, pred, top5, top5_prob, logits, rgb, done;
+} trace_dsets;
+
+static void dsets_init(trace_dsets *d) {
+    for (int q = 0; q < TRACE_Q_COUNT; q++)
+        for (int l = 0; l < VIT_MAX_DEPTH; l++) d->q[q][l] = -1;
+    d->path = d->label = d->pred = d->top5 = d->top5_prob = d->logits = d->rgb = d->done = -1;
+}
+
+static void dsets_close(trace_dsets *d) {
+    for (int q = 0; q < TRACE_Q_COUNT; q++)
+        for (int l = 0; l < VIT_MAX_DEPTH; l++)
+            if (d->q[q][l] >= 0) H5Dclose(d->q[q][l]);
+    hid_t *all[] = {&d->path, &d->label, &d->pred, &d->top5, &d->top5_prob, &d->logits, &d->rgb, &d->done};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (*all[i] >= 0) H5Dclose(*all[i]);
+    dsets_init(d);
+}
+
+/* Creates an extendible dataset of (0, dims...) with chunks of one image. */
+static hid_t make_dset(hid_t loc, const char *name, hid_t type, int nd, const hsize_t *dims,
+                       hsize_t chunk0, const trace_spec *s, int compress) {
+    hsize_t cur[5] = {0}, max[5] = {H5S_UNLIMITED}, chunk[5] = {chunk0};
+    for (int i = 0; i < nd; i++) {
+        cur[i + 1] = max[i + 1] = dims[i];
+        chunk[i + 1] = dims[i];
+    }
+    /* maps are chunked one head of one image per chunk: one map is one read */
+    if (nd == 3) chunk[1] = 1;
+    hid_t space = H5Screate_simple(nd + 1, cur, max);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, nd + 1, chunk);
+    if (compress && s->compress == TRACE_COMPRESS_DEFLATE) {
+        H5Pset_shuffle(dcpl);
+        H5Pset_deflate(dcpl, (unsigned)s->level);
+    } else if (compress && s->compress == TRACE_COMPRESS_LZ4) {
+        unsigned cd[1] = {0}; /* default block size */
+        H5Pset_filter(dcpl, TRACE_LZ4_FILTER, H5Z_FLAG_MANDATORY, 1, cd);
+    }
+    /* full chunks are written whole: no need to cache them in HDF5 */
+    hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
+    H5Pset_chunk_cache(dapl, 0, 0, 1.0);
+    hid_t d = H5Dcreate2(loc, name, type, space, H5P_DEFAULT, dcpl, dapl);
+    H5Pclose(dapl);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    return d;
+}
+
+static hid_t open_dset(hid_t loc, const char *name) {
+    hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
+    H5Pset_chunk_cache(dapl, 0, 0, 1.0);
+    hid_t d = H5Dopen2(loc, name, dapl);
+    H5Pclose(dapl);
+    return d;
+}
+
+static void layer_group_name(char *buf, size_t n, int layer) { snprintf(buf, n, "layers/%02d", layer); }
+
+/* Creates (create = 1) or opens every dataset of the spec. Returns 0 on success. */
+static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
+    const vit_config *c = &s->cfg;
+    hid_t store = s->f16 ? h5_f16_type() : H5Tcopy(H5T_IEEE_F32LE);
+    hid_t pstr = h5_str_type(TRACE_PATH_LEN);
+    int ok = 1;
+    if (create) {
+        hid_t g = H5Gcreate2(f, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        ok &= g >= 0;
+        if (g >= 0) H5Gclose(g);
+    }
+    for (int li = 0; li < s->n_layers && ok; li++) {
+        char gname[32];
+        layer_group_name(gname, sizeof gname, s->layers[li]);
+        hid_t g = create ? H5Gcreate2(f, gname, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)
+                         : H5Gopen2(f, gname, H5P_DEFAULT);
+        if (g < 0) {
+            ok = 0;
+            break;
+        }
+        if (create) {
+            attr_int(g, "layer", s->layers[li]);
+            attr_str(g, "mechanism", "vanilla");
+            attr_int(g, "num_tokens", vit_num_tokens(c));
+            attr_ints(g, "heads", s->heads, s->n_heads);
+        }
+        for (int q = 0; q < TRACE_Q_COUNT && ok; q++) {
+            if (!(s->quantities & (1u << q))) continue;
+            if (create) {
+                hsize_t dims[3];
+                int nd = q_shape(s, (trace_quantity)q, dims);
+                d->q[q][li] = make_dset(g, trace_q_names[q], store, nd, dims, 1, s, 1);
+                if (d->q[q][li] >= 0) {
+                    attr_str(d->q[q][li], "axes", q_axes((trace_quantity)q));
+                    attr_str(d->q[q][li], "description", q_description((trace_quantity)q));
+                }
+            } else {
+                d->q[q][li] = open_dset(g, trace_q_names[q]);
+            }
+            ok &= d->q[q][li] >= 0;
+        }
+        H5Gclose(g);
+    }
+    if (ok) {
+        hid_t g = create ? H5Gcreate2(f, "images", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)
+                         : H5Gopen2(f, "images", H5P_DEFAULT);
+        ok = g >= 0;
+        const int S = c->img_size, C = c->num_classes, k5 = C < 5 ? C : 5;
+        hsize_t d_none[1], d_k5[1] = {(hsize_t)(k5 > 0 ? k5 : 1)}, d_c[1] = {(hsize_t)(C > 0 ? C : 1)};
+        hsize_t d_rgb[3] = {(hsize_t)S, (hsize_t)S, 3};
+        struct {
+            hid_t *id;
+            const char *name;
+            hid_t type;
+            int nd;
+            hsize_t *dims;
+            hsize_t chunk0;
+            int present;
+            const char *desc;
+        } tab[] = {
+            {&d->path, "path", pstr, 0, d_none, 64, 1, "source file (or tensor file[index])"},
+            {&d->label, "label", H5T_NATIVE_INT, 0, d_none, 1024, 1, "class index, -1 if unknown"},
+            {&d->done, "done", H5T_NATIVE_UCHAR, 0, d_none, 1024, 1,
+             "1 once every record of this image is stored; readers count leading ones"},
+            {&d->pred, "pred", H5T_NATIVE_INT, 0, d_none, 1024, C > 0, "argmax of logits"},
+            {&d->top5, "top5", H5T_NATIVE_INT, 1, d_k5, 256, C > 0, "top-5 classes, best first"},
+            {&d->top5_prob, "top5_prob", H5T_NATIVE_FLOAT, 1, d_k5, 256, C > 0, "their softmax probabilities"},
+            {&d->logits, "logits", H5T_NATIVE_FLOAT, 1, d_c, 16, C > 0, "classifier output"},
+            {&d->rgb, "rgb", H5T_NATIVE_UCHAR, 3, d_rgb, 1, 1,
+             "the preprocessed input (after resize and crop, before normalisation), (H, W, RGB)"},
+        };
+        for (size_t i = 0; ok && i < sizeof tab / sizeof tab[0]; i++) {
+            if (!tab[i].present) continue;
+            if (create) {
+                *tab[i].id = make_dset(g, tab[i].name, tab[i].type, tab[i].nd, tab[i].dims,
+                                       tab[i].chunk0, s, 0);
+                if (*tab[i].id >= 0) attr_str(*tab[i].id, "description", tab[i].desc);
+            } else {
+                *tab[i].id = open_dset(g, tab[i].name);
+            }
+            ok &= *tab[i].id >= 0;
+        }
+        if (create && ok && s->n_class_names > 0) attr_strs(g, "class_names", s->class_names, s->n_class_names);
+        if (g >= 0) H5Gclose(g);
+    }
+    H5Tclose(pstr);
+    H5Tclose(store);
+    return ok ? 0 : -1;
+}
+
+static int write_root_attrs(hid_t f, const trace_spec *s) {
+    const vit_config *c = &s->cfg;
+    char q[128] = "", now[32], *json = NULL;
+    for (int i = 0; i < TRACE_Q_COUNT; i++)
+        if (s->quantities & (1u << i))
+            snprintf(q + strlen(q), sizeof q - strlen(q), "%s%s", q[0] ? "," : "", trace_q_names[i]);
+    iso_now(now, sizeof now);
+    json = model_config_to_json(c);
+    int grid[2] = {vit_grid(c), vit_grid(c)};
+    char prefix[32] = "";
+    if (c->class_token) strcat(prefix, "cls");
+    if (c->distilled) strcat(prefix, ",dist");
+    char comp[64];
+    if (s->compress == TRACE_COMPRESS_DEFLATE) snprintf(comp, sizeof comp, "deflate-%d+shuffle", s->level);
+    else snprintf(comp, sizeof comp, "%s", trace_c_names[s->compress]);
+    int rc = 0;
+    rc |= attr_str(f, "format", TRACE_FORMAT);
+    rc |= attr_int(f, "format_version", TRACE_FORMAT_VERSION);
+    rc |= attr_str(f, "software", "attnscope " ATTNSCOPE_VERSION);
+    rc |= attr_str(f, "command_line", s->command_line ? s->command_line : "");
+    rc |= attr_str(f, "start_time", now);
+    rc |= attr_str(f, "end_time", "");
+    rc |= attr_int(f, "complete", 0);
+    rc |= attr_str(f, "interrupted", "");
+    rc |= attr_int64(f, "num_images", 0);
+    rc |= attr_str(f, "model_arch", c->name);
+    rc |= attr_str(f, "model_config", json ? json : "{}");
+    rc |= attr_str(f, "model_source", s->model_source ? s->model_source : "");
+    rc |= attr_str(f, "weights_dtype", s->weights_dtype ? s->weights_dtype : "");
+    rc |= attr_int(f, "img_size", c->img_size);
+    rc |= attr_int(f, "patch_size", c->patch_size);
+    rc |= attr_ints(f, "grid", grid, 2);
+    rc |= attr_int(f, "num_tokens", vit_num_tokens(c));
+    rc |= attr_int(f, "num_prefix_tokens", vit_num_prefix(c));
+    rc |= attr_str(f, "prefix_tokens", prefix);
+    rc |= attr_int(f, "embed_dim", c->embed_dim);
+    rc |= attr_int(f, "depth", c->depth);
+    rc |= attr_int(f, "num_heads", c->num_heads);
+    rc |= attr_int(f, "head_dim", vit_head_dim(c));
+    rc |= attr_int(f, "num_classes", c->num_classes);
+    rc |= attr_floats(f, "mean", c->mean, 3);
+    rc |= attr_floats(f, "std", c->std, 3);
+    rc |= attr_str(f, "quantities", q);
+    rc |= attr_ints(f, "layers", s->layers, s->n_layers);
+    rc |= attr_ints(f, "heads", s->heads, s->n_heads);
+    rc |= attr_str(f, "query_rows", s->prefix_rows_only ? "prefix" : "all");
+    rc |= attr_str(f, "dtype", s->f16 ? "float16" : "float32");
+    rc |= attr_str(f, "compression", comp);
+    free(json);
+    return rc;
+}
+
+/* ---- writer --------------------------------------------------------------------------------- */
+
+struct trace_writer {
+    trace_spec spec;
+    char path[1024];
+    hid_t file;
+    trace_dsets d;
+    long done;
+    trace_slot slots[TRACE_SLOTS];
+    void *slot_mem[TRACE_SLOTS];
+    trace_slot *free_q[TRACE_SLOTS], *ready_q[TRACE_SLOTS];
+    int nfree, nready, ready_head;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop, failed, thread_started;
+    as_error err;
+    pthread_t thread;
+    void *stage;
+    size_t stage_bytes;
+};
+
+size_t trace_slot_bytes(const trace_spec *s) {
+    const vit_config *c = &s->cfg;
+    size_t per_image = 0;
+    for (int q = 0; q < TRACE_Q_COUNT; q++)
+        if (s->quantities & (1u << q)) per_image += q_engine_floats(c, (trace_quantity)q) * (size_t)s->n_layers * 4;
+    per_image += (size_t)(c->num_classes > 0 ? c->num_classes : 1) * 4;
+    per_image += (size_t)c->img_size * c->img_size * 3 + TRACE_PATH_LEN + sizeof(int) + 64 * 8;
+    return per_image * (size_t)s->batch;
+}
+
+static int slot_alloc(trace_writer *w, int i) {
+    const trace_spec *s = &w->spec;
+    const vit_config *c = &s->cfg;
+    const size_t B = (size_t)s->batch;
+    size_t bytes = trace_slot_bytes(s) + (size_t)TRACE_Q_COUNT * c->depth * sizeof(float *) + 4096;
+    char *mem = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (!mem) return 0;
+    w->slot_mem[i] = mem;
+    trace_slot *sl = &w->slots[i];
+    memset(sl, 0, sizeof *sl);
+    size_t off = 0;
+#define TAKE(ptr, nbytes)                                   \
+    do {                                                    \
+        (ptr) = (void *)(mem + off);                        \
+        off += ((size_t)(nbytes) + 63) & ~(size_t)63;       \
+    } while (0)
+    float ***arrs[TRACE_Q_COUNT] = {&sl->rec.attn, &sl->rec.scores, &sl->rec.q, &sl->rec.k, &sl->rec.tokens};
+    for (int q = 0; q < TRACE_Q_COUNT; q++) {
+        if (!(s->quantities & (1u << q))) continue;
+        TAKE(*arrs[q], (size_t)c->depth * sizeof(float *));
+        for (int l = 0; l < c->depth; l++) (*arrs[q])[l] = NULL;
+        for (int li = 0; li < s->n_layers; li++)
+            TAKE((*arrs[q])[s->layers[li]], B * q_engine_floats(c, (trace_quantity)q) * 4);
+    }
+    TAKE(sl->logits, B * (size_t)(c->num_classes > 0 ? c->num_classes : 1) * 4);
+    TAKE(sl->rgb, B * (size_t)c->img_size * c->img_size * 3);
+    TAKE(sl->paths, B * TRACE_PATH_LEN);
+    TAKE(sl->labels, B * sizeof(int));
+#undef TAKE
+    return off <= bytes + 63 * 64;
+}
+
+/* Converts one layer's quantity for n images into the staging buffer, selecting heads/rows. */
+static void stage_layer(trace_writer *w, trace_quantity q, const float *src, int n) {
+    const trace_spec *s = &w->spec;
+    const vit_config *c = &s->cfg;
+    const size_t T = (size_t)vit_num_tokens(c), H = (size_t)c->num_heads;
+    size_t row_floats, rows, per_head_src;
+    if (q == TRACE_Q_TOKENS) {
+        size_t nf = (size_t)n * T * c->embed_dim;
+        if (s->f16) kernels_f32_to_f16_array(w->stage, src, nf);
+        else memcpy(w->stage, src, nf * 4);
+        return;
+    }
+    if (q == TRACE_Q_ATTN || q == TRACE_Q_SCORES) {
+        row_floats = T;
+        rows = (size_t)spec_q_rows(s);
+        per_head_src = T * T;
+    } else {
+        row_floats = (size_t)vit_head_dim(c);
+        rows = T;
+        per_head_src = T * row_floats;
+    }
+    const size_t block = rows * row_floats; /* contiguous: the first `rows` rows of a head */
+    size_t o = 0;
+    for (int b = 0; b < n; b++)
+        for (int hi = 0; hi < s->n_heads; hi++, o += block) {
+            const float *hsrc = src + ((size_t)b * H + (size_t)s->heads[hi]) * per_head_src;
+            if (s->f16) kernels_f32_to_f16_array((uint16_t *)w->stage + o, hsrc, block);
+            else memcpy((float *)w->stage + o, hsrc, block * 4);
+        }
+}
+
+static herr_t write_rows(hid_t d, hid_t memtype, long start, int n, const void *buf) {
+    hid_t fs = H5Dget_space(d);
+    int nd = H5Sget_simple_extent_ndims(fs);
+    hsize_t dims[5], off[5] = {0}, cnt[5];
+    H5Sget_simple_extent_dims(fs, dims, NULL);
+    off[0] = (hsize_t)start;
+    cnt[0] = (hsize_t)n;
+    for (int i = 1; i < nd; i++) cnt[i] = dims[i];
+    H5Sselect_hyperslab(fs, H5S_SELECT_SET, off, NULL, cnt, NULL);
+    hid_t ms = H5Screate_simple(nd, cnt, NULL);
+    herr_t e = H5Dwrite(d, memtype, ms, fs, H5P_DEFAULT, buf);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    return e;
+}
+
+static herr_t extend(hid_t d, long n) {
+    hid_t fs = H5Dget_space(d);
+    hsize_t dims[5];
+    int nd = H5Sget_simple_extent_dims(fs, dims, NULL);
+    H5Sclose(fs);
+    if (nd < 1) return -1;
+    dims[0] = (hsize_t)n;
+    return H5Dset_extent(d, dims);
+}
+
+static void all_dsets(trace_dsets *d, hid_t *out, int *n) {
+    *n = 0;
+    for (int q = 0; q < TRACE_Q_COUNT; q++)
+        for (int l = 0; l < VIT_MAX_DEPTH; l++)
+            if (d->q[q][l] >= 0) out[(*n)++] = d->q[q][l];
+    hid_t rest[] = {d->path, d->label, d->pred, d->top5, d->top5_prob, d->logits, d->rgb, d->done};
+    for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
+        if (rest[i] >= 0) out[(*n)++] = rest[i];
+}
+
+static void top5(const float *lg, int C, int *cls, float *prob) {
+    int k5 = C < 5 ? C : 5;
+    double m = lg[0], z = 0;
+    for (int i = 1; i < C; i++) m = lg[i] > m ? lg[i] : m;
+    for (int i = 0; i < C; i++) z += exp((double)lg[i] - m);
+    for (int k = 0; k < k5; k++) {
+        int best = -1;
+        for (int i = 0; i < C; i++) {
+            int taken = 0;
+            for (int j = 0; j < k; j++) taken |= cls[j] == i;
+            if (!taken && (best < 0 || lg[i] > lg[best])) best = i;
+        }
+        cls[k] = best;
+        prob[k] = (float)(exp((double)lg[best] - m) / z);
+    }
+}
+
+static int write_batch(trace_writer *w, trace_slot *sl) {
+    const trace_spec *s = &w->spec;
+    const vit_config *c = &s->cfg;
+    const int n = sl->n, C = c->num_classes;
+    const long start = w->done, end = w->done + n;
+    hid_t ids[TRACE_Q_COUNT * VIT_MAX_DEPTH + 16];
+    int nids;
+    all_dsets(&w->d, ids, &nids);
+    for (int i = 0; i < nids; i++)
+        if (extend(ids[i], end) < 0) return -1;
+    hid_t store = s->f16 ? h5_f16_type() : H5Tcopy(H5T_IEEE_F32LE);
+    float ***arrs[TRACE_Q_COUNT] = {&sl->rec.attn, &sl->rec.scores, &sl->rec.q, &sl->rec.k, &sl->rec.tokens};
+    int bad = 0;
+    for (int q = 0; q < TRACE_Q_COUNT && !bad; q++) {
+        if (!(s->quantities & (1u << q))) continue;
+        for (int li = 0; li < s->n_layers && !bad; li++) {
+            stage_layer(w, (trace_quantity)q, (*arrs[q])[s->layers[li]], n);
+            bad |= write_rows(w->d.q[q][li], store, start, n, w->stage) < 0;
+        }
+    }
+    H5Tclose(store);
+    if (bad) return -1;
+    hid_t pstr = h5_str_type(TRACE_PATH_LEN);
+    bad |= write_rows(w->d.path, pstr, start, n, sl->paths) < 0;
+    H5Tclose(pstr);
+    bad |= write_rows(w->d.label, H5T_NATIVE_INT, start, n, sl->labels) < 0;
+    bad |= write_rows(w->d.rgb, H5T_NATIVE_UCHAR, start, n, sl->rgb) < 0;
+    if (C > 0 && !bad) {
+        int k5 = C < 5 ? C : 5, pred[TRACE_MAX_BATCH], cls[TRACE_MAX_BATCH * 5];
+        float prob[TRACE_MAX_BATCH * 5];
+        for (int b = 0; b < n; b++) {
+            top5(sl->logits + (size_t)b * C, C, cls + b * k5, prob + b * k5);
+            pred[b] = cls[b * k5];
+        }
+        bad |= write_rows(w->d.logits, H5T_NATIVE_FLOAT, start, n, sl->logits) < 0;
+        bad |= write_rows(w->d.pred, H5T_NATIVE_INT, start, n, pred) < 0;
+        bad |= write_rows(w->d.top5, H5T_NATIVE_INT, start, n, cls) < 0;
+        bad |= write_rows(w->d.top5_prob, H5T_NATIVE_FLOAT, start, n, prob) < 0;
+    }
+    /* data first, then the done flags, each flushed: a reader never sees a flag before data */
+    if (bad || H5Fflush(w->file, H5F_SCOPE_GLOBAL) < 0) return -1;
+    unsigned char ones[TRACE_MAX_BATCH];
+    memset(ones, 1, sizeof ones);
+    if (write_rows(w->d.done, H5T_NATIVE_UCHAR, start, n, ones) < 0) return -1;
+    if (H5Fflush(w->file, H5F_SCOPE_GLOBAL) < 0) return -1;
+    w->done = end;
+    return 0;
+}
+
+static void *writer_main(void *arg) {
+    trace_writer *w = arg;
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        while (w->nready == 0 && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
+        if (w->nready == 0 && w->stop) {
+            pthread_mutex_unlock(&w->mu);
+            break;
+        }
+        trace_slot *sl = w->ready_q[w->ready_head];
+        w->ready_head = (w->ready_head + 1) % TRACE_SLOTS;
+        w->nready--;
+        int failed = w->failed;
+        pthread_mutex_unlock(&w->mu);
+
+        int rc = failed || sl->n == 0 ? 0 : write_batch(w, sl);
+        pthread_mutex_lock(&w->mu);
+        if (rc < 0 && !w->failed) {
+            w->failed = 1;
+            struct stat sb;
+            long long size = stat(w->path, &sb) == 0 ? (long long)sb.st_size : -1;
+            as_fail(&w->err, AS_ERR_IO, "%s: writing images %ld..%ld failed (disk full or I/O "
+                    "error; file is %lld bytes); the trace keeps its %ld completed images: free "
+                    "space, then run again with --resume", w->path, w->done, w->done + sl->n - 1,
+                    size, w->done);
+        }
+        w->free_q[w->nfree++] = sl;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+    }
+    return NULL;
+}
+
+trace_slot *trace_writer_acquire(trace_writer *w) {
+    pthread_mutex_lock(&w->mu);
+    while (w->nfree == 0) pthread_cond_wait(&w->cv, &w->mu);
+    trace_slot *s = w->free_q[--w->nfree];
+    pthread_mutex_unlock(&w->mu);
+    s->n = 0;
+    return s;
+}
+
+void trace_writer_submit(trace_writer *w, trace_slot *s) {
+    pthread_mutex_lock(&w->mu);
+    w->ready_q[(w->ready_head + w->nready) % TRACE_SLOTS] = s;
+    w->nready++;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+int trace_writer_failed(trace_writer *w, as_error *err) {
+    pthread_mutex_lock(&w->mu);
+    int f = w->failed;
+    if (f && err) *err = w->err;
+    pthread_mutex_unlock(&w->mu);
+    return f;
+}
+
+long trace_writer_done(trace_writer *w) {
+    pthread_mutex_lock(&w->mu);
+    long d = w->done;
+    pthread_mutex_unlock(&w->mu);
+    return d;
+}
+
+static hid_t fapl_latest(int clear_flags) {
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+    if (clear_flags) {
+        /* What h5clear -s does: a run killed while writing (kill -9, power loss) leaves the
+         * superblock marked "open for SWMR write"; the data is consistent, only the mark stays. */
+        hbool_t clear = 1;
+        H5Pset(fapl, "clear_status_flags", &clear);
+    }
+    return fapl;
+}
+
+/* Resume: check the spec matches, count the completed images, drop partial ones. */
+static as_status resume_check(trace_writer *w, as_error *err) {
+    const trace_spec *s = &w->spec;
+    char fmt[64];
+    attr_read_str(w->file, "format", fmt, sizeof fmt);
+    if (strcmp(fmt, TRACE_FORMAT) != 0)
+        return as_fail(err, AS_ERR_FORMAT, "%s: not an attnscope trace (no format attribute): "
+                       "choose another --out", w->path);
+    char *want = model_config_to_json(&s->cfg), *have = attr_read_str_alloc(w->file, "model_config");
+    int same_model = want && have && strcmp(want, have) == 0;
+    free(want);
+    free(have);
+    char q[128] = "", qhave[128], dt[16];
+    for (int i = 0; i < TRACE_Q_COUNT; i++)
+        if (s->quantities & (1u << i))
+            snprintf(q + strlen(q), sizeof q - strlen(q), "%s%s", q[0] ? "," : "", trace_q_names[i]);
+    attr_read_str(w->file, "quantities", qhave, sizeof qhave);
+    attr_read_str(w->file, "dtype", dt, sizeof dt);
+    int layers[VIT_MAX_DEPTH], heads[1024];
+    int nl = attr_read_int(w->file, "layers", layers, VIT_MAX_DEPTH);
+    int nh = attr_read_int(w->file, "heads", heads, 1024);
+    char rows[16];
+    attr_read_str(w->file, "query_rows", rows, sizeof rows);
+    int same = same_model && strcmp(q, qhave) == 0 && strcmp(dt, s->f16 ? "float16" : "float32") == 0 &&
+               nl == s->n_layers && nh == s->n_heads &&
+               memcmp(layers, s->layers, (size_t)nl * sizeof(int)) == 0 &&
+               memcmp(heads, s->heads, (size_t)nh * sizeof(int)) == 0 &&
+               strcmp(rows, s->prefix_rows_only ? "prefix" : "all") == 0;
+    if (!same)
+        return as_fail(err, AS_ERR_ARG, "%s: recorded with another model or other --record/"
+                       "--layers/--heads/--dtype options (%s, %s); resume with the same ones "
+                       "(attnscope info %s shows them) or write a new trace", w->path,
+                       same_model ? "same model" : "different model", qhave, w->path);
+    return AS_OK;
+}
+
+static long count_done(hid_t done_d) {
+    hid_t fs = H5Dget_space(done_d);
+    hsize_t n = 0;
+    H5Sget_simple_extent_dims(fs, &n, NULL);
+    H5Sclose(fs);
+    if (n == 0) return 0;
+    unsigned char *v = malloc((size_t)n);
+    long k = 0;
+    if (v && H5Dread(done_d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0)
+        while ((hsize_t)k < n && v[k] == 1) k++;
+    free(v);
+    return k;
+}
+
+static void writer_free(trace_writer *w) {
+    dsets_close(&w->d);
+    if (w->file >= 0) H5Fclose(w->file);
+    for (int i = 0; i < TRACE_SLOTS; i++) free(w->slot_mem[i]);
+    free(w->stage);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w);
+}
+
+as_status trace_writer_open(trace_writer **out, const char *path, const trace_spec *spec,
+                            trace_mode mode, int *done, char (**done_paths)[1024], as_error *err) {
+    h5_quiet();
+    *out = NULL;
+    if (done) *done = 0;
+    if (done_paths) *done_paths = NULL;
+    if (spec->compress == TRACE_COMPRESS_LZ4 && H5Zfilter_avail(TRACE_LZ4_FILTER) <= 0)
+        return as_fail(err, AS_ERR_UNSUPPORTED, "%s: the LZ4 HDF5 filter is not installed: "
+                       "apt-get install hdf5-filter-plugin (and set HDF5_PLUGIN_PATH=%s), or use "
+                       "--compress none|deflate", path, "/usr/lib/x86_64-linux-gnu/hdf5/serial/plugins");
+    struct stat sb;
+    int exists = stat(path, &sb) == 0;
+    if (exists && mode == TRACE_CREATE)
+        return as_fail(err, AS_ERR_EXISTS, "%s: already exists; pass --force to overwrite it or "
+                       "--resume to continue it", path);
+    if (!exists && mode == TRACE_RESUME) mode = TRACE_CREATE;
+    trace_writer *w = calloc(1, sizeof *w);
+    if (!w) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+    w->spec = *spec;
+    w->spec.class_names = NULL; /* only needed while creating */
+    w->file = -1;
+    dsets_init(&w->d);
+    snprintf(w->path, sizeof w->path, "%s", path);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    as_status rc = AS_OK;
+
+    /* staging buffer: the largest quantity of one layer for a batch, converted */
+    size_t biggest = 0;
+    for (int q = 0; q < TRACE_Q_COUNT; q++)
+        if (spec->quantities & (1u << q)) {
+            size_t f = q_engine_floats(&spec->cfg, (trace_quantity)q);
+            biggest = f > biggest ? f : biggest;
+        }
+    w->stage_bytes = biggest * (size_t)spec->batch * 4 + 64;
+    w->stage = malloc(w->stage_bytes);
+    if (!w->stage) {
+        writer_free(w);
+        return as_fail(err, AS_ERR_NOMEM, "out of memory for the trace staging buffer");
+    }
+    for (int i = 0; i < TRACE_SLOTS; i++) {
+        if (!slot_alloc(w, i)) {
+            writer_free(w);
+            return as_fail(err, AS_ERR_NOMEM, "out of memory for recording buffers (%.1f MB per "
+                           "batch): lower --batch or record fewer --layers/--heads",
+                           trace_slot_bytes(spec) / 1e6);
+        }
+        w->free_q[w->nfree++] = &w->slots[i];
+    }
+
+    if (mode == TRACE_RESUME) {
+        hid_t fapl = fapl_latest(1);
+        w->file = H5Fopen(path, H5F_ACC_RDWR, fapl);
+        H5Pclose(fapl);
+        if (w->file < 0) {
+            writer_free(w);
+            return as_fail(err, AS_ERR_HDF5, "%s: cannot reopen for --resume (corrupt, not HDF5, "
+                           "or open in another writer); try h5clear -s %s, or write a new trace",
+                           path, path);
+        }
+        if ((rc = resume_check(w, err)) != AS_OK || layout(w->file, &w->spec, &w->d, 0) < 0) {
+            if (rc == AS_OK)
+                rc = as_fail(err, AS_ERR_FORMAT, "%s: trace is missing datasets its attributes "
+                             "promise: write a new trace", path);
+            writer_free(w);
+            return rc;
+        }
+        w->done = count_done(w->d.done);
+        hid_t ids[TRACE_Q_COUNT * VIT_MAX_DEPTH + 16];
+        int nids;
+        all_dsets(&w->d, ids, &nids);
+        for (int i = 0; i < nids; i++) extend(ids[i], w->done); /* drop a partial batch */
+        if (done_paths && w->done > 0) {
+            *done_paths = malloc((size_t)w->done * TRACE_PATH_LEN);
+            hid_t pstr = h5_str_type(TRACE_PATH_LEN);
+            if (!*done_paths || H5Dread(w->d.path, pstr, H5S_ALL, H5S_ALL, H5P_DEFAULT, *done_paths) < 0) {
+                free(*done_paths);
+                *done_paths = NULL;
+            }
+            H5Tclose(pstr);
+        }
+        attr_int(w->file, "complete", 0);
+        attr_str(w->file, "interrupted", "");
+    } else {
+        /* Build the new trace under a temporary name so an existing one (with --force) is only
+         * replaced once the new file is set up. */
+        char tmp[1100];
+        snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
+        hid_t fapl = fapl_latest(0);
+        w->file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+        H5Pclose(fapl);
+        if (w->file < 0) {
+            writer_free(w);
+            return as_fail(err, AS_ERR_IO, "%s: cannot create (%s): check the folder exists and "
+                           "is writable", path, strerror(errno));
+        }
+        if (write_root_attrs(w->file, spec) != 0 || layout(w->file, spec, &w->d, 1) != 0) {
+            writer_free(w);
+            remove(tmp);
+            return as_fail(err, AS_ERR_HDF5, "%s: cannot lay out the trace (disk full?)", path);
+        }
+        if (rename(tmp, path) != 0) {
+            int e = errno;
+            writer_free(w);
+            remove(tmp);
+            return as_fail(err, AS_ERR_IO, "%s: cannot move the new trace into place (%s)", path, strerror(e));
+        }
+    }
+    if (H5Fstart_swmr_write(w->file) < 0) {
+        writer_free(w);
+        return as_fail(err, AS_ERR_HDF5, "%s: cannot start SWMR writing (HDF5 >= 1.10 needed)", path);
+    }
+    if (done) *done = (int)w->done;
+    if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
+        writer_free(w);
+        return as_fail(err, AS_ERR_NOMEM, "cannot start the writer thread");
+    }
+    w->thread_started = 1;
+    *out = w;
+    return AS_OK;
+}
+
+as_status trace_writer_close(trace_writer *w, int complete, const char *reason, as_error *err) {
+    pthread_mutex_lock(&w->mu);
+    w->stop = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    if (w->thread_started) pthread_join(w->thread, NULL);
+    as_status rc = AS_OK;
+    if (w->failed) {
+        if (err) *err = w->err;
+        rc = w->err.status;
+        complete = 0;
+        if (!reason) reason = "write error";
+    }
+    long done = w->done;
+    dsets_close(&w->d);
+    herr_t ce = H5Fclose(w->file);
+    w->file = -1;
+    if (ce < 0 && rc == AS_OK)
+        rc = as_fail(err, AS_ERR_IO, "%s: closing the trace failed (disk full?); its %ld "
+                     "completed images stay readable", w->path, done);
+    /* The end state goes into attributes, which SWMR mode cannot change: reopen briefly. */
+    hid_t fapl = fapl_latest(0);
+    hid_t f = H5Fopen(w->path, H5F_ACC_RDWR, fapl);
+    H5Pclose(fapl);
+    if (f >= 0) {
+        char now[32];
+        iso_now(now, sizeof now);
+        int bad = attr_str(f, "end_time", now) | attr_int(f, "complete", complete) |
+                  attr_str(f, "interrupted", complete ? "" : (reason ? reason : "interrupted")) |
+                  attr_int64(f, "num_images", done);
+        if (H5Fclose(f) < 0 || bad)
+            if (rc == AS_OK)
+                rc = as_fail(err, AS_ERR_IO, "%s: could not record the end state (disk full?); "
+                             "the %ld images are stored", w->path, done);
+    } else if (rc == AS_OK) {
+        rc = as_fail(err, AS_ERR_IO, "%s: could not reopen to record the end state; the %ld "
+                     "images are stored", w->path, done);
+    }
+    writer_free(w);
+    return rc;
+}
+
+/* ---- reader --------------------------------------------------------------------------------- */
+
+as_status trace_reader_open(trace_reader *r, const char *path, as_error *err) {
+    h5_quiet();
+    memset(r, 0, sizeof *r);
+    snprintf(r->path, sizeof r->path, "%s", path);
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return as_fail(err, AS_ERR_IO, "%s: no such file (%s)", path, strerror(errno));
+    if (H5Fis_hdf5(path) <= 0)
+        return as_fail(err, AS_ERR_FORMAT, "%s: not an HDF5 file (or truncated): give a trace "
+                       "written by attnscope record", path);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) {
+        /* being written now, or left by a killed run: SWMR read still sees every flushed batch */
+        f = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT);
+        r->swmr = 1;
+    }
+    if (f < 0)
+        return as_fail(err, AS_ERR_FORMAT, "%s: HDF5 cannot open it (corrupt?): record it again",
+                       path);
+    r->file_id = f;
+    char fmt[64];
+    attr_read_str(f, "format", fmt, sizeof fmt);
+    if (strcmp(fmt, TRACE_FORMAT) != 0) {
+        trace_reader_close(r);
+        return as_fail(err, AS_ERR_FORMAT, "%s: an HDF5 file but not an attnscope trace (no "
+                       "format=\"%s\" attribute)", path, TRACE_FORMAT);
+    }
+    int v = 0;
+    attr_read_int(f, "format_version", &v, 1);
+    if (v > TRACE_FORMAT_VERSION) {
+        trace_reader_close(r);
+        return as_fail(err, AS_ERR_UNSUPPORTED, "%s: trace format version %d is newer than this "
+                       "attnscope reads (%d): update attnscope", path, v, TRACE_FORMAT_VERSION);
+    }
+    r->model_config = attr_read_str_alloc(f, "model_config");
+    vit_config c = {0};
+    if (!r->model_config || model_config_apply_json(&c, r->model_config, path, err) != AS_OK) {
+        trace_reader_close(r);
+        return as_fail(err, AS_ERR_FORMAT, "%s: model_config attribute is missing or invalid", path);
+    }
+    r->cfg = c;
+    char q[128], rows[16], dt[16];
+    attr_read_str(f, "quantities", q, sizeof q);
+    for (int i = 0; i < TRACE_Q_COUNT; i++) {
+        const char *p = strstr(q, trace_q_names[i]);
+        size_t L = strlen(trace_q_names[i]);
+        while (p && !((p == q || p[-1] == ',') && (p[L] == 0 || p[L] == ','))) p = strstr(p + 1, trace_q_names[i]);
+        if (p) r->quantities |= 1u << i;
+    }
+    r->n_layers = attr_read_int(f, "layers", r->layers, VIT_MAX_DEPTH);
+    r->n_heads = attr_read_int(f, "heads", r->heads, 1024);
+    attr_read_str(f, "query_rows", rows, sizeof rows);
+    attr_read_str(f, "dtype", dt, sizeof dt);
+    attr_read_str(f, "compression", r->compression, sizeof r->compression);
+    attr_read_int(f, "complete", &r->complete, 1);
+    r->prefix_rows_only = strcmp(rows, "prefix") == 0;
+    r->f16 = strcmp(dt, "float16") == 0;
+    r->num_tokens = vit_num_tokens(&c);
+    r->num_prefix = vit_num_prefix(&c);
+    r->q_rows = r->prefix_rows_only ? r->num_prefix : r->num_tokens;
+    if (r->n_layers < 0 || r->n_heads < 0) {
+        trace_reader_close(r);
+        return as_fail(err, AS_ERR_FORMAT, "%s: layers/heads attributes missing", path);
+    }
+    return trace_reader_refresh(r, err);
+}
+
+as_status trace_reader_refresh(trace_reader *r, as_error *err) {
+    hid_t d = H5Dopen2((hid_t)r->file_id, "images/done", H5P_DEFAULT);
+    if (d < 0) return as_fail(err, AS_ERR_FORMAT, "%s: no images/done dataset", r->path);
+    if (r->swmr) H5Drefresh(d);
+    r->n_images = count_done(d);
+    H5Dclose(d);
+    return AS_OK;
+}
+
+void trace_reader_close(trace_reader *r) {
+    if (r->file_id > 0) H5Fclose((hid_t)r->file_id);
+    free(r->model_config);
+    memset(r, 0, sizeof *r);
+}
+
+static int index_of(const int *v, int n, int x) {
+    for (int i = 0; i < n; i++)
+        if (v[i] == x) return i;
+    return -1;
+}
+
+/* Reads a hyperslab [image, (head)] of a dataset as float, converting float16 itself. */
+static as_status read_slab(const trace_reader *r, const char *name, long image, int head_pos,
+                           float *out, as_error *err) {
+    hid_t d = H5Dopen2((hid_t)r->file_id, name, H5P_DEFAULT);
+    if (d < 0) return as_fail(err, AS_ERR_ARG, "%s: no dataset %s in this trace: record it (see "
+                              "attnscope info %s)", r->path, name, r->path);
+    if (r->swmr) H5Drefresh(d);
+    hid_t fs = H5Dget_space(d);
+    hsize_t dims[5], off[5] = {0}, cnt[5];
+    int nd = H5Sget_simple_extent_dims(fs, dims, NULL);
+    as_status rc = AS_OK;
+    if (image < 0 || (hsize_t)image >= dims[0] || image >= r->n_images) {
+        rc = as_fail(err, AS_ERR_ARG, "%s: image %ld out of range (%ld complete images)", r->path,
+                     image, r->n_images);
+    } else {
+        size_t n = 1;
+        off[0] = (hsize_t)image;
+        cnt[0] = 1;
+        for (int i = 1; i < nd; i++) {
+            cnt[i] = dims[i];
+            if (head_pos >= 0 && i == 1) {
+                off[1] = (hsize_t)head_pos;
+                cnt[1] = 1;
+            }
+            n *= cnt[i];
+        }
+        H5Sselect_hyperslab(fs, H5S_SELECT_SET, off, NULL, cnt, NULL);
+        hid_t ms = H5Screate_simple(nd, cnt, NULL);
+        hid_t ft = H5Dget_type(d);
+        herr_t e;
+        if (H5Tget_size(ft) == 2) {
+            uint16_t *tmp = malloc(n * 2);
+            e = tmp ? H5Dread(d, ft, ms, fs, H5P_DEFAULT, tmp) : -1;
+            for (size_t i = 0; e >= 0 && i < n; i++) out[i] = kernels_f16_to_f32(tmp[i]);
+            free(tmp);
+        } else {
+            e = H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, out);
+        }
+        H5Tclose(ft);
+        H5Sclose(ms);
+        if (e < 0) rc = as_fail(err, AS_ERR_FORMAT, "%s: reading %s[%ld] failed: the file is "
+                                "corrupt", r->path, name, image);
+    }
+    H5Sclose(fs);
+    H5Dclose(d);
+    return rc;
+}
+
+as_status trace_read_head(const trace_reader *r, trace_quantity q, long image, int layer,
+                          int head, float *out, as_error *err) {
+    int hp = index_of(r->heads, r->n_heads, head);
+    if (index_of(r->layers, r->n_layers, layer) < 0 || hp < 0)
+        return as_fail(err, AS_ERR_ARG, "%s: layer %d head %d was not recorded", r->path, layer, head);
+    if (!(r->quantities & (1u << q)))
+        return as_fail(err, AS_ERR_ARG, "%s: %s was not recorded: record with --record %s",
+                       r->path, trace_q_names[q], trace_q_names[q]);
+    char name[64];
+    snprintf(name, sizeof name, "layers/%02d/%s", layer, trace_q_names[q]);
+    return read_slab(r, name, image, hp, out, err);
+}
+
+as_status trace_read_tokens(const trace_reader *r, long image, int layer, float *out,
+                            as_error *err) {
+    if (!(r->quantities & (1u << TRACE_Q_TOKENS)))
+        return as_fail(err, AS_ERR_ARG, "%s: block outputs were not recorded: record with "
+                       "--record tokens", r->path);
+    char name[64];
+    snprintf(name, sizeof name, "layers/%02d/tokens", layer);
+    return read_slab(r, name, image, -1, out, err);
+}
+
+as_status trace_read_image_info(const trace_reader *r, long image, char *path, size_t path_n,
+                                int *label, int *pred, float *logits, as_error *err) {
+    hid_t f = (hid_t)r->file_id;
+    if (image < 0 || image >= r->n_images)
+        return as_fail(err, AS_ERR_ARG, "%s: image %ld out of range (%ld images)", r->path, image,
+                       r->n_images);
+    hsize_t off = (hsize_t)image, one = 1;
+    struct {
+        const char *name;
+        hid_t mt;
+        void *out;
+    } items[] = {{"images/label", H5T_NATIVE_INT, label}, {"images/pred", H5T_NATIVE_INT, pred}};
+    for (int i = 0; i < 2; i++) {
+        if (!items[i].out) continue;
+        *(int *)items[i].out = -1;
+        hid_t d = H5Dopen2(f, items[i].name, H5P_DEFAULT);
+        if (d < 0) continue;
+        if (r->swmr) H5Drefresh(d);
+        hid_t fs = H5Dget_space(d), ms = H5Screate_simple(1, &one, NULL);
+        H5Sselect_hyperslab(fs, H5S_SELECT_SET, &off, NULL, &one, NULL);
+        H5Dread(d, items[i].mt, ms, fs, H5P_DEFAULT, items[i].out);
+        H5Sclose(ms);
+        H5Sclose(fs);
+        H5Dclose(d);
+    }
+    if (path) {
+        char buf[TRACE_PATH_LEN + 1] = {0};
+        hid_t d = H5Dopen2(f, "images/path", H5P_DEFAULT);
+        if (d >= 0) {
+            if (r->swmr) H5Drefresh(d);
+            hid_t fs = H5Dget_space(d), ms = H5Screate_simple(1, &one, NULL), st = h5_str_type(TRACE_PATH_LEN);
+            H5Sselect_hyperslab(fs, H5S_SELECT_SET, &off, NULL, &one, NULL);
+            H5Dread(d, st, ms, fs, H5P_DEFAULT, buf);
+            H5Tclose(st);
+            H5Sclose(ms);
+            H5Sclose(fs);
+            H5Dclose(d);
+        }
+        snprintf(path, path_n, "%s", buf);
+    }
+    if (logits && r->cfg.num_classes > 0) return read_slab(r, "images/logits", image, -1, logits, err);
+    return AS_OK;
+}
+
+as_status trace_sizes(const trace_reader *r, double *file_bytes, double *data_bytes) {
+    struct stat sb;
+    *file_bytes = stat(r->path, &sb) == 0 ? (double)sb.st_size : 0;
+    *data_bytes = 0;
+    for (int li = 0; li < r->n_layers; li++)
+        for (int q = 0; q < TRACE_Q_COUNT; q++) {
+            if (!(r->quantities & (1u << q))) continue;
+            char name[64];
+            snprintf(name, sizeof name, "layers/%02d/%s", r->layers[li], trace_q_names[q]);
+            hid_t d = H5Dopen2((hid_t)r->file_id, name, H5P_DEFAULT);
+            if (d < 0) continue;
+            hid_t s = H5Dget_space(d), t = H5Dget_type(d);
+            *data_bytes += (double)H5Sget_simple_extent_npoints(s) * (double)H5Tget_size(t);
+            H5Tclose(t);
+            H5Sclose(s);
+            H5Dclose(d);
+        }
+    return AS_OK;
+}
+
+void trace_read_attr_string(const trace_reader *r, const char *name, char *out, size_t n) {
+    attr_read_str((hid_t)r->file_id, name, out, n);
+}

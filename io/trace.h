@@ -1,0 +1,125 @@
+/* trace.h: the HDF5 trace. A writer that records batches from a bounded queue on its own
+ * thread (SWMR, so readers follow a run live and a crash keeps every completed image), and a
+ * small reader. docs/trace-format.md specifies the layout for readers without our code. */
+#ifndef AS_TRACE_H
+#define AS_TRACE_H
+
+#include <stdint.h>
+
+#include "../core/config.h"
+#include "../core/status.h"
+#include "../core/vit.h"
+
+/* Usage (writer):
+ *     trace_writer *w;  int done;
+ *     trace_writer_open(&w, "run.h5", &spec, TRACE_CREATE, &done, &err);
+ *     for each batch:
+ *         trace_slot *s = trace_writer_acquire(w);        // blocks while the queue is full
+ *         vit_forward(cfg, params, acts, x, n, &s->rec);  // maps land in the slot
+ *         ... fill s->logits, s->rgb, s->paths, s->labels; s->n = n ...
+ *         trace_writer_submit(w, s);                       // the writer thread stores it
+ *     trace_writer_close(w, 1, NULL, &err);               // 1 = complete
+ */
+
+#define TRACE_MAX_BATCH 256
+
+typedef enum {
+    TRACE_Q_ATTN = 0, /* softmax probabilities (B, H, Tq, T) */
+    TRACE_Q_SCORES,   /* scaled pre-softmax scores (B, H, Tq, T) */
+    TRACE_Q_Q,        /* per-head queries (B, H, T, hd) */
+    TRACE_Q_K,        /* per-head keys (B, H, T, hd) */
+    TRACE_Q_TOKENS,   /* block outputs (B, T, D) */
+    TRACE_Q_COUNT
+} trace_quantity;
+
+typedef enum { TRACE_COMPRESS_NONE = 0, TRACE_COMPRESS_LZ4, TRACE_COMPRESS_DEFLATE,
+               TRACE_COMPRESS_COUNT } trace_compress;
+
+typedef enum { TRACE_CREATE = 0, TRACE_FORCE, TRACE_RESUME } trace_mode;
+
+const char *trace_quantity_name(trace_quantity q);
+const char *trace_compress_name(trace_compress c);
+
+typedef struct {
+    vit_config cfg;
+    const char *model_source;
+    const char *weights_dtype;
+    unsigned quantities;         /* bit (1 << trace_quantity) */
+    int n_layers, layers[VIT_MAX_DEPTH];  /* recorded layers, ascending */
+    int n_heads, heads[1024];             /* recorded heads, ascending */
+    int prefix_rows_only;        /* attn/scores: only the prefix-token query rows */
+    int f16;                     /* store maps/scores/q/k/tokens as float16 */
+    trace_compress compress;
+    int level;                   /* deflate level 1..9 */
+    int batch;                   /* images per slot, 1..TRACE_MAX_BATCH */
+    const char *command_line;
+    int n_class_names;
+    char **class_names;
+} trace_spec;
+
+/* One batch in flight: the engine writes into rec's buffers (full heads, all rows). */
+typedef struct {
+    int n;                        /* images in this batch */
+    vit_record rec;
+    float *logits;                /* (B, C) */
+    uint8_t *rgb;                 /* (B, S, S, 3) */
+    char (*paths)[1024];          /* [B] */
+    int *labels;                  /* [B] */
+} trace_slot;
+
+typedef struct trace_writer trace_writer;
+
+/* Creates (or with TRACE_RESUME reopens) the trace; *done receives the number of completed
+ * images already in it (0 for a new trace). done_paths, if not NULL, receives them
+ * ((*done) strings of 1024 bytes; free with free()). */
+as_status trace_writer_open(trace_writer **w, const char *path, const trace_spec *spec,
+                            trace_mode mode, int *done, char (**done_paths)[1024], as_error *err);
+/* Bytes of engine buffers per slot (for messages and --dry-run). */
+size_t trace_slot_bytes(const trace_spec *spec);
+trace_slot *trace_writer_acquire(trace_writer *w);
+void trace_writer_submit(trace_writer *w, trace_slot *s);
+/* Non-zero once the writer has failed (disk full, ...); err receives the message. */
+int trace_writer_failed(trace_writer *w, as_error *err);
+/* Images stored so far (completed). */
+long trace_writer_done(trace_writer *w);
+/* Drains the queue, then records the end state: complete (1), or interrupted with a reason. */
+as_status trace_writer_close(trace_writer *w, int complete, const char *reason, as_error *err);
+
+/* ---- reading -------------------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t file_id;       /* hid_t */
+    char path[1024];
+    int swmr;              /* opened while a writer holds it (or after a crash) */
+    int complete;
+    long n_images;         /* completed images */
+    vit_config cfg;
+    char *model_config;    /* JSON */
+    unsigned quantities;
+    int n_layers, layers[VIT_MAX_DEPTH];
+    int n_heads, heads[1024];
+    int prefix_rows_only, f16;
+    int num_tokens, num_prefix, q_rows;
+    char compression[64];
+} trace_reader;
+
+as_status trace_reader_open(trace_reader *r, const char *path, as_error *err);
+void trace_reader_close(trace_reader *r);
+/* Re-reads the image count of a live trace. */
+as_status trace_reader_refresh(trace_reader *r, as_error *err);
+/* One head's map of one image and layer, as float: attn or scores (q_rows, T), q/k (T, hd).
+ * layer and head are model indices; they must have been recorded. */
+as_status trace_read_head(const trace_reader *r, trace_quantity q, long image, int layer,
+                          int head, float *out, as_error *err);
+/* Block output tokens (T, D) of one image and layer. */
+as_status trace_read_tokens(const trace_reader *r, long image, int layer, float *out,
+                            as_error *err);
+/* Per-image records: logits (C), label, prediction. */
+as_status trace_read_image_info(const trace_reader *r, long image, char *path, size_t path_n,
+                                int *label, int *pred, float *logits, as_error *err);
+/* Total bytes of the file on disk and the raw bytes of recorded data. */
+as_status trace_sizes(const trace_reader *r, double *file_bytes, double *data_bytes);
+/* Root attribute as a string (vlen or fixed); empty if missing. */
+void trace_read_attr_string(const trace_reader *r, const char *name, char *out, size_t n);
+
+#endif
