@@ -8,9 +8,11 @@
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
+#include "resample.h"
 
 static void spec_add(vit_tensor_spec *specs, int max, int *n, const float **slot, int ndim,
                      const int *shape, const char *fmt, int layer) {
@@ -231,47 +233,41 @@ void vit_forward(const vit_config *c, const vit_params *p, vit_acts *a, const fl
     }
 }
 
-/* PyTorch's cubic convolution weights with A = -0.75 (upsample_bicubic2d). */
-static void cubic_weights(float t, float w[4]) {
-    const float A = -0.75f;
-    float x;
-    x = t + 1.0f;
-    w[0] = ((A * x - 5.0f * A) * x + 8.0f * A) * x - 4.0f * A;
-    x = t;
-    w[1] = ((A + 2.0f) * x - (A + 3.0f)) * x * x + 1.0f;
-    x = 1.0f - t;
-    w[2] = ((A + 2.0f) * x - (A + 3.0f)) * x * x + 1.0f;
-    w[3] = 1.0f - w[0] - w[1] - w[2];
-}
-
-void vit_resample_pos_embed(float *out, const float *in, int prefix, int gs_in, int gs_out, int D) {
+int vit_resample_pos_embed(float *out, const float *in, int prefix, int gs_in, int gs_out, int D) {
     memcpy(out, in, (size_t)prefix * D * sizeof(float));
     const float *src = in + (size_t)prefix * D;
     float *dst = out + (size_t)prefix * D;
-    const float scale = (float)gs_in / (float)gs_out; /* align_corners = False */
-    for (int oy = 0; oy < gs_out; oy++) {
-        float fy = ((float)oy + 0.5f) * scale - 0.5f;
-        int iy = (int)floorf(fy);
-        float wy[4];
-        cubic_weights(fy - (float)iy, wy);
-        for (int ox = 0; ox < gs_out; ox++) {
-            float fx = ((float)ox + 0.5f) * scale - 0.5f;
-            int ix = (int)floorf(fx);
-            float wx[4];
-            cubic_weights(fx - (float)ix, wx);
-            float *o = dst + ((size_t)oy * gs_out + ox) * D;
-            for (int d = 0; d < D; d++) o[d] = 0.0f;
-            for (int j = 0; j < 4; j++) {
-                int yy = iy - 1 + j;
-                yy = yy < 0 ? 0 : (yy >= gs_in ? gs_in - 1 : yy); /* border clamp, as PyTorch */
-                for (int i = 0; i < 4; i++) {
-                    int xx = ix - 1 + i;
-                    xx = xx < 0 ? 0 : (xx >= gs_in ? gs_in - 1 : xx);
-                    const float w = wy[j] * wx[i];
-                    const float *s = src + ((size_t)yy * gs_in + xx) * D;
-                    for (int d = 0; d < D; d++) o[d] += w * s[d];
-                }
-            }
+    int *b;
+    double *w;
+    const int ks = resample_weights(gs_in, gs_out, VIT_INTERP_BICUBIC, &b, &w);
+    float *tmp = malloc((size_t)gs_in * gs_out * D * sizeof *tmp); /* (gs_in, gs_out, D) */
+    if (!ks || !tmp) {
+        free(tmp);
+        if (ks) {
+            free(b);
+            free(w);
         }
+        return 0;
     }
+    /* width first, then height, as PyTorch's separable kernel; accumulate in double */
+    for (int y = 0; y < gs_in; y++)
+        for (int x = 0; x < gs_out; x++)
+            for (int d = 0; d < D; d++) {
+                double s = 0;
+                for (int j = 0; j < b[2 * x + 1]; j++)
+                    s += w[(size_t)x * ks + j] * src[((size_t)y * gs_in + b[2 * x] + j) * D + d];
+                tmp[((size_t)y * gs_out + x) * D + d] = (float)s;
+            }
+    for (int y = 0; y < gs_out; y++)
+        for (int x = 0; x < gs_out; x++)
+            for (int d = 0; d < D; d++) {
+                double s = 0;
+                for (int j = 0; j < b[2 * y + 1]; j++)
+                    s += w[(size_t)y * ks + j] * tmp[((size_t)(b[2 * y] + j) * gs_out + x) * D + d];
+                dst[((size_t)y * gs_out + x) * D + d] = (float)s;
+            }
+    free(tmp);
+    free(b);
+    free(w);
+    return 1;
 }

@@ -81,9 +81,10 @@ typedef struct {
 void vit_forward(const vit_config *c, const vit_params *p, vit_acts *a, const float *images,
                  int n, const vit_record *rec);
 
-/* timm's resample_abs_pos_embed: bicubic (PyTorch's cubic, A = -0.75, align_corners false)
- * interpolation of the patch part from a gs_in x gs_in to a gs_out x gs_out grid; prefix rows
- * are copied. out: (prefix + gs_out^2, D); in: (prefix + gs_in^2, D). */
-void vit_resample_pos_embed(float *out, const float *in, int prefix, int gs_in, int gs_out, int D);
+/* timm's resample_abs_pos_embed: F.interpolate(mode="bicubic", antialias=True) of the patch
+ * part from a gs_in x gs_in to a gs_out x gs_out grid; prefix rows are copied.
+ * out: (prefix + gs_out^2, D); in: (prefix + gs_in^2, D). Returns 0 when out of memory (it
+ * allocates a (gs_in, gs_out, D) intermediate: a load-time function, not a kernel). */
+int vit_resample_pos_embed(float *out, const float *in, int prefix, int gs_in, int gs_out, int D);
 
 #endif

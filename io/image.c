@@ -4,6 +4,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "image.h"
 
+#include "../core/resample.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h> /* before jpeglib.h, which uses FILE */
@@ -178,57 +180,21 @@ as_status image_load(image *im, const char *path, as_error *err) {
 
 #define PIL_PRECISION_BITS (32 - 8 - 2)
 
-static double filter_bicubic(double x) {
-    const double a = -0.5; /* PIL's bicubic, not PyTorch's -0.75 */
-    if (x < 0.0) x = -x;
-    if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
-    if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
-    return 0.0;
-}
-static double filter_bilinear(double x) {
-    if (x < 0.0) x = -x;
-    return x < 1.0 ? 1.0 - x : 0.0;
-}
-
-/* PIL's precompute_coeffs + normalize_coeffs_8bpc: for each output index, the first input
- * index, the count, and fixed-point weights (ksize per output). */
-static int precompute(int in_size, int out_size, vit_interp interp, int **bounds_out, int **kk_out) {
-    double (*filter)(double) = interp == VIT_INTERP_BICUBIC ? filter_bicubic : filter_bilinear;
-    double support = interp == VIT_INTERP_BICUBIC ? 2.0 : 1.0;
-    double scale = (double)in_size / out_size, filterscale = scale < 1.0 ? 1.0 : scale;
-    support *= filterscale;
-    int ksize = (int)ceil(support) * 2 + 1;
-    int *bounds = malloc((size_t)out_size * 2 * sizeof(int));
-    int *kk = malloc((size_t)out_size * ksize * sizeof(int));
-    double *k = malloc((size_t)ksize * sizeof(double));
-    if (!bounds || !kk || !k) {
-        free(bounds);
-        free(kk);
-        free(k);
+/* PIL's normalize_coeffs_8bpc: the shared weights in fixed point, rounded half away from 0. */
+static int precompute(int in_size, int out_size, vit_interp interp, int **bounds, int **kk_out) {
+    double *w;
+    int ksize = resample_weights(in_size, out_size, interp, bounds, &w);
+    if (!ksize) return 0;
+    int *kk = malloc((size_t)out_size * ksize * sizeof *kk);
+    if (!kk) {
+        free(*bounds);
+        free(w);
         return 0;
     }
-    for (int xx = 0; xx < out_size; xx++) {
-        double center = (xx + 0.5) * scale, ww = 0.0, ss = 1.0 / filterscale;
-        int xmin = (int)(center - support + 0.5), xmax = (int)(center + support + 0.5);
-        if (xmin < 0) xmin = 0;
-        if (xmax > in_size) xmax = in_size;
-        xmax -= xmin;
-        for (int x = 0; x < xmax; x++) {
-            double w = filter((x + xmin - center + 0.5) * ss);
-            k[x] = w;
-            ww += w;
-        }
-        for (int x = 0; x < ksize; x++) {
-            double v = x < xmax ? (ww != 0.0 ? k[x] / ww : 0.0) : 0.0;
-            /* PIL rounds half away from zero when converting to fixed point */
-            kk[xx * ksize + x] = (int)(v < 0 ? trunc(-0.5 + v * (1 << PIL_PRECISION_BITS))
-                                             : trunc(0.5 + v * (1 << PIL_PRECISION_BITS)));
-        }
-        bounds[xx * 2] = xmin;
-        bounds[xx * 2 + 1] = xmax;
-    }
-    free(k);
-    *bounds_out = bounds;
+    for (size_t i = 0; i < (size_t)out_size * ksize; i++)
+        kk[i] = (int)(w[i] < 0 ? trunc(-0.5 + w[i] * (1 << PIL_PRECISION_BITS))
+                               : trunc(0.5 + w[i] * (1 << PIL_PRECISION_BITS)));
+    free(w);
     *kk_out = kk;
     return ksize;
 }

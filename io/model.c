@@ -418,7 +418,8 @@ static as_status bind_specs(model *m, const vit_tensor_spec *specs, int n, as_er
         if (specs[i].is_pos_embed) {
             int gs_in = 0, np = (int)t->shape[1] - prefix;
             while ((gs_in + 1) * (gs_in + 1) <= np) gs_in++;
-            vit_resample_pos_embed(cursor, val, prefix, gs_in, vit_grid(cfg), D);
+            if (!vit_resample_pos_embed(cursor, val, prefix, gs_in, vit_grid(cfg), D))
+                return as_fail(err, AS_ERR_NOMEM, "%s: out of memory resampling pos_embed", st->path);
             val = cursor;
             cursor += T * (size_t)D;
         }

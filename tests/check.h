@@ -1,0 +1,59 @@
+/* check.h: the test harness: checks count, failures print what differed (first mismatches and
+ * the largest error), and check_finish() returns a non-zero exit code if anything failed. */
+#ifndef AS_CHECK_H
+#define AS_CHECK_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int check_count, check_failed;
+
+#define CHECK(cond, ...)                                                        \
+    do {                                                                        \
+        check_count++;                                                          \
+        if (!(cond)) {                                                          \
+            check_failed++;                                                     \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
+            fprintf(stderr, __VA_ARGS__);                                       \
+            fputc('\n', stderr);                                                \
+        }                                                                       \
+    } while (0)
+
+/* |got - want| <= atol + rtol * |want| elementwise; prints the first 5 mismatches and the max. */
+static inline int check_close(const char *what, const float *got, const float *want, size_t n,
+                              double atol, double rtol) {
+    double max_err = 0;
+    size_t bad = 0, worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - (double)want[i]);
+        int nan = isnan(got[i]) != isnan(want[i]);
+        if (e > max_err || nan) {
+            max_err = nan ? INFINITY : e;
+            worst = i;
+        }
+        if (nan || e > atol + rtol * fabs((double)want[i])) {
+            if (bad < 5)
+                fprintf(stderr, "  %s[%zu]: got %.8g want %.8g (err %.3g)\n", what, i,
+                        (double)got[i], (double)want[i], e);
+            bad++;
+        }
+    }
+    check_count++;
+    if (bad) {
+        check_failed++;
+        fprintf(stderr, "FAIL %s: %zu of %zu values differ; max error %.3g at %zu (atol %.1g, "
+                "rtol %.1g)\n", what, bad, n, max_err, worst, atol, rtol);
+        return 0;
+    }
+    if (getenv("CHECK_VERBOSE")) fprintf(stderr, "ok   %s: %zu values, max error %.3g\n", what, n, max_err);
+    return 1;
+}
+
+static inline int check_finish(const char *suite) {
+    printf("%s: %d passed, %d failed\n", suite, check_count - check_failed, check_failed);
+    return check_failed ? 1 : 0;
+}
+
+#endif

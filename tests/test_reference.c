@@ -1,0 +1,244 @@
+/* test_reference.c: the engine against PyTorch on the committed fixtures (tools/make_fixtures.py):
+ * logits, every attention map, scores, Q/K and block outputs within 1e-4; F16/BF16 weights;
+ * position embeddings at other input sizes; preprocessing against PIL; thread independence. */
+#define _POSIX_C_SOURCE 200809L
+#include <omp.h>
+#include <stdint.h>
+
+#include "../cli/cli.h"
+#include "../io/image.h"
+#include "check.h"
+
+static const char *fx(const char *name) {
+    static char buf[4][1024];
+    static int k;
+    const char *dir = getenv("FIXTURES");
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir ? dir : "tests/fixtures", name);
+    return buf[k];
+}
+
+/* Runs m on all images of the input tensor file, recording everything of every layer. */
+typedef struct {
+    int n, L;
+    float *logits;
+    float *q[5][64]; /* [quantity][layer] */
+    void *mem;
+} run_out;
+
+static int run_model(const model *m, const char *inputs, run_out *o) {
+    as_error err = {0};
+    dataset ds;
+    if (dataset_open(&ds, inputs, &err) != AS_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 0;
+    }
+    const vit_config *c = &m->cfg;
+    const int n = ds.count, S = c->img_size, T = vit_num_tokens(c), H = c->num_heads;
+    const size_t per[5] = {(size_t)H * T * T, (size_t)H * T * T, (size_t)H * T * vit_head_dim(c),
+                           (size_t)H * T * vit_head_dim(c), (size_t)T * c->embed_dim};
+    size_t total = (size_t)n * c->num_classes;
+    for (int q = 0; q < 5; q++) total += per[q] * n * c->depth;
+    memset(o, 0, sizeof *o);
+    o->n = n;
+    o->L = c->depth;
+    float *mem = malloc(total * sizeof(float));
+    o->mem = mem;
+    o->logits = mem;
+    mem += (size_t)n * c->num_classes;
+    for (int q = 0; q < 5; q++)
+        for (int l = 0; l < c->depth; l++, mem += per[q] * n) o->q[q][l] = mem;
+    vit_record rec = {o->q[0], o->q[1], o->q[2], o->q[3], o->q[4]};
+    size_t bytes = vit_acts_carve(c, n, NULL, NULL);
+    void *arena = aligned_alloc(64, bytes);
+    vit_acts a;
+    vit_acts_carve(c, n, arena, &a);
+    float *x = malloc((size_t)n * 3 * S * S * sizeof(float));
+    for (int i = 0; i < n; i++) dataset_load(&ds, i, x + (size_t)i * 3 * S * S, NULL, c, &err);
+    vit_forward(c, &m->params, &a, x, n, &rec);
+    memcpy(o->logits, a.logits, (size_t)n * c->num_classes * sizeof(float));
+    free(x);
+    free(arena);
+    dataset_free(&ds);
+    return 1;
+}
+
+static void compare_expected(const char *label, const run_out *o, const char *expected, int all,
+                             double tol) {
+    safetensors st;
+    as_error err = {0};
+    if (safetensors_open(&st, expected, &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    static const char *names[5] = {"attn", "scores", "q", "k", "tokens"};
+    char what[128];
+    for (int i = 0; i < st.count; i++) {
+        const safetensors_tensor *t = &st.tensors[i];
+        float *want = malloc(t->numel * sizeof(float));
+        safetensors_read_f32(&st, t, want, &err);
+        const float *got = NULL;
+        if (strcmp(t->name, "logits") == 0) got = o->logits;
+        for (int q = 0; q < 5 && !got; q++) {
+            size_t L = strlen(names[q]);
+            if (strncmp(t->name, names[q], L) == 0 && t->name[L] == '.')
+                got = o->q[q][atoi(t->name + L + 1)];
+        }
+        snprintf(what, sizeof what, "%s %s", label, t->name);
+        CHECK(got != NULL, "%s: no engine output for this tensor", what);
+        if (got && (all || strcmp(t->name, "logits") == 0)) check_close(what, got, want, t->numel, tol, tol);
+        free(want);
+    }
+    safetensors_close(&st);
+}
+
+static void test_models(void) {
+    const char *models[] = {"vit_cls", "deit_dist", "vit_gap"};
+    for (int i = 0; i < 3; i++) {
+        model m;
+        as_error err = {0};
+        int ok = model_load(&m, fx(models[i]), NULL, 0, &err) == AS_OK;
+        CHECK(ok, "%s: %s", models[i], err.msg);
+        if (!ok) continue;
+        run_out o;
+        if (run_model(&m, fx("inputs.npy"), &o)) {
+            char exp[256];
+            snprintf(exp, sizeof exp, "%s/expected.safetensors", models[i]);
+            compare_expected(models[i], &o, fx(exp), 1, 1e-4);
+            free(o.mem);
+        }
+        model_free(&m);
+    }
+}
+
+static void test_reduced_precision(void) {
+    const char *kinds[2][2] = {{"vit_cls/model_f16.safetensors", "vit_cls/expected_f16.safetensors"},
+                               {"vit_cls/model_bf16.safetensors", "vit_cls/expected_bf16.safetensors"}};
+    for (int i = 0; i < 2; i++) {
+        model m;
+        as_error err = {0};
+        int ok = model_load(&m, fx(kinds[i][0]), NULL, 0, &err) == AS_OK;
+        CHECK(ok, "%s: %s", kinds[i][0], err.msg);
+        if (!ok) continue;
+        CHECK(strcmp(m.weights_dtype, i ? "BF16" : "F16") == 0, "dtype %s", m.weights_dtype);
+        run_out o;
+        if (run_model(&m, fx("inputs.npy"), &o)) {
+            compare_expected(kinds[i][0], &o, fx(kinds[i][1]), 0, 1e-4);
+            free(o.mem);
+        }
+        model_free(&m);
+    }
+}
+
+static void test_other_sizes(void) {
+    int sizes[2] = {48, 16};
+    for (int i = 0; i < 2; i++) {
+        model m;
+        as_error err = {0};
+        int ok = model_load(&m, fx("vit_cls"), NULL, sizes[i], &err) == AS_OK;
+        CHECK(ok, "img_size %d: %s", sizes[i], err.msg);
+        if (!ok) continue;
+        char in[64], exp[64], label[64];
+        snprintf(in, sizeof in, "inputs%d.npy", sizes[i]);
+        snprintf(exp, sizeof exp, "vit_cls/expected%d.safetensors", sizes[i]);
+        snprintf(label, sizeof label, "vit_cls@%d", sizes[i]);
+        run_out o;
+        if (run_model(&m, fx(in), &o)) {
+            compare_expected(label, &o, fx(exp), 1, 1e-4);
+            free(o.mem);
+        }
+        model_free(&m);
+    }
+    /* a size that is not a multiple of the patch is refused with the fix */
+    model m;
+    as_error err = {0};
+    CHECK(model_load(&m, fx("vit_cls"), NULL, 30, &err) == AS_ERR_CONFIG && strstr(err.msg, "multiple"),
+          "img_size 30: %s", err.msg);
+}
+
+static void test_threads(void) {
+    model m;
+    as_error err = {0};
+    if (model_load(&m, fx("deit_dist"), NULL, 0, &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    run_out a, b;
+    runtime_set_threads(1);
+    int ok = run_model(&m, fx("inputs.npy"), &a);
+    runtime_set_threads(2);
+    ok &= run_model(&m, fx("inputs.npy"), &b);
+    CHECK(ok, "runs");
+    if (ok) {
+        check_close("threads 1 vs 2 logits", a.logits, b.logits, (size_t)a.n * m.cfg.num_classes, 1e-6, 1e-6);
+        const int T = vit_num_tokens(&m.cfg);
+        check_close("threads 1 vs 2 attn", a.q[0][1], b.q[0][1], (size_t)a.n * m.cfg.num_heads * T * T, 1e-6, 1e-6);
+    }
+    free(a.mem);
+    free(b.mem);
+    model_free(&m);
+    runtime_set_threads(0);
+}
+
+static void test_preprocess(void) {
+    safetensors st;
+    as_error err = {0};
+    if (safetensors_open(&st, fx("preprocess_expected.safetensors"), &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    const char *files[4][2] = {{"img.png", "png"}, {"img.jpg", "jpg"}, {"img_gray.png", "gray"},
+                               {"img_rgba.png", "rgba"}};
+    vit_config cfg = {.name = "t", .img_size = 32, .patch_size = 8, .in_chans = 3, .embed_dim = 8,
+                      .depth = 1, .num_heads = 1, .mlp_hidden = 8, .num_classes = 1,
+                      .class_token = 1, .ln_eps = 1e-6f, .mean = {0.485f, 0.456f, 0.406f},
+                      .std = {0.229f, 0.224f, 0.225f}, .crop_pct = 0.875f};
+    for (int f = 0; f < 4; f++) {
+        image im;
+        int ok = image_load(&im, fx(files[f][0]), &err) == AS_OK;
+        CHECK(ok, "%s: %s", files[f][0], err.msg);
+        if (!ok) continue;
+        char key[64];
+        snprintf(key, sizeof key, "decoded.%s", files[f][1]);
+        const safetensors_tensor *t = safetensors_find(&st, key);
+        CHECK(t && t->numel == (size_t)im.w * im.h * 3, "%s: size %dx%d", key, im.w, im.h);
+        if (t && t->numel == (size_t)im.w * im.h * 3) {
+            size_t diff = 0;
+            for (size_t i = 0; i < t->numel; i++) diff += t->data[i] != im.rgb[i];
+            CHECK(diff == 0, "%s: %zu of %zu bytes differ from PIL", key, diff, t->numel);
+        }
+        for (int interp = 0; interp < 2; interp++) {
+            cfg.interpolation = interp ? VIT_INTERP_BILINEAR : VIT_INTERP_BICUBIC;
+            float x[3 * 32 * 32];
+            uint8_t rgb[32 * 32 * 3];
+            CHECK(image_preprocess(x, rgb, &im, &cfg, &err) == AS_OK, "%s", err.msg);
+            snprintf(key, sizeof key, "crop.%s.%s", files[f][1], interp ? "bilinear" : "bicubic");
+            t = safetensors_find(&st, key);
+            CHECK(t && t->numel == sizeof rgb, "%s missing", key);
+            if (!t) continue;
+            int maxd = 0;
+            size_t diff = 0;
+            for (size_t i = 0; i < sizeof rgb; i++) {
+                int d = abs((int)t->data[i] - (int)rgb[i]);
+                diff += d != 0;
+                maxd = d > maxd ? d : maxd;
+            }
+            CHECK(diff == 0, "%s: %zu of %zu bytes differ from PIL (max %d)", key, diff, sizeof rgb, maxd);
+            /* normalisation as torchvision: (v / 255 - mean) / std */
+            float want = ((float)rgb[0] / 255.0f - cfg.mean[0]) / cfg.std[0];
+            CHECK(fabsf(x[0] - want) < 1e-6f, "normalise: %g vs %g", (double)x[0], (double)want);
+        }
+        image_free(&im);
+    }
+    safetensors_close(&st);
+}
+
+int main(void) {
+    runtime_set_threads(0);
+    test_models();
+    test_reduced_precision();
+    test_other_sizes();
+    test_threads();
+    test_preprocess();
+    return check_finish("reference");
+}
