@@ -204,8 +204,9 @@ as_status model_config_apply_json(vit_config *cfg, const char *json, const char 
         return as_fail(err, AS_ERR_CONFIG, "%s: bad value for \"%s\": see docs/models.md for the "
                        "accepted keys", name, badkey);
     if (!c.name[0]) snprintf(c.name, sizeof c.name, "custom");
-    *cfg = c;
-    return vit_config_validate(cfg, err);
+    as_status rc = vit_config_validate(&c, err);
+    if (rc == AS_OK) *cfg = c; /* a failing call leaves *cfg untouched */
+    return rc;
 }
 
 char *model_config_to_json(const vit_config *c) {
@@ -341,24 +342,25 @@ static as_status bind_specs(model *m, const vit_tensor_spec *specs, int n, as_er
     safetensors *st = &m->st;
     const int prefix = vit_num_prefix(cfg), D = cfg->embed_dim;
 
-    /* 1. name every problem in one line */
-    char msg[AS_ERROR_MSG_MAX] = "";
-    size_t used = 0;
-    int problems = 0, listed = 0;
-#define PROBLEM(...)                                                                  \
+    /* 1. name the problems in one line: counts per kind, the first few of each by name */
+    enum { WRONG = 0, MISSING, UNEXPECTED, BADTYPE, KINDS };
+    static const char *const kind_name[KINDS] = {"of wrong shape", "missing", "unexpected",
+                                                 "of a non-float dtype"};
+    char lists[KINDS][400] = {{0}};
+    int counts[KINDS] = {0};
+#define PROBLEM(kind, ...)                                                            \
     do {                                                                              \
-        problems++;                                                                   \
-        if (used < 600) {                                                             \
-            used += (size_t)snprintf(msg + used, sizeof msg - used, "%s", listed++ ? "; " : ""); \
-            if (used < sizeof msg) used += (size_t)snprintf(msg + used, sizeof msg - used, __VA_ARGS__); \
-        }                                                                             \
+        size_t used_ = strlen(lists[kind]);                                           \
+        if (counts[kind] < 3 && used_ < sizeof lists[kind])                           \
+            snprintf(lists[kind] + used_, sizeof lists[kind] - used_, __VA_ARGS__);   \
+        counts[kind]++;                                                               \
     } while (0)
     char *seen = calloc((size_t)st->count + 1, 1);
     if (!seen) return as_fail(err, AS_ERR_NOMEM, "%s: out of memory", st->path);
     for (int i = 0; i < n; i++) {
         const safetensors_tensor *t = safetensors_find(st, specs[i].name);
         if (!t) {
-            PROBLEM("missing %s", specs[i].name);
+            PROBLEM(MISSING, "%s%s", counts[MISSING] ? ", " : "", specs[i].name);
             continue;
         }
         seen[t - st->tensors] = 1;
@@ -368,23 +370,31 @@ static as_status bind_specs(model *m, const vit_tensor_spec *specs, int n, as_er
             for (int d = 0; d < 4; d++) w64[d] = specs[i].shape[d];
             shape_str(want, sizeof want, specs[i].ndim, w64);
             shape_str(got, sizeof got, t->ndim, t->shape);
-            PROBLEM("%s expected %s, found %s", specs[i].name, want, got);
+            PROBLEM(WRONG, "%s%s expected %s, found %s", counts[WRONG] ? ", " : "", specs[i].name, want, got);
         } else if (t->dtype != SAFETENSORS_F32 && t->dtype != SAFETENSORS_F16 &&
                    t->dtype != SAFETENSORS_BF16) {
-            PROBLEM("%s is %s (need F32, F16 or BF16)", specs[i].name, safetensors_dtype_name(t->dtype));
+            PROBLEM(BADTYPE, "%s%s is %s", counts[BADTYPE] ? ", " : "", specs[i].name,
+                    safetensors_dtype_name(t->dtype));
         }
     }
     for (int i = 0; i < st->count; i++)
-        if (!seen[i]) PROBLEM("unexpected %s", st->tensors[i].name);
+        if (!seen[i]) PROBLEM(UNEXPECTED, "%s%s", counts[UNEXPECTED] ? ", " : "", st->tensors[i].name);
     free(seen);
+#undef PROBLEM
+    int problems = 0;
+    char msg[4 * sizeof lists[0] + 256] = "";
+    for (int k = 0; k < KINDS; k++) {
+        if (!counts[k]) continue;
+        size_t u = strlen(msg);
+        snprintf(msg + u, sizeof msg - u, "%s%d %s (%s%s)", problems ? "; " : "", counts[k],
+                 kind_name[k], lists[k], counts[k] > 3 ? ", ..." : "");
+        problems += counts[k];
+    }
     if (problems) {
         char hint[256];
         arch_hint(hint, sizeof hint, cfg, st);
-        return as_fail(err, AS_ERR_SHAPE, "%s: %d tensor%s do not match %s: %s%s%s", st->path,
-                       problems, problems > 1 ? "s" : "", cfg->name, msg,
-                       listed < problems ? "; ..." : "", hint);
+        return as_fail(err, AS_ERR_SHAPE, "%s: does not match %s: %s%s", st->path, cfg->name, msg, hint);
     }
-#undef PROBLEM
 
     /* 2. convert what cannot be used in place: F16/BF16, unaligned F32, resampled pos_embed */
     size_t owned = 0;
