@@ -174,6 +174,9 @@ as_status dataset_parse_npy(const unsigned char *buf, size_t len, const char *na
     return AS_OK;
 }
 
+static as_status name_items(dataset *ds, int count, int chans, int size, const char *name,
+                            as_error *err);
+
 static as_status open_tensor(dataset *ds, const char *path, as_error *err) {
     size_t L = strlen(path);
     int shape[4] = {0};
@@ -227,19 +230,36 @@ static as_status open_tensor(dataset *ds, const char *path, as_error *err) {
     }
     if (shape[2] != shape[3])
         return as_fail(err, AS_ERR_SHAPE, "%s: images must be square (got %dx%d)", path, shape[2], shape[3]);
-    ds->count = shape[0];
-    ds->t_chans = shape[1];
-    ds->t_size = shape[2];
-    ds->paths = calloc((size_t)ds->count, sizeof *ds->paths);
-    ds->labels = malloc((size_t)ds->count * sizeof *ds->labels);
-    if (!ds->paths || !ds->labels) return as_fail(err, AS_ERR_NOMEM, "%s: out of memory", path);
-    for (int i = 0; i < ds->count; i++) {
+    return name_items(ds, shape[0], shape[1], shape[2], path, err);
+}
+
+/* Sets the tensor geometry and names items "name[i]" without labels. */
+static as_status name_items(dataset *ds, int count, int chans, int size, const char *name,
+                            as_error *err) {
+    ds->kind = DATASET_TENSOR;
+    ds->count = count;
+    ds->t_chans = chans;
+    ds->t_size = size;
+    ds->paths = calloc((size_t)count, sizeof *ds->paths);
+    ds->labels = malloc((size_t)count * sizeof *ds->labels);
+    if (!ds->paths || !ds->labels) return as_fail(err, AS_ERR_NOMEM, "%s: out of memory", name);
+    for (int i = 0; i < count; i++) {
         char p[1200];
-        snprintf(p, sizeof p, "%s[%d]", path, i);
-        if (!(ds->paths[i] = strdup(p))) return as_fail(err, AS_ERR_NOMEM, "%s: out of memory", path);
+        snprintf(p, sizeof p, "%s[%d]", name, i);
+        if (!(ds->paths[i] = strdup(p))) return as_fail(err, AS_ERR_NOMEM, "%s: out of memory", name);
         ds->labels[i] = -1;
     }
     return AS_OK;
+}
+
+as_status dataset_from_memory(dataset *ds, float *tensor, int count, int chans, int size,
+                              const char *name, as_error *err) {
+    memset(ds, 0, sizeof *ds);
+    snprintf(ds->root, sizeof ds->root, "%s", name);
+    ds->tensor = ds->tensor_copy = tensor;
+    as_status rc = name_items(ds, count, chans, size, name, err);
+    if (rc != AS_OK) dataset_free(ds);
+    return rc;
 }
 
 as_status dataset_open(dataset *ds, const char *path, as_error *err) {

@@ -35,6 +35,10 @@ typedef struct {
 
 as_status dataset_open(dataset *ds, const char *path, as_error *err);
 void dataset_free(dataset *ds);
+/* Wraps count preprocessed images (count, chans, size, size) allocated with malloc; ds takes
+ * ownership. Items are named "name[i]". For benchmarks and tests. */
+as_status dataset_from_memory(dataset *ds, float *tensor, int count, int chans, int size,
+                              const char *name, as_error *err);
 
 /* Loads item i preprocessed for cfg. x: (3, S, S); rgb: (S, S, 3) or NULL. */
 as_status dataset_load(const dataset *ds, int i, float *x, unsigned char *rgb,
