@@ -36,7 +36,7 @@ void kernels_layernorm(float *out, const float *x, const float *w, const float *
  * runs on depth * tokens * mlp_hidden values per image (7.3 M for ViT-B), where it cost a fifth
  * of the forward pass; this form vectorises and stays within 4e-7 of the true erf
  * (tests/test_loaders.c checks it over [-6, 6]). */
-float kernels_erf(float x) {
+static inline float erf_inline(float x) {
     x = x < -4.0f ? -4.0f : (x > 4.0f ? 4.0f : x);
     float x2 = x * x;
     float p = -2.72614225801306e-10f;
@@ -55,12 +55,40 @@ float kernels_erf(float x) {
     return p / q;
 }
 
+float kernels_erf(float x) { return erf_inline(x); }
+
+/* exp for float, branch-free so that loops over it vectorise (glibc's vector expf is only
+ * declared under -ffast-math, which this project does not use). Range reduction
+ * x = n ln2 + r with |r| <= ln2/2 (ln2 split in two for exactness), Cephes' polynomial for
+ * e^r, and 2^n built in the exponent bits. Within 2 ulp of expf over [-87, 88]; inputs below
+ * -87.3 give 0 (they underflow float anyway), above 88.7 give +inf-like large values. */
+static inline float exp_inline(float x) {
+    x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
+    /* n = round(x / ln2) by the 1.5 * 2^23 trick: exact, and vectorises unlike rintf */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693359375f; /* Cephes' split of ln 2: the first part is exact */
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, 4);
+    return p * scale;
+}
+
+float kernels_exp(float x) { return exp_inline(x); }
+
 void kernels_gelu(float *x, size_t n) {
     const long long N = (long long)n;
 #pragma omp parallel for schedule(static)
     for (long long i = 0; i < N; i++) {
         float v = x[i];
-        x[i] = 0.5f * v * (1.0f + kernels_erf(v * 0.70710678118654752f));
+        x[i] = 0.5f * v * (1.0f + erf_inline(v * 0.70710678118654752f));
     }
 }
 
@@ -69,11 +97,9 @@ void kernels_softmax_rows(float *x, int n, int d) {
         float *row = x + (size_t)r * d;
         float m = row[0];
         for (int i = 1; i < d; i++) m = row[i] > m ? row[i] : m;
+        for (int i = 0; i < d; i++) row[i] = exp_inline(row[i] - m);
         float s = 0.0f;
-        for (int i = 0; i < d; i++) {
-            row[i] = expf(row[i] - m);
-            s += row[i];
-        }
+        for (int i = 0; i < d; i++) s += row[i];
         float inv = 1.0f / s;
         for (int i = 0; i < d; i++) row[i] *= inv;
     }

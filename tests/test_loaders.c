@@ -342,6 +342,13 @@ static void test_kernels(void) {
         maxe = e > maxe ? e : maxe;
     }
     CHECK(maxe < 5e-7, "erf max error %.3g", maxe);
+    double maxrel = 0;
+    for (double x = -87; x <= 88; x += 1e-3) {
+        double e = fabs((double)kernels_exp((float)x) / exp((double)(float)x) - 1.0);
+        maxrel = e > maxrel ? e : maxrel;
+    }
+    CHECK(maxrel < 3e-7, "exp max relative error %.3g", maxrel);
+    CHECK(kernels_exp(-100.0f) < 1e-37f && kernels_exp(0.0f) == 1.0f, "exp limits");
     int bad = 0;
     for (uint32_t h = 0; h < 65536; h++) {
         float f = kernels_f16_to_f32((uint16_t)h);
