@@ -64,9 +64,8 @@ static int info_trace(const char *path) {
     trace_read_attr_string(&r, "start_time", st, sizeof st);
     trace_read_attr_string(&r, "end_time", en, sizeof en);
     trace_read_attr_string(&r, "interrupted", why, sizeof why);
-    printf("state       %s%s%s\n", r.complete ? "complete" : "INCOMPLETE",
-           why[0] ? " (" : "", why[0] ? why : "");
-    if (why[0]) printf("            )\n");
+    printf("state       %s%s%s%s\n", r.complete ? "complete" : "INCOMPLETE", why[0] ? " (" : "",
+           why[0] ? why : "", why[0] ? ")" : "");
     printf("time        %s .. %s\n", st, en[0] ? en : "(not finished)");
     int q = 0;
     printf("quantities  ");

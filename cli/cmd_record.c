@@ -32,10 +32,12 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
     const int B = s->batch, S = c->img_size;
     const long total = o->max_images > 0 && o->max_images < ds->count ? o->max_images : ds->count;
 
+    as_status rc = dataset_check(ds, c, err);
+    if (rc != AS_OK) return rc;
     trace_writer *w = NULL;
     int done = 0;
     char(*done_paths)[1024] = NULL;
-    as_status rc = trace_writer_open(&w, o->out, s, o->mode, &done, &done_paths, err);
+    rc = trace_writer_open(&w, o->out, s, o->mode, &done, &done_paths, err);
     if (rc != AS_OK) return rc;
     for (int i = 0; i < done && done_paths; i++)
         if (i >= total || strcmp(done_paths[i], ds->paths[i]) != 0) {
@@ -121,12 +123,14 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
                          : loop_rc != AS_OK ? "input error" : NULL;
     as_error close_err = {0};
     long before_close = i;
-    as_status crc = trace_writer_close(w, reason == NULL && i == ds->count, reason, &close_err);
+    as_status crc = trace_writer_close(w, reason == NULL && i == total, reason, &close_err);
     res->seconds = cli_now() - t0;
     res->recorded = before_close - done;
-    res->complete = reason == NULL && crc == AS_OK && i == ds->count;
+    res->complete = reason == NULL && crc == AS_OK && i == total;
     free(arena);
     free(x);
+    /* a new trace that holds nothing is no use to anyone: do not leave it behind */
+    if (done == 0 && i == 0 && (crc != AS_OK || loop_rc != AS_OK || interrupted)) remove(o->out);
     if (crc != AS_OK) {
         *err = close_err;
         return crc;
@@ -134,8 +138,12 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
     if (loop_rc != AS_OK) {
         /* append the recovery advice to the loader's one-line message */
         size_t L = strlen(err->msg);
-        snprintf(err->msg + L, sizeof err->msg - L, "; the trace keeps the %ld images before it: "
-                 "fix or remove the file, then run again with --resume", i);
+        if (i > 0)
+            snprintf(err->msg + L, sizeof err->msg - L, "; the trace keeps the %ld images before "
+                     "it: fix or remove the file, then run again with --resume", i);
+        else
+            snprintf(err->msg + L, sizeof err->msg - L, "; nothing was recorded: fix or remove "
+                     "the file and run again");
         return loop_rc;
     }
     if (interrupted)

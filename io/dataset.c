@@ -331,14 +331,20 @@ void dataset_free(dataset *ds) {
     memset(ds, 0, sizeof *ds);
 }
 
+as_status dataset_check(const dataset *ds, const vit_config *cfg, as_error *err) {
+    if (ds->kind == DATASET_TENSOR && (ds->t_chans != cfg->in_chans || ds->t_size != cfg->img_size))
+        return as_fail(err, AS_ERR_SHAPE, "%s: tensors are (%d, %d, %d) but the model takes "
+                       "(%d, %d, %d): preprocess at the model's size or pass --img-size %d",
+                       ds->root, ds->t_chans, ds->t_size, ds->t_size, cfg->in_chans,
+                       cfg->img_size, cfg->img_size, ds->t_size);
+    return AS_OK;
+}
+
 as_status dataset_load(const dataset *ds, int i, float *x, unsigned char *rgb,
                        const vit_config *cfg, as_error *err) {
     if (ds->kind == DATASET_TENSOR) {
-        if (ds->t_chans != cfg->in_chans || ds->t_size != cfg->img_size)
-            return as_fail(err, AS_ERR_SHAPE, "%s: tensors are (%d, %d, %d) but the model takes "
-                           "(%d, %d, %d): preprocess at the model's size or pass --img-size %d",
-                           ds->root, ds->t_chans, ds->t_size, ds->t_size, cfg->in_chans,
-                           cfg->img_size, cfg->img_size, ds->t_size);
+        as_status rc = dataset_check(ds, cfg, err);
+        if (rc != AS_OK) return rc;
         size_t n = (size_t)cfg->in_chans * cfg->img_size * cfg->img_size;
         memcpy(x, ds->tensor + (size_t)i * n, n * sizeof(float));
         if (rgb) image_denormalize(rgb, x, cfg);

@@ -40,6 +40,8 @@ void dataset_free(dataset *ds);
 as_status dataset_from_memory(dataset *ds, float *tensor, int count, int chans, int size,
                               const char *name, as_error *err);
 
+/* Can the items feed cfg at all (tensor inputs must have the model's size)? */
+as_status dataset_check(const dataset *ds, const vit_config *cfg, as_error *err);
 /* Loads item i preprocessed for cfg. x: (3, S, S); rgb: (S, S, 3) or NULL. */
 as_status dataset_load(const dataset *ds, int i, float *x, unsigned char *rgb,
                        const vit_config *cfg, as_error *err);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -46,8 +47,13 @@ const char *trace_compress_name(trace_compress c) {
     return (unsigned)c < TRACE_COMPRESS_COUNT ? trace_c_names[c] : "?";
 }
 
-/* HDF5 prints its error stack by default; we translate failures into our own messages. */
-static void h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+/* HDF5 prints its error stack by default (per thread in thread-safe builds); we translate
+ * failures into our own messages. H5dont_atexit: after a failed close (full disk) HDF5's own
+ * exit handler would crash on the half-closed file; the OS releases everything anyway. */
+static void h5_quiet(void) {
+    H5dont_atexit();
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
 
 /* The IEEE half type, as h5py and numpy's float16 read it. */
 static hid_t h5_f16_type(void) {
@@ -443,7 +449,27 @@ struct trace_writer {
     pthread_t thread;
     void *stage;
     size_t stage_bytes;
+    size_t image_bytes; /* upper bound of the bytes one image adds to the file */
 };
+
+/* Space for the next batch is allocated in the file before anything of it is written. Why: a
+ * full disk in the middle of an HDF5 write can leave metadata that points past the end of the
+ * file (unopenable); failing here instead leaves the file exactly as after the last batch. The
+ * reserve also covers the end-state attributes written at close. */
+#define TRACE_RESERVE_BYTES (2u << 20)
+
+static int reserve_space(trace_writer *w, int n, int *err_no) {
+    haddr_t eoa = 0;
+    int *fd = NULL;
+    if (H5Fget_eoa(w->file, &eoa) < 0 || H5Fget_vfd_handle(w->file, H5P_DEFAULT, (void **)&fd) < 0 || !fd) {
+        *err_no = EIO;
+        return -1;
+    }
+    off_t want = (off_t)eoa + (off_t)(w->image_bytes * (size_t)n) + TRACE_RESERVE_BYTES;
+    int rc = posix_fallocate(*fd, 0, want);
+    *err_no = rc;
+    return rc == 0 ? 0 : -1;
+}
 
 size_t trace_slot_bytes(const trace_spec *s) {
     const vit_config *c = &s->cfg;
@@ -571,11 +597,13 @@ static void top5(const float *lg, int C, int *cls, float *prob) {
     }
 }
 
-static int write_batch(trace_writer *w, trace_slot *sl) {
+static int write_batch(trace_writer *w, trace_slot *sl, int *err_no) {
     const trace_spec *s = &w->spec;
     const vit_config *c = &s->cfg;
     const int n = sl->n, C = c->num_classes;
     const long start = w->done, end = w->done + n;
+    if (reserve_space(w, n, err_no) < 0) return -1;
+    *err_no = 0;
     hid_t ids[TRACE_Q_COUNT * VIT_MAX_DEPTH + 16];
     int nids;
     all_dsets(&w->d, ids, &nids);
@@ -635,16 +663,17 @@ static void *writer_main(void *arg) {
         int failed = w->failed;
         pthread_mutex_unlock(&w->mu);
 
-        int rc = failed || sl->n == 0 ? 0 : write_batch(w, sl);
+        int err_no = 0;
+        int rc = failed || sl->n == 0 ? 0 : write_batch(w, sl, &err_no);
         pthread_mutex_lock(&w->mu);
         if (rc < 0 && !w->failed) {
             w->failed = 1;
             struct stat sb;
             long long size = stat(w->path, &sb) == 0 ? (long long)sb.st_size : -1;
-            as_fail(&w->err, AS_ERR_IO, "%s: writing images %ld..%ld failed (disk full or I/O "
-                    "error; file is %lld bytes); the trace keeps its %ld completed images: free "
-                    "space, then run again with --resume", w->path, w->done, w->done + sl->n - 1,
-                    size, w->done);
+            as_fail(&w->err, AS_ERR_IO, "%s: writing images %ld..%ld failed (%s; file is %lld "
+                    "bytes); the trace keeps its %ld completed images: free space, then run again "
+                    "with --resume", w->path, w->done, w->done + sl->n - 1,
+                    err_no ? strerror(err_no) : "disk full or I/O error", size, w->done);
         }
         w->free_q[w->nfree++] = sl;
         pthread_cond_broadcast(&w->cv);
@@ -792,6 +821,21 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
             biggest = f > biggest ? f : biggest;
         }
     w->stage_bytes = biggest * (size_t)spec->batch * 4 + 64;
+    {
+        const vit_config *c = &spec->cfg;
+        size_t ib = (size_t)c->img_size * c->img_size * 3 + TRACE_PATH_LEN + 64 +
+                    (size_t)(c->num_classes > 0 ? c->num_classes : 1) * 4;
+        for (int q = 0; q < TRACE_Q_COUNT; q++)
+            if (spec->quantities & (1u << q)) {
+                hsize_t dims[3];
+                int nd = q_shape(spec, (trace_quantity)q, dims);
+                size_t e = 1;
+                for (int i = 0; i < nd; i++) e *= (size_t)dims[i];
+                /* compressed chunks can exceed raw size slightly; index entries per chunk */
+                ib += (size_t)spec->n_layers * (e * (spec->f16 ? 2 : 4) * 11 / 10 + 64 * dims[0]);
+            }
+        w->image_bytes = ib;
+    }
     w->stage = malloc(w->stage_bytes);
     if (!w->stage) {
         writer_free(w);
@@ -909,7 +953,12 @@ as_status trace_writer_close(trace_writer *w, int complete, const char *reason, 
         int bad = attr_str(f, "end_time", now) | attr_int(f, "complete", complete) |
                   attr_str(f, "interrupted", complete ? "" : (reason ? reason : "interrupted")) |
                   attr_int64(f, "num_images", done);
-        if (H5Fclose(f) < 0 || bad)
+        haddr_t eoa = 0;
+        bad |= H5Fflush(f, H5F_SCOPE_GLOBAL) < 0 || H5Fget_eoa(f, &eoa) < 0;
+        bad |= H5Fclose(f) < 0;
+        /* give back the space reserved for a next batch */
+        if (!bad && eoa > 0) bad |= truncate(w->path, (off_t)eoa) != 0;
+        if (bad)
             if (rc == AS_OK)
                 rc = as_fail(err, AS_ERR_IO, "%s: could not record the end state (disk full?); "
                              "the %ld images are stored", w->path, done);

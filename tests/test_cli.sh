@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# test_cli.sh: attnscope as a user runs it: help, info, record on an ImageFolder, errors with
+# one-line messages and non-zero exits, a trace that h5dump reads with no help from our code.
+set -u
+A=${ATTNSCOPE:-build/attnscope}
+FX=${FIXTURES:-tests/fixtures}
+T=$(mktemp -d "${TMPDIR:-/tmp}/attnscope-cli.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+# expect CODE CMD...: exit status CODE; output in $T/out, $T/err
+expect() {
+    local want=$1; shift
+    "$@" >"$T/out" 2>"$T/err"
+    local got=$?
+    if [ "$got" -eq "$want" ]; then ok; else bad "exit $got (want $want): $* :: $(head -c 400 "$T/err")"; fi
+}
+has() { if grep -q -- "$2" "$1"; then ok; else bad "$1 lacks '$2': $(head -c 400 "$1")"; fi; }
+one_line() { if [ "$(wc -l <"$T/err")" -eq 1 ]; then ok; else bad "error is not one line: $(cat "$T/err")"; fi; }
+
+expect 0 "$A" --help;                     has "$T/out" "record"
+expect 2 "$A";                            has "$T/err" "usage"
+expect 2 "$A" frobnicate;                 has "$T/err" "unknown command"
+expect 0 "$A" --version;                  has "$T/out" "attnscope 0"
+for c in record info bench demo; do expect 0 "$A" $c --help; has "$T/out" "usage: attnscope $c"; done
+expect 0 "$A" info --list-archs;          has "$T/out" "deit_base_distilled_patch16_224"
+expect 0 "$A" info deit_tiny_patch16_224; has "$T/out" "5717416";  has "$T/out" "1.27 GMACs"
+expect 0 "$A" info deit_small_patch16_224; has "$T/out" "22.05 M parameters"
+expect 0 "$A" info deit_base_patch16_224;  has "$T/out" "86.57 M parameters"
+expect 0 "$A" info "$FX/deit_dist";       has "$T/out" "cls,dist"
+expect 1 "$A" info vit_huge_patch14_224;  has "$T/err" "no such file or folder"; one_line
+
+# record an ImageFolder of generated images, then read the trace back with h5dump
+mkdir -p "$T/imgs/a" "$T/imgs/b"
+cp "$FX/img.png" "$T/imgs/a/1.png"; cp "$FX/img.jpg" "$T/imgs/b/2.jpg"; cp "$FX/img_rgba.png" "$T/imgs/b/3.png"
+expect 0 "$A" record --model "$FX/vit_cls" --images "$T/imgs" --out "$T/run.h5" --record attn,qk,tokens --threads 1
+has "$T/out" "recorded 3 images"
+expect 0 "$A" info "$T/run.h5"; has "$T/out" "3 complete"; has "$T/out" "attn,q,k,tokens"
+if command -v h5dump >/dev/null; then
+    expect 0 h5dump -H "$T/run.h5"
+    has "$T/out" 'DATASET "attn"'; has "$T/out" 'H5T_IEEE_F16LE\|16-bit little-endian floating-point'
+    expect 0 h5dump -a /format "$T/run.h5"; has "$T/out" "attnscope-trace"
+    expect 0 h5dump -d /images/label "$T/run.h5"; has "$T/out" "0, 1, 1"
+    expect 0 h5dump -a /images/class_names "$T/run.h5"; has "$T/out" '"b"'
+else
+    bad "h5dump is not installed (apt-get install hdf5-tools)"
+fi
+# never overwrite without --force; --force works; --resume of a complete trace adds nothing
+expect 1 "$A" record --model "$FX/vit_cls" --images "$T/imgs" --out "$T/run.h5"; has "$T/err" "\-\-force"; one_line
+expect 0 "$A" record --model "$FX/vit_cls" --images "$T/imgs" --out "$T/run.h5" --force --layers 1 --heads 0,2 --query-rows prefix
+expect 0 "$A" record --model "$FX/vit_cls" --images "$T/imgs" --out "$T/run.h5" --resume --layers 1 --heads 0,2 --query-rows prefix
+has "$T/out" "recorded 0 images more"
+# bad inputs: one line naming the file, the problem and the fix; non-zero exit; no trace left
+expect 1 "$A" record --model "$T/nowhere" --images "$T/imgs" --out "$T/x.h5"; has "$T/err" "nowhere"; one_line
+expect 1 "$A" record --model "$FX/vit_cls/model.safetensors" --arch deit_tiny_patch16_224 --images "$T/imgs" --out "$T/x.h5"
+has "$T/err" "does not match deit_tiny_patch16_224"; one_line
+head -c 300 "$FX/img.jpg" > "$T/imgs/b/4.jpg"
+expect 1 "$A" record --model "$FX/vit_cls" --images "$T/imgs" --out "$T/y.h5" --batch 1
+has "$T/err" "4.jpg: JPEG is corrupt or truncated"; has "$T/err" "\-\-resume"; one_line
+rm "$T/imgs/b/4.jpg"
+expect 0 "$A" record --model "$FX/vit_cls" --images "$T/imgs" --out "$T/y.h5" --resume --batch 1
+expect 0 "$A" info "$T/y.h5"; has "$T/out" "3 complete"; has "$T/out" "state       complete"
+expect 2 "$A" record --model "$FX/vit_cls" --images "$T/imgs" --out "$T/z.h5" --layers 7;   has "$T/err" "0..2"
+expect 2 "$A" record --model "$FX/vit_cls" --images "$T/imgs" --out "$T/z.h5" --record maps; has "$T/err" "unknown quantity"
+expect 2 "$A" record --model "$FX/vit_cls" --images "$T/imgs" --out "$T/z.h5" --batch 0
+expect 1 "$A" record --model "$FX/vit_cls" --images "$T/imgs" --out "$T/no/such/dir/z.h5"; has "$T/err" "cannot create"; one_line
+[ ! -e "$T/z.h5" ] && ok || bad "a failed record left z.h5"
+expect 1 "$A" record --model "$FX/vit_cls" --images "$FX/inputs48.npy" --out "$T/z.h5"; has "$T/err" "img-size 48"
+expect 0 "$A" record --model "$FX/vit_cls" --images "$FX/inputs48.npy" --out "$T/z.h5" --img-size 48
+expect 1 "$A" info "$FX/img.png"; one_line
+expect 1 "$A" info "$FX/inputs.npy.h5"; one_line
+echo "cli: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,395 @@
+/* test_trace.c: traces written then read back equal what the engine computed, with all
+ * attributes; selections; refusing to overwrite; Ctrl-C, kill -9 and a full disk keep every
+ * completed image, and --resume continues to the same result. */
+#define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
+#include <hdf5.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../cli/cli.h"
+#include "../core/rng.h"
+#include "check.h"
+
+static char tmpdir[256];
+static model M;
+
+static const char *tmp(const char *name) {
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
+    return buf[k];
+}
+
+/* n random images at the fixture model's size, as an in-memory dataset */
+static void make_inputs(dataset *ds, int n, unsigned long long seed) {
+    const int S = M.cfg.img_size;
+    const size_t per = 3 * (size_t)S * S;
+    float *t = malloc(per * (size_t)n * sizeof(float));
+    rng_state r = {seed};
+    for (size_t i = 0; i < per * (size_t)n; i++) t[i] = rng_normal(&r);
+    as_error err;
+    if (dataset_from_memory(ds, t, n, 3, S, "mem", &err) != AS_OK) abort();
+}
+
+static record_opts opts(const char *out, trace_mode mode, const char *what, const char *layers,
+                        const char *heads, const char *dtype, const char *rows) {
+    record_opts o;
+    memset(&o, 0, sizeof o);
+    o.out = out;
+    o.mode = mode;
+    o.spec.batch = 4;
+    o.spec.command_line = "test_trace";
+    o.quiet = 1;
+    as_error err;
+    if (record_parse_selection(&o, &M.cfg, what, layers, heads, dtype, "none", rows, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        abort();
+    }
+    return o;
+}
+
+/* Direct engine run of image i: everything of every layer. */
+typedef struct {
+    float *q[5][8];
+    float logits[16];
+    void *mem;
+} direct;
+
+static void run_direct(const dataset *ds, int i, direct *d) {
+    const vit_config *c = &M.cfg;
+    const int T = vit_num_tokens(c), H = c->num_heads, hd = vit_head_dim(c), D = c->embed_dim;
+    size_t per[5] = {(size_t)H * T * T, (size_t)H * T * T, (size_t)H * T * hd, (size_t)H * T * hd,
+                     (size_t)T * D}, total = 0;
+    for (int q = 0; q < 5; q++) total += per[q] * c->depth;
+    float *mem = malloc(total * sizeof(float));
+    d->mem = mem;
+    for (int q = 0; q < 5; q++)
+        for (int l = 0; l < c->depth; l++, mem += per[q]) d->q[q][l] = mem;
+    vit_record rec = {d->q[0], d->q[1], d->q[2], d->q[3], d->q[4]};
+    void *arena = aligned_alloc(64, vit_acts_carve(c, 1, NULL, NULL));
+    vit_acts a;
+    vit_acts_carve(c, 1, arena, &a);
+    float x[3 * 64 * 64];
+    as_error err;
+    dataset_load(ds, i, x, NULL, c, &err);
+    vit_forward(c, &M.params, &a, x, 1, &rec);
+    memcpy(d->logits, a.logits, (size_t)c->num_classes * sizeof(float));
+    free(arena);
+}
+
+static void test_roundtrip(void) {
+    dataset ds;
+    make_inputs(&ds, 10, 1);
+    as_error err = {0};
+    const vit_config *c = &M.cfg;
+    const int T = vit_num_tokens(c), hd = vit_head_dim(c);
+    for (int f16 = 0; f16 < 2; f16++) {
+        const char *out = tmp(f16 ? "rt16.h5" : "rt32.h5");
+        record_opts o = opts(out, TRACE_CREATE, "attn,scores,qk,tokens", "all", "all", f16 ? "f16" : "f32", "all");
+        record_result res;
+        CHECK(record_run(&M, &ds, &o, &res, &err) == AS_OK, "%s", err.msg);
+        CHECK(res.recorded == 10 && res.complete, "recorded %ld", res.recorded);
+        trace_reader r;
+        if (trace_reader_open(&r, out, &err) != AS_OK) {
+            CHECK(0, "%s", err.msg);
+            continue;
+        }
+        CHECK(r.n_images == 10 && r.complete && !r.swmr, "reader: %ld images, complete %d", r.n_images, r.complete);
+        CHECK(r.n_layers == c->depth && r.n_heads == c->num_heads && r.f16 == f16, "selection attrs");
+        CHECK(r.quantities == 0x1f, "quantities %x", r.quantities);
+        char buf[256];
+        const char *attrs[] = {"format", "software", "command_line", "start_time", "end_time",
+                               "model_arch", "model_source", "prefix_tokens", "compression"};
+        for (size_t k = 0; k < sizeof attrs / sizeof attrs[0]; k++) {
+            trace_read_attr_string(&r, attrs[k], buf, sizeof buf);
+            CHECK(buf[0] != 0, "attribute %s is empty", attrs[k]);
+        }
+        trace_read_attr_string(&r, "prefix_tokens", buf, sizeof buf);
+        CHECK(strcmp(buf, "cls") == 0, "prefix_tokens %s", buf);
+        /* every record of two images equals the engine's own computation */
+        int imgs[2] = {0, 7};
+        for (int ii = 0; ii < 2; ii++) {
+            direct d;
+            run_direct(&ds, imgs[ii], &d);
+            /* float16: relative rounding 2^-11; float32: the batch of 4 against a batch of 1
+             * differs by GEMM blocking only (rounding) */
+            double tol = f16 ? 1e-3 : 2e-6;
+            float *buf2 = malloc((size_t)T * T * sizeof(float) * 4);
+            for (int l = 0; l < c->depth; l++)
+                for (int h = 0; h < c->num_heads; h++) {
+                    trace_quantity qs[4] = {TRACE_Q_ATTN, TRACE_Q_SCORES, TRACE_Q_Q, TRACE_Q_K};
+                    for (int qi = 0; qi < 4; qi++) {
+                        size_t n = qi < 2 ? (size_t)T * T : (size_t)T * hd;
+                        CHECK(trace_read_head(&r, qs[qi], imgs[ii], l, h, buf2, &err) == AS_OK, "%s", err.msg);
+                        char what[64];
+                        snprintf(what, sizeof what, "%s img %d layer %d head %d", trace_quantity_name(qs[qi]), imgs[ii], l, h);
+                        check_close(what, buf2, d.q[qi][l] + (size_t)h * n, n, f16 ? tol * 0.1 : tol, tol);
+                    }
+                }
+            for (int l = 0; l < c->depth; l++) {
+                CHECK(trace_read_tokens(&r, imgs[ii], l, buf2, &err) == AS_OK, "%s", err.msg);
+                check_close("tokens", buf2, d.q[4][l], (size_t)T * c->embed_dim, f16 ? tol * 0.1 : tol, tol);
+            }
+            char path[1024];
+            int label, pred;
+            float logits[16];
+            CHECK(trace_read_image_info(&r, imgs[ii], path, sizeof path, &label, &pred, logits, &err) == AS_OK, "%s", err.msg);
+            check_close("logits", logits, d.logits, (size_t)c->num_classes, 2e-6, 2e-6);
+            int best = 0;
+            for (int k = 1; k < c->num_classes; k++) best = d.logits[k] > d.logits[best] ? k : best;
+            CHECK(pred == best && label == -1, "pred %d want %d, label %d", pred, best, label);
+            char want[64];
+            snprintf(want, sizeof want, "mem[%d]", imgs[ii]);
+            CHECK(strcmp(path, want) == 0, "path %s", path);
+            free(buf2);
+            free(d.mem);
+        }
+        CHECK(trace_read_head(&r, TRACE_Q_ATTN, 10, 0, 0, (float[400]){0}, &err) == AS_ERR_ARG, "image out of range");
+        trace_reader_close(&r);
+    }
+    /* refusing to overwrite, then --force */
+    record_opts o = opts(tmp("rt32.h5"), TRACE_CREATE, "attn", "all", "all", "f32", "all");
+    record_result res;
+    CHECK(record_run(&M, &ds, &o, &res, &err) == AS_ERR_EXISTS && strstr(err.msg, "--force"), "exists: %s", err.msg);
+    /* selection: layers 0 and 2, head 1, prefix rows only */
+    o = opts(tmp("rt32.h5"), TRACE_FORCE, "attn", "0,2", "1", "f32", "prefix");
+    CHECK(record_run(&M, &ds, &o, &res, &err) == AS_OK, "%s", err.msg);
+    trace_reader r;
+    if (trace_reader_open(&r, tmp("rt32.h5"), &err) == AS_OK) {
+        CHECK(r.n_layers == 2 && r.layers[1] == 2 && r.n_heads == 1 && r.heads[0] == 1 && r.q_rows == 1,
+              "selection: %d layers, %d heads, %d rows", r.n_layers, r.n_heads, r.q_rows);
+        float row[64];
+        direct d;
+        run_direct(&ds, 3, &d);
+        CHECK(trace_read_head(&r, TRACE_Q_ATTN, 3, 2, 1, row, &err) == AS_OK, "%s", err.msg);
+        check_close("cls row of layer 2 head 1", row, d.q[0][2] + (size_t)T * T, (size_t)T, 2e-6, 2e-6);
+        CHECK(trace_read_head(&r, TRACE_Q_ATTN, 3, 1, 1, row, &err) == AS_ERR_ARG && strstr(err.msg, "not recorded"),
+              "unrecorded layer: %s", err.msg);
+        CHECK(trace_read_head(&r, TRACE_Q_SCORES, 3, 2, 1, row, &err) == AS_ERR_ARG && strstr(err.msg, "--record scores"),
+              "unrecorded quantity: %s", err.msg);
+        free(d.mem);
+        trace_reader_close(&r);
+    }
+    dataset_free(&ds);
+}
+
+static void test_reader_errors(void) {
+    as_error err = {0};
+    trace_reader r;
+    FILE *f = fopen(tmp("junk.h5"), "wb");
+    fputs("not hdf5 at all", f);
+    fclose(f);
+    CHECK(trace_reader_open(&r, tmp("junk.h5"), &err) == AS_ERR_FORMAT && strstr(err.msg, "not an HDF5"), "%s", err.msg);
+    hid_t h = H5Fcreate(tmp("other.h5"), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    H5Fclose(h);
+    CHECK(trace_reader_open(&r, tmp("other.h5"), &err) == AS_ERR_FORMAT && strstr(err.msg, "not an attnscope trace"),
+          "%s", err.msg);
+    CHECK(trace_reader_open(&r, tmp("absent.h5"), &err) == AS_ERR_IO, "%s", err.msg);
+    /* a trace cut in half */
+    struct stat sb;
+    if (stat(tmp("rt16.h5"), &sb) == 0) {
+        if (truncate(tmp("rt16.h5"), sb.st_size / 2) == 0) {
+            as_status rc = trace_reader_open(&r, tmp("rt16.h5"), &err);
+            if (rc == AS_OK) { /* the superblock survived: reading data must fail cleanly */
+                float buf[400];
+                int failures = 0;
+                for (long i = 0; i < r.n_images; i++)
+                    failures += trace_read_head(&r, TRACE_Q_ATTN, i, 2, 0, buf, &err) != AS_OK;
+                CHECK(failures > 0 || r.n_images < 10, "a truncated trace reads back whole");
+                trace_reader_close(&r);
+            } else {
+                CHECK(rc == AS_ERR_FORMAT, "truncated: %s", err.msg);
+            }
+        }
+    }
+}
+
+/* Polls the trace until it holds at least n complete images (child still writing). */
+static long wait_for_images(const char *path, long n, pid_t child) {
+    for (int tries = 0; tries < 3000; tries++) {
+        trace_reader r;
+        as_error err;
+        long have = 0;
+        if (trace_reader_open(&r, path, &err) == AS_OK) {
+            have = r.n_images;
+            trace_reader_close(&r);
+        } else if (getenv("CHECK_VERBOSE") && tries % 100 == 0) {
+            fprintf(stderr, "waiting for %s: %s\n", path, err.msg);
+        }
+        if (have >= n) return have;
+        int st;
+        if (waitpid(child, &st, WNOHANG) == child) return -1;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return -1;
+}
+
+/* Writes n random images (seed) as a .npy file the CLI can record. */
+static void write_npy(const char *path, int n, unsigned long long seed) {
+    const int S = M.cfg.img_size;
+    char dict[256];
+    int hl = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, 3, %d, %d), }",
+                      n, S, S);
+    int pad = 64 - (10 + hl + 1) % 64;
+    FILE *f = fopen(path, "wb");
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    unsigned short total = (unsigned short)(hl + pad + 1);
+    fputc(total & 0xff, f);
+    fputc(total >> 8, f);
+    fwrite(dict, 1, (size_t)hl, f);
+    for (int i = 0; i < pad; i++) fputc(' ', f);
+    fputc('\n', f);
+    rng_state r = {seed};
+    for (size_t i = 0; i < (size_t)n * 3 * S * S; i++) {
+        float v = rng_normal(&r);
+        fwrite(&v, 4, 1, f);
+    }
+    fclose(f);
+}
+
+/* Starts `attnscope record` on inputs; stderr goes to errfd when >= 0; fsize limits the file
+ * size (a full disk). A child of a process that ran OpenMP cannot use OpenMP itself (libgomp
+ * does not survive fork), so the recording runs in a fresh program, as a user would run it. */
+static pid_t spawn_record(const char *inputs, const char *out, const char *extra, long fsize, int errfd) {
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    if (errfd >= 0) dup2(errfd, 2);
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    if (fsize > 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {(rlim_t)fsize, (rlim_t)fsize};
+        setrlimit(RLIMIT_FSIZE, &rl);
+    }
+    char model_dir[512];
+    snprintf(model_dir, sizeof model_dir, "%s/vit_cls", getenv("FIXTURES") ? getenv("FIXTURES") : "tests/fixtures");
+    const char *exe = getenv("ATTNSCOPE") ? getenv("ATTNSCOPE") : "build/attnscope";
+    execl(exe, exe, "record", "--model", model_dir, "--images", inputs, "--out", out, "--batch", "4",
+          "--record", "attn,tokens", "--dtype", "f32", "--threads", "2", extra, (char *)NULL);
+    _exit(127);
+}
+
+static void test_interruptions(void) {
+    const int N = 20000;
+    as_error err = {0};
+    const char *inputs = tmp("many.npy");
+    write_npy(inputs, N, 5);
+    dataset ds;
+    if (dataset_open(&ds, inputs, &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    /* kill -9 in the middle, then --resume */
+    const char *out = tmp("killed.h5");
+    pid_t pid = spawn_record(inputs, out, NULL, 0, -1);
+    long seen = wait_for_images(out, 40, pid);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    CHECK(seen >= 40, "the child recorded %ld images before the kill", seen);
+    trace_reader r;
+    long after_kill = 0;
+    if (trace_reader_open(&r, out, &err) == AS_OK) {
+        after_kill = r.n_images;
+        CHECK(r.n_images >= seen && r.n_images < N && !r.complete, "after kill -9: %ld images (saw %ld), complete %d",
+              r.n_images, seen, r.complete);
+        trace_reader_close(&r);
+    } else {
+        CHECK(0, "a killed trace must open: %s", err.msg);
+    }
+    record_opts o = opts(out, TRACE_RESUME, "attn,tokens", "all", "all", "f32", "all");
+    o.max_images = (int)after_kill + 9;
+    record_result res;
+    CHECK(record_run(&M, &ds, &o, &res, &err) == AS_OK, "resume: %s", err.msg);
+    CHECK(res.resumed == after_kill && res.recorded == 9, "resumed %ld, recorded %ld", res.resumed, res.recorded);
+    if (trace_reader_open(&r, out, &err) == AS_OK) {
+        CHECK(r.n_images == after_kill + 9 && r.complete && !r.swmr, "after resume: %ld images", r.n_images);
+        const int T = vit_num_tokens(&M.cfg);
+        float *buf = malloc((size_t)T * T * sizeof(float));
+        long check_at[3] = {0, after_kill - 1, after_kill + 4};
+        for (int k = 0; k < 3; k++) {
+            direct d;
+            run_direct(&ds, (int)check_at[k], &d);
+            CHECK(trace_read_head(&r, TRACE_Q_ATTN, check_at[k], 1, 2, buf, &err) == AS_OK, "%s", err.msg);
+            check_close("resumed trace map", buf, d.q[0][1] + (size_t)2 * T * T, (size_t)T * T, 2e-6, 2e-6);
+            free(d.mem);
+        }
+        free(buf);
+        trace_reader_close(&r);
+    }
+    /* resuming with other options is refused */
+    o = opts(out, TRACE_RESUME, "attn", "all", "all", "f16", "all");
+    CHECK(record_run(&M, &ds, &o, &res, &err) == AS_ERR_ARG && strstr(err.msg, "same"), "mismatch: %s", err.msg);
+    dataset_free(&ds);
+
+    /* Ctrl-C: stops after the batch, closes cleanly, flagged incomplete, exit status 1 */
+    out = tmp("sigint.h5");
+    pid = spawn_record(inputs, out, NULL, 0, -1);
+    seen = wait_for_images(out, 20, pid);
+    kill(pid, SIGINT);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1, "SIGINT: child status %d", st);
+    if (trace_reader_open(&r, out, &err) == AS_OK) {
+        char why[64];
+        trace_read_attr_string(&r, "interrupted", why, sizeof why);
+        CHECK(!r.swmr && !r.complete && r.n_images >= seen && strcmp(why, "SIGINT") == 0,
+              "after SIGINT: swmr %d complete %d images %ld why %s", r.swmr, r.complete, r.n_images, why);
+        trace_reader_close(&r);
+    } else {
+        CHECK(0, "interrupted trace: %s", err.msg);
+    }
+
+    /* a full disk (file size limit): one-line error naming the fix; completed images stay */
+    out = tmp("full.h5");
+    int pipefd[2];
+    if (pipe(pipefd) != 0) abort();
+    pid = spawn_record(inputs, out, NULL, 3 << 20, pipefd[1]);
+    close(pipefd[1]);
+    char msg[2048] = {0};
+    size_t got = 0;
+    ssize_t k;
+    while ((k = read(pipefd[0], msg + got, sizeof msg - 1 - got)) > 0) got += (size_t)k;
+    close(pipefd[0]);
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1, "disk full: status %d", st);
+    CHECK(strstr(msg, "full.h5") && strstr(msg, "--resume"), "disk full message: %s", msg);
+    if (trace_reader_open(&r, out, &err) == AS_OK) {
+        CHECK(r.n_images > 0 && r.n_images < N && !r.complete, "after disk full: %ld images, complete %d",
+              r.n_images, r.complete);
+        float buf[17 * 17];
+        CHECK(r.n_images == 0 || trace_read_head(&r, TRACE_Q_ATTN, r.n_images - 1, 0, 0, buf, &err) == AS_OK,
+              "last completed image reads: %s", err.msg);
+        trace_reader_close(&r);
+    } else {
+        CHECK(0, "a trace after disk full must open: %s", err.msg);
+    }
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "%s/attnscope-test-trace-%ld",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (long)getpid());
+    mkdir(tmpdir, 0777);
+    as_error err = {0};
+    char path[512];
+    snprintf(path, sizeof path, "%s/vit_cls", getenv("FIXTURES") ? getenv("FIXTURES") : "tests/fixtures");
+    if (model_load(&M, path, NULL, 0, &err) != AS_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    runtime_set_threads(0);
+    test_roundtrip();
+    test_reader_errors();
+    test_interruptions();
+    model_free(&M);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return check_finish("trace");
+}
