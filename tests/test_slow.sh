@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# test_slow.sh: the README's main job end to end (attnscope demo), a benchmark run with
+# recording, and, when python3-h5py is installed, a trace read by h5py with no help from us.
+set -u
+A=${ATTNSCOPE:-build/attnscope}
+T=$(mktemp -d "${TMPDIR:-/tmp}/attnscope-slow.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+check() { if eval "$1"; then ok; else bad "$1"; fi; }
+
+"$A" demo --out "$T/demo" --images 16 >"$T/demo.out" 2>&1; check '[ $? -eq 0 ]'
+check 'grep -q "SYNTHETIC" "$T/demo.out"'
+check 'grep -q "16 images x 12 layers x 3 heads" "$T/demo.out"'
+"$A" info "$T/demo/run.h5" >"$T/info.out"; check '[ $? -eq 0 ]'
+check 'grep -q "state       complete" "$T/info.out"'
+check 'grep -q "attn,scores,q,k,tokens" "$T/info.out"'
+# the demo is re-entrant: running it again replaces its own outputs
+"$A" demo --out "$T/demo" --images 16 >/dev/null 2>&1; check '[ $? -eq 0 ]'
+
+"$A" bench --seconds 1 --batch 4 --record --json >"$T/bench.json" 2>"$T/bench.err"; check '[ $? -eq 0 ]'
+check 'grep -q "\"recording\": {\"img_s\"" "$T/bench.json"'
+check 'grep -q "\"openblas_core\"" "$T/bench.json"'
+"$A" bench --seconds 1 --batch 2 --arch vit_small_patch16_224 >"$T/bench.txt" 2>&1; check '[ $? -eq 0 ]'
+check 'grep -q "% of ceiling" "$T/bench.txt"'
+
+PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+if $PY -c "import h5py, numpy" 2>/dev/null; then
+    $PY - "$T/demo/run.h5" >"$T/py.out" 2>&1 <<'PY'
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")
+assert f.attrs["format"] == "attnscope-trace" and f.attrs["complete"] == 1
+a = f["layers/05/attn"]
+assert a.dtype == np.float16 and a.shape == (16, 3, 197, 197) and a.chunks == (1, 1, 197, 197)
+rows = a[3, 1].astype(np.float64).sum(axis=-1)
+assert np.allclose(rows, 1.0, atol=2e-2), rows[:5]
+assert f["images/rgb"].shape == (16, 224, 224, 3)
+assert list(f["images"].attrs["class_names"]) == ["disc", "ring", "square", "triangle"]
+print("h5py ok")
+PY
+    check 'grep -q "h5py ok" "$T/py.out"'
+else
+    echo "note: python3-h5py not installed; skipping the h5py check" >&2
+fi
+echo "slow: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
