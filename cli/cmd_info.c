@@ -2,19 +2,21 @@
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 
 static void usage(FILE *f) {
     fprintf(f,
-"usage: attnscope info MODEL [--arch NAME|CONFIG.json] [--img-size N]\n"
+"usage: attnscope info MODEL [--arch NAME|CONFIG.json] [--img-size N] [--json]\n"
 "       attnscope info TRACE.h5\n"
 "       attnscope info --list-archs\n"
 "MODEL is a checkpoint folder or .safetensors file, or a built-in architecture name (no weights\n"
 "needed). Prints the configuration and, per component, parameters and FLOPs per image (a\n"
 "multiply-add counts as 2 FLOPs; papers' \"FLOPs\" are usually the MAC column). For a trace:\n"
-"model, images, layers, heads, quantities, storage and state.\n");
+"model, images, layers, heads, quantities, storage and state. --json prints a model's full\n"
+"configuration as JSON (the format of docs/models.md).\n");
 }
 
 static void print_model(const vit_config *c, const char *source, const char *dtype, size_t ntensors) {
@@ -44,6 +46,19 @@ static void print_model(const vit_config *c, const char *source, const char *dty
            cost.flops_total / 2e9);
     printf("\n%.2f M parameters; %.2f GFLOPs = %.2f GMACs per image (papers quote the MACs as "
            "\"FLOPs\")\n", cost.params_total / 1e6, cost.flops_total / 1e9, cost.flops_total / 2e9);
+}
+
+/* The model as text, or with --json its full config (what traces record). */
+static int print_config(const vit_config *c, const char *source, const char *dtype, size_t n, int json) {
+    if (!json) {
+        print_model(c, source, dtype, n);
+        return 0;
+    }
+    char *s = model_config_to_json(c);
+    if (!s) return 1;
+    printf("%s\n", s);
+    free(s);
+    return 0;
 }
 
 static int info_trace(const char *path) {
@@ -94,9 +109,10 @@ int cmd_info(int argc, char **argv) {
     static const struct option opts[] = {{"arch", required_argument, 0, 'a'},
                                          {"img-size", required_argument, 0, 's'},
                                          {"list-archs", no_argument, 0, 'l'},
+                                         {"json", no_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *arch = NULL;
-    int img_size = 0, ch;
+    int img_size = 0, json = 0, ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
@@ -117,6 +133,7 @@ int cmd_info(int argc, char **argv) {
                        c->mean[0] > 0.49f ? "(inception mean/std)" : "(imagenet mean/std)");
             }
             return 0;
+        case 'j': json = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -135,12 +152,11 @@ int cmd_info(int argc, char **argv) {
         vit_config c = *builtin;
         if (img_size) c.img_size = img_size;
         if (vit_config_validate(&c, &err) != AS_OK) return cli_error(&err);
-        print_model(&c, NULL, NULL, 0);
-        return 0;
+        return print_config(&c, NULL, NULL, 0, json);
     }
     model m;
     if (model_load(&m, target, arch, img_size, &err) != AS_OK) return cli_error(&err);
-    print_model(&m.cfg, m.source, m.weights_dtype, m.n_tensors);
+    print_config(&m.cfg, m.source, m.weights_dtype, m.n_tensors, json);
     model_free(&m);
     return 0;
 }
