@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../core/rng.h"
@@ -14,18 +15,49 @@ static void usage(FILE *f) {
     fprintf(f,
 "usage: attnscope bench [--arch NAME|CONFIG.json] [--model PATH] [--batch N] [--threads N]\n"
 "                       [--seconds S] [--record] [--record-what LIST] [--dtype f16|f32]\n"
-"                       [--compress C] [--out FILE] [--json]\n"
+"                       [--compress C] [--out FILE] [--rounds R] [--json]\n"
 "Times the forward pass on random inputs (random weights unless --model is given) and reports\n"
 "img/s, ms/img, achieved GFLOP/s and the percentage of the SGEMM ceiling measured now on the\n"
 "model's MLP GEMM shape. --record also records every attention map into a temporary trace\n"
 "(or --out) and reports the overhead. Reports the kernel OpenBLAS chose and warns when it is\n"
-"not the best for this CPU (e.g. OPENBLAS_CORETYPE=Haswell on an AVX-512 machine).\n");
+"not the best for this CPU (e.g. OPENBLAS_CORETYPE=Haswell on an AVX-512 machine).\n"
+"Plain and recording runs alternate in R rounds (default 3) over --seconds (default 5); the\n"
+"medians are reported, so that a drifting machine does not bias the overhead.\n");
 }
 
 typedef struct {
     double img_s, ms_img, gflops, pct;
     long images;
 } bench_result;
+
+static double median(const double *v, int n) {
+    double t[16];
+    memcpy(t, v, (size_t)n * sizeof *t);
+    for (int i = 1; i < n; i++) /* insertion sort: n is tiny */
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+static double min_of(const double *v, int n) {
+    double m = v[0];
+    for (int i = 1; i < n; i++) m = v[i] < m ? v[i] : m;
+    return m;
+}
+static double max_of(const double *v, int n) {
+    double m = v[0];
+    for (int i = 1; i < n; i++) m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+static void fill_result(bench_result *r, double img_s, double flops_img, double ceiling) {
+    r->img_s = img_s;
+    r->ms_img = 1000.0 / img_s;
+    r->gflops = flops_img * img_s / 1e9;
+    r->pct = ceiling > 0 ? 100.0 * r->gflops / ceiling : 0;
+}
 
 static void time_forward(const model *m, int B, double seconds, double flops_img, double ceiling,
                          bench_result *r) {
@@ -53,10 +85,7 @@ static void time_forward(const model *m, int B, double seconds, double flops_img
         t = cli_now() - t0;
     } while (t < seconds);
     r->images = n;
-    r->img_s = n / t;
-    r->ms_img = 1000.0 * t / n;
-    r->gflops = flops_img * r->img_s / 1e9;
-    r->pct = ceiling > 0 ? 100.0 * r->gflops / ceiling : 0;
+    fill_result(r, n / t, flops_img, ceiling);
     free(arena);
     free(x);
 }
@@ -68,10 +97,11 @@ int cmd_bench(int argc, char **argv) {
         {"seconds", required_argument, 0, 's'}, {"record", no_argument, 0, 'r'},
         {"record-what", required_argument, 0, 'w'}, {"dtype", required_argument, 0, 'd'},
         {"compress", required_argument, 0, 'c'}, {"out", required_argument, 0, 'o'},
-        {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"json", no_argument, 0, 'j'}, {"rounds", required_argument, 0, 'R'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *arch = "deit_tiny_patch16_224", *model_path = NULL, *what = "attn", *dtype = "f16";
     const char *compress = "none", *out = NULL;
-    int B = 8, threads = 0, record = 0, json = 0, ch;
+    int B = 8, threads = 0, record = 0, json = 0, rounds = 3, ch;
     double seconds = 5;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -88,6 +118,7 @@ int cmd_bench(int argc, char **argv) {
         case 'c': compress = optarg; break;
         case 'o': out = optarg; break;
         case 'j': json = 1; break;
+        case 'R': ok = cli_parse_int(optarg, 1, 16, &rounds); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -122,74 +153,87 @@ int cmd_bench(int argc, char **argv) {
         if (warn) printf("WARNING     %s\n", advice);
         fflush(stdout);
     }
-    bench_result plain;
-    time_forward(&m, B, seconds, cost.flops_total, ceiling, &plain);
-    if (!json)
-        printf("forward     %8.1f img/s %8.2f ms/img %8.1f GFLOP/s  %5.1f%% of ceiling\n",
-               plain.img_s, plain.ms_img, plain.gflops, plain.pct);
-
-    bench_result rec = {0};
+    /* Plain and recording runs alternate in short rounds and each reports its median: on a
+     * shared machine the speed drifts, and a ratio of runs minutes apart would measure that. */
+    double plain_v[16], rec_v[16], mb_s = 0;
+    bench_result plain = {0}, rec = {0}, tmpres;
     int rc = 0;
+    const double per_round = seconds / rounds;
+    char tmp[512];
+    dataset ds;
+    memset(&ds, 0, sizeof ds);
+    record_opts o;
+    memset(&o, 0, sizeof o);
     if (record) {
-        /* enough images for about `seconds` of recording, as an in-memory tensor input */
-        long count = (long)(plain.img_s * seconds);
-        count = (count / B + 1) * B;
-        if (count < 2 * B) count = 2 * B;
-        const size_t per = (size_t)c->in_chans * c->img_size * c->img_size;
-        char tmp[512];
         snprintf(tmp, sizeof tmp, "%s", out ? out : "");
         if (!out) snprintf(tmp, sizeof tmp, "%s/attnscope-bench-%ld.h5",
                            getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (long)getpid());
-        /* B distinct random images, repeated: decoding is not what is measured here */
+        /* enough images for a round at the plain speed measured now; B distinct random images,
+         * repeated (decoding is not what is measured here) */
+        time_forward(&m, B, 0.5, cost.flops_total, ceiling, &tmpres);
+        long count = ((long)(tmpres.img_s * per_round) / B + 1) * B;
+        if (count < 2 * B) count = 2 * B;
+        const size_t per = (size_t)c->in_chans * c->img_size * c->img_size;
         float *tensor = malloc(per * (size_t)count * sizeof(float));
-        dataset ds;
-        memset(&ds, 0, sizeof ds);
         if (!tensor || dataset_from_memory(&ds, tensor, (int)count, c->in_chans, c->img_size,
                                            "bench", &err) != AS_OK) {
             fprintf(stderr, "attnscope bench: out of memory for %ld input images\n", count);
-            rc = 1;
+            model_free(&m);
+            return 1;
         }
         rng_state rs = {11};
-        for (long i = 0; !rc && i < count; i++) {
+        for (long i = 0; i < count; i++) {
             if (i < B) for (size_t k = 0; k < per; k++) tensor[k + per * (size_t)i] = rng_normal(&rs);
             else memcpy(tensor + per * (size_t)i, tensor + per * (size_t)(i % B), per * sizeof(float));
         }
-        record_opts o;
-        memset(&o, 0, sizeof o);
         o.out = tmp;
         o.mode = TRACE_FORCE;
         o.spec.batch = B;
         o.spec.command_line = "attnscope bench --record";
         o.quiet = 1;
-        if (!rc && record_parse_selection(&o, c, what, "all", "all", dtype, compress, "all", &err)) {
+        if (record_parse_selection(&o, c, what, "all", "all", dtype, compress, "all", &err)) {
+            dataset_free(&ds);
+            model_free(&m);
             cli_error(&err);
-            rc = 2;
+            return 2;
         }
-        record_result res;
-        if (!rc && record_run(&m, &ds, &o, &res, &err) != AS_OK) rc = cli_error(&err);
-        if (!rc) {
-            rec.images = res.recorded;
-            rec.img_s = res.recorded / res.seconds;
-            rec.ms_img = 1000.0 * res.seconds / res.recorded;
-            rec.gflops = cost.flops_total * rec.img_s / 1e9;
-            rec.pct = ceiling > 0 ? 100.0 * rec.gflops / ceiling : 0;
-            trace_reader r;
-            double fb = 0, db = 0;
-            if (trace_reader_open(&r, tmp, &err) == AS_OK) {
-                trace_sizes(&r, &fb, &db);
-                trace_reader_close(&r);
-            }
-            if (!json) {
-                printf("recording   %8.1f img/s %8.2f ms/img %8.1f GFLOP/s  %5.1f%% of ceiling\n",
-                       rec.img_s, rec.ms_img, rec.gflops, rec.pct);
-                printf("            %s of every layer and head, %s, compression %s: %.1f MB/s "
-                       "to disk; recording costs %.1f%% over the plain forward\n", what, dtype,
-                       compress, fb / res.seconds / 1e6, 100.0 * (plain.img_s / rec.img_s - 1.0));
-            }
-        }
-        if (!out) remove(tmp);
-        dataset_free(&ds);
     }
+    for (int r = 0; r < rounds && !rc; r++) {
+        time_forward(&m, B, per_round, cost.flops_total, ceiling, &tmpres);
+        plain_v[r] = tmpres.img_s;
+        if (!record) continue;
+        record_result res;
+        if (record_run(&m, &ds, &o, &res, &err) != AS_OK) {
+            rc = cli_error(&err);
+            break;
+        }
+        rec_v[r] = res.recorded / res.seconds;
+        struct stat sb;
+        if (stat(tmp, &sb) == 0) mb_s = (double)sb.st_size / res.seconds / 1e6;
+    }
+    if (record && !out) remove(tmp);
+    dataset_free(&ds);
+    if (rc) {
+        model_free(&m);
+        return rc;
+    }
+    fill_result(&plain, median(plain_v, rounds), cost.flops_total, ceiling);
+    if (!json)
+        printf("forward     %8.1f img/s %8.2f ms/img %8.1f GFLOP/s  %5.1f%% of ceiling\n",
+               plain.img_s, plain.ms_img, plain.gflops, plain.pct);
+    if (record) {
+        fill_result(&rec, median(rec_v, rounds), cost.flops_total, ceiling);
+        if (!json) {
+            printf("recording   %8.1f img/s %8.2f ms/img %8.1f GFLOP/s  %5.1f%% of ceiling\n",
+                   rec.img_s, rec.ms_img, rec.gflops, rec.pct);
+            printf("            %s of every layer and head, %s, compression %s: %.1f MB/s to "
+                   "disk; recording costs %.1f%% over the plain forward\n", what, dtype, compress,
+                   mb_s, 100.0 * (plain.img_s / rec.img_s - 1.0));
+        }
+    }
+    if (!json)
+        printf("            medians of %d alternating rounds of %.1f s (spread: forward %.1f-%.1f img/s)\n",
+               rounds, per_round, min_of(plain_v, rounds), max_of(plain_v, rounds));
     if (json && !rc) {
         printf("{\"arch\": \"%s\", \"batch\": %d, \"threads\": %d, \"openblas_core\": \"%s\", "
                "\"openblas_suboptimal\": %s, \"gemm_ceiling_gflops\": %.2f, "
