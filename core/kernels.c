@@ -10,25 +10,69 @@
 #define KERNELS_X86 1
 #endif
 
+/* Row kernels are compiled for AVX-512, AVX2 and the baseline, picked at load time (GCC
+ * function multi-versioning): the build stays portable while this CPU runs 16-wide. Reductions
+ * keep LANES partial results in a fixed order, so every version (and every thread count) gives
+ * bit-identical results; no -ffast-math reassociation is needed to vectorise them. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define KERNEL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define KERNEL_CLONES
+#endif
+#define LANES 16
+
+static inline float lanes_sum(const float *x, int d) {
+    float acc[LANES] = {0};
+    int i = 0;
+    for (; i + LANES <= d; i += LANES)
+        for (int j = 0; j < LANES; j++) acc[j] += x[i + j];
+    float s = 0.0f;
+    for (int j = 0; j < LANES; j++) s += acc[j];
+    for (; i < d; i++) s += x[i];
+    return s;
+}
+
+static inline float lanes_max(const float *x, int d) {
+    float acc[LANES];
+    for (int j = 0; j < LANES; j++) acc[j] = -INFINITY;
+    int i = 0;
+    for (; i + LANES <= d; i += LANES)
+        for (int j = 0; j < LANES; j++) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+    float m = -INFINITY;
+    for (int j = 0; j < LANES; j++) m = acc[j] > m ? acc[j] : m;
+    for (; i < d; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+/* sum of (x - mean)^2, lanes as above */
+static inline float lanes_sqdev(const float *x, float mean, int d) {
+    float acc[LANES] = {0};
+    int i = 0;
+    for (; i + LANES <= d; i += LANES)
+        for (int j = 0; j < LANES; j++) {
+            float t = x[i + j] - mean;
+            acc[j] += t * t;
+        }
+    float s = 0.0f;
+    for (int j = 0; j < LANES; j++) s += acc[j];
+    for (; i < d; i++) s += (x[i] - mean) * (x[i] - mean);
+    return s;
+}
+
+KERNEL_CLONES static void layernorm_row(float *o, const float *x, const float *w, const float *b,
+                                        int d, float eps) {
+    /* two passes (mean, then centred variance) as PyTorch does: one-pass E[x^2]-E[x]^2
+     * loses digits when the mean is large against the spread */
+    const float mean = lanes_sum(x, d) / (float)d;
+    const float rstd = 1.0f / sqrtf(lanes_sqdev(x, mean, d) / (float)d + eps);
+    for (int i = 0; i < d; i++) o[i] = (x[i] - mean) * rstd * w[i] + b[i];
+}
+
 void kernels_layernorm(float *out, const float *x, const float *w, const float *b, int n, int d,
                        float eps) {
 #pragma omp parallel for schedule(static)
-    for (int r = 0; r < n; r++) {
-        const float *xr = x + (size_t)r * d;
-        float *o = out + (size_t)r * d;
-        /* two passes (mean, then centred variance) as PyTorch does: one-pass E[x^2]-E[x]^2
-         * loses digits when the mean is large against the spread */
-        float sum = 0.0f;
-        for (int i = 0; i < d; i++) sum += xr[i];
-        float mean = sum / (float)d;
-        float var = 0.0f;
-        for (int i = 0; i < d; i++) {
-            float t = xr[i] - mean;
-            var += t * t;
-        }
-        float rstd = 1.0f / sqrtf(var / (float)d + eps);
-        for (int i = 0; i < d; i++) o[i] = (xr[i] - mean) * rstd * w[i] + b[i];
-    }
+    for (int r = 0; r < n; r++)
+        layernorm_row(out + (size_t)r * d, x + (size_t)r * d, w, b, d, eps);
 }
 
 /* Rational minimax approximation of erf on [-4, 4] (the form Eigen uses for float): erf is
@@ -83,24 +127,29 @@ static inline float exp_inline(float x) {
 
 float kernels_exp(float x) { return exp_inline(x); }
 
-void kernels_gelu(float *x, size_t n) {
-    const long long N = (long long)n;
-#pragma omp parallel for schedule(static)
-    for (long long i = 0; i < N; i++) {
+KERNEL_CLONES static void gelu_block(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
         float v = x[i];
         x[i] = 0.5f * v * (1.0f + erf_inline(v * 0.70710678118654752f));
     }
 }
 
-void kernels_softmax_rows(float *x, int n, int d) {
+void kernels_gelu(float *x, size_t n) {
+    const size_t block = 4096;
+    const long long nb = (long long)((n + block - 1) / block);
+#pragma omp parallel for schedule(static)
+    for (long long k = 0; k < nb; k++) {
+        size_t i = (size_t)k * block;
+        gelu_block(x + i, n - i < block ? n - i : block);
+    }
+}
+
+KERNEL_CLONES void kernels_softmax_rows(float *x, int n, int d) {
     for (int r = 0; r < n; r++) {
         float *row = x + (size_t)r * d;
-        float m = row[0];
-        for (int i = 1; i < d; i++) m = row[i] > m ? row[i] : m;
+        const float m = lanes_max(row, d);
         for (int i = 0; i < d; i++) row[i] = exp_inline(row[i] - m);
-        float s = 0.0f;
-        for (int i = 0; i < d; i++) s += row[i];
-        float inv = 1.0f / s;
+        const float inv = 1.0f / lanes_sum(row, d);
         for (int i = 0; i < d; i++) row[i] *= inv;
     }
 }
