@@ -61,6 +61,7 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
         return as_fail(err, AS_ERR_NOMEM, "out of memory for activations (%.1f MB): lower --batch",
                        act_bytes / 1e6);
     }
+    memset(arena, 0, act_bytes); /* fault the pages in before the clock starts */
     vit_acts acts;
     vit_acts_carve(c, B, arena, &acts);
 

@@ -503,6 +503,8 @@ static int slot_alloc(trace_writer *w, int i) {
     size_t bytes = trace_slot_bytes(s) + (size_t)TRACE_Q_COUNT * c->depth * sizeof(float *) + 4096;
     char *mem = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     if (!mem) return 0;
+    /* touch every page now, at open, rather than in the first batches of the run */
+    memset(mem, 0, (bytes + 63) & ~(size_t)63);
     w->slot_mem[i] = mem;
     trace_slot *sl = &w->slots[i];
     memset(sl, 0, sizeof *sl);
