@@ -276,6 +276,7 @@ static hid_t make_dset(hid_t loc, const char *name, hid_t type, int nd, const hs
         H5Pset_deflate(dcpl, (unsigned)s->level);
     } else if (compress && s->compress == TRACE_COMPRESS_LZ4) {
         unsigned cd[1] = {0}; /* default block size */
+        H5Pset_shuffle(dcpl); /* byte-shuffled float16 exposes the exponents' redundancy */
         H5Pset_filter(dcpl, TRACE_LZ4_FILTER, H5Z_FLAG_MANDATORY, 1, cd);
     }
     hid_t dapl = dset_access(chunk0 > 1);
@@ -407,6 +408,7 @@ static int write_root_attrs(hid_t f, const trace_spec *s) {
     if (c->distilled) strcat(prefix, ",dist");
     char comp[64];
     if (s->compress == TRACE_COMPRESS_DEFLATE) snprintf(comp, sizeof comp, "deflate-%d+shuffle", s->level);
+    else if (s->compress == TRACE_COMPRESS_LZ4) snprintf(comp, sizeof comp, "lz4+shuffle");
     else snprintf(comp, sizeof comp, "%s", trace_c_names[s->compress]);
     int rc = 0;
     rc |= attr_str(f, "format", TRACE_FORMAT);
