@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static int check_count, check_failed;
 
@@ -49,6 +51,29 @@ static inline int check_close(const char *what, const float *got, const float *w
     }
     if (getenv("CHECK_VERBOSE")) fprintf(stderr, "ok   %s: %zu values, max error %.3g\n", what, n, max_err);
     return 1;
+}
+
+/* A private scratch folder per test program: check_tmp("x.h5") names a file in it. */
+static char check_tmpdir[256];
+
+static inline void check_tmp_init(const char *suite) {
+    snprintf(check_tmpdir, sizeof check_tmpdir, "%s/attnscope-test-%s-%ld",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", suite, (long)getpid());
+    mkdir(check_tmpdir, 0777);
+}
+
+static inline const char *check_tmp(const char *name) {
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", check_tmpdir, name);
+    return buf[k];
+}
+
+static inline void check_tmp_remove(void) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", check_tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", check_tmpdir);
 }
 
 static inline int check_finish(const char *suite) {

@@ -10,15 +10,7 @@
 #include "../io/image.h"
 #include "check.h"
 
-static char tmpdir[256];
-
-static const char *tmp(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
+#define tmp check_tmp
 
 static void write_file(const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");
@@ -292,7 +284,7 @@ static void test_datasets(void) {
     as_error err = {0};
     dataset ds;
     char root[512];
-    snprintf(root, sizeof root, "%s/ds", tmpdir);
+    snprintf(root, sizeof root, "%s/ds", check_tmpdir);
     CHECK(synth_write_images(root, 6, 40, 1, &err) == AS_OK, "%s", err.msg);
     CHECK(dataset_open(&ds, root, &err) == AS_OK, "%s", err.msg);
     CHECK(ds.count == 6 && ds.n_classes == 4, "ImageFolder: %d images, %d classes", ds.count, ds.n_classes);
@@ -303,7 +295,7 @@ static void test_datasets(void) {
     }
     dataset_free(&ds);
     /* a plain folder: recursive, no labels */
-    snprintf(root, sizeof root, "%s/ds/disc", tmpdir);
+    snprintf(root, sizeof root, "%s/ds/disc", check_tmpdir);
     CHECK(dataset_open(&ds, root, &err) == AS_OK && ds.count == 2 && ds.labels[0] == -1, "plain folder");
     dataset_free(&ds);
     /* a list with labels and a comment */
@@ -373,17 +365,13 @@ static void test_kernels(void) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "%s/attnscope-test-loaders-%ld",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (long)getpid());
-    mkdir(tmpdir, 0777);
+    check_tmp_init("loaders");
     test_safetensors();
     test_model_errors();
     test_param_counts();
     test_images();
     test_datasets();
     test_kernels();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    check_tmp_remove();
     return check_finish("loaders");
 }

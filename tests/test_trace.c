@@ -15,16 +15,8 @@
 #include "../core/rng.h"
 #include "check.h"
 
-static char tmpdir[256];
+#define tmp check_tmp
 static model M;
-
-static const char *tmp(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
 
 /* n random images at the fixture model's size, as an in-memory dataset */
 static void make_inputs(dataset *ds, int n, unsigned long long seed) {
@@ -373,9 +365,7 @@ static void test_interruptions(void) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "%s/attnscope-test-trace-%ld",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (long)getpid());
-    mkdir(tmpdir, 0777);
+    check_tmp_init("trace");
     as_error err = {0};
     char path[512];
     snprintf(path, sizeof path, "%s/vit_cls", getenv("FIXTURES") ? getenv("FIXTURES") : "tests/fixtures");
@@ -388,8 +378,6 @@ int main(void) {
     test_reader_errors();
     test_interruptions();
     model_free(&M);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    check_tmp_remove();
     return check_finish("trace");
 }
