@@ -1,11 +1,14 @@
 /* cmd_demo.c: attnscope demo: the README's main job end to end with no download: a synthetic
  * model saved and reloaded as a timm checkpoint, generated images, a trace, a summary. */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* readlink */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -95,18 +98,15 @@ int cmd_demo(int argc, char **argv) {
     trace_sizes(&r, &fb, &db);
     /* a first look: where the class token attends in the last layer, head 0, first image */
     const int T = r.num_tokens, g = vit_grid(&r.cfg);
-    float row[4096];
-    float *map = T <= 64 ? row : NULL;
+    float *map = malloc((size_t)T * T * sizeof *map);
     int best = -1;
     float bestv = -1, clsself = 0;
-    static float mapbuf[197 * 197];
-    map = mapbuf;
-    if (T * T <= (int)(sizeof mapbuf / sizeof mapbuf[0]) &&
-        trace_read_head(&r, TRACE_Q_ATTN, 0, r.cfg.depth - 1, 0, map, &err) == AS_OK) {
+    if (map && trace_read_head(&r, TRACE_Q_ATTN, 0, r.cfg.depth - 1, 0, map, &err) == AS_OK) {
         clsself = map[0];
         for (int t = r.num_prefix; t < T; t++)
             if (map[t] > bestv) bestv = map[t], best = t - r.num_prefix;
     }
+    free(map);
     printf("  trace   %s: %ld images x %d layers x %d heads of %dx%d maps, plus scores, Q/K and\n"
            "          block outputs (float16): %.1f MB\n", out, r.n_images, r.n_layers, r.n_heads,
            T, T, fb / 1e6);
@@ -117,11 +117,19 @@ int cmd_demo(int argc, char **argv) {
                "attends most to patch (%d, %d) with %.4f\n", (double)clsself, best / g, best % g,
                (double)bestv);
     trace_reader_close(&r);
+    /* name the program as the user can type it: relative to here when below here */
+    char exe[1024] = "attnscope", cwd[1024];
+    ssize_t L = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (L > 0) exe[L] = 0;
+    else snprintf(exe, sizeof exe, "attnscope");
+    const char *prog = exe;
+    if (getcwd(cwd, sizeof cwd) && strncmp(exe, cwd, strlen(cwd)) == 0 && exe[strlen(cwd)] == '/')
+        prog = exe + strlen(cwd) + 1;
     printf("\nnext:\n"
-           "  attnscope info %s\n"
+           "  %s info %s\n"
            "  h5dump -H %s | less\n"
            "  python3 -c \"import h5py; f = h5py.File('%s'); print(f['layers/11/attn'].shape)\"\n"
-           "  attnscope record --model DIR --images YOUR_IMAGES --out run.h5   (real checkpoints)\n",
-           out, out, out);
+           "  %s record --model DIR --images YOUR_IMAGES --out run.h5   (real checkpoints)\n",
+           prog, out, out, out, prog);
     return 0;
 }

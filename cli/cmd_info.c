@@ -155,7 +155,7 @@ int cmd_info(int argc, char **argv) {
         return print_config(&c, NULL, NULL, 0, json);
     }
     model m;
-    if (model_load(&m, target, arch, img_size, &err) != AS_OK) return cli_error(&err);
+    if (model_load_report(&m, target, arch, img_size, stdout, &err) != AS_OK) return cli_error(&err);
     print_config(&m.cfg, m.source, m.weights_dtype, m.n_tensors, json);
     model_free(&m);
     return 0;

@@ -324,63 +324,75 @@ static void arch_hint(char *buf, size_t n, const vit_config *cfg, const safetens
     snprintf(buf, n, ": check --arch or the folder's config.json");
 }
 
-static as_status bind_specs(model *m, const vit_tensor_spec *specs, int n, as_error *err);
+/* One binding problem: into the one-line list (first three of a kind) and the report. */
+static void problem(char *list, size_t cap, int *count, FILE *report, const char *kind,
+                    const char *name, const char *detail) {
+    size_t used = strlen(list);
+    if (*count < 3 && used < cap)
+        snprintf(list + used, cap - used, "%s%s%s", *count ? ", " : "", name, detail);
+    (*count)++;
+    if (report) fprintf(report, "%-12s %s%s\n", kind, name, detail);
+}
 
-static as_status bind(model *m, as_error *err) {
+static as_status bind_specs(model *m, const vit_tensor_spec *specs, int n, FILE *report,
+                            as_error *err);
+
+static as_status bind(model *m, FILE *report, as_error *err) {
     vit_config *cfg = &m->cfg;
     safetensors *st = &m->st;
     int n;
     vit_tensor_spec *specs = specs_new(cfg, &m->params, &n);
     if (!specs) return as_fail(err, AS_ERR_NOMEM, "%s: out of memory", st->path);
-    as_status rc = bind_specs(m, specs, n, err);
+    as_status rc = bind_specs(m, specs, n, report, err);
     free(specs);
     return rc;
 }
 
-static as_status bind_specs(model *m, const vit_tensor_spec *specs, int n, as_error *err) {
+static as_status bind_specs(model *m, const vit_tensor_spec *specs, int n, FILE *report,
+                            as_error *err) {
     vit_config *cfg = &m->cfg;
     safetensors *st = &m->st;
     const int prefix = vit_num_prefix(cfg), D = cfg->embed_dim;
 
-    /* 1. name the problems in one line: counts per kind, the first few of each by name */
+    /* 1. name the problems in one line: counts per kind, the first few of each by name; with a
+     * report stream, every problem on a line of its own */
     enum { WRONG = 0, MISSING, UNEXPECTED, BADTYPE, KINDS };
     static const char *const kind_name[KINDS] = {"of wrong shape", "missing", "unexpected",
                                                  "of a non-float dtype"};
     char lists[KINDS][400] = {{0}};
     int counts[KINDS] = {0};
-#define PROBLEM(kind, ...)                                                            \
-    do {                                                                              \
-        size_t used_ = strlen(lists[kind]);                                           \
-        if (counts[kind] < 3 && used_ < sizeof lists[kind])                           \
-            snprintf(lists[kind] + used_, sizeof lists[kind] - used_, __VA_ARGS__);   \
-        counts[kind]++;                                                               \
-    } while (0)
     char *seen = calloc((size_t)st->count + 1, 1);
     if (!seen) return as_fail(err, AS_ERR_NOMEM, "%s: out of memory", st->path);
     for (int i = 0; i < n; i++) {
         const safetensors_tensor *t = safetensors_find(st, specs[i].name);
         if (!t) {
-            PROBLEM(MISSING, "%s%s", counts[MISSING] ? ", " : "", specs[i].name);
+            problem(lists[MISSING], sizeof lists[MISSING], &counts[MISSING], report, "missing",
+                    specs[i].name, "");
             continue;
         }
         seen[t - st->tensors] = 1;
         if (!shape_matches(&specs[i], t, prefix)) {
-            char want[96], got[96];
+            char want[96], got[96], detail[220];
             int64_t w64[4];
             for (int d = 0; d < 4; d++) w64[d] = specs[i].shape[d];
             shape_str(want, sizeof want, specs[i].ndim, w64);
             shape_str(got, sizeof got, t->ndim, t->shape);
-            PROBLEM(WRONG, "%s%s expected %s, found %s", counts[WRONG] ? ", " : "", specs[i].name, want, got);
+            snprintf(detail, sizeof detail, " expected %s, found %s", want, got);
+            problem(lists[WRONG], sizeof lists[WRONG], &counts[WRONG], report, "wrong shape",
+                    specs[i].name, detail);
         } else if (t->dtype != SAFETENSORS_F32 && t->dtype != SAFETENSORS_F16 &&
                    t->dtype != SAFETENSORS_BF16) {
-            PROBLEM(BADTYPE, "%s%s is %s", counts[BADTYPE] ? ", " : "", specs[i].name,
-                    safetensors_dtype_name(t->dtype));
+            char detail[64];
+            snprintf(detail, sizeof detail, " is %s", safetensors_dtype_name(t->dtype));
+            problem(lists[BADTYPE], sizeof lists[BADTYPE], &counts[BADTYPE], report, "bad dtype",
+                    specs[i].name, detail);
         }
     }
     for (int i = 0; i < st->count; i++)
-        if (!seen[i]) PROBLEM(UNEXPECTED, "%s%s", counts[UNEXPECTED] ? ", " : "", st->tensors[i].name);
+        if (!seen[i])
+            problem(lists[UNEXPECTED], sizeof lists[UNEXPECTED], &counts[UNEXPECTED], report,
+                    "unexpected", st->tensors[i].name, "");
     free(seen);
-#undef PROBLEM
     int problems = 0;
     char msg[4 * sizeof lists[0] + 256] = "";
     for (int k = 0; k < KINDS; k++) {
@@ -393,7 +405,8 @@ static as_status bind_specs(model *m, const vit_tensor_spec *specs, int n, as_er
     if (problems) {
         char hint[256];
         arch_hint(hint, sizeof hint, cfg, st);
-        return as_fail(err, AS_ERR_SHAPE, "%s: does not match %s: %s%s", st->path, cfg->name, msg, hint);
+        return as_fail(err, AS_ERR_SHAPE, "%s: does not match %s: %s%s%s", st->path, cfg->name, msg,
+                       hint, report ? "" : " (attnscope info lists every mismatch)");
     }
 
     /* 2. convert what cannot be used in place: F16/BF16, unaligned F32, resampled pos_embed */
@@ -440,6 +453,11 @@ static as_status bind_specs(model *m, const vit_tensor_spec *specs, int n, as_er
 }
 
 as_status model_load(model *m, const char *path, const char *arch, int img_size, as_error *err) {
+    return model_load_report(m, path, arch, img_size, NULL, err);
+}
+
+as_status model_load_report(model *m, const char *path, const char *arch, int img_size,
+                            FILE *report, as_error *err) {
     memset(m, 0, sizeof *m);
     char weights[1024], cfgpath[1024];
     as_status rc = AS_OK;
@@ -489,7 +507,7 @@ as_status model_load(model *m, const char *path, const char *arch, int img_size,
         cfg.num_classes = 0;
     m->cfg = cfg;
     snprintf(m->source, sizeof m->source, "%s", weights);
-    if ((rc = bind(m, err)) != AS_OK) {
+    if ((rc = bind(m, report, err)) != AS_OK) {
         model_free(m);
         return rc;
     }

@@ -3,6 +3,8 @@
 #ifndef AS_MODEL_H
 #define AS_MODEL_H
 
+#include <stdio.h>
+
 #include "../core/config.h"
 #include "../core/vit.h"
 #include "safetensors.h"
@@ -27,6 +29,9 @@ typedef struct {
 } model;
 
 as_status model_load(model *m, const char *path, const char *arch, int img_size, as_error *err);
+/* The same, also writing every tensor that does not match (one per line) to report. */
+as_status model_load_report(model *m, const char *path, const char *arch, int img_size,
+                            FILE *report, as_error *err);
 /* Deterministic random weights (timm-like init scale) for benchmarks and tests. */
 as_status model_init_random(model *m, const vit_config *cfg, unsigned long long seed, as_error *err);
 void model_free(model *m);

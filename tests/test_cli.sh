@@ -54,7 +54,10 @@ has "$T/out" "recorded 0 images more"
 # bad inputs: one line naming the file, the problem and the fix; non-zero exit; no trace left
 expect 1 "$A" record --model "$T/nowhere" --images "$T/imgs" --out "$T/x.h5"; has "$T/err" "nowhere"; one_line
 expect 1 "$A" record --model "$FX/vit_cls/model.safetensors" --arch deit_tiny_patch16_224 --images "$T/imgs" --out "$T/x.h5"
-has "$T/err" "does not match deit_tiny_patch16_224"; one_line
+has "$T/err" "does not match deit_tiny_patch16_224"; has "$T/err" "attnscope info lists every mismatch"; one_line
+expect 1 "$A" info "$FX/vit_cls/model.safetensors" --arch deit_tiny_patch16_224
+has "$T/out" "wrong shape  blocks.2.mlp.fc2.weight expected \[192,768\], found \[48,96\]"
+has "$T/out" "missing      blocks.11.norm1.weight"; one_line
 head -c 300 "$FX/img.jpg" > "$T/imgs/b/4.jpg"
 expect 1 "$A" record --model "$FX/vit_cls" --images "$T/imgs" --out "$T/y.h5" --batch 1
 has "$T/err" "4.jpg: JPEG is corrupt or truncated"; has "$T/err" "\-\-resume"; one_line
