@@ -364,6 +364,58 @@ static void test_kernels(void) {
     CHECK(cli_parse_list("12", 12, v, 16, "--layers", &err) < 0 && strstr(err.msg, "0..11"), "%s", err.msg);
 }
 
+/* Random byte flips in valid files: every parser must fail cleanly or succeed, never crash or
+ * read out of bounds (meaningful under the ASan build, which runs this suite too). */
+static void test_mutations(void) {
+    const char *fixtures = getenv("FIXTURES") ? getenv("FIXTURES") : "tests/fixtures";
+    const char *files[4] = {"vit_cls/expected16.safetensors", "img.png", "img.jpg", "inputs16.npy"};
+    unsigned long long seed = 12345;
+    int runs = 0;
+    for (int f = 0; f < 4; f++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", fixtures, files[f]);
+        FILE *fp = fopen(path, "rb");
+        if (!fp) {
+            CHECK(0, "fixture %s", path);
+            continue;
+        }
+        unsigned char orig[8192], buf[8192];
+        size_t n = fread(orig, 1, sizeof orig, fp);
+        fclose(fp);
+        for (int it = 0; it < 300; it++, runs++) {
+            memcpy(buf, orig, n);
+            int flips = 1 + (int)(seed % 4);
+            for (int k = 0; k < flips; k++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                /* mostly in the header, where the parsers' decisions are */
+                size_t at = (seed >> 33) % (it % 2 ? n : (n < 256 ? n : 256));
+                buf[at] ^= (unsigned char)(1u << ((seed >> 20) % 8));
+            }
+            size_t len = it % 5 == 0 ? n - (seed >> 40) % n : n;
+            as_error err;
+            if (f == 0) {
+                safetensors st;
+                if (safetensors_parse(&st, buf, len, "mut", &err) == AS_OK) {
+                    for (int t = 0; t < st.count; t++) {
+                        float *tmpv = malloc(st.tensors[t].numel * sizeof(float) + 4);
+                        safetensors_read_f32(&st, &st.tensors[t], tmpv, &err);
+                        free(tmpv);
+                    }
+                    safetensors_close(&st);
+                }
+            } else if (f < 3) {
+                image im;
+                if (image_decode(&im, buf, len, "mut", &err) == AS_OK) image_free(&im);
+            } else {
+                int shape[4];
+                size_t off;
+                dataset_parse_npy(buf, len, "mut", shape, &off, &err);
+            }
+        }
+    }
+    CHECK(runs == 1200, "mutation runs %d", runs);
+}
+
 int main(void) {
     check_tmp_init("loaders");
     test_safetensors();
@@ -372,6 +424,7 @@ int main(void) {
     test_images();
     test_datasets();
     test_kernels();
+    test_mutations();
     check_tmp_remove();
     return check_finish("loaders");
 }
