@@ -13,6 +13,7 @@ in the package). All runs use random weights and inputs: speed does not depend o
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -70,7 +71,8 @@ def main():
     ap.add_argument("--arch", default="deit_tiny_patch16_224")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--seconds", type=float, default=4, help="per attnscope run; half that for the others")
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--attnscope", default=os.path.join(ROOT, "build", "attnscope"))
     ap.add_argument("--ort-dir", default=os.environ.get("ORT_DIR", ""),
                     help="folder whose node_modules holds onnxruntime-node")
@@ -80,37 +82,46 @@ def main():
     cfg = json.loads(run([a.attnscope, "info", "--json", a.arch]))
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(a.threads), OMP_NUM_THREADS=str(a.threads),
                OMP_WAIT_POLICY="PASSIVE")
-    print(f"{a.arch}, batch {a.batch}, {a.threads} threads, float32, {a.seconds:g} s per run")
+    print(f"{a.arch}, batch {a.batch}, {a.threads} threads, float32, {a.rounds} rounds")
     core = os.environ.get("OPENBLAS_CORETYPE")
     if core:
         print(f"note: OPENBLAS_CORETYPE={core} is set; it slows attnscope's OpenBLAS (and any "
               "OpenBLAS-based run) on AVX-512 CPUs; PyTorch and ONNX Runtime use their own kernels")
 
-    ours = json.loads(run([a.attnscope, "bench", "--arch", a.arch, "--batch", str(a.batch),
-                           "--threads", str(a.threads), "--seconds", str(a.seconds), "--record",
-                           "--json"]))
-    rows = [("attnscope forward", ours["forward"]["img_s"]),
-            ("attnscope recording every map", ours["recording"]["img_s"])]
+    # Rounds of (attnscope, PyTorch, ONNX Runtime), medians reported: on a shared machine the
+    # speed drifts by tens of percent within a minute, and ratios of runs minutes apart would
+    # measure the drift.
+    samples = {}
+    torch_name = "PyTorch " + run([a.python, "-c", "import torch; print(torch.__version__)"]).strip()
+    ort_name = "ONNX Runtime (onnxruntime-node)"
     with tempfile.TemporaryDirectory() as tmp:
         onnx = os.path.join(tmp, "model.onnx") if a.ort_dir else ""
-        try:
-            t = json.loads(run([a.python, "-c", TORCH_CODE, os.path.join(ROOT, "tools"), json.dumps(cfg),
-                                str(a.batch), str(a.threads), str(a.seconds), onnx], env=env).strip().splitlines()[-1])
-            rows.append(("PyTorch " + run([a.python, "-c", "import torch; print(torch.__version__)"]).strip(), t["img_s"]))
-        except RuntimeError as e:
-            print("PyTorch: not run:", e)
-            onnx = ""
-        if onnx and os.path.exists(onnx):
+        for r in range(a.rounds):
+            ours = json.loads(run([a.attnscope, "bench", "--arch", a.arch, "--batch", str(a.batch),
+                                   "--threads", str(a.threads), "--seconds", str(a.seconds),
+                                   "--rounds", "1", "--record", "--json"]))
+            samples.setdefault("attnscope forward", []).append(ours["forward"]["img_s"])
+            samples.setdefault("attnscope recording every map", []).append(ours["recording"]["img_s"])
             try:
-                node_env = dict(env, NODE_PATH=os.path.join(a.ort_dir, "node_modules"))
-                o = json.loads(run(["node", "-e", ORT_CODE, onnx, str(a.batch), str(cfg["in_chans"]),
-                                    str(cfg["img_size"]), str(a.threads), str(a.seconds)], env=node_env))
-                rows.append(("ONNX Runtime (onnxruntime-node)", o["img_s"]))
+                t = json.loads(run([a.python, "-c", TORCH_CODE, os.path.join(ROOT, "tools"), json.dumps(cfg),
+                                    str(a.batch), str(a.threads), str(a.seconds / 2), onnx if r == 0 else ""],
+                                   env=env).strip().splitlines()[-1])
+                samples.setdefault(torch_name, []).append(t["img_s"])
             except RuntimeError as e:
-                print("ONNX Runtime: not run:", e)
-        elif not a.ort_dir:
+                print("PyTorch: not run:", e)
+                onnx = ""
+            if onnx and os.path.exists(onnx):
+                try:
+                    node_env = dict(env, NODE_PATH=os.path.join(a.ort_dir, "node_modules"))
+                    o = json.loads(run(["node", "-e", ORT_CODE, onnx, str(a.batch), str(cfg["in_chans"]),
+                                        str(cfg["img_size"]), str(a.threads), str(a.seconds / 2)], env=node_env))
+                    samples.setdefault(ort_name, []).append(o["img_s"])
+                except RuntimeError as e:
+                    print("ONNX Runtime: not run:", e)
+                    onnx = ""
+        if not a.ort_dir:
             print("ONNX Runtime: not run (give --ort-dir with onnxruntime-node installed)")
-
+    rows = [(name, statistics.median(v)) for name, v in samples.items()]
     print(f"OpenBLAS kernel {ours['openblas_core']}"
           f"{' (SUBOPTIMAL for this CPU)' if ours['openblas_suboptimal'] else ''}; "
           f"SGEMM ceiling {ours['gemm_ceiling_gflops']:.0f} GFLOP/s; "
@@ -121,8 +132,9 @@ def main():
     for name, v in rows:
         ratio = "  ".join(f"{v / base[r]:.2f}x {r.split()[0]}" for r in refs if r != name)
         print(f"{name:34s} {v:8.1f} {1000 / v:8.2f}  {ratio}")
-    print(f"recording costs {100 * (ours['forward']['img_s'] / ours['recording']['img_s'] - 1):.1f}% "
-          f"over attnscope's plain forward")
+    print(f"recording costs {100 * (base['attnscope forward'] / base['attnscope recording every map'] - 1):.1f}% "
+          f"over attnscope's plain forward (medians of {a.rounds} rounds; attnscope's forward "
+          f"ranged {min(samples['attnscope forward']):.1f}-{max(samples['attnscope forward']):.1f} img/s)")
 
 
 if __name__ == "__main__":
