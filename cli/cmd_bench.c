@@ -27,7 +27,6 @@ static void usage(FILE *f) {
 
 typedef struct {
     double img_s, ms_img, gflops, pct;
-    long images;
 } bench_result;
 
 static double median(const double *v, int n) {
@@ -84,7 +83,6 @@ static void time_forward(const model *m, int B, double seconds, double flops_img
         n += B;
         t = cli_now() - t0;
     } while (t < seconds);
-    r->images = n;
     fill_result(r, n / t, flops_img, ceiling);
     free(arena);
     free(x);

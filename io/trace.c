@@ -195,6 +195,18 @@ static int q_shape(const trace_spec *s, trace_quantity q, hsize_t dims[3]) {
     }
 }
 
+/* A stored record of q is chunks_per_image chunks (one per recorded head; one for tokens) of
+ * record_chunk_bytes each. */
+static int record_chunks_per_image(const trace_spec *s, trace_quantity q) {
+    return q == TRACE_Q_TOKENS ? 1 : s->n_heads;
+}
+
+static size_t record_chunk_bytes(const trace_spec *s, trace_quantity q) {
+    hsize_t dims[3];
+    int nd = q_shape(s, q, dims);
+    return (s->f16 ? 2 : 4) * (size_t)dims[nd - 1] * (size_t)dims[nd - 2];
+}
+
 /* Floats per image the engine writes for q (all heads, all rows). */
 static size_t q_engine_floats(const vit_config *c, trace_quantity q) {
     const size_t T = (size_t)vit_num_tokens(c), H = (size_t)c->num_heads, hd = (size_t)vit_head_dim(c);
@@ -287,17 +299,9 @@ static hid_t make_dset(hid_t loc, const char *name, hid_t type, int nd, const hs
     return d;
 }
 
-static hid_t open_dset(hid_t loc, const char *name) {
-    hid_t d = H5Dopen2(loc, name, H5P_DEFAULT);
-    if (d < 0) return d;
-    /* reopen with the access properties its chunking calls for */
-    hid_t dcpl = H5Dget_create_plist(d);
-    hsize_t chunk[5] = {1};
-    H5Pget_chunk(dcpl, 5, chunk);
-    H5Pclose(dcpl);
-    H5Dclose(d);
-    hid_t dapl = dset_access(chunk[0] > 1);
-    d = H5Dopen2(loc, name, dapl);
+static hid_t open_dset(hid_t loc, const char *name, hsize_t chunk0) {
+    hid_t dapl = dset_access(chunk0 > 1);
+    hid_t d = H5Dopen2(loc, name, dapl);
     H5Pclose(dapl);
     return d;
 }
@@ -341,7 +345,7 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
                     attr_str(d->q[q][li], "description", q_description((trace_quantity)q));
                 }
             } else {
-                d->q[q][li] = open_dset(g, trace_q_names[q]);
+                d->q[q][li] = open_dset(g, trace_q_names[q], 1);
             }
             ok &= d->q[q][li] >= 0;
         }
@@ -382,7 +386,7 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
                                        tab[i].chunk0, s, 0);
                 if (*tab[i].id >= 0) attr_str(*tab[i].id, "description", tab[i].desc);
             } else {
-                *tab[i].id = open_dset(g, tab[i].name);
+                *tab[i].id = open_dset(g, tab[i].name, tab[i].chunk0);
             }
             ok &= *tab[i].id >= 0;
         }
@@ -651,13 +655,11 @@ static int write_batch(trace_writer *w, trace_slot *sl, int *err_no) {
     int bad = 0;
     for (int q = 0; q < TRACE_Q_COUNT && !bad; q++) {
         if (!(s->quantities & (1u << q))) continue;
+        const int per_image = record_chunks_per_image(s, (trace_quantity)q);
+        const size_t chunk = record_chunk_bytes(s, (trace_quantity)q);
         for (int li = 0; li < s->n_layers && !bad; li++) {
             stage_layer(w, (trace_quantity)q, (*arrs[q])[s->layers[li]], n);
-            const size_t hq = q == TRACE_Q_TOKENS ? 1 : (size_t)s->n_heads;
-            hsize_t dims[3];
-            int nd = q_shape(s, (trace_quantity)q, dims);
-            size_t chunk = (s->f16 ? 2 : 4) * (size_t)dims[nd - 1] * (size_t)dims[nd - 2];
-            bad |= write_chunks(w->d.q[q][li], store, start, n, (int)hq, chunk, w->stage,
+            bad |= write_chunks(w->d.q[q][li], store, start, n, per_image, chunk, w->stage,
                                 s->compress != TRACE_COMPRESS_NONE) < 0;
         }
     }
@@ -869,12 +871,9 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
                     (size_t)(c->num_classes > 0 ? c->num_classes : 1) * 4;
         for (int q = 0; q < TRACE_Q_COUNT; q++)
             if (spec->quantities & (1u << q)) {
-                hsize_t dims[3];
-                int nd = q_shape(spec, (trace_quantity)q, dims);
-                size_t e = 1;
-                for (int i = 0; i < nd; i++) e *= (size_t)dims[i];
-                /* compressed chunks can exceed raw size slightly; index entries per chunk */
-                ib += (size_t)spec->n_layers * (e * (spec->f16 ? 2 : 4) * 11 / 10 + 64 * dims[0]);
+                /* compressed chunks can exceed raw size slightly; an index entry per chunk */
+                const size_t k = (size_t)record_chunks_per_image(spec, (trace_quantity)q);
+                ib += (size_t)spec->n_layers * k * (record_chunk_bytes(spec, (trace_quantity)q) * 11 / 10 + 64);
             }
         w->image_bytes = ib;
     }
