@@ -541,12 +541,10 @@ as_status model_init_random(model *m, const vit_config *cfg, unsigned long long 
         const char *nm = specs[i].name;
         size_t len = strlen(nm);
         int is_norm_w = strstr(nm, "norm") && len > 7 && strcmp(nm + len - 7, ".weight") == 0;
-        int is_bias = len > 5 && strcmp(nm + len - 5, ".bias") == 0;
-        /* LayerNorm weights near 1, biases small, matrices with std 0.02 as timm's init; the
+        /* LayerNorm weights near 1, everything else with std 0.02 as timm's init; the
          * perturbations keep every tensor distinct so that a wrong binding changes the output */
         for (size_t k = 0; k < numel; k++)
-            cur[k] = is_norm_w ? 1.0f + 0.1f * rng_normal(&r)
-                     : is_bias ? 0.02f * rng_normal(&r) : 0.02f * rng_normal(&r);
+            cur[k] = is_norm_w ? 1.0f + 0.1f * rng_normal(&r) : 0.02f * rng_normal(&r);
         *specs[i].slot = cur;
         cur += numel;
     }
