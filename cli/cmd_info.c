@@ -14,7 +14,8 @@ static void usage(FILE *f) {
 "       attnscope info --list-archs\n"
 "MODEL is a checkpoint folder or .safetensors file, or a built-in architecture name (no weights\n"
 "needed). Prints the configuration and, per component, parameters and FLOPs per image (a\n"
-"multiply-add counts as 2 FLOPs; papers' \"FLOPs\" are usually the MAC column). For a trace:\n"
+"multiply-add counts as 2 FLOPs) and MACs (products only: what papers print as \"FLOPs\").\n"
+"A CONFIG.json alone describes a model without weights (docs/models.md). For a trace:\n"
 "model, images, layers, heads, quantities, storage and state. --json prints a model's full\n"
 "configuration as JSON (the format of docs/models.md).\n");
 }
@@ -37,15 +38,28 @@ static void print_model(const vit_config *c, const char *source, const char *dty
            "std (%.3f, %.3f, %.3f)\n", (int)((double)c->img_size / c->crop_pct),
            vit_interp_name(c->interpolation), c->img_size, (double)c->mean[0], (double)c->mean[1],
            (double)c->mean[2], (double)c->std[0], (double)c->std[1], (double)c->std[2]);
+    /* attention per block, consecutive equal settings grouped */
+    for (int l = 0; l < c->depth;) {
+        char d[512], e[512];
+        vit_attn_describe(c, l, d, sizeof d);
+        int end = l + 1;
+        while (end < c->depth && (vit_attn_describe(c, end, e, sizeof e), strcmp(d, e) == 0)) end++;
+        char range[32];
+        if (end - l == 1) snprintf(range, sizeof range, "block %d", l);
+        else snprintf(range, sizeof range, "blocks %d-%d", l, end - 1);
+        printf("%-11s %s: %s\n", l == 0 ? "attention" : "", range, d);
+        l = end;
+    }
     printf("\n%-18s %14s %12s %12s %7s\n", "component", "params", "GFLOPs", "GMACs", "share");
     for (int i = 0; i < VIT_COMP_COUNT; i++)
         printf("%-18s %14.0f %12.4f %12.4f %6.1f%%\n", vit_component_name((vit_component)i),
-               cost.params[i], cost.flops[i] / 1e9, cost.flops[i] / 2e9,
+               cost.params[i], cost.flops[i] / 1e9, cost.macs[i] / 1e9,
                100.0 * cost.flops[i] / cost.flops_total);
     printf("%-18s %14.0f %12.4f %12.4f\n", "total", cost.params_total, cost.flops_total / 1e9,
-           cost.flops_total / 2e9);
-    printf("\n%.2f M parameters; %.2f GFLOPs = %.2f GMACs per image (papers quote the MACs as "
-           "\"FLOPs\")\n", cost.params_total / 1e6, cost.flops_total / 1e9, cost.flops_total / 2e9);
+           cost.macs_total / 1e9);
+    printf("\n%.2f M parameters; %.2f GMACs per image, what papers print as \"FLOPs\" (products "
+           "only, fvcore's count); %.2f GFLOPs counting a multiply-add as 2 and every elementwise "
+           "operation\n", cost.params_total / 1e6, cost.macs_total / 1e9, cost.flops_total / 1e9);
 }
 
 /* The model as text, or with --json its full config (what traces record). */
@@ -129,7 +143,7 @@ int cmd_info(int argc, char **argv) {
                 vit_cost cost;
                 vit_config_cost(c, &cost);
                 printf("%-34s %6.1f M params %7.2f GMACs  %s%s\n", c->name, cost.params_total / 1e6,
-                       cost.flops_total / 2e9, c->distilled ? "distilled " : "",
+                       cost.macs_total / 1e9, c->distilled ? "distilled " : "",
                        c->mean[0] > 0.49f ? "(inception mean/std)" : "(imagenet mean/std)");
             }
             return 0;
@@ -148,6 +162,13 @@ int cmd_info(int argc, char **argv) {
         return info_trace(target);
     as_error err = {0};
     const vit_config *builtin = vit_arch_find(target);
+    if (!arch && L > 5 && strcmp(target + L - 5, ".json") == 0) {
+        vit_config c;
+        if (model_config_from_arch(&c, target, &err) != AS_OK) return cli_error(&err);
+        if (img_size) c.img_size = img_size;
+        if (vit_config_validate(&c, &err) != AS_OK) return cli_error(&err);
+        return print_config(&c, NULL, NULL, 0, json);
+    }
     if (builtin && !arch) {
         vit_config c = *builtin;
         if (img_size) c.img_size = img_size;

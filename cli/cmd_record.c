@@ -25,6 +25,7 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
     trace_spec *s = &o->spec;
     memset(res, 0, sizeof *res);
     s->cfg = *c;
+    s->params = &m->params;
     s->model_source = m->source;
     s->weights_dtype = m->weights_dtype;
     s->n_class_names = ds->n_classes;
@@ -166,7 +167,9 @@ static void usage(FILE *f) {
 "                     give labels), a .txt list (one path [label] per line), or a .npy /\n"
 "                     .safetensors tensor (N,3,H,W) of preprocessed float32 images\n"
 "  --out FILE         the trace (HDF5); never overwritten without --force\n"
-"  --record LIST      what to record: attn,scores,qk,q,k,tokens (default attn)\n"
+"  --record LIST      what to record: attn,scores,qk,q,k,tokens,internals (default attn);\n"
+"                     internals: a mechanism's intermediate maps (LSLA's softmax before the\n"
+"                     outer bias, Refiner's expanded and convolved maps)\n"
 "  --layers LIST      layers to record, e.g. 0-11 or 0,5,11 (default all)\n"
 "  --heads LIST       heads to record (default all)\n"
 "  --query-rows R     all (default) or prefix: only the class/distillation tokens' rows\n"
@@ -197,9 +200,11 @@ int record_parse_selection(record_opts *o, const vit_config *c, const char *what
         else if (strcmp(tok, "q") == 0) s->quantities |= 1u << TRACE_Q_Q;
         else if (strcmp(tok, "k") == 0) s->quantities |= 1u << TRACE_Q_K;
         else if (strcmp(tok, "tokens") == 0) s->quantities |= 1u << TRACE_Q_TOKENS;
+        else if (strcmp(tok, "internals") == 0) s->quantities |= 1u << TRACE_Q_X0 | 1u << TRACE_Q_X1;
+        else if (strcmp(tok, "all") == 0) s->quantities |= (1u << TRACE_Q_COUNT) - 1;
         else {
             as_fail(err, AS_ERR_ARG, "--record \"%s\": unknown quantity; use attn, scores, qk, q, "
-                    "k, tokens", tok);
+                    "k, tokens, internals or all", tok);
             return 2;
         }
     }

@@ -13,6 +13,42 @@
  * Field names follow timm's VisionTransformer keyword arguments so JSON configs read the same. */
 
 typedef enum { VIT_POOL_TOKEN = 0, VIT_POOL_AVG, VIT_POOL_COUNT } vit_pool;
+
+#define VIT_MAX_DEPTH 256      /* vit_config_validate enforces it */
+#define VIT_MAX_MASK_HEADS 64  /* heads a MaiT layer can describe (any head count without masks) */
+
+/* The attention mechanism of one block (docs/models.md gives each one's equations and weight
+ * names). A zeroed vit_attn is timm's multi-head attention. */
+typedef enum {
+    VIT_ATTN_VANILLA = 0, /* softmax(q k^T * scale) v */
+    VIT_ATTN_LMSA,        /* q, k projected to qk_dim in total (low-relation MSA) */
+    VIT_ATTN_LSLA,        /* ViT-LSLA: keys and values are x itself; DS, inner and outer biases */
+    VIT_ATTN_LESS,        /* LaViT less-attention: scores = Psi(Theta(A_prev)^T)^T */
+    VIT_ATTN_MAIT,        /* MaiT: R x R spatial masks multiplied into the scores */
+    VIT_ATTN_REFINER,     /* Refiner: head expansion, k x k convolution of the maps, reduction */
+    VIT_ATTN_COUNT
+} vit_attn_kind;
+
+typedef enum { VIT_BIAS_NONE = 0, VIT_BIAS_FULL, VIT_BIAS_RELATIVE, VIT_BIAS_COUNT } vit_bias_kind;
+
+/* MaiT: what a masked entry becomes. ZERO is the paper's M * (q k^T * scale) (an unselected key
+ * still weighs e^0); SOFT multiplies by a learnable per-head alpha in (0, 1); NEG_INF is the
+ * common reading that removes the key from the softmax. */
+typedef enum { VIT_MASK_ZERO = 0, VIT_MASK_SOFT, VIT_MASK_NEG_INF, VIT_MASK_COUNT } vit_mask_mode;
+
+typedef struct {
+    vit_attn_kind kind;
+    float scale;            /* score scale; 0 means 1/sqrt(q/k head width) */
+    int qk_dim;             /* LMSA: total q/k width, split over the heads */
+    int dynamic_scale;      /* LSLA: learnable N x N DS (1) or the fixed scale (0) */
+    vit_bias_kind inner_bias, outer_bias; /* LSLA: before the softmax, after it */
+    int value_proj;         /* LSLA: QXV, a value projection (1), or QXX (0) */
+    int no_proj;            /* LSLA: no final projection (the paper's NP) */
+    vit_mask_mode mask_mode;                      /* MaiT */
+    unsigned char mask_size[VIT_MAX_MASK_HEADS];  /* MaiT: R per head; 0 leaves the head unmasked */
+    int expanded_heads;     /* Refiner: H' */
+    int kernel_size;        /* Refiner: k, odd */
+} vit_attn;
 typedef enum { VIT_INTERP_BICUBIC = 0, VIT_INTERP_BILINEAR, VIT_INTERP_COUNT } vit_interp;
 
 typedef struct {
@@ -35,6 +71,7 @@ typedef struct {
     float mean[3], std[3];
     float crop_pct;
     vit_interp interpolation;
+    vit_attn attn[VIT_MAX_DEPTH]; /* per block; all zero (vanilla) in the built-in table */
 } vit_config;
 
 /* Compute and parameter counts of one forward pass for one image, per component. FLOPs count a
@@ -45,6 +82,8 @@ typedef enum {
     VIT_COMP_NORM,        /* every LayerNorm */
     VIT_COMP_QKV,
     VIT_COMP_ATTN_SCORES, /* Q K^T and softmax */
+    VIT_COMP_ATTN_MAPS,   /* work on the maps between softmax and values: LaViT's Theta/Psi,
+                             Refiner's expansion/convolution/reduction, LSLA's outer bias */
     VIT_COMP_ATTN_VALUES, /* A V */
     VIT_COMP_PROJ,
     VIT_COMP_MLP,
@@ -52,15 +91,26 @@ typedef enum {
     VIT_COMP_COUNT
 } vit_component;
 
+/* macs counts only the multiply-accumulates of matrix products and convolutions (what fvcore
+ * and the papers print as "FLOPs": 1.25 G for DeiT-Tiny); flops counts everything, a
+ * multiply-add as 2. */
 typedef struct {
     double params[VIT_COMP_COUNT];
     double flops[VIT_COMP_COUNT];
-    double params_total, flops_total;
+    double macs[VIT_COMP_COUNT];
+    double params_total, flops_total, macs_total;
 } vit_cost;
 
 const char *vit_component_name(vit_component c);
 const char *vit_pool_name(vit_pool p);
 const char *vit_interp_name(vit_interp i);
+const char *vit_attn_name(vit_attn_kind k);   /* "vanilla", "lmsa", "lsla", "less", "mait", "refiner" */
+const char *vit_bias_name(vit_bias_kind b);   /* "none", "full", "relative" */
+const char *vit_mask_mode_name(vit_mask_mode m); /* "zero", "soft", "neg_inf" */
+/* Name to enum; -1 when unknown. */
+int vit_attn_parse(const char *s);
+int vit_bias_parse(const char *s);
+int vit_mask_mode_parse(const char *s);
 
 /* Built-in architectures. find returns NULL for an unknown name. */
 int vit_arch_count(void);
@@ -75,6 +125,15 @@ int vit_num_patches(const vit_config *c);  /* grid^2 */
 int vit_num_prefix(const vit_config *c);   /* class + distillation tokens */
 int vit_num_tokens(const vit_config *c);   /* prefix + patches */
 int vit_head_dim(const vit_config *c);
+/* Per-block attention shapes. */
+int vit_qk_head_dim(const vit_config *c, int l);  /* q/k width per head; 0 without q/k */
+int vit_has_keys(const vit_config *c, int l);     /* block l computes q and k (not LaViT's less) */
+int vit_attn_heads(const vit_config *c, int l);   /* heads of the widest map (H' for Refiner) */
+int vit_any_attn(const vit_config *c, vit_attn_kind k);
+float vit_attn_scale(const vit_config *c, int l);
+/* Block l's mechanism and settings in a line ("mait R=[3,3,0] zero"); same text for equal
+ * settings, so consecutive blocks can be grouped. */
+void vit_attn_describe(const vit_config *c, int l, char *buf, size_t n);
 
 /* Every constraint a forward pass relies on; the message says what to change. */
 as_status vit_config_validate(const vit_config *c, as_error *err);

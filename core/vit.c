@@ -14,6 +14,8 @@
 #include "kernels.h"
 #include "resample.h"
 
+static float *rec_layer(float **arr, int l) { return arr ? arr[l] : NULL; }
+
 static void spec_add(vit_tensor_spec *specs, int max, int *n, const float **slot, int ndim,
                      const int *shape, const char *fmt, int layer) {
     if (*n < max) {
@@ -44,14 +46,59 @@ int vit_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, 
     if (c->distilled) SPEC(&p->dist_token, "dist_token", 0, 1, 1, D);
     SPEC(&p->pos_embed, "pos_embed", 0, 1, vit_num_tokens(c), D);
     if (n - 1 < max) specs[n - 1].is_pos_embed = 1;
+    const int T = vit_num_tokens(c), H = c->num_heads, W = 2 * vit_grid(c) - 1;
     for (int l = 0; l < c->depth && l < VIT_MAX_DEPTH; l++) {
         vit_block_params *b = &p->blocks[l];
+        const vit_attn *at = &c->attn[l];
         SPEC(&b->norm1_w, "blocks.%d.norm1.weight", l, D);
         SPEC(&b->norm1_b, "blocks.%d.norm1.bias", l, D);
-        SPEC(&b->qkv_w, "blocks.%d.attn.qkv.weight", l, 3 * D, D);
-        if (c->qkv_bias) SPEC(&b->qkv_b, "blocks.%d.attn.qkv.bias", l, 3 * D);
-        SPEC(&b->proj_w, "blocks.%d.attn.proj.weight", l, D, D);
-        SPEC(&b->proj_b, "blocks.%d.attn.proj.bias", l, D);
+        switch (at->kind) {
+        case VIT_ATTN_LMSA:
+            SPEC(&b->q_w, "blocks.%d.attn.q.weight", l, at->qk_dim, D);
+            if (c->qkv_bias) SPEC(&b->q_b, "blocks.%d.attn.q.bias", l, at->qk_dim);
+            SPEC(&b->k_w, "blocks.%d.attn.k.weight", l, at->qk_dim, D);
+            if (c->qkv_bias) SPEC(&b->k_b, "blocks.%d.attn.k.bias", l, at->qk_dim);
+            SPEC(&b->v_w, "blocks.%d.attn.v.weight", l, D, D);
+            if (c->qkv_bias) SPEC(&b->v_b, "blocks.%d.attn.v.bias", l, D);
+            break;
+        case VIT_ATTN_LSLA:
+            SPEC(&b->q_w, "blocks.%d.attn.q.weight", l, D, D);
+            if (c->qkv_bias) SPEC(&b->q_b, "blocks.%d.attn.q.bias", l, D);
+            if (at->value_proj) {
+                SPEC(&b->v_w, "blocks.%d.attn.v.weight", l, D, D);
+                if (c->qkv_bias) SPEC(&b->v_b, "blocks.%d.attn.v.bias", l, D);
+            }
+            if (at->dynamic_scale) SPEC(&b->ds, "blocks.%d.attn.ds", l, T, T);
+            if (at->inner_bias == VIT_BIAS_FULL) SPEC(&b->inner_bias, "blocks.%d.attn.inner_bias", l, H, T, T);
+            if (at->inner_bias == VIT_BIAS_RELATIVE)
+                SPEC(&b->inner_bias, "blocks.%d.attn.inner_bias_table", l, W * W, H);
+            if (at->outer_bias == VIT_BIAS_FULL) SPEC(&b->outer_bias, "blocks.%d.attn.outer_bias", l, H, T, T);
+            if (at->outer_bias == VIT_BIAS_RELATIVE)
+                SPEC(&b->outer_bias, "blocks.%d.attn.outer_bias_table", l, W * W, H);
+            break;
+        case VIT_ATTN_LESS:
+            SPEC(&b->v_w, "blocks.%d.attn.v.weight", l, D, D);
+            if (c->qkv_bias) SPEC(&b->v_b, "blocks.%d.attn.v.bias", l, D);
+            SPEC(&b->theta, "blocks.%d.attn.theta.weight", l, T, T);
+            SPEC(&b->psi, "blocks.%d.attn.psi.weight", l, T, T);
+            break;
+        default:
+            SPEC(&b->qkv_w, "blocks.%d.attn.qkv.weight", l, 3 * D, D);
+            if (c->qkv_bias) SPEC(&b->qkv_b, "blocks.%d.attn.qkv.bias", l, 3 * D);
+            if (at->kind == VIT_ATTN_MAIT && at->mask_mode == VIT_MASK_SOFT)
+                SPEC(&b->mask_alpha, "blocks.%d.attn.mask_alpha", l, H);
+            if (at->kind == VIT_ATTN_REFINER) {
+                const int E = at->expanded_heads, k = at->kernel_size;
+                SPEC(&b->expand, "blocks.%d.attn.expand.weight", l, E, H);
+                SPEC(&b->dla, "blocks.%d.attn.dla.weight", l, E, 1, k, k);
+                SPEC(&b->reduce, "blocks.%d.attn.reduce.weight", l, H, E);
+            }
+            break;
+        }
+        if (!(at->kind == VIT_ATTN_LSLA && at->no_proj)) {
+            SPEC(&b->proj_w, "blocks.%d.attn.proj.weight", l, D, D);
+            SPEC(&b->proj_b, "blocks.%d.attn.proj.bias", l, D);
+        }
         SPEC(&b->norm2_w, "blocks.%d.norm2.weight", l, D);
         SPEC(&b->norm2_b, "blocks.%d.norm2.bias", l, D);
         SPEC(&b->fc1_w, "blocks.%d.mlp.fc1.weight", l, Hm, D);
@@ -93,8 +140,23 @@ size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a) {
     carve(p, &off, b * Np * K, &v->patches);
     carve(p, &off, b * T * D, &v->x);
     carve(p, &off, b * T * D, &v->xn);
-    carve(p, &off, b * T * 3 * D, &v->qkv);
+    size_t W = 3 * D, E = 0;
+    for (int l = 0; l < c->depth; l++) {
+        const vit_attn *at = &c->attn[l];
+        if (at->kind == VIT_ATTN_LMSA && 2 * (size_t)at->qk_dim + D > W) W = 2 * (size_t)at->qk_dim + D;
+        for (int i = 0; i < VIT_MAX_EXTRAS; i++) {
+            vit_extra x;
+            if (vit_extra_info(c, l, i, &x) && (size_t)x.heads > E) E = (size_t)x.heads;
+        }
+    }
+    carve(p, &off, b * T * W, &v->qkv);
     carve(p, &off, b * H * T * T, &v->att);
+    const int less = vit_any_attn(c, VIT_ATTN_LESS);
+    for (int i = 0; i < 2; i++) {
+        v->keep[i] = v->ext[i] = NULL;
+        if (less) carve(p, &off, b * H * T * T, &v->keep[i]);
+        if (E) carve(p, &off, b * E * T * T, &v->ext[i]);
+    }
     carve(p, &off, b * T * D, &v->ao);
     carve(p, &off, b * T * (size_t)c->mlp_hidden, &v->hid);
     carve(p, &off, b * 2 * D, &v->pooled);
@@ -102,16 +164,26 @@ size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a) {
     return off;
 }
 
-/* y (M,N) = x (M,K) @ w^T (N,K) + bias, y = beta*y + ... : a Linear layer over M rows. */
-static void linear(float *y, const float *x, const float *w, const float *bias, int M, int N,
-                   int K, int accumulate) {
-    if (accumulate) {
-        if (bias) kernels_add_rows(y, bias, M, N);
+/* y (M,N) = x (M,K) @ w^T (N,K) + bias: a Linear layer over M rows; y's rows are ldy apart.
+ * accumulate adds to y (the residual stream) instead of overwriting it. */
+static void linear_ld(float *y, int ldy, const float *x, const float *w, const float *bias, int M,
+                      int N, int K, int accumulate) {
+    if (bias && ldy == N) {
+        if (accumulate) kernels_add_rows(y, bias, M, N);
+        else kernels_fill_rows(y, bias, M, N);
     } else if (bias) {
-        kernels_fill_rows(y, bias, M, N);
+        for (int r = 0; r < M; r++) {
+            if (accumulate) kernels_add_rows(y + (size_t)r * ldy, bias, 1, N);
+            else kernels_fill_rows(y + (size_t)r * ldy, bias, 1, N);
+        }
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x, K, w, K,
-                (accumulate || bias) ? 1.0f : 0.0f, y, N);
+                (accumulate || bias) ? 1.0f : 0.0f, y, ldy);
+}
+
+static void linear(float *y, const float *x, const float *w, const float *bias, int M, int N,
+                   int K, int accumulate) {
+    linear_ld(y, N, x, w, bias, M, N, K, accumulate);
 }
 
 /* im2col for a stride = kernel convolution. patches: (n, Np, C*P*P) in (c, ky, kx) order, the
@@ -131,40 +203,215 @@ static void patchify(float *patches, const float *images, int n, int C, int S, i
             }
 }
 
-/* Multi-head attention core for n images, given qkv (n, T, 3D) laid out as timm's
- * reshape(B, T, 3, H, hd). Writes ao (n, T, D) and att (n, H, T, T) probabilities; scores, q, k
- * (each NULL or as vit_record) receive copies. */
-static void attention(float *ao, float *att, float *scores, float *q_out, float *k_out,
-                      const float *qkv, int n, int T, int D, int H) {
-    const int hd = D / H, ld = 3 * D;
-    const float scale = 1.0f / sqrtf((float)hd);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int bh = 0; bh < n * H; bh++) {
-        const int b = bh / H, h = bh % H;
-        const float *q = qkv + (size_t)b * T * ld + (size_t)h * hd;
-        const float *k = q + D;
-        const float *v = q + 2 * D;
-        float *A = att + (size_t)bh * T * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, scale, q, ld, k, ld, 0.0f,
-                    A, T);
-        if (scores) memcpy(scores + (size_t)bh * T * T, A, (size_t)T * T * sizeof(float));
-        if (q_out || k_out)
-            for (int t = 0; t < T; t++) {
-                if (q_out) memcpy(q_out + ((size_t)bh * T + t) * hd, q + (size_t)t * ld, (size_t)hd * sizeof(float));
-                if (k_out) memcpy(k_out + ((size_t)bh * T + t) * hd, k + (size_t)t * ld, (size_t)hd * sizeof(float));
-            }
-        kernels_softmax_rows(A, T, T);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, A, T, v, ld, 0.0f,
-                    ao + (size_t)b * T * D + (size_t)h * hd, D);
+/* Where one block's per-head q, k and v live: head h of image b starts at
+ * base + b * T * ld + h * width, rows ld apart. */
+typedef struct {
+    const float *base;
+    int ld, width;
+} head_view;
+
+static const float *head_at(const head_view *v, int T, int b, int h) {
+    return v->base + (size_t)b * T * v->ld + (size_t)h * v->width;
+}
+
+/* Swin's relative position index for an M x M window: entry (i, j) of the (T, T) bias is
+ * table[idx * H + h] with idx = (yi - yj + M - 1) * (2M - 1) + (xi - xj + M - 1). */
+static float rel_bias(const float *table, int H, int h, int M, int i, int j) {
+    const int idx = (i / M - j / M + M - 1) * (2 * M - 1) + (i % M - j % M + M - 1);
+    return table[(size_t)idx * H + h];
+}
+
+/* bias (T, T) of head h: a full (H, T, T) table or a relative ((2M-1)^2, H) one. */
+static void add_bias(float *A, const float *bias, vit_bias_kind kind, int H, int h, int T, int M) {
+    if (kind == VIT_BIAS_FULL) {
+        const float *bh = bias + (size_t)h * T * T;
+        for (size_t i = 0; i < (size_t)T * T; i++) A[i] += bh[i];
+    } else if (kind == VIT_BIAS_RELATIVE) {
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j < T; j++) A[(size_t)i * T + j] += rel_bias(bias, H, h, M, i, j);
     }
 }
 
-static float *rec_layer(float **arr, int l) { return arr ? arr[l] : NULL; }
+/* MaiT: is key j outside query i's R x R neighbourhood? Prefix tokens' rows and columns are
+ * never masked (the class token aggregates globally; a covering mask equals no mask). */
+static int mait_outside(int i, int j, int prefix, int G, int R) {
+    if (i < prefix || j < prefix) return 0;
+    const int r = R / 2, pi = i - prefix, pj = j - prefix;
+    const int dy = pi / G - pj / G, dx = pi % G - pj % G;
+    return dy > r || dy < -r || dx > r || dx < -r;
+}
+
+static void mait_apply(float *A, const vit_attn *at, const float *alpha, int h, int T, int prefix,
+                       int G) {
+    const int R = at->mask_size[h];
+    const float out = at->mask_mode == VIT_MASK_SOFT ? alpha[h] : 0.0f;
+    for (int i = prefix; i < T; i++)
+        for (int j = prefix; j < T; j++) {
+            if (!mait_outside(i, j, prefix, G, R)) continue;
+            float *e = &A[(size_t)i * T + j];
+            *e = at->mask_mode == VIT_MASK_NEG_INF ? -INFINITY : *e * out;
+        }
+}
+
+/* Refiner on one image's maps: expanded[e] = sum_h W_e[e, h] A[h]; convolved[e] = the k x k
+ * cross-correlation of expanded[e] with dla[e] (zero padding k/2, as Conv2d with groups = H');
+ * A[h] = sum_e W_r[h, e] convolved[e]. */
+static void refine(float *A, float *expanded, float *convolved, const vit_block_params *bp,
+                   const vit_attn *at, int H, int T) {
+    const int E = at->expanded_heads, k = at->kernel_size, pad = k / 2;
+    const size_t TT = (size_t)T * T;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, E, (int)TT, H, 1.0f, bp->expand, H, A,
+                (int)TT, 0.0f, expanded, (int)TT);
+    for (int e = 0; e < E; e++) {
+        const float *in = expanded + (size_t)e * TT, *w = bp->dla + (size_t)e * k * k;
+        float *o = convolved + (size_t)e * TT;
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j < T; j++) {
+                float acc = 0.0f;
+                for (int u = 0; u < k; u++) {
+                    const int y = i + u - pad;
+                    if (y < 0 || y >= T) continue;
+                    const int x0 = j - pad < 0 ? pad - j : 0, x1 = j - pad + k > T ? T - j + pad : k;
+                    for (int v = x0; v < x1; v++) acc += w[u * k + v] * in[(size_t)y * T + j + v - pad];
+                }
+                o[(size_t)i * T + j] = acc;
+            }
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, H, (int)TT, E, 1.0f, bp->reduce, E,
+                convolved, (int)TT, 0.0f, A, (int)TT);
+}
+
+/* Everything one block's attention needs besides its weights. */
+typedef struct {
+    int n, T, D, H, prefix, G;
+    head_view q, k, v;     /* q.base NULL for less-attention */
+    float *att;            /* (n, H, T, T) maps that multiply the values */
+    float *scores, *q_out, *k_out, *extra[VIT_MAX_EXTRAS]; /* records, or NULL */
+    const float *prev;     /* less-attention: the previous block's scores */
+    float *keep;           /* scores for the next less-attention block, or NULL */
+    float *ao;             /* (n, T, D) output before proj */
+} attn_job;
+
+/* Scores to softmax of one (image, head) pair, leaving the map that multiplies the values in
+ * A. Single-threaded BLAS: the pairs are spread over OpenMP threads. */
+static void attn_head(const attn_job *j, const vit_config *c, int l, const vit_block_params *bp,
+                      int b, int h) {
+    const vit_attn *at = &c->attn[l];
+    const int T = j->T, H = j->H, dq = vit_qk_head_dim(c, l);
+    const size_t bh = (size_t)b * H + h, TT = (size_t)T * T;
+    float *A = j->att + bh * TT;
+    if (at->kind == VIT_ATTN_LESS) {
+        /* A^l = Psi(Theta(A^{l-1})^T)^T = Psi A^{l-1} Theta^T, with Linear(T, T) maps */
+        float *S = j->keep + bh * TT;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, T, 1.0f, j->prev + bh * TT, T,
+                    bp->theta, T, 0.0f, A, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, T, T, 1.0f, bp->psi, T, A, T,
+                    0.0f, S, T);
+        memcpy(A, S, TT * sizeof(float));
+    } else {
+        const float *q = head_at(&j->q, T, b, h), *k = head_at(&j->k, T, b, h);
+        const int dyn = at->kind == VIT_ATTN_LSLA && at->dynamic_scale;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, dq, dyn ? 1.0f : vit_attn_scale(c, l),
+                    q, j->q.ld, k, j->k.ld, 0.0f, A, T);
+        if (dyn)
+            for (size_t i = 0; i < TT; i++) A[i] *= bp->ds[i];
+        if (at->kind == VIT_ATTN_LSLA) add_bias(A, bp->inner_bias, at->inner_bias, H, h, T, j->G);
+        if (at->kind == VIT_ATTN_MAIT && h < VIT_MAX_MASK_HEADS && at->mask_size[h])
+            mait_apply(A, at, bp->mask_alpha, h, T, j->prefix, j->G);
+        if (j->keep) memcpy(j->keep + bh * TT, A, TT * sizeof(float));
+        for (int t = 0; t < T && (j->q_out || j->k_out); t++) {
+            if (j->q_out) memcpy(j->q_out + (bh * T + t) * dq, q + (size_t)t * j->q.ld, (size_t)dq * sizeof(float));
+            if (j->k_out) memcpy(j->k_out + (bh * T + t) * dq, k + (size_t)t * j->k.ld, (size_t)dq * sizeof(float));
+        }
+    }
+    if (j->scores) memcpy(j->scores + bh * TT, A, TT * sizeof(float));
+    kernels_softmax_rows(A, T, T);
+    if (at->kind == VIT_ATTN_LSLA) {
+        if (j->extra[0]) memcpy(j->extra[0] + bh * TT, A, TT * sizeof(float));
+        add_bias(A, bp->outer_bias, at->outer_bias, H, h, T, j->G);
+    }
+}
+
+static void attn_values(const attn_job *j, int b, int h) {
+    const int T = j->T, dv = j->D / j->H;
+    const float *A = j->att + ((size_t)b * j->H + h) * T * T;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dv, T, 1.0f, A, T,
+                head_at(&j->v, T, b, h), j->v.ld, 0.0f, j->ao + (size_t)b * T * j->D + (size_t)h * dv, j->D);
+}
+
+/* One block's attention for n images: projections of xn into acts->qkv, the mechanism, and
+ * the output before proj in acts->ao. */
+static void attention(const vit_config *c, int l, const vit_block_params *bp, vit_acts *a,
+                      int n, const vit_record *rec, int next_is_less) {
+    const vit_attn *at = &c->attn[l];
+    const int D = c->embed_dim, H = c->num_heads, T = vit_num_tokens(c), M = n * T, hd = D / H;
+    attn_job j = {.n = n, .T = T, .D = D, .H = H, .prefix = vit_num_prefix(c), .G = vit_grid(c),
+                  .ao = a->ao};
+    switch (at->kind) {
+    case VIT_ATTN_LMSA: {
+        const int Q = at->qk_dim, W = 2 * Q + D;
+        linear_ld(a->qkv, W, a->xn, bp->q_w, bp->q_b, M, Q, D, 0);
+        linear_ld(a->qkv + Q, W, a->xn, bp->k_w, bp->k_b, M, Q, D, 0);
+        linear_ld(a->qkv + 2 * Q, W, a->xn, bp->v_w, bp->v_b, M, D, D, 0);
+        j.q = (head_view){a->qkv, W, Q / H};
+        j.k = (head_view){a->qkv + Q, W, Q / H};
+        j.v = (head_view){a->qkv + 2 * Q, W, hd};
+        break;
+    }
+    case VIT_ATTN_LSLA: {
+        const int W = at->value_proj ? 2 * D : D;
+        linear_ld(a->qkv, W, a->xn, bp->q_w, bp->q_b, M, D, D, 0);
+        if (at->value_proj) linear_ld(a->qkv + D, W, a->xn, bp->v_w, bp->v_b, M, D, D, 0);
+        j.q = (head_view){a->qkv, W, hd};
+        j.k = (head_view){a->xn, D, hd}; /* keys are x itself, split into heads */
+        j.v = at->value_proj ? (head_view){a->qkv + D, W, hd} : j.k;
+        break;
+    }
+    case VIT_ATTN_LESS:
+        linear(a->qkv, a->xn, bp->v_w, bp->v_b, M, D, D, 0);
+        j.v = (head_view){a->qkv, D, hd};
+        j.prev = a->keep[(l + 1) & 1];
+        break;
+    default:
+        linear(a->qkv, a->xn, bp->qkv_w, bp->qkv_b, M, 3 * D, D, 0);
+        j.q = (head_view){a->qkv, 3 * D, hd};
+        j.k = (head_view){a->qkv + D, 3 * D, hd};
+        j.v = (head_view){a->qkv + 2 * D, 3 * D, hd};
+        break;
+    }
+    float *att = rec_layer(rec->attn, l);
+    j.att = att ? att : a->att;
+    j.scores = rec_layer(rec->scores, l);
+    j.q_out = rec_layer(rec->q, l);
+    j.k_out = rec_layer(rec->k, l);
+    const int refiner = at->kind == VIT_ATTN_REFINER;
+    for (int i = 0; i < VIT_MAX_EXTRAS; i++) {
+        vit_extra x;
+        float *r = rec_layer(rec->extra[i], l);
+        /* Refiner needs its intermediate maps; LSLA's copy is only made when recorded */
+        j.extra[i] = vit_extra_info(c, l, i, &x) ? (r ? r : refiner ? a->ext[i] : NULL) : NULL;
+    }
+    if (next_is_less || at->kind == VIT_ATTN_LESS) j.keep = a->keep[l & 1];
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < n * H; bh++) {
+        attn_head(&j, c, l, bp, bh / H, bh % H);
+        if (!refiner) attn_values(&j, bh / H, bh % H);
+    }
+    if (!refiner) return;
+    const size_t E = (size_t)at->expanded_heads, TT = (size_t)T * T;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int b = 0; b < n; b++)
+        refine(j.att + (size_t)b * H * TT, j.extra[0] + (size_t)b * E * TT,
+               j.extra[1] + (size_t)b * E * TT, bp, at, H, T);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < n * H; bh++) attn_values(&j, bh / H, bh % H);
+}
+
 
 void vit_forward(const vit_config *c, const vit_params *p, vit_acts *a, const float *images,
                  int n, const vit_record *rec) {
     assert(n >= 1 && n <= a->B);
-    const int D = c->embed_dim, H = c->num_heads, T = vit_num_tokens(c), Np = vit_num_patches(c);
+    const int D = c->embed_dim, T = vit_num_tokens(c), Np = vit_num_patches(c);
     const int P = c->patch_size, Cin = c->in_chans, K = Cin * P * P, Hm = c->mlp_hidden;
     const int prefix = vit_num_prefix(c), M = n * T;
     const vit_record none = {0};
@@ -183,12 +430,10 @@ void vit_forward(const vit_config *c, const vit_params *p, vit_acts *a, const fl
 
     for (int l = 0; l < c->depth; l++) {
         const vit_block_params *bp = &p->blocks[l];
-        float *att = rec_layer(rec->attn, l);
         kernels_layernorm(a->xn, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
-        linear(a->qkv, a->xn, bp->qkv_w, bp->qkv_b, M, 3 * D, D, 0);
-        attention(a->ao, att ? att : a->att, rec_layer(rec->scores, l), rec_layer(rec->q, l),
-                  rec_layer(rec->k, l), a->qkv, n, T, D, H);
-        linear(a->x, a->ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
+        attention(c, l, bp, a, n, rec, l + 1 < c->depth && c->attn[l + 1].kind == VIT_ATTN_LESS);
+        if (bp->proj_w) linear(a->x, a->ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
+        else for (size_t i = 0; i < (size_t)M * D; i++) a->x[i] += a->ao[i];   /* LSLA's NP */
         kernels_layernorm(a->xn, a->x, bp->norm2_w, bp->norm2_b, M, D, c->ln_eps);
         linear(a->hid, a->xn, bp->fc1_w, bp->fc1_b, M, Hm, D, 0);
         kernels_gelu(a->hid, (size_t)M * Hm);
@@ -269,5 +514,113 @@ int vit_resample_pos_embed(float *out, const float *in, int prefix, int gs_in, i
     free(tmp);
     free(b);
     free(w);
+    return 1;
+}
+
+int vit_extra_info(const vit_config *c, int l, int i, vit_extra *out) {
+    const vit_attn *at = &c->attn[l];
+    vit_extra x = {0};
+    if (at->kind == VIT_ATTN_LSLA && i == 0)
+        x = (vit_extra){"attn_softmax", c->num_heads,
+                        "softmax of the scores, before the outer bias is added"};
+    else if (at->kind == VIT_ATTN_REFINER && i == 0)
+        x = (vit_extra){"attn_expanded", at->expanded_heads,
+                        "expansion: expand.weight (H', H) applied across the heads' softmax maps"};
+    else if (at->kind == VIT_ATTN_REFINER && i == 1)
+        x = (vit_extra){"attn_convolved", at->expanded_heads,
+                        "the expanded maps after the head-wise k x k convolution (dla.weight)"};
+    else
+        return 0;
+    if (out) *out = x;
+    return 1;
+}
+
+/* Every static tensor of block l, in order; returns the count. */
+static int statics_of(const vit_config *c, int l, vit_static *v) {
+    const vit_attn *at = &c->attn[l];
+    const int T = vit_num_tokens(c), H = c->num_heads, E = at->expanded_heads, k = at->kernel_size;
+    int n = 0;
+#define ST(nm, d, s0, s1, s2, desc) v[n++] = (vit_static){nm, d, {s0, s1, s2}, desc}
+    switch (at->kind) {
+    case VIT_ATTN_LSLA:
+        if (at->dynamic_scale) ST("ds", 2, T, T, 0, "dynamic scale DS multiplying q x^T (shared by the heads)");
+        if (at->inner_bias) ST("inner_bias", 3, H, T, T, "B_inner added before the softmax, as a full table per head");
+        if (at->outer_bias) ST("outer_bias", 3, H, T, T, "B_outer added after the softmax, as a full table per head");
+        break;
+    case VIT_ATTN_LESS:
+        ST("theta", 2, T, T, 0, "Theta: Linear(T, T) applied to the previous scores' rows");
+        ST("psi", 2, T, T, 0, "Psi: Linear(T, T) applied to the columns after Theta");
+        break;
+    case VIT_ATTN_MAIT:
+        ST("mask", 3, H, T, T, "1 where the score is kept, 0 where the mask applies (see mask_mode)");
+        if (at->mask_mode == VIT_MASK_SOFT) ST("mask_alpha", 1, H, 0, 0, "soft mask value per head");
+        break;
+    case VIT_ATTN_REFINER:
+        ST("expand", 2, E, H, 0, "attention expansion (H', H)");
+        ST("dla", 3, E, k, k, "head-wise convolution kernels (distributed local attention)");
+        ST("reduce", 2, H, E, 0, "attention reduction (H, H')");
+        break;
+    default: break;
+    }
+#undef ST
+    return n;
+}
+
+int vit_static_info(const vit_config *c, int l, int i, vit_static *out) {
+    vit_static v[4];
+    const int n = statics_of(c, l, v);
+    if (i < 0 || i >= n) return 0;
+    if (out) *out = v[i];
+    return 1;
+}
+
+void vit_static_fill(const vit_config *c, const vit_params *p, int l, int i, float *out) {
+    vit_static v[4];
+    if (i < 0 || i >= statics_of(c, l, v)) return;
+    const vit_block_params *bp = &p->blocks[l];
+    const vit_attn *at = &c->attn[l];
+    const int T = vit_num_tokens(c), H = c->num_heads, G = vit_grid(c);
+    size_t count = 1;
+    for (int d = 0; d < v[i].ndim; d++) count *= (size_t)v[i].shape[d];
+    const char *nm = v[i].name;
+    const float *src = NULL;
+    if (!strcmp(nm, "ds")) src = bp->ds;
+    else if (!strcmp(nm, "theta")) src = bp->theta;
+    else if (!strcmp(nm, "psi")) src = bp->psi;
+    else if (!strcmp(nm, "mask_alpha")) src = bp->mask_alpha;
+    else if (!strcmp(nm, "expand")) src = bp->expand;
+    else if (!strcmp(nm, "dla")) src = bp->dla;
+    else if (!strcmp(nm, "reduce")) src = bp->reduce;
+    if (src) {
+        memcpy(out, src, count * sizeof(float));
+    } else if (!strcmp(nm, "mask")) {
+        for (int h = 0; h < H; h++)
+            for (int q = 0; q < T; q++)
+                for (int k = 0; k < T; k++)
+                    out[((size_t)h * T + q) * T + k] =
+                        h < VIT_MAX_MASK_HEADS && at->mask_size[h] &&
+                                mait_outside(q, k, vit_num_prefix(c), G, at->mask_size[h])
+                            ? 0.0f : 1.0f;
+    } else { /* inner_bias, outer_bias: expand to (H, T, T) */
+        const int inner = !strcmp(nm, "inner_bias");
+        memset(out, 0, count * sizeof(float));
+        for (int h = 0; h < H; h++)
+            add_bias(out + (size_t)h * T * T, inner ? bp->inner_bias : bp->outer_bias,
+                     inner ? at->inner_bias : at->outer_bias, H, h, T, G);
+    }
+}
+
+int vit_params_check(const vit_config *c, const vit_params *p, char *msg, size_t n) {
+    for (int l = 0; l < c->depth; l++) {
+        const float *al = p->blocks[l].mask_alpha;
+        if (c->attn[l].kind != VIT_ATTN_MAIT || !al) continue;
+        for (int h = 0; h < c->num_heads; h++)
+            if (!(al[h] > 0.0f && al[h] < 1.0f)) {
+                snprintf(msg, n, "blocks.%d.attn.mask_alpha[%d] = %g is outside (0, 1): soft "
+                         "masks scale masked scores by a value strictly between 0 and 1", l, h,
+                         (double)al[h]);
+                return 0;
+            }
+    }
     return 1;
 }

@@ -16,13 +16,19 @@
  * Shapes: B images, T tokens (prefix + patches), D embed_dim, H heads, hd = D/H. */
 
 #define VIT_MAX_TENSORS 4096
-#define VIT_MAX_DEPTH 256 /* vit_config_validate enforces it */
 #define VIT_TENSOR_NAME_MAX 96
 
 typedef struct {
     const float *norm1_w, *norm1_b; /* (D) */
     const float *qkv_w, *qkv_b;     /* (3D, D), (3D) or NULL without qkv_bias */
-    const float *proj_w, *proj_b;   /* (D, D), (D) */
+    /* separate projections (LMSA: q, k (Q, D) and v; LSLA: q and v; less-attention: v) */
+    const float *q_w, *q_b, *k_w, *k_b, *v_w, *v_b;
+    const float *ds;                /* LSLA: (T, T) dynamic scale */
+    const float *inner_bias, *outer_bias; /* LSLA: (H, T, T) full or ((2M-1)^2, H) relative */
+    const float *theta, *psi;       /* less-attention: (T, T) each, applied as Linear(T, T) */
+    const float *mask_alpha;        /* MaiT soft masks: (H) */
+    const float *expand, *dla, *reduce; /* Refiner: (H', H), (H', 1, k, k), (H, H') */
+    const float *proj_w, *proj_b;   /* (D, D), (D); NULL for LSLA's NP */
     const float *norm2_w, *norm2_b; /* (D) */
     const float *fc1_w, *fc1_b;     /* (Hm, D), (Hm) */
     const float *fc2_w, *fc2_b;     /* (D, Hm), (D) */
@@ -56,8 +62,10 @@ typedef struct {
     float *patches; /* (B, Np, C*P*P) im2col of the input */
     float *x;       /* (B, T, D) residual stream */
     float *xn;      /* (B, T, D) normalised */
-    float *qkv;     /* (B, T, 3D) */
+    float *qkv;     /* (B, T, W): the block's projections, W = 3D or its mechanism's width */
     float *att;     /* (B, H, T, T) scratch maps for layers not recorded */
+    float *keep[2]; /* (B, H, T, T) scores handed to the next less-attention block, or NULL */
+    float *ext[2];  /* (B, H', T, T) scratch for mechanism maps not recorded, or NULL */
     float *ao;      /* (B, T, D) attention output before proj */
     float *hid;     /* (B, T, Hm) MLP hidden */
     float *pooled;  /* (B, 2, D) pooled features (and distillation token) */
@@ -69,13 +77,41 @@ typedef struct {
 size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a);
 
 /* What to record; every pointer may be NULL, and each array has depth entries (NULL skips). */
+#define VIT_MAX_EXTRAS 2
+
 typedef struct {
-    float **attn;   /* [l]: (B, H, T, T) softmax probabilities */
-    float **scores; /* [l]: (B, H, T, T) scaled scores before softmax */
-    float **q;      /* [l]: (B, H, T, hd) */
-    float **k;      /* [l]: (B, H, T, hd) */
+    float **attn;   /* [l]: (B, H, T, T) the map that multiplies the values (or x) */
+    float **scores; /* [l]: (B, H, T, T) what enters the softmax */
+    float **q;      /* [l]: (B, H, T, dq) dq = vit_qk_head_dim (0: block has none) */
+    float **k;      /* [l]: (B, H, T, dq) keys (x itself for LSLA) */
     float **tokens; /* [l]: (B, T, D) block output */
+    float **extra[VIT_MAX_EXTRAS]; /* [i][l]: (B, heads, T, T), see vit_extra_info */
 } vit_record;
+
+/* The mechanism's intermediate maps of block l (LSLA: the softmax before the outer bias;
+ * Refiner: the expanded and the convolved maps). Returns 0 when block l has no extra i. */
+typedef struct {
+    const char *name;
+    int heads;
+    const char *description;
+} vit_extra;
+int vit_extra_info(const vit_config *c, int l, int i, vit_extra *out);
+
+/* A mechanism's learnt tensors of block l as figures want them (LSLA biases expanded to full
+ * (H, T, T) tables whatever their parametrisation, MaiT's 0/1 keep mask, ...). Returns 0 when
+ * block l has no static i; out may be NULL to ask for the shape. */
+typedef struct {
+    const char *name;
+    int ndim;
+    int shape[3];
+    const char *description;
+} vit_static;
+int vit_static_info(const vit_config *c, int l, int i, vit_static *out);
+void vit_static_fill(const vit_config *c, const vit_params *p, int l, int i, float *out);
+
+/* Checks values the shapes cannot (MaiT alphas in (0, 1)). Returns 0 and names the problem in
+ * msg when one is wrong. */
+int vit_params_check(const vit_config *c, const vit_params *p, char *msg, size_t n);
 
 /* Runs n <= a->B images: (n, C, S, S) normalised float input; logits land in a->logits. */
 void vit_forward(const vit_config *c, const vit_params *p, vit_acts *a, const float *images,

@@ -5,6 +5,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +159,266 @@ static void apply_pretrained(vit_config *c, const cJSON *pc, int *bad, const cha
     }
 }
 
+/* ---- per-block attention ("attention" key; docs/models.md) ---- */
+
+/* Blocks named by an entry: an int, an array of ints, or a string "0-3,7". */
+static int parse_blocks(const cJSON *j, int depth, unsigned char *sel, char *msg, size_t n) {
+    memset(sel, 0, VIT_MAX_DEPTH);
+    if (cJSON_IsNumber(j)) {
+        int b = (int)j->valuedouble;
+        if (b < 0 || b >= depth || b != j->valuedouble) goto range;
+        sel[b] = 1;
+        return 1;
+    }
+    if (cJSON_IsArray(j)) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, j) {
+            if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= depth ||
+                e->valuedouble != (int)e->valuedouble) goto range;
+            sel[(int)e->valuedouble] = 1;
+        }
+        return 1;
+    }
+    if (cJSON_IsString(j)) {
+        const char *p = j->valuestring;
+        while (*p) {
+            char *end;
+            long a = strtol(p, &end, 10), b = a;
+            if (end == p) goto range;
+            if (*end == '-') {
+                p = end + 1;
+                b = strtol(p, &end, 10);
+                if (end == p) goto range;
+            }
+            if (a < 0 || b >= depth || a > b) goto range;
+            for (long i = a; i <= b; i++) sel[i] = 1;
+            p = *end == ',' ? end + 1 : end;
+            if (*end && *end != ',') goto range;
+        }
+        return 1;
+    }
+range:
+    snprintf(msg, n, "\"blocks\" must name blocks 0..%d as a number, an array or a string like "
+             "\"0-3,7\"", depth - 1);
+    return 0;
+}
+
+/* One entry's settings into *a. Returns 0 with a message naming the key on error. */
+static int parse_attn_entry(const cJSON *e, int H, vit_attn *a, char *msg, size_t n) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "type");
+    int kind = cJSON_IsString(t) ? vit_attn_parse(t->valuestring) : -1;
+    if (kind < 0) {
+        snprintf(msg, n, "\"type\" must be one of vanilla, lmsa, lsla, less, mait, refiner%s%.32s%s",
+                 cJSON_IsString(t) ? " (got \"" : "", cJSON_IsString(t) ? t->valuestring : "",
+                 cJSON_IsString(t) ? "\")" : "");
+        return 0;
+    }
+    memset(a, 0, sizeof *a);
+    a->kind = (vit_attn_kind)kind;
+    if (kind == VIT_ATTN_LSLA) { /* the paper's Algorithm 1 */
+        a->dynamic_scale = 1;
+        a->inner_bias = a->outer_bias = VIT_BIAS_FULL;
+    }
+    if (kind == VIT_ATTN_REFINER) a->kernel_size = 3;
+    /* key -> the kinds it applies to (bit mask) */
+    static const struct {
+        const char *key;
+        unsigned kinds;
+    } keys[] = {
+        {"type", ~0u}, {"blocks", ~0u}, {"scale", ~(1u << VIT_ATTN_LESS)},
+        {"qk_dim", 1u << VIT_ATTN_LMSA}, {"dynamic_scale", 1u << VIT_ATTN_LSLA},
+        {"inner_bias", 1u << VIT_ATTN_LSLA}, {"outer_bias", 1u << VIT_ATTN_LSLA},
+        {"values", 1u << VIT_ATTN_LSLA}, {"proj", 1u << VIT_ATTN_LSLA},
+        {"mask_size", 1u << VIT_ATTN_MAIT}, {"heads", 1u << VIT_ATTN_MAIT},
+        {"mask_mode", 1u << VIT_ATTN_MAIT}, {"expanded_heads", 1u << VIT_ATTN_REFINER},
+        {"kernel_size", 1u << VIT_ATTN_REFINER},
+    };
+    const cJSON *j;
+    cJSON_ArrayForEach(j, e) {
+        size_t k = 0;
+        while (k < sizeof keys / sizeof keys[0] && strcmp(keys[k].key, j->string)) k++;
+        if (k == sizeof keys / sizeof keys[0]) {
+            snprintf(msg, n, "unknown key \"%.48s\" (docs/models.md lists each type's keys)", j->string);
+            return 0;
+        }
+        if (!(keys[k].kinds & (1u << kind))) {
+            snprintf(msg, n, "\"%s\" does not apply to %s attention", j->string, vit_attn_name(a->kind));
+            return 0;
+        }
+    }
+#define NUM(key, lo) (cJSON_IsNumber(j = cJSON_GetObjectItemCaseSensitive(e, key)) && j->valuedouble >= (lo) && j->valuedouble == (int)j->valuedouble)
+#define BAD(...) do { snprintf(msg, n, __VA_ARGS__); return 0; } while (0)
+    if ((j = cJSON_GetObjectItemCaseSensitive(e, "scale"))) {
+        if (!cJSON_IsNumber(j) || !(j->valuedouble > 0)) BAD("\"scale\" must be a positive number");
+        a->scale = (float)j->valuedouble;
+    }
+    if (cJSON_GetObjectItemCaseSensitive(e, "qk_dim")) {
+        if (!NUM("qk_dim", 1)) BAD("\"qk_dim\" must be a positive integer");
+        a->qk_dim = (int)j->valuedouble;
+    } else if (kind == VIT_ATTN_LMSA) {
+        BAD("lmsa needs \"qk_dim\", the total q/k width (num_heads = %d is the extreme setting)", H);
+    }
+    if ((j = cJSON_GetObjectItemCaseSensitive(e, "dynamic_scale"))) {
+        if (!cJSON_IsBool(j)) BAD("\"dynamic_scale\" must be true or false");
+        a->dynamic_scale = cJSON_IsTrue(j);
+    }
+    if ((j = cJSON_GetObjectItemCaseSensitive(e, "proj"))) {
+        if (!cJSON_IsBool(j)) BAD("\"proj\" must be true or false");
+        a->no_proj = !cJSON_IsTrue(j);
+    }
+    const char *bk[2] = {"inner_bias", "outer_bias"};
+    vit_bias_kind *bv[2] = {&a->inner_bias, &a->outer_bias};
+    for (int i = 0; i < 2; i++)
+        if ((j = cJSON_GetObjectItemCaseSensitive(e, bk[i]))) {
+            int b = cJSON_IsString(j) ? vit_bias_parse(j->valuestring) : cJSON_IsFalse(j) ? 0 : -1;
+            if (b < 0) BAD("\"%s\" must be \"none\", \"full\" or \"relative\"", bk[i]);
+            *bv[i] = (vit_bias_kind)b;
+        }
+    if ((j = cJSON_GetObjectItemCaseSensitive(e, "values"))) {
+        if (!cJSON_IsString(j) || (strcmp(j->valuestring, "x") && strcmp(j->valuestring, "v")))
+            BAD("\"values\" must be \"x\" (QXX) or \"v\" (QXV, a value projection)");
+        a->value_proj = j->valuestring[0] == 'v';
+    }
+    if ((j = cJSON_GetObjectItemCaseSensitive(e, "mask_mode"))) {
+        int m = cJSON_IsString(j) ? vit_mask_mode_parse(j->valuestring) : -1;
+        if (m < 0) BAD("\"mask_mode\" must be \"zero\" (the paper), \"soft\" or \"neg_inf\"");
+        a->mask_mode = (vit_mask_mode)m;
+    }
+    if (kind == VIT_ATTN_MAIT) {
+        if (H > VIT_MAX_MASK_HEADS) BAD("mait masks describe at most %d heads", VIT_MAX_MASK_HEADS);
+        const cJSON *ms = cJSON_GetObjectItemCaseSensitive(e, "mask_size");
+        const cJSON *hs = cJSON_GetObjectItemCaseSensitive(e, "heads");
+        if (cJSON_IsArray(ms)) {
+            if (hs) BAD("give \"mask_size\" per head (an array of %d, 0 = unmasked) or one size "
+                        "with \"heads\", not both", H);
+            if (cJSON_GetArraySize(ms) != H) BAD("\"mask_size\" has %d entries; the model has %d heads",
+                                                 cJSON_GetArraySize(ms), H);
+            int h = 0;
+            cJSON_ArrayForEach(j, ms) {
+                if (!cJSON_IsNumber(j) || j->valuedouble < 0 || j->valuedouble > 255 ||
+                    j->valuedouble != (int)j->valuedouble)
+                    BAD("\"mask_size\" entries must be 0 (unmasked) or odd sizes 1..255");
+                a->mask_size[h++] = (unsigned char)j->valuedouble;
+            }
+        } else {
+            if (!NUM("mask_size", 1) || j->valuedouble > 255)
+                BAD("mait needs \"mask_size\": an odd R (3, 5, ...) or an array with one per head");
+            const int R = (int)j->valuedouble;
+            if (!hs) {
+                for (int h = 0; h < H; h++) a->mask_size[h] = (unsigned char)R;
+            } else if (cJSON_IsArray(hs)) {
+                cJSON_ArrayForEach(j, hs) {
+                    if (!cJSON_IsNumber(j) || j->valuedouble < 0 || j->valuedouble >= H ||
+                        j->valuedouble != (int)j->valuedouble)
+                        BAD("\"heads\" must list head indices 0..%d", H - 1);
+                    a->mask_size[(int)j->valuedouble] = (unsigned char)R;
+                }
+            } else {
+                BAD("\"heads\" must be an array of head indices");
+            }
+        }
+    }
+    if (kind == VIT_ATTN_REFINER) {
+        if (!NUM("expanded_heads", 1)) BAD("refiner needs \"expanded_heads\", H' (a positive integer)");
+        a->expanded_heads = (int)j->valuedouble;
+        if (cJSON_GetObjectItemCaseSensitive(e, "kernel_size")) {
+            if (!NUM("kernel_size", 1)) BAD("\"kernel_size\" must be a positive odd integer");
+            a->kernel_size = (int)j->valuedouble;
+        }
+    }
+#undef NUM
+#undef BAD
+    return 1;
+}
+
+/* "attention": one object for every block, an array of depth objects, or an array of objects
+ * with "blocks" (later entries win). Returns 0 with a message on error. */
+static int apply_attention(vit_config *c, const cJSON *att, char *msg, size_t n) {
+    char m[256];
+    unsigned char sel[VIT_MAX_DEPTH];
+    if (c->depth < 1 || c->depth > VIT_MAX_DEPTH || c->num_heads < 1) {
+        snprintf(msg, n, "\"attention\" needs a valid depth and num_heads first");
+        return 0;
+    }
+    if (cJSON_IsObject(att)) {
+        vit_attn a;
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(att, "blocks");
+        if (!parse_attn_entry(att, c->num_heads, &a, m, sizeof m) ||
+            (b && !parse_blocks(b, c->depth, sel, m, sizeof m))) {
+            snprintf(msg, n, "attention: %s", m);
+            return 0;
+        }
+        for (int l = 0; l < c->depth; l++)
+            if (!b || sel[l]) c->attn[l] = a;
+        return 1;
+    }
+    if (!cJSON_IsArray(att)) {
+        snprintf(msg, n, "\"attention\" must be an object or an array of objects");
+        return 0;
+    }
+    const int count = cJSON_GetArraySize(att);
+    int i = 0, with_blocks = -1;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, att) {
+        const cJSON *b = cJSON_IsObject(e) ? cJSON_GetObjectItemCaseSensitive(e, "blocks") : NULL;
+        vit_attn a;
+        if (with_blocks < 0) with_blocks = b != NULL;
+        if (!cJSON_IsObject(e) || !parse_attn_entry(e, c->num_heads, &a, m, sizeof m) ||
+            (b && !parse_blocks(b, c->depth, sel, m, sizeof m))) {
+            snprintf(msg, n, "attention[%d]: %s", i, cJSON_IsObject(e) ? m : "not an object");
+            return 0;
+        }
+        if ((b != NULL) != with_blocks) {
+            snprintf(msg, n, "attention[%d]: give \"blocks\" in every entry or in none (then one "
+                     "entry per block)", i);
+            return 0;
+        }
+        if (!b && count != c->depth) {
+            snprintf(msg, n, "\"attention\" has %d entries without \"blocks\"; the model has %d "
+                     "blocks: give one per block, or say which with \"blocks\"", count, c->depth);
+            return 0;
+        }
+        for (int l = 0; l < c->depth; l++)
+            if (b ? sel[l] : l == i) c->attn[l] = a;
+        i++;
+    }
+    return 1;
+}
+
+static cJSON *attention_to_json(const vit_config *c) {
+    cJSON *arr = cJSON_CreateArray();
+    for (int l = 0; l < c->depth; l++) {
+        const vit_attn *a = &c->attn[l];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddItemToArray(arr, e);
+        cJSON_AddStringToObject(e, "type", vit_attn_name(a->kind));
+        if (a->scale > 0) cJSON_AddNumberToObject(e, "scale", a->scale);
+        switch (a->kind) {
+        case VIT_ATTN_LMSA: cJSON_AddNumberToObject(e, "qk_dim", a->qk_dim); break;
+        case VIT_ATTN_LSLA:
+            cJSON_AddBoolToObject(e, "dynamic_scale", a->dynamic_scale);
+            cJSON_AddStringToObject(e, "inner_bias", vit_bias_name(a->inner_bias));
+            cJSON_AddStringToObject(e, "outer_bias", vit_bias_name(a->outer_bias));
+            cJSON_AddStringToObject(e, "values", a->value_proj ? "v" : "x");
+            cJSON_AddBoolToObject(e, "proj", !a->no_proj);
+            break;
+        case VIT_ATTN_MAIT: {
+            cJSON *ms = cJSON_AddArrayToObject(e, "mask_size");
+            for (int h = 0; h < c->num_heads && h < VIT_MAX_MASK_HEADS; h++)
+                cJSON_AddItemToArray(ms, cJSON_CreateNumber(a->mask_size[h]));
+            cJSON_AddStringToObject(e, "mask_mode", vit_mask_mode_name(a->mask_mode));
+            break;
+        }
+        case VIT_ATTN_REFINER:
+            cJSON_AddNumberToObject(e, "expanded_heads", a->expanded_heads);
+            cJSON_AddNumberToObject(e, "kernel_size", a->kernel_size);
+            break;
+        default: break;
+        }
+    }
+    return arr;
+}
+
 /* A custom model starts from timm's VisionTransformer defaults. */
 static const vit_config custom_defaults = {
     .name = "custom", .img_size = 224, .patch_size = 16, .in_chans = 3, .embed_dim = 768,
@@ -199,10 +460,14 @@ as_status model_config_apply_json(vit_config *cfg, const char *json, const char 
     if (cJSON_IsObject(ma)) apply_object(&c, ma, &bad, &badkey);
     const cJSON *pc = cJSON_GetObjectItemCaseSensitive(root, "pretrained_cfg");
     if (cJSON_IsObject(pc)) apply_pretrained(&c, pc, &bad, &badkey);
+    const cJSON *att = cJSON_GetObjectItemCaseSensitive(root, "attention");
+    char amsg[320];
+    int att_ok = bad || !att || apply_attention(&c, att, amsg, sizeof amsg);
     cJSON_Delete(root);
     if (bad)
         return as_fail(err, AS_ERR_CONFIG, "%s: bad value for \"%s\": see docs/models.md for the "
                        "accepted keys", name, badkey);
+    if (!att_ok) return as_fail(err, AS_ERR_CONFIG, "%s: %s", name, amsg);
     if (!c.name[0]) snprintf(c.name, sizeof c.name, "custom");
     as_status rc = vit_config_validate(&c, err);
     if (rc == AS_OK) *cfg = c; /* a failing call leaves *cfg untouched */
@@ -226,6 +491,9 @@ char *model_config_to_json(const vit_config *c) {
     cJSON_AddStringToObject(o, "global_pool", vit_pool_name(c->global_pool));
     cJSON_AddBoolToObject(o, "fc_norm", c->fc_norm);
     cJSON_AddNumberToObject(o, "ln_eps", c->ln_eps);
+    int mixed = 0;
+    for (int l = 0; l < c->depth && l < VIT_MAX_DEPTH; l++) mixed |= c->attn[l].kind != VIT_ATTN_VANILLA;
+    if (mixed) cJSON_AddItemToObject(o, "attention", attention_to_json(c));
     cJSON *pc = cJSON_AddObjectToObject(o, "pretrained_cfg");
     cJSON *is = cJSON_AddArrayToObject(pc, "input_size");
     int sz[3] = {c->in_chans, c->img_size, c->img_size};
@@ -511,7 +779,39 @@ as_status model_load_report(model *m, const char *path, const char *arch, int im
         model_free(m);
         return rc;
     }
+    char msg[256];
+    if (!vit_params_check(&m->cfg, &m->params, msg, sizeof msg)) {
+        model_free(m);
+        return as_fail(err, AS_ERR_FORMAT, "%s: %s: fix the checkpoint", weights, msg);
+    }
     return AS_OK;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* LayerNorm weights near 1, everything else with std 0.02 as timm's init; the mechanisms'
+ * maps start near what makes them a plain attention (identity Theta/Psi/expansion/reduction,
+ * a delta kernel, DS at the usual scale, alphas at 0.5). The perturbations keep every tensor
+ * distinct so that a wrong binding changes the output. */
+static void random_fill(float *x, const vit_tensor_spec *s, int head_dim, rng_state *r) {
+    size_t numel = 1;
+    for (int d = 0; d < s->ndim; d++) numel *= (size_t)s->shape[d];
+    const char *nm = s->name;
+    const int rows = s->shape[0], cols = s->ndim > 1 ? s->shape[1] : 1;
+    const int eye = ends_with(nm, "theta.weight") || ends_with(nm, "psi.weight") ||
+                    ends_with(nm, "expand.weight") || ends_with(nm, "reduce.weight");
+    for (size_t k = 0; k < numel; k++) {
+        const float e = 0.02f * rng_normal(r);
+        if (strstr(nm, "norm") && ends_with(nm, ".weight")) x[k] = 1.0f + 0.1f * rng_normal(r);
+        else if (ends_with(nm, "attn.ds")) x[k] = (1.0f + 5 * e) / sqrtf((float)head_dim);
+        else if (ends_with(nm, "mask_alpha")) x[k] = 0.5f + 10 * e;
+        else if (eye) x[k] = (int)(k / (size_t)cols) % (rows < cols ? rows : cols) == (int)(k % (size_t)cols) ? 1.0f + e : e;
+        else if (ends_with(nm, "dla.weight")) x[k] = k % (size_t)(s->shape[2] * s->shape[3]) == (size_t)(s->shape[2] * s->shape[3]) / 2 ? 1.0f + e : e;
+        else x[k] = e;
+    }
 }
 
 as_status model_init_random(model *m, const vit_config *cfg, unsigned long long seed, as_error *err) {
@@ -538,13 +838,7 @@ as_status model_init_random(model *m, const vit_config *cfg, unsigned long long 
     for (int i = 0; i < n; i++) {
         size_t numel = 1;
         for (int d = 0; d < specs[i].ndim; d++) numel *= (size_t)specs[i].shape[d];
-        const char *nm = specs[i].name;
-        size_t len = strlen(nm);
-        int is_norm_w = strstr(nm, "norm") && len > 7 && strcmp(nm + len - 7, ".weight") == 0;
-        /* LayerNorm weights near 1, everything else with std 0.02 as timm's init; the
-         * perturbations keep every tensor distinct so that a wrong binding changes the output */
-        for (size_t k = 0; k < numel; k++)
-            cur[k] = is_norm_w ? 1.0f + 0.1f * rng_normal(&r) : 0.02f * rng_normal(&r);
+        random_fill(cur, &specs[i], vit_head_dim(cfg), &r);
         *specs[i].slot = cur;
         cur += numel;
     }

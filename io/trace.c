@@ -32,7 +32,8 @@
 
 static const char *const trace_q_names[] = {[TRACE_Q_ATTN] = "attn", [TRACE_Q_SCORES] = "scores",
                                             [TRACE_Q_Q] = "q", [TRACE_Q_K] = "k",
-                                            [TRACE_Q_TOKENS] = "tokens"};
+                                            [TRACE_Q_TOKENS] = "tokens",
+                                            [TRACE_Q_X0] = "internals", [TRACE_Q_X1] = "internals"};
 _Static_assert(sizeof trace_q_names / sizeof trace_q_names[0] == TRACE_Q_COUNT, "quantity names");
 static const char *const trace_c_names[] = {[TRACE_COMPRESS_NONE] = "none",
                                             [TRACE_COMPRESS_LZ4] = "lz4",
@@ -177,65 +178,100 @@ static int spec_q_rows(const trace_spec *s) {
     return s->prefix_rows_only ? vit_num_prefix(&s->cfg) : vit_num_tokens(&s->cfg);
 }
 
-/* Shape of one image's record of quantity q in one layer (without the image axis). */
-static int q_shape(const trace_spec *s, trace_quantity q, hsize_t dims[3]) {
-    const int T = vit_num_tokens(&s->cfg), hd = vit_head_dim(&s->cfg);
-    switch (q) {
-    case TRACE_Q_ATTN:
-    case TRACE_Q_SCORES:
-        dims[0] = (hsize_t)s->n_heads, dims[1] = (hsize_t)spec_q_rows(s), dims[2] = (hsize_t)T;
-        return 3;
-    case TRACE_Q_Q:
-    case TRACE_Q_K:
-        dims[0] = (hsize_t)s->n_heads, dims[1] = (hsize_t)T, dims[2] = (hsize_t)hd;
-        return 3;
-    default:
+static int is_map(trace_quantity q) {
+    return q == TRACE_Q_ATTN || q == TRACE_Q_SCORES || q == TRACE_Q_X0 || q == TRACE_Q_X1;
+}
+
+/* Does block l have a record of q (q/k: not in less-attention blocks; internals: per
+ * mechanism)? */
+static int q_in_layer(const vit_config *c, trace_quantity q, int l) {
+    if (q == TRACE_Q_Q || q == TRACE_Q_K) return vit_has_keys(c, l);
+    if (q == TRACE_Q_X0 || q == TRACE_Q_X1) return vit_extra_info(c, l, q - TRACE_Q_X0, NULL);
+    return 1;
+}
+
+static const char *q_dset_name(const vit_config *c, trace_quantity q, int l) {
+    vit_extra x;
+    if ((q == TRACE_Q_X0 || q == TRACE_Q_X1) && vit_extra_info(c, l, q - TRACE_Q_X0, &x)) return x.name;
+    return trace_q_names[q];
+}
+
+/* The heads a record of q in block l keeps: the --heads selection, or (Refiner's expanded maps,
+ * which are not the model's heads) all of them. Returns the count; ids receives them. */
+static int q_heads(const trace_spec *s, trace_quantity q, int l, int *ids) {
+    vit_extra x;
+    if ((q == TRACE_Q_X0 || q == TRACE_Q_X1) && vit_extra_info(&s->cfg, l, q - TRACE_Q_X0, &x) &&
+        s->cfg.attn[l].kind == VIT_ATTN_REFINER) {
+        if (ids)
+            for (int h = 0; h < x.heads; h++) ids[h] = h;
+        return x.heads;
+    }
+    if (ids) memcpy(ids, s->heads, (size_t)s->n_heads * sizeof(int));
+    return s->n_heads;
+}
+
+/* Shape of one image's record of quantity q in block l (without the image axis). */
+static int q_shape(const trace_spec *s, trace_quantity q, int l, hsize_t dims[3]) {
+    const int T = vit_num_tokens(&s->cfg);
+    if (q == TRACE_Q_TOKENS) {
         dims[0] = (hsize_t)T, dims[1] = (hsize_t)s->cfg.embed_dim;
         return 2;
     }
+    dims[0] = (hsize_t)q_heads(s, q, l, NULL);
+    dims[1] = is_map(q) ? (hsize_t)spec_q_rows(s) : (hsize_t)T;
+    dims[2] = is_map(q) ? (hsize_t)T : (hsize_t)vit_qk_head_dim(&s->cfg, l);
+    return 3;
 }
 
 /* A stored record of q is chunks_per_image chunks (one per recorded head; one for tokens) of
  * record_chunk_bytes each. */
-static int record_chunks_per_image(const trace_spec *s, trace_quantity q) {
-    return q == TRACE_Q_TOKENS ? 1 : s->n_heads;
+static int record_chunks_per_image(const trace_spec *s, trace_quantity q, int l) {
+    return q == TRACE_Q_TOKENS ? 1 : q_heads(s, q, l, NULL);
 }
 
-static size_t record_chunk_bytes(const trace_spec *s, trace_quantity q) {
+static size_t record_chunk_bytes(const trace_spec *s, trace_quantity q, int l) {
     hsize_t dims[3];
-    int nd = q_shape(s, q, dims);
+    int nd = q_shape(s, q, l, dims);
     return (s->f16 ? 2 : 4) * (size_t)dims[nd - 1] * (size_t)dims[nd - 2];
 }
 
-/* Floats per image the engine writes for q (all heads, all rows). */
-static size_t q_engine_floats(const vit_config *c, trace_quantity q) {
-    const size_t T = (size_t)vit_num_tokens(c), H = (size_t)c->num_heads, hd = (size_t)vit_head_dim(c);
+/* Floats per image the engine writes for q in block l (all heads, all rows). */
+static size_t q_engine_floats(const vit_config *c, trace_quantity q, int l) {
+    const size_t T = (size_t)vit_num_tokens(c), H = (size_t)c->num_heads;
+    vit_extra x;
     switch (q) {
     case TRACE_Q_ATTN:
     case TRACE_Q_SCORES: return H * T * T;
     case TRACE_Q_Q:
-    case TRACE_Q_K: return H * T * hd;
-    default: return T * (size_t)c->embed_dim;
+    case TRACE_Q_K: return H * T * (size_t)vit_qk_head_dim(c, l);
+    case TRACE_Q_TOKENS: return T * (size_t)c->embed_dim;
+    default: return vit_extra_info(c, l, q - TRACE_Q_X0, &x) ? (size_t)x.heads * T * T : 0;
     }
 }
 
 static const char *q_axes(trace_quantity q) {
-    switch (q) {
-    case TRACE_Q_ATTN:
-    case TRACE_Q_SCORES: return "image,head,query,key";
-    case TRACE_Q_Q:
-    case TRACE_Q_K: return "image,head,token,channel";
-    default: return "image,token,channel";
-    }
+    if (is_map(q)) return "image,head,query,key";
+    return q == TRACE_Q_TOKENS ? "image,token,channel" : "image,head,token,channel";
 }
 
-static const char *q_description(trace_quantity q) {
+static const char *q_description(const vit_config *c, trace_quantity q, int l) {
+    const vit_attn_kind k = c->attn[l].kind;
+    vit_extra x;
     switch (q) {
-    case TRACE_Q_ATTN: return "softmax(q k^T * scale): the map that multiplies the values";
-    case TRACE_Q_SCORES: return "q k^T * scale before the softmax";
-    case TRACE_Q_Q: return "per-head queries after the qkv projection";
-    case TRACE_Q_K: return "per-head keys after the qkv projection";
-    default: return "block output (residual stream after the MLP)";
+    case TRACE_Q_ATTN:
+        return k == VIT_ATTN_LSLA ? "softmax(scores) + outer bias: the map that multiplies x (or v)"
+             : k == VIT_ATTN_REFINER ? "the reduced maps (H after expansion and convolution): the map that multiplies the values"
+             : "softmax(scores): the map that multiplies the values";
+    case TRACE_Q_SCORES:
+        return k == VIT_ATTN_LSLA ? "(q x^T) * DS (or scale) + inner bias, before the softmax"
+             : k == VIT_ATTN_LESS ? "Psi(Theta(previous scores)^T)^T, before the softmax"
+             : k == VIT_ATTN_MAIT ? "mask applied to q k^T * scale (see mask_mode), before the softmax"
+             : "q k^T * scale before the softmax";
+    case TRACE_Q_Q: return "per-head queries after the projection";
+    case TRACE_Q_K: return k == VIT_ATTN_LSLA ? "per-head keys: the normalised block input x itself"
+                                             : "per-head keys after the projection";
+    case TRACE_Q_TOKENS: return "block output (residual stream after the MLP)";
+    default: return vit_extra_info(c, l, q - TRACE_Q_X0, &x) ? x.description : "";
     }
 }
 
@@ -308,6 +344,74 @@ static hid_t open_dset(hid_t loc, const char *name, hsize_t chunk0) {
 
 static void layer_group_name(char *buf, size_t n, int layer) { snprintf(buf, n, "layers/%02d", layer); }
 
+/* The layer group's attributes: its mechanism and every setting of it; with the model's weights,
+ * the mechanism's learnt maps under params/ (full tables, as vit_static_fill gives them). */
+static int layer_attrs(hid_t g, const trace_spec *s, int l) {
+    const vit_config *c = &s->cfg;
+    const vit_attn *a = &c->attn[l];
+    int rc = 0;
+    rc |= attr_int(g, "layer", l);
+    rc |= attr_str(g, "mechanism", vit_attn_name(a->kind));
+    rc |= attr_int(g, "num_tokens", vit_num_tokens(c));
+    rc |= attr_ints(g, "heads", s->heads, s->n_heads);
+    if (a->kind != VIT_ATTN_LESS) {
+        const float scale = vit_attn_scale(c, l);
+        if (!(a->kind == VIT_ATTN_LSLA && a->dynamic_scale)) rc |= attr_floats(g, "scale", &scale, 1);
+        rc |= attr_int(g, "qk_head_dim", vit_qk_head_dim(c, l));
+    }
+    switch (a->kind) {
+    case VIT_ATTN_LMSA: rc |= attr_int(g, "qk_dim", a->qk_dim); break;
+    case VIT_ATTN_LSLA:
+        rc |= attr_str(g, "scale_mode", a->dynamic_scale ? "dynamic" : "fixed");
+        rc |= attr_str(g, "inner_bias", vit_bias_name(a->inner_bias));
+        rc |= attr_str(g, "outer_bias", vit_bias_name(a->outer_bias));
+        rc |= attr_str(g, "values", a->value_proj ? "v (QXV)" : "x (QXX)");
+        rc |= attr_int(g, "proj", !a->no_proj);
+        break;
+    case VIT_ATTN_LESS: rc |= attr_int(g, "scores_from_layer", l - 1); break;
+    case VIT_ATTN_MAIT: {
+        int ms[VIT_MAX_MASK_HEADS];
+        for (int h = 0; h < c->num_heads; h++) ms[h] = a->mask_size[h];
+        rc |= attr_ints(g, "mask_size", ms, c->num_heads);
+        rc |= attr_str(g, "mask_mode", vit_mask_mode_name(a->mask_mode));
+        rc |= attr_str(g, "mask_rule", "patch rows and columns outside the R x R neighbourhood; "
+                       "prefix-token rows and columns are never masked");
+        if (a->mask_mode == VIT_MASK_SOFT && s->params && s->params->blocks[l].mask_alpha)
+            rc |= attr_floats(g, "mask_alpha", s->params->blocks[l].mask_alpha, c->num_heads);
+        break;
+    }
+    case VIT_ATTN_REFINER:
+        rc |= attr_int(g, "expanded_heads", a->expanded_heads);
+        rc |= attr_int(g, "kernel_size", a->kernel_size);
+        break;
+    default: break;
+    }
+    vit_static st;
+    if (!s->params || !vit_static_info(c, l, 0, NULL)) return rc;
+    hid_t pg = H5Gcreate2(g, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (pg < 0) return -1;
+    for (int i = 0; vit_static_info(c, l, i, &st); i++) {
+        hsize_t dims[3];
+        size_t count = 1;
+        for (int d = 0; d < st.ndim; d++) count *= (size_t)(dims[d] = (hsize_t)st.shape[d]);
+        float *buf = malloc(count * sizeof *buf);
+        hid_t sp = H5Screate_simple(st.ndim, dims, NULL);
+        hid_t d = buf ? H5Dcreate2(pg, st.name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT) : -1;
+        if (d >= 0) {
+            vit_static_fill(c, s->params, l, i, buf);
+            rc |= H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0;
+            rc |= attr_str(d, "description", st.description);
+            H5Dclose(d);
+        } else {
+            rc = -1;
+        }
+        H5Sclose(sp);
+        free(buf);
+    }
+    H5Gclose(pg);
+    return rc;
+}
+
 /* Creates (create = 1) or opens every dataset of the spec. Returns 0 on success. */
 static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
     const vit_config *c = &s->cfg;
@@ -328,24 +432,23 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
             ok = 0;
             break;
         }
-        if (create) {
-            attr_int(g, "layer", s->layers[li]);
-            attr_str(g, "mechanism", "vanilla");
-            attr_int(g, "num_tokens", vit_num_tokens(c));
-            attr_ints(g, "heads", s->heads, s->n_heads);
-        }
+        const int l = s->layers[li];
+        if (create) ok &= layer_attrs(g, s, l) == 0;
         for (int q = 0; q < TRACE_Q_COUNT && ok; q++) {
-            if (!(s->quantities & (1u << q))) continue;
+            if (!(s->quantities & (1u << q)) || !q_in_layer(c, (trace_quantity)q, l)) continue;
+            const char *dn = q_dset_name(c, (trace_quantity)q, l);
             if (create) {
                 hsize_t dims[3];
-                int nd = q_shape(s, (trace_quantity)q, dims);
-                d->q[q][li] = make_dset(g, trace_q_names[q], store, nd, dims, 1, s, 1);
+                int nd = q_shape(s, (trace_quantity)q, l, dims), ids[4096];
+                d->q[q][li] = make_dset(g, dn, store, nd, dims, 1, s, 1);
                 if (d->q[q][li] >= 0) {
                     attr_str(d->q[q][li], "axes", q_axes((trace_quantity)q));
-                    attr_str(d->q[q][li], "description", q_description((trace_quantity)q));
+                    attr_str(d->q[q][li], "description", q_description(c, (trace_quantity)q, l));
+                    if (q != TRACE_Q_TOKENS)
+                        attr_ints(d->q[q][li], "heads", ids, q_heads(s, (trace_quantity)q, l, ids));
                 }
             } else {
-                d->q[q][li] = open_dset(g, trace_q_names[q], 1);
+                d->q[q][li] = open_dset(g, dn, 1);
             }
             ok &= d->q[q][li] >= 0;
         }
@@ -398,12 +501,18 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
     return ok ? 0 : -1;
 }
 
+/* "attn,scores,internals": the root attribute naming what was recorded */
+static void quantities_str(unsigned quantities, char *q, size_t n) {
+    q[0] = 0;
+    for (int i = 0; i < TRACE_Q_COUNT; i++)
+        if ((quantities & (1u << i)) && i != TRACE_Q_X1)
+            snprintf(q + strlen(q), n - strlen(q), "%s%s", q[0] ? "," : "", trace_q_names[i]);
+}
+
 static int write_root_attrs(hid_t f, const trace_spec *s) {
     const vit_config *c = &s->cfg;
     char q[128] = "", now[32], *json = NULL;
-    for (int i = 0; i < TRACE_Q_COUNT; i++)
-        if (s->quantities & (1u << i))
-            snprintf(q + strlen(q), sizeof q - strlen(q), "%s%s", q[0] ? "," : "", trace_q_names[i]);
+    quantities_str(s->quantities, q, sizeof q);
     iso_now(now, sizeof now);
     json = model_config_to_json(c);
     int grid[2] = {vit_grid(c), vit_grid(c)};
@@ -496,10 +605,22 @@ size_t trace_slot_bytes(const trace_spec *s) {
     const vit_config *c = &s->cfg;
     size_t per_image = 0;
     for (int q = 0; q < TRACE_Q_COUNT; q++)
-        if (s->quantities & (1u << q)) per_image += q_engine_floats(c, (trace_quantity)q) * (size_t)s->n_layers * 4;
+        for (int li = 0; li < s->n_layers && (s->quantities & (1u << q)); li++)
+            per_image += q_engine_floats(c, (trace_quantity)q, s->layers[li]) * 4;
     per_image += (size_t)(c->num_classes > 0 ? c->num_classes : 1) * 4;
     per_image += (size_t)c->img_size * c->img_size * 3 + TRACE_PATH_LEN + sizeof(int) + 64 * 8;
     return per_image * (size_t)s->batch;
+}
+
+/* The record arrays of a slot, indexed by trace_quantity. */
+static void slot_arrays(trace_slot *sl, float ***arrs[TRACE_Q_COUNT]) {
+    arrs[TRACE_Q_ATTN] = &sl->rec.attn;
+    arrs[TRACE_Q_SCORES] = &sl->rec.scores;
+    arrs[TRACE_Q_Q] = &sl->rec.q;
+    arrs[TRACE_Q_K] = &sl->rec.k;
+    arrs[TRACE_Q_TOKENS] = &sl->rec.tokens;
+    arrs[TRACE_Q_X0] = &sl->rec.extra[0];
+    arrs[TRACE_Q_X1] = &sl->rec.extra[1];
 }
 
 static int slot_alloc(trace_writer *w, int i) {
@@ -520,13 +641,16 @@ static int slot_alloc(trace_writer *w, int i) {
         (ptr) = (void *)(mem + off);                        \
         off += ((size_t)(nbytes) + 63) & ~(size_t)63;       \
     } while (0)
-    float ***arrs[TRACE_Q_COUNT] = {&sl->rec.attn, &sl->rec.scores, &sl->rec.q, &sl->rec.k, &sl->rec.tokens};
+    float ***arrs[TRACE_Q_COUNT];
+    slot_arrays(sl, arrs);
     for (int q = 0; q < TRACE_Q_COUNT; q++) {
         if (!(s->quantities & (1u << q))) continue;
         TAKE(*arrs[q], (size_t)c->depth * sizeof(float *));
         for (int l = 0; l < c->depth; l++) (*arrs[q])[l] = NULL;
-        for (int li = 0; li < s->n_layers; li++)
-            TAKE((*arrs[q])[s->layers[li]], B * q_engine_floats(c, (trace_quantity)q) * 4);
+        for (int li = 0; li < s->n_layers; li++) {
+            const size_t f = q_engine_floats(c, (trace_quantity)q, s->layers[li]);
+            if (f && q_in_layer(c, (trace_quantity)q, s->layers[li])) TAKE((*arrs[q])[s->layers[li]], B * f * 4);
+        }
     }
     TAKE(sl->logits, B * (size_t)(c->num_classes > 0 ? c->num_classes : 1) * 4);
     TAKE(sl->rgb, B * (size_t)c->img_size * c->img_size * 3);
@@ -536,32 +660,28 @@ static int slot_alloc(trace_writer *w, int i) {
     return off <= bytes + 63 * 64;
 }
 
-/* Converts one layer's quantity for n images into the staging buffer, selecting heads/rows. */
-static void stage_layer(trace_writer *w, trace_quantity q, const float *src, int n) {
+/* Converts block l's quantity for n images into the staging buffer, selecting heads/rows. */
+static void stage_layer(trace_writer *w, trace_quantity q, int l, const float *src, int n) {
     const trace_spec *s = &w->spec;
     const vit_config *c = &s->cfg;
-    const size_t T = (size_t)vit_num_tokens(c), H = (size_t)c->num_heads;
-    size_t row_floats, rows, per_head_src;
+    const size_t T = (size_t)vit_num_tokens(c);
     if (q == TRACE_Q_TOKENS) {
         size_t nf = (size_t)n * T * c->embed_dim;
         if (s->f16) kernels_f32_to_f16_array(w->stage, src, nf);
         else memcpy(w->stage, src, nf * 4);
         return;
     }
-    if (q == TRACE_Q_ATTN || q == TRACE_Q_SCORES) {
-        row_floats = T;
-        rows = (size_t)spec_q_rows(s);
-        per_head_src = T * T;
-    } else {
-        row_floats = (size_t)vit_head_dim(c);
-        rows = T;
-        per_head_src = T * row_floats;
-    }
+    int ids[4096];
+    const int nh = q_heads(s, q, l, ids);
+    const size_t H = q_engine_floats(c, q, l) / (T * (is_map(q) ? T : (size_t)vit_qk_head_dim(c, l)));
+    const size_t row_floats = is_map(q) ? T : (size_t)vit_qk_head_dim(c, l);
+    const size_t rows = is_map(q) ? (size_t)spec_q_rows(s) : T;
+    const size_t per_head_src = T * row_floats;
     const size_t block = rows * row_floats; /* contiguous: the first `rows` rows of a head */
     size_t o = 0;
     for (int b = 0; b < n; b++)
-        for (int hi = 0; hi < s->n_heads; hi++, o += block) {
-            const float *hsrc = src + ((size_t)b * H + (size_t)s->heads[hi]) * per_head_src;
+        for (int hi = 0; hi < nh; hi++, o += block) {
+            const float *hsrc = src + ((size_t)b * H + (size_t)ids[hi]) * per_head_src;
             if (s->f16) kernels_f32_to_f16_array((uint16_t *)w->stage + o, hsrc, block);
             else memcpy((float *)w->stage + o, hsrc, block * 4);
         }
@@ -651,14 +771,17 @@ static int write_batch(trace_writer *w, trace_slot *sl, int *err_no) {
     for (int i = 0; i < nids; i++)
         if (extend(ids[i], end) < 0) return -1;
     hid_t store = s->f16 ? h5_f16_type() : H5Tcopy(H5T_IEEE_F32LE);
-    float ***arrs[TRACE_Q_COUNT] = {&sl->rec.attn, &sl->rec.scores, &sl->rec.q, &sl->rec.k, &sl->rec.tokens};
+    float ***arrs[TRACE_Q_COUNT];
+    slot_arrays(sl, arrs);
     int bad = 0;
     for (int q = 0; q < TRACE_Q_COUNT && !bad; q++) {
         if (!(s->quantities & (1u << q))) continue;
-        const int per_image = record_chunks_per_image(s, (trace_quantity)q);
-        const size_t chunk = record_chunk_bytes(s, (trace_quantity)q);
         for (int li = 0; li < s->n_layers && !bad; li++) {
-            stage_layer(w, (trace_quantity)q, (*arrs[q])[s->layers[li]], n);
+            const int l = s->layers[li];
+            if (w->d.q[q][li] < 0) continue; /* not in this block's mechanism */
+            const int per_image = record_chunks_per_image(s, (trace_quantity)q, l);
+            const size_t chunk = record_chunk_bytes(s, (trace_quantity)q, l);
+            stage_layer(w, (trace_quantity)q, l, (*arrs[q])[l], n);
             bad |= write_chunks(w->d.q[q][li], store, start, n, per_image, chunk, w->stage,
                                 s->compress != TRACE_COMPRESS_NONE) < 0;
         }
@@ -783,9 +906,7 @@ static as_status resume_check(trace_writer *w, as_error *err) {
     free(want);
     free(have);
     char q[128] = "", qhave[128], dt[16];
-    for (int i = 0; i < TRACE_Q_COUNT; i++)
-        if (s->quantities & (1u << i))
-            snprintf(q + strlen(q), sizeof q - strlen(q), "%s%s", q[0] ? "," : "", trace_q_names[i]);
+    quantities_str(s->quantities, q, sizeof q);
     attr_read_str(w->file, "quantities", qhave, sizeof qhave);
     attr_read_str(w->file, "dtype", dt, sizeof dt);
     int layers[VIT_MAX_DEPTH], heads[1024];
@@ -860,8 +981,8 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
     /* staging buffer: the largest quantity of one layer for a batch, converted */
     size_t biggest = 0;
     for (int q = 0; q < TRACE_Q_COUNT; q++)
-        if (spec->quantities & (1u << q)) {
-            size_t f = q_engine_floats(&spec->cfg, (trace_quantity)q);
+        for (int li = 0; li < spec->n_layers && (spec->quantities & (1u << q)); li++) {
+            size_t f = q_engine_floats(&spec->cfg, (trace_quantity)q, spec->layers[li]);
             biggest = f > biggest ? f : biggest;
         }
     w->stage_bytes = biggest * (size_t)spec->batch * 4 + 64;
@@ -870,10 +991,12 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
         size_t ib = (size_t)c->img_size * c->img_size * 3 + TRACE_PATH_LEN + 64 +
                     (size_t)(c->num_classes > 0 ? c->num_classes : 1) * 4;
         for (int q = 0; q < TRACE_Q_COUNT; q++)
-            if (spec->quantities & (1u << q)) {
+            for (int li = 0; li < spec->n_layers && (spec->quantities & (1u << q)); li++) {
+                const int l = spec->layers[li];
+                if (!q_in_layer(c, (trace_quantity)q, l)) continue;
                 /* compressed chunks can exceed raw size slightly; an index entry per chunk */
-                const size_t k = (size_t)record_chunks_per_image(spec, (trace_quantity)q);
-                ib += (size_t)spec->n_layers * k * (record_chunk_bytes(spec, (trace_quantity)q) * 11 / 10 + 64);
+                const size_t k = (size_t)record_chunks_per_image(spec, (trace_quantity)q, l);
+                ib += k * (record_chunk_bytes(spec, (trace_quantity)q, l) * 11 / 10 + 64);
             }
         w->image_bytes = ib;
     }
@@ -1062,6 +1185,7 @@ as_status trace_reader_open(trace_reader *r, const char *path, as_error *err) {
         while (p && !((p == q || p[-1] == ',') && (p[L] == 0 || p[L] == ','))) p = strstr(p + 1, trace_q_names[i]);
         if (p) r->quantities |= 1u << i;
     }
+    if (r->quantities & (1u << TRACE_Q_X0)) r->quantities |= 1u << TRACE_Q_X1;
     r->n_layers = attr_read_int(f, "layers", r->layers, VIT_MAX_DEPTH);
     r->n_heads = attr_read_int(f, "heads", r->heads, 1024);
     attr_read_str(f, "query_rows", rows, sizeof rows);
@@ -1160,6 +1284,24 @@ as_status trace_read_head(const trace_reader *r, trace_quantity q, long image, i
     char name[64];
     snprintf(name, sizeof name, "layers/%02d/%s", layer, trace_q_names[q]);
     return read_slab(r, name, image, hp, out, err);
+}
+
+as_status trace_read_map(const trace_reader *r, const char *name, long image, int layer,
+                         int head, float *out, as_error *err) {
+    char path[96];
+    snprintf(path, sizeof path, "layers/%02d/%s", layer, name);
+    hid_t d = H5Dopen2((hid_t)r->file_id, path, H5P_DEFAULT);
+    if (d < 0)
+        return as_fail(err, AS_ERR_ARG, "%s: layer %d has no %s map (not recorded, or not part of "
+                       "its mechanism): attnscope info %s lists what it holds", r->path, layer,
+                       name, r->path);
+    int heads[4096];
+    int nh = attr_read_int(d, "heads", heads, 4096);
+    H5Dclose(d);
+    int hp = index_of(heads, nh, head);
+    if (hp < 0) return as_fail(err, AS_ERR_ARG, "%s: head %d of %s in layer %d was not recorded",
+                               r->path, head, name, layer);
+    return read_slab(r, path, image, hp, out, err);
 }
 
 as_status trace_read_tokens(const trace_reader *r, long image, int layer, float *out,

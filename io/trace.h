@@ -29,6 +29,8 @@ typedef enum {
     TRACE_Q_Q,        /* per-head queries (B, H, T, hd) */
     TRACE_Q_K,        /* per-head keys (B, H, T, hd) */
     TRACE_Q_TOKENS,   /* block outputs (B, T, D) */
+    TRACE_Q_X0,       /* the mechanism's intermediate maps (vit_extra_info), */
+    TRACE_Q_X1,       /* selected together as "internals" */
     TRACE_Q_COUNT
 } trace_quantity;
 
@@ -42,6 +44,7 @@ const char *trace_compress_name(trace_compress c);
 
 typedef struct {
     vit_config cfg;
+    const vit_params *params;    /* for the mechanisms' learnt maps under layers/LL/params; may be NULL */
     const char *model_source;
     const char *weights_dtype;
     unsigned quantities;         /* bit (1 << trace_quantity) */
@@ -111,6 +114,11 @@ as_status trace_reader_refresh(trace_reader *r, as_error *err);
  * layer and head are model indices; they must have been recorded. */
 as_status trace_read_head(const trace_reader *r, trace_quantity q, long image, int layer,
                           int head, float *out, as_error *err);
+/* Any per-head map dataset of a layer by name (attn, scores, attn_softmax, attn_expanded, ...):
+ * one head's (rows, T) map; head is a model head index when the dataset follows the --heads
+ * selection, else its position. */
+as_status trace_read_map(const trace_reader *r, const char *name, long image, int layer,
+                         int head, float *out, as_error *err);
 /* Block output tokens (T, D) of one image and layer. */
 as_status trace_read_tokens(const trace_reader *r, long image, int layer, float *out,
                             as_error *err);

@@ -19,12 +19,25 @@ static const char *fx(const char *name) {
 }
 
 /* Runs m on all images of the input tensor file, recording everything of every layer. */
+enum { RQ = 7 }; /* attn, scores, q, k, tokens, extra 0, extra 1 */
 typedef struct {
     int n, L;
     float *logits;
-    float *q[5][64]; /* [quantity][layer] */
+    float *q[RQ][64]; /* [quantity][layer], NULL where the layer has none */
+    const vit_config *cfg;
     void *mem;
 } run_out;
+
+static size_t per_image(const vit_config *c, int q, int l) {
+    const size_t T = (size_t)vit_num_tokens(c), H = (size_t)c->num_heads;
+    vit_extra x;
+    switch (q) {
+    case 0: case 1: return H * T * T;
+    case 2: case 3: return H * T * (size_t)vit_qk_head_dim(c, l);
+    case 4: return T * (size_t)c->embed_dim;
+    default: return vit_extra_info(c, l, q - 5, &x) ? (size_t)x.heads * T * T : 0;
+    }
+}
 
 static int run_model(const model *m, const char *inputs, run_out *o) {
     as_error err = {0};
@@ -34,21 +47,26 @@ static int run_model(const model *m, const char *inputs, run_out *o) {
         return 0;
     }
     const vit_config *c = &m->cfg;
-    const int n = ds.count, S = c->img_size, T = vit_num_tokens(c), H = c->num_heads;
-    const size_t per[5] = {(size_t)H * T * T, (size_t)H * T * T, (size_t)H * T * vit_head_dim(c),
-                           (size_t)H * T * vit_head_dim(c), (size_t)T * c->embed_dim};
+    const int n = ds.count, S = c->img_size;
     size_t total = (size_t)n * c->num_classes;
-    for (int q = 0; q < 5; q++) total += per[q] * n * c->depth;
+    for (int q = 0; q < RQ; q++)
+        for (int l = 0; l < c->depth; l++) total += per_image(c, q, l) * n;
     memset(o, 0, sizeof *o);
     o->n = n;
     o->L = c->depth;
+    o->cfg = c;
     float *mem = malloc(total * sizeof(float));
     o->mem = mem;
     o->logits = mem;
     mem += (size_t)n * c->num_classes;
-    for (int q = 0; q < 5; q++)
-        for (int l = 0; l < c->depth; l++, mem += per[q] * n) o->q[q][l] = mem;
-    vit_record rec = {o->q[0], o->q[1], o->q[2], o->q[3], o->q[4]};
+    for (int q = 0; q < RQ; q++)
+        for (int l = 0; l < c->depth; l++) {
+            const size_t f = per_image(c, q, l) * n;
+            o->q[q][l] = f ? mem : NULL;
+            mem += f;
+        }
+    vit_record rec = {.attn = o->q[0], .scores = o->q[1], .q = o->q[2], .k = o->q[3],
+                      .tokens = o->q[4], .extra = {o->q[5], o->q[6]}};
     size_t bytes = vit_acts_carve(c, n, NULL, NULL);
     void *arena = aligned_alloc(64, bytes);
     vit_acts a;
@@ -73,28 +91,35 @@ static void compare_expected(const char *label, const run_out *o, const char *ex
     }
     static const char *names[5] = {"attn", "scores", "q", "k", "tokens"};
     char what[128];
+    int matched = 0;
     for (int i = 0; i < st.count; i++) {
         const safetensors_tensor *t = &st.tensors[i];
         float *want = malloc(t->numel * sizeof(float));
         safetensors_read_f32(&st, t, want, &err);
         const float *got = NULL;
         if (strcmp(t->name, "logits") == 0) got = o->logits;
-        for (int q = 0; q < 5 && !got; q++) {
-            size_t L = strlen(names[q]);
-            if (strncmp(t->name, names[q], L) == 0 && t->name[L] == '.')
-                got = o->q[q][atoi(t->name + L + 1)];
+        const char *dot = strrchr(t->name, '.');
+        const int l = dot ? atoi(dot + 1) : -1;
+        for (int q = 0; q < RQ && !got && dot && l >= 0 && l < o->L; q++) {
+            vit_extra x;
+            const char *nm = q < 5 ? names[q] : vit_extra_info(o->cfg, l, q - 5, &x) ? x.name : NULL;
+            if (nm && strlen(nm) == (size_t)(dot - t->name) && strncmp(t->name, nm, strlen(nm)) == 0)
+                got = o->q[q][l];
         }
+        matched += got != NULL;
         snprintf(what, sizeof what, "%s %s", label, t->name);
         CHECK(got != NULL, "%s: no engine output for this tensor", what);
         if (got && (all || strcmp(t->name, "logits") == 0)) check_close(what, got, want, t->numel, tol, tol);
         free(want);
     }
+    CHECK(matched == st.count && (!all || st.count > 1), "%s: %d of %d reference tensors compared",
+          label, matched, st.count);
     safetensors_close(&st);
 }
 
 static void test_models(void) {
-    const char *models[] = {"vit_cls", "deit_dist", "vit_gap"};
-    for (int i = 0; i < 3; i++) {
+    const char *models[] = {"vit_cls", "deit_dist", "vit_gap", "mech_cls", "mech_gap", "mech_dist"};
+    for (int i = 0; i < 6; i++) {
         model m;
         as_error err = {0};
         int ok = model_load(&m, fx(models[i]), NULL, 0, &err) == AS_OK;

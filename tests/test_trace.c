@@ -63,7 +63,7 @@ static void run_direct(const dataset *ds, int i, direct *d) {
     d->mem = mem;
     for (int q = 0; q < 5; q++)
         for (int l = 0; l < c->depth; l++, mem += per[q]) d->q[q][l] = mem;
-    vit_record rec = {d->q[0], d->q[1], d->q[2], d->q[3], d->q[4]};
+    vit_record rec = {.attn = d->q[0], .scores = d->q[1], .q = d->q[2], .k = d->q[3], .tokens = d->q[4]};
     void *arena = aligned_alloc(64, vit_acts_carve(c, 1, NULL, NULL));
     vit_acts a;
     vit_acts_carve(c, 1, arena, &a);

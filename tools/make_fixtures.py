@@ -14,6 +14,7 @@ from PIL import Image
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import safetensors_io as st  # noqa: E402
 from vit_ref import ViT, init_random  # noqa: E402
+from attn_ref import init_mechanisms  # noqa: E402
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures")
 IMAGENET = dict(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
@@ -33,11 +34,46 @@ MODELS = {
                     distilled=False, global_pool="avg", fc_norm=True),
 }
 
+# The papers' mechanisms (tools/attn_ref.py), mixed in one model as a config may mix them.
+MECH_MODELS = {
+    # class token: MaiT (zero, soft, -inf; R = 1 keeps only the query patch), extreme LMSA (one
+    # q/k channel per head), two less-attention blocks after a vanilla one, Refiner, full-table LSLA
+    "mech_cls": dict(MODELS["vit_cls"], depth=9, attention=[
+        {"type": "mait", "mask_size": [3, 0, 5], "mask_mode": "zero"},
+        {"type": "lmsa", "qk_dim": 3},
+        {"type": "vanilla"},
+        {"type": "less"},
+        {"type": "less"},
+        {"type": "refiner", "expanded_heads": 4, "kernel_size": 3},
+        {"type": "mait", "mask_size": [3, 3, 3], "mask_mode": "soft"},
+        {"type": "mait", "mask_size": [0, 3, 1], "mask_mode": "neg_inf"},
+        {"type": "lsla", "dynamic_scale": True, "inner_bias": "full", "outer_bias": "full",
+         "values": "x", "proj": True},
+    ]),
+    # no prefix tokens: the 4 x 4 tokens form a window, so LSLA can use Swin relative tables
+    "mech_gap": dict(MODELS["vit_gap"], depth=4, attention=[
+        {"type": "lsla", "dynamic_scale": True, "inner_bias": "relative", "outer_bias": "relative",
+         "values": "v", "proj": False},
+        {"type": "lsla", "dynamic_scale": False, "inner_bias": "relative", "outer_bias": "none",
+         "values": "x", "proj": True},
+        {"type": "lmsa", "qk_dim": 8, "scale": 0.3},
+        {"type": "refiner", "expanded_heads": 2, "kernel_size": 5},
+    ]),
+    # two prefix tokens (cls + dist): masks leave both rows and columns alone
+    "mech_dist": dict(MODELS["deit_dist"], depth=3, attention=[
+        {"type": "mait", "mask_size": [3, 5], "mask_mode": "zero"},
+        {"type": "less"},
+        {"type": "lsla", "dynamic_scale": False, "inner_bias": "full", "outer_bias": "none",
+         "values": "x", "proj": True},
+    ]),
+}
+
 
 def timm_config(cfg):
     """config.json in the Hugging Face timm layout."""
-    args = {k: v for k, v in cfg.items() if k not in ("num_classes",)}
-    return {"architecture": "custom", "num_classes": cfg["num_classes"],
+    args = {k: v for k, v in cfg.items() if k not in ("num_classes", "attention")}
+    extra = {"attention": cfg["attention"]} if "attention" in cfg else {}
+    return {"architecture": "custom", "num_classes": cfg["num_classes"], **extra,
             "global_pool": cfg["global_pool"], "model_args": args,
             "pretrained_cfg": {"input_size": [3, cfg["img_size"], cfg["img_size"]],
                                "crop_pct": 0.875, "interpolation": "bicubic", **IMAGENET}}
@@ -49,8 +85,8 @@ def record(model, x):
         logits = model(x, record=rec)
     out = {"logits": logits.numpy()}
     for l, r in enumerate(rec):
-        for k in ("attn", "scores", "q", "k", "tokens"):
-            out[f"{k}.{l}"] = r[k].contiguous().numpy()
+        for k, v in r.items():  # attn, scores, q, k (absent in less-attention), tokens, internals
+            out[f"{k}.{l}"] = v.contiguous().numpy()
     return out
 
 
@@ -67,7 +103,7 @@ def write_model(name, cfg, x, seed):
     d = os.path.join(OUT, name)
     os.makedirs(d, exist_ok=True)
     torch.manual_seed(seed)
-    model = init_random(ViT(cfg).eval(), seed)
+    model = init_mechanisms(init_random(ViT(cfg).eval(), seed), seed + 1)
     sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(timm_config(cfg), f, indent=2)
@@ -83,6 +119,8 @@ def main():
     np.save(os.path.join(OUT, "inputs.npy"), x.numpy())
     for i, (name, cfg) in enumerate(MODELS.items()):
         model, sd = write_model(name, cfg, x, 100 + i)
+    for i, (name, cfg) in enumerate(MECH_MODELS.items()):
+        write_model(name, cfg, x, 200 + i)
 
     # reduced-precision copies of vit_cls, with references computed from the rounded weights
     cfg = MODELS["vit_cls"]

@@ -9,24 +9,33 @@ import torch.nn.functional as F
 
 
 class Attention(nn.Module):
-    def __init__(self, dim, heads, qkv_bias):
+    """timm's multi-head attention. forward(x, prev) returns (output, pre-softmax scores)."""
+
+    def __init__(self, dim, heads, qkv_bias, scale=None):
         super().__init__()
         self.heads = heads
-        self.scale = (dim // heads) ** -0.5
+        self.scale = scale or (dim // heads) ** -0.5
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
         self.record = None  # dict to fill with attn, scores, q, k when set
 
-    def forward(self, x):
+    def scores_of(self, q, k):
+        return (q * self.scale) @ k.transpose(-2, -1)
+
+    def maps(self, attn):
+        """Refiner changes the maps after the softmax; plain attention keeps them."""
+        return attn
+
+    def forward(self, x, prev=None):
         B, N, C = x.shape
         qkv = self.qkv(x).reshape(B, N, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)
-        scores = (q * self.scale) @ k.transpose(-2, -1)
-        attn = scores.softmax(dim=-1)
+        scores = self.scores_of(q, k)
+        attn = self.maps(scores.softmax(dim=-1))
         if self.record is not None:
             self.record.update(attn=attn, scores=scores, q=q, k=k)
         x = (attn @ v).transpose(1, 2).reshape(B, N, C)
-        return self.proj(x)
+        return self.proj(x), scores
 
 
 class Mlp(nn.Module):
@@ -41,16 +50,17 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim, heads, hidden, qkv_bias, eps):
+    def __init__(self, dim, heads, hidden, qkv_bias, eps, attn=None):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=eps)
-        self.attn = Attention(dim, heads, qkv_bias)
+        self.attn = attn if attn is not None else Attention(dim, heads, qkv_bias)
         self.norm2 = nn.LayerNorm(dim, eps=eps)
         self.mlp = Mlp(dim, hidden)
 
-    def forward(self, x):
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+    def forward(self, x, prev=None):
+        y, scores = self.attn(self.norm1(x), prev)
+        x = x + y
+        return x + self.mlp(self.norm2(x)), scores
 
 
 class PatchEmbed(nn.Module):
@@ -78,7 +88,8 @@ def resample_abs_pos_embed(posemb, new_grid, prefix):
 
 class ViT(nn.Module):
     """cfg keys as attnscope's JSON config: img_size, patch_size, in_chans, embed_dim, depth,
-    num_heads, mlp_hidden, num_classes, qkv_bias, class_token, distilled, global_pool, fc_norm."""
+    num_heads, mlp_hidden, num_classes, qkv_bias, class_token, distilled, global_pool, fc_norm,
+    and "attention": one dict per block (tools/attn_ref.py; absent = all vanilla)."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -94,8 +105,12 @@ class ViT(nn.Module):
             self.dist_token = nn.Parameter(torch.zeros(1, 1, D))
         self.pos_embed = nn.Parameter(torch.zeros(1, self.prefix + grid * grid, D))
         eps = c.get("ln_eps", 1e-6)
+        attention = c.get("attention") or [{"type": "vanilla"}] * c["depth"]
+        from attn_ref import make_attention  # the papers' mechanisms, one class each
         self.blocks = nn.ModuleList(
-            Block(D, c["num_heads"], c["mlp_hidden"], c["qkv_bias"], eps) for _ in range(c["depth"]))
+            Block(D, c["num_heads"], c["mlp_hidden"], c["qkv_bias"], eps,
+                  make_attention(attention[l], D, c["num_heads"], c["qkv_bias"], self.prefix, grid))
+            for l in range(c["depth"]))
         norm = nn.LayerNorm(D, eps=eps)
         if c.get("fc_norm"):
             self.fc_norm = norm
@@ -118,10 +133,11 @@ class ViT(nn.Module):
             pre.append(self.dist_token.expand(B, -1, -1))
         x = torch.cat(pre + [x], dim=1)
         x = x + resample_abs_pos_embed(self.pos_embed, grid, self.prefix)
+        prev = None  # pre-softmax scores handed to a following less-attention block
         for blk in self.blocks:
             rec = {} if record is not None else None
             blk.attn.record = rec
-            x = blk(x)
+            x, prev = blk(x, prev)
             blk.attn.record = None
             if record is not None:
                 rec["tokens"] = x
