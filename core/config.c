@@ -257,8 +257,8 @@ static as_status validate_attn(const vit_config *c, int l, as_error *err) {
             if (R > 2 * G - 1)
                 return as_fail(err, AS_ERR_CONFIG,
                                "%s: block %d head %d: mask size %d is larger than the %dx%d patch "
-                               "grid: at %d every patch already sees the whole grid; use at most "
-                               "that, or leave the head unmasked", n, l, h, R, G, G, 2 * G - 1);
+                               "grid: use at most %d (every patch then sees the whole grid), or "
+                               "leave the head unmasked", n, l, h, R, G, G, 2 * G - 1);
         }
         break;
     case VIT_ATTN_REFINER:

@@ -106,8 +106,8 @@ float kernels_erf(float x) { return erf_inline(x); }
  * x = n ln2 + r with |r| <= ln2/2 (ln2 split in two for exactness), Cephes' polynomial for
  * e^r, and 2^n built in the exponent bits. Within 2 ulp of expf over [-87, 88]; inputs below
  * -87.3 give 0 (they underflow float anyway), above 88.7 give +inf-like large values. */
-static inline float exp_inline(float x) {
-    x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
+static inline float exp_inline(float x0) {
+    float x = x0 < -87.3f ? -87.3f : (x0 > 88.7f ? 88.7f : x0);
     /* n = round(x / ln2) by the 1.5 * 2^23 trick: exact, and vectorises unlike rintf */
     float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = x - n * 0.693359375f; /* Cephes' split of ln 2: the first part is exact */
@@ -122,7 +122,8 @@ static inline float exp_inline(float x) {
     int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, 4);
-    return p * scale;
+    /* a masked (-inf) score must weigh exactly 0, as in PyTorch */
+    return x0 < -87.3f ? 0.0f : p * scale;
 }
 
 float kernels_exp(float x) { return exp_inline(x); }

@@ -444,10 +444,11 @@ as_status model_config_apply_json(vit_config *cfg, const char *json, const char 
         if (!base) {
             char list[2048];
             vit_arch_list(list, sizeof list);
-            cJSON_Delete(root);
-            return as_fail(err, AS_ERR_CONFIG, "%s: unknown architecture \"%.64s\"; known: %s; or "
-                           "describe the model with \"architecture\": \"custom\" and its sizes "
-                           "(docs/models.md)", name, arch->valuestring, list);
+            as_fail(err, AS_ERR_CONFIG, "%s: unknown architecture \"%.64s\"; known: %s; or "
+                    "describe the model with \"architecture\": \"custom\" and its sizes "
+                    "(docs/models.md)", name, arch->valuestring, list);
+            cJSON_Delete(root); /* after the message: it quotes the tree's string */
+            return AS_ERR_CONFIG;
         }
         c = *base;
     } else if (cJSON_IsString(arch) || cJSON_GetObjectItemCaseSensitive(root, "embed_dim")) {
@@ -469,7 +470,9 @@ as_status model_config_apply_json(vit_config *cfg, const char *json, const char 
                        "accepted keys", name, badkey);
     if (!att_ok) return as_fail(err, AS_ERR_CONFIG, "%s: %s", name, amsg);
     if (!c.name[0]) snprintf(c.name, sizeof c.name, "custom");
-    as_status rc = vit_config_validate(&c, err);
+    as_error verr = {0};
+    as_status rc = vit_config_validate(&c, &verr);
+    if (rc != AS_OK) return as_fail(err, rc, "%s: %s", name, verr.msg);
     if (rc == AS_OK) *cfg = c; /* a failing call leaves *cfg untouched */
     return rc;
 }
