@@ -20,6 +20,21 @@ static void usage(FILE *f) {
 "configuration as JSON (the format of docs/models.md).\n");
 }
 
+/* Attention per block, consecutive equal settings grouped. */
+static void print_attention(const vit_config *c) {
+    for (int l = 0; l < c->depth;) {
+        char d[512], e[512];
+        vit_attn_describe(c, l, d, sizeof d);
+        int end = l + 1;
+        while (end < c->depth && (vit_attn_describe(c, end, e, sizeof e), strcmp(d, e) == 0)) end++;
+        char range[32];
+        if (end - l == 1) snprintf(range, sizeof range, "block %d", l);
+        else snprintf(range, sizeof range, "blocks %d-%d", l, end - 1);
+        printf("%-11s %s: %s\n", l == 0 ? "attention" : "", range, d);
+        l = end;
+    }
+}
+
 static void print_model(const vit_config *c, const char *source, const char *dtype, size_t ntensors) {
     vit_cost cost;
     vit_config_cost(c, &cost);
@@ -38,18 +53,7 @@ static void print_model(const vit_config *c, const char *source, const char *dty
            "std (%.3f, %.3f, %.3f)\n", (int)((double)c->img_size / c->crop_pct),
            vit_interp_name(c->interpolation), c->img_size, (double)c->mean[0], (double)c->mean[1],
            (double)c->mean[2], (double)c->std[0], (double)c->std[1], (double)c->std[2]);
-    /* attention per block, consecutive equal settings grouped */
-    for (int l = 0; l < c->depth;) {
-        char d[512], e[512];
-        vit_attn_describe(c, l, d, sizeof d);
-        int end = l + 1;
-        while (end < c->depth && (vit_attn_describe(c, end, e, sizeof e), strcmp(d, e) == 0)) end++;
-        char range[32];
-        if (end - l == 1) snprintf(range, sizeof range, "block %d", l);
-        else snprintf(range, sizeof range, "blocks %d-%d", l, end - 1);
-        printf("%-11s %s: %s\n", l == 0 ? "attention" : "", range, d);
-        l = end;
-    }
+    print_attention(c);
     printf("\n%-18s %14s %12s %12s %7s\n", "component", "params", "GFLOPs", "GMACs", "share");
     for (int i = 0; i < VIT_COMP_COUNT; i++)
         printf("%-18s %14.0f %12.4f %12.4f %6.1f%%\n", vit_component_name((vit_component)i),
@@ -99,8 +103,10 @@ static int info_trace(const char *path) {
     int q = 0;
     printf("quantities  ");
     for (int i = 0; i < TRACE_Q_COUNT; i++)
-        if (r.quantities & (1u << i)) printf("%s%s", q++ ? "," : "", trace_quantity_name((trace_quantity)i));
+        if ((r.quantities & (1u << i)) && i != TRACE_Q_X1)
+            printf("%s%s", q++ ? "," : "", trace_quantity_name((trace_quantity)i));
     printf("  (query rows: %s)\n", r.prefix_rows_only ? "prefix tokens only" : "all");
+    print_attention(&r.cfg);
     printf("layers      ");
     for (int i = 0; i < r.n_layers; i++) printf("%s%d", i ? "," : "", r.layers[i]);
     printf(" of %d\nheads       ", r.cfg.depth);

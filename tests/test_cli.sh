@@ -25,11 +25,49 @@ expect 2 "$A" frobnicate;                 has "$T/err" "unknown command"
 expect 0 "$A" --version;                  has "$T/out" "attnscope 0"
 for c in record info bench demo; do expect 0 "$A" $c --help; has "$T/out" "usage: attnscope $c"; done
 expect 0 "$A" info --list-archs;          has "$T/out" "deit_base_distilled_patch16_224"
-expect 0 "$A" info deit_tiny_patch16_224; has "$T/out" "5717416";  has "$T/out" "1.27 GMACs"
+expect 0 "$A" info deit_tiny_patch16_224; has "$T/out" "5717416";  has "$T/out" "1.25 GMACs"
 expect 0 "$A" info deit_small_patch16_224; has "$T/out" "22.05 M parameters"
 expect 0 "$A" info deit_base_patch16_224;  has "$T/out" "86.57 M parameters"
 expect 0 "$A" info "$FX/deit_dist";       has "$T/out" "cls,dist"
 expect 1 "$A" info vit_huge_patch14_224;  has "$T/err" "no such file or folder"; one_line
+
+# every mechanism on DeiT-Tiny: info's parameter count = the closed form worked by hand from
+# the papers' definitions (D = 192, H = 3, T = 197; DeiT-Tiny itself has 5,717,416)
+#   lmsa qk_dim 3:  qkv 3*192*193 -> (2*3+192)*193 per block: -72,954 x 12
+#   lsla (DS, full inner and outer, QXX): -3*192*193 + 192*193 + 197^2 + 2*3*197^2 = +197,551 x 12
+#   less in blocks 1-11: -3*192*193 + 192*193 + 2*197^2 = +3,506 x 11
+#   mait soft: + 3 alphas per block; mait zero: no parameters (the paper's point)
+#   refiner H' = 6, k = 3: + 6*3 + 6*9 + 3*6 = 90 per block
+mech() { printf '{"architecture": "deit_tiny_patch16_224", "attention": %s}' "$1" >"$T/m.json"; }
+for c in '{"type": "lmsa", "qk_dim": 3}|4841968' '{"type": "lsla"}|8088028' \
+         '[{"blocks": "1-11", "type": "less"}]|5755982' \
+         '{"type": "mait", "mask_size": 3, "mask_mode": "soft"}|5717452' \
+         '{"type": "mait", "mask_size": 3}|5717416' \
+         '{"type": "refiner", "expanded_heads": 6, "kernel_size": 3}|5718496'; do
+    mech "${c%|*}"; expect 0 "$A" info "$T/m.json"; has "$T/out" "^total  *${c#*|} "
+done
+mech '{"type": "lmsa", "qk_dim": 3}'; expect 0 "$A" info "$T/m.json"; has "$T/out" "lmsa qk_dim=3 (1 per head)"
+mech '{"type": "mait", "mask_size": 29}'; expect 1 "$A" info "$T/m.json"
+has "$T/err" "use at most 27"; has "$T/err" "m.json"; one_line
+mech '{"type": "lsla", "inner_bias": "relative"}'; expect 1 "$A" info "$T/m.json"
+has "$T/err" "square M x M window"; one_line
+
+# a model mixing every mechanism: record all, then read layers, internals and params with h5dump
+expect 0 "$A" record --model "$FX/mech_cls" --images "$FX/inputs.npy" --out "$T/mech.h5" --record all --dtype f32
+expect 0 "$A" info "$T/mech.h5"; has "$T/out" "internals"; has "$T/out" "refiner"
+if command -v h5dump >/dev/null; then
+    expect 0 h5dump -A "$T/mech.h5"
+    for s in 'ATTRIBUTE "mechanism"' '"mait"' '"lmsa"' '"less"' '"refiner"' '"lsla"' \
+             'ATTRIBUTE "mask_size"' 'ATTRIBUTE "mask_mode"' '"neg_inf"' 'ATTRIBUTE "qk_dim"' \
+             'ATTRIBUTE "scores_from_layer"' 'ATTRIBUTE "expanded_heads"' 'ATTRIBUTE "outer_bias"' \
+             'DATASET "attn_softmax"' 'DATASET "attn_expanded"' 'DATASET "attn_convolved"' \
+             'GROUP "params"' 'DATASET "ds"' 'DATASET "theta"' 'DATASET "mask"' 'DATASET "dla"'; do
+        has "$T/out" "$s"
+    done
+    expect 0 h5dump -H -d /layers/05/attn_expanded "$T/mech.h5"; has "$T/out" "( 2, 4, 17, 17 )"
+    expect 0 h5dump -H -d /layers/01/q "$T/mech.h5"; has "$T/out" "( 2, 3, 17, 1 )"
+    expect 1 h5dump -H -d /layers/03/q "$T/mech.h5"
+fi
 
 # record an ImageFolder of generated images, then read the trace back with h5dump
 mkdir -p "$T/imgs/a" "$T/imgs/b"

@@ -181,27 +181,36 @@ static void test_other_sizes(void) {
           "img_size 30: %s", err.msg);
 }
 
+/* 1 and 2 threads agree bit for bit, plain and with every mechanism */
 static void test_threads(void) {
-    model m;
-    as_error err = {0};
-    if (model_load(&m, fx("deit_dist"), NULL, 0, &err) != AS_OK) {
-        CHECK(0, "%s", err.msg);
-        return;
+    const char *models[] = {"deit_dist", "mech_cls"};
+    for (int i = 0; i < 2; i++) {
+        model m;
+        as_error err = {0};
+        if (model_load(&m, fx(models[i]), NULL, 0, &err) != AS_OK) {
+            CHECK(0, "%s", err.msg);
+            continue;
+        }
+        run_out a, b;
+        runtime_set_threads(1);
+        int ok = run_model(&m, fx("inputs.npy"), &a);
+        runtime_set_threads(2);
+        ok &= run_model(&m, fx("inputs.npy"), &b);
+        CHECK(ok, "runs");
+        if (ok) {
+            char what[96];
+            snprintf(what, sizeof what, "%s threads 1 vs 2 logits", models[i]);
+            check_close(what, a.logits, b.logits, (size_t)a.n * m.cfg.num_classes, 0, 0);
+            const int T = vit_num_tokens(&m.cfg);
+            for (int l = 0; l < m.cfg.depth; l++) {
+                snprintf(what, sizeof what, "%s threads 1 vs 2 attn[%d]", models[i], l);
+                check_close(what, a.q[0][l], b.q[0][l], (size_t)a.n * m.cfg.num_heads * T * T, 0, 0);
+            }
+        }
+        free(a.mem);
+        free(b.mem);
+        model_free(&m);
     }
-    run_out a, b;
-    runtime_set_threads(1);
-    int ok = run_model(&m, fx("inputs.npy"), &a);
-    runtime_set_threads(2);
-    ok &= run_model(&m, fx("inputs.npy"), &b);
-    CHECK(ok, "runs");
-    if (ok) {
-        check_close("threads 1 vs 2 logits", a.logits, b.logits, (size_t)a.n * m.cfg.num_classes, 1e-6, 1e-6);
-        const int T = vit_num_tokens(&m.cfg);
-        check_close("threads 1 vs 2 attn", a.q[0][1], b.q[0][1], (size_t)a.n * m.cfg.num_heads * T * T, 1e-6, 1e-6);
-    }
-    free(a.mem);
-    free(b.mem);
-    model_free(&m);
     runtime_set_threads(0);
 }
 

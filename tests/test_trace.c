@@ -364,6 +364,102 @@ static void test_interruptions(void) {
     }
 }
 
+/* A model mixing every mechanism (fixture mech_cls): record everything with a head selection;
+ * the trace reads back equal to PyTorch's reference maps, intermediate maps included, and the
+ * mechanisms' learnt tensors sit under layers/LL/params. */
+static void test_mechanism_trace(void) {
+    const char *fxd = getenv("FIXTURES") ? getenv("FIXTURES") : "tests/fixtures";
+    char path[512];
+    model mm;
+    dataset ds;
+    safetensors st;
+    as_error err = {0};
+    snprintf(path, sizeof path, "%s/mech_cls", fxd);
+    if (model_load(&mm, path, NULL, 0, &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/inputs.npy", fxd);
+    CHECK(dataset_open(&ds, path, &err) == AS_OK, "%s", err.msg);
+    snprintf(path, sizeof path, "%s/mech_cls/expected.safetensors", fxd);
+    CHECK(safetensors_open(&st, path, &err) == AS_OK, "%s", err.msg);
+    const char *out = tmp("mech.h5");
+    record_opts o;
+    memset(&o, 0, sizeof o);
+    o.out = out;
+    o.spec.batch = 2;
+    o.spec.command_line = "test_trace";
+    o.quiet = 1;
+    CHECK(record_parse_selection(&o, &mm.cfg, "all", "all", "0,2", "f32", "none", "all", &err) == 0, "%s", err.msg);
+    record_result res;
+    CHECK(record_run(&mm, &ds, &o, &res, &err) == AS_OK, "%s", err.msg);
+    trace_reader r;
+    if (trace_reader_open(&r, out, &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+    } else {
+        const int T = vit_num_tokens(&mm.cfg), H = mm.cfg.num_heads;
+        float *buf = malloc((size_t)T * T * 8 * sizeof(float)), *want = malloc((size_t)1 << 20);
+        int compared = 0;
+        for (int i = 0; i < st.count; i++) {
+            const safetensors_tensor *t = &st.tensors[i];
+            const char *dot = strrchr(t->name, '.');
+            if (!dot) continue; /* logits */
+            char q[32];
+            snprintf(q, sizeof q, "%.*s", (int)(dot - t->name), t->name);
+            const int l = atoi(dot + 1);
+            safetensors_read_f32(&st, t, want, &err);
+            const int heads = t->ndim == 4 ? (int)t->shape[1] : 1;
+            const size_t per_head = t->numel / (size_t)t->shape[0] / (size_t)heads;
+            const int expanded = strcmp(q, "attn_expanded") == 0 || strcmp(q, "attn_convolved") == 0;
+            for (int img = 0; img < 2; img++)
+                for (int h = 0; h < heads; h++) {
+                    if (!expanded && strcmp(q, "tokens") != 0 && h == 1) {
+                        /* head 1 was not selected */
+                        CHECK(trace_read_map(&r, q, img, l, 1, buf, &err) != AS_OK, "%s head 1 must be absent", t->name);
+                        continue;
+                    }
+                    as_status rc;
+                    if (strcmp(q, "tokens") == 0) rc = trace_read_tokens(&r, img, l, buf, &err);
+                    else if (strcmp(q, "q") == 0) rc = trace_read_head(&r, TRACE_Q_Q, img, l, h, buf, &err);
+                    else if (strcmp(q, "k") == 0) rc = trace_read_head(&r, TRACE_Q_K, img, l, h, buf, &err);
+                    else rc = trace_read_map(&r, q, img, l, h, buf, &err);
+                    CHECK(rc == AS_OK, "%s: %s", t->name, err.msg);
+                    if (rc != AS_OK) continue;
+                    char what[96];
+                    snprintf(what, sizeof what, "trace %s image %d head %d", t->name, img, h);
+                    check_close(what, buf, want + ((size_t)img * heads + h) * per_head, per_head, 1e-4, 1e-4);
+                    compared++;
+                }
+        }
+        CHECK(compared > 100, "%d maps compared", compared);
+        /* q/k do not exist in a less-attention block */
+        CHECK(trace_read_head(&r, TRACE_Q_Q, 0, 3, 0, buf, &err) != AS_OK && strstr(err.msg, "no dataset"),
+              "less-attention q: %s", err.msg);
+        trace_reader_close(&r);
+        /* learnt tensors: block 8's DS as loaded, block 0's keep mask (head 1 unmasked) */
+        hid_t f = H5Fopen(out, H5F_ACC_RDONLY, H5P_DEFAULT);
+        hid_t d = H5Dopen2(f, "layers/08/params/ds", H5P_DEFAULT);
+        CHECK(d >= 0 && H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0, "read ds");
+        if (d >= 0) H5Dclose(d);
+        check_close("trace params ds", buf, mm.params.blocks[8].ds, (size_t)T * T, 0, 0);
+        d = H5Dopen2(f, "layers/00/params/mask", H5P_DEFAULT);
+        CHECK(d >= 0 && H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0, "read mask");
+        if (d >= 0) H5Dclose(d);
+        double kept[3] = {0, 0, 0};
+        for (int h = 0; h < H; h++)
+            for (size_t i = 0; i < (size_t)T * T; i++) kept[h] += buf[(size_t)h * T * T + i];
+        /* R = 3 on a 4 x 4 grid keeps 4*4 + 8*6 + 4*9 = 100 patch pairs; prefix row+col 33; R = 5: 196 */
+        CHECK(kept[0] == 133 && kept[1] == T * T && kept[2] == 196 + 33, "mask entries kept %g %g %g",
+              kept[0], kept[1], kept[2]);
+        H5Fclose(f);
+        free(buf);
+        free(want);
+    }
+    safetensors_close(&st);
+    dataset_free(&ds);
+    model_free(&mm);
+}
+
 int main(void) {
     check_tmp_init("trace");
     as_error err = {0};
@@ -377,6 +473,7 @@ int main(void) {
     test_roundtrip();
     test_reader_errors();
     test_interruptions();
+    test_mechanism_trace();
     model_free(&M);
     check_tmp_remove();
     return check_finish("trace");
