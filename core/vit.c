@@ -171,10 +171,11 @@ static void linear_ld(float *y, int ldy, const float *x, const float *w, const f
     if (bias && ldy == N) {
         if (accumulate) kernels_add_rows(y, bias, M, N);
         else kernels_fill_rows(y, bias, M, N);
-    } else if (bias) {
+    } else if (bias) { /* a slice of wider rows: LMSA's and LSLA's separate projections */
+#pragma omp parallel for schedule(static)
         for (int r = 0; r < M; r++) {
-            if (accumulate) kernels_add_rows(y + (size_t)r * ldy, bias, 1, N);
-            else kernels_fill_rows(y + (size_t)r * ldy, bias, 1, N);
+            float *yr = y + (size_t)r * ldy;
+            for (int i = 0; i < N; i++) yr[i] = accumulate ? yr[i] + bias[i] : bias[i];
         }
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x, K, w, K,
@@ -241,16 +242,26 @@ static int mait_outside(int i, int j, int prefix, int G, int R) {
     return dy > r || dy < -r || dx > r || dx < -r;
 }
 
+/* Applies head h's mask to its (T, T) scores, row by row: for the query patch (qy, qx), key
+ * rows of the grid more than r away are masked whole, the others outside [qx - r, qx + r]. */
 static void mait_apply(float *A, const vit_attn *at, const float *alpha, int h, int T, int prefix,
                        int G) {
-    const int R = at->mask_size[h];
+    const int r = at->mask_size[h] / 2;
+    const int neg = at->mask_mode == VIT_MASK_NEG_INF;
     const float out = at->mask_mode == VIT_MASK_SOFT ? alpha[h] : 0.0f;
-    for (int i = prefix; i < T; i++)
-        for (int j = prefix; j < T; j++) {
-            if (!mait_outside(i, j, prefix, G, R)) continue;
-            float *e = &A[(size_t)i * T + j];
-            *e = at->mask_mode == VIT_MASK_NEG_INF ? -INFINITY : *e * out;
+    for (int i = prefix; i < T; i++) {
+        const int qy = (i - prefix) / G, qx = (i - prefix) % G;
+        float *row = A + (size_t)i * T + prefix;
+        for (int ky = 0; ky < G; ky++) {
+            float *seg = row + (size_t)ky * G;
+            const int near = ky >= qy - r && ky <= qy + r;
+            const int x0 = near ? (qx - r > 0 ? qx - r : 0) : G, x1 = near ? (qx + r < G ? qx + r + 1 : G) : G;
+            for (int kx = 0; kx < G; kx++) {
+                if (kx >= x0 && kx < x1) continue;
+                seg[kx] = neg ? -INFINITY : seg[kx] * out;
+            }
         }
+    }
 }
 
 /* Refiner on one image's maps: expanded[e] = sum_h W_e[e, h] A[h]; convolved[e] = the k x k
@@ -262,19 +273,22 @@ static void refine(float *A, float *expanded, float *convolved, const vit_block_
     const size_t TT = (size_t)T * T;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, E, (int)TT, H, 1.0f, bp->expand, H, A,
                 (int)TT, 0.0f, expanded, (int)TT);
+    /* the convolution tap by tap: each is a shifted axpy over contiguous row segments */
     for (int e = 0; e < E; e++) {
         const float *in = expanded + (size_t)e * TT, *w = bp->dla + (size_t)e * k * k;
         float *o = convolved + (size_t)e * TT;
-        for (int i = 0; i < T; i++)
-            for (int j = 0; j < T; j++) {
-                float acc = 0.0f;
-                for (int u = 0; u < k; u++) {
-                    const int y = i + u - pad;
-                    if (y < 0 || y >= T) continue;
-                    const int x0 = j - pad < 0 ? pad - j : 0, x1 = j - pad + k > T ? T - j + pad : k;
-                    for (int v = x0; v < x1; v++) acc += w[u * k + v] * in[(size_t)y * T + j + v - pad];
+        memset(o, 0, TT * sizeof(float));
+        for (int u = 0; u < k; u++)
+            for (int v = 0; v < k; v++) {
+                const float wt = w[u * k + v];
+                const int dy = u - pad, dx = v - pad;
+                const int i0 = dy < 0 ? -dy : 0, i1 = dy > 0 ? T - dy : T;
+                const int j0 = dx < 0 ? -dx : 0, j1 = dx > 0 ? T - dx : T;
+                for (int i = i0; i < i1; i++) {
+                    float *orow = o + (size_t)i * T;
+                    const float *irow = in + (size_t)(i + dy) * T + dx;
+                    for (int j = j0; j < j1; j++) orow[j] += wt * irow[j];
                 }
-                o[(size_t)i * T + j] = acc;
             }
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, H, (int)TT, E, 1.0f, bp->reduce, E,
