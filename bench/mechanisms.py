@@ -56,10 +56,13 @@ def attnscope_img_s(exe, cfg_path, batch, threads, seconds):
 
 
 def torch_img_s(cfg, batch, threads, seconds):
+    # Debian's torch runs on OpenBLAS + OpenMP: without these it oversubscribes the cores
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
+               OMP_WAIT_POLICY="PASSIVE")
     try:
         out = subprocess.run(["/usr/bin/python3", "-c", TORCH_CODE, os.path.join(ROOT, "tools"),
                               json.dumps(cfg), str(batch), str(threads), str(seconds)],
-                             check=True, capture_output=True, text=True).stdout
+                             check=True, capture_output=True, text=True, env=env).stdout
         return float(out.strip())
     except (subprocess.CalledProcessError, FileNotFoundError, ValueError):
         return None
@@ -96,7 +99,7 @@ def main():
         for name, (path, cfg) in configs.items():  # alternate: drift hits every mechanism alike
             ours[name].append(attnscope_img_s(a.attnscope, path, a.batch, a.threads, a.seconds))
             if not a.no_torch:
-                t = torch_img_s(dict(cfg, qkv_bias=cfg["qkv_bias"]), a.batch, a.threads, a.seconds)
+                t = torch_img_s(cfg, a.batch, a.threads, a.seconds)
                 if t:
                     theirs[name].append(t)
         print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)

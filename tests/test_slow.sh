@@ -40,6 +40,31 @@ assert list(f["images"].attrs["class_names"]) == ["disc", "ring", "square", "tri
 print("h5py ok")
 PY
     check 'grep -q "h5py ok" "$T/py.out"'
+    # a model mixing the papers' mechanisms: h5py sees each layer's mechanism, settings,
+    # intermediate maps and learnt tensors; LSLA's map is its softmax plus the outer bias
+    FX=${FIXTURES:-tests/fixtures}
+    "$A" record --model "$FX/mech_cls" --images "$FX/inputs.npy" --out "$T/mech.h5" --record all \
+        --dtype f32 -q >/dev/null 2>&1; check '[ $? -eq 0 ]'
+    $PY - "$T/mech.h5" >"$T/py2.out" 2>&1 <<'PY'
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")
+mech = [f[f"layers/{l:02d}"].attrs["mechanism"] for l in range(9)]
+assert mech == ["mait", "lmsa", "vanilla", "less", "less", "refiner", "mait", "mait", "lsla"], mech
+g = f["layers/00"]
+assert list(g.attrs["mask_size"]) == [3, 0, 5] and g.attrs["mask_mode"] == "zero"
+assert g["params/mask"].shape == (3, 17, 17)
+assert f["layers/01/q"].shape == (2, 3, 17, 1) and f["layers/01"].attrs["qk_dim"] == 1 * 3
+assert "q" not in f["layers/03"] and f["layers/03"].attrs["scores_from_layer"] == 2
+assert f["layers/05/attn_expanded"].shape == (2, 4, 17, 17)
+assert list(f["layers/05/attn_expanded"].attrs["heads"]) == [0, 1, 2, 3]
+assert 0.0 < f["layers/06"].attrs["mask_alpha"].min() < 1.0
+l8 = f["layers/08"]
+soft, attn, outer = l8["attn_softmax"][:], l8["attn"][:], l8["params/outer_bias"][:]
+assert np.allclose(attn, soft + outer[None], atol=1e-6)
+assert np.allclose(soft.sum(-1), 1.0, atol=1e-5)
+print("h5py mechanisms ok")
+PY
+    check 'grep -q "h5py mechanisms ok" "$T/py2.out"'
 else
     echo "note: python3-h5py not installed; skipping the h5py check" >&2
 fi

@@ -209,7 +209,10 @@ def make_attention(spec, dim, heads, qkv_bias, prefix, grid):
     if t == "less":
         return LessAttention(dim, heads, qkv_bias, N)
     if t == "mait":
-        return MaiT(dim, heads, qkv_bias, spec["mask_size"], prefix, grid, spec.get("mask_mode", "zero"), scale)
+        sizes = spec["mask_size"]
+        if isinstance(sizes, int):  # one R for the heads listed (default: all)
+            sizes = [sizes if h in spec.get("heads", range(heads)) else 0 for h in range(heads)]
+        return MaiT(dim, heads, qkv_bias, sizes, prefix, grid, spec.get("mask_mode", "zero"), scale)
     if t == "refiner":
         return Refiner(dim, heads, qkv_bias, spec["expanded_heads"], spec.get("kernel_size", 3), scale)
     raise ValueError(f"unknown attention type {t}")
