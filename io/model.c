@@ -766,7 +766,21 @@ as_status model_load_report(model *m, const char *path, const char *arch, int im
         return as_fail(err, AS_ERR_CONFIG, "%s: no config.json beside the weights: say what model "
                        "it is with --arch NAME (attnscope info --list-archs) or --arch config.json",
                        weights);
-    if (img_size > 0) cfg.img_size = img_size;
+    if (img_size > 0 && img_size != cfg.img_size) {
+        /* only the position embedding has a resampling rule; these weights are N x N maps */
+        for (int l = 0; l < cfg.depth; l++) {
+            const vit_attn *a = &cfg.attn[l];
+            if (a->kind == VIT_ATTN_LESS || (a->kind == VIT_ATTN_LSLA &&
+                (a->dynamic_scale || a->inner_bias || a->outer_bias)))
+                return as_fail(err, AS_ERR_CONFIG,
+                               "%s: --img-size %d: block %d (%s) has weights tied to the %d tokens "
+                               "of img_size %d (DS, position biases or Theta/Psi) and no rule to "
+                               "resample them: run at %d", weights, img_size, l,
+                               vit_attn_name(a->kind), vit_num_tokens(&cfg), cfg.img_size,
+                               cfg.img_size);
+        }
+        cfg.img_size = img_size;
+    }
     if ((rc = vit_config_validate(&cfg, err)) != AS_OK) return rc;
     if ((rc = safetensors_open(&m->st, weights, err)) != AS_OK) return rc;
     /* a checkpoint's own head size wins over the table's 1000 (fine-tuned models) */

@@ -52,6 +52,10 @@ has "$T/err" "use at most 27"; has "$T/err" "m.json"; one_line
 mech '{"type": "lsla", "inner_bias": "relative"}'; expect 1 "$A" info "$T/m.json"
 has "$T/err" "square M x M window"; one_line
 
+# N x N weights cannot follow another input size: refused with the size to use
+expect 1 "$A" info "$FX/mech_cls" --img-size 48; has "$T/err" "run at 32"; one_line
+expect 0 "$A" info "$FX/mech_dist" --img-size 32
+
 # a model mixing every mechanism: record all, then read layers, internals and params with h5dump
 expect 0 "$A" record --model "$FX/mech_cls" --images "$FX/inputs.npy" --out "$T/mech.h5" --record all --dtype f32
 expect 0 "$A" info "$T/mech.h5"; has "$T/out" "internals"; has "$T/out" "refiner"
