@@ -7,6 +7,7 @@
 #include <assert.h>
 #include <cblas.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +120,12 @@ int vit_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, 
     return n;
 }
 
+size_t vit_tensor_numel(const vit_tensor_spec *s) {
+    size_t n = 1;
+    for (int d = 0; d < s->ndim; d++) n *= (size_t)s->shape[d];
+    return n;
+}
+
 /* Rounds every view up to 64 bytes so that each starts on a cache line. */
 static size_t carve(char *base, size_t *off, size_t nfloats, float **view) {
     size_t bytes = (nfloats * sizeof(float) + 63) & ~(size_t)63;
@@ -215,35 +222,30 @@ static const float *head_at(const head_view *v, int T, int b, int h) {
     return v->base + (size_t)b * T * v->ld + (size_t)h * v->width;
 }
 
-/* Swin's relative position index for an M x M window: entry (i, j) of the (T, T) bias is
- * table[idx * H + h] with idx = (yi - yj + M - 1) * (2M - 1) + (xi - xj + M - 1). */
-static float rel_bias(const float *table, int H, int h, int M, int i, int j) {
-    const int idx = (i / M - j / M + M - 1) * (2 * M - 1) + (i % M - j % M + M - 1);
-    return table[(size_t)idx * H + h];
-}
-
-/* bias (T, T) of head h: a full (H, T, T) table or a relative ((2M-1)^2, H) one. */
+/* bias (T, T) of head h: a full (H, T, T) table, or a Swin relative ((2M-1)^2, H) table for
+ * an M x M window: entry (i, j) is table[idx * H + h] with
+ * idx = (yi - yj + M - 1) * (2M - 1) + (xi - xj + M - 1), Swin's relative_position_index. */
 static void add_bias(float *A, const float *bias, vit_bias_kind kind, int H, int h, int T, int M) {
     if (kind == VIT_BIAS_FULL) {
         const float *bh = bias + (size_t)h * T * T;
         for (size_t i = 0; i < (size_t)T * T; i++) A[i] += bh[i];
     } else if (kind == VIT_BIAS_RELATIVE) {
-        for (int i = 0; i < T; i++)
-            for (int j = 0; j < T; j++) A[(size_t)i * T + j] += rel_bias(bias, H, h, M, i, j);
+        for (int i = 0; i < T; i++) {
+            const int yi = i / M, xi = i % M;
+            for (int yj = 0; yj < M; yj++) {
+                /* along a key row idx falls by 1 per step in xj */
+                const float *t = bias + ((size_t)(yi - yj + M - 1) * (2 * M - 1) + (size_t)(xi + M - 1)) * H + h;
+                float *row = A + (size_t)i * T + (size_t)yj * M;
+                for (int xj = 0; xj < M; xj++) row[xj] += t[-(ptrdiff_t)xj * H];
+            }
+        }
     }
 }
 
-/* MaiT: is key j outside query i's R x R neighbourhood? Prefix tokens' rows and columns are
- * never masked (the class token aggregates globally; a covering mask equals no mask). */
-static int mait_outside(int i, int j, int prefix, int G, int R) {
-    if (i < prefix || j < prefix) return 0;
-    const int r = R / 2, pi = i - prefix, pj = j - prefix;
-    const int dy = pi / G - pj / G, dx = pi % G - pj % G;
-    return dy > r || dy < -r || dx > r || dx < -r;
-}
-
-/* Applies head h's mask to its (T, T) scores, row by row: for the query patch (qy, qx), key
- * rows of the grid more than r away are masked whole, the others outside [qx - r, qx + r]. */
+/* MaiT: applies head h's mask to its (T, T) scores, row by row: for the query patch (qy, qx),
+ * key rows of the grid more than r away are masked whole, the others outside [qx - r, qx + r].
+ * Prefix tokens' rows and columns are never masked (the class token aggregates globally; a
+ * covering mask equals no mask). alpha is read in soft mode only. */
 static void mait_apply(float *A, const vit_attn *at, const float *alpha, int h, int T, int prefix,
                        int G) {
     const int r = at->mask_size[h] / 2;
@@ -400,10 +402,9 @@ static void attention(const vit_config *c, int l, const vit_block_params *bp, vi
     j.k_out = rec_layer(rec->k, l);
     const int refiner = at->kind == VIT_ATTN_REFINER;
     for (int i = 0; i < VIT_MAX_EXTRAS; i++) {
-        vit_extra x;
         float *r = rec_layer(rec->extra[i], l);
         /* Refiner needs its intermediate maps; LSLA's copy is only made when recorded */
-        j.extra[i] = vit_extra_info(c, l, i, &x) ? (r ? r : refiner ? a->ext[i] : NULL) : NULL;
+        j.extra[i] = vit_extra_info(c, l, i, NULL) ? (r ? r : refiner ? a->ext[i] : NULL) : NULL;
     }
     if (next_is_less || at->kind == VIT_ATTN_LESS) j.keep = a->keep[l & 1];
 #pragma omp parallel for schedule(dynamic, 1)
@@ -549,30 +550,39 @@ int vit_extra_info(const vit_config *c, int l, int i, vit_extra *out) {
     return 1;
 }
 
-/* Every static tensor of block l, in order; returns the count. */
-static int statics_of(const vit_config *c, int l, vit_static *v) {
+/* How a static tensor is made: a copy of a block weight, or computed from the config. */
+typedef enum { STATIC_COPY, STATIC_MASK, STATIC_INNER, STATIC_OUTER } static_how;
+typedef struct {
+    vit_static pub;
+    static_how how;
+    size_t weight; /* STATIC_COPY: offsetof the const float * in vit_block_params */
+} static_entry;
+
+/* Every static tensor of block l, in order; returns the count (at most 4). */
+static int statics_of(const vit_config *c, int l, static_entry *v) {
     const vit_attn *at = &c->attn[l];
     const int T = vit_num_tokens(c), H = c->num_heads, E = at->expanded_heads, k = at->kernel_size;
     int n = 0;
-#define ST(nm, d, s0, s1, s2, desc) v[n++] = (vit_static){nm, d, {s0, s1, s2}, desc}
+#define ST(how, field, nm, d, s0, s1, s2, desc) \
+    v[n++] = (static_entry){{nm, d, {s0, s1, s2}, desc}, how, offsetof(vit_block_params, field)}
     switch (at->kind) {
     case VIT_ATTN_LSLA:
-        if (at->dynamic_scale) ST("ds", 2, T, T, 0, "dynamic scale DS multiplying q x^T (shared by the heads)");
-        if (at->inner_bias) ST("inner_bias", 3, H, T, T, "B_inner added before the softmax, as a full table per head");
-        if (at->outer_bias) ST("outer_bias", 3, H, T, T, "B_outer added after the softmax, as a full table per head");
+        if (at->dynamic_scale) ST(STATIC_COPY, ds, "ds", 2, T, T, 0, "dynamic scale DS multiplying q x^T (shared by the heads)");
+        if (at->inner_bias) ST(STATIC_INNER, inner_bias, "inner_bias", 3, H, T, T, "B_inner added before the softmax, as a full table per head");
+        if (at->outer_bias) ST(STATIC_OUTER, outer_bias, "outer_bias", 3, H, T, T, "B_outer added after the softmax, as a full table per head");
         break;
     case VIT_ATTN_LESS:
-        ST("theta", 2, T, T, 0, "Theta: Linear(T, T) applied to the previous scores' rows");
-        ST("psi", 2, T, T, 0, "Psi: Linear(T, T) applied to the columns after Theta");
+        ST(STATIC_COPY, theta, "theta", 2, T, T, 0, "Theta: Linear(T, T) applied to the previous scores' rows");
+        ST(STATIC_COPY, psi, "psi", 2, T, T, 0, "Psi: Linear(T, T) applied to the columns after Theta");
         break;
     case VIT_ATTN_MAIT:
-        ST("mask", 3, H, T, T, "1 where the score is kept, 0 where the mask applies (see mask_mode)");
-        if (at->mask_mode == VIT_MASK_SOFT) ST("mask_alpha", 1, H, 0, 0, "soft mask value per head");
+        ST(STATIC_MASK, mask_alpha, "mask", 3, H, T, T, "1 where the score is kept, 0 where the mask applies (see mask_mode)");
+        if (at->mask_mode == VIT_MASK_SOFT) ST(STATIC_COPY, mask_alpha, "mask_alpha", 1, H, 0, 0, "soft mask value per head");
         break;
     case VIT_ATTN_REFINER:
-        ST("expand", 2, E, H, 0, "attention expansion (H', H)");
-        ST("dla", 3, E, k, k, "head-wise convolution kernels (distributed local attention)");
-        ST("reduce", 2, H, E, 0, "attention reduction (H, H')");
+        ST(STATIC_COPY, expand, "expand", 2, E, H, 0, "attention expansion (H', H)");
+        ST(STATIC_COPY, dla, "dla", 3, E, k, k, "head-wise convolution kernels (distributed local attention)");
+        ST(STATIC_COPY, reduce, "reduce", 2, H, E, 0, "attention reduction (H, H')");
         break;
     default: break;
     }
@@ -581,46 +591,42 @@ static int statics_of(const vit_config *c, int l, vit_static *v) {
 }
 
 int vit_static_info(const vit_config *c, int l, int i, vit_static *out) {
-    vit_static v[4];
+    static_entry v[4];
     const int n = statics_of(c, l, v);
     if (i < 0 || i >= n) return 0;
-    if (out) *out = v[i];
+    if (out) *out = v[i].pub;
     return 1;
 }
 
 void vit_static_fill(const vit_config *c, const vit_params *p, int l, int i, float *out) {
-    vit_static v[4];
+    static_entry v[4];
     if (i < 0 || i >= statics_of(c, l, v)) return;
     const vit_block_params *bp = &p->blocks[l];
     const vit_attn *at = &c->attn[l];
     const int T = vit_num_tokens(c), H = c->num_heads, G = vit_grid(c);
+    const size_t TT = (size_t)T * T;
     size_t count = 1;
-    for (int d = 0; d < v[i].ndim; d++) count *= (size_t)v[i].shape[d];
-    const char *nm = v[i].name;
-    const float *src = NULL;
-    if (!strcmp(nm, "ds")) src = bp->ds;
-    else if (!strcmp(nm, "theta")) src = bp->theta;
-    else if (!strcmp(nm, "psi")) src = bp->psi;
-    else if (!strcmp(nm, "mask_alpha")) src = bp->mask_alpha;
-    else if (!strcmp(nm, "expand")) src = bp->expand;
-    else if (!strcmp(nm, "dla")) src = bp->dla;
-    else if (!strcmp(nm, "reduce")) src = bp->reduce;
-    if (src) {
-        memcpy(out, src, count * sizeof(float));
-    } else if (!strcmp(nm, "mask")) {
-        for (int h = 0; h < H; h++)
-            for (int q = 0; q < T; q++)
-                for (int k = 0; k < T; k++)
-                    out[((size_t)h * T + q) * T + k] =
-                        h < VIT_MAX_MASK_HEADS && at->mask_size[h] &&
-                                mait_outside(q, k, vit_num_prefix(c), G, at->mask_size[h])
-                            ? 0.0f : 1.0f;
-    } else { /* inner_bias, outer_bias: expand to (H, T, T) */
-        const int inner = !strcmp(nm, "inner_bias");
+    for (int d = 0; d < v[i].pub.ndim; d++) count *= (size_t)v[i].pub.shape[d];
+    switch (v[i].how) {
+    case STATIC_COPY:
+        memcpy(out, *(const float *const *)(const void *)((const char *)bp + v[i].weight), count * sizeof(float));
+        break;
+    case STATIC_MASK: { /* the rule the scores get, applied to ones in the paper's zero mode */
+        vit_attn zero = *at;
+        zero.mask_mode = VIT_MASK_ZERO;
+        for (size_t e = 0; e < count; e++) out[e] = 1.0f;
+        for (int h = 0; h < H && h < VIT_MAX_MASK_HEADS; h++)
+            if (at->mask_size[h]) mait_apply(out + (size_t)h * TT, &zero, NULL, h, T, vit_num_prefix(c), G);
+        break;
+    }
+    default: { /* full (H, T, T) tables of either parametrisation */
+        const int inner = v[i].how == STATIC_INNER;
         memset(out, 0, count * sizeof(float));
         for (int h = 0; h < H; h++)
-            add_bias(out + (size_t)h * T * T, inner ? bp->inner_bias : bp->outer_bias,
+            add_bias(out + (size_t)h * TT, inner ? bp->inner_bias : bp->outer_bias,
                      inner ? at->inner_bias : at->outer_bias, H, h, T, G);
+        break;
+    }
     }
 }
 

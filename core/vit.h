@@ -55,6 +55,8 @@ typedef struct {
 
 /* Fills specs (at most max) with every tensor the config needs; returns the count. */
 int vit_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, int max);
+/* Elements of one expected tensor. */
+size_t vit_tensor_numel(const vit_tensor_spec *s);
 
 /* Activations for up to B images, carved from one buffer. */
 typedef struct {

@@ -331,26 +331,31 @@ static int parse_attn_entry(const cJSON *e, int H, vit_attn *a, char *msg, size_
     return 1;
 }
 
+/* One entry applied to c: its "blocks", or without them block `only` (-1: every block).
+ * Returns 0 with a message on error. */
+static int apply_attn_entry(vit_config *c, const cJSON *e, int only, char *msg, size_t n) {
+    unsigned char sel[VIT_MAX_DEPTH];
+    vit_attn a;
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(e, "blocks");
+    if (!parse_attn_entry(e, c->num_heads, &a, msg, n) || (b && !parse_blocks(b, c->depth, sel, msg, n)))
+        return 0;
+    for (int l = 0; l < c->depth; l++)
+        if (b ? sel[l] : only < 0 || l == only) c->attn[l] = a;
+    return 1;
+}
+
 /* "attention": one object for every block, an array of depth objects, or an array of objects
  * with "blocks" (later entries win). Returns 0 with a message on error. */
 static int apply_attention(vit_config *c, const cJSON *att, char *msg, size_t n) {
     char m[256];
-    unsigned char sel[VIT_MAX_DEPTH];
     if (c->depth < 1 || c->depth > VIT_MAX_DEPTH || c->num_heads < 1) {
         snprintf(msg, n, "\"attention\" needs a valid depth and num_heads first");
         return 0;
     }
     if (cJSON_IsObject(att)) {
-        vit_attn a;
-        const cJSON *b = cJSON_GetObjectItemCaseSensitive(att, "blocks");
-        if (!parse_attn_entry(att, c->num_heads, &a, m, sizeof m) ||
-            (b && !parse_blocks(b, c->depth, sel, m, sizeof m))) {
-            snprintf(msg, n, "attention: %s", m);
-            return 0;
-        }
-        for (int l = 0; l < c->depth; l++)
-            if (!b || sel[l]) c->attn[l] = a;
-        return 1;
+        if (apply_attn_entry(c, att, -1, m, sizeof m)) return 1;
+        snprintf(msg, n, "attention: %s", m);
+        return 0;
     }
     if (!cJSON_IsArray(att)) {
         snprintf(msg, n, "\"attention\" must be an object or an array of objects");
@@ -360,15 +365,13 @@ static int apply_attention(vit_config *c, const cJSON *att, char *msg, size_t n)
     int i = 0, with_blocks = -1;
     const cJSON *e;
     cJSON_ArrayForEach(e, att) {
-        const cJSON *b = cJSON_IsObject(e) ? cJSON_GetObjectItemCaseSensitive(e, "blocks") : NULL;
-        vit_attn a;
-        if (with_blocks < 0) with_blocks = b != NULL;
-        if (!cJSON_IsObject(e) || !parse_attn_entry(e, c->num_heads, &a, m, sizeof m) ||
-            (b && !parse_blocks(b, c->depth, sel, m, sizeof m))) {
-            snprintf(msg, n, "attention[%d]: %s", i, cJSON_IsObject(e) ? m : "not an object");
+        if (!cJSON_IsObject(e)) {
+            snprintf(msg, n, "attention[%d]: not an object", i);
             return 0;
         }
-        if ((b != NULL) != with_blocks) {
+        const int b = cJSON_GetObjectItemCaseSensitive(e, "blocks") != NULL;
+        if (with_blocks < 0) with_blocks = b;
+        if (b != with_blocks) {
             snprintf(msg, n, "attention[%d]: give \"blocks\" in every entry or in none (then one "
                      "entry per block)", i);
             return 0;
@@ -378,8 +381,10 @@ static int apply_attention(vit_config *c, const cJSON *att, char *msg, size_t n)
                      "blocks: give one per block, or say which with \"blocks\"", count, c->depth);
             return 0;
         }
-        for (int l = 0; l < c->depth; l++)
-            if (b ? sel[l] : l == i) c->attn[l] = a;
+        if (!apply_attn_entry(c, e, i, m, sizeof m)) {
+            snprintf(msg, n, "attention[%d]: %s", i, m);
+            return 0;
+        }
         i++;
     }
     return 1;
@@ -814,8 +819,7 @@ static int ends_with(const char *s, const char *suffix) {
  * a delta kernel, DS at the usual scale, alphas at 0.5). The perturbations keep every tensor
  * distinct so that a wrong binding changes the output. */
 static void random_fill(float *x, const vit_tensor_spec *s, int head_dim, rng_state *r) {
-    size_t numel = 1;
-    for (int d = 0; d < s->ndim; d++) numel *= (size_t)s->shape[d];
+    const size_t numel = vit_tensor_numel(s);
     const char *nm = s->name;
     const int rows = s->shape[0], cols = s->ndim > 1 ? s->shape[1] : 1;
     const int eye = ends_with(nm, "theta.weight") || ends_with(nm, "psi.weight") ||
@@ -840,11 +844,7 @@ as_status model_init_random(model *m, const vit_config *cfg, unsigned long long 
     vit_tensor_spec *specs = specs_new(cfg, &m->params, &n);
     if (!specs) return as_fail(err, AS_ERR_NOMEM, "out of memory");
     size_t total = 0;
-    for (int i = 0; i < n; i++) {
-        size_t numel = 1;
-        for (int d = 0; d < specs[i].ndim; d++) numel *= (size_t)specs[i].shape[d];
-        total += numel;
-    }
+    for (int i = 0; i < n; i++) total += vit_tensor_numel(&specs[i]);
     m->owned = malloc(total * sizeof(float));
     if (!m->owned) {
         free(specs);
@@ -853,11 +853,9 @@ as_status model_init_random(model *m, const vit_config *cfg, unsigned long long 
     rng_state r = {seed};
     float *cur = m->owned;
     for (int i = 0; i < n; i++) {
-        size_t numel = 1;
-        for (int d = 0; d < specs[i].ndim; d++) numel *= (size_t)specs[i].shape[d];
         random_fill(cur, &specs[i], vit_head_dim(cfg), &r);
         *specs[i].slot = cur;
-        cur += numel;
+        cur += vit_tensor_numel(&specs[i]);
     }
     free(specs);
     m->n_tensors = (size_t)n;

@@ -235,18 +235,19 @@ static size_t record_chunk_bytes(const trace_spec *s, trace_quantity q, int l) {
     return (s->f16 ? 2 : 4) * (size_t)dims[nd - 1] * (size_t)dims[nd - 2];
 }
 
+/* Heads in the engine's buffer of q in block l (all of them, before any selection). */
+static size_t q_engine_heads(const vit_config *c, trace_quantity q, int l) {
+    vit_extra x;
+    if (q == TRACE_Q_X0 || q == TRACE_Q_X1)
+        return vit_extra_info(c, l, q - TRACE_Q_X0, &x) ? (size_t)x.heads : 0;
+    return (size_t)c->num_heads;
+}
+
 /* Floats per image the engine writes for q in block l (all heads, all rows). */
 static size_t q_engine_floats(const vit_config *c, trace_quantity q, int l) {
-    const size_t T = (size_t)vit_num_tokens(c), H = (size_t)c->num_heads;
-    vit_extra x;
-    switch (q) {
-    case TRACE_Q_ATTN:
-    case TRACE_Q_SCORES: return H * T * T;
-    case TRACE_Q_Q:
-    case TRACE_Q_K: return H * T * (size_t)vit_qk_head_dim(c, l);
-    case TRACE_Q_TOKENS: return T * (size_t)c->embed_dim;
-    default: return vit_extra_info(c, l, q - TRACE_Q_X0, &x) ? (size_t)x.heads * T * T : 0;
-    }
+    const size_t T = (size_t)vit_num_tokens(c);
+    if (q == TRACE_Q_TOKENS) return T * (size_t)c->embed_dim;
+    return q_engine_heads(c, q, l) * T * (is_map(q) ? T : (size_t)vit_qk_head_dim(c, l));
 }
 
 static const char *q_axes(trace_quantity q) {
@@ -673,7 +674,7 @@ static void stage_layer(trace_writer *w, trace_quantity q, int l, const float *s
     }
     int ids[4096];
     const int nh = q_heads(s, q, l, ids);
-    const size_t H = q_engine_floats(c, q, l) / (T * (is_map(q) ? T : (size_t)vit_qk_head_dim(c, l)));
+    const size_t H = q_engine_heads(c, q, l);
     const size_t row_floats = is_map(q) ? T : (size_t)vit_qk_head_dim(c, l);
     const size_t rows = is_map(q) ? (size_t)spec_q_rows(s) : T;
     const size_t per_head_src = T * row_floats;

@@ -316,11 +316,7 @@ static void test_param_counts(void) {
         vit_tensor_spec *s = malloc((size_t)n * sizeof *s);
         vit_param_specs(&c, &p, s, n);
         double total = 0;
-        for (int k = 0; k < n; k++) {
-            double e = 1;
-            for (int d = 0; d < s[k].ndim; d++) e *= s[k].shape[d];
-            total += e;
-        }
+        for (int k = 0; k < n; k++) total += (double)vit_tensor_numel(&s[k]);
         free(s);
         CHECK(total == cost.params_total, "%s: tensors %.0f vs cost %.0f",
               vit_attn_name(kinds[i].kind), total, cost.params_total);

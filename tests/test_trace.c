@@ -29,8 +29,9 @@ static void make_inputs(dataset *ds, int n, unsigned long long seed) {
     if (dataset_from_memory(ds, t, n, 3, S, "mem", &err) != AS_OK) abort();
 }
 
-static record_opts opts(const char *out, trace_mode mode, const char *what, const char *layers,
-                        const char *heads, const char *dtype, const char *rows) {
+static record_opts opts_for(const vit_config *c, const char *out, trace_mode mode,
+                            const char *what, const char *layers, const char *heads,
+                            const char *dtype, const char *rows) {
     record_opts o;
     memset(&o, 0, sizeof o);
     o.out = out;
@@ -39,11 +40,17 @@ static record_opts opts(const char *out, trace_mode mode, const char *what, cons
     o.spec.command_line = "test_trace";
     o.quiet = 1;
     as_error err;
-    if (record_parse_selection(&o, &M.cfg, what, layers, heads, dtype, "none", rows, &err)) {
+    if (record_parse_selection(&o, c, what, layers, heads, dtype, "none", rows, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         abort();
     }
     return o;
+}
+
+/* Options for the fixture model M. */
+static record_opts opts(const char *out, trace_mode mode, const char *what, const char *layers,
+                        const char *heads, const char *dtype, const char *rows) {
+    return opts_for(&M.cfg, out, mode, what, layers, heads, dtype, rows);
 }
 
 /* Direct engine run of image i: everything of every layer. */
@@ -384,13 +391,7 @@ static void test_mechanism_trace(void) {
     snprintf(path, sizeof path, "%s/mech_cls/expected.safetensors", fxd);
     CHECK(safetensors_open(&st, path, &err) == AS_OK, "%s", err.msg);
     const char *out = tmp("mech.h5");
-    record_opts o;
-    memset(&o, 0, sizeof o);
-    o.out = out;
-    o.spec.batch = 2;
-    o.spec.command_line = "test_trace";
-    o.quiet = 1;
-    CHECK(record_parse_selection(&o, &mm.cfg, "all", "all", "0,2", "f32", "none", "all", &err) == 0, "%s", err.msg);
+    record_opts o = opts_for(&mm.cfg, out, TRACE_CREATE, "all", "all", "0,2", "f32", "all");
     record_result res;
     CHECK(record_run(&mm, &ds, &o, &res, &err) == AS_OK, "%s", err.msg);
     trace_reader r;
