@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "../core/kernels.h"
+#include "h5util.h"
 #include "model.h"
 
 #define TRACE_FORMAT "attnscope-trace"
@@ -46,129 +47,6 @@ const char *trace_quantity_name(trace_quantity q) {
 }
 const char *trace_compress_name(trace_compress c) {
     return (unsigned)c < TRACE_COMPRESS_COUNT ? trace_c_names[c] : "?";
-}
-
-/* HDF5 prints its error stack by default (per thread in thread-safe builds); we translate
- * failures into our own messages. H5dont_atexit: after a failed close (full disk) HDF5's own
- * exit handler would crash on the half-closed file; the OS releases everything anyway. */
-static void h5_quiet(void) {
-    H5dont_atexit();
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-}
-
-/* The IEEE half type, as h5py and numpy's float16 read it. */
-static hid_t h5_f16_type(void) {
-    hid_t t = H5Tcopy(H5T_IEEE_F32LE);
-    H5Tset_fields(t, 15, 10, 5, 0, 10);
-    H5Tset_precision(t, 16);
-    H5Tset_size(t, 2);
-    H5Tset_ebias(t, 15);
-    return t;
-}
-
-static hid_t h5_str_type(size_t n) {
-    hid_t t = H5Tcopy(H5T_C_S1);
-    if (n) H5Tset_size(t, n);
-    else H5Tset_size(t, H5T_VARIABLE);
-    H5Tset_strpad(t, H5T_STR_NULLTERM);
-    H5Tset_cset(t, H5T_CSET_UTF8);
-    return t;
-}
-
-static int attr_write(hid_t loc, const char *name, hid_t type, hid_t space, const void *v) {
-    if (H5Aexists(loc, name) > 0) H5Adelete(loc, name);
-    hid_t a = H5Acreate2(loc, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
-    if (a < 0) return -1;
-    herr_t e = H5Awrite(a, type, v);
-    H5Aclose(a);
-    return e < 0 ? -1 : 0;
-}
-static int attr_str(hid_t loc, const char *name, const char *v) {
-    hid_t t = h5_str_type(0), s = H5Screate(H5S_SCALAR);
-    int rc = attr_write(loc, name, t, s, &v);
-    H5Sclose(s);
-    H5Tclose(t);
-    return rc;
-}
-static int attr_ints(hid_t loc, const char *name, const int *v, int n) {
-    hsize_t d = (hsize_t)n;
-    hid_t s = n == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &d, NULL);
-    int rc = attr_write(loc, name, H5T_NATIVE_INT, s, v);
-    H5Sclose(s);
-    return rc;
-}
-static int attr_int(hid_t loc, const char *name, int v) { return attr_ints(loc, name, &v, 1); }
-static int attr_int64(hid_t loc, const char *name, long long v) {
-    hid_t s = H5Screate(H5S_SCALAR);
-    int rc = attr_write(loc, name, H5T_NATIVE_LLONG, s, &v);
-    H5Sclose(s);
-    return rc;
-}
-static int attr_floats(hid_t loc, const char *name, const float *v, int n) {
-    hsize_t d = (hsize_t)n;
-    hid_t s = n == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &d, NULL);
-    int rc = attr_write(loc, name, H5T_NATIVE_FLOAT, s, v);
-    H5Sclose(s);
-    return rc;
-}
-static int attr_strs(hid_t loc, const char *name, char **v, int n) {
-    hsize_t d = (hsize_t)n;
-    hid_t t = h5_str_type(0), s = H5Screate_simple(1, &d, NULL);
-    int rc = attr_write(loc, name, t, s, v);
-    H5Sclose(s);
-    H5Tclose(t);
-    return rc;
-}
-
-static int attr_read_int(hid_t loc, const char *name, int *out, int n) {
-    if (H5Aexists(loc, name) <= 0) return -1;
-    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-    hid_t s = H5Aget_space(a);
-    hssize_t np = H5Sget_simple_extent_npoints(s);
-    int rc = -1;
-    if (np >= 1 && np <= n) rc = H5Aread(a, H5T_NATIVE_INT, out) < 0 ? -1 : (int)np;
-    H5Sclose(s);
-    H5Aclose(a);
-    return rc;
-}
-
-static void attr_read_str(hid_t loc, const char *name, char *out, size_t n) {
-    out[0] = 0;
-    if (H5Aexists(loc, name) <= 0) return;
-    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-    hid_t ft = H5Aget_type(a);
-    if (H5Tget_class(ft) == H5T_STRING) {
-        if (H5Tis_variable_str(ft) > 0) {
-            char *v = NULL;
-            hid_t mt = h5_str_type(0);
-            if (H5Aread(a, mt, &v) >= 0 && v) {
-                snprintf(out, n, "%s", v);
-                H5free_memory(v);
-            }
-            H5Tclose(mt);
-        } else {
-            size_t sz = H5Tget_size(ft);
-            char *v = calloc(sz + 1, 1);
-            if (v && H5Aread(a, ft, v) >= 0) snprintf(out, n, "%s", v);
-            free(v);
-        }
-    }
-    H5Tclose(ft);
-    H5Aclose(a);
-}
-
-static char *attr_read_str_alloc(hid_t loc, const char *name) {
-    size_t cap = 1 << 16;
-    char *buf = malloc(cap);
-    if (buf) attr_read_str(loc, name, buf, cap);
-    return buf;
-}
-
-static void iso_now(char *buf, size_t n) {
-    time_t t = time(NULL);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
 /* ---- layout --------------------------------------------------------------------------------- */
@@ -351,39 +229,39 @@ static int layer_attrs(hid_t g, const trace_spec *s, int l) {
     const vit_config *c = &s->cfg;
     const vit_attn *a = &c->attn[l];
     int rc = 0;
-    rc |= attr_int(g, "layer", l);
-    rc |= attr_str(g, "mechanism", vit_attn_name(a->kind));
-    rc |= attr_int(g, "num_tokens", vit_num_tokens(c));
-    rc |= attr_ints(g, "heads", s->heads, s->n_heads);
+    rc |= h5u_attr_int(g, "layer", l);
+    rc |= h5u_attr_str(g, "mechanism", vit_attn_name(a->kind));
+    rc |= h5u_attr_int(g, "num_tokens", vit_num_tokens(c));
+    rc |= h5u_attr_ints(g, "heads", s->heads, s->n_heads);
     if (a->kind != VIT_ATTN_LESS) {
         const float scale = vit_attn_scale(c, l);
-        if (!(a->kind == VIT_ATTN_LSLA && a->dynamic_scale)) rc |= attr_floats(g, "scale", &scale, 1);
-        rc |= attr_int(g, "qk_head_dim", vit_qk_head_dim(c, l));
+        if (!(a->kind == VIT_ATTN_LSLA && a->dynamic_scale)) rc |= h5u_attr_floats(g, "scale", &scale, 1);
+        rc |= h5u_attr_int(g, "qk_head_dim", vit_qk_head_dim(c, l));
     }
     switch (a->kind) {
-    case VIT_ATTN_LMSA: rc |= attr_int(g, "qk_dim", a->qk_dim); break;
+    case VIT_ATTN_LMSA: rc |= h5u_attr_int(g, "qk_dim", a->qk_dim); break;
     case VIT_ATTN_LSLA:
-        rc |= attr_str(g, "scale_mode", a->dynamic_scale ? "dynamic" : "fixed");
-        rc |= attr_str(g, "inner_bias", vit_bias_name(a->inner_bias));
-        rc |= attr_str(g, "outer_bias", vit_bias_name(a->outer_bias));
-        rc |= attr_str(g, "values", a->value_proj ? "v (QXV)" : "x (QXX)");
-        rc |= attr_int(g, "proj", !a->no_proj);
+        rc |= h5u_attr_str(g, "scale_mode", a->dynamic_scale ? "dynamic" : "fixed");
+        rc |= h5u_attr_str(g, "inner_bias", vit_bias_name(a->inner_bias));
+        rc |= h5u_attr_str(g, "outer_bias", vit_bias_name(a->outer_bias));
+        rc |= h5u_attr_str(g, "values", a->value_proj ? "v (QXV)" : "x (QXX)");
+        rc |= h5u_attr_int(g, "proj", !a->no_proj);
         break;
-    case VIT_ATTN_LESS: rc |= attr_int(g, "scores_from_layer", l - 1); break;
+    case VIT_ATTN_LESS: rc |= h5u_attr_int(g, "scores_from_layer", l - 1); break;
     case VIT_ATTN_MAIT: {
         int ms[VIT_MAX_MASK_HEADS];
         for (int h = 0; h < c->num_heads; h++) ms[h] = a->mask_size[h];
-        rc |= attr_ints(g, "mask_size", ms, c->num_heads);
-        rc |= attr_str(g, "mask_mode", vit_mask_mode_name(a->mask_mode));
-        rc |= attr_str(g, "mask_rule", "patch rows and columns outside the R x R neighbourhood; "
+        rc |= h5u_attr_ints(g, "mask_size", ms, c->num_heads);
+        rc |= h5u_attr_str(g, "mask_mode", vit_mask_mode_name(a->mask_mode));
+        rc |= h5u_attr_str(g, "mask_rule", "patch rows and columns outside the R x R neighbourhood; "
                        "prefix-token rows and columns are never masked");
         if (a->mask_mode == VIT_MASK_SOFT && s->params && s->params->blocks[l].mask_alpha)
-            rc |= attr_floats(g, "mask_alpha", s->params->blocks[l].mask_alpha, c->num_heads);
+            rc |= h5u_attr_floats(g, "mask_alpha", s->params->blocks[l].mask_alpha, c->num_heads);
         break;
     }
     case VIT_ATTN_REFINER:
-        rc |= attr_int(g, "expanded_heads", a->expanded_heads);
-        rc |= attr_int(g, "kernel_size", a->kernel_size);
+        rc |= h5u_attr_int(g, "expanded_heads", a->expanded_heads);
+        rc |= h5u_attr_int(g, "kernel_size", a->kernel_size);
         break;
     default: break;
     }
@@ -401,7 +279,7 @@ static int layer_attrs(hid_t g, const trace_spec *s, int l) {
         if (d >= 0) {
             vit_static_fill(c, s->params, l, i, buf);
             rc |= H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0;
-            rc |= attr_str(d, "description", st.description);
+            rc |= h5u_attr_str(d, "description", st.description);
             H5Dclose(d);
         } else {
             rc = -1;
@@ -416,8 +294,8 @@ static int layer_attrs(hid_t g, const trace_spec *s, int l) {
 /* Creates (create = 1) or opens every dataset of the spec. Returns 0 on success. */
 static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
     const vit_config *c = &s->cfg;
-    hid_t store = s->f16 ? h5_f16_type() : H5Tcopy(H5T_IEEE_F32LE);
-    hid_t pstr = h5_str_type(TRACE_PATH_LEN);
+    hid_t store = s->f16 ? h5u_f16_type() : H5Tcopy(H5T_IEEE_F32LE);
+    hid_t pstr = h5u_str_type(TRACE_PATH_LEN);
     int ok = 1;
     if (create) {
         hid_t g = H5Gcreate2(f, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -443,10 +321,10 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
                 int nd = q_shape(s, (trace_quantity)q, l, dims), ids[4096];
                 d->q[q][li] = make_dset(g, dn, store, nd, dims, 1, s, 1);
                 if (d->q[q][li] >= 0) {
-                    attr_str(d->q[q][li], "axes", q_axes((trace_quantity)q));
-                    attr_str(d->q[q][li], "description", q_description(c, (trace_quantity)q, l));
+                    h5u_attr_str(d->q[q][li], "axes", q_axes((trace_quantity)q));
+                    h5u_attr_str(d->q[q][li], "description", q_description(c, (trace_quantity)q, l));
                     if (q != TRACE_Q_TOKENS)
-                        attr_ints(d->q[q][li], "heads", ids, q_heads(s, (trace_quantity)q, l, ids));
+                        h5u_attr_ints(d->q[q][li], "heads", ids, q_heads(s, (trace_quantity)q, l, ids));
                 }
             } else {
                 d->q[q][li] = open_dset(g, dn, 1);
@@ -488,13 +366,13 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
             if (create) {
                 *tab[i].id = make_dset(g, tab[i].name, tab[i].type, tab[i].nd, tab[i].dims,
                                        tab[i].chunk0, s, 0);
-                if (*tab[i].id >= 0) attr_str(*tab[i].id, "description", tab[i].desc);
+                if (*tab[i].id >= 0) h5u_attr_str(*tab[i].id, "description", tab[i].desc);
             } else {
                 *tab[i].id = open_dset(g, tab[i].name, tab[i].chunk0);
             }
             ok &= *tab[i].id >= 0;
         }
-        if (create && ok && s->n_class_names > 0) attr_strs(g, "class_names", s->class_names, s->n_class_names);
+        if (create && ok && s->n_class_names > 0) h5u_attr_strs(g, "class_names", s->class_names, s->n_class_names);
         if (g >= 0) H5Gclose(g);
     }
     H5Tclose(pstr);
@@ -514,7 +392,7 @@ static int write_root_attrs(hid_t f, const trace_spec *s) {
     const vit_config *c = &s->cfg;
     char q[128] = "", now[32], *json = NULL;
     quantities_str(s->quantities, q, sizeof q);
-    iso_now(now, sizeof now);
+    h5u_iso_now(now, sizeof now);
     json = model_config_to_json(c);
     int grid[2] = {vit_grid(c), vit_grid(c)};
     char prefix[32] = "";
@@ -525,38 +403,38 @@ static int write_root_attrs(hid_t f, const trace_spec *s) {
     else if (s->compress == TRACE_COMPRESS_LZ4) snprintf(comp, sizeof comp, "lz4+shuffle");
     else snprintf(comp, sizeof comp, "%s", trace_c_names[s->compress]);
     int rc = 0;
-    rc |= attr_str(f, "format", TRACE_FORMAT);
-    rc |= attr_int(f, "format_version", TRACE_FORMAT_VERSION);
-    rc |= attr_str(f, "software", "attnscope " ATTNSCOPE_VERSION);
-    rc |= attr_str(f, "command_line", s->command_line ? s->command_line : "");
-    rc |= attr_str(f, "start_time", now);
-    rc |= attr_str(f, "end_time", "");
-    rc |= attr_int(f, "complete", 0);
-    rc |= attr_str(f, "interrupted", "");
-    rc |= attr_int64(f, "num_images", 0);
-    rc |= attr_str(f, "model_arch", c->name);
-    rc |= attr_str(f, "model_config", json ? json : "{}");
-    rc |= attr_str(f, "model_source", s->model_source ? s->model_source : "");
-    rc |= attr_str(f, "weights_dtype", s->weights_dtype ? s->weights_dtype : "");
-    rc |= attr_int(f, "img_size", c->img_size);
-    rc |= attr_int(f, "patch_size", c->patch_size);
-    rc |= attr_ints(f, "grid", grid, 2);
-    rc |= attr_int(f, "num_tokens", vit_num_tokens(c));
-    rc |= attr_int(f, "num_prefix_tokens", vit_num_prefix(c));
-    rc |= attr_str(f, "prefix_tokens", prefix);
-    rc |= attr_int(f, "embed_dim", c->embed_dim);
-    rc |= attr_int(f, "depth", c->depth);
-    rc |= attr_int(f, "num_heads", c->num_heads);
-    rc |= attr_int(f, "head_dim", vit_head_dim(c));
-    rc |= attr_int(f, "num_classes", c->num_classes);
-    rc |= attr_floats(f, "mean", c->mean, 3);
-    rc |= attr_floats(f, "std", c->std, 3);
-    rc |= attr_str(f, "quantities", q);
-    rc |= attr_ints(f, "layers", s->layers, s->n_layers);
-    rc |= attr_ints(f, "heads", s->heads, s->n_heads);
-    rc |= attr_str(f, "query_rows", s->prefix_rows_only ? "prefix" : "all");
-    rc |= attr_str(f, "dtype", s->f16 ? "float16" : "float32");
-    rc |= attr_str(f, "compression", comp);
+    rc |= h5u_attr_str(f, "format", TRACE_FORMAT);
+    rc |= h5u_attr_int(f, "format_version", TRACE_FORMAT_VERSION);
+    rc |= h5u_attr_str(f, "software", "attnscope " ATTNSCOPE_VERSION);
+    rc |= h5u_attr_str(f, "command_line", s->command_line ? s->command_line : "");
+    rc |= h5u_attr_str(f, "start_time", now);
+    rc |= h5u_attr_str(f, "end_time", "");
+    rc |= h5u_attr_int(f, "complete", 0);
+    rc |= h5u_attr_str(f, "interrupted", "");
+    rc |= h5u_attr_int64(f, "num_images", 0);
+    rc |= h5u_attr_str(f, "model_arch", c->name);
+    rc |= h5u_attr_str(f, "model_config", json ? json : "{}");
+    rc |= h5u_attr_str(f, "model_source", s->model_source ? s->model_source : "");
+    rc |= h5u_attr_str(f, "weights_dtype", s->weights_dtype ? s->weights_dtype : "");
+    rc |= h5u_attr_int(f, "img_size", c->img_size);
+    rc |= h5u_attr_int(f, "patch_size", c->patch_size);
+    rc |= h5u_attr_ints(f, "grid", grid, 2);
+    rc |= h5u_attr_int(f, "num_tokens", vit_num_tokens(c));
+    rc |= h5u_attr_int(f, "num_prefix_tokens", vit_num_prefix(c));
+    rc |= h5u_attr_str(f, "prefix_tokens", prefix);
+    rc |= h5u_attr_int(f, "embed_dim", c->embed_dim);
+    rc |= h5u_attr_int(f, "depth", c->depth);
+    rc |= h5u_attr_int(f, "num_heads", c->num_heads);
+    rc |= h5u_attr_int(f, "head_dim", vit_head_dim(c));
+    rc |= h5u_attr_int(f, "num_classes", c->num_classes);
+    rc |= h5u_attr_floats(f, "mean", c->mean, 3);
+    rc |= h5u_attr_floats(f, "std", c->std, 3);
+    rc |= h5u_attr_str(f, "quantities", q);
+    rc |= h5u_attr_ints(f, "layers", s->layers, s->n_layers);
+    rc |= h5u_attr_ints(f, "heads", s->heads, s->n_heads);
+    rc |= h5u_attr_str(f, "query_rows", s->prefix_rows_only ? "prefix" : "all");
+    rc |= h5u_attr_str(f, "dtype", s->f16 ? "float16" : "float32");
+    rc |= h5u_attr_str(f, "compression", comp);
     free(json);
     return rc;
 }
@@ -771,7 +649,7 @@ static int write_batch(trace_writer *w, trace_slot *sl, int *err_no) {
     all_dsets(&w->d, ids, &nids);
     for (int i = 0; i < nids; i++)
         if (extend(ids[i], end) < 0) return -1;
-    hid_t store = s->f16 ? h5_f16_type() : H5Tcopy(H5T_IEEE_F32LE);
+    hid_t store = s->f16 ? h5u_f16_type() : H5Tcopy(H5T_IEEE_F32LE);
     float ***arrs[TRACE_Q_COUNT];
     slot_arrays(sl, arrs);
     int bad = 0;
@@ -789,7 +667,7 @@ static int write_batch(trace_writer *w, trace_slot *sl, int *err_no) {
     }
     H5Tclose(store);
     if (bad) return -1;
-    hid_t pstr = h5_str_type(TRACE_PATH_LEN);
+    hid_t pstr = h5u_str_type(TRACE_PATH_LEN);
     bad |= write_rows(w->d.path, pstr, start, n, sl->paths) < 0;
     H5Tclose(pstr);
     bad |= write_rows(w->d.label, H5T_NATIVE_INT, start, n, sl->labels) < 0;
@@ -898,23 +776,23 @@ static hid_t fapl_latest(int clear_flags) {
 static as_status resume_check(trace_writer *w, as_error *err) {
     const trace_spec *s = &w->spec;
     char fmt[64];
-    attr_read_str(w->file, "format", fmt, sizeof fmt);
+    h5u_attr_read_str(w->file, "format", fmt, sizeof fmt);
     if (strcmp(fmt, TRACE_FORMAT) != 0)
         return as_fail(err, AS_ERR_FORMAT, "%s: not an attnscope trace (no format attribute): "
                        "choose another --out", w->path);
-    char *want = model_config_to_json(&s->cfg), *have = attr_read_str_alloc(w->file, "model_config");
+    char *want = model_config_to_json(&s->cfg), *have = h5u_attr_read_str_alloc(w->file, "model_config");
     int same_model = want && have && strcmp(want, have) == 0;
     free(want);
     free(have);
     char q[128] = "", qhave[128], dt[16];
     quantities_str(s->quantities, q, sizeof q);
-    attr_read_str(w->file, "quantities", qhave, sizeof qhave);
-    attr_read_str(w->file, "dtype", dt, sizeof dt);
+    h5u_attr_read_str(w->file, "quantities", qhave, sizeof qhave);
+    h5u_attr_read_str(w->file, "dtype", dt, sizeof dt);
     int layers[VIT_MAX_DEPTH], heads[1024];
-    int nl = attr_read_int(w->file, "layers", layers, VIT_MAX_DEPTH);
-    int nh = attr_read_int(w->file, "heads", heads, 1024);
+    int nl = h5u_attr_read_int(w->file, "layers", layers, VIT_MAX_DEPTH);
+    int nh = h5u_attr_read_int(w->file, "heads", heads, 1024);
     char rows[16];
-    attr_read_str(w->file, "query_rows", rows, sizeof rows);
+    h5u_attr_read_str(w->file, "query_rows", rows, sizeof rows);
     int same = same_model && strcmp(q, qhave) == 0 && strcmp(dt, s->f16 ? "float16" : "float32") == 0 &&
                nl == s->n_layers && nh == s->n_heads &&
                memcmp(layers, s->layers, (size_t)nl * sizeof(int)) == 0 &&
@@ -954,7 +832,7 @@ static void writer_free(trace_writer *w) {
 
 as_status trace_writer_open(trace_writer **out, const char *path, const trace_spec *spec,
                             trace_mode mode, int *done, char (**done_paths)[1024], as_error *err) {
-    h5_quiet();
+    h5u_quiet();
     *out = NULL;
     if (done) *done = 0;
     if (done_paths) *done_paths = NULL;
@@ -1040,15 +918,15 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
         for (int i = 0; i < nids; i++) extend(ids[i], w->done); /* drop a partial batch */
         if (done_paths && w->done > 0) {
             *done_paths = malloc((size_t)w->done * TRACE_PATH_LEN);
-            hid_t pstr = h5_str_type(TRACE_PATH_LEN);
+            hid_t pstr = h5u_str_type(TRACE_PATH_LEN);
             if (!*done_paths || H5Dread(w->d.path, pstr, H5S_ALL, H5S_ALL, H5P_DEFAULT, *done_paths) < 0) {
                 free(*done_paths);
                 *done_paths = NULL;
             }
             H5Tclose(pstr);
         }
-        attr_int(w->file, "complete", 0);
-        attr_str(w->file, "interrupted", "");
+        h5u_attr_int(w->file, "complete", 0);
+        h5u_attr_str(w->file, "interrupted", "");
     } else {
         /* Build the new trace under a temporary name so an existing one (with --force) is only
          * replaced once the new file is set up. */
@@ -1114,10 +992,10 @@ as_status trace_writer_close(trace_writer *w, int complete, const char *reason, 
     H5Pclose(fapl);
     if (f >= 0) {
         char now[32];
-        iso_now(now, sizeof now);
-        int bad = attr_str(f, "end_time", now) | attr_int(f, "complete", complete) |
-                  attr_str(f, "interrupted", complete ? "" : (reason ? reason : "interrupted")) |
-                  attr_int64(f, "num_images", done);
+        h5u_iso_now(now, sizeof now);
+        int bad = h5u_attr_str(f, "end_time", now) | h5u_attr_int(f, "complete", complete) |
+                  h5u_attr_str(f, "interrupted", complete ? "" : (reason ? reason : "interrupted")) |
+                  h5u_attr_int64(f, "num_images", done);
         haddr_t eoa = 0;
         bad |= H5Fflush(f, H5F_SCOPE_GLOBAL) < 0 || H5Fget_eoa(f, &eoa) < 0;
         bad |= H5Fclose(f) < 0;
@@ -1138,7 +1016,7 @@ as_status trace_writer_close(trace_writer *w, int complete, const char *reason, 
 /* ---- reader --------------------------------------------------------------------------------- */
 
 as_status trace_reader_open(trace_reader *r, const char *path, as_error *err) {
-    h5_quiet();
+    h5u_quiet();
     memset(r, 0, sizeof *r);
     snprintf(r->path, sizeof r->path, "%s", path);
     struct stat sb;
@@ -1158,20 +1036,20 @@ as_status trace_reader_open(trace_reader *r, const char *path, as_error *err) {
                        path);
     r->file_id = f;
     char fmt[64];
-    attr_read_str(f, "format", fmt, sizeof fmt);
+    h5u_attr_read_str(f, "format", fmt, sizeof fmt);
     if (strcmp(fmt, TRACE_FORMAT) != 0) {
         trace_reader_close(r);
         return as_fail(err, AS_ERR_FORMAT, "%s: an HDF5 file but not an attnscope trace (no "
                        "format=\"%s\" attribute)", path, TRACE_FORMAT);
     }
     int v = 0;
-    attr_read_int(f, "format_version", &v, 1);
+    h5u_attr_read_int(f, "format_version", &v, 1);
     if (v > TRACE_FORMAT_VERSION) {
         trace_reader_close(r);
         return as_fail(err, AS_ERR_UNSUPPORTED, "%s: trace format version %d is newer than this "
                        "attnscope reads (%d): update attnscope", path, v, TRACE_FORMAT_VERSION);
     }
-    r->model_config = attr_read_str_alloc(f, "model_config");
+    r->model_config = h5u_attr_read_str_alloc(f, "model_config");
     vit_config c = {0};
     if (!r->model_config || model_config_apply_json(&c, r->model_config, path, err) != AS_OK) {
         trace_reader_close(r);
@@ -1179,7 +1057,7 @@ as_status trace_reader_open(trace_reader *r, const char *path, as_error *err) {
     }
     r->cfg = c;
     char q[128], rows[16], dt[16];
-    attr_read_str(f, "quantities", q, sizeof q);
+    h5u_attr_read_str(f, "quantities", q, sizeof q);
     for (int i = 0; i < TRACE_Q_COUNT; i++) {
         const char *p = strstr(q, trace_q_names[i]);
         size_t L = strlen(trace_q_names[i]);
@@ -1187,12 +1065,12 @@ as_status trace_reader_open(trace_reader *r, const char *path, as_error *err) {
         if (p) r->quantities |= 1u << i;
     }
     if (r->quantities & (1u << TRACE_Q_X0)) r->quantities |= 1u << TRACE_Q_X1;
-    r->n_layers = attr_read_int(f, "layers", r->layers, VIT_MAX_DEPTH);
-    r->n_heads = attr_read_int(f, "heads", r->heads, 1024);
-    attr_read_str(f, "query_rows", rows, sizeof rows);
-    attr_read_str(f, "dtype", dt, sizeof dt);
-    attr_read_str(f, "compression", r->compression, sizeof r->compression);
-    attr_read_int(f, "complete", &r->complete, 1);
+    r->n_layers = h5u_attr_read_int(f, "layers", r->layers, VIT_MAX_DEPTH);
+    r->n_heads = h5u_attr_read_int(f, "heads", r->heads, 1024);
+    h5u_attr_read_str(f, "query_rows", rows, sizeof rows);
+    h5u_attr_read_str(f, "dtype", dt, sizeof dt);
+    h5u_attr_read_str(f, "compression", r->compression, sizeof r->compression);
+    h5u_attr_read_int(f, "complete", &r->complete, 1);
     r->prefix_rows_only = strcmp(rows, "prefix") == 0;
     r->f16 = strcmp(dt, "float16") == 0;
     r->num_tokens = vit_num_tokens(&c);
@@ -1297,12 +1175,35 @@ as_status trace_read_map(const trace_reader *r, const char *name, long image, in
                        "its mechanism): attnscope info %s lists what it holds", r->path, layer,
                        name, r->path);
     int heads[4096];
-    int nh = attr_read_int(d, "heads", heads, 4096);
+    int nh = h5u_attr_read_int(d, "heads", heads, 4096);
     H5Dclose(d);
     int hp = index_of(heads, nh, head);
     if (hp < 0) return as_fail(err, AS_ERR_ARG, "%s: head %d of %s in layer %d was not recorded",
                                r->path, head, name, layer);
     return read_slab(r, path, image, hp, out, err);
+}
+
+as_status trace_read_image_slab(const trace_reader *r, const char *name, long image, float *out,
+                                as_error *err) {
+    return read_slab(r, name, image, -1, out, err);
+}
+
+int trace_dataset_dims(const trace_reader *r, const char *name, long *dims, int max) {
+    if (H5Lexists((hid_t)r->file_id, name, H5P_DEFAULT) <= 0) return -1;
+    hid_t d = H5Dopen2((hid_t)r->file_id, name, H5P_DEFAULT);
+    if (d < 0) return -1;
+    hid_t s = H5Dget_space(d);
+    hsize_t hd[8];
+    int nd = H5Sget_simple_extent_ndims(s);
+    int n = -1;
+    if (nd >= 1 && nd <= 8 && nd - 1 <= max) {
+        H5Sget_simple_extent_dims(s, hd, NULL);
+        for (int i = 1; i < nd; i++) dims[i - 1] = (long)hd[i];
+        n = nd - 1;
+    }
+    H5Sclose(s);
+    H5Dclose(d);
+    return n;
 }
 
 as_status trace_read_tokens(const trace_reader *r, long image, int layer, float *out,
@@ -1345,7 +1246,7 @@ as_status trace_read_image_info(const trace_reader *r, long image, char *path, s
         hid_t d = H5Dopen2(f, "images/path", H5P_DEFAULT);
         if (d >= 0) {
             if (r->swmr) H5Drefresh(d);
-            hid_t fs = H5Dget_space(d), ms = H5Screate_simple(1, &one, NULL), st = h5_str_type(TRACE_PATH_LEN);
+            hid_t fs = H5Dget_space(d), ms = H5Screate_simple(1, &one, NULL), st = h5u_str_type(TRACE_PATH_LEN);
             H5Sselect_hyperslab(fs, H5S_SELECT_SET, &off, NULL, &one, NULL);
             H5Dread(d, st, ms, fs, H5P_DEFAULT, buf);
             H5Tclose(st);
@@ -1380,5 +1281,5 @@ as_status trace_sizes(const trace_reader *r, double *file_bytes, double *data_by
 }
 
 void trace_read_attr_string(const trace_reader *r, const char *name, char *out, size_t n) {
-    attr_read_str((hid_t)r->file_id, name, out, n);
+    h5u_attr_read_str((hid_t)r->file_id, name, out, n);
 }

@@ -119,6 +119,12 @@ as_status trace_read_head(const trace_reader *r, trace_quantity q, long image, i
  * selection, else its position. */
 as_status trace_read_map(const trace_reader *r, const char *name, long image, int layer,
                          int head, float *out, as_error *err);
+/* Everything one image holds in a dataset ("layers/03/attn"): (H_rec, Q, T) for maps, (H_rec,
+ * T, d) for q/k, (T, D) for tokens, as float. */
+as_status trace_read_image_slab(const trace_reader *r, const char *name, long image, float *out,
+                                as_error *err);
+/* The dataset's dimensions after the image axis; returns their count, or -1 when it is absent. */
+int trace_dataset_dims(const trace_reader *r, const char *name, long *dims, int max);
 /* Block output tokens (T, D) of one image and layer. */
 as_status trace_read_tokens(const trace_reader *r, long image, int layer, float *out,
                             as_error *err);

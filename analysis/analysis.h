@@ -1,0 +1,73 @@
+/* analysis.h: metrics over recorded traces (attnscope analyze). Each metric is one file in
+ * analysis/ plus one line in registry.c; docs/analysis.md defines every number exactly.
+ *
+ * Usage:
+ *     analysis_opts o;
+ *     analysis_opts_default(&o);
+ *     o.metrics = analysis_metric_mask("als,similarity", &err);   // 0 on a bad name
+ *     analysis_report rep;
+ *     if (analysis_run("run.h5", NULL, &o, &rep, &err) != AS_OK) ... // NULL: into run.h5's /analysis
+ *
+ * The run streams the trace one batch of images at a time (the batch is --threads images), so
+ * memory stays at about batch x one image's recorded data in float32, whatever the trace size.
+ * Per image every metric produces its values in float64; the run keeps GSL running statistics
+ * (mean, sample standard deviation, 95% t interval) per value, in image order, so results do
+ * not depend on the thread count. */
+#ifndef AS_ANALYSIS_H
+#define AS_ANALYSIS_H
+
+#include <signal.h>
+#include <stdio.h>
+
+#include "../core/config.h"
+#include "../core/status.h"
+
+#define ANALYSIS_MAX_THRESHOLDS 16
+
+typedef enum { ANALYSIS_FUSE_MEAN = 0, ANALYSIS_FUSE_MAX, ANALYSIS_FUSE_MIN } analysis_fusion;
+
+typedef struct {
+    unsigned metrics;            /* bit i = registry entry i; 0 = every metric the trace supports */
+    int explicit_metrics;        /* 1: the user named them, so one that cannot run is an error */
+    int als_window;              /* R (odd), default 3 */
+    double als_low, als_high;    /* mask-placement thresholds, default 0.35 / 0.65 */
+    int n_thresholds;            /* Q/K magnitudes, default 0.1 0.5 1 2 */
+    double thresholds[ANALYSIS_MAX_THRESHOLDS];
+    analysis_fusion fusion;      /* rollout head fusion, default mean */
+    double discard;              /* rollout discard ratio in [0, 1), default 0 */
+    int entropy_normalize;       /* divide entropies by log T */
+    int distance_renorm;         /* mean distance: renormalise over patch keys (default: drop prefix keys) */
+    int per_image;               /* also store every image's values */
+    int threads;                 /* images analysed at once; <= 0: all cores */
+    const char *csv_dir;         /* NULL: no CSV */
+    const char *command_line;
+    int quiet;                   /* no notes on stderr */
+    long max_images;             /* 0: all */
+    FILE *report;                /* each metric's short summary (stdout in the CLI), or NULL */
+    void (*progress)(void *ud, long done, long total);  /* or NULL */
+    void *progress_ud;
+    volatile sig_atomic_t *stop; /* set by a signal handler: stop, write nothing; or NULL */
+} analysis_opts;
+
+typedef struct {
+    long images;                 /* images analysed */
+    int metrics_run, metrics_skipped;
+    double seconds;
+    double batch_bytes;          /* the working set of one batch (the memory bound) */
+} analysis_report;
+
+void analysis_opts_default(analysis_opts *o);
+/* "als,similarity" (or "all") into a registry bit mask; 0 with err filled for an unknown name. */
+unsigned analysis_metric_mask(const char *list, as_error *err);
+/* The registry, for --help and docs. */
+int analysis_metric_count(void);
+const char *analysis_metric_name(int i);
+const char *analysis_metric_summary(int i);
+
+/* Analyses trace_path; results go into its /analysis group (out_path NULL) or into out_path
+ * (a new results file, or one written before: its other metrics are kept). Recorded data is
+ * never modified, and results appear only once complete. */
+as_status analysis_run(const char *trace_path, const char *out_path, const analysis_opts *o,
+                       analysis_report *rep, as_error *err);
+
+#endif

@@ -1,0 +1,74 @@
+/* diag.c: LaViT's diagonality-preserving terms (its Eq. 8 and 9) measured on recorded maps:
+ * how symmetric each map is, and how much its diagonal dominates. */
+#include <math.h>
+#include <stdio.h>
+
+#include "../io/trace.h"
+#include "metric.h"
+
+enum { OUT_SYM, OUT_DIAG, OUT_SYM_MEAN, OUT_DIAG_MEAN };
+
+static as_status diag_plan(analysis_ctx *c, as_error *err) {
+    const analysis_layout *lay = c->lay;
+    if (lay->q_rows != lay->tokens)
+        return as_fail(err, AS_ERR_ARG, "diag needs square maps, but the trace holds only the prefix "
+                       "query rows: record with --query-rows all");
+    int dims[2] = {lay->n_layers, lay->n_heads};
+    analysis_axis ax[2] = {ANALYSIS_AX_LAYER, ANALYSIS_AX_HEAD};
+    analysis_output_add(c, "symmetry", "sum over i,j of |A[i,j] - A[j,i]| (0 = symmetric)", "", 2, dims, ax);
+    analysis_output_add(c, "diagonality", "sum over i of ((T-1) A[i,i] - sum_{j!=i} A[i,j]) "
+                        "(> 0: the diagonal dominates)", "", 2, dims, ax);
+    analysis_output_add(c, "symmetry_head_mean", "symmetry averaged over heads", "", 1, dims, ax);
+    analysis_output_add(c, "diagonality_head_mean", "diagonality averaged over heads", "", 1, dims, ax);
+    snprintf(c->params, sizeof c->params, "map=attn");
+    (void)err;
+    return AS_OK;
+}
+
+static void diag_image(const analysis_ctx *c, const analysis_image *im, double *vals, void *scratch) {
+    const analysis_layout *lay = c->lay;
+    int T = lay->tokens, H = lay->n_heads;
+    for (int li = 0; li < lay->n_layers; li++) {
+        double ms = 0, md = 0;
+        for (int hi = 0; hi < H; hi++) {
+            const float *A = im->attn[li] + (size_t)hi * T * T;
+            double sym = 0, dg = 0;
+            for (int i = 0; i < T; i++) {
+                double off = 0;
+                for (int j = 0; j < T; j++) {
+                    if (j != i) off += A[(size_t)i * T + j];
+                    if (j > i) sym += 2.0 * fabs((double)A[(size_t)i * T + j] - A[(size_t)j * T + i]);
+                }
+                dg += (T - 1) * (double)A[(size_t)i * T + i] - off;
+            }
+            vals[c->out[OUT_SYM].offset + (size_t)li * H + hi] = sym;
+            vals[c->out[OUT_DIAG].offset + (size_t)li * H + hi] = dg;
+            ms += sym;
+            md += dg;
+        }
+        vals[c->out[OUT_SYM_MEAN].offset + li] = ms / H;
+        vals[c->out[OUT_DIAG_MEAN].offset + li] = md / H;
+    }
+}
+
+static as_status diag_finish(analysis_ctx *c, const double *mean, as_error *err) {
+    const analysis_layout *lay = c->lay;
+    analysis_report_add(c, "  layer  symmetry  diagonality (head means)\n");
+    for (int li = 0; li < lay->n_layers; li++)
+        analysis_report_add(c, "  %5d  %8.3f  %11.3f\n", lay->layers[li],
+                            mean[c->out[OUT_SYM_MEAN].offset + li], mean[c->out[OUT_DIAG_MEAN].offset + li]);
+    (void)err;
+    return AS_OK;
+}
+
+const analysis_metric analysis_metric_diag = {
+    .name = "diag",
+    .version = 1,
+    .summary = "LaViT's symmetry and diagonality terms (its Eq. 8/9) per layer and head",
+    .definition = "symmetry = sum_{i,j} |A[i,j] - A[j,i]|; diagonality = sum_i ((T-1) A[i,i] - "
+                  "sum_{j!=i} A[i,j]); over the T x T map that multiplies the values",
+    .needs = 1u << TRACE_Q_ATTN,
+    .plan = diag_plan,
+    .image = diag_image,
+    .finish = diag_finish,
+};

@@ -1,0 +1,103 @@
+/* distance.c: mean attention distance in pixels (the ViT paper's Fig. 7). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../io/trace.h"
+#include "metric.h"
+
+enum { OUT_DIST, OUT_MEAN };
+
+static as_status dist_plan(analysis_ctx *c, as_error *err) {
+    const analysis_layout *lay = c->lay;
+    if (lay->q_rows != lay->tokens)
+        return as_fail(err, AS_ERR_ARG, "distance needs the patch query rows, but the trace holds "
+                       "only the prefix rows: record with --query-rows all");
+    int P = lay->patches, g = lay->grid;
+    double *d = malloc((size_t)P * P * sizeof *d);
+    if (!d) return as_fail(err, AS_ERR_NOMEM, "out of memory for the distance table");
+    for (int i = 0; i < P; i++)
+        for (int j = 0; j < P; j++) {
+            double dr = i / g - j / g, dc = i % g - j % g;
+            d[(size_t)i * P + j] = lay->patch_px * sqrt(dr * dr + dc * dc);
+        }
+    c->state = d;
+    int dims[2] = {lay->n_layers, lay->n_heads};
+    analysis_axis ax[2] = {ANALYSIS_AX_LAYER, ANALYSIS_AX_HEAD};
+    analysis_output_add(c, "distance", "attention-weighted distance between patch centres, "
+                        "averaged over patch queries", "pixels", 2, dims, ax);
+    analysis_output_add(c, "head_mean", "distance averaged over the recorded heads", "pixels", 1, dims, ax);
+    snprintf(c->params, sizeof c->params, "prefix_keys=%s; patch_size=%d",
+             c->opt->distance_renorm ? "renormalise" : "drop", lay->patch_px);
+    return AS_OK;
+}
+
+static void dist_image(const analysis_ctx *c, const analysis_image *im, double *vals, void *scratch) {
+    const analysis_layout *lay = c->lay;
+    const double *dt = c->state;
+    int T = lay->tokens, P = lay->patches, H = lay->n_heads, p = lay->prefix;
+    double *out = vals + c->out[OUT_DIST].offset, *hm = vals + c->out[OUT_MEAN].offset;
+    for (int li = 0; li < lay->n_layers; li++) {
+        double hs = 0;
+        for (int hi = 0; hi < H; hi++) {
+            const float *A = im->attn[li] + (size_t)hi * lay->q_rows * T;
+            double s = 0;
+            int n = 0;
+            for (int i = 0; i < P; i++) {
+                const float *row = A + (size_t)(p + i) * T + p;
+                const double *di = dt + (size_t)i * P;
+                double w = 0, m = 0;
+                for (int j = 0; j < P; j++) {
+                    m += row[j] * di[j];
+                    w += row[j];
+                }
+                if (c->opt->distance_renorm) {
+                    if (w <= 0) continue;
+                    m /= w;
+                }
+                s += m;
+                n++;
+            }
+            out[li * H + hi] = n ? s / n : NAN;
+            hs += out[li * H + hi];
+        }
+        hm[li] = hs / H;
+    }
+}
+
+static as_status dist_finish(analysis_ctx *c, const double *mean, as_error *err) {
+    const analysis_layout *lay = c->lay;
+    const double *hm = mean + c->out[OUT_MEAN].offset, *d = mean + c->out[OUT_DIST].offset;
+    analysis_report_add(c, "  layer  mean distance (px): head mean [min, max over heads]\n");
+    for (int li = 0; li < lay->n_layers; li++) {
+        double lo = INFINITY, hi = -INFINITY;
+        for (int h = 0; h < lay->n_heads; h++) {
+            lo = fmin(lo, d[li * lay->n_heads + h]);
+            hi = fmax(hi, d[li * lay->n_heads + h]);
+        }
+        analysis_report_add(c, "  %5d  %6.2f [%.2f, %.2f]\n", lay->layers[li], hm[li], lo, hi);
+    }
+    (void)err;
+    return AS_OK;
+}
+
+static void dist_release(analysis_ctx *c) {
+    free(c->state);
+    c->state = NULL;
+}
+
+const analysis_metric analysis_metric_distance = {
+    .name = "distance",
+    .version = 1,
+    .summary = "mean attention distance in pixels per layer and head (ViT Fig. 7)",
+    .definition = "for patch query i: sum over patch keys j of A[i,j] * patch_size * "
+                  "|centre(i) - centre(j)|; prefix keys are dropped (their weight counts for "
+                  "nothing) or, with renormalise, the patch weights are divided by their sum; "
+                  "averaged over patch queries",
+    .needs = 1u << TRACE_Q_ATTN,
+    .plan = dist_plan,
+    .image = dist_image,
+    .finish = dist_finish,
+    .release = dist_release,
+};

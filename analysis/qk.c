@@ -1,0 +1,92 @@
+/* qk.c: LMSA's Q/K signal efficiency (its section 3.3): how many query and key entries carry a
+ * magnitude above each threshold. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../io/trace.h"
+#include "metric.h"
+
+enum { OUT_Q, OUT_K };
+
+static as_status qk_plan(analysis_ctx *c, as_error *err) {
+    const analysis_layout *lay = c->lay;
+    unsigned need = (1u << TRACE_Q_Q) | (1u << TRACE_Q_K);
+    if ((lay->quantities & need) != need)
+        return as_fail(err, AS_ERR_ARG, "qk needs the per-head queries and keys, which this trace "
+                       "lacks: record with --record attn,q,k (or --record all)");
+    int n = 0;
+    for (int li = 0; li < lay->n_layers; li++) n += lay->qk_width[li] > 0;
+    if (!n) return as_fail(err, AS_ERR_ARG, "qk: no recorded layer has queries and keys "
+                           "(less-attention blocks have none)");
+    for (int li = 0; li < lay->n_layers; li++)
+        if (!lay->qk_width[li])
+            analysis_note(c, "qk: layer %d has no q/k (less attention): NaN", lay->layers[li]);
+    int dims[2] = {lay->n_layers, c->opt->n_thresholds};
+    analysis_axis ax[2] = {ANALYSIS_AX_LAYER, ANALYSIS_AX_THRESHOLD};
+    analysis_output_add(c, "q_fraction", "fraction of query entries (recorded heads x tokens x "
+                        "channels) with |q| > threshold", "", 2, dims, ax);
+    analysis_output_add(c, "k_fraction", "fraction of key entries with |k| > threshold (LSLA: "
+                        "the keys are x itself)", "", 2, dims, ax);
+    int m = snprintf(c->params, sizeof c->params, "thresholds=");
+    for (int i = 0; i < c->opt->n_thresholds && m < (int)sizeof c->params - 24; i++)
+        m += snprintf(c->params + m, sizeof c->params - (size_t)m, "%s%g", i ? "," : "",
+                      c->opt->thresholds[i]);
+    return AS_OK;
+}
+
+static void qk_image(const analysis_ctx *c, const analysis_image *im, double *vals, void *scratch) {
+    const analysis_layout *lay = c->lay;
+    int nt = c->opt->n_thresholds;
+    for (int which = 0; which < 2; which++) {
+        double *out = vals + c->out[which == 0 ? OUT_Q : OUT_K].offset;
+        for (int li = 0; li < lay->n_layers; li++) {
+            const float *x = which == 0 ? im->q[li] : im->k[li];
+            size_t n = (size_t)lay->n_heads * lay->tokens * lay->qk_width[li];
+            for (int ti = 0; ti < nt; ti++) {
+                if (!x || !n) {
+                    out[li * nt + ti] = NAN;
+                    continue;
+                }
+                float th = (float)c->opt->thresholds[ti];
+                size_t cnt = 0;
+                for (size_t i = 0; i < n; i++) cnt += fabsf(x[i]) > th;
+                out[li * nt + ti] = (double)cnt / (double)n;
+            }
+        }
+    }
+}
+
+static as_status qk_finish(analysis_ctx *c, const double *mean, as_error *err) {
+    const analysis_layout *lay = c->lay;
+    int nt = c->opt->n_thresholds;
+    analysis_report_add(c, "  layer  |q| >");
+    for (int t = 0; t < nt; t++) analysis_report_add(c, " %6g", c->opt->thresholds[t]);
+    analysis_report_add(c, "   |k| >");
+    for (int t = 0; t < nt; t++) analysis_report_add(c, " %6g", c->opt->thresholds[t]);
+    analysis_report_add(c, "\n");
+    for (int li = 0; li < lay->n_layers; li++) {
+        analysis_report_add(c, "  %5d      ", lay->layers[li]);
+        for (int w = 0; w < 2; w++) {
+            const double *m = mean + c->out[w].offset + (size_t)li * nt;
+            for (int t = 0; t < nt; t++) analysis_report_add(c, " %6.3f", m[t]);
+            if (!w) analysis_report_add(c, "        ");
+        }
+        analysis_report_add(c, "\n");
+    }
+    (void)err;
+    return AS_OK;
+}
+
+const analysis_metric analysis_metric_qk = {
+    .name = "qk",
+    .version = 1,
+    .summary = "Q/K signal efficiency: fraction of |q|, |k| entries above thresholds (LMSA 3.3)",
+    .definition = "for layer l and threshold tau: #{entries x of the recorded heads' q (or k) "
+                  "over all tokens and channels with |x| > tau} / #entries; NaN for blocks "
+                  "without q/k",
+    .needs = (1u << TRACE_Q_Q) | (1u << TRACE_Q_K),
+    .plan = qk_plan,
+    .image = qk_image,
+    .finish = qk_finish,
+};

@@ -1,0 +1,135 @@
+/* registry.c: the list of metrics, and the helpers they share. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metric.h"
+
+static const analysis_metric *const registry[] = {
+    &analysis_metric_als,      &analysis_metric_similarity, &analysis_metric_qk,
+    &analysis_metric_evolution, &analysis_metric_distance,  &analysis_metric_entropy,
+    &analysis_metric_rollout,  &analysis_metric_diag,
+};
+#define N_METRICS ((int)(sizeof registry / sizeof registry[0]))
+_Static_assert(sizeof registry / sizeof registry[0] <= 32, "metric masks are 32-bit");
+
+int analysis_metric_count(void) { return N_METRICS; }
+const analysis_metric *analysis_metric_get(int i) { return i >= 0 && i < N_METRICS ? registry[i] : NULL; }
+const char *analysis_metric_name(int i) { return i >= 0 && i < N_METRICS ? registry[i]->name : "?"; }
+const char *analysis_metric_summary(int i) { return i >= 0 && i < N_METRICS ? registry[i]->summary : "?"; }
+
+unsigned analysis_metric_mask(const char *list, as_error *err) {
+    unsigned mask = 0;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (strcmp(t, "all") == 0) {
+            mask |= (1u << N_METRICS) - 1;
+            continue;
+        }
+        int found = -1;
+        for (int i = 0; i < N_METRICS; i++)
+            if (strcmp(t, registry[i]->name) == 0) found = i;
+        if (found < 0) {
+            char names[256] = "";
+            for (int i = 0; i < N_METRICS; i++) {
+                strcat(names, registry[i]->name);
+                if (i + 1 < N_METRICS) strcat(names, ",");
+            }
+            as_fail(err, AS_ERR_ARG, "--metrics: unknown metric \"%s\" (known: %s)", t, names);
+            return 0;
+        }
+        mask |= 1u << found;
+    }
+    if (!mask) as_fail(err, AS_ERR_ARG, "--metrics: empty list");
+    return mask;
+}
+
+void analysis_opts_default(analysis_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->als_window = 3;
+    o->als_low = 0.35;
+    o->als_high = 0.65;
+    const double th[] = {0.1, 0.5, 1.0, 2.0};
+    o->n_thresholds = 4;
+    memcpy(o->thresholds, th, sizeof th);
+    o->fusion = ANALYSIS_FUSE_MEAN;
+}
+
+static size_t dims_count(int ndims, const int *dims) {
+    size_t n = 1;
+    for (int i = 0; i < ndims; i++) n *= (size_t)dims[i];
+    return n;
+}
+
+int analysis_output_add(analysis_ctx *c, const char *name, const char *description,
+                        const char *units, int ndims, const int *dims, const analysis_axis *axes) {
+    analysis_output *o = &c->out[c->n_out];
+    memset(o, 0, sizeof *o);
+    o->name = name;
+    o->description = description;
+    o->units = units;
+    o->ndims = ndims;
+    memcpy(o->dims, dims, (size_t)ndims * sizeof *dims);
+    memcpy(o->axes, axes, (size_t)ndims * sizeof *axes);
+    o->offset = c->n_vals;
+    o->count = dims_count(ndims, dims);
+    c->n_vals += o->count;
+    return c->n_out++;
+}
+
+double *analysis_derived_add(analysis_ctx *c, const char *name, const char *description,
+                             const char *units, int ndims, const int *dims,
+                             const analysis_axis *axes) {
+    analysis_output *o = &c->derived[c->n_derived];
+    memset(o, 0, sizeof *o);
+    o->name = name;
+    o->description = description;
+    o->units = units;
+    o->ndims = ndims;
+    memcpy(o->dims, dims, (size_t)ndims * sizeof *dims);
+    memcpy(o->axes, axes, (size_t)ndims * sizeof *axes);
+    o->count = dims_count(ndims, dims);
+    o->derived = calloc(o->count, sizeof(double));
+    if (!o->derived) return NULL;
+    c->n_derived++;
+    return o->derived;
+}
+
+void analysis_note(analysis_ctx *c, const char *fmt, ...) {
+    size_t used = strlen(c->notes);
+    if (used && used + 2 < sizeof c->notes) {
+        strcat(c->notes, "; ");
+        used += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->notes + used, sizeof c->notes - used, fmt, ap);
+    va_end(ap);
+}
+
+void analysis_report_add(analysis_ctx *c, const char *fmt, ...) {
+    size_t used = strlen(c->report);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->report + used, sizeof c->report - used, fmt, ap);
+    va_end(ap);
+}
+
+int analysis_layer_pos(const analysis_layout *lay, int l) {
+    for (int i = 0; i < lay->n_layers; i++)
+        if (lay->layers[i] == l) return i;
+    return -1;
+}
+
+double analysis_cosine(const float *a, const float *b, size_t n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < n; i++) {
+        ab += (double)a[i] * b[i];
+        aa += (double)a[i] * a[i];
+        bb += (double)b[i] * b[i];
+    }
+    return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : NAN;
+}

@@ -1,0 +1,28 @@
+/* h5util.h: the small HDF5 helpers the trace and the analysis results share: quiet errors,
+ * float16 and string types, scalar/array attributes in and out. Attribute writers replace an
+ * existing attribute of the same name and return 0, or -1 on failure. */
+#ifndef AS_H5UTIL_H
+#define AS_H5UTIL_H
+
+#include <hdf5.h>
+#include <stddef.h>
+
+void h5u_quiet(void);                       /* no HDF5 error stacks on stderr */
+hid_t h5u_f16_type(void);                   /* IEEE binary16, as numpy's float16 */
+hid_t h5u_str_type(size_t n);               /* UTF-8 string of n bytes, 0 = variable length */
+int h5u_attr_write(hid_t loc, const char *name, hid_t type, hid_t space, const void *v);
+int h5u_attr_str(hid_t loc, const char *name, const char *v);
+int h5u_attr_ints(hid_t loc, const char *name, const int *v, int n);   /* n == 1: scalar */
+int h5u_attr_int(hid_t loc, const char *name, int v);
+int h5u_attr_int64(hid_t loc, const char *name, long long v);
+int h5u_attr_floats(hid_t loc, const char *name, const float *v, int n);
+int h5u_attr_doubles(hid_t loc, const char *name, const double *v, int n);
+int h5u_attr_strs(hid_t loc, const char *name, char **v, int n);
+/* Reads up to n ints; returns the count, or -1 when missing or longer than n. */
+int h5u_attr_read_int(hid_t loc, const char *name, int *out, int n);
+/* String attribute (variable or fixed length) into out; "" when missing. */
+void h5u_attr_read_str(hid_t loc, const char *name, char *out, size_t n);
+char *h5u_attr_read_str_alloc(hid_t loc, const char *name); /* up to 64 KiB; free() it */
+void h5u_iso_now(char *buf, size_t n);      /* "2026-11-21T10:00:00Z" */
+
+#endif
