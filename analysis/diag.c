@@ -21,6 +21,7 @@ static as_status diag_plan(analysis_ctx *c, as_error *err) {
     analysis_output_add(c, "symmetry_head_mean", "symmetry averaged over heads", "", 1, dims, ax);
     analysis_output_add(c, "diagonality_head_mean", "diagonality averaged over heads", "", 1, dims, ax);
     snprintf(c->params, sizeof c->params, "map=attn");
+    c->scratch_bytes = (size_t)lay->tokens * lay->tokens * sizeof(float); /* a transposed map */
     (void)err;
     return AS_OK;
 }
@@ -32,14 +33,16 @@ static void diag_image(const analysis_ctx *c, const analysis_image *im, double *
         double ms = 0, md = 0;
         for (int hi = 0; hi < H; hi++) {
             const float *A = im->attn[li] + (size_t)hi * T * T;
+            float *At = scratch;
+            for (int i0 = 0; i0 < T; i0 += 32) /* blocked transpose */
+                for (int j0 = 0; j0 < T; j0 += 32)
+                    for (int i = i0; i < i0 + 32 && i < T; i++)
+                        for (int j = j0; j < j0 + 32 && j < T; j++) At[(size_t)j * T + i] = A[(size_t)i * T + j];
             double sym = 0, dg = 0;
             for (int i = 0; i < T; i++) {
-                double off = 0;
-                for (int j = 0; j < T; j++) {
-                    if (j != i) off += A[(size_t)i * T + j];
-                    if (j > i) sym += 2.0 * fabs((double)A[(size_t)i * T + j] - A[(size_t)j * T + i]);
-                }
-                dg += (T - 1) * (double)A[(size_t)i * T + i] - off;
+                const float *row = A + (size_t)i * T;
+                sym += analysis_absdiff(row, At + (size_t)i * T, T);
+                dg += T * (double)row[i] - analysis_sum(row, T); /* (T-1) A_ii - sum_{j!=i} A_ij */
             }
             vals[c->out[OUT_SYM].offset + (size_t)li * H + hi] = sym;
             vals[c->out[OUT_DIAG].offset + (size_t)li * H + hi] = dg;

@@ -47,11 +47,7 @@ static void dist_image(const analysis_ctx *c, const analysis_image *im, double *
             for (int i = 0; i < P; i++) {
                 const float *row = A + (size_t)(p + i) * T + p;
                 const double *di = dt + (size_t)i * P;
-                double w = 0, m = 0;
-                for (int j = 0; j < P; j++) {
-                    m += row[j] * di[j];
-                    w += row[j];
-                }
+                double w, m = analysis_dot_fd(row, di, P, &w);
                 if (c->opt->distance_renorm) {
                     if (w <= 0) continue;
                     m /= w;

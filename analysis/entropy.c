@@ -36,12 +36,7 @@ static void ent_image(const analysis_ctx *c, const analysis_image *im, double *v
             int n = 0;
             for (int i = 0; i < Q; i++) {
                 const float *row = A + (size_t)i * T;
-                double S = 0, alog = 0;
-                for (int j = 0; j < T; j++)
-                    if (row[j] > 0) {
-                        S += row[j];
-                        alog += row[j] * log((double)row[j]);
-                    }
+                double S, alog = analysis_xlogx(row, T, &S);
                 if (S <= 0) continue;
                 s += log(S) - alog / S; /* -sum p log p with p = a / S */
                 n++;

@@ -118,6 +118,20 @@ static inline int analysis_patch_token(const analysis_layout *lay, int r, int c)
     return lay->prefix + r * lay->grid + c;
 }
 
+/* Inner loops (reduce.c), float64 sums in a fixed lane order: bit-identical everywhere. */
+/* col[t] += a[t] b[t]; returns sum_t a[t] b[t] */
+double analysis_rowdot(double *col, const float *a, const float *b, int n);
+/* sum_t a[t] d[t]; *sum_a (if not NULL) receives sum_t a[t] */
+double analysis_dot_fd(const float *a, const double *d, int n, double *sum_a);
+/* sum over a[t] > 0 of a[t] log a[t]; *sum receives the sum of those a[t] */
+double analysis_xlogx(const float *a, int n, double *sum);
+/* sum_t |a[t] - b[t]| */
+double analysis_absdiff(const float *a, const float *b, int n);
+/* sum_t a[t] */
+double analysis_sum(const float *a, int n);
+/* y += a x */
+void analysis_axpy(double *y, double a, const double *x, int n);
+
 /* The registry (registry.c) */
 extern const analysis_metric analysis_metric_als, analysis_metric_similarity, analysis_metric_qk,
     analysis_metric_evolution, analysis_metric_distance, analysis_metric_entropy,

@@ -100,8 +100,7 @@ static void roll_image(const analysis_ctx *c, const analysis_image *im, double *
             for (int i = 0; i < T; i++) {
                 double ui = u[i];
                 if (ui == 0) continue;
-                const double *row = ak + (size_t)i * T;
-                for (int j = 0; j < T; j++) v[j] += ui * row[j];
+                analysis_axpy(v, ui, ak + (size_t)i * T, T);
             }
             memcpy(u, v, (size_t)T * sizeof *u);
         }

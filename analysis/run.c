@@ -551,13 +551,13 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
         }
         rep->metrics_skipped++;
         size_t u = strlen(skipped);
-        snprintf(skipped + u, sizeof skipped - u, "  skipped %s\n", e.msg);
+        snprintf(skipped + u, sizeof skipped - u, "%s%s", u ? "; " : "", e.msg);
     }
     if (!n_run) {
-        rc = as_fail(err, AS_ERR_ARG, "%s: no metric can run on this trace:\n%s", trace_path, skipped);
+        rc = as_fail(err, AS_ERR_ARG, "%s: no metric can run on this trace: %s", trace_path, skipped);
         goto fail;
     }
-    if (skipped[0] && !opt->quiet) fprintf(stderr, "%s", skipped);
+    if (skipped[0] && !opt->quiet) fprintf(stderr, "attnscope: skipped: %s\n", skipped);
     if (!opt->quiet)
         for (int m = 0; m < n_run; m++)
             if (runs[m].ctx.notes[0]) fprintf(stderr, "  note: %s\n", runs[m].ctx.notes);

@@ -40,14 +40,9 @@ static void sim_image(const analysis_ctx *c, const analysis_image *im, double *v
             double *rn = norms + ((size_t)li * H + hi) * per, *cn = rn + Q, *tn = cn + T;
             memset(rn, 0, per * sizeof *rn);
             for (int i = 0; i < Q; i++) {
-                double s = 0;
-                for (int t = 0; t < T; t++) {
-                    double a = A[(size_t)i * T + t];
-                    s += a * a;
-                    cn[t] += a * a;
-                }
-                rn[i] = s;
-                *tn += s;
+                const float *row = A + (size_t)i * T;
+                rn[i] = analysis_rowdot(cn, row, row, T);
+                *tn += rn[i];
             }
         }
     double *ph = vals + c->out[OUT_HEAD].offset, *hm = vals + c->out[OUT_MEAN].offset;
@@ -59,15 +54,8 @@ static void sim_image(const analysis_ctx *c, const analysis_image *im, double *v
                 memset(coldot, 0, (size_t)T * sizeof *coldot);
                 double tot = 0;
                 for (int i = 0; i < Q; i++) {
-                    const float *a = A + (size_t)i * T, *b = B + (size_t)i * T;
-                    double s = 0;
-                    for (int t = 0; t < T; t++) {
-                        double p = (double)a[t] * b[t];
-                        s += p;
-                        coldot[t] += p;
-                    }
-                    rowdot[i] = s;
-                    tot += s;
+                    rowdot[i] = analysis_rowdot(coldot, A + (size_t)i * T, B + (size_t)i * T, T);
+                    tot += rowdot[i];
                 }
                 double v[N_DEFS], sum = 0;
                 int n = 0;

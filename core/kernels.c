@@ -235,6 +235,26 @@ __attribute__((target("f16c,avx"))) static void f32_to_f16_f16c(uint16_t *dst, c
 }
 #endif
 
+#ifdef KERNELS_X86
+__attribute__((target("f16c,avx"))) static void f16_to_f32_f16c(float *dst, const uint16_t *src,
+                                                                 size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++) dst[i] = kernels_f16_to_f32(src[i]);
+}
+#endif
+
+void kernels_f16_to_f32_array(float *dst, const uint16_t *src, size_t n) {
+#ifdef KERNELS_X86
+    if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx")) {
+        f16_to_f32_f16c(dst, src, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++) dst[i] = kernels_f16_to_f32(src[i]);
+}
+
 void kernels_f32_to_f16_array(uint16_t *dst, const float *src, size_t n) {
 #ifdef KERNELS_X86
     /* Why the dispatch: the build targets baseline x86-64, but nearly every CPU since 2013 has

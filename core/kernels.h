@@ -34,5 +34,7 @@ float kernels_f16_to_f32(uint16_t h);
 float kernels_bf16_to_f32(uint16_t h);
 /* dst[i] = f16(src[i]) for i < n; uses F16C instructions when the CPU has them. */
 void kernels_f32_to_f16_array(uint16_t *dst, const float *src, size_t n);
+/* dst[i] = float(src[i]) for i < n, exactly; F16C when the CPU has it. */
+void kernels_f16_to_f32_array(float *dst, const uint16_t *src, size_t n);
 
 #endif

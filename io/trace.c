@@ -1137,7 +1137,7 @@ static as_status read_slab(const trace_reader *r, const char *name, long image, 
         if (H5Tget_size(ft) == 2) {
             uint16_t *tmp = malloc(n * 2);
             e = tmp ? H5Dread(d, ft, ms, fs, H5P_DEFAULT, tmp) : -1;
-            for (size_t i = 0; e >= 0 && i < n; i++) out[i] = kernels_f16_to_f32(tmp[i]);
+            if (e >= 0) kernels_f16_to_f32_array(out, tmp, n);
             free(tmp);
         } else {
             e = H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, out);

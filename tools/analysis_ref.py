@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""analysis_ref.py: an independent numpy implementation of every `attnscope analyze` metric
+(docs/analysis.md), and the script that writes the analysis test fixtures.
+
+    python3 tools/analysis_ref.py fixtures BUILD/attnscope     # rewrites tests/fixtures/analysis/
+    python3 tools/analysis_ref.py compare TRACE.h5 RESULTS.h5  # checks results against numpy
+
+`fixtures` records small traces with attnscope from the committed fixture models, then
+computes every metric here (per image, then mean / sample std / 95% t interval over images)
+and writes <name>.expected.h5, laid out like attnscope's results (/default/analysis/... for
+default options, /variant/analysis/... for VARIANT_ARGS). tests/test_analysis.c compares.
+Needs numpy, h5py and mpmath (Debian: python3-numpy python3-h5py python3-mpmath).
+"""
+import os
+import subprocess
+import sys
+
+import h5py
+import mpmath
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(HERE, "..", "tests", "fixtures")
+
+# The options of the variant run; tests/test_analysis.c sets the same.
+VARIANT = dict(window=5, low=0.3, high=0.5, thresholds=[0.25, 1.5], fusion="max", discard=0.3,
+               normalize=True, renorm=True)
+DEFAULT = dict(window=3, low=0.35, high=0.65, thresholds=[0.1, 0.5, 1.0, 2.0], fusion="mean",
+               discard=0.0, normalize=False, renorm=False)
+DEFS = ["deepvit", "row", "map"]
+
+
+class Trace:
+    def __init__(self, path):
+        self.f = h5py.File(path, "r")
+        a = self.f.attrs
+        self.layers = [int(x) for x in np.atleast_1d(a["layers"])]
+        self.heads = [int(x) for x in np.atleast_1d(a["heads"])]
+        self.T = int(a["num_tokens"])
+        self.p = int(a["num_prefix_tokens"])
+        self.g = int(np.atleast_1d(a["grid"])[0])
+        self.patch = int(a["patch_size"])
+        self.depth = int(a["depth"])
+        self.rows_all = a["query_rows"] == "all"
+        self.n = int(np.cumprod(self.f["images/done"][:]).sum())
+        self.q = set(str(a["quantities"]).split(","))
+
+    def get(self, layer, name, i):
+        key = "layers/%02d/%s" % (layer, name)
+        return self.f[key][i].astype(np.float64) if key in self.f else None
+
+
+# ---- metrics: each returns {output: array} for one image ------------------------------------
+
+def als(tr, i, o):
+    h = o["window"] // 2
+    g, p = tr.g, tr.p
+    P = g * g
+    nb = []
+    for q in range(P):
+        r, c = divmod(q, g)
+        nb.append([p + k for k in range(P) if abs(k // g - r) <= h and abs(k % g - c) <= h])
+    s = np.zeros((len(tr.layers), len(tr.heads)))
+    for li, l in enumerate(tr.layers):
+        A = tr.get(l, "attn", i)
+        for q in range(P):
+            s[li] += A[:, p + q, nb[q]].sum(-1)
+    s /= P
+    return {"score": s, "head_mean": s.mean(1)}
+
+
+def cos(a, b):
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    return np.nan if na == 0 or nb == 0 else float(a @ b / (na * nb))
+
+
+def nanmean(v):
+    v = [x for x in v if not np.isnan(x)]
+    return np.mean(v) if v else np.nan
+
+
+def similarity(tr, i, o):
+    L, H = len(tr.layers), len(tr.heads)
+    maps = [tr.get(l, "attn", i) for l in tr.layers]
+    ph = np.zeros((3, H, L, L))
+    for a in range(L):
+        for b in range(L):
+            for h in range(H):
+                A, B = maps[a][h], maps[b][h]
+                Q = A.shape[0]
+                ph[0, h, a, b] = nanmean([cos(A[:, t], B[:, t]) for t in range(A.shape[1])]) if Q >= 2 else np.nan
+                ph[1, h, a, b] = nanmean([cos(A[r], B[r]) for r in range(Q)])
+                ph[2, h, a, b] = cos(A.ravel(), B.ravel())
+    hm = np.array([[[nanmean(ph[d, :, a, b]) for b in range(L)] for a in range(L)] for d in range(3)])
+    adj = np.full((3, L), np.nan)
+    for li, l in enumerate(tr.layers):
+        if l - 1 in tr.layers:
+            adj[:, li] = hm[:, li, tr.layers.index(l - 1)]
+    return {"per_head": ph, "head_mean": hm, "adjacent": adj}
+
+
+def qk(tr, i, o):
+    L, th = len(tr.layers), o["thresholds"]
+    out = {}
+    for w in ("q", "k"):
+        r = np.full((L, len(th)), np.nan)
+        for li, l in enumerate(tr.layers):
+            x = tr.get(l, w, i)
+            if x is not None:
+                r[li] = [np.mean(np.abs(x.astype(np.float32)) > np.float32(t)) for t in th]
+        out[w + "_fraction"] = r
+    return out
+
+
+def hsic1(K, M):
+    n = K.shape[0]
+    K, M = K.copy(), M.copy()
+    np.fill_diagonal(K, 0)
+    np.fill_diagonal(M, 0)
+    one = np.ones(n)
+    return (np.trace(K @ M) + (one @ K @ one) * (one @ M @ one) / ((n - 1) * (n - 2))
+            - 2.0 / (n - 2) * (one @ K @ M @ one)) / (n * (n - 3))
+
+
+def evolution(tr, i, o):
+    X = [tr.get(l, "tokens", i) for l in tr.layers]
+    L = len(X)
+    G = [x @ x.T for x in X]
+    hs = np.array([[hsic1(G[a], G[b]) for b in range(L)] for a in range(L)])
+    d = np.sqrt(np.diag(hs))
+    cka = hs / np.outer(d, d)
+    tc = lambda a, b: nanmean([cos(a[t], b[t]) for t in range(a.shape[0])])
+    cf = np.array([tc(X[li], X[-1]) for li in range(L)])
+    cp = np.array([tc(X[li], X[tr.layers.index(l - 1)]) if l - 1 in tr.layers else np.nan
+                   for li, l in enumerate(tr.layers)])
+    return {"cos_final": cf, "cos_prev": cp, "cka": cka, "hsic": hs}
+
+
+def distance(tr, i, o):
+    g, p = tr.g, tr.p
+    yy, xx = np.divmod(np.arange(g * g), g)
+    D = tr.patch * np.sqrt((yy[:, None] - yy[None]) ** 2 + (xx[:, None] - xx[None]) ** 2)
+    out = np.zeros((len(tr.layers), len(tr.heads)))
+    for li, l in enumerate(tr.layers):
+        W = tr.get(l, "attn", i)[:, p:, p:]                   # (H, P, P) patch queries x keys
+        m = (W * D[None]).sum(-1)
+        if o["renorm"]:
+            s = W.sum(-1)
+            m = np.where(s > 0, m / np.where(s > 0, s, 1), np.nan)
+        out[li] = np.nanmean(m, axis=1)
+    return {"distance": out, "head_mean": out.mean(1)}
+
+
+def entropy(tr, i, o):
+    out = np.zeros((len(tr.layers), len(tr.heads)))
+    for li, l in enumerate(tr.layers):
+        A = np.clip(tr.get(l, "attn", i), 0, None)
+        s = A.sum(-1, keepdims=True)
+        P = A / np.where(s > 0, s, 1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            H = -np.where(P > 0, P * np.log(np.where(P > 0, P, 1)), 0).sum(-1)
+        H = np.where(s[..., 0] > 0, H, np.nan)
+        out[li] = np.nanmean(H, axis=1)
+    if o["normalize"]:
+        out /= np.log(tr.T)
+    return {"entropy": out, "head_mean": out.mean(1)}
+
+
+def rollout(tr, i, o):
+    T, p = tr.T, tr.p
+    result = np.eye(T)
+    maps = []
+    for l in tr.layers:
+        A = tr.get(l, "attn", i)
+        F = {"mean": A.mean(0), "max": A.max(0), "min": A.min(0)}[o["fusion"]].copy()
+        m = int(np.floor(o["discard"] * T * T))
+        if m:
+            flat = F.ravel()
+            idx = np.argsort(flat, kind="stable")[:m]
+            flat[idx[idx != 0]] = 0
+        a = F + np.eye(T)
+        a = a / a.sum(-1, keepdims=True)
+        result = a @ result
+        src = result[0] if p else result.mean(0)
+        maps.append(src[p:])
+    return {"map": np.array(maps)}
+
+
+def diag(tr, i, o):
+    T = tr.T
+    sym = np.zeros((len(tr.layers), len(tr.heads)))
+    dg = np.zeros_like(sym)
+    for li, l in enumerate(tr.layers):
+        A = tr.get(l, "attn", i)
+        sym[li] = np.abs(A - A.transpose(0, 2, 1)).sum((1, 2))
+        d = np.diagonal(A, axis1=1, axis2=2)
+        dg[li] = ((T - 1) * d - (A.sum(-1) - d)).sum(-1)
+    return {"symmetry": sym, "diagonality": dg, "symmetry_head_mean": sym.mean(1),
+            "diagonality_head_mean": dg.mean(1)}
+
+
+METRICS = {"als": als, "similarity": similarity, "qk": qk, "evolution": evolution,
+           "distance": distance, "entropy": entropy, "rollout": rollout, "diag": diag}
+
+
+def derived(name, mean, tr, o):
+    if name == "als":
+        s = mean["score"]
+        return {"recommendation": np.where(s >= o["high"], 2, np.where(s > o["low"], 1, 0)).astype(float)}
+    if name == "evolution":
+        h = mean["hsic"]
+        d = np.sqrt(np.diag(h))
+        mb = h / np.outer(d, d)
+        return {"cka_minibatch": mb, "cka_minibatch_final": mb[:, -1]}
+    return {}
+
+
+_tq = {}
+
+
+def t975(dof):
+    """Student t quantile at 0.975, from the regularised incomplete beta function."""
+    if dof not in _tq:
+        cdf = lambda t: 1 - mpmath.betainc(dof / 2.0, 0.5, 0, dof / (dof + t * t), regularized=True) / 2
+        lo, hi = mpmath.mpf(0), mpmath.mpf(1000)
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if cdf(mid) < 0.975 else (lo, mid)
+        _tq[dof] = float((lo + hi) / 2)
+    return _tq[dof]
+
+
+def stats(per_image):
+    x = np.asarray(per_image)                 # (N, ...)
+    ok = ~np.isnan(x)
+    n = ok.sum(0)
+    xs = np.where(ok, x, 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(n > 0, xs.sum(0) / np.maximum(n, 1), np.nan)
+        dev = np.where(ok, x - mean, 0)
+        sd = np.where(n > 1, np.sqrt((dev ** 2).sum(0) / np.maximum(n - 1, 1)), np.nan)
+        tq = np.vectorize(lambda k: t975(int(k - 1)) if k > 1 else np.nan, otypes=[float])(n)
+        half = tq * sd / np.sqrt(np.maximum(n, 1))
+    return {"mean": mean, "std": sd, "ci95_low": mean - half, "ci95_high": mean + half, "count": n}
+
+
+def analyse(path, o, metrics=None):
+    tr = Trace(path)
+    res = {}
+    for name, fn in METRICS.items():
+        if metrics and name not in metrics:
+            continue
+        per = [fn(tr, i, o) for i in range(tr.n)]
+        outs = {k: np.array([p[k] for p in per]) for k in per[0]}
+        st = {k: stats(v) for k, v in outs.items()}
+        res[name] = (outs, st, derived(name, {k: s["mean"] for k, s in st.items()}, tr, o))
+    return res
+
+
+def write_expected(path, groups):
+    with h5py.File(path, "w", libver="latest") as f:
+        f.attrs["description"] = "numpy reference for tests/test_analysis.c (tools/analysis_ref.py)"
+        for gname, res in groups.items():
+            for name, (outs, st, der) in res.items():
+                for k, v in outs.items():
+                    base = "%s/analysis/%s/%s/" % (gname, name, k)
+                    f[base + "per_image"] = v
+                    for s, a in st[k].items():
+                        f[base + s] = a
+                for k, v in der.items():
+                    f["%s/analysis/%s/%s" % (gname, name, k)] = v
+
+
+def fixtures(exe):
+    out = os.path.join(FIXTURES, "analysis")
+    os.makedirs(out, exist_ok=True)
+    rng = np.random.default_rng(7)
+    # model, images, extra record flags: a class token with every mechanism (less blocks have
+    # no q/k), two prefix tokens, and no prefix token (mean-row rollout)
+    runs = [("mech_cls", 5, []), ("deit_dist", 4, []), ("vit_gap", 4, [])]
+    for model, n, extra in runs:
+        x = rng.standard_normal((n, 3, 32, 32)).astype(np.float32)
+        yy, xx = np.mgrid[0:32, 0:32] / 31.0
+        for k in range(n):  # some spatial structure so that attention is not uniform noise
+            x[k] += 2.0 * np.sin((k + 1) * 3.0 * xx + yy * 2)[None]
+        npy = os.path.join(out, "_inputs.npy")
+        np.save(npy, x)
+        trace = os.path.join(out, model + ".h5")
+        subprocess.run([exe, "record", "--model", os.path.join(FIXTURES, model), "--images", npy,
+                        "--out", trace, "--record", "attn,q,k,tokens", "--dtype", "f16",
+                        "--compress", "deflate:9", "--force", "-q", "--threads", "1"], check=True)
+        os.remove(npy)
+        write_expected(os.path.join(out, model + ".expected.h5"),
+                       {"default": analyse(trace, DEFAULT), "variant": analyse(trace, VARIANT)})
+        print("wrote", trace, os.path.getsize(trace), "bytes")
+
+
+def compare(trace, results, o=DEFAULT):
+    ref = analyse(trace, o)
+    worst = 0.0
+    with h5py.File(results, "r") as f:
+        for name, (outs, st, der) in ref.items():
+            if "analysis/" + name not in f:
+                continue
+            for k in outs:
+                for s, want in st[k].items():
+                    got = f["analysis/%s/%s/%s" % (name, k, s)][()]
+                    e = np.nanmax(np.abs(got - want) / np.maximum(1, np.abs(want))) if np.any(~np.isnan(want)) else 0
+                    assert np.array_equal(np.isnan(got), np.isnan(want)), (name, k, s, "NaN pattern")
+                    worst = max(worst, e)
+                    print("%-11s %-22s %-9s max rel err %.3g" % (name, k, s, e))
+    print("worst", worst)
+    return worst < 1e-6
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "fixtures":
+        fixtures(sys.argv[2])
+    elif len(sys.argv) == 4 and sys.argv[1] == "compare":
+        sys.exit(0 if compare(sys.argv[2], sys.argv[3]) else 1)
+    else:
+        print(__doc__)
+        sys.exit(2)
