@@ -80,7 +80,7 @@ int cmd_analyze(int argc, char **argv) {
         case 'o': out = optarg; break;
         case 'c': o.csv_dir = optarg; break;
         case 'w':
-            if (!cli_parse_int(optarg, 1, 99, &o.als_window)) {
+            if (!cli_parse_int(optarg, 1, 99, &o.als_window) || o.als_window % 2 == 0) {
                 fprintf(stderr, "attnscope analyze: --als-window %s: give an odd number 1..99\n", optarg);
                 return 2;
             }

@@ -23,7 +23,7 @@ expect 0 "$A" --help;                     has "$T/out" "record"
 expect 2 "$A";                            has "$T/err" "usage"
 expect 2 "$A" frobnicate;                 has "$T/err" "unknown command"
 expect 0 "$A" --version;                  has "$T/out" "attnscope 0"
-for c in record info bench demo; do expect 0 "$A" $c --help; has "$T/out" "usage: attnscope $c"; done
+for c in record info bench demo analyze; do expect 0 "$A" $c --help; has "$T/out" "usage: attnscope $c"; done
 expect 0 "$A" info --list-archs;          has "$T/out" "deit_base_distilled_patch16_224"
 expect 0 "$A" info deit_tiny_patch16_224; has "$T/out" "5717416";  has "$T/out" "1.25 GMACs"
 expect 0 "$A" info deit_small_patch16_224; has "$T/out" "22.05 M parameters"
@@ -115,5 +115,33 @@ expect 1 "$A" record --model "$FX/vit_cls" --images "$FX/inputs48.npy" --out "$T
 expect 0 "$A" record --model "$FX/vit_cls" --images "$FX/inputs48.npy" --out "$T/z.h5" --img-size 48
 expect 1 "$A" info "$FX/img.png"; one_line
 expect 1 "$A" info "$FX/inputs.npy.h5"; one_line
+
+# analyze: results into the trace and as CSV; what a trace lacks is skipped or refused with the
+# record flag to use; bad files give one line
+cp "$FX/analysis/vit_gap.h5" "$T/an.h5"
+expect 0 "$A" analyze "$T/an.h5" --csv "$T/csv" --threads 1
+has "$T/out" "als (4 images)"; has "$T/out" "analysed 4 images"; has "$T/out" "8 metrics"
+has "$T/out" "suggested\|no head reaches"
+[ "$(head -1 "$T/csv/als.score.csv")" = "layer,head,mean,std,ci95_low,ci95_high,count" ] && ok || bad "als csv header"
+[ "$(wc -l <"$T/csv/als.score.csv")" -eq 9 ] && ok || bad "als csv has $(wc -l <"$T/csv/als.score.csv") lines, want 1 + 2 layers x 4 heads"
+[ "$(wc -l <"$T/csv/rollout.map.csv")" -eq 33 ] && ok || bad "rollout csv: 1 + 2 layers x 16 patches lines"
+head -1 "$T/csv/rollout.map.csv" | grep -q "layer,patch,patch_row,patch_col,mean" && ok || bad "rollout csv header"
+h5dump -A -g /analysis/similarity "$T/an.h5" >"$T/h5a" 2>&1; has "$T/h5a" "deepvit = mean over key columns"
+has "$T/h5a" "ATTRIBUTE \"images\""; has "$T/h5a" "ATTRIBUTE \"version\""
+h5dump -d /analysis/als/score/mean "$T/an.h5" >"$T/h5d" 2>&1; has "$T/h5d" "DATASPACE  SIMPLE { ( 2, 4 ) / ( 2, 4 ) }"
+h5dump -A -d /layers/01/attn "$T/an.h5" >/dev/null 2>&1 && ok || bad "the recorded maps are still readable"
+expect 0 "$A" analyze "$T/y.h5" --out "$T/res.h5"          # attn only: qk and evolution skipped
+has "$T/err" "skipped"; has "$T/err" "record with --record attn,q,k"; has "$T/err" "record with --record attn,tokens"
+has "$T/out" "6 metrics -> $T/res.h5"
+expect 1 "$A" analyze "$T/y.h5" --metrics qk --out "$T/res.h5"; has "$T/err" "\-\-record attn,q,k"; one_line
+expect 1 "$A" analyze "$T/y.h5" --metrics evolution; has "$T/err" "\-\-record attn,tokens"; one_line
+expect 1 "$A" analyze "$T/run.h5" --metrics als --out "$T/res2.h5"; has "$T/err" "\-\-query-rows all"; one_line
+expect 0 "$A" analyze "$T/run.h5" --out "$T/res2.h5" --quiet   # prefix rows: similarity and entropy run
+h5dump -H "$T/res2.h5" >"$T/h5h" 2>&1; has "$T/h5h" "GROUP \"similarity\""; has "$T/h5h" "GROUP \"entropy\""
+expect 1 "$A" analyze "$T/y.h5" --out "$T/an.h5"; has "$T/err" "not an attnscope analysis file"; one_line
+expect 2 "$A" analyze "$T/y.h5" --metrics bogus; has "$T/err" "unknown metric"
+expect 2 "$A" analyze "$T/y.h5" --als-window 4 --metrics als; has "$T/err" "odd"
+expect 1 "$A" analyze "$FX/img.png"; has "$T/err" "not an HDF5 file"; one_line
+expect 1 "$A" analyze "$T/nosuch.h5"; has "$T/err" "no such file"; one_line
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

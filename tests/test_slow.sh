@@ -19,6 +19,18 @@ check 'grep -q "attn,scores,q,k,tokens" "$T/info.out"'
 # the demo is re-entrant: running it again replaces its own outputs
 "$A" demo --out "$T/demo" --images 16 >/dev/null 2>&1; check '[ $? -eq 0 ]'
 
+# analyze streams: peak memory does not grow with the number of images, and stays below the
+# trace's size (16 images x 12 layers of every quantity, ~100 MB)
+peak() { sed -n 's/.*peak memory \([0-9.]*\) MB.*/\1/p' "$1"; }
+"$A" analyze "$T/demo/run.h5" --out "$T/r4.h5" --max-images 4 --threads 2 >"$T/a4.out" 2>&1; check '[ $? -eq 0 ]'
+"$A" analyze "$T/demo/run.h5" --out "$T/r16.h5" --threads 2 --per-image >"$T/a16.out" 2>&1; check '[ $? -eq 0 ]'
+p4=$(peak "$T/a4.out"); p16=$(peak "$T/a16.out"); size=$(stat -c %s "$T/demo/run.h5")
+echo "analyze peak memory: $p4 MB for 4 images, $p16 MB for 16 images; trace $((size / 1000000)) MB" >&2
+check '[ -n "$p4" ] && [ -n "$p16" ]'
+check 'awk -v a="$p4" -v b="$p16" "BEGIN { exit !(b < a + 8) }"'
+check 'awk -v b="$p16" -v s="$size" "BEGIN { exit !(b * 1e6 < s / 1.5) }"'
+check 'grep -q "8 metrics" "$T/a16.out"'
+
 "$A" bench --seconds 1 --batch 4 --record --json >"$T/bench.json" 2>"$T/bench.err"; check '[ $? -eq 0 ]'
 check 'grep -q "\"recording\": {\"img_s\"" "$T/bench.json"'
 check 'grep -q "\"openblas_core\"" "$T/bench.json"'
@@ -27,7 +39,7 @@ check 'grep -q "% of ceiling" "$T/bench.txt"'
 
 PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 if $PY -c "import h5py, numpy" 2>/dev/null; then
-    $PY - "$T/demo/run.h5" >"$T/py.out" 2>&1 <<'PY'
+    $PY - "$T/demo/run.h5" "$T/r16.h5" >"$T/py.out" 2>&1 <<'PY'
 import sys, h5py, numpy as np
 f = h5py.File(sys.argv[1], "r")
 assert f.attrs["format"] == "attnscope-trace" and f.attrs["complete"] == 1
@@ -37,6 +49,22 @@ rows = a[3, 1].astype(np.float64).sum(axis=-1)
 assert np.allclose(rows, 1.0, atol=2e-2), rows[:5]
 assert f["images/rgb"].shape == (16, 224, 224, 3)
 assert list(f["images"].attrs["class_names"]) == ["disc", "ring", "square", "triangle"]
+r = h5py.File(sys.argv[2], "r")
+assert r.attrs["format"] == "attnscope-analysis"
+g = r["analysis/als"]
+assert g.attrs["metric"] == "als" and g.attrs["version"] == 1 and g.attrs["images"] == 16
+assert "window=3" in g.attrs["parameters"] and "ALS(l,h)" in g.attrs["definition"]
+s = g["score"]
+assert s["mean"].shape == (12, 3) and list(s.attrs["layer"]) == list(range(12)) and s.attrs["axes"] == "layer,head"
+assert s["per_image"].shape == (16, 12, 3) and (s["count"][:] == 16).all()
+m = s["per_image"][:]
+assert np.allclose(m.mean(0), s["mean"][:]) and np.allclose(m.std(0, ddof=1), s["std"][:])
+assert (s["ci95_low"][:] <= s["mean"][:]).all() and (s["mean"][:] <= s["ci95_high"][:]).all()
+roll = r["analysis/rollout/map/per_image"]
+assert roll.shape == (16, 12, 196) and list(r["analysis/rollout/map"].attrs["grid"]) == [14, 14]
+sim = r["analysis/similarity/per_head/mean"][:]
+assert sim.shape == (3, 3, 12, 12) and np.allclose(np.diagonal(sim, axis1=2, axis2=3), 1.0)
+assert list(r["analysis/similarity/per_head"].attrs["definition"]) == ["deepvit", "row", "map"]
 print("h5py ok")
 PY
     check 'grep -q "h5py ok" "$T/py.out"'
