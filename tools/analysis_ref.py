@@ -244,8 +244,10 @@ def stats(per_image):
     return {"mean": mean, "std": sd, "ci95_low": mean - half, "ci95_high": mean + half, "count": n}
 
 
-def analyse(path, o, metrics=None):
+def analyse(path, o, metrics=None, limit=None):
     tr = Trace(path)
+    if limit:
+        tr.n = min(tr.n, limit)
     res = {}
     for name, fn in METRICS.items():
         if metrics and name not in metrics:
