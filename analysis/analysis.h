@@ -70,4 +70,8 @@ const char *analysis_metric_summary(int i);
 as_status analysis_run(const char *trace_path, const char *out_path, const analysis_opts *o,
                        analysis_report *rep, as_error *err);
 
+/* One line per metric stored under path's /analysis ("als v1, 16 images, DATE (params)") into
+ * buf; returns how many there are (0 when none or unreadable). */
+int analysis_list(const char *path, char *buf, size_t n);
+
 #endif

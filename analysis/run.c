@@ -736,3 +736,53 @@ fail_closed:
     free(tmp_rows);
     return rc;
 }
+
+/* ---- listing ------------------------------------------------------------------------------- */
+
+typedef struct {
+    char *buf;
+    size_t n;
+} list_ctx;
+
+static herr_t list_one(hid_t g, const char *name, const H5L_info_t *info, void *ud) {
+    list_ctx *lc = ud;
+    (void)info;
+    hid_t m = H5Gopen2(g, name, H5P_DEFAULT);
+    if (m < 0) return 0;
+    char params[512], created[32];
+    int version = 0;
+    long long images = 0;
+    h5u_attr_read_int(m, "version", &version, 1);
+    if (H5Aexists(m, "images") > 0) {
+        hid_t a = H5Aopen(m, "images", H5P_DEFAULT);
+        H5Aread(a, H5T_NATIVE_LLONG, &images);
+        H5Aclose(a);
+    }
+    h5u_attr_read_str(m, "parameters", params, sizeof params);
+    h5u_attr_read_str(m, "created", created, sizeof created);
+    size_t u = strlen(lc->buf);
+    snprintf(lc->buf + u, lc->n - u, "%s%s v%d, %lld images, %s (%s)", u ? "\n" : "", name, version,
+             images, created, params);
+    H5Gclose(m);
+    return 0;
+}
+
+int analysis_list(const char *path, char *buf, size_t n) {
+    h5u_quiet();
+    buf[0] = 0;
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) f = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT);
+    if (f < 0) return 0;
+    int count = 0;
+    if (H5Lexists(f, "analysis", H5P_DEFAULT) > 0) {
+        hid_t g = H5Gopen2(f, "analysis", H5P_DEFAULT);
+        hsize_t k = 0;
+        H5G_info_t gi;
+        if (H5Gget_info(g, &gi) >= 0) count = (int)gi.nlinks;
+        list_ctx lc = {buf, n};
+        H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, &k, list_one, &lc);
+        H5Gclose(g);
+    }
+    H5Fclose(f);
+    return count;
+}

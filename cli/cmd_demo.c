@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../analysis/analysis.h"
 #include "cli.h"
 
 int cmd_demo(int argc, char **argv) {
@@ -117,6 +118,18 @@ int cmd_demo(int argc, char **argv) {
                "attends most to patch (%d, %d) with %.4f\n", (double)clsself, best / g, best % g,
                (double)bestv);
     trace_reader_close(&r);
+
+    /* 3. the analyses, into the trace's /analysis group */
+    analysis_opts ao;
+    analysis_opts_default(&ao);
+    ao.quiet = 1;
+    ao.command_line = "attnscope demo";
+    ao.threads = runtime_threads();
+    analysis_report rep;
+    if (analysis_run(out, NULL, &ao, &rep, &err) != AS_OK) return cli_error(&err);
+    printf("  analyze %d metrics over %ld images in %.2f s into %s:/analysis (ALS, cross-layer\n"
+           "          similarity, Q/K, feature evolution, distance, entropy, rollout, LaViT's\n"
+           "          diagonality; docs/analysis.md)\n", rep.metrics_run, rep.images, rep.seconds, out);
     /* name the program as the user can type it: relative to here when below here */
     char exe[1024] = "attnscope", cwd[1024];
     ssize_t L = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -127,9 +140,10 @@ int cmd_demo(int argc, char **argv) {
         prog = exe + strlen(cwd) + 1;
     printf("\nnext:\n"
            "  %s info %s\n"
+           "  %s analyze %s --metrics als,similarity   (the numbers; --csv DIR for tables)\n"
            "  h5dump -H %s | less\n"
            "  python3 -c \"import h5py; f = h5py.File('%s'); print(f['layers/11/attn'].shape)\"\n"
            "  %s record --model DIR --images YOUR_IMAGES --out run.h5   (real checkpoints)\n",
-           prog, out, out, out, prog);
+           prog, out, prog, out, out, out, prog);
     return 0;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../analysis/analysis.h"
 #include "cli.h"
 
 static void usage(FILE *f) {
@@ -117,6 +118,16 @@ static int info_trace(const char *path) {
            fbytes > 0 ? dbytes / fbytes : 0.0);
     trace_read_attr_string(&r, "command_line", buf, sizeof buf);
     printf("command     %s\n", buf);
+    char *an = malloc(16384);
+    if (an && analysis_list(r.path, an, 16384) > 0) {
+        printf("analysis    ");
+        for (char *line = an, *nl; line; line = nl) {
+            nl = strchr(line, '\n');
+            if (nl) *nl++ = 0;
+            printf("%s%s\n", line == an ? "" : "            ", line);
+        }
+    }
+    free(an);
     if (!r.complete)
         printf("\nThis trace is incomplete: attnscope record ... --resume continues it.%s\n",
                r.swmr ? " h5py opens it with h5py.File(path, 'r', swmr=True); h5clear -s "

@@ -13,6 +13,7 @@ check() { if eval "$1"; then ok; else bad "$1"; fi; }
 "$A" demo --out "$T/demo" --images 16 >"$T/demo.out" 2>&1; check '[ $? -eq 0 ]'
 check 'grep -q "SYNTHETIC" "$T/demo.out"'
 check 'grep -q "16 images x 12 layers x 3 heads" "$T/demo.out"'
+check 'grep -q "analyze 8 metrics over 16 images" "$T/demo.out"'
 "$A" info "$T/demo/run.h5" >"$T/info.out"; check '[ $? -eq 0 ]'
 check 'grep -q "state       complete" "$T/info.out"'
 check 'grep -q "attn,scores,q,k,tokens" "$T/info.out"'
