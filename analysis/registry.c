@@ -1,4 +1,5 @@
 /* registry.c: the list of metrics, and the helpers they share. */
+#include <assert.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -64,9 +65,8 @@ static size_t dims_count(int ndims, const int *dims) {
     return n;
 }
 
-int analysis_output_add(analysis_ctx *c, const char *name, const char *description,
+static void output_init(analysis_output *o, const char *name, const char *description,
                         const char *units, int ndims, const int *dims, const analysis_axis *axes) {
-    analysis_output *o = &c->out[c->n_out];
     memset(o, 0, sizeof *o);
     o->name = name;
     o->description = description;
@@ -74,8 +74,15 @@ int analysis_output_add(analysis_ctx *c, const char *name, const char *descripti
     o->ndims = ndims;
     memcpy(o->dims, dims, (size_t)ndims * sizeof *dims);
     memcpy(o->axes, axes, (size_t)ndims * sizeof *axes);
-    o->offset = c->n_vals;
     o->count = dims_count(ndims, dims);
+}
+
+int analysis_output_add(analysis_ctx *c, const char *name, const char *description,
+                        const char *units, int ndims, const int *dims, const analysis_axis *axes) {
+    assert(c->n_out < ANALYSIS_MAX_OUTPUTS);
+    analysis_output *o = &c->out[c->n_out];
+    output_init(o, name, description, units, ndims, dims, axes);
+    o->offset = c->n_vals;
     c->n_vals += o->count;
     return c->n_out++;
 }
@@ -83,15 +90,9 @@ int analysis_output_add(analysis_ctx *c, const char *name, const char *descripti
 double *analysis_derived_add(analysis_ctx *c, const char *name, const char *description,
                              const char *units, int ndims, const int *dims,
                              const analysis_axis *axes) {
+    assert(c->n_derived < ANALYSIS_MAX_OUTPUTS);
     analysis_output *o = &c->derived[c->n_derived];
-    memset(o, 0, sizeof *o);
-    o->name = name;
-    o->description = description;
-    o->units = units;
-    o->ndims = ndims;
-    memcpy(o->dims, dims, (size_t)ndims * sizeof *dims);
-    memcpy(o->axes, axes, (size_t)ndims * sizeof *axes);
-    o->count = dims_count(ndims, dims);
+    output_init(o, name, description, units, ndims, dims, axes);
     o->derived = calloc(o->count, sizeof(double));
     if (!o->derived) return NULL;
     c->n_derived++;

@@ -41,6 +41,14 @@ int h5u_attr_write(hid_t loc, const char *name, hid_t type, hid_t space, const v
     H5Aclose(a);
     return e < 0 ? -1 : 0;
 }
+/* a 1-D attribute of n values, or a scalar when n == 1 */
+static int attr_array(hid_t loc, const char *name, hid_t type, const void *v, int n) {
+    hsize_t d = (hsize_t)n;
+    hid_t s = n == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &d, NULL);
+    int rc = h5u_attr_write(loc, name, type, s, v);
+    H5Sclose(s);
+    return rc;
+}
 int h5u_attr_str(hid_t loc, const char *name, const char *v) {
     hid_t t = h5u_str_type(0), s = H5Screate(H5S_SCALAR);
     int rc = h5u_attr_write(loc, name, t, s, &v);
@@ -49,11 +57,7 @@ int h5u_attr_str(hid_t loc, const char *name, const char *v) {
     return rc;
 }
 int h5u_attr_ints(hid_t loc, const char *name, const int *v, int n) {
-    hsize_t d = (hsize_t)n;
-    hid_t s = n == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &d, NULL);
-    int rc = h5u_attr_write(loc, name, H5T_NATIVE_INT, s, v);
-    H5Sclose(s);
-    return rc;
+    return attr_array(loc, name, H5T_NATIVE_INT, v, n);
 }
 int h5u_attr_int(hid_t loc, const char *name, int v) { return h5u_attr_ints(loc, name, &v, 1); }
 int h5u_attr_int64(hid_t loc, const char *name, long long v) {
@@ -63,18 +67,10 @@ int h5u_attr_int64(hid_t loc, const char *name, long long v) {
     return rc;
 }
 int h5u_attr_floats(hid_t loc, const char *name, const float *v, int n) {
-    hsize_t d = (hsize_t)n;
-    hid_t s = n == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &d, NULL);
-    int rc = h5u_attr_write(loc, name, H5T_NATIVE_FLOAT, s, v);
-    H5Sclose(s);
-    return rc;
+    return attr_array(loc, name, H5T_NATIVE_FLOAT, v, n);
 }
 int h5u_attr_doubles(hid_t loc, const char *name, const double *v, int n) {
-    hsize_t d = (hsize_t)n;
-    hid_t s = n == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &d, NULL);
-    int rc = h5u_attr_write(loc, name, H5T_NATIVE_DOUBLE, s, v);
-    H5Sclose(s);
-    return rc;
+    return attr_array(loc, name, H5T_NATIVE_DOUBLE, v, n);
 }
 int h5u_attr_strs(hid_t loc, const char *name, char **v, int n) {
     hsize_t d = (hsize_t)n;
