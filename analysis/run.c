@@ -541,6 +541,8 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
                     "--record attn", mr->ctx.metric->name);
         } else if (mr->ctx.metric->plan(&mr->ctx, &e) == AS_OK) {
             needs |= mr->ctx.metric->needs;
+            /* each image's scratch starts on a 64-byte boundary (doubles, ints, vectors) */
+            mr->ctx.scratch_bytes = (mr->ctx.scratch_bytes + 63) & ~(size_t)63;
             n_run++;
             continue;
         }

@@ -1028,7 +1028,12 @@ as_status trace_reader_open(trace_reader *r, const char *path, as_error *err) {
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) {
         /* being written now, or left by a killed run: SWMR read still sees every flushed batch */
-        f = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT);
+        /* Without a file lock: a lock held by this reader would stop the writer from reopening
+         * the file to record its end state when the run finishes. SWMR readers need no lock. */
+        hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+        H5Pset_file_locking(fapl, 0, 1);
+        f = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
+        H5Pclose(fapl);
         r->swmr = 1;
     }
     if (f < 0)
@@ -1110,10 +1115,17 @@ static as_status read_slab(const trace_reader *r, const char *name, long image, 
     hid_t d = H5Dopen2((hid_t)r->file_id, name, H5P_DEFAULT);
     if (d < 0) return as_fail(err, AS_ERR_ARG, "%s: no dataset %s in this trace: record it (see "
                               "attnscope info %s)", r->path, name, r->path);
-    if (r->swmr) H5Drefresh(d);
     hid_t fs = H5Dget_space(d);
     hsize_t dims[5], off[5] = {0}, cnt[5];
     int nd = H5Sget_simple_extent_dims(fs, dims, NULL);
+    if (r->swmr && image >= 0 && (hsize_t)image >= dims[0]) {
+        /* a live trace: see what the writer added since the open (refreshing costs a metadata
+         * reload, so only when the image lies beyond what this handle knows) */
+        H5Sclose(fs);
+        H5Drefresh(d);
+        fs = H5Dget_space(d);
+        nd = H5Sget_simple_extent_dims(fs, dims, NULL);
+    }
     as_status rc = AS_OK;
     if (image < 0 || (hsize_t)image >= dims[0] || image >= r->n_images) {
         rc = as_fail(err, AS_ERR_ARG, "%s: image %ld out of range (%ld complete images)", r->path,
