@@ -83,7 +83,14 @@ static int print_config(const vit_config *c, const char *source, const char *dty
 static int info_trace(const char *path) {
     as_error err = {0};
     trace_reader r;
-    if (trace_reader_open(&r, path, &err) != AS_OK) return cli_error(&err);
+    if (trace_reader_open(&r, path, &err) != AS_OK) {
+        /* a results file of attnscope analyze --out: list what it holds */
+        char *an = malloc(16384);
+        int n = an ? analysis_list(path, an, 16384) : 0;
+        if (n > 0) printf("results     %s (attnscope analyze --out)\n%s\n", path, an);
+        free(an);
+        return n > 0 ? 0 : cli_error(&err);
+    }
     char buf[4096];
     double fbytes, dbytes;
     trace_sizes(&r, &fbytes, &dbytes);

@@ -134,6 +134,7 @@ expect 0 "$A" info "$T/an.h5"; has "$T/out" "analysis    als v1, 4 images"; has 
 expect 0 "$A" analyze "$T/y.h5" --out "$T/res.h5"          # attn only: qk and evolution skipped
 has "$T/err" "skipped"; has "$T/err" "record with --record attn,q,k"; has "$T/err" "record with --record attn,tokens"
 has "$T/out" "6 metrics -> $T/res.h5"
+expect 0 "$A" info "$T/res.h5"; has "$T/out" "attnscope analyze --out"; has "$T/out" "similarity v1, 3 images"
 expect 1 "$A" analyze "$T/y.h5" --metrics qk --out "$T/res.h5"; has "$T/err" "\-\-record attn,q,k"; one_line
 expect 1 "$A" analyze "$T/y.h5" --metrics evolution; has "$T/err" "\-\-record attn,tokens"; one_line
 expect 1 "$A" analyze "$T/run.h5" --metrics als --out "$T/res2.h5"; has "$T/err" "\-\-query-rows all"; one_line
