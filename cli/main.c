@@ -12,6 +12,7 @@ static const struct {
     {"record", cmd_record, "run a ViT/DeiT checkpoint over images, recording attention to HDF5"},
     {"info", cmd_info, "architecture, parameters and FLOPs of a model; contents of a trace"},
     {"analyze", cmd_analyze, "metrics over a trace: locality, cross-layer similarity, Q/K, evolution, ..."},
+    {"plot", cmd_plot, "paper-style figures (PDF, SVG, PNG) from traces and analysis results"},
     {"bench", cmd_bench, "img/s, ms/img, GFLOP/s and share of the GEMM ceiling, with/without recording"},
     {"demo", cmd_demo, "the end-to-end job with no download (synthetic model and images)"},
 };

@@ -1,0 +1,57 @@
+/* fig_distance.c: mean attention distance of every head against depth (ViT Fig. 7). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "figures.h"
+
+static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
+    double *m[FIG_MAX_SOURCES] = {0};
+    long d[FIG_MAX_SOURCES][6];
+    int nd, layers[FIG_MAX_SOURCES][256];
+    double lo = 0, hi = 0, lmax = 1;
+    as_status rc = AS_OK;
+    for (int i = 0; i < o->n_sources && rc == AS_OK; i++) {
+        rc = fig_read(&o->src[i], "distance", "distance", "mean", &m[i], d[i], &nd, err);
+        if (rc != AS_OK) break;
+        fig_labels(&o->src[i], "distance", "distance", "layer", layers[i], 256);
+        double a, b;
+        fig_range(m[i], (size_t)(d[i][0] * d[i][1]), &a, &b);
+        hi = fmax(hi, b);
+        lmax = fmax(lmax, layers[i][d[i][0] - 1]);
+    }
+    if (rc == AS_OK) {
+        plot_axes a = plot_axes_grid(f, 0, 0, 1, 1, o->n_sources > 1 ? PLOT_LEGEND_PAD : 0);
+        plot_nice_range(&lo, &hi);
+        plot_axes_range(&a, -0.5, lmax + 0.5, 0, hi);
+        a.xcat = 1;
+        a.xstep = lmax > 16 ? 2 : 1;
+        const char *names[FIG_MAX_SOURCES];
+        plot_color cols[FIG_MAX_SOURCES];
+        plot_marker marks[FIG_MAX_SOURCES];
+        for (int i = 0; i < o->n_sources; i++) {
+            int L = (int)d[i][0], H = (int)d[i][1];
+            cols[i] = plot_series_color(i);
+            marks[i] = plot_series_marker(i);
+            names[i] = o->src[i].label;
+            for (int h = 0; h < H; h++) {
+                double x[256], y[256];
+                for (int l = 0; l < L; l++) {
+                    /* spread the heads of a model a little, models apart */
+                    x[l] = layers[i][l] + (o->n_sources > 1 ? (i - (o->n_sources - 1) / 2.0) * 0.18 : 0);
+                    y[l] = m[i][l * H + h];
+                }
+                plot_scatter(f, &a, x, y, L, cols[i], marks[i], 1.5);
+            }
+        }
+        plot_axes_draw(f, &a, "Mean attention distance per head", "layer", "distance (pixels)");
+        if (o->n_sources > 1) plot_legend(f, &a, names, o->n_sources, cols, marks, PLOT_LEGEND_OUTSIDE);
+    }
+    for (int i = 0; i < FIG_MAX_SOURCES; i++) free(m[i]);
+    return rc;
+}
+
+const figure_recipe fig_distance = {
+    .name = "distance", .mirrors = "ViT Fig. 7 (right): mean attention distance per head vs depth",
+    .needs = "analysis/distance of each input",
+    .summary = "every head's mean attention distance in pixels against its layer",
+    .width = PLOT_COLUMN, .height = 180, .max_sources = FIG_MAX_SOURCES, .draw = draw};

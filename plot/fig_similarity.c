@@ -1,0 +1,43 @@
+/* fig_similarity.c: the L x L cross-layer similarity of attention maps (DeepViT Fig. 2, MaiT
+ * appendix), head-averaged, under one definition. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "figures.h"
+
+static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
+    const fig_source *s = &o->src[0];
+    const char *defs[] = {"deepvit", "row", "map"};
+    int di = 1;
+    if (o->definition) {
+        di = -1;
+        for (int i = 0; i < 3; i++)
+            if (strcmp(o->definition, defs[i]) == 0) di = i;
+        if (di < 0) return as_fail(err, AS_ERR_ARG, "--definition %s: use deepvit, row or map", o->definition);
+    }
+    double *m;
+    long d[6];
+    int nd, layers[256];
+    if (fig_read(s, "similarity", "head_mean", "mean", &m, d, &nd, err) != AS_OK) return err->status;
+    int L = (int)d[1];
+    fig_labels(s, "similarity", "head_mean", "layer", layers, 256);
+    plot_axes a = plot_axes_grid(f, 0, 0, 1, 1, 46);
+    double lo, hi; /* from a nice value below the smallest similarity up to 1 */
+    fig_range(m + (size_t)di * L * L, (size_t)L * L, &lo, &hi);
+    hi = 1;
+    plot_nice_range(&lo, &hi);
+    if (lo < -1) lo = -1;
+    char title[96];
+    snprintf(title, sizeof title, "Cross-layer similarity (%s, head mean)", defs[di]);
+    fig_heatmap(f, &a, m + (size_t)di * L * L, L, L, layers, layers, lo, 1,
+                o->cmap_set ? o->cmap : PLOT_CMAP_VIRIDIS, title, "layer", "layer", "cosine similarity");
+    free(m);
+    return AS_OK;
+}
+
+const figure_recipe fig_similarity = {
+    .name = "similarity", .mirrors = "DeepViT Fig. 2 / MaiT appendix: L x L attention similarity",
+    .needs = "analysis/similarity (attnscope analyze --metrics similarity)",
+    .summary = "L x L heatmap of cross-layer cosine similarity (--definition deepvit|row|map)",
+    .width = PLOT_COLUMN, .height = 215, .max_sources = 1, .draw = draw};
