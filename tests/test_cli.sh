@@ -23,7 +23,7 @@ expect 0 "$A" --help;                     has "$T/out" "record"
 expect 2 "$A";                            has "$T/err" "usage"
 expect 2 "$A" frobnicate;                 has "$T/err" "unknown command"
 expect 0 "$A" --version;                  has "$T/out" "attnscope 0"
-for c in record info bench demo analyze; do expect 0 "$A" $c --help; has "$T/out" "usage: attnscope $c"; done
+for c in record info bench demo analyze plot; do expect 0 "$A" $c --help; has "$T/out" "usage: attnscope $c"; done
 expect 0 "$A" info --list-archs;          has "$T/out" "deit_base_distilled_patch16_224"
 expect 0 "$A" info deit_tiny_patch16_224; has "$T/out" "5717416";  has "$T/out" "1.25 GMACs"
 expect 0 "$A" info deit_small_patch16_224; has "$T/out" "22.05 M parameters"
@@ -145,5 +145,19 @@ expect 2 "$A" analyze "$T/y.h5" --metrics bogus; has "$T/err" "unknown metric"
 expect 2 "$A" analyze "$T/y.h5" --als-window 4 --metrics als; has "$T/err" "odd"
 expect 1 "$A" analyze "$FX/img.png"; has "$T/err" "not an HDF5 file"; one_line
 expect 1 "$A" analyze "$T/nosuch.h5"; has "$T/err" "no such file"; one_line
+
+# plot: the list, a figure per format, several inputs, errors naming the fix
+expect 0 "$A" plot --list; has "$T/out" "LaViT Fig. 3"; has "$T/out" "rollout"
+expect 0 "$A" plot als "$T/an.h5" -o "$T/als.pdf"; has "$T/out" "wrote"
+head -c 4 "$T/als.pdf" | grep -q "%PDF" && ok || bad "als.pdf is not a PDF"
+expect 0 "$A" plot adjacent "$T/an.h5" "$T/res.h5" --labels gap,cls -o "$T/adj.svg" --double
+grep -q "<svg" "$T/adj.svg" && ok || bad "adj.svg is not an SVG"
+expect 0 "$A" plot attention "$T/an.h5" -o "$T/att.png" --dpi 72 --layer 1 --head 2 --query 5
+head -c 4 "$T/att.png" | od -c | grep -q "P   N   G" && ok || bad "att.png is not a PNG"
+expect 1 "$A" plot qk "$T/y.h5" -o "$T/qk.pdf"; has "$T/err" "attnscope analyze"; one_line
+[ ! -e "$T/qk.pdf" ] && ok || bad "a failed plot left qk.pdf"
+expect 2 "$A" plot nosuch "$T/an.h5" -o "$T/x.pdf"; has "$T/err" "plot --list"
+expect 1 "$A" plot als "$T/an.h5" -o "$T/x.bmp"; has "$T/err" ".pdf, .svg or .png"; one_line
+expect 1 "$A" plot rollout "$T/res.h5" -o "$T/x.pdf"; has "$T/err" "give the trace"; one_line
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
