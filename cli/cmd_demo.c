@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../analysis/analysis.h"
+#include "../plot/figures.h"
 #include "cli.h"
 
 int cmd_demo(int argc, char **argv) {
@@ -130,6 +131,32 @@ int cmd_demo(int argc, char **argv) {
     printf("  analyze %d metrics over %ld images in %.2f s into %s:/analysis (ALS, cross-layer\n"
            "          similarity, Q/K, feature evolution, distance, entropy, rollout, LaViT's\n"
            "          diagonality; docs/analysis.md)\n", rep.metrics_run, rep.images, rep.seconds, out);
+
+    /* 4. the figure set: every single-input recipe as PDF */
+    char figdir[1200];
+    snprintf(figdir, sizeof figdir, "%s/figures", dir);
+    if (mkdir(figdir, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "attnscope: %s: cannot create folder (%s)\n", figdir, strerror(errno));
+        return 1;
+    }
+    fig_opts fo;
+    memset(&fo, 0, sizeof fo);
+    fo.layer = fo.head = fo.image = fo.query = -1;
+    if (fig_source_open(&fo.src[0], out, NULL, &err) != AS_OK) return cli_error(&err);
+    fo.n_sources = 1;
+    int nfig = 0;
+    for (int i = 0; i < figure_count(); i++) {
+        char path[1300];
+        snprintf(path, sizeof path, "%s/%s.pdf", figdir, figure_get(i)->name);
+        if (figure_render(figure_get(i), &fo, path, &err) != AS_OK) {
+            fig_source_close(&fo.src[0]);
+            return cli_error(&err);
+        }
+        nfig++;
+    }
+    fig_source_close(&fo.src[0]);
+    printf("  figures %s/: %d PDFs (ALS, similarity, Q/K, evolution, CKA, distance, entropy,\n"
+           "          attention, layers x heads grid, rollout; docs/figures.md)\n", figdir, nfig);
     /* name the program as the user can type it: relative to here when below here */
     char exe[1024] = "attnscope", cwd[1024];
     ssize_t L = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -141,9 +168,10 @@ int cmd_demo(int argc, char **argv) {
     printf("\nnext:\n"
            "  %s info %s\n"
            "  %s analyze %s --metrics als,similarity   (the numbers; --csv DIR for tables)\n"
+           "  %s plot attention %s --layer 5 --head 1 --query 0 -o att.png   (attnscope plot --list)\n"
            "  h5dump -H %s | less\n"
            "  python3 -c \"import h5py; f = h5py.File('%s'); print(f['layers/11/attn'].shape)\"\n"
            "  %s record --model DIR --images YOUR_IMAGES --out run.h5   (real checkpoints)\n",
-           prog, out, prog, out, out, out, prog);
+           prog, out, prog, out, prog, out, out, out, prog);
     return 0;
 }

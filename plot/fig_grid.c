@@ -33,7 +33,7 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     char title[160];
     int p = r->num_prefix, g = vit_grid(&r->cfg);
     if (query < p) snprintf(title, sizeof title, "Image %ld: the %s token's attention in every layer and head "
-                            "(each map scaled to its maximum)", image, query == 0 ? "class" : "distillation");
+                            "(each map scaled from its minimum to its maximum)", image, query == 0 ? "class" : "distillation");
     else snprintf(title, sizeof title, "Image %ld: attention of patch (%d, %d) in every layer and head",
                   image, (query - p) / g, (query - p) % g);
     plot_text(f, 20, 9, 7, 0, title);

@@ -14,6 +14,8 @@ check() { if eval "$1"; then ok; else bad "$1"; fi; }
 check 'grep -q "SYNTHETIC" "$T/demo.out"'
 check 'grep -q "16 images x 12 layers x 3 heads" "$T/demo.out"'
 check 'grep -q "analyze 8 metrics over 16 images" "$T/demo.out"'
+check 'grep -q "figures .*: 11 PDFs" "$T/demo.out"'
+check '[ "$(ls "$T/demo/figures"/*.pdf | wc -l)" -eq 11 ]'
 "$A" info "$T/demo/run.h5" >"$T/info.out"; check '[ $? -eq 0 ]'
 check 'grep -q "state       complete" "$T/info.out"'
 check 'grep -q "attn,scores,q,k,tokens" "$T/info.out"'
