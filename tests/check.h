@@ -70,6 +70,18 @@ static inline const char *check_tmp(const char *name) {
     return buf[k];
 }
 
+/* Copies a file; 1 on success. */
+static inline int check_copy_file(const char *from, const char *to) {
+    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+    char buf[65536];
+    size_t n;
+    int ok = a && b;
+    while (ok && (n = fread(buf, 1, sizeof buf, a)) > 0) ok = fwrite(buf, 1, n, b) == n;
+    if (a) fclose(a);
+    if (b) ok &= fclose(b) == 0;
+    return ok;
+}
+
 static inline void check_tmp_remove(void) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", check_tmpdir);

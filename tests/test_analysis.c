@@ -415,17 +415,6 @@ static int read_all(const char *file, const char *dset, double *out, size_t n) {
     return ok;
 }
 
-static int copy_file(const char *from, const char *to) {
-    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
-    char buf[65536];
-    size_t n;
-    int ok = a && b;
-    while (ok && (n = fread(buf, 1, sizeof buf, a)) > 0) ok = fwrite(buf, 1, n, b) == n;
-    if (a) fclose(a);
-    if (b) ok &= fclose(b) == 0;
-    return ok;
-}
-
 static void test_run(void) {
     char trace[512];
     snprintf(trace, sizeof trace, "%s/analysis/mech_cls.h5", fixtures());
@@ -450,7 +439,7 @@ static void test_run(void) {
     /* into the trace: /analysis appears, recorded data is unchanged, a later run of one metric
      * replaces that metric only */
     const char *copy = check_tmp("copy.h5");
-    CHECK(copy_file(trace, copy), "copy the fixture trace");
+    CHECK(check_copy_file(trace, copy), "copy the fixture trace");
     trace_reader r;
     float before[3 * 17 * 17], after[3 * 17 * 17];
     if (trace_reader_open(&r, copy, &err) == AS_OK) {

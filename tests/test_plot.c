@@ -137,21 +137,10 @@ static int file_has(const char *path, const char *needle, const unsigned char *m
     return ok;
 }
 
-static int copy_file(const char *from, const char *to) {
-    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
-    char buf[65536];
-    size_t n;
-    int ok = a && b;
-    while (ok && (n = fread(buf, 1, sizeof buf, a)) > 0) ok = fwrite(buf, 1, n, b) == n;
-    if (a) fclose(a);
-    if (b) ok &= fclose(b) == 0;
-    return ok;
-}
-
 static void analysed_copy(const char *model, const char *dst) {
     char src[512];
     snprintf(src, sizeof src, "%s/analysis/%s.h5", fixtures(), model);
-    CHECK(copy_file(src, dst), "copy %s", src);
+    CHECK(check_copy_file(src, dst), "copy %s", src);
     analysis_opts o;
     analysis_opts_default(&o);
     o.quiet = 1;
@@ -169,7 +158,7 @@ static void test_recipes(void) {
     analysed_copy("mech_cls", a);
     analysed_copy("deit_dist", b);
     snprintf(src, sizeof src, "%s/analysis/vit_gap.h5", fixtures());
-    copy_file(src, bare);
+    check_copy_file(src, bare);
     const unsigned char pdf[] = "%PDF", png[] = "\x89PNG", svg[] = "<?xml";
     as_error err = {0};
     for (int i = 0; i < figure_count(); i++) {
