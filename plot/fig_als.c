@@ -48,7 +48,7 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
 }
 
 const figure_recipe fig_als = {
-    .name = "als", .mirrors = "MaiT Fig. 2 (ALS per layer/head) and its mask placement",
+    .name = "als", .metric = "als", .mirrors = "MaiT Fig. 2 (ALS per layer/head) and its mask placement",
     .needs = "analysis/als (attnscope analyze --metrics als)",
     .summary = "heatmap of ALS, layers x heads, dots on the heads to mask",
     .width = PLOT_COLUMN, .height = 220, .max_sources = 1, .draw = draw};

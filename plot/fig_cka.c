@@ -24,7 +24,7 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
 }
 
 const figure_recipe fig_cka = {
-    .name = "cka", .mirrors = "Refiner / Raghu et al. Fig. 1: CKA between layers",
+    .name = "cka", .metric = "evolution", .mirrors = "Refiner / Raghu et al. Fig. 1: CKA between layers",
     .needs = "analysis/evolution (record with --record attn,tokens)",
     .summary = "L x L heatmap of minibatch linear CKA between block outputs",
     .width = PLOT_COLUMN, .height = 215, .max_sources = 1, .draw = draw};

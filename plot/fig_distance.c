@@ -51,7 +51,7 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
 }
 
 const figure_recipe fig_distance = {
-    .name = "distance", .mirrors = "ViT Fig. 7 (right): mean attention distance per head vs depth",
+    .name = "distance", .metric = "distance", .mirrors = "ViT Fig. 7 (right): mean attention distance per head vs depth",
     .needs = "analysis/distance of each input",
     .summary = "every head's mean attention distance in pixels against its layer",
     .width = PLOT_COLUMN, .height = 180, .max_sources = FIG_MAX_SOURCES, .draw = draw};

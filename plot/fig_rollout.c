@@ -47,7 +47,7 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
 }
 
 const figure_recipe fig_rollout = {
-    .name = "rollout", .mirrors = "Abnar & Zuidema 2020 Fig. 3: attention rollout over the image",
+    .name = "rollout", .metric = "rollout", .mirrors = "Abnar & Zuidema 2020 Fig. 3: attention rollout over the image",
     .needs = "a trace analysed with --metrics rollout (--image, --layer)",
     .summary = "the rollout map through a layer (default the last) over the input image",
     .width = PLOT_COLUMN, .height = 200, .max_sources = 1, .draw = draw};

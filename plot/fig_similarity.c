@@ -37,7 +37,7 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
 }
 
 const figure_recipe fig_similarity = {
-    .name = "similarity", .mirrors = "DeepViT Fig. 2 / MaiT appendix: L x L attention similarity",
+    .name = "similarity", .metric = "similarity", .mirrors = "DeepViT Fig. 2 / MaiT appendix: L x L attention similarity",
     .needs = "analysis/similarity (attnscope analyze --metrics similarity)",
     .summary = "L x L heatmap of cross-layer cosine similarity (--definition deepvit|row|map)",
     .width = PLOT_COLUMN, .height = 215, .max_sources = 1, .draw = draw};

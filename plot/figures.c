@@ -11,11 +11,11 @@
 #include "../io/h5util.h"
 
 extern const figure_recipe fig_als, fig_similarity, fig_adjacent, fig_qk, fig_evolution, fig_cka,
-    fig_distance, fig_entropy, fig_attention, fig_grid, fig_rollout;
+    fig_distance, fig_entropy, fig_attention, fig_grid, fig_rollout, fig_lsla;
 
 static const figure_recipe *const recipes[] = {
     &fig_als,      &fig_similarity, &fig_adjacent, &fig_qk,   &fig_evolution, &fig_cka,
-    &fig_distance, &fig_entropy,    &fig_attention, &fig_grid, &fig_rollout,
+    &fig_distance, &fig_entropy,    &fig_attention, &fig_grid, &fig_rollout, &fig_lsla,
 };
 #define N_RECIPES ((int)(sizeof recipes / sizeof recipes[0]))
 
@@ -70,12 +70,22 @@ void fig_source_close(fig_source *s) {
     memset(s, 0, sizeof *s);
 }
 
-static as_status read_doubles(const fig_source *s, const char *name, const char *metric,
-                              double **data, long *dims, int *nd, as_error *err) {
+/* Does path (a/b/c) exist, without HDF5 failing on a missing intermediate group? */
+static int path_exists(hid_t f, const char *name) {
+    char part[256];
+    for (const char *p = strchr(name, '/'); ; p = strchr(p + 1, '/')) {
+        size_t n = p ? (size_t)(p - name) : strlen(name);
+        if (n >= sizeof part) return 0;
+        memcpy(part, name, n);
+        part[n] = 0;
+        if (H5Lexists(f, part, H5P_DEFAULT) <= 0) return 0;
+        if (!p) return 1;
+    }
+}
+
+static as_status read_whole(const fig_source *s, const char *name, double **data, long *dims,
+                            int *nd, as_error *err) {
     hid_t f = (hid_t)s->file;
-    if (H5Lexists(f, "analysis", H5P_DEFAULT) <= 0 || H5Lexists(f, name, H5P_DEFAULT) <= 0)
-        return as_fail(err, AS_ERR_ARG, "%s has no %s: run attnscope analyze %s --metrics %s first",
-                       s->path, name, s->path, metric);
     hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
     hid_t sp = H5Dget_space(d);
     hsize_t hd[8];
@@ -102,6 +112,21 @@ static as_status read_doubles(const fig_source *s, const char *name, const char 
     H5Sclose(sp);
     H5Dclose(d);
     return rc;
+}
+
+static as_status read_doubles(const fig_source *s, const char *name, const char *metric,
+                              double **data, long *dims, int *nd, as_error *err) {
+    if (!path_exists((hid_t)s->file, name))
+        return as_fail(err, AS_ERR_ARG, "%s has no %s: run attnscope analyze %s --metrics %s first",
+                       s->path, name, s->path, metric);
+    return read_whole(s, name, data, dims, nd, err);
+}
+
+as_status fig_read_any(const fig_source *s, const char *name, const char *what, double **data,
+                       long *dims, int *nd, as_error *err) {
+    if (!path_exists((hid_t)s->file, name))
+        return as_fail(err, AS_ERR_ARG, "%s has no %s: %s", s->path, name, what);
+    return read_whole(s, name, data, dims, nd, err);
 }
 
 as_status fig_read(const fig_source *s, const char *metric, const char *output, const char *what,

@@ -33,6 +33,7 @@ typedef struct {
     const char *mirrors;      /* the paper figure it reproduces */
     const char *needs;        /* what the inputs must hold */
     const char *summary;
+    const char *metric;       /* the analysis behind it (NULL: recorded data only) */
     double width, height;     /* default size in points */
     int max_sources;          /* 1, or several models on one figure */
     as_status (*draw)(plot_figure *f, const fig_opts *o, as_error *err);
@@ -54,6 +55,9 @@ as_status figure_render(const figure_recipe *r, const fig_opts *o, const char *p
  * receive the shape. Missing: an error naming the analyze command that provides it. */
 as_status fig_read(const fig_source *s, const char *metric, const char *output, const char *what,
                    double **data, long *dims, int *nd, as_error *err);
+/* Any dataset of the file as doubles (the trace's params/, ...); what names the fix. */
+as_status fig_read_any(const fig_source *s, const char *name, const char *what, double **data,
+                       long *dims, int *nd, as_error *err);
 /* A derived result analysis/METRIC/NAME. */
 as_status fig_read_derived(const fig_source *s, const char *metric, const char *name,
                            double **data, long *dims, int *nd, as_error *err);

@@ -215,6 +215,8 @@ static void test_recipes(void) {
           strstr(err.msg, "attnscope analyze") && strstr(err.msg, "--metrics als"), "no analysis: %s", err.msg);
     CHECK(access(check_tmp("x.pdf"), F_OK) != 0, "a failed figure leaves no file");
     CHECK(figure_render(figure_find("attention"), &o, check_tmp("x.svg"), &err) == AS_OK, "attention without analysis: %s", err.msg);
+    CHECK(figure_render(figure_find("lsla"), &o, check_tmp("l.pdf"), &err) == AS_ERR_ARG &&
+          strstr(err.msg, "LSLA layer"), "lsla on a model without LSLA: %s", err.msg);
     o.query = 999;
     CHECK(figure_render(figure_find("attention"), &o, check_tmp("x.png"), &err) == AS_ERR_ARG &&
           strstr(err.msg, "--query"), "bad query: %s", err.msg);

@@ -277,9 +277,10 @@ def fixtures(exe):
     out = os.path.join(FIXTURES, "analysis")
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(7)
-    # model, images, extra record flags: a class token with every mechanism (less blocks have
-    # no q/k), two prefix tokens, and no prefix token (mean-row rollout)
-    runs = [("mech_cls", 5, []), ("deit_dist", 4, []), ("vit_gap", 4, [])]
+    # model, images, extra quantities: a class token with every mechanism (less blocks have
+    # no q/k; internals for the LSLA figure), two prefix tokens, and no prefix token (mean-row
+    # rollout)
+    runs = [("mech_cls", 5, ["internals"]), ("deit_dist", 4, []), ("vit_gap", 4, [])]
     for model, n, extra in runs:
         x = rng.standard_normal((n, 3, 32, 32)).astype(np.float32)
         yy, xx = np.mgrid[0:32, 0:32] / 31.0
@@ -289,7 +290,7 @@ def fixtures(exe):
         np.save(npy, x)
         trace = os.path.join(out, model + ".h5")
         subprocess.run([exe, "record", "--model", os.path.join(FIXTURES, model), "--images", npy,
-                        "--out", trace, "--record", "attn,q,k,tokens", "--dtype", "f16",
+                        "--out", trace, "--record", ",".join(["attn", "q", "k", "tokens"] + extra), "--dtype", "f16",
                         "--compress", "deflate:9", "--force", "-q", "--threads", "1"], check=True)
         os.remove(npy)
         write_expected(os.path.join(out, model + ".expected.h5"),
