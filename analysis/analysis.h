@@ -74,4 +74,7 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
  * buf; returns how many there are (0 when none or unreadable). */
 int analysis_list(const char *path, char *buf, size_t n);
 
+/* The terminal summary stored with /analysis/METRIC of path; 0 when there is none. */
+int analysis_report_text(const char *path, const char *metric, char *buf, size_t n);
+
 #endif

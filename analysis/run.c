@@ -788,3 +788,20 @@ int analysis_list(const char *path, char *buf, size_t n) {
     H5Fclose(f);
     return count;
 }
+
+int analysis_report_text(const char *path, const char *metric, char *buf, size_t n) {
+    h5u_quiet();
+    buf[0] = 0;
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return 0;
+    char name[128];
+    snprintf(name, sizeof name, "analysis/%s", metric);
+    int ok = H5Lexists(f, "analysis", H5P_DEFAULT) > 0 && H5Lexists(f, name, H5P_DEFAULT) > 0;
+    if (ok) {
+        hid_t g = H5Gopen2(f, name, H5P_DEFAULT);
+        h5u_attr_read_str(g, "report", buf, n);
+        H5Gclose(g);
+    }
+    H5Fclose(f);
+    return ok;
+}

@@ -147,6 +147,7 @@ int cmd_demo(int argc, char **argv) {
     int nfig = 0;
     for (int i = 0; i < figure_count(); i++) {
         char path[1300];
+        if (figure_get(i)->applies && !figure_get(i)->applies(&fo.src[0])) continue;
         snprintf(path, sizeof path, "%s/%s.pdf", figdir, figure_get(i)->name);
         if (figure_render(figure_get(i), &fo, path, &err) != AS_OK) {
             fig_source_close(&fo.src[0]);

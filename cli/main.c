@@ -13,6 +13,7 @@ static const struct {
     {"info", cmd_info, "architecture, parameters and FLOPs of a model; contents of a trace"},
     {"analyze", cmd_analyze, "metrics over a trace: locality, cross-layer similarity, Q/K, evolution, ..."},
     {"plot", cmd_plot, "paper-style figures (PDF, SVG, PNG) from traces and analysis results"},
+    {"experiment", cmd_experiment, "run an experiment file: record, analyze and plot, with an index page"},
     {"bench", cmd_bench, "img/s, ms/img, GFLOP/s and share of the GEMM ceiling, with/without recording"},
     {"demo", cmd_demo, "the end-to-end job with no download (synthetic model and images)"},
 };
@@ -20,7 +21,7 @@ static const struct {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: attnscope COMMAND [options]   (attnscope COMMAND --help for each)\n\n");
-    for (size_t i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
+    for (size_t i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "\n  --version  print the version\n"
                "Threads: --threads N (default: all cores). OpenBLAS honours OPENBLAS_CORETYPE: if it\n"
                "is set to an older core than your CPU's, SGEMM runs slower (attnscope bench warns).\n");

@@ -95,8 +95,13 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     return rc;
 }
 
+static int applies(const fig_source *s) {
+    return s->is_trace && vit_any_attn(&s->tr.cfg, VIT_ATTN_LSLA);
+}
+
 const figure_recipe fig_lsla = {
     .name = "lsla", .mirrors = "ViT-LSLA Fig. 3/4: DS, inner bias and outer bias for one query",
     .needs = "a trace of an LSLA model recorded with --record attn,internals (--layer, --head, --query)",
     .summary = "DS and inner bias against key distance; weights without and with the outer bias",
-    .width = PLOT_DOUBLE, .height = 180, .max_sources = 1, .draw = draw};
+    .width = PLOT_DOUBLE, .height = 180, .max_sources = 1, .draw = draw,
+    .applies = applies};

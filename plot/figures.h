@@ -36,6 +36,8 @@ typedef struct {
     const char *metric;       /* the analysis behind it (NULL: recorded data only) */
     double width, height;     /* default size in points */
     int max_sources;          /* 1, or several models on one figure */
+    /* Optional: whether the figure can be drawn from this input at all (NULL: always). */
+    int (*applies)(const fig_source *s);
     as_status (*draw)(plot_figure *f, const fig_opts *o, as_error *err);
 } figure_recipe;
 

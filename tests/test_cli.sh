@@ -23,7 +23,7 @@ expect 0 "$A" --help;                     has "$T/out" "record"
 expect 2 "$A";                            has "$T/err" "usage"
 expect 2 "$A" frobnicate;                 has "$T/err" "unknown command"
 expect 0 "$A" --version;                  has "$T/out" "attnscope 0"
-for c in record info bench demo analyze plot; do expect 0 "$A" $c --help; has "$T/out" "usage: attnscope $c"; done
+for c in record info bench demo analyze plot experiment; do expect 0 "$A" $c --help; has "$T/out" "usage: attnscope $c"; done
 expect 0 "$A" info --list-archs;          has "$T/out" "deit_base_distilled_patch16_224"
 expect 0 "$A" info deit_tiny_patch16_224; has "$T/out" "5717416";  has "$T/out" "1.25 GMACs"
 expect 0 "$A" info deit_small_patch16_224; has "$T/out" "22.05 M parameters"
@@ -159,5 +159,38 @@ expect 1 "$A" plot qk "$T/y.h5" -o "$T/qk.pdf"; has "$T/err" "attnscope analyze"
 expect 2 "$A" plot nosuch "$T/an.h5" -o "$T/x.pdf"; has "$T/err" "plot --list"
 expect 1 "$A" plot als "$T/an.h5" -o "$T/x.bmp"; has "$T/err" ".pdf, .svg or .png"; one_line
 expect 1 "$A" plot rollout "$T/res.h5" -o "$T/x.pdf"; has "$T/err" "give the trace"; one_line
+
+# experiment: record -> analyze -> plot with an index; a rerun redoes only what changed
+FXA=$(cd "$FX" && pwd)
+exp_json() {
+cat >"$T/exp.json" <<EOF
+{"name": "tiny", "description": "test", "images": {"synthetic": 4, "size": 32, "seed": 3},
+ "record": "attn,tokens",
+ "models": [{"name": "a", "model": "$FXA/vit_cls"},
+            {"name": "b", "config": {"architecture": "custom", "img_size": 32, "patch_size": 8, "embed_dim": 24,
+              "depth": 2, "num_heads": 2, "num_classes": 3, "attention": {"type": "mait", "mask_size": 3}}, "seed": 5}],
+ "analyze": {"metrics": "similarity,evolution,rollout"},
+ "figures": [{"figure": "evolution", "models": ["a", "b"], "formats": ["pdf", "png"]},
+             {"figure": "attention", "models": ["b"], "layer": $1, "formats": ["svg"]}]}
+EOF
+}
+exp_json 1
+expect 0 "$A" experiment "$T/exp.json" --out "$T/exp"
+has "$T/out" "record     a"; has "$T/out" "figure     attention    drawn"
+for f in evolution.pdf evolution.png attention.svg index.md a.h5 b.h5; do [ -s "$T/exp/$f" ] && ok || bad "experiment lacks $f"; done
+has "$T/exp/index.md" "attnscope plot evolution"; has "$T/exp/index.md" "Numbers (a, .evolution.)"
+has "$T/exp/index.md" "(evolution.png)"
+expect 0 "$A" experiment "$T/exp.json" --out "$T/exp"
+[ "$(grep -c "up to date" "$T/out")" -eq 6 ] && ok || bad "rerun is not all up to date: $(cat "$T/out")"
+exp_json 0
+expect 0 "$A" experiment "$T/exp.json" --out "$T/exp"
+has "$T/out" "figure     attention    drawn"; has "$T/out" "figure     evolution    up to date"
+has "$T/out" "record     b            up to date"
+sed -i 's/"evolution", "models"/"nosuch", "models"/' "$T/exp.json"
+expect 1 "$A" experiment "$T/exp.json" --out "$T/exp"; has "$T/err" "unknown figure"; one_line
+echo '{"name": "x"}' >"$T/bad.json"
+expect 1 "$A" experiment "$T/bad.json"; has "$T/err" "models"; one_line
+echo '{"name": ' >"$T/bad.json"
+expect 1 "$A" experiment "$T/bad.json"; has "$T/err" "not valid JSON"; one_line
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

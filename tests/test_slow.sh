@@ -40,6 +40,16 @@ check 'grep -q "\"openblas_core\"" "$T/bench.json"'
 "$A" bench --seconds 1 --batch 2 --arch vit_small_patch16_224 >"$T/bench.txt" 2>&1; check '[ $? -eq 0 ]'
 check 'grep -q "% of ceiling" "$T/bench.txt"'
 
+# the shipped experiments run on a fresh clone (random-weight models, synthetic images)
+EXP=${FIXTURES:-tests/fixtures}/../../experiments
+for e in "$EXP"/*.json; do
+    n=$(basename "$e" .json)
+    "$A" experiment "$e" --out "$T/exp/$n" >"$T/exp-$n.out" 2>&1; check '[ $? -eq 0 ]'
+    check '[ -s "$T/exp/$n/index.md" ] && grep -q "Redraw" "$T/exp/$n/index.md"'
+    check '[ "$(ls "$T/exp/$n"/*.pdf | wc -l)" -ge 1 ]'
+done
+check '[ "$(ls "$EXP"/*.json | wc -l)" -ge 5 ]'
+
 PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 if $PY -c "import h5py, numpy" 2>/dev/null; then
     $PY - "$T/demo/run.h5" "$T/r16.h5" >"$T/py.out" 2>&1 <<'PY'
