@@ -376,13 +376,14 @@ int cmd_experiment(int argc, char **argv) {
         return 1;
     }
     cJSON *root = cJSON_Parse(text);
-    free(text);
-    if (!cJSON_IsObject(root)) {
+    if (!cJSON_IsObject(root)) { /* the error pointer points into text: report before freeing */
         fprintf(stderr, "attnscope: %s: not valid JSON (near \"%.30s\"): see docs/experiments.md\n", x.file,
                 cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : "");
+        free(text);
         cJSON_Delete(root);
         return 1;
     }
+    free(text);
     const char *slash = strrchr(x.file, '/');
     if (slash) snprintf(x.dir, sizeof x.dir, "%.*s", (int)(slash - x.file), x.file);
     const char *name = jstr(root, "name", NULL);
