@@ -38,6 +38,8 @@ typedef struct {
 void progress_init(progress *p, const char *what, long total, long base);
 void progress_update(progress *p, long done);
 void progress_finish(progress *p);
+/* For a library's progress hook (ud = a progress *): sets the total, then updates. */
+void progress_callback(void *ud, long done, long total);
 
 /* threads and OpenBLAS */
 void runtime_set_threads(int n); /* n <= 0: all cores */

@@ -49,12 +49,6 @@ static int parse_doubles(const char *s, double *out, int max, const char *what) 
     return n;
 }
 
-static void on_progress(void *ud, long done, long total) {
-    progress *p = ud;
-    p->total = total;
-    progress_update(p, done);
-}
-
 int cmd_analyze(int argc, char **argv) {
     static const struct option opts[] = {
         {"metrics", required_argument, 0, 'M'}, {"out", required_argument, 0, 'o'},
@@ -151,7 +145,7 @@ int cmd_analyze(int argc, char **argv) {
     o.report = o.quiet ? NULL : stdout;
     progress pg;
     progress_init(&pg, "analyze", 0, 0);
-    o.progress = on_progress;
+    o.progress = progress_callback;
     o.progress_ud = &pg;
     o.stop = &analyze_signal;
 

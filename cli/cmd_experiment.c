@@ -224,8 +224,14 @@ static as_status run_model(exp_run *x, exp_model *em, const cJSON *root, const c
     const char *ms = a ? jstr(a, "metrics", NULL) : NULL;
     if (ms && !(ao.metrics = analysis_metric_mask(ms, err))) return err->status;
     ao.explicit_metrics = ms != NULL;
+    progress pg;
+    progress_init(&pg, "analyze", 0, 0);
+    ao.progress = progress_callback;
+    ao.progress_ud = &pg;
     analysis_report rep;
-    if ((rc = analysis_run(em->trace, NULL, &ao, &rep, err)) != AS_OK) return rc;
+    rc = analysis_run(em->trace, NULL, &ao, &rep, err);
+    progress_finish(&pg);
+    if (rc != AS_OK) return rc;
     printf("  analyze    %-12s %d metrics over %ld images in %.2f s\n", em->name, rep.metrics_run, rep.images, rep.seconds);
     return stamp_write(x, key, em->stamp, err);
 }

@@ -37,3 +37,9 @@ void progress_finish(progress *p) {
         fflush(stderr);
     }
 }
+
+void progress_callback(void *ud, long done, long total) {
+    progress *p = ud;
+    p->total = total;
+    progress_update(p, done);
+}
