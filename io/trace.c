@@ -904,6 +904,11 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
                            "or open in another writer); try h5clear -s %s, or write a new trace",
                            path, path);
         }
+        /* A writer killed mid-batch can leave chunks allocated (their addresses flushed, as SWMR
+         * orders metadata) past the end-of-allocation its superblock recorded; HDF5 would then
+         * write at or hand out those addresses again ("addr overflow"). Move the end of
+         * allocation to the file's end first, as h5clear --increment does. */
+        H5Fincrement_filesize(w->file, 0);
         if ((rc = resume_check(w, err)) != AS_OK || layout(w->file, &w->spec, &w->d, 0) < 0) {
             if (rc == AS_OK)
                 rc = as_fail(err, AS_ERR_FORMAT, "%s: trace is missing datasets its attributes "
