@@ -59,6 +59,14 @@ typedef struct {
 void analysis_opts_default(analysis_opts *o);
 /* "als,similarity" (or "all") into a registry bit mask; 0 with err filled for an unknown name. */
 unsigned analysis_metric_mask(const char *list, as_error *err);
+/* The similarity metric's definitions, in the order of its definition axis: "deepvit", "row",
+ * "map"; parse returns the index or -1. */
+#define ANALYSIS_N_DEFINITIONS 3
+const char *analysis_definition_name(int i);
+int analysis_definition_parse(const char *s);
+/* The root "format" attribute of an analyze --out results file. */
+#define ANALYSIS_RESULTS_FORMAT "attnscope-analysis"
+
 /* The registry, for --help and docs. */
 int analysis_metric_count(void);
 const char *analysis_metric_name(int i);

@@ -25,8 +25,7 @@
 #include "../io/trace.h"
 #include "metric.h"
 
-#define RESULTS_FORMAT "attnscope-analysis"
-#define RESULTS_FORMAT_VERSION 1
+#define ANALYSIS_RESULTS_VERSION 1
 
 #ifndef ATTNSCOPE_VERSION
 #define ATTNSCOPE_VERSION "0.1.0"
@@ -45,7 +44,6 @@ static const char *const axis_names[] = {
     [ANALYSIS_AX_HEAD] = "head",           [ANALYSIS_AX_THRESHOLD] = "threshold",
     [ANALYSIS_AX_PATCH] = "patch",         [ANALYSIS_AX_DEFINITION] = "definition"};
 _Static_assert(sizeof axis_names / sizeof axis_names[0] == ANALYSIS_AX_COUNT, "axis names");
-static const char *const definition_names[] = {"deepvit", "row", "map"};
 
 /* ---- layout -------------------------------------------------------------------------------- */
 
@@ -190,8 +188,9 @@ static int output_attrs(hid_t obj, const analysis_output *o, const analysis_layo
             break;
         }
         case ANALYSIS_AX_DEFINITION: {
-            char d0[] = "deepvit", d1[] = "row", d2[] = "map", *defs[] = {d0, d1, d2};
-            bad |= h5u_attr_strs(obj, an, defs, 3);
+            const char *defs[ANALYSIS_N_DEFINITIONS];
+            for (int d = 0; d < ANALYSIS_N_DEFINITIONS; d++) defs[d] = analysis_definition_name(d);
+            bad |= h5u_attr_strs(obj, an, defs, ANALYSIS_N_DEFINITIONS);
             break;
         }
         default: break;
@@ -251,7 +250,7 @@ static void csv_label(FILE *f, const analysis_output *o, int axis, int i, const 
     case ANALYSIS_AX_LAYER2: fprintf(f, "%d", lay->layers[i]); break;
     case ANALYSIS_AX_HEAD: fprintf(f, "%d", lay->heads[i]); break;
     case ANALYSIS_AX_THRESHOLD: fprintf(f, "%.17g", opt->thresholds[i]); break;
-    case ANALYSIS_AX_DEFINITION: fprintf(f, "%s", definition_names[i]); break;
+    case ANALYSIS_AX_DEFINITION: fprintf(f, "%s", analysis_definition_name(i)); break;
     default: fprintf(f, "%d", i); break;
     }
 }
@@ -413,7 +412,7 @@ static int is_results_file(const char *path) {
     char fmt[64];
     h5u_attr_read_str(f, "format", fmt, sizeof fmt);
     H5Fclose(f);
-    return strcmp(fmt, RESULTS_FORMAT) == 0;
+    return strcmp(fmt, ANALYSIS_RESULTS_FORMAT) == 0;
 }
 
 typedef struct {
@@ -658,7 +657,7 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
     rep->images = N;
 
     /* results */
-    if (h5u_attr_str(res, "format", RESULTS_FORMAT) | h5u_attr_int(res, "format_version", RESULTS_FORMAT_VERSION) |
+    if (h5u_attr_str(res, "format", ANALYSIS_RESULTS_FORMAT) | h5u_attr_int(res, "format_version", ANALYSIS_RESULTS_VERSION) |
         h5u_attr_str(res, "source_trace", trace_path) |
         h5u_attr_str(res, "software", "attnscope " ATTNSCOPE_VERSION)) {
         rc = as_fail(err, AS_ERR_HDF5, "%s: cannot write results (disk full?)", tmp);

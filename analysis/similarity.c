@@ -8,6 +8,16 @@
 #include "metric.h"
 
 enum { DEF_DEEPVIT, DEF_ROW, DEF_MAP, N_DEFS };
+static const char *const def_names[] = {"deepvit", "row", "map"};
+_Static_assert(sizeof def_names / sizeof def_names[0] == N_DEFS && N_DEFS == ANALYSIS_N_DEFINITIONS,
+               "definition names");
+
+const char *analysis_definition_name(int i) { return i >= 0 && i < N_DEFS ? def_names[i] : "?"; }
+int analysis_definition_parse(const char *s) {
+    for (int i = 0; i < N_DEFS; i++)
+        if (strcmp(s, def_names[i]) == 0) return i;
+    return -1;
+}
 enum { OUT_HEAD, OUT_MEAN, OUT_ADJ };
 
 static as_status sim_plan(analysis_ctx *c, as_error *err) {

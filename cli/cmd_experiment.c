@@ -36,27 +36,11 @@ typedef struct {
     int n_models;
 } exp_run;
 
-static char *read_all(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = n >= 0 && n < (1 << 24) ? malloc((size_t)n + 1) : NULL;
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 /* Was this step made from exactly `stamp`, and does its output exist? */
 static int up_to_date(const exp_run *x, const char *key, const char *stamp, const char *output) {
     char path[1400];
     snprintf(path, sizeof path, "%s/.state/%s", x->out, key);
-    char *old = read_all(path);
+    char *old = model_read_text(path, NULL);
     struct stat sb;
     int ok = old && strcmp(old, stamp) == 0 && stat(output, &sb) == 0;
     free(old);
@@ -376,11 +360,8 @@ int cmd_experiment(int argc, char **argv) {
     memset(&x, 0, sizeof x);
     x.file = argv[optind];
     as_error err = {0};
-    char *text = read_all(x.file);
-    if (!text) {
-        fprintf(stderr, "attnscope: %s: cannot read (%s)\n", x.file, strerror(errno));
-        return 1;
-    }
+    char *text = model_read_text(x.file, &err);
+    if (!text) return cli_error(&err);
     cJSON *root = cJSON_Parse(text);
     if (!cJSON_IsObject(root)) { /* the error pointer points into text: report before freeing */
         fprintf(stderr, "attnscope: %s: not valid JSON (near \"%.30s\"): see docs/experiments.md\n", x.file,

@@ -72,7 +72,7 @@ int h5u_attr_floats(hid_t loc, const char *name, const float *v, int n) {
 int h5u_attr_doubles(hid_t loc, const char *name, const double *v, int n) {
     return attr_array(loc, name, H5T_NATIVE_DOUBLE, v, n);
 }
-int h5u_attr_strs(hid_t loc, const char *name, char **v, int n) {
+int h5u_attr_strs(hid_t loc, const char *name, const char *const *v, int n) {
     hsize_t d = (hsize_t)n;
     hid_t t = h5u_str_type(0), s = H5Screate_simple(1, &d, NULL);
     int rc = h5u_attr_write(loc, name, t, s, v);

@@ -17,7 +17,7 @@ int h5u_attr_int(hid_t loc, const char *name, int v);
 int h5u_attr_int64(hid_t loc, const char *name, long long v);
 int h5u_attr_floats(hid_t loc, const char *name, const float *v, int n);
 int h5u_attr_doubles(hid_t loc, const char *name, const double *v, int n);
-int h5u_attr_strs(hid_t loc, const char *name, char **v, int n);
+int h5u_attr_strs(hid_t loc, const char *name, const char *const *v, int n);
 /* Reads up to n ints; returns the count, or -1 when missing or longer than n. */
 int h5u_attr_read_int(hid_t loc, const char *name, int *out, int n);
 /* String attribute (variable or fixed length) into out; "" when missing. */

@@ -23,7 +23,7 @@ static int is_file(const char *p) {
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-static char *read_text(const char *path, as_error *err) {
+char *model_read_text(const char *path, as_error *err) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         as_fail(err, AS_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
@@ -36,7 +36,7 @@ static char *read_text(const char *path, as_error *err) {
             if (cap > (16u << 20)) { /* a config is never this large */
                 free(buf);
                 fclose(f);
-                as_fail(err, AS_ERR_FORMAT, "%s: over 16 MiB, not a model config", path);
+                as_fail(err, AS_ERR_FORMAT, "%s: over 16 MiB, not a JSON config", path);
                 return NULL;
             }
             cap = cap ? 2 * cap : 8192;
@@ -521,7 +521,7 @@ char *model_config_to_json(const vit_config *c) {
 as_status model_config_from_arch(vit_config *cfg, const char *arch, as_error *err) {
     size_t al = strlen(arch);
     if (al > 5 && strcmp(arch + al - 5, ".json") == 0) {
-        char *json = read_text(arch, err);
+        char *json = model_read_text(arch, err);
         if (!json) return err ? err->status : AS_ERR_IO;
         as_status rc = model_config_apply_json(cfg, json, arch, err);
         free(json);
@@ -756,7 +756,7 @@ as_status model_load_report(model *m, const char *path, const char *arch, int im
     vit_config cfg = {0};
     char *json = NULL;
     if (cfgpath[0] && is_file(cfgpath)) {
-        if (!(json = read_text(cfgpath, err))) return err ? err->status : AS_ERR_IO;
+        if (!(json = model_read_text(cfgpath, err))) return err ? err->status : AS_ERR_IO;
         rc = model_config_apply_json(&cfg, json, cfgpath, err);
         free(json);
         json = NULL;

@@ -40,6 +40,9 @@ void model_free(model *m);
  * *cfg. name is the file name for messages. */
 as_status model_config_apply_json(vit_config *cfg, const char *json, const char *name,
                                   as_error *err);
+/* A small text file (model configs, experiment files; at most 16 MiB) as a NUL-terminated
+ * string (caller frees), or NULL with err filled (err may be NULL). */
+char *model_read_text(const char *path, as_error *err);
 /* cfg from a built-in architecture name or a JSON config file (ends in .json). */
 as_status model_config_from_arch(vit_config *cfg, const char *arch, as_error *err);
 /* The full config as JSON (caller frees); what traces record. */

@@ -372,7 +372,7 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
             }
             ok &= *tab[i].id >= 0;
         }
-        if (create && ok && s->n_class_names > 0) h5u_attr_strs(g, "class_names", s->class_names, s->n_class_names);
+        if (create && ok && s->n_class_names > 0) h5u_attr_strs(g, "class_names", (const char *const *)s->class_names, s->n_class_names);
         if (g >= 0) H5Gclose(g);
     }
     H5Tclose(pstr);

@@ -1,15 +1,12 @@
 /* fig_adjacent.c: similarity of each layer's maps to the previous layer's, several models on
  * one axes (LaViT Fig. 3, "attention saturation"). */
 #include <math.h>
-#include <string.h>
 
 #include "figures.h"
 
 static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
-    const char *defs[] = {"deepvit", "row", "map"};
-    int di = 1;
-    for (int i = 0; o->definition && i < 3; i++)
-        if (strcmp(o->definition, defs[i]) == 0) di = i;
+    int di = fig_definition(o, err);
+    if (di < 0) return err->status;
     plot_axes a = plot_axes_grid(f, 0, 0, 1, 1, o->n_sources > 1 ? PLOT_LEGEND_PAD : 0);
     return fig_layer_curves(f, &a, o, "similarity", "adjacent", 0, di, 1, NAN, 1.0,
                             "Similarity to the previous layer", "cosine similarity", 1, err);

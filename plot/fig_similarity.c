@@ -2,20 +2,13 @@
  * appendix), head-averaged, under one definition. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-
+#include "../analysis/analysis.h"
 #include "figures.h"
 
 static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     const fig_source *s = &o->src[0];
-    const char *defs[] = {"deepvit", "row", "map"};
-    int di = 1;
-    if (o->definition) {
-        di = -1;
-        for (int i = 0; i < 3; i++)
-            if (strcmp(o->definition, defs[i]) == 0) di = i;
-        if (di < 0) return as_fail(err, AS_ERR_ARG, "--definition %s: use deepvit, row or map", o->definition);
-    }
+    int di = fig_definition(o, err);
+    if (di < 0) return err->status;
     double *m;
     long d[6];
     int nd, layers[256];
@@ -29,7 +22,7 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     plot_nice_range(&lo, &hi);
     if (lo < -1) lo = -1;
     char title[96];
-    snprintf(title, sizeof title, "Cross-layer similarity (%s, head mean)", defs[di]);
+    snprintf(title, sizeof title, "Cross-layer similarity (%s, head mean)", analysis_definition_name(di));
     fig_heatmap(f, &a, m + (size_t)di * L * L, L, L, layers, layers, lo, 1,
                 o->cmap_set ? o->cmap : PLOT_CMAP_VIRIDIS, title, "layer", "layer", "cosine similarity");
     free(m);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../analysis/analysis.h"
 #include "../io/h5util.h"
 
 extern const figure_recipe fig_als, fig_similarity, fig_adjacent, fig_qk, fig_evolution, fig_cka,
@@ -52,7 +53,7 @@ as_status fig_source_open(fig_source *s, const char *path, const char *label, as
     hid_t f = H5Fis_hdf5(path) > 0 ? H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT) : -1;
     char fmt[64] = "";
     if (f >= 0) h5u_attr_read_str(f, "format", fmt, sizeof fmt);
-    if (f < 0 || strcmp(fmt, "attnscope-analysis") != 0) {
+    if (f < 0 || strcmp(fmt, ANALYSIS_RESULTS_FORMAT) != 0) {
         if (f >= 0) H5Fclose(f);
         return as_fail(err, terr.status ? terr.status : AS_ERR_FORMAT, "%s", terr.msg);
     }
@@ -148,7 +149,7 @@ int fig_labels(const fig_source *s, const char *metric, const char *output, cons
     char name[256];
     snprintf(name, sizeof name, "analysis/%s/%s", metric, output);
     hid_t f = (hid_t)s->file;
-    if (H5Lexists(f, "analysis", H5P_DEFAULT) <= 0 || H5Lexists(f, name, H5P_DEFAULT) <= 0) return 0;
+    if (!path_exists(f, name)) return 0;
     hid_t o = H5Oopen(f, name, H5P_DEFAULT);
     int n = h5u_attr_read_int(o, axis, out, max);
     H5Oclose(o);
@@ -160,7 +161,7 @@ int fig_label_doubles(const fig_source *s, const char *metric, const char *outpu
     char name[256];
     snprintf(name, sizeof name, "analysis/%s/%s", metric, output);
     hid_t f = (hid_t)s->file;
-    if (H5Lexists(f, "analysis", H5P_DEFAULT) <= 0 || H5Lexists(f, name, H5P_DEFAULT) <= 0) return 0;
+    if (!path_exists(f, name)) return 0;
     hid_t o = H5Oopen(f, name, H5P_DEFAULT);
     int n = 0;
     if (H5Aexists(o, axis) > 0) {
@@ -305,6 +306,13 @@ as_status fig_layer_curves(plot_figure *f, plot_axes *a, const fig_opts *o, cons
         free(hi[i]);
     }
     return rc;
+}
+
+int fig_definition(const fig_opts *o, as_error *err) {
+    if (!o->definition) return analysis_definition_parse("row");
+    int d = analysis_definition_parse(o->definition);
+    if (d < 0) as_fail(err, AS_ERR_ARG, "--definition %s: use deepvit, row or map", o->definition);
+    return d;
 }
 
 int fig_query(const fig_opts *o, const fig_source *s) {

@@ -86,6 +86,9 @@ as_status fig_layer_curves(plot_figure *f, plot_axes *a, const fig_opts *o, cons
                            const char *output, int derived, int row, int band, double ylo,
                            double yhi, const char *title, const char *ylabel, int legend,
                            as_error *err);
+/* The similarity definition of o (--definition; default row) as its index, or -1 with err
+ * filled for an unknown name. */
+int fig_definition(const fig_opts *o, as_error *err);
 /* The query token of o (default: the first prefix token, else the centre patch). */
 int fig_query(const fig_opts *o, const fig_source *s);
 /* Image `image` of a trace with the query's attention (layer, head) over it, the patch grid
