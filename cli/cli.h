@@ -25,6 +25,8 @@ int cli_parse_list(const char *s, int limit, int *out, int max_n, const char *wh
 void cli_command_line(int argc, char **argv, char *buf, size_t n);
 double cli_now(void); /* monotonic seconds */
 int cli_parse_int(const char *s, int lo, int hi, int *out);
+/* mkdir -p; prints a one-line error and returns 1 when a folder cannot be made, else 0. */
+int cli_make_dirs(const char *path);
 /* Prints "attnscope: msg" on stderr; returns 1. */
 int cli_error(const as_error *err);
 

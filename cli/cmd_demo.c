@@ -2,7 +2,6 @@
  * model saved and reloaded as a timm checkpoint, generated images, a trace, a summary. */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* readlink */
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,10 +42,7 @@ int cmd_demo(int argc, char **argv) {
     }
     runtime_set_threads(threads);
     as_error err = {0};
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, "attnscope: %s: cannot create folder (%s)\n", dir, strerror(errno));
-        return 1;
-    }
+    if (cli_make_dirs(dir)) return 1;
     char images[1100], model_dir[1100], out[1100];
     snprintf(images, sizeof images, "%s/images", dir);
     snprintf(model_dir, sizeof model_dir, "%s/model", dir);
@@ -135,10 +131,7 @@ int cmd_demo(int argc, char **argv) {
     /* 4. the figure set: every single-input recipe as PDF */
     char figdir[1200];
     snprintf(figdir, sizeof figdir, "%s/figures", dir);
-    if (mkdir(figdir, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, "attnscope: %s: cannot create folder (%s)\n", figdir, strerror(errno));
-        return 1;
-    }
+    if (cli_make_dirs(figdir)) return 1;
     fig_opts fo;
     memset(&fo, 0, sizeof fo);
     fo.layer = fo.head = fo.image = fo.query = -1;

@@ -5,7 +5,6 @@
  * docs/experiments.md describes the format. */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -385,20 +384,10 @@ int cmd_experiment(int argc, char **argv) {
     else snprintf(x.out, sizeof x.out, "results/%s", name);
     char state[1100];
     snprintf(state, sizeof state, "%s/.state", x.out);
-    for (char *p = x.out; ; p++) { /* mkdir -p */
-        if (*p == '/' || !*p) {
-            char c = *p;
-            *p = 0;
-            if (x.out[0] && mkdir(x.out, 0777) != 0 && errno != EEXIST) {
-                fprintf(stderr, "attnscope: %s: cannot create folder (%s)\n", x.out, strerror(errno));
-                cJSON_Delete(root);
-                return 1;
-            }
-            *p = c;
-            if (!c) break;
-        }
+    if (cli_make_dirs(state)) { /* OUT and OUT/.state */
+        cJSON_Delete(root);
+        return 1;
     }
-    mkdir(state, 0777);
     cJSON_ArrayForEach(m, models) {
         const char *mn = jstr(m, "name", NULL);
         if (!mn || strlen(mn) >= 64 || strchr(mn, '/') || x.n_models == EXP_MAX_MODELS || find_model(&x, mn)) {

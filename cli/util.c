@@ -1,9 +1,11 @@
 /* util.c: small command-line helpers (lists, numbers, time, errors). */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cli.h"
@@ -73,4 +75,20 @@ double cli_now(void) {
 int cli_error(const as_error *err) {
     fprintf(stderr, "attnscope: %s\n", err->msg[0] ? err->msg : as_status_string(err->status));
     return 1;
+}
+
+int cli_make_dirs(const char *path) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *q = p;; q++) { /* every prefix that ends at a '/', then the whole path */
+        if (*q != '/' && *q) continue;
+        char c = *q;
+        *q = 0;
+        if (p[0] && mkdir(p, 0777) != 0 && errno != EEXIST) {
+            fprintf(stderr, "attnscope: %s: cannot create folder (%s)\n", p, strerror(errno));
+            return 1;
+        }
+        *q = c;
+        if (!c) return 0;
+    }
 }
