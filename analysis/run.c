@@ -795,7 +795,7 @@ int analysis_report_text(const char *path, const char *metric, char *buf, size_t
     if (f < 0) return 0;
     char name[128];
     snprintf(name, sizeof name, "analysis/%s", metric);
-    int ok = H5Lexists(f, "analysis", H5P_DEFAULT) > 0 && H5Lexists(f, name, H5P_DEFAULT) > 0;
+    int ok = H5Lexists(f, name, H5P_DEFAULT) > 0; /* negative too when /analysis is missing */
     if (ok) {
         hid_t g = H5Gopen2(f, name, H5P_DEFAULT);
         h5u_attr_read_str(g, "report", buf, n);

@@ -71,18 +71,8 @@ void fig_source_close(fig_source *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* Does path (a/b/c) exist, without HDF5 failing on a missing intermediate group? */
-static int path_exists(hid_t f, const char *name) {
-    char part[256];
-    for (const char *p = strchr(name, '/'); ; p = strchr(p + 1, '/')) {
-        size_t n = p ? (size_t)(p - name) : strlen(name);
-        if (n >= sizeof part) return 0;
-        memcpy(part, name, n);
-        part[n] = 0;
-        if (H5Lexists(f, part, H5P_DEFAULT) <= 0) return 0;
-        if (!p) return 1;
-    }
-}
+/* H5Lexists fails (negative) when an intermediate group is missing: that too means "absent". */
+static int path_exists(hid_t f, const char *name) { return H5Lexists(f, name, H5P_DEFAULT) > 0; }
 
 static as_status read_whole(const fig_source *s, const char *name, double **data, long *dims,
                             int *nd, as_error *err) {
