@@ -67,6 +67,16 @@ int analysis_definition_parse(const char *s);
 /* The root "format" attribute of an analyze --out results file. */
 #define ANALYSIS_RESULTS_FORMAT "attnscope-analysis"
 
+/* The rollout metric's arithmetic, for callers that roll out from any start vector (the
+ * viewer). layers: attn[l] (H, T, T) per layer -> a (L, T, T): heads fused, the floor(discard
+ * T^2) smallest entries set to 0 (ties by flat index; [0,0] kept), identity added, rows
+ * renormalised; idx: T*T ints of scratch. rows: out (L, T) = e^T a_l ... a_0 for each l, with
+ * e (T) the start vector; u, v: T doubles of scratch each. */
+void analysis_rollout_layers(double *a, const float *const *attn, int L, int H, int T,
+                             analysis_fusion fusion, double discard, int *idx);
+void analysis_rollout_rows(double *out, const double *a, const double *e, int L, int T,
+                           double *u, double *v);
+
 /* The registry, for --help and docs. */
 int analysis_metric_count(void);
 const char *analysis_metric_name(int i);

@@ -27,8 +27,8 @@ static as_status roll_plan(analysis_ctx *c, as_error *err) {
                                 "mean of all rows over the patches", "", 2, dims, ax);
     c->out[o].keep_images = 1;
     size_t TT = (size_t)lay->tokens * lay->tokens;
-    c->scratch_bytes = ((size_t)lay->n_layers * TT + 2 * (size_t)lay->tokens) * sizeof(double) +
-                       TT * sizeof(int);
+    c->scratch_bytes = ((size_t)lay->n_layers * TT + (3 + (size_t)lay->n_layers) * lay->tokens) *
+                       sizeof(double) + TT * sizeof(int);
     snprintf(c->params, sizeof c->params, "head_fusion=%s; discard_ratio=%g; identity=added; "
              "rows=renormalised; source=%s", fusion_names[c->opt->fusion], c->opt->discard,
              lay->prefix ? "prefix token 0" : "mean of all tokens");
@@ -58,24 +58,20 @@ static void select_smallest(const double *F, int *idx, int n, int m) {
     }
 }
 
-static void roll_image(const analysis_ctx *c, const analysis_image *im, double *vals, void *scratch) {
-    const analysis_layout *lay = c->lay;
-    int T = lay->tokens, H = lay->n_heads, L = lay->n_layers;
+void analysis_rollout_layers(double *a, const float *const *attn, int L, int H, int T,
+                             analysis_fusion fusion, double discard, int *idx) {
     size_t TT = (size_t)T * T;
-    double *a = scratch, *u = a + (size_t)L * TT, *v = u + T;
-    int *idx = (int *)(v + T);
-    int m = (int)floor(c->opt->discard * (double)TT);
+    int m = (int)floor(discard * (double)TT);
     for (int li = 0; li < L; li++) {
         double *F = a + li * TT;
-        const float *A = im->attn[li];
+        const float *A = attn[li];
         for (size_t e = 0; e < TT; e++) {
             double f = A[e];
             for (int hi = 1; hi < H; hi++) {
                 double x = A[hi * TT + e];
-                f = c->opt->fusion == ANALYSIS_FUSE_MEAN ? f + x
-                  : c->opt->fusion == ANALYSIS_FUSE_MAX ? fmax(f, x) : fmin(f, x);
+                f = fusion == ANALYSIS_FUSE_MEAN ? f + x : fusion == ANALYSIS_FUSE_MAX ? fmax(f, x) : fmin(f, x);
             }
-            F[e] = c->opt->fusion == ANALYSIS_FUSE_MEAN ? f / H : f;
+            F[e] = fusion == ANALYSIS_FUSE_MEAN ? f / H : f;
         }
         if (m > 0) { /* the discarded entries never include the first token's self-attention */
             for (size_t e = 0; e < TT; e++) idx[e] = (int)e;
@@ -90,10 +86,14 @@ static void roll_image(const analysis_ctx *c, const analysis_image *im, double *
             for (int j = 0; j < T; j++) row[j] /= s;
         }
     }
-    /* row through layer l = e0^T a_l a_(l-1) ... a_0: vector-matrix products, no T^3 */
-    double *out = vals + c->out[0].offset;
+}
+
+void analysis_rollout_rows(double *out, const double *a, const double *e, int L, int T,
+                           double *u, double *v) {
+    /* row through layer l = e^T a_l a_(l-1) ... a_0: vector-matrix products, no T^3 */
+    size_t TT = (size_t)T * T;
     for (int l = 0; l < L; l++) {
-        for (int i = 0; i < T; i++) u[i] = lay->prefix ? (i == 0) : 1.0 / T;
+        memcpy(u, e, (size_t)T * sizeof *u);
         for (int k = l; k >= 0; k--) {
             const double *ak = a + k * TT;
             memset(v, 0, (size_t)T * sizeof *v);
@@ -104,8 +104,24 @@ static void roll_image(const analysis_ctx *c, const analysis_image *im, double *
             }
             memcpy(u, v, (size_t)T * sizeof *u);
         }
-        for (int j = 0; j < lay->patches; j++) out[(size_t)l * lay->patches + j] = u[lay->prefix + j];
+        memcpy(out + (size_t)l * T, u, (size_t)T * sizeof *u);
     }
+}
+
+static void roll_image(const analysis_ctx *c, const analysis_image *im, double *vals, void *scratch) {
+    const analysis_layout *lay = c->lay;
+    int T = lay->tokens, L = lay->n_layers;
+    size_t TT = (size_t)T * T;
+    double *a = scratch, *e = a + (size_t)L * TT, *u = e + T, *v = u + T, *rows = v + T;
+    int *idx = (int *)(rows + (size_t)L * T);
+    analysis_rollout_layers(a, (const float *const *)im->attn, L, lay->n_heads, T, c->opt->fusion,
+                            c->opt->discard, idx);
+    for (int i = 0; i < T; i++) e[i] = lay->prefix ? (i == 0) : 1.0 / T;
+    analysis_rollout_rows(rows, a, e, L, T, u, v);
+    double *out = vals + c->out[0].offset;
+    for (int l = 0; l < L; l++)
+        for (int j = 0; j < lay->patches; j++)
+            out[(size_t)l * lay->patches + j] = rows[(size_t)l * T + lay->prefix + j];
 }
 
 static as_status roll_finish(analysis_ctx *c, const double *mean, as_error *err) {

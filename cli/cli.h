@@ -17,6 +17,7 @@ int cmd_demo(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_experiment(int argc, char **argv);
+int cmd_view(int argc, char **argv);
 
 /* "3", "0-11", "0,2,5-7" or "all" into ascending unique values < limit; returns the count or
  * -1 with err filled. what names the option in messages ("--layers"). */

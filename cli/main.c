@@ -13,6 +13,7 @@ static const struct {
     {"info", cmd_info, "architecture, parameters and FLOPs of a model; contents of a trace"},
     {"analyze", cmd_analyze, "metrics over a trace: locality, cross-layer similarity, Q/K, evolution, ..."},
     {"plot", cmd_plot, "paper-style figures (PDF, SVG, PNG) from traces and analysis results"},
+    {"view", cmd_view, "interactive viewer: maps over the image, head grid, depth strip, analysis panels; live"},
     {"experiment", cmd_experiment, "run an experiment file: record, analyze and plot, with an index page"},
     {"bench", cmd_bench, "img/s, ms/img, GFLOP/s and share of the GEMM ceiling, with/without recording"},
     {"demo", cmd_demo, "the end-to-end job with no download (synthetic model and images)"},

@@ -1102,6 +1102,27 @@ as_status trace_reader_refresh(trace_reader *r, as_error *err) {
     return AS_OK;
 }
 
+int trace_writer_finished(const char *path) {
+    /* The superblock's file-consistency flags (HDF5 file format, superblock versions 2 and 3):
+     * bit 0 "open for writing", bit 2 "open for SWMR writing". Read from the file itself, not
+     * through the library: a process that holds the file open for SWMR reading cannot open it
+     * a second time with other flags. The superblock sits at 0 or at a power of two from 512. */
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return 0;
+    static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    unsigned char b[12];
+    int finished = 0;
+    for (long off = 0; off <= (1L << 30); off = off ? off * 2 : 512) {
+        if (fseek(fp, off, SEEK_SET) != 0 || fread(b, 1, sizeof b, fp) != sizeof b) break;
+        if (memcmp(b, sig, 8) == 0) {
+            finished = b[8] < 2 || b[11] == 0;
+            break;
+        }
+    }
+    fclose(fp);
+    return finished;
+}
+
 void trace_reader_close(trace_reader *r) {
     if (r->file_id > 0) H5Fclose((hid_t)r->file_id);
     free(r->model_config);

@@ -108,6 +108,12 @@ typedef struct {
 
 as_status trace_reader_open(trace_reader *r, const char *path, as_error *err);
 void trace_reader_close(trace_reader *r);
+/* 1 when no process has path open for writing (the superblock's consistency flags are clear):
+ * a live reader then reopens it to see the final trace. 0 while a writer runs, or when one was
+ * killed (h5clear -s or record --resume clear its mark). A run's writer closes its SWMR handle
+ * and reopens briefly to stamp the end state, so see 1 twice, a moment apart, before reopening. */
+int trace_writer_finished(const char *path);
+
 /* Re-reads the image count of a live trace. */
 as_status trace_reader_refresh(trace_reader *r, as_error *err);
 /* One head's map of one image and layer, as float: attn or scores (q_rows, T), q/k (T, hd).

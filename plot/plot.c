@@ -59,7 +59,7 @@ plot_marker plot_series_marker(int i) { return (plot_marker)(1 + ((i % 4) + 4) %
 
 /* ---- figures --------------------------------------------------------------------------------- */
 
-typedef enum { KIND_PDF, KIND_SVG, KIND_PNG } kind;
+typedef enum { KIND_PDF, KIND_SVG, KIND_PNG, KIND_WRAP } kind;
 
 struct plot_figure {
     cairo_surface_t *surface;
@@ -115,8 +115,42 @@ as_status plot_figure_begin(plot_figure **out, const char *path, double width, d
     return AS_OK;
 }
 
+plot_figure *plot_figure_wrap(cairo_t *cr, double width, double height) {
+    plot_figure *f = calloc(1, sizeof *f);
+    if (!f) return NULL;
+    f->k = KIND_WRAP;
+    f->cr = cr;
+    f->w = width;
+    f->h = height;
+    cairo_select_font_face(cr, PLOT_FONT, CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    return f;
+}
+
+as_status plot_write_png(cairo_surface_t *s, const char *path, as_error *err) {
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
+    cairo_surface_flush(s);
+    cairo_status_t st = cairo_surface_status(s);
+    if (st == CAIRO_STATUS_SUCCESS) st = cairo_surface_write_to_png(s, tmp);
+    if (st != CAIRO_STATUS_SUCCESS) {
+        remove(tmp);
+        return as_fail(err, AS_ERR_IO, "%s: writing the PNG failed (%s): check the folder exists, "
+                       "is writable and has space", path, cairo_status_to_string(st));
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        remove(tmp);
+        return as_fail(err, AS_ERR_IO, "%s: cannot move the PNG into place (%s)", path, strerror(e));
+    }
+    return AS_OK;
+}
+
 void plot_figure_abort(plot_figure *f) {
     if (!f) return;
+    if (f->k == KIND_WRAP) { /* the caller's context: not ours to destroy */
+        free(f);
+        return;
+    }
     if (f->cr) cairo_destroy(f->cr);
     if (f->surface) {
         cairo_surface_finish(f->surface);

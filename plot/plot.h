@@ -50,6 +50,12 @@ as_status plot_figure_begin(plot_figure **f, const char *path, double width, dou
 as_status plot_figure_end(plot_figure *f, as_error *err);
 /* Frees f and removes its temporary file without writing anything. */
 void plot_figure_abort(plot_figure *f);
+/* A figure drawing into the caller's cairo context (the viewer's window): width x height in
+ * the context's user units. Free with plot_figure_abort, which leaves cr alone. NULL when out
+ * of memory. */
+plot_figure *plot_figure_wrap(cairo_t *cr, double width, double height);
+/* Writes an image surface as PNG under a temporary name and renames it into place. */
+as_status plot_write_png(cairo_surface_t *s, const char *path, as_error *err);
 cairo_t *plot_cairo(plot_figure *f);
 double plot_width(const plot_figure *f);
 double plot_height(const plot_figure *f);

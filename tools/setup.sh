@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 packages=(meson ninja-build pkg-config gcc libc6-dev
           libhdf5-dev hdf5-tools hdf5-filter-plugin libgsl-dev libcairo2-dev libsdl2-dev
           libopenblas-openmp-dev libpng-dev libjpeg62-turbo-dev libcjson-dev fonts-dejavu-core
-          python3 python3-h5py python3-numpy)
+          xvfb xauth python3 python3-h5py python3-numpy)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -1,0 +1,1217 @@
+/* view.c: see view.h. The view reads through a byte-bounded LRU cache of single maps (one HDF5
+ * chunk each), draws with plot/ into whatever cairo context it is given, and remembers the
+ * panels it drew so events and tests can ask what lies under a point. */
+#define _POSIX_C_SOURCE 200809L
+#include "view.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../analysis/analysis.h"
+
+static const char *const map_names[VIEW_N_MAPS] = {"attn", "scores", "attn_softmax",
+                                                   "attn_expanded", "attn_convolved"};
+static const char *const mode_names[VIEW_MODE_COUNT] = {"query", "grid", "depth", "similarity",
+                                                        "pair", "als"};
+_Static_assert(sizeof mode_names / sizeof mode_names[0] == VIEW_MODE_COUNT, "mode names");
+
+const char *view_map_name(int ds) { return ds >= 0 && ds < VIEW_N_MAPS ? map_names[ds] : "?"; }
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* ---- the map cache ------------------------------------------------------------------------------ */
+
+/* ViT-B's 12 x 12 maps of one image in float32 are 22 MB; the budget holds several images, so
+ * flipping back and forth never rereads, while a multi-GB trace never comes near memory. */
+#define CACHE_SLOTS 512
+#define CACHE_BUDGET ((size_t)192 << 20)
+
+typedef struct {
+    int ds, layer, head;
+    long image;
+    float *data;
+    size_t bytes;
+    unsigned long long used;
+} cache_slot;
+
+struct view_cache {
+    cache_slot s[CACHE_SLOTS];
+    size_t bytes;
+    unsigned long long clock;
+};
+
+static void cache_drop(view_cache *c, cache_slot *e) {
+    c->bytes -= e->bytes;
+    free(e->data);
+    memset(e, 0, sizeof *e);
+}
+
+static void cache_clear(view_cache *c) {
+    for (int i = 0; i < CACHE_SLOTS; i++)
+        if (c->s[i].data) cache_drop(c, &c->s[i]);
+}
+
+static const float *map_get(view *v, int ds, long image, int li, int hi, as_error *err) {
+    view_cache *c = v->cache;
+    int layer = v->src.tr.layers[li];
+    int head = ds < 3 ? v->src.tr.heads[hi] : hi; /* Refiner's H' maps are not model heads */
+    cache_slot *free_slot = NULL;
+    for (int i = 0; i < CACHE_SLOTS; i++) {
+        cache_slot *e = &c->s[i];
+        if (!e->data) {
+            if (!free_slot) free_slot = e;
+        } else if (e->ds == ds && e->image == image && e->layer == layer && e->head == head) {
+            e->used = ++c->clock;
+            return e->data;
+        }
+    }
+    size_t bytes = (size_t)v->dims[li][ds][1] * v->dims[li][ds][2] * sizeof(float);
+    while (!free_slot || c->bytes + bytes > CACHE_BUDGET) {
+        cache_slot *lru = NULL;
+        for (int i = 0; i < CACHE_SLOTS; i++)
+            if (c->s[i].data && (!lru || c->s[i].used < lru->used)) lru = &c->s[i];
+        if (!lru) break;
+        cache_drop(c, lru);
+        if (!free_slot) free_slot = lru;
+    }
+    float *data = malloc(bytes ? bytes : 1);
+    if (!data) {
+        as_fail(err, AS_ERR_NOMEM, "out of memory reading a map");
+        return NULL;
+    }
+    if (trace_read_map(&v->src.tr, map_names[ds], image, layer, head, data, err) != AS_OK) {
+        free(data);
+        return NULL;
+    }
+    v->reads++;
+    *free_slot = (cache_slot){ds, layer, head, image, data, bytes, ++c->clock};
+    c->bytes += bytes;
+    return data;
+}
+
+/* ---- selection ---------------------------------------------------------------------------------- */
+
+int view_layer(const view *v) { return v->src.tr.layers[v->li]; }
+int view_head(const view *v) { return v->ds < 3 ? v->src.tr.heads[v->hi] : v->hi; }
+
+static int n_heads(const view *v, int li, int ds) { return v->dims[li][ds][0]; }
+static int has_map(const view *v, int li, int ds) { return v->dims[li][ds][0] > 0; }
+static int grid_of(const view *v) { return vit_grid(&v->src.tr.cfg); }
+static int prefix_of(const view *v) { return v->src.tr.num_prefix; }
+
+static void note(view *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(view *v, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->message, sizeof v->message, fmt, ap);
+    va_end(ap);
+}
+
+/* Keeps the selection inside what the trace holds after a change of layer or map. */
+static void clamp_selection(view *v) {
+    const trace_reader *r = &v->src.tr;
+    if (v->li < 0) v->li = 0;
+    if (v->li >= r->n_layers) v->li = r->n_layers - 1;
+    if (!has_map(v, v->li, v->ds)) {
+        note(v, "layer %d has no %s maps: showing attn", view_layer(v), map_names[v->ds]);
+        v->ds = 0;
+    }
+    int h = n_heads(v, v->li, v->ds);
+    if (v->hi >= h) v->hi = h - 1;
+    if (v->hi < 0) v->hi = 0;
+    if (v->n_images > 0 && v->image >= v->n_images) v->image = v->n_images - 1;
+    if (v->image < 0) v->image = 0;
+    int q_rows = v->dims[v->li][v->ds][1];
+    if (v->query >= q_rows) v->query = q_rows - 1;
+    if (v->query < 0) v->query = 0;
+}
+
+static int default_query(const view *v) {
+    int p = prefix_of(v), g = grid_of(v);
+    return p > 0 ? 0 : (g / 2) * g + g / 2;
+}
+
+static void load_analysis(view *v) {
+    free(v->sim);
+    free(v->als);
+    v->sim = v->als = NULL;
+    as_error e = {0};
+    double *m;
+    long d[6];
+    int nd;
+    if (fig_read(&v->src, "similarity", "head_mean", "mean", &m, d, &nd, &e) == AS_OK) {
+        if (nd == 3 && d[0] == ANALYSIS_N_DEFINITIONS && d[1] == d[2] && d[1] <= VIT_MAX_DEPTH) {
+            v->sim = m;
+            v->sim_n = (int)d[1];
+            fig_labels(&v->src, "similarity", "head_mean", "layer", v->sim_layers, VIT_MAX_DEPTH);
+        } else {
+            free(m);
+        }
+    }
+    if (fig_read(&v->src, "als", "score", "mean", &m, d, &nd, &e) == AS_OK) {
+        if (nd == 2 && d[0] <= VIT_MAX_DEPTH && d[1] <= 1024) {
+            v->als = m;
+            v->als_l = (int)d[0];
+            v->als_h = (int)d[1];
+            fig_labels(&v->src, "als", "score", "layer", v->als_layers, VIT_MAX_DEPTH);
+            fig_labels(&v->src, "als", "score", "head", v->als_heads, 1024);
+        } else {
+            free(m);
+        }
+    }
+}
+
+static void load_dims(view *v) {
+    const trace_reader *r = &v->src.tr;
+    for (int li = 0; li < r->n_layers; li++)
+        for (int ds = 0; ds < VIEW_N_MAPS; ds++) {
+            char name[64];
+            long d[4] = {0};
+            snprintf(name, sizeof name, "layers/%02d/%s", r->layers[li], map_names[ds]);
+            int nd = trace_dataset_dims(r, name, d, 4);
+            for (int k = 0; k < 3; k++) v->dims[li][ds][k] = nd == 3 ? (int)d[k] : 0;
+        }
+    v->n_maps = 0;
+    for (int ds = 0; ds < VIEW_N_MAPS; ds++)
+        for (int li = 0; li < r->n_layers; li++)
+            if (has_map(v, li, ds)) {
+                v->maps[v->n_maps++] = ds;
+                break;
+            }
+}
+
+static void read_image_info(view *v) {
+    as_error e = {0};
+    v->image_path[0] = 0;
+    v->label = v->pred = -1;
+    if (v->n_images > 0)
+        trace_read_image_info(&v->src.tr, v->image, v->image_path, sizeof v->image_path, &v->label,
+                              &v->pred, NULL, &e);
+}
+
+as_status view_open(view *v, const char *path, as_error *err) {
+    memset(v, 0, sizeof *v);
+    if (fig_source_open(&v->src, path, NULL, err) != AS_OK) return err->status;
+    const trace_reader *r = &v->src.tr;
+    if (!v->src.is_trace) {
+        fig_source_close(&v->src);
+        return as_fail(err, AS_ERR_ARG, "%s is an analysis results file: view the trace it was "
+                       "made from", path);
+    }
+    v->cache = calloc(1, sizeof *v->cache);
+    if (!v->cache) {
+        fig_source_close(&v->src);
+        return as_fail(err, AS_ERR_NOMEM, "out of memory");
+    }
+    load_dims(v);
+    if (r->n_layers < 1 || r->n_heads < 1 || !has_map(v, 0, 0)) {
+        view_close(v);
+        return as_fail(err, AS_ERR_ARG, "%s holds no attention maps (recorded without attn): "
+                       "record with --record attn", path);
+    }
+    v->n_images = r->n_images;
+    v->live = r->swmr;
+    v->complete = r->complete;
+    v->li = r->n_layers - 1;
+    v->query = default_query(v);
+    v->cmap = PLOT_CMAP_MAGMA;
+    v->opacity = 0.6;
+    v->zoom = 1.45;
+    v->follow = v->live;
+    v->rgb_image = v->rollout_image = -1;
+    v->hover_panel = -1;
+    v->definition = 1; /* row: the default of analyze's similarity figure */
+    load_analysis(v);
+    clamp_selection(v);
+    read_image_info(v);
+    v->message[0] = 0;
+    return AS_OK;
+}
+
+void view_close(view *v) {
+    if (v->cache) cache_clear(v->cache);
+    free(v->cache);
+    for (int i = 0; i < VIEW_MAX_PANELS; i++) free(v->panel_mem[i]);
+    free(v->rgb);
+    free(v->rollout);
+    free(v->rollout_rows);
+    free(v->sim);
+    free(v->als);
+    fig_source_close(&v->src);
+    memset(v, 0, sizeof *v);
+}
+
+static int layer_pos(const view *v, int layer) {
+    for (int i = 0; i < v->src.tr.n_layers; i++)
+        if (v->src.tr.layers[i] == layer) return i;
+    return -1;
+}
+
+as_status view_select(view *v, long image, int layer, int head, int query, as_error *err) {
+    const trace_reader *r = &v->src.tr;
+    if (image >= 0) {
+        if (image >= v->n_images)
+            return as_fail(err, AS_ERR_ARG, "%s: --image %ld: the trace holds images 0..%ld", r->path,
+                           image, v->n_images - 1);
+        v->image = image;
+        v->follow = 0;
+    }
+    if (layer >= 0) {
+        int li = layer_pos(v, layer);
+        if (li < 0) return as_fail(err, AS_ERR_ARG, "%s: --layer %d was not recorded (attnscope "
+                                   "info %s lists the layers)", r->path, layer, r->path);
+        v->li = li;
+    }
+    if (head >= 0) {
+        int hi = -1;
+        for (int i = 0; i < r->n_heads; i++)
+            if (r->heads[i] == head) hi = i;
+        if (hi < 0) return as_fail(err, AS_ERR_ARG, "%s: --head %d was not recorded", r->path, head);
+        v->hi = hi;
+    }
+    if (query >= 0) {
+        if (query >= r->q_rows)
+            return as_fail(err, AS_ERR_ARG, "%s: --query %d: the trace holds query rows 0..%d%s",
+                           r->path, query, r->q_rows - 1, r->q_rows < r->num_tokens ?
+                           " (recorded with --query-rows prefix)" : "");
+        v->query = query;
+        v->query_locked = 1;
+    }
+    clamp_selection(v);
+    read_image_info(v);
+    return AS_OK;
+}
+
+/* ---- values ----------------------------------------------------------------------------------- */
+
+static as_status ensure_rgb(view *v, as_error *err) {
+    if (v->rgb && v->rgb_image == v->image) return AS_OK;
+    free(v->rgb);
+    v->rgb = NULL;
+    v->rgb_image = -1;
+    if (fig_read_rgb(&v->src, v->image, &v->rgb, &v->rgb_size, err) != AS_OK) return err->status;
+    v->rgb_image = v->image;
+    return AS_OK;
+}
+
+/* Rollout from the query through every layer: the rollout metric's arithmetic (mean fusion,
+ * no discard, identity added), started from a one-hot query row instead of the class token. */
+static as_status ensure_rollout(view *v, as_error *err) {
+    const trace_reader *r = &v->src.tr;
+    int T = r->num_tokens, L = r->n_layers, H = r->n_heads;
+    if (L != r->cfg.depth || r->q_rows != T)
+        return as_fail(err, AS_ERR_ARG, "rollout multiplies every layer's full map: record with "
+                       "--layers all --query-rows all");
+    size_t TT = (size_t)T * T;
+    if (v->rollout_image != v->image) {
+        if (!v->rollout) v->rollout = malloc((size_t)L * TT * sizeof *v->rollout);
+        float *buf = malloc((size_t)L * H * TT * sizeof *buf);
+        int *idx = malloc(TT * sizeof *idx);
+        const float *layers[VIT_MAX_DEPTH];
+        as_status rc = v->rollout && buf && idx ? AS_OK : as_fail(err, AS_ERR_NOMEM, "out of memory");
+        for (int l = 0; rc == AS_OK && l < L; l++) {
+            char name[64];
+            snprintf(name, sizeof name, "layers/%02d/attn", r->layers[l]);
+            layers[l] = buf + (size_t)l * H * TT;
+            rc = trace_read_image_slab(r, name, v->image, buf + (size_t)l * H * TT, err);
+        }
+        if (rc == AS_OK) {
+            analysis_rollout_layers(v->rollout, layers, L, H, T, ANALYSIS_FUSE_MEAN, 0, idx);
+            v->rollout_image = v->image;
+            v->rollout_query = -1;
+        }
+        free(buf);
+        free(idx);
+        if (rc != AS_OK) return rc;
+    }
+    if (v->rollout_query != v->query) {
+        if (!v->rollout_rows) v->rollout_rows = malloc((size_t)(L + 3) * T * sizeof *v->rollout_rows);
+        if (!v->rollout_rows) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+        double *e = v->rollout_rows + (size_t)L * T, *u = e + T, *w = u + T;
+        for (int i = 0; i < T; i++) e[i] = i == v->query;
+        analysis_rollout_rows(v->rollout_rows, v->rollout, e, L, T, u, w);
+        v->rollout_query = v->query;
+    }
+    return AS_OK;
+}
+
+/* The g x g values drawn over the image: row `query` of a map over the patch keys, or the
+ * rollout row through layer li. */
+static as_status patch_values(view *v, int ds, int li, int hi, double *out, as_error *err) {
+    const trace_reader *r = &v->src.tr;
+    int p = prefix_of(v), P = vit_num_patches(&r->cfg), T = r->num_tokens;
+    if (v->row == VIEW_ROW_ROLLOUT) {
+        if (ensure_rollout(v, err) != AS_OK) return err->status;
+        for (int j = 0; j < P; j++) out[j] = v->rollout_rows[(size_t)li * T + p + j];
+        return AS_OK;
+    }
+    if (!has_map(v, li, ds)) return as_fail(err, AS_ERR_ARG, "layer %d has no %s", r->layers[li], map_names[ds]);
+    const float *A = map_get(v, ds, v->image, li, hi, err);
+    if (!A) return err->status;
+    int cols = v->dims[li][ds][2];
+    for (int j = 0; j < P; j++) out[j] = A[(size_t)v->query * cols + (cols - P) + j];
+    return AS_OK;
+}
+
+/* The colour range of a panel: raw min/max, or log10 over four decades below the maximum. */
+typedef struct { double lo, hi; int log; } vscale;
+
+static vscale scale_make(view *v, double lo, double hi) {
+    vscale s = {lo, hi, 0};
+    if (v->log_scale) {
+        if (hi > 0 && lo >= 0) {
+            double floor_ = fmax(lo, hi * 1e-4);
+            s = (vscale){log10(floor_), log10(hi), 1};
+        } else {
+            note(v, "log scale needs non-negative values (these maps reach %.3g): showing linear", lo);
+        }
+    }
+    if (!(s.hi > s.lo)) s.hi = s.lo + 1e-9;
+    return s;
+}
+
+static double scale_apply(vscale s, double x) { return s.log ? log10(fmax(x, pow(10, s.lo))) : x; }
+
+/* ---- drawing ------------------------------------------------------------------------------------ */
+
+#define TITLE_Y 11.5
+#define BAR_H 16.0
+#define TOP 24.0
+
+static double *frame_alloc(view *v, size_t n) {
+    if (v->n_panels >= VIEW_MAX_PANELS) return NULL;
+    double *m = realloc(v->panel_mem[v->n_panels], (n ? n : 1) * sizeof *m);
+    if (m) v->panel_mem[v->n_panels] = m;
+    return m;
+}
+
+/* Registers the next panel; its values live in panel_mem[index] (frame_alloc'ed before). */
+static view_panel *panel_add(view *v, view_panel_kind k, double x, double y, double w, double h,
+                             int rows, int cols, int li, int head, int ds, vscale s) {
+    if (v->n_panels >= VIEW_MAX_PANELS) return NULL;
+    view_panel *p = &v->panels[v->n_panels];
+    *p = (view_panel){k, x, y, w, h, rows, cols, li >= 0 ? v->src.tr.layers[li] : -1, head, ds,
+                      v->query, s.lo, s.hi, v->panel_mem[v->n_panels]};
+    v->n_panels++;
+    return p;
+}
+
+static void colorbar_add(view *v, plot_figure *f, const plot_axes *a, vscale s, const char *what) {
+    char label[64];
+    snprintf(label, sizeof label, "%s%s", s.log ? "log10 " : "", what);
+    plot_colorbar(f, a, s.lo, s.hi, v->cmap, label);
+    if (v->n_cbars < 8) {
+        view_colorbar *c = &v->cbars[v->n_cbars++];
+        c->lo = s.lo;
+        c->hi = s.hi;
+        snprintf(c->label, sizeof c->label, "%s", label);
+    }
+}
+
+static void outline(cairo_t *cr, double x, double y, double w, double h, double r, double g,
+                    double b, double lw) {
+    cairo_set_source_rgb(cr, r, g, b);
+    cairo_set_line_width(cr, lw);
+    cairo_rectangle(cr, x, y, w, h);
+    cairo_stroke(cr);
+}
+
+/* The image with `vals` (g x g, raw) over it. */
+static void draw_image_panel(view *v, plot_figure *f, double x, double y, double side, int li,
+                             int head, int ds, vscale s, const char *title, int cbar) {
+    int g = grid_of(v), p = prefix_of(v);
+    view_panel *pn = panel_add(v, VIEW_PANEL_IMAGE, x, y, side, side, g, g, li, head, ds, s);
+    if (!pn) return;
+    double tv[4096];
+    for (int j = 0; j < g * g && j < 4096; j++) tv[j] = scale_apply(s, pn->values[j]);
+    plot_axes a = {.x = x, .y = y, .w = side, .h = side};
+    plot_image(f, &a, v->rgb, v->rgb_size, v->rgb_size);
+    plot_overlay(f, &a, tv, g, s.lo, s.hi, v->cmap, v->opacity);
+    plot_patch_grid(f, &a, g, v->query >= p ? v->query - p : -1);
+    if (v->hover_panel == v->n_panels - 1 && v->hover_row >= 0)
+        outline(plot_cairo(f), x + side * v->hover_col / g, y + side * v->hover_row / g, side / g,
+                side / g, 1, 1, 1, 0.8);
+    if (title) plot_text(f, x + side / 2, y - 3, 6.5, 0.5, title);
+    if (cbar) colorbar_add(v, f, &a, s, v->row == VIEW_ROW_ROLLOUT ? "rollout weight" : map_names[ds]);
+}
+
+/* One head's full map (Q x T) with the query row outlined. */
+static void draw_map_panel(view *v, plot_figure *f, plot_axes a, int li, int hi, int ds,
+                           const float *A, vscale s, const char *title, int cbar) {
+    int Q = v->dims[li][ds][1], T = v->dims[li][ds][2];
+    size_t n = (size_t)Q * T;
+    double *vals = frame_alloc(v, n), *tv = malloc(n * sizeof *tv);
+    if (!vals || !tv) {
+        free(tv);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        vals[i] = A[i];
+        tv[i] = scale_apply(s, A[i]);
+    }
+    plot_axes_range(&a, -0.5, T - 0.5, -0.5, Q - 0.5);
+    a.ydown = 1;
+    panel_add(v, VIEW_PANEL_MAP, a.x, a.y, a.w, a.h, Q, T, li, ds < 3 ? v->src.tr.heads[hi] : hi, ds, s);
+    plot_heatmap(f, &a, tv, Q, T, s.lo, s.hi, v->cmap);
+    free(tv);
+    plot_axes_draw(f, &a, title, "key token", "query token");
+    cairo_t *cr = plot_cairo(f);
+    int p = prefix_of(v);
+    if (p > 0 && p < T) { /* prefix | patches */
+        cairo_set_source_rgba(cr, 1, 1, 1, 0.7);
+        cairo_set_line_width(cr, 0.4);
+        cairo_move_to(cr, plot_x(&a, p - 0.5), a.y);
+        cairo_line_to(cr, plot_x(&a, p - 0.5), a.y + a.h);
+        if (Q == T) {
+            cairo_move_to(cr, a.x, plot_y(&a, p - 0.5));
+            cairo_line_to(cr, a.x + a.w, plot_y(&a, p - 0.5));
+        }
+        cairo_stroke(cr);
+    }
+    if (v->query < Q) {
+        double y0 = plot_y(&a, v->query - 0.5), y1 = plot_y(&a, v->query + 0.5);
+        outline(cr, a.x - 1, y0, a.w + 2, y1 - y0, 1, 0.15, 0.1, 0.9);
+    }
+    if (v->hover_panel == v->n_panels - 1 && v->hover_row >= 0) {
+        double x0 = plot_x(&a, v->hover_col - 0.5), y0 = plot_y(&a, v->hover_row - 0.5);
+        outline(cr, x0, y0, plot_x(&a, v->hover_col + 0.5) - x0, plot_y(&a, v->hover_row + 0.5) - y0, 1, 1, 1, 0.6);
+    }
+    if (cbar) colorbar_add(v, f, &a, s, map_names[ds]);
+}
+
+static void query_name(const view *v, int q, char *buf, size_t n) {
+    int p = prefix_of(v), g = grid_of(v);
+    if (q < p) snprintf(buf, n, "%s token", q == 0 ? "class" : "distillation");
+    else snprintf(buf, n, "patch (%d, %d)", (q - p) / g, (q - p) % g);
+}
+
+/* Fills a panel's values for (ds, li, hi) and returns their raw range through lo/hi. */
+static double *overlay_values(view *v, int ds, int li, int hi, double *lo, double *hi_, as_error *err) {
+    int g = grid_of(v);
+    double *vals = frame_alloc(v, (size_t)g * g);
+    if (!vals) {
+        as_fail(err, AS_ERR_NOMEM, "too many panels");
+        return NULL;
+    }
+    if (patch_values(v, ds, li, hi, vals, err) != AS_OK) return NULL;
+    fig_range(vals, (size_t)g * g, lo, hi_);
+    return vals;
+}
+
+/* The global range: over every head of the layer (or every layer's rollout) for this query. */
+static as_status global_patch_range(view *v, int ds, int li, double *lo, double *hi, as_error *err) {
+    int g = grid_of(v);
+    double tmp[4096], a, b;
+    *lo = INFINITY;
+    *hi = -INFINITY;
+    int rollout = v->row == VIEW_ROW_ROLLOUT;
+    int n = rollout ? v->src.tr.n_layers : n_heads(v, li, ds);
+    for (int k = 0; k < n; k++) {
+        if (patch_values(v, ds, rollout ? k : li, rollout ? 0 : k, tmp, err) != AS_OK) return err->status;
+        fig_range(tmp, (size_t)g * g, &a, &b);
+        *lo = fmin(*lo, a);
+        *hi = fmax(*hi, b);
+    }
+    return AS_OK;
+}
+
+static as_status global_map_range(view *v, int ds, int li, double *lo, double *hi, as_error *err) {
+    *lo = INFINITY;
+    *hi = -INFINITY;
+    size_t n = (size_t)v->dims[li][ds][1] * v->dims[li][ds][2];
+    for (int k = 0; k < n_heads(v, li, ds); k++) {
+        const float *A = map_get(v, ds, v->image, li, k, err);
+        if (!A) return err->status;
+        for (size_t i = 0; i < n; i++) {
+            *lo = fmin(*lo, A[i]);
+            *hi = fmax(*hi, A[i]);
+        }
+    }
+    return AS_OK;
+}
+
+/* image overlay + full map for (li, hi) at column x0 of width w. */
+static as_status draw_query_column(view *v, plot_figure *f, double x0, double w, double top,
+                                   double bottom, int li, int two_rows, as_error *err) {
+    int ds = v->ds, hi = v->hi;
+    double avail = bottom - top - 14;
+    double side = two_rows ? fmin(w - 60, (avail - 40) * 0.5) : fmin(avail, (w - 210) / 2);
+    if (side < 20) side = 20;
+    double lo, hi_;
+    double *vals = overlay_values(v, ds, li, hi, &lo, &hi_, err);
+    if (!vals) return err->status;
+    if (v->norm == VIEW_NORM_GLOBAL && global_patch_range(v, ds, li, &lo, &hi_, err) != AS_OK) return err->status;
+    char q[48], title[160];
+    query_name(v, v->query, q, sizeof q);
+    int head = view_head(v);
+    if (v->row == VIEW_ROW_ROLLOUT) snprintf(title, sizeof title, "rollout from the %s through layer %d", q, v->src.tr.layers[li]);
+    else snprintf(title, sizeof title, "layer %d, %s %d: %s", v->src.tr.layers[li], ds >= 3 ? "map" : "head", head, q);
+    draw_image_panel(v, f, x0 + 4, top + 12, side, li, head, ds, scale_make(v, lo, hi_), title, 1);
+    /* the full map */
+    const float *A = map_get(v, ds, v->image, li, hi, err);
+    if (!A) return err->status;
+    int Q = v->dims[li][ds][1], T = v->dims[li][ds][2];
+    double mx = two_rows ? x0 + 34 : x0 + side + 105, my = two_rows ? top + side + 40 : top + 12;
+    double mw = two_rows ? fmin(w - 90, bottom - my - 24) : x0 + w - mx - 62;
+    double mh = two_rows ? mw : fmin(mw, avail - 24);
+    if (Q == T) mw = mh = fmin(mw, mh);
+    else mh = Q * fmin(mh / Q, fmax(mw / T, 14.0)); /* prefix rows only: short rows, at least 14 pt */
+    if (mw < 20 || mh < 8) return AS_OK; /* the window is too small for it */
+    double mlo, mhi = 0;
+    size_t n = (size_t)Q * T;
+    mlo = INFINITY;
+    mhi = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        mlo = fmin(mlo, A[i]);
+        mhi = fmax(mhi, A[i]);
+    }
+    if (v->norm == VIEW_NORM_GLOBAL && global_map_range(v, ds, li, &mlo, &mhi, err) != AS_OK) return err->status;
+    plot_axes a = {.x = mx, .y = my, .w = mw, .h = mh};
+    char mt[128];
+    snprintf(mt, sizeof mt, "%s of %s %d (%d x %d)", map_names[ds], ds >= 3 ? "map" : "head", head, Q, T);
+    draw_map_panel(v, f, a, li, hi, ds, A, scale_make(v, mlo, mhi), mt, 1);
+    return AS_OK;
+}
+
+/* Small multiples: n overlays in the best grid for the area; kind 0 = heads, 1 = layers. */
+static as_status draw_multiples(view *v, plot_figure *f, double x0, double y0, double w, double h,
+                                int by_layer, as_error *err) {
+    int n = by_layer ? v->src.tr.n_layers : n_heads(v, v->li, v->ds);
+    int best_c = 1;
+    double best = 0;
+    for (int c = 1; c <= n; c++) {
+        int rows = (n + c - 1) / c;
+        double s = fmin(w / c, h / rows - 11);
+        if (s > best) {
+            best = s;
+            best_c = c;
+        }
+    }
+    double side = best - 6;
+    if (side < 8) return as_fail(err, AS_ERR_ARG, "the window is too small for %d panels", n);
+    double lo = INFINITY, hi = -INFINITY;
+    double *vals[1024];
+    for (int k = 0; k < n && k < 1024; k++) {
+        double a, b;
+        int ds = by_layer ? 0 : v->ds;
+        if (!has_map(v, by_layer ? k : v->li, ds)) {
+            vals[k] = NULL;
+            continue;
+        }
+        /* frame_alloc hands out the next panel's memory: register each panel right after */
+        vals[k] = overlay_values(v, ds, by_layer ? k : v->li, by_layer ? v->hi : k, &a, &b, err);
+        if (!vals[k]) return err->status;
+        lo = fmin(lo, a);
+        hi = fmax(hi, b);
+        double px = x0 + (k % best_c) * best, py = y0 + (k / best_c) * (best + 11) + 10;
+        char t[64];
+        int head = by_layer ? view_head(v) : (ds < 3 ? v->src.tr.heads[k] : k);
+        if (by_layer) snprintf(t, sizeof t, "layer %d", v->src.tr.layers[k]);
+        else snprintf(t, sizeof t, "%s %d", ds >= 3 ? "map" : "head", head);
+        /* drawn below once the shared range is known; register geometry now */
+        view_panel *pn = panel_add(v, VIEW_PANEL_IMAGE, px, py, side, side, grid_of(v), grid_of(v),
+                                   by_layer ? k : v->li, head, ds, (vscale){a, b, 0});
+        (void)pn;
+        (void)t;
+    }
+    int global = v->norm == VIEW_NORM_GLOBAL;
+    vscale shared = scale_make(v, lo, hi);
+    int g = grid_of(v), p = prefix_of(v);
+    for (int i = 0; i < v->n_panels; i++) {
+        view_panel *pn = &v->panels[i];
+        vscale s = global ? shared : scale_make(v, pn->lo, pn->hi);
+        pn->lo = s.lo;
+        pn->hi = s.hi;
+        double tv[4096];
+        for (int j = 0; j < g * g; j++) tv[j] = scale_apply(s, pn->values[j]);
+        plot_axes a = {.x = pn->x, .y = pn->y, .w = pn->w, .h = pn->h};
+        plot_image(f, &a, v->rgb, v->rgb_size, v->rgb_size);
+        plot_overlay(f, &a, tv, g, s.lo, s.hi, v->cmap, v->opacity);
+        plot_patch_grid(f, &a, g, v->query >= p ? v->query - p : -1);
+        char t[64];
+        int cur = by_layer ? layer_pos(v, pn->layer) == v->li : pn->head == view_head(v);
+        if (by_layer) snprintf(t, sizeof t, "layer %d", pn->layer);
+        else snprintf(t, sizeof t, "%s %d", pn->ds >= 3 ? "map" : "head", pn->head);
+        plot_text(f, pn->x + side / 2, pn->y - 2.5, 6.5, 0.5, t);
+        if (cur) outline(plot_cairo(f), pn->x - 1.5, pn->y - 1.5, side + 3, side + 3, 0.1, 0.45, 0.9, 1.2);
+        if (v->hover_panel == i)
+            outline(plot_cairo(f), pn->x - 0.8, pn->y - 0.8, side + 1.6, side + 1.6, 0.3, 0.3, 0.3, 0.6);
+    }
+    if (global && v->n_panels > 0) {
+        int last = v->n_panels - 1;
+        plot_axes a = {.x = x0 + best_c * best - 2, .y = v->panels[0].y,
+                       .w = 0, .h = fmin(v->panels[last].y + side - v->panels[0].y, 220)};
+        colorbar_add(v, f, &a, shared, v->row == VIEW_ROW_ROLLOUT ? "rollout weight" : map_names[by_layer ? 0 : v->ds]);
+    }
+    return AS_OK;
+}
+
+static as_status draw_similarity(view *v, plot_figure *f, double top, double bottom, as_error *err) {
+    if (!v->sim)
+        return as_fail(err, AS_ERR_ARG, "no similarity results in this trace: run attnscope analyze "
+                       "%s --metrics similarity", v->src.path);
+    int L = v->sim_n, di = v->definition;
+    const double *m = v->sim + (size_t)di * L * L;
+    double side = fmin(bottom - top - 40, v->width / v->zoom - 140);
+    plot_axes a = {.x = 44, .y = top + 14, .w = side, .h = side};
+    double lo, hi;
+    fig_range(m, (size_t)L * L, &lo, &hi);
+    hi = 1;
+    plot_nice_range(&lo, &hi);
+    if (lo < -1) lo = -1;
+    double *vals = frame_alloc(v, (size_t)L * L);
+    if (!vals) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+    memcpy(vals, m, (size_t)L * L * sizeof *vals);
+    panel_add(v, VIEW_PANEL_SIMILARITY, a.x, a.y, a.w, a.h, L, L, -1, -1, 0, (vscale){lo, 1, 0});
+    char title[128];
+    snprintf(title, sizeof title, "cross-layer similarity (%s, head mean; Tab: definition)",
+             analysis_definition_name(di));
+    fig_heatmap(f, &a, m, L, L, v->sim_layers, v->sim_layers, lo, 1, v->cmap, title, "layer",
+                "layer", "cosine similarity");
+    if (v->n_cbars < 8) v->cbars[v->n_cbars++] = (view_colorbar){lo, 1, "cosine similarity"};
+    if (v->hover_panel == v->n_panels - 1 && v->hover_row >= 0)
+        outline(plot_cairo(f), a.x + a.w * v->hover_col / L, a.y + a.h * v->hover_row / L, a.w / L,
+                a.h / L, 1, 1, 1, 0.8);
+    plot_text(f, a.x + a.w + 80, a.y + 10, 7, 0, "click a cell to compare its two layers");
+    return AS_OK;
+}
+
+static as_status draw_als(view *v, plot_figure *f, double top, double bottom, as_error *err) {
+    if (!v->als)
+        return as_fail(err, AS_ERR_ARG, "no ALS results in this trace: run attnscope analyze %s "
+                       "--metrics als", v->src.path);
+    int L = v->als_l, H = v->als_h;
+    double avail_w = v->width / v->zoom - 150, avail_h = bottom - top - 40;
+    double cell = fmin(avail_w / H, avail_h / L);
+    plot_axes a = {.x = 44, .y = top + 14, .w = cell * H, .h = cell * L};
+    double lo, hi;
+    fig_range(v->als, (size_t)L * H, &lo, &hi);
+    if (!(hi > lo)) hi = lo + 1e-9;
+    double *vals = frame_alloc(v, (size_t)L * H);
+    if (!vals) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+    memcpy(vals, v->als, (size_t)L * H * sizeof *vals);
+    panel_add(v, VIEW_PANEL_ALS, a.x, a.y, a.w, a.h, L, H, -1, -1, 0, (vscale){lo, hi, 0});
+    fig_heatmap(f, &a, v->als, L, H, v->als_layers, v->als_heads, lo, hi, v->cmap,
+                "attention locality score (MaiT Eq. 3), mean over images", "head", "layer", "ALS");
+    if (v->n_cbars < 8) v->cbars[v->n_cbars++] = (view_colorbar){lo, hi, "ALS"};
+    if (v->hover_panel == v->n_panels - 1 && v->hover_row >= 0)
+        outline(plot_cairo(f), a.x + a.w * v->hover_col / H, a.y + a.h * v->hover_row / L, a.w / H,
+                a.h / L, 1, 1, 1, 0.8);
+    plot_text(f, a.x + a.w + 80, a.y + 10, 7, 0, "click a cell to open that layer and head");
+    return AS_OK;
+}
+
+static const char *const help_lines[] = {
+    "Left / Right      previous / next head          (Shift+wheel)",
+    "Up / Down         previous / next layer         (wheel)",
+    "PgUp / PgDn, p/n  previous / next image         (Ctrl+wheel); Home / End: first / last",
+    "mouse             hover a patch: its attention; click: fix the query (click again: free)",
+    "c / r             class-token row / rollout from the query, toggles",
+    "Tab               next map: attn, scores, recorded internals (similarity: next definition)",
+    "g / d             head grid / depth strip (click a panel to open it)",
+    "s / a             similarity matrix / ALS per layer and head (from attnscope analyze)",
+    "Esc / Enter       back to the query view",
+    "m                 colour map: viridis / magma",
+    "l                 log / linear scale",
+    "o                 normalise per map / globally (all heads of the layer, all panels)",
+    "[ / ]             overlay opacity",
+    "+ / -             larger / smaller text and panels",
+    "f                 follow a live trace (jump to each new image)",
+    "e                 export the view as PNG and print the attnscope plot command",
+    "? / q             this help / quit",
+};
+
+static void draw_help(view *v, plot_figure *f, double U, double V) {
+    cairo_t *cr = plot_cairo(f);
+    int n = (int)(sizeof help_lines / sizeof help_lines[0]);
+    cairo_select_font_face(cr, "DejaVu Sans Mono", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    cairo_set_font_size(cr, 6.8);
+    double tw = 0;
+    for (int i = 0; i < n; i++) {
+        cairo_text_extents_t e;
+        cairo_text_extents(cr, help_lines[i], &e);
+        tw = fmax(tw, e.x_advance);
+    }
+    cairo_select_font_face(cr, PLOT_FONT, CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    double w = fmin(U - 10, tw + 20), h = 12.0 * n + 26, x = (U - w) / 2, y = (V - h) / 2;
+    cairo_set_source_rgba(cr, 1, 1, 1, 0.95);
+    cairo_rectangle(cr, x, y, w, h);
+    cairo_fill_preserve(cr);
+    cairo_set_source_rgb(cr, 0.3, 0.3, 0.3);
+    cairo_set_line_width(cr, 0.8);
+    cairo_stroke(cr);
+    plot_text(f, x + 10, y + 14, 8, 0, "attnscope view: keys");
+    cairo_select_font_face(cr, "DejaVu Sans Mono", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    for (int i = 0; i < n; i++) plot_text(f, x + 10, y + 30 + 12.0 * i, 6.8, 0, help_lines[i]);
+    cairo_select_font_face(cr, PLOT_FONT, CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+}
+
+static void hover_text(const view *v, char *buf, size_t n) {
+    buf[0] = 0;
+    if (v->hover_panel < 0 || v->hover_panel >= v->n_panels || v->hover_row < 0) return;
+    const view_panel *p = &v->panels[v->hover_panel];
+    double val = p->values[(size_t)v->hover_row * p->cols + v->hover_col];
+    char q[48];
+    switch (p->kind) {
+    case VIEW_PANEL_IMAGE:
+        query_name(v, prefix_of(v) + v->hover_row * p->cols + v->hover_col, q, sizeof q);
+        snprintf(buf, n, "%s at %s: %.4g", v->row == VIEW_ROW_ROLLOUT ? "rollout" : map_names[p->ds], q, val);
+        break;
+    case VIEW_PANEL_MAP:
+        snprintf(buf, n, "%s[%d, %d]: %.4g", map_names[p->ds], v->hover_row, v->hover_col, val);
+        break;
+    case VIEW_PANEL_SIMILARITY:
+        snprintf(buf, n, "similarity of layers %d and %d: %.4f", v->sim_layers[v->hover_row],
+                 v->sim_layers[v->hover_col], val);
+        break;
+    case VIEW_PANEL_ALS:
+        snprintf(buf, n, "ALS of layer %d head %d: %.4f", v->als_layers[v->hover_row],
+                 v->als_heads[v->hover_col], val);
+        break;
+    }
+}
+
+static void build_status(view *v) {
+    const trace_reader *r = &v->src.tr;
+    const char *base = strrchr(v->image_path, '/');
+    base = base ? base + 1 : v->image_path;
+    char q[48], hv[160], lab[64] = "", live[96];
+    query_name(v, v->query, q, sizeof q);
+    hover_text(v, hv, sizeof hv);
+    if (v->label >= 0 || v->pred >= 0) snprintf(lab, sizeof lab, "  label %d, pred %d", v->label, v->pred);
+    if (v->live) snprintf(live, sizeof live, "  |  live: %ld images%s", v->n_images, v->follow ? ", following" : "");
+    else snprintf(live, sizeof live, "  |  %s", v->complete ? "complete" : "interrupted run");
+    char mech[96];
+    vit_attn_describe(&r->cfg, view_layer(v), mech, sizeof mech);
+    snprintf(v->status, sizeof v->status, "image %ld/%ld %s%s  |  layer %d (%s)  |  %s %d  |  query %s%s"
+             "%s%s%s", v->image, v->n_images, base, lab, view_layer(v), mech,
+             v->ds >= 3 ? "map" : "head", view_head(v), q, v->query_locked ? " (fixed)" : "",
+             hv[0] ? "  |  " : "", hv, live);
+}
+
+void view_draw(view *v, cairo_t *cr, double width, double height) {
+    double t0 = now_ms();
+    v->width = width;
+    v->height = height;
+    double Z = v->zoom, U = width / Z, V = height / Z;
+    v->n_panels = v->n_cbars = 0;
+    cairo_save(cr);
+    cairo_scale(cr, Z, Z);
+    cairo_set_source_rgb(cr, 1, 1, 1);
+    cairo_paint(cr);
+    plot_figure *f = plot_figure_wrap(cr, U, V);
+    if (!f) {
+        cairo_restore(cr);
+        return;
+    }
+    as_error err = {0};
+    as_status rc = AS_OK;
+    double top = TOP, bottom = V - BAR_H - 4;
+    if (v->n_images == 0) rc = as_fail(&err, AS_ERR_ARG, "no complete image in this trace yet%s",
+                                       v->live ? ": waiting for the recording" : "");
+    else rc = ensure_rgb(v, &err);
+    if (rc == AS_OK) {
+        switch (v->mode) {
+        case VIEW_MODE_QUERY: rc = draw_query_column(v, f, 6, U - 12, top, bottom, v->li, 0, &err); break;
+        case VIEW_MODE_GRID:
+        case VIEW_MODE_DEPTH:
+            rc = draw_multiples(v, f, 12, top + 2, U - 24 - (v->norm == VIEW_NORM_GLOBAL ? 60 : 0),
+                                bottom - top - 4, v->mode == VIEW_MODE_DEPTH, &err);
+            break;
+        case VIEW_MODE_PAIR: {
+            int keep = v->li;
+            double w = (U - 12) / 2;
+            for (int k = 0; k < 2 && rc == AS_OK; k++) {
+                v->li = v->pair[k];
+                clamp_selection(v);
+                rc = draw_query_column(v, f, 6 + k * w, w, top, bottom, v->li, 1, &err);
+            }
+            v->li = keep;
+            clamp_selection(v);
+            break;
+        }
+        case VIEW_MODE_SIMILARITY: rc = draw_similarity(v, f, top, bottom, &err); break;
+        case VIEW_MODE_ALS: rc = draw_als(v, f, top, bottom, &err); break;
+        default: break;
+        }
+    }
+    if (rc != AS_OK) {
+        snprintf(v->message, sizeof v->message, "%s", err.msg);
+        plot_text(f, U / 2, (top + bottom) / 2, 8, 0.5, err.msg);
+    }
+    /* title line */
+    const char *base = strrchr(v->src.path, '/');
+    char title[256];
+    snprintf(title, sizeof title, "%s  |  %s view  |  %s, %s scale, %s normalisation, opacity %.1f  |  ? help",
+             base ? base + 1 : v->src.path, mode_names[v->mode], plot_cmap_name(v->cmap),
+             v->log_scale ? "log" : "linear", v->norm == VIEW_NORM_MAP ? "per-map" : "global", v->opacity);
+    snprintf(v->title, sizeof v->title, "%s", title);
+    plot_text(f, 6, TITLE_Y, 7, 0, title);
+    /* status bar */
+    build_status(v);
+    cairo_set_source_rgb(cr, 0.93, 0.93, 0.93);
+    cairo_rectangle(cr, 0, V - BAR_H, U, BAR_H);
+    cairo_fill(cr);
+    plot_text(f, 6, V - 5, 6.8, 0, v->status);
+    if (v->message[0]) {
+        cairo_set_source_rgb(cr, 1, 0.96, 0.8);
+        cairo_rectangle(cr, 0, V - 2 * BAR_H, U, BAR_H);
+        cairo_fill(cr);
+        plot_text(f, 6, V - BAR_H - 5, 6.8, 0, v->message);
+    }
+    if (v->help) draw_help(v, f, U, V);
+    plot_figure_abort(f); /* the wrapper only */
+    cairo_restore(cr);
+    v->draw_ms = now_ms() - t0;
+}
+
+/* ---- events ------------------------------------------------------------------------------------- */
+
+/* The panel and cell under (x, y) logical points: returns the panel index or -1. */
+static int hit(const view *v, double x, double y, int *row, int *col) {
+    x /= v->zoom;
+    y /= v->zoom;
+    for (int i = v->n_panels - 1; i >= 0; i--) {
+        const view_panel *p = &v->panels[i];
+        if (x >= p->x && x < p->x + p->w && y >= p->y && y < p->y + p->h) {
+            *col = (int)((x - p->x) / p->w * p->cols);
+            *row = (int)((y - p->y) / p->h * p->rows);
+            if (*col >= p->cols) *col = p->cols - 1;
+            if (*row >= p->rows) *row = p->rows - 1;
+            return i;
+        }
+    }
+    *row = *col = -1;
+    return -1;
+}
+
+static void set_image(view *v, long image) {
+    if (v->n_images <= 0) return;
+    if (image < 0) image = 0;
+    if (image >= v->n_images) image = v->n_images - 1;
+    v->image = image;
+    read_image_info(v);
+}
+
+static int step_ds(view *v) {
+    for (int k = 1; k <= v->n_maps; k++) {
+        int cur = 0;
+        for (int i = 0; i < v->n_maps; i++)
+            if (v->maps[i] == v->ds) cur = i;
+        int ds = v->maps[(cur + k) % v->n_maps];
+        if (has_map(v, v->li, ds)) {
+            v->ds = ds;
+            clamp_selection(v);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int set_mode(view *v, view_mode m) {
+    if (v->mode == m && m != VIEW_MODE_QUERY) m = VIEW_MODE_QUERY; /* the key again goes back */
+    if (m == VIEW_MODE_SIMILARITY && !v->sim) {
+        note(v, "no similarity results: run attnscope analyze %s --metrics similarity", v->src.path);
+        return VIEW_REDRAW;
+    }
+    if (m == VIEW_MODE_ALS && !v->als) {
+        note(v, "no ALS results: run attnscope analyze %s --metrics als", v->src.path);
+        return VIEW_REDRAW;
+    }
+    v->mode = m;
+    v->hover_panel = -1;
+    return VIEW_REDRAW;
+}
+
+static int toggle_row(view *v, view_row r) {
+    if (v->row == r) {
+        v->row = VIEW_ROW_QUERY;
+        return VIEW_REDRAW;
+    }
+    const trace_reader *tr = &v->src.tr;
+    if (r == VIEW_ROW_CLASS) {
+        if (prefix_of(v) == 0) {
+            note(v, "this model has no class token (global average pooling)");
+            return VIEW_REDRAW;
+        }
+        v->query = 0;
+    }
+    if (r == VIEW_ROW_ROLLOUT && (tr->n_layers != tr->cfg.depth || tr->q_rows != tr->num_tokens)) {
+        note(v, "rollout multiplies every layer's full map: record with --layers all --query-rows all");
+        return VIEW_REDRAW;
+    }
+    v->row = r;
+    return VIEW_REDRAW;
+}
+
+static int key(view *v, int k, int mods) {
+    int shift = mods & VIEW_MOD_SHIFT;
+    v->message[0] = 0;
+    if (v->help && k != '?' && k != 'q') {
+        v->help = 0;
+        if (k == VIEW_KEY_ESCAPE) return VIEW_REDRAW;
+    }
+    switch (k) {
+    case 'q': return VIEW_QUIT;
+    case '?': v->help = !v->help; return VIEW_REDRAW;
+    case VIEW_KEY_LEFT: v->hi--; break;
+    case VIEW_KEY_RIGHT: v->hi++; break;
+    case VIEW_KEY_UP: v->li--; break;
+    case VIEW_KEY_DOWN: v->li++; break;
+    case VIEW_KEY_PAGEUP: case 'p': set_image(v, v->image - (shift ? 10 : 1)); v->follow = 0; break;
+    case VIEW_KEY_PAGEDOWN: case 'n': set_image(v, v->image + (shift ? 10 : 1)); v->follow = 0; break;
+    case VIEW_KEY_HOME: set_image(v, 0); v->follow = 0; break;
+    case VIEW_KEY_END: set_image(v, v->n_images - 1); v->follow = v->live; break;
+    case 'f':
+        v->follow = v->live && !v->follow;
+        if (!v->live) note(v, "the trace is complete: nothing to follow");
+        if (v->follow) set_image(v, v->n_images - 1);
+        break;
+    case VIEW_KEY_TAB:
+        if (v->mode == VIEW_MODE_SIMILARITY) v->definition = (v->definition + 1) % ANALYSIS_N_DEFINITIONS;
+        else if (!step_ds(v)) note(v, "layer %d holds no other map", view_layer(v));
+        break;
+    case 'c': return toggle_row(v, VIEW_ROW_CLASS);
+    case 'r': return toggle_row(v, VIEW_ROW_ROLLOUT);
+    case 'g': return set_mode(v, VIEW_MODE_GRID);
+    case 'd': return set_mode(v, VIEW_MODE_DEPTH);
+    case 's': return set_mode(v, VIEW_MODE_SIMILARITY);
+    case 'a': return set_mode(v, VIEW_MODE_ALS);
+    case VIEW_KEY_ESCAPE: case VIEW_KEY_ENTER: return set_mode(v, VIEW_MODE_QUERY);
+    case 'm': v->cmap = v->cmap == PLOT_CMAP_MAGMA ? PLOT_CMAP_VIRIDIS : PLOT_CMAP_MAGMA; break;
+    case 'l': v->log_scale = !v->log_scale; break;
+    case 'o': v->norm = v->norm == VIEW_NORM_MAP ? VIEW_NORM_GLOBAL : VIEW_NORM_MAP; break;
+    case '[': v->opacity = fmax(0, round((v->opacity - 0.1) * 10) / 10); break;
+    case ']': v->opacity = fmin(1, round((v->opacity + 0.1) * 10) / 10); break;
+    case '+': case '=': v->zoom = fmin(4, v->zoom * 1.15); break;
+    case '-': v->zoom = fmax(0.8, v->zoom / 1.15); break;
+    case 'e': return VIEW_EXPORT | VIEW_REDRAW;
+    default: return 0;
+    }
+    clamp_selection(v);
+    return VIEW_REDRAW;
+}
+
+static int click(view *v, double x, double y) {
+    int row, col, i = hit(v, x, y, &row, &col);
+    if (i < 0) return 0;
+    const view_panel *p = &v->panels[i];
+    int pfx = prefix_of(v), full = v->src.tr.q_rows == v->src.tr.num_tokens;
+    switch (p->kind) {
+    case VIEW_PANEL_IMAGE:
+        if (v->mode == VIEW_MODE_GRID || v->mode == VIEW_MODE_DEPTH) {
+            if (v->mode == VIEW_MODE_GRID) v->hi = i; /* the grid's panels are the heads in order */
+            else v->li = layer_pos(v, p->layer);
+            v->mode = VIEW_MODE_QUERY;
+        } else if (full && v->row != VIEW_ROW_CLASS) {
+            int q = pfx + row * p->cols + col;
+            v->query_locked = !(v->query_locked && v->query == q);
+            v->query = q;
+        }
+        break;
+    case VIEW_PANEL_MAP:
+        if (row < v->dims[layer_pos(v, p->layer)][p->ds][1] && v->row != VIEW_ROW_CLASS) {
+            v->query = row;
+            v->query_locked = 1;
+        }
+        break;
+    case VIEW_PANEL_SIMILARITY: {
+        int a = layer_pos(v, v->sim_layers[row]), b = layer_pos(v, v->sim_layers[col]);
+        if (a < 0 || b < 0) return 0;
+        v->pair[0] = a;
+        v->pair[1] = b;
+        v->mode = VIEW_MODE_PAIR;
+        break;
+    }
+    case VIEW_PANEL_ALS: {
+        int li = layer_pos(v, v->als_layers[row]), hi = -1;
+        for (int k = 0; k < v->src.tr.n_heads; k++)
+            if (v->src.tr.heads[k] == v->als_heads[col]) hi = k;
+        if (li < 0 || hi < 0) return 0;
+        v->li = li;
+        v->hi = hi;
+        v->ds = 0;
+        v->mode = VIEW_MODE_QUERY;
+        break;
+    }
+    }
+    v->hover_panel = -1;
+    clamp_selection(v);
+    return VIEW_REDRAW;
+}
+
+int view_handle(view *v, const view_event *e) {
+    switch (e->type) {
+    case VIEW_EV_KEY: return key(v, e->key, e->mods);
+    case VIEW_EV_CLICK: return click(v, e->x, e->y);
+    case VIEW_EV_WHEEL: {
+        int d = e->wheel > 0 ? -1 : 1;
+        if (e->mods & VIEW_MOD_CTRL) {
+            set_image(v, v->image + d);
+            v->follow = 0;
+        } else if (e->mods & VIEW_MOD_SHIFT) {
+            v->hi += d;
+        } else {
+            v->li += d;
+        }
+        clamp_selection(v);
+        return VIEW_REDRAW;
+    }
+    case VIEW_EV_LEAVE:
+        if (v->hover_panel < 0) return 0;
+        v->hover_panel = -1;
+        return VIEW_REDRAW;
+    case VIEW_EV_MOTION: {
+        int row, col, i = hit(v, e->x, e->y, &row, &col);
+        int changed = i != v->hover_panel || row != v->hover_row || col != v->hover_col;
+        v->hover_panel = i;
+        v->hover_row = row;
+        v->hover_col = col;
+        if (i >= 0 && v->panels[i].kind == VIEW_PANEL_IMAGE && !v->query_locked &&
+            (v->mode == VIEW_MODE_QUERY || v->mode == VIEW_MODE_PAIR) && v->row != VIEW_ROW_CLASS &&
+            v->src.tr.q_rows == v->src.tr.num_tokens) {
+            int q = prefix_of(v) + row * v->panels[i].cols + col;
+            changed |= q != v->query;
+            v->query = q;
+        }
+        return changed ? VIEW_REDRAW : 0;
+    }
+    }
+    return 0;
+}
+
+/* ---- live traces -------------------------------------------------------------------------------- */
+
+int view_poll(view *v) {
+    if (!v->live) return 0;
+    as_error e = {0};
+    long before = v->n_images;
+    int changed = 0;
+    v->writer_gone = trace_writer_finished(v->src.path) ? v->writer_gone + 1 : 0;
+    if (v->writer_gone >= 2) {
+        /* the run ended: reopen to read the final trace (trimmed, its end state, analysis).
+         * This process must let go of its SWMR handle first: HDF5 will not open one file twice
+         * with different flags. */
+        char path[1024];
+        snprintf(path, sizeof path, "%s", v->src.path);
+        fig_source_close(&v->src);
+        if (fig_source_open(&v->src, path, NULL, &e) != AS_OK || !v->src.is_trace) {
+            if (v->src.file > 0) fig_source_close(&v->src);
+            snprintf(v->src.path, sizeof v->src.path, "%s", path);
+            note(v, "%s", e.msg[0] ? e.msg : "the trace is no longer a trace");
+            return VIEW_REDRAW; /* the next poll tries again */
+        }
+        v->live = v->src.tr.swmr;
+        v->complete = v->src.tr.complete;
+        if (!v->live) {
+            v->follow = 0;
+            load_analysis(v);
+        }
+        changed = 1;
+    } else if (trace_reader_refresh(&v->src.tr, &e) != AS_OK) {
+        return 0;
+    }
+    v->n_images = v->src.tr.n_images;
+    if (v->n_images != before) {
+        changed = 1;
+        if (v->follow || before == 0) set_image(v, v->n_images - 1);
+        if (before == 0) clamp_selection(v);
+    }
+    return changed ? VIEW_REDRAW : 0;
+}
+
+/* ---- export ------------------------------------------------------------------------------------- */
+
+/* The path as one shell word. */
+static void shell_word(const char *s, char *out, size_t n) {
+    int plain = 1;
+    for (const char *c = s; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              strchr("/._-+,:=", *c)))
+            plain = 0;
+    if (plain) {
+        snprintf(out, n, "%s", s);
+        return;
+    }
+    size_t k = 0;
+    if (k + 1 < n) out[k++] = '\'';
+    for (const char *c = s; *c && k + 5 < n; c++) {
+        if (*c == '\'') {
+            memcpy(out + k, "'\\''", 4);
+            k += 4;
+        } else {
+            out[k++] = *c;
+        }
+    }
+    if (k + 1 < n) out[k++] = '\'';
+    out[k] = 0;
+}
+
+void view_plot_command(const view *v, const char *name, char *out, size_t n) {
+    char t[2100], o[1100];
+    shell_word(v->src.path, t, sizeof t);
+    snprintf(o, sizeof o, "%s.pdf", name);
+    char ow[1200];
+    shell_word(o, ow, sizeof ow);
+    int layer = view_layer(v), head = view_head(v);
+    switch (v->mode) {
+    case VIEW_MODE_QUERY:
+        if (v->row == VIEW_ROW_ROLLOUT)
+            snprintf(out, n, "attnscope plot rollout %s --image %ld --layer %d -o %s%s", t, v->image,
+                     layer, ow, v->query == 0 && prefix_of(v) > 0 ? "" : "   # the figure rolls out "
+                     "from the class token (analyze --metrics rollout), the view from the query");
+        else
+            snprintf(out, n, "attnscope plot attention %s --image %ld --layer %d --head %d --query %d "
+                     "-o %s%s", t, v->image, layer, head, v->query, ow,
+                     v->ds ? "   # the figure draws attn; the view shows another map" : "");
+        break;
+    case VIEW_MODE_GRID:
+    case VIEW_MODE_DEPTH:
+        snprintf(out, n, "attnscope plot grid %s --image %ld --query %d -o %s", t, v->image, v->query, ow);
+        break;
+    case VIEW_MODE_SIMILARITY:
+        snprintf(out, n, "attnscope plot similarity %s --definition %s -o %s", t,
+                 analysis_definition_name(v->definition), ow);
+        break;
+    case VIEW_MODE_PAIR: {
+        char o1[1100], o2[1100];
+        snprintf(o1, sizeof o1, "%s-a.pdf", name);
+        snprintf(o2, sizeof o2, "%s-b.pdf", name);
+        char w1[1200], w2[1200];
+        shell_word(o1, w1, sizeof w1);
+        shell_word(o2, w2, sizeof w2);
+        snprintf(out, n, "attnscope plot attention %s --image %ld --layer %d --head %d --query %d -o %s\n"
+                 "attnscope plot attention %s --image %ld --layer %d --head %d --query %d -o %s", t,
+                 v->image, v->src.tr.layers[v->pair[0]], head, v->query, w1, t, v->image,
+                 v->src.tr.layers[v->pair[1]], head, v->query, w2);
+        break;
+    }
+    case VIEW_MODE_ALS: snprintf(out, n, "attnscope plot als %s -o %s", t, ow); break;
+    default: out[0] = 0;
+    }
+}
+
+as_status view_export(view *v, cairo_surface_t *surface, const char *dir, char *path, size_t pn,
+                      char *cmd, size_t cn, as_error *err) {
+    const char *b = strrchr(v->src.path, '/');
+    char stem[256];
+    snprintf(stem, sizeof stem, "%.200s", b ? b + 1 : v->src.path);
+    char *dot = strrchr(stem, '.');
+    if (dot && dot != stem) *dot = 0;
+    char name[1100];
+    snprintf(name, sizeof name, "%s/%s-%s-i%ld-l%d-h%d-q%d", dir && dir[0] ? dir : ".", stem,
+             mode_names[v->mode], v->image, view_layer(v), view_head(v), v->query);
+    snprintf(path, pn, "%s.png", name);
+    if (plot_write_png(surface, path, err) != AS_OK) return err->status;
+    view_plot_command(v, name, cmd, cn);
+    note(v, "saved %s", path);
+    return AS_OK;
+}

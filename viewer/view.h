@@ -1,0 +1,166 @@
+/* view.h: the trace viewer without a window: what is selected, how it is shown, what an input
+ * event does, and drawing the whole window into any cairo context. viewer/window.c puts it in
+ * an SDL2 window; tests draw into offscreen surfaces and send scripted events.
+ *
+ * Usage:
+ *     view v;
+ *     if (view_open(&v, "run.h5", &err) != AS_OK) ...
+ *     view_draw(&v, cr, 1200, 760);                 // logical points; scale cr for HiDPI
+ *     view_event e = {.type = VIEW_EV_KEY, .key = VIEW_KEY_RIGHT};
+ *     if (view_handle(&v, &e) & VIEW_REDRAW) view_draw(&v, cr, 1200, 760);
+ *     view_poll(&v);                                // a live trace: new images, end of run
+ *     view_close(&v);
+ *
+ * Reads are lazy: a frame reads the maps it shows (one HDF5 chunk per head and image) through
+ * a small LRU cache, never the whole trace. */
+#ifndef AS_VIEW_H
+#define AS_VIEW_H
+
+#include <cairo.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../core/status.h"
+#include "../plot/figures.h"
+
+typedef enum {
+    VIEW_MODE_QUERY = 0, /* image + overlay of the query's attention, and the head's full map */
+    VIEW_MODE_GRID,      /* every head of the layer as small multiples */
+    VIEW_MODE_DEPTH,     /* the query in every recorded layer */
+    VIEW_MODE_SIMILARITY,/* /analysis/similarity: layer x layer; a click opens the pair */
+    VIEW_MODE_PAIR,      /* two layers side by side */
+    VIEW_MODE_ALS,       /* /analysis/als: layer x head; a click opens that head */
+    VIEW_MODE_COUNT
+} view_mode;
+
+typedef enum { VIEW_ROW_QUERY = 0, VIEW_ROW_CLASS, VIEW_ROW_ROLLOUT } view_row;
+typedef enum { VIEW_NORM_MAP = 0, VIEW_NORM_GLOBAL } view_norm;
+
+/* Keys are their ASCII character, or one of these. */
+enum {
+    VIEW_KEY_LEFT = 0x100, VIEW_KEY_RIGHT, VIEW_KEY_UP, VIEW_KEY_DOWN, VIEW_KEY_PAGEUP,
+    VIEW_KEY_PAGEDOWN, VIEW_KEY_HOME, VIEW_KEY_END, VIEW_KEY_ESCAPE, VIEW_KEY_ENTER, VIEW_KEY_TAB
+};
+enum { VIEW_MOD_SHIFT = 1, VIEW_MOD_CTRL = 2 };
+typedef enum { VIEW_EV_KEY = 0, VIEW_EV_MOTION, VIEW_EV_CLICK, VIEW_EV_WHEEL, VIEW_EV_LEAVE } view_event_type;
+
+typedef struct {
+    view_event_type type;
+    int key, mods;    /* VIEW_EV_KEY */
+    double x, y;      /* MOTION, CLICK, WHEEL: logical points from the window's top left */
+    int wheel;        /* WHEEL: +1 up (towards earlier layers), -1 down */
+} view_event;
+
+/* view_handle's result bits */
+enum { VIEW_REDRAW = 1, VIEW_QUIT = 2, VIEW_EXPORT = 4 };
+
+typedef enum { VIEW_PANEL_IMAGE = 0, VIEW_PANEL_MAP, VIEW_PANEL_SIMILARITY, VIEW_PANEL_ALS } view_panel_kind;
+
+/* A drawn panel, kept for hit testing, the value under the cursor and tests. */
+typedef struct {
+    view_panel_kind kind;
+    double x, y, w, h;       /* where its cells lie, in logical points */
+    int rows, cols;          /* IMAGE: g x g patches; MAP: Q x T; SIMILARITY: L x L; ALS: L x H */
+    int layer, head;         /* what it shows (model indices; head -1: not per head) */
+    int ds;                  /* the map dataset (view_map_name) */
+    int query;               /* IMAGE/MAP: the query token whose row is shown */
+    double lo, hi;           /* the colour range its values map to (after the scale) */
+    const double *values;    /* rows x cols as drawn, before the scale; valid until the next draw */
+} view_panel;
+
+typedef struct {
+    double lo, hi;           /* the labelled range */
+    char label[64];
+} view_colorbar;
+
+#define VIEW_MAX_PANELS 160
+#define VIEW_N_MAPS 5
+
+typedef struct view_cache view_cache;
+
+typedef struct {
+    fig_source src;          /* the trace and its /analysis */
+    /* selection */
+    view_mode mode, prev_mode;
+    long image;
+    int li, hi;              /* positions in the recorded layers and in the dataset's heads */
+    int ds;                  /* map dataset: 0 attn, then scores and the internals it holds */
+    int query;               /* token index (0 = class token when there is one) */
+    int query_locked;        /* a click fixed it; hovering no longer moves it */
+    view_row row;
+    int pair[2];             /* PAIR: the two layer positions */
+    int definition;          /* SIMILARITY: index into analysis_definition_name */
+    /* display */
+    plot_cmap cmap;
+    int log_scale;
+    view_norm norm;
+    double opacity;          /* overlay alpha in [0, 1] */
+    int help, follow;
+    /* live */
+    long n_images;
+    int live, complete;
+    /* the last frame: panels, colour bars, status line, hover */
+    double width, height;
+    int n_panels;
+    view_panel panels[VIEW_MAX_PANELS];
+    int n_cbars;
+    view_colorbar cbars[8];
+    int hover_panel, hover_row, hover_col;
+    char status[1600], title[1400], message[AS_ERROR_MSG_MAX];
+    /* image info of the current image */
+    char image_path[1024];
+    int label, pred;
+    /* memory */
+    view_cache *cache;
+    double *scratch;         /* doubles for the values of one frame */
+    size_t scratch_n, scratch_used;
+    uint8_t *rgb;            /* the current image (S x S x 3) */
+    long rgb_image;
+    int rgb_size;
+    double *rollout;         /* (L, T, T) fused + identity maps of rollout_image */
+    long rollout_image;
+    int n_maps;              /* datasets present in some layer */
+    int maps[VIEW_N_MAPS];   /* their view_map_name indices */
+    double draw_ms;          /* the last view_draw's duration */
+    double zoom;             /* UI size: plot points per logical point ('+'/'-') */
+    long reads;              /* maps read from the file (cache misses) */
+    /* private */
+    double *panel_mem[VIEW_MAX_PANELS];
+    int dims[VIT_MAX_DEPTH][VIEW_N_MAPS][3];  /* per layer position and map: heads, rows, cols */
+    double *rollout_rows;    /* (L, T): rollout rows of rollout_query */
+    int rollout_query;
+    double *sim;             /* /analysis/similarity/head_mean/mean (D, L, L), or NULL */
+    int sim_n, sim_layers[VIT_MAX_DEPTH];
+    double *als;             /* /analysis/als/score/mean (L, H), or NULL */
+    int als_l, als_h, als_layers[VIT_MAX_DEPTH], als_heads[1024];
+    int writer_gone;         /* polls in a row that found no writer */
+} view;
+
+/* The map datasets the viewer knows, in Tab order: attn, scores, attn_softmax (LSLA),
+ * attn_expanded, attn_convolved (Refiner). */
+const char *view_map_name(int ds);
+
+as_status view_open(view *v, const char *path, as_error *err);
+void view_close(view *v);
+/* Sets the selection as the command line gives it (-1: keep); fails on values the trace lacks. */
+as_status view_select(view *v, long image, int layer, int head, int query, as_error *err);
+/* Applies one event; returns VIEW_REDRAW / VIEW_QUIT / VIEW_EXPORT bits. Hit testing uses the
+ * panels of the last view_draw. */
+int view_handle(view *v, const view_event *e);
+/* A live trace: reads the image count again (every call) and notices the end of the run;
+ * returns VIEW_REDRAW when something changed. */
+int view_poll(view *v);
+/* Draws the window: width x height logical points into cr (scaled by the caller for HiDPI). */
+void view_draw(view *v, cairo_t *cr, double width, double height);
+/* The attnscope plot command(s) that draw the current view as a batch figure (one per line),
+ * writing NAME.pdf. */
+void view_plot_command(const view *v, const char *name, char *out, size_t n);
+/* Saves surface (the last frame) as DIR/STEM-...png and fills path and the plot command. */
+as_status view_export(view *v, cairo_surface_t *surface, const char *dir, char *path, size_t pn,
+                      char *cmd, size_t cn, as_error *err);
+
+/* The recorded layer (model index) and head (dataset head id) of the selection. */
+int view_layer(const view *v);
+int view_head(const view *v);
+
+#endif
