@@ -62,17 +62,26 @@ void analysis_rollout_layers(double *a, const float *const *attn, int L, int H, 
                              analysis_fusion fusion, double discard, int *idx) {
     size_t TT = (size_t)T * T;
     int m = (int)floor(discard * (double)TT);
+    /* layers are independent (the viewer's new image: 12 T x T fusions); inside the analysis's
+     * own parallel region this runs on the calling thread (no nesting) */
+#pragma omp parallel for schedule(static) if (L > 1 && m == 0)
     for (int li = 0; li < L; li++) {
         double *F = a + li * TT;
         const float *A = attn[li];
-        for (size_t e = 0; e < TT; e++) {
-            double f = A[e];
-            for (int hi = 1; hi < H; hi++) {
-                double x = A[hi * TT + e];
-                f = fusion == ANALYSIS_FUSE_MEAN ? f + x : fusion == ANALYSIS_FUSE_MAX ? fmax(f, x) : fmin(f, x);
-            }
-            F[e] = fusion == ANALYSIS_FUSE_MEAN ? f / H : f;
+        /* head by head over contiguous maps (vectorised); per element the same order as
+         * f = A_0 + A_1 + ... , so the result is unchanged */
+        for (size_t e = 0; e < TT; e++) F[e] = A[e];
+        for (int hi = 1; hi < H; hi++) {
+            const float *B = A + hi * TT;
+            if (fusion == ANALYSIS_FUSE_MEAN)
+                for (size_t e = 0; e < TT; e++) F[e] += B[e];
+            else if (fusion == ANALYSIS_FUSE_MAX)
+                for (size_t e = 0; e < TT; e++) F[e] = fmax(F[e], B[e]);
+            else
+                for (size_t e = 0; e < TT; e++) F[e] = fmin(F[e], B[e]);
         }
+        if (fusion == ANALYSIS_FUSE_MEAN)
+            for (size_t e = 0; e < TT; e++) F[e] /= H;
         if (m > 0) { /* the discarded entries never include the first token's self-attention */
             for (size_t e = 0; e < TT; e++) idx[e] = (int)e;
             select_smallest(F, idx, (int)TT, m);

@@ -23,7 +23,7 @@ expect 0 "$A" --help;                     has "$T/out" "record"
 expect 2 "$A";                            has "$T/err" "usage"
 expect 2 "$A" frobnicate;                 has "$T/err" "unknown command"
 expect 0 "$A" --version;                  has "$T/out" "attnscope 0"
-for c in record info bench demo analyze plot experiment; do expect 0 "$A" $c --help; has "$T/out" "usage: attnscope $c"; done
+for c in record info bench demo analyze plot experiment view; do expect 0 "$A" $c --help; has "$T/out" "usage: attnscope $c"; done
 expect 0 "$A" info --list-archs;          has "$T/out" "deit_base_distilled_patch16_224"
 expect 0 "$A" info deit_tiny_patch16_224; has "$T/out" "5717416";  has "$T/out" "1.25 GMACs"
 expect 0 "$A" info deit_small_patch16_224; has "$T/out" "22.05 M parameters"
@@ -158,6 +158,30 @@ expect 1 "$A" plot qk "$T/y.h5" -o "$T/qk.pdf"; has "$T/err" "attnscope analyze"
 [ ! -e "$T/qk.pdf" ] && ok || bad "a failed plot left qk.pdf"
 expect 2 "$A" plot nosuch "$T/an.h5" -o "$T/x.pdf"; has "$T/err" "plot --list"
 expect 1 "$A" plot als "$T/an.h5" -o "$T/x.bmp"; has "$T/err" ".pdf, .svg or .png"; one_line
+
+# view: the real window under SDL's dummy driver, driven by a script; 'e' exports a PNG and
+# prints the attnscope plot command for the same view, which must then draw it
+V() { env SDL_VIDEODRIVER=dummy "$A" view "$@"; }
+printf 'key Right\nmove-cell 0 1 1\nstatus\nkey e\nkey g\nstatus\nkey s\nstatus\n' >"$T/v.txt"
+expect 0 V "$T/an.h5" --script "$T/v.txt" --export-dir "$T" --layer 1 --head 0 --image 1
+has "$T/out" "status: image 1/"; has "$T/out" "layer 1 "; has "$T/out" "head 1 "
+has "$T/out" "attn at patch (1, 1): 0\.[0-9]"; has "$T/out" "saved $T/an-query-i1-l1-h1-q"
+cmd=$(grep "^attnscope plot attention" "$T/out" | head -1)
+[ -n "$cmd" ] && ok || bad "no plot command printed: $(cat "$T/out")"
+expect 0 eval "\"$A\" ${cmd#attnscope }"; has "$T/out" "wrote $T/an-query-i1-l1-h1-q"
+ls "$T"/an-query-i1-l1-h1-q*.png "$T"/an-query-i1-l1-h1-q*.pdf >/dev/null 2>&1 && ok || bad "export files missing"
+printf 'key s\nstatus\n' >"$T/v2.txt"
+expect 0 V "$T/y.h5" --script "$T/v2.txt"; has "$T/out" "status: image 0/"
+expect 1 V "$T/y.h5" --mode similarity --script "$T/v2.txt"; has "$T/err" "analyze .* --metrics similarity"; one_line
+expect 1 V "$T/nosuch.h5"; has "$T/err" "no such file"; one_line
+expect 1 V "$T/res.h5"; has "$T/err" "view the trace"; one_line
+expect 1 V "$T/an.h5" --layer 99; has "$T/err" "layer 99"; one_line
+expect 2 V "$T/an.h5" --size 10x10; has "$T/err" "320x240"
+expect 2 "$A" view; has "$T/err" "usage"
+printf 'frobnicate\n' >"$T/v3.txt"
+expect 1 V "$T/an.h5" --script "$T/v3.txt"; has "$T/err" "unknown command"; one_line
+expect 1 env -u DISPLAY -u WAYLAND_DISPLAY SDL_VIDEODRIVER=x11 "$A" view "$T/an.h5"
+has "$T/err" "cannot open a window"; one_line
 expect 1 "$A" plot rollout "$T/res.h5" -o "$T/x.pdf"; has "$T/err" "give the trace"; one_line
 
 # experiment: record -> analyze -> plot with an index; a rerun redoes only what changed

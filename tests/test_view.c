@@ -617,8 +617,11 @@ static void test_window(const char *dir, const char *trace) {
         }
         remove(shot);
         remove(last);
-        snprintf(cmd, sizeof cmd, "%s env SDL_VIDEODRIVER=%s %s view %s --script %s --screenshot %s > %s/out.txt 2>&1",
-                 k ? "xvfb-run -a -s '-screen 0 1280x1024x24'" : "", drivers[k], bin, trace, script, last, dir);
+        /* under Xvfb, SDL loads X11 and D-Bus modules at run time and unloads them at exit:
+         * LeakSanitizer then reports their allocations from "unknown modules" it cannot
+         * suppress by name. Our own code's leaks are checked by the dummy-driver run. */
+        snprintf(cmd, sizeof cmd, "%s env %sSDL_VIDEODRIVER=%s %s view %s --script %s --screenshot %s > %s/out.txt 2>&1",
+                 k ? "xvfb-run -a -s '-screen 0 1280x1024x24'" : "", k ? "ASAN_OPTIONS=detect_leaks=0 " : "", drivers[k], bin, trace, script, last, dir);
         int rc = system(cmd);
         CHECK(rc == 0, "%s: exit %d", drivers[k], rc);
         int w = 0, h = 0;

@@ -226,6 +226,7 @@ as_status view_open(view *v, const char *path, as_error *err) {
     v->opacity = 0.6;
     v->zoom = 1.45;
     v->follow = v->live;
+    if (v->follow && v->n_images > 0) v->image = v->n_images - 1; /* live: start at the newest */
     v->rgb_image = v->rollout_image = -1;
     v->hover_panel = -1;
     v->definition = 1; /* row: the default of analyze's similarity figure */

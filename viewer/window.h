@@ -14,7 +14,8 @@
  *     wheel D [shift|ctrl]     D > 0 scrolls up
  *     resize W H               the window's size in points
  *     wait MS                  keep running (a live trace is polled meanwhile)
- *     screenshot FILE.png      the current frame
+ *     status                   print the status line (image, layer, head, query, value, live)
+ *     screenshot FILE.png      the current frame, read back from the window
  * Every scripted input goes through SDL's event queue, exactly as a real one would. */
 #ifndef AS_WINDOW_H
 #define AS_WINDOW_H
