@@ -160,12 +160,13 @@ int cmd_demo(int argc, char **argv) {
     if (getcwd(cwd, sizeof cwd) && strncmp(exe, cwd, strlen(cwd)) == 0 && exe[strlen(cwd)] == '/')
         prog = exe + strlen(cwd) + 1;
     printf("\nnext:\n"
+           "  %s view %s   (the viewer: hover a patch; ? lists the keys)\n"
            "  %s info %s\n"
            "  %s analyze %s --metrics als,similarity   (the numbers; --csv DIR for tables)\n"
            "  %s plot attention %s --layer 5 --head 1 --query 0 -o att.png   (attnscope plot --list)\n"
            "  h5dump -H %s | less\n"
            "  python3 -c \"import h5py; f = h5py.File('%s'); print(f['layers/11/attn'].shape)\"\n"
            "  %s record --model DIR --images YOUR_IMAGES --out run.h5   (real checkpoints)\n",
-           prog, out, prog, out, prog, out, out, out, prog);
+           prog, out, prog, out, prog, out, prog, out, out, out, prog);
     return 0;
 }

@@ -540,6 +540,11 @@ void plot_image(plot_figure *f, const plot_axes *a, const uint8_t *rgb, int w, i
     cairo_scale(cr, a->w / w, a->h / h);
     cairo_set_source_surface(cr, img, 0, 0);
     cairo_pattern_set_filter(cairo_get_source(cr), CAIRO_FILTER_GOOD);
+    /* smoothing samples beyond the edge: repeat the edge pixels there, not transparency
+     * (which fades the border to the background) */
+    cairo_pattern_set_extend(cairo_get_source(cr), CAIRO_EXTEND_PAD);
+    cairo_rectangle(cr, 0, 0, w, h);
+    cairo_clip(cr);
     cairo_paint(cr);
     cairo_restore(cr);
     cairo_surface_destroy(img);

@@ -460,6 +460,10 @@ static void draw_map_panel(view *v, plot_figure *f, plot_axes a, int li, int hi,
     }
     plot_axes_range(&a, -0.5, T - 0.5, -0.5, Q - 0.5);
     a.ydown = 1;
+    if (Q <= 8) { /* prefix rows only: one tick per token */
+        a.ycat = 1;
+        a.ystep = 1;
+    }
     panel_add(v, VIEW_PANEL_MAP, a.x, a.y, a.w, a.h, Q, T, li, ds < 3 ? v->src.tr.heads[hi] : hi, ds, s);
     plot_heatmap(f, &a, tv, Q, T, s.lo, s.hi, v->cmap);
     free(tv);
@@ -485,7 +489,11 @@ static void draw_map_panel(view *v, plot_figure *f, plot_axes a, int li, int hi,
         double x0 = plot_x(&a, v->hover_col - 0.5), y0 = plot_y(&a, v->hover_row - 0.5);
         outline(cr, x0, y0, plot_x(&a, v->hover_col + 0.5) - x0, plot_y(&a, v->hover_row + 0.5) - y0, 1, 1, 1, 0.6);
     }
-    if (cbar) colorbar_add(v, f, &a, s, map_names[ds]);
+    if (cbar) { /* a few rows (prefix rows only) still get a readable colour bar */
+        plot_axes cb = a;
+        cb.h = fmax(a.h, 100);
+        colorbar_add(v, f, &cb, s, map_names[ds]);
+    }
 }
 
 static void query_name(const view *v, int q, char *buf, size_t n) {
