@@ -663,59 +663,62 @@ static as_status draw_multiples(view *v, plot_figure *f, double x0, double y0, d
     return AS_OK;
 }
 
+/* A results heatmap (similarity: L x L, ALS: L x H) filling the content area, its panel for
+ * clicks and hovering, its colour bar and a hint beside it. */
+static as_status draw_results(view *v, plot_figure *f, double top, double bottom,
+                              view_panel_kind kind, const double *m, int rows, int cols,
+                              const int *row_ids, const int *col_ids, double lo, double hi,
+                              const char *title, const char *xlabel, const char *cbar,
+                              const char *hint, as_error *err) {
+    double cell = fmin((v->width / v->zoom - 190) / cols, (bottom - top - 40) / rows);
+    plot_axes a = {.x = 44, .y = top + 14, .w = cell * cols, .h = cell * rows};
+    double *vals = frame_alloc(v, (size_t)rows * cols);
+    if (!vals) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+    memcpy(vals, m, (size_t)rows * cols * sizeof *vals);
+    panel_add(v, kind, a.x, a.y, a.w, a.h, rows, cols, -1, -1, 0, (vscale){lo, hi, 0});
+    fig_heatmap(f, &a, m, rows, cols, row_ids, col_ids, lo, hi, v->cmap, NULL, xlabel, "layer", cbar);
+    plot_text(f, a.x, a.y - 5, 8, 0, title); /* left-aligned: a narrow panel would clip it */
+    if (v->n_cbars < 8) {
+        v->cbars[v->n_cbars] = (view_colorbar){lo, hi, ""};
+        snprintf(v->cbars[v->n_cbars++].label, sizeof v->cbars[0].label, "%s", cbar);
+    }
+    if (v->hover_panel == v->n_panels - 1 && v->hover_row >= 0)
+        outline(plot_cairo(f), a.x + a.w * v->hover_col / cols, a.y + a.h * v->hover_row / rows,
+                a.w / cols, a.h / rows, 1, 1, 1, 0.8);
+    plot_text(f, a.x + a.w + 80, a.y + 10, 7, 0, hint);
+    return AS_OK;
+}
+
 static as_status draw_similarity(view *v, plot_figure *f, double top, double bottom, as_error *err) {
     if (!v->sim)
         return as_fail(err, AS_ERR_ARG, "no similarity results in this trace: run attnscope analyze "
                        "%s --metrics similarity", v->src.path);
     int L = v->sim_n, di = v->definition;
     const double *m = v->sim + (size_t)di * L * L;
-    double side = fmin(bottom - top - 40, v->width / v->zoom - 140);
-    plot_axes a = {.x = 44, .y = top + 14, .w = side, .h = side};
     double lo, hi;
     fig_range(m, (size_t)L * L, &lo, &hi);
-    hi = 1;
+    hi = 1; /* from a nice value below the smallest similarity up to 1, as the figure */
     plot_nice_range(&lo, &hi);
     if (lo < -1) lo = -1;
-    double *vals = frame_alloc(v, (size_t)L * L);
-    if (!vals) return as_fail(err, AS_ERR_NOMEM, "out of memory");
-    memcpy(vals, m, (size_t)L * L * sizeof *vals);
-    panel_add(v, VIEW_PANEL_SIMILARITY, a.x, a.y, a.w, a.h, L, L, -1, -1, 0, (vscale){lo, 1, 0});
     char title[128];
     snprintf(title, sizeof title, "cross-layer similarity (%s, head mean; Tab: definition)",
              analysis_definition_name(di));
-    fig_heatmap(f, &a, m, L, L, v->sim_layers, v->sim_layers, lo, 1, v->cmap, title, "layer",
-                "layer", "cosine similarity");
-    if (v->n_cbars < 8) v->cbars[v->n_cbars++] = (view_colorbar){lo, 1, "cosine similarity"};
-    if (v->hover_panel == v->n_panels - 1 && v->hover_row >= 0)
-        outline(plot_cairo(f), a.x + a.w * v->hover_col / L, a.y + a.h * v->hover_row / L, a.w / L,
-                a.h / L, 1, 1, 1, 0.8);
-    plot_text(f, a.x + a.w + 80, a.y + 10, 7, 0, "click a cell to compare its two layers");
-    return AS_OK;
+    return draw_results(v, f, top, bottom, VIEW_PANEL_SIMILARITY, m, L, L, v->sim_layers,
+                        v->sim_layers, lo, 1, title, "layer", "cosine similarity",
+                        "click a cell to compare its two layers", err);
 }
 
 static as_status draw_als(view *v, plot_figure *f, double top, double bottom, as_error *err) {
     if (!v->als)
         return as_fail(err, AS_ERR_ARG, "no ALS results in this trace: run attnscope analyze %s "
                        "--metrics als", v->src.path);
-    int L = v->als_l, H = v->als_h;
-    double avail_w = v->width / v->zoom - 150, avail_h = bottom - top - 40;
-    double cell = fmin(avail_w / H, avail_h / L);
-    plot_axes a = {.x = 44, .y = top + 14, .w = cell * H, .h = cell * L};
     double lo, hi;
-    fig_range(v->als, (size_t)L * H, &lo, &hi);
+    fig_range(v->als, (size_t)v->als_l * v->als_h, &lo, &hi);
     if (!(hi > lo)) hi = lo + 1e-9;
-    double *vals = frame_alloc(v, (size_t)L * H);
-    if (!vals) return as_fail(err, AS_ERR_NOMEM, "out of memory");
-    memcpy(vals, v->als, (size_t)L * H * sizeof *vals);
-    panel_add(v, VIEW_PANEL_ALS, a.x, a.y, a.w, a.h, L, H, -1, -1, 0, (vscale){lo, hi, 0});
-    fig_heatmap(f, &a, v->als, L, H, v->als_layers, v->als_heads, lo, hi, v->cmap,
-                "attention locality score (MaiT Eq. 3), mean over images", "head", "layer", "ALS");
-    if (v->n_cbars < 8) v->cbars[v->n_cbars++] = (view_colorbar){lo, hi, "ALS"};
-    if (v->hover_panel == v->n_panels - 1 && v->hover_row >= 0)
-        outline(plot_cairo(f), a.x + a.w * v->hover_col / H, a.y + a.h * v->hover_row / L, a.w / H,
-                a.h / L, 1, 1, 1, 0.8);
-    plot_text(f, a.x + a.w + 80, a.y + 10, 7, 0, "click a cell to open that layer and head");
-    return AS_OK;
+    return draw_results(v, f, top, bottom, VIEW_PANEL_ALS, v->als, v->als_l, v->als_h,
+                        v->als_layers, v->als_heads, lo, hi,
+                        "attention locality score (MaiT Eq. 3), mean over images", "head", "ALS",
+                        "click a cell to open that layer and head", err);
 }
 
 static const char *const help_lines[] = {
