@@ -118,6 +118,27 @@ void h5u_attr_read_str(hid_t loc, const char *name, char *out, size_t n) {
     H5Aclose(a);
 }
 
+void h5u_attr_read_str_at(hid_t loc, const char *name, int i, char *out, size_t n) {
+    out[0] = 0;
+    if (i < 0 || H5Aexists(loc, name) <= 0) return;
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    hid_t ft = H5Aget_type(a), s = H5Aget_space(a);
+    hssize_t np = H5Sget_simple_extent_npoints(s);
+    if (H5Tget_class(ft) == H5T_STRING && H5Tis_variable_str(ft) > 0 && i < np && np <= (1 << 20)) {
+        char **v = calloc((size_t)np, sizeof *v);
+        hid_t mt = h5u_str_type(0);
+        if (v && H5Aread(a, mt, v) >= 0) {
+            if (v[i]) snprintf(out, n, "%s", v[i]);
+            H5Dvlen_reclaim(mt, s, H5P_DEFAULT, v);
+        }
+        H5Tclose(mt);
+        free(v);
+    }
+    H5Sclose(s);
+    H5Tclose(ft);
+    H5Aclose(a);
+}
+
 char *h5u_attr_read_str_alloc(hid_t loc, const char *name) {
     size_t cap = 1 << 16;
     char *buf = malloc(cap);

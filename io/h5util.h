@@ -23,6 +23,8 @@ int h5u_attr_read_int(hid_t loc, const char *name, int *out, int n);
 /* String attribute (variable or fixed length) into out; "" when missing. */
 void h5u_attr_read_str(hid_t loc, const char *name, char *out, size_t n);
 char *h5u_attr_read_str_alloc(hid_t loc, const char *name); /* up to 64 KiB; free() it */
+/* Entry i of a variable-length string array attribute; empty if missing. */
+void h5u_attr_read_str_at(hid_t loc, const char *name, int i, char *out, size_t n);
 void h5u_iso_now(char *buf, size_t n);      /* "2026-11-21T10:00:00Z" */
 
 #endif

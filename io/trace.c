@@ -1298,6 +1298,14 @@ as_status trace_read_image_info(const trace_reader *r, long image, char *path, s
     return AS_OK;
 }
 
+void trace_class_name(const trace_reader *r, int label, char *out, size_t n) {
+    out[0] = 0;
+    hid_t g = H5Gopen2((hid_t)r->file_id, "images", H5P_DEFAULT);
+    if (g < 0) return;
+    h5u_attr_read_str_at(g, "class_names", label, out, n);
+    H5Gclose(g);
+}
+
 as_status trace_sizes(const trace_reader *r, double *file_bytes, double *data_bytes) {
     struct stat sb;
     *file_bytes = stat(r->path, &sb) == 0 ? (double)sb.st_size : 0;

@@ -137,6 +137,8 @@ as_status trace_read_tokens(const trace_reader *r, long image, int layer, float 
 /* Per-image records: logits (C), label, prediction. */
 as_status trace_read_image_info(const trace_reader *r, long image, char *path, size_t path_n,
                                 int *label, int *pred, float *logits, as_error *err);
+/* The class name of a label (ImageFolder inputs: /images class_names); empty when unknown. */
+void trace_class_name(const trace_reader *r, int label, char *out, size_t n);
 /* Total bytes of the file on disk and the raw bytes of recorded data. */
 as_status trace_sizes(const trace_reader *r, double *file_bytes, double *data_bytes);
 /* Root attribute as a string (vlen or fixed); empty if missing. */

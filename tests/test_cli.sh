@@ -171,6 +171,7 @@ cmd=$(grep "^attnscope plot attention" "$T/out" | head -1)
 expect 0 eval "\"$A\" ${cmd#attnscope }"; has "$T/out" "wrote $T/an-query-i1-l1-h1-q"
 ls "$T"/an-query-i1-l1-h1-q*.png "$T"/an-query-i1-l1-h1-q*.pdf >/dev/null 2>&1 && ok || bad "export files missing"
 printf 'key s\nstatus\n' >"$T/v2.txt"
+expect 0 V "$T/run.h5" --image 2 --script "$T/v2.txt"; has "$T/out" "3.png  label 1 (b), pred [0-9]"  # ImageFolder class names
 expect 0 V "$T/y.h5" --script "$T/v2.txt"; has "$T/out" "status: image 0/"
 expect 1 V "$T/y.h5" --mode similarity --script "$T/v2.txt"; has "$T/err" "analyze .* --metrics similarity"; one_line
 expect 1 V "$T/nosuch.h5"; has "$T/err" "no such file"; one_line

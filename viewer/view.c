@@ -195,6 +195,8 @@ static void read_image_info(view *v) {
     if (v->n_images > 0)
         trace_read_image_info(&v->src.tr, v->image, v->image_path, sizeof v->image_path, &v->label,
                               &v->pred, NULL, &e);
+    trace_class_name(&v->src.tr, v->label, v->label_name, sizeof v->label_name);
+    trace_class_name(&v->src.tr, v->pred, v->pred_name, sizeof v->pred_name);
 }
 
 as_status view_open(view *v, const char *path, as_error *err) {
@@ -795,10 +797,15 @@ static void build_status(view *v) {
     const trace_reader *r = &v->src.tr;
     const char *base = strrchr(v->image_path, '/');
     base = base ? base + 1 : v->image_path;
-    char q[48], hv[160], lab[64] = "", live[96];
+    char q[48], hv[160], lab[256] = "", live[96];
     query_name(v, v->query, q, sizeof q);
     hover_text(v, hv, sizeof hv);
-    if (v->label >= 0 || v->pred >= 0) snprintf(lab, sizeof lab, "  label %d, pred %d", v->label, v->pred);
+    if (v->label >= 0 || v->pred >= 0) {
+        char ln[80] = "", pn[80] = "";
+        if (v->label_name[0]) snprintf(ln, sizeof ln, " (%s)", v->label_name);
+        if (v->pred_name[0]) snprintf(pn, sizeof pn, " (%s)", v->pred_name);
+        snprintf(lab, sizeof lab, "  label %d%s, pred %d%s", v->label, ln, v->pred, pn);
+    }
     if (v->live) snprintf(live, sizeof live, "  |  live: %ld images%s", v->n_images, v->follow ? ", following" : "");
     else snprintf(live, sizeof live, "  |  %s", v->complete ? "complete" : "interrupted run");
     char mech[96];

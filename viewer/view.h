@@ -110,6 +110,7 @@ typedef struct {
     /* image info of the current image */
     char image_path[1024];
     int label, pred;
+    char label_name[64], pred_name[64];  /* ImageFolder class names, or empty */
     /* memory */
     view_cache *cache;
     double *scratch;         /* doubles for the values of one frame */
