@@ -245,6 +245,7 @@ void view_close(view *v) {
     for (int i = 0; i < VIEW_MAX_PANELS; i++) free(v->panel_mem[i]);
     free(v->rgb);
     free(v->rollout);
+    free(v->rollout_maps);
     free(v->rollout_rows);
     free(v->sim);
     free(v->als);
@@ -315,8 +316,10 @@ static as_status ensure_rollout(view *v, as_error *err) {
                        "--layers all --query-rows all");
     size_t TT = (size_t)T * T;
     if (v->rollout_image != v->image) {
+        /* kept between images: 22 MB for ViT-B, whose fresh pages would cost a few ms each time */
         if (!v->rollout) v->rollout = malloc((size_t)L * TT * sizeof *v->rollout);
-        float *buf = malloc((size_t)L * H * TT * sizeof *buf);
+        if (!v->rollout_maps) v->rollout_maps = malloc((size_t)L * H * TT * sizeof *v->rollout_maps);
+        float *buf = v->rollout_maps;
         int *idx = malloc(TT * sizeof *idx);
         const float *layers[VIT_MAX_DEPTH];
         as_status rc = v->rollout && buf && idx ? AS_OK : as_fail(err, AS_ERR_NOMEM, "out of memory");
@@ -331,7 +334,6 @@ static as_status ensure_rollout(view *v, as_error *err) {
             v->rollout_image = v->image;
             v->rollout_query = -1;
         }
-        free(buf);
         free(idx);
         if (rc != AS_OK) return rc;
     }

@@ -119,6 +119,7 @@ typedef struct {
     long rgb_image;
     int rgb_size;
     double *rollout;         /* (L, T, T) fused + identity maps of rollout_image */
+    float *rollout_maps;     /* (L, H, T, T) the maps they come from */
     long rollout_image;
     int n_maps;              /* datasets present in some layer */
     int maps[VIEW_N_MAPS];   /* their view_map_name indices */
