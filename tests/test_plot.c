@@ -12,9 +12,9 @@
 #include "../io/image.h"
 #include "../plot/figures.h"
 #include "../plot/plot.h"
+#include "analysed.h"
 #include "check.h"
 
-static const char *fixtures(void) { return getenv("FIXTURES") ? getenv("FIXTURES") : "tests/fixtures"; }
 
 static void test_basics(void) {
     plot_color c = plot_cmap_color(PLOT_CMAP_VIRIDIS, 0);
@@ -137,18 +137,6 @@ static int file_has(const char *path, const char *needle, const unsigned char *m
     return ok;
 }
 
-static void analysed_copy(const char *model, const char *dst) {
-    char src[512];
-    snprintf(src, sizeof src, "%s/analysis/%s.h5", fixtures(), model);
-    CHECK(check_copy_file(src, dst), "copy %s", src);
-    analysis_opts o;
-    analysis_opts_default(&o);
-    o.quiet = 1;
-    o.threads = 1;
-    analysis_report rep;
-    as_error err = {0};
-    CHECK(analysis_run(dst, NULL, &o, &rep, &err) == AS_OK, "analyse %s: %s", dst, err.msg);
-}
 
 static void test_recipes(void) {
     char a[512], b[512], bare[512], src[512];

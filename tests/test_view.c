@@ -18,25 +18,13 @@
 #include "../cli/cli.h"
 #include "../core/rng.h"
 #include "../viewer/view.h"
+#include "analysed.h"
 #include "check.h"
 
 #define W 1200
 #define H 760
 
-static const char *fixtures(void) { return getenv("FIXTURES") ? getenv("FIXTURES") : "tests/fixtures"; }
 
-static void analysed_copy(const char *name, const char *dst) {
-    char src[512];
-    snprintf(src, sizeof src, "%s/analysis/%s.h5", fixtures(), name);
-    CHECK(check_copy_file(src, dst), "copy %s", src);
-    analysis_opts o;
-    analysis_opts_default(&o);
-    o.quiet = 1;
-    o.threads = 1;
-    analysis_report rep;
-    as_error err = {0};
-    CHECK(analysis_run(dst, NULL, &o, &rep, &err) == AS_OK, "analyse %s: %s", dst, err.msg);
-}
 
 static cairo_surface_t *surface(void) { return cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H); }
 
