@@ -111,16 +111,8 @@ int cmd_view(int argc, char **argv) {
     if (opacity >= 0) vw.opacity = opacity;
     vw.log_scale = log_scale;
     vw.norm = global ? VIEW_NORM_GLOBAL : VIEW_NORM_MAP;
-    if (m == VIEW_MODE_SIMILARITY && !vw.sim) {
-        fprintf(stderr, "attnscope view: %s has no similarity results: run attnscope analyze %s "
-                "--metrics similarity\n", argv[optind], argv[optind]);
-        rc = 1;
-        goto done;
-    }
-    if (m == VIEW_MODE_ALS && !vw.als) {
-        fprintf(stderr, "attnscope view: %s has no ALS results: run attnscope analyze %s --metrics "
-                "als\n", argv[optind], argv[optind]);
-        rc = 1;
+    if (view_mode_missing(&vw, (view_mode)m, &err)) {
+        rc = cli_error(&err);
         goto done;
     }
     vw.mode = (view_mode)m;

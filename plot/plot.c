@@ -69,6 +69,18 @@ struct plot_figure {
     char path[1024], tmp[1100];
 };
 
+/* Files are written under PATH.tmpPID and renamed into place only once complete. */
+static void tmp_name(char *out, size_t n, const char *path) {
+    snprintf(out, n, "%s.tmp%ld", path, (long)getpid());
+}
+
+static as_status move_into_place(const char *tmp, const char *path, const char *what, as_error *err) {
+    if (rename(tmp, path) == 0) return AS_OK;
+    int e = errno;
+    remove(tmp);
+    return as_fail(err, AS_ERR_IO, "%s: cannot move the %s into place (%s)", path, what, strerror(e));
+}
+
 as_status plot_figure_begin(plot_figure **out, const char *path, double width, double height,
                             double dpi, as_error *err) {
     *out = NULL;
@@ -89,7 +101,7 @@ as_status plot_figure_begin(plot_figure **out, const char *path, double width, d
     f->h = height;
     f->dpi = dpi;
     snprintf(f->path, sizeof f->path, "%s", path);
-    snprintf(f->tmp, sizeof f->tmp, "%s.tmp%ld", path, (long)getpid());
+    tmp_name(f->tmp, sizeof f->tmp, path);
     if (k == KIND_PDF) {
         f->surface = cairo_pdf_surface_create(f->tmp, width, height);
         cairo_pdf_surface_set_metadata(f->surface, CAIRO_PDF_METADATA_CREATOR, "attnscope");
@@ -128,7 +140,7 @@ plot_figure *plot_figure_wrap(cairo_t *cr, double width, double height) {
 
 as_status plot_write_png(cairo_surface_t *s, const char *path, as_error *err) {
     char tmp[1100];
-    snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
+    tmp_name(tmp, sizeof tmp, path);
     cairo_surface_flush(s);
     cairo_status_t st = cairo_surface_status(s);
     if (st == CAIRO_STATUS_SUCCESS) st = cairo_surface_write_to_png(s, tmp);
@@ -137,12 +149,7 @@ as_status plot_write_png(cairo_surface_t *s, const char *path, as_error *err) {
         return as_fail(err, AS_ERR_IO, "%s: writing the PNG failed (%s): check the folder exists, "
                        "is writable and has space", path, cairo_status_to_string(st));
     }
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        remove(tmp);
-        return as_fail(err, AS_ERR_IO, "%s: cannot move the PNG into place (%s)", path, strerror(e));
-    }
-    return AS_OK;
+    return move_into_place(tmp, path, "PNG", err);
 }
 
 void plot_figure_abort(plot_figure *f) {
@@ -172,8 +179,8 @@ as_status plot_figure_end(plot_figure *f, as_error *err) {
     if (st != CAIRO_STATUS_SUCCESS)
         rc = as_fail(err, AS_ERR_IO, "%s: drawing or writing failed (%s; disk full?)", f->path,
                      cairo_status_to_string(st));
-    else if (rename(f->tmp, f->path) != 0)
-        rc = as_fail(err, AS_ERR_IO, "%s: cannot move the figure into place (%s)", f->path, strerror(errno));
+    else
+        rc = move_into_place(f->tmp, f->path, "figure", err);
     plot_figure_abort(f); /* frees; the temporary is gone (renamed or removed) */
     return rc;
 }

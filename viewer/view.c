@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../analysis/analysis.h"
 
@@ -19,13 +18,10 @@ static const char *const mode_names[VIEW_MODE_COUNT] = {"query", "grid", "depth"
                                                         "pair", "als"};
 _Static_assert(sizeof mode_names / sizeof mode_names[0] == VIEW_MODE_COUNT, "mode names");
 
-const char *view_map_name(int ds) { return ds >= 0 && ds < VIEW_N_MAPS ? map_names[ds] : "?"; }
+/* attn, scores and attn_softmax hold model heads; Refiner's H' expanded and convolved maps do not */
+static const int map_has_model_heads[VIEW_N_MAPS] = {1, 1, 1, 0, 0};
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
+const char *view_map_name(int ds) { return ds >= 0 && ds < VIEW_N_MAPS ? map_names[ds] : "?"; }
 
 /* ---- the map cache ------------------------------------------------------------------------------ */
 
@@ -59,10 +55,16 @@ static void cache_clear(view_cache *c) {
         if (c->s[i].data) cache_drop(c, &c->s[i]);
 }
 
+/* The head id of position hi in map ds (what trace_read_map takes), and its word. */
+static int head_id(const view *v, int ds, int hi) {
+    return map_has_model_heads[ds] ? v->src.tr.heads[hi] : hi;
+}
+static const char *head_word(int ds) { return map_has_model_heads[ds] ? "head" : "map"; }
+
 static const float *map_get(view *v, int ds, long image, int li, int hi, as_error *err) {
     view_cache *c = v->cache;
     int layer = v->src.tr.layers[li];
-    int head = ds < 3 ? v->src.tr.heads[hi] : hi; /* Refiner's H' maps are not model heads */
+    int head = head_id(v, ds, hi);
     cache_slot *free_slot = NULL;
     for (int i = 0; i < CACHE_SLOTS; i++) {
         cache_slot *e = &c->s[i];
@@ -100,7 +102,7 @@ static const float *map_get(view *v, int ds, long image, int li, int hi, as_erro
 /* ---- selection ---------------------------------------------------------------------------------- */
 
 int view_layer(const view *v) { return v->src.tr.layers[v->li]; }
-int view_head(const view *v) { return v->ds < 3 ? v->src.tr.heads[v->hi] : v->hi; }
+int view_head(const view *v) { return head_id(v, v->ds, v->hi); }
 
 static int n_heads(const view *v, int li, int ds) { return v->dims[li][ds][0]; }
 static int has_map(const view *v, int li, int ds) { return v->dims[li][ds][0] > 0; }
@@ -253,11 +255,13 @@ void view_close(view *v) {
     memset(v, 0, sizeof *v);
 }
 
-static int layer_pos(const view *v, int layer) {
-    for (int i = 0; i < v->src.tr.n_layers; i++)
-        if (v->src.tr.layers[i] == layer) return i;
+static int index_in(const int *v, int n, int x) {
+    for (int i = 0; i < n; i++)
+        if (v[i] == x) return i;
     return -1;
 }
+static int layer_pos(const view *v, int layer) { return index_in(v->src.tr.layers, v->src.tr.n_layers, layer); }
+static int head_pos(const view *v, int head) { return index_in(v->src.tr.heads, v->src.tr.n_heads, head); }
 
 as_status view_select(view *v, long image, int layer, int head, int query, as_error *err) {
     const trace_reader *r = &v->src.tr;
@@ -275,9 +279,7 @@ as_status view_select(view *v, long image, int layer, int head, int query, as_er
         v->li = li;
     }
     if (head >= 0) {
-        int hi = -1;
-        for (int i = 0; i < r->n_heads; i++)
-            if (r->heads[i] == head) hi = i;
+        int hi = head_pos(v, head);
         if (hi < 0) return as_fail(err, AS_ERR_ARG, "%s: --head %d was not recorded", r->path, head);
         v->hi = hi;
     }
@@ -306,14 +308,20 @@ static as_status ensure_rgb(view *v, as_error *err) {
     return AS_OK;
 }
 
+/* Why rollout cannot run on this trace, or NULL when it can. */
+static const char *rollout_refusal(const view *v) {
+    const trace_reader *r = &v->src.tr;
+    return r->n_layers != r->cfg.depth || r->q_rows != r->num_tokens
+               ? "rollout multiplies every layer's full map: record with --layers all --query-rows all"
+               : NULL;
+}
+
 /* Rollout from the query through every layer: the rollout metric's arithmetic (mean fusion,
  * no discard, identity added), started from a one-hot query row instead of the class token. */
 static as_status ensure_rollout(view *v, as_error *err) {
     const trace_reader *r = &v->src.tr;
     int T = r->num_tokens, L = r->n_layers, H = r->n_heads;
-    if (L != r->cfg.depth || r->q_rows != T)
-        return as_fail(err, AS_ERR_ARG, "rollout multiplies every layer's full map: record with "
-                       "--layers all --query-rows all");
+    if (rollout_refusal(v)) return as_fail(err, AS_ERR_ARG, "%s", rollout_refusal(v));
     size_t TT = (size_t)T * T;
     if (v->rollout_image != v->image) {
         /* kept between images: 22 MB for ViT-B, whose fresh pages would cost a few ms each time */
@@ -367,14 +375,15 @@ static as_status patch_values(view *v, int ds, int li, int hi, double *out, as_e
 }
 
 /* The colour range of a panel: raw min/max, or log10 over four decades below the maximum. */
-typedef struct { double lo, hi; int log; } vscale;
+typedef struct { double lo, hi; int log; double floor; } vscale; /* floor = 10^lo when log */
 
 static vscale scale_make(view *v, double lo, double hi) {
-    vscale s = {lo, hi, 0};
+    vscale s = {lo, hi, 0, 0};
     if (v->log_scale) {
         if (hi > 0 && lo >= 0) {
             double floor_ = fmax(lo, hi * 1e-4);
-            s = (vscale){log10(floor_), log10(hi), 1};
+            s = (vscale){log10(floor_), log10(hi), 1, 0};
+            s.floor = pow(10, s.lo);
         } else {
             note(v, "log scale needs non-negative values (these maps reach %.3g): showing linear", lo);
         }
@@ -383,7 +392,7 @@ static vscale scale_make(view *v, double lo, double hi) {
     return s;
 }
 
-static double scale_apply(vscale s, double x) { return s.log ? log10(fmax(x, pow(10, s.lo))) : x; }
+static double scale_apply(vscale s, double x) { return s.log ? log10(fmax(x, s.floor)) : x; }
 
 /* ---- drawing ------------------------------------------------------------------------------------ */
 
@@ -429,23 +438,41 @@ static void outline(cairo_t *cr, double x, double y, double w, double h, double 
     cairo_stroke(cr);
 }
 
-/* The image with `vals` (g x g, raw) over it. */
-static void draw_image_panel(view *v, plot_figure *f, double x, double y, double side, int li,
-                             int head, int ds, vscale s, const char *title, int cbar) {
+/* A white frame round the hovered cell, when the pointer is over panel i. */
+static void outline_hover(const view *v, plot_figure *f, int i, double lw) {
+    if (v->hover_panel != i || v->hover_row < 0) return;
+    const view_panel *p = &v->panels[i];
+    double cw = p->w / p->cols, ch = p->h / p->rows;
+    outline(plot_cairo(f), p->x + cw * v->hover_col, p->y + ch * v->hover_row, cw, ch, 1, 1, 1, lw);
+}
+
+/* Panel i (an image panel): the image, its values scaled by s over it, the patch grid with
+ * the query's patch. */
+static void paint_overlay(view *v, plot_figure *f, int i, vscale s) {
+    const view_panel *pn = &v->panels[i];
     int g = grid_of(v), p = prefix_of(v);
-    view_panel *pn = panel_add(v, VIEW_PANEL_IMAGE, x, y, side, side, g, g, li, head, ds, s);
-    if (!pn) return;
     double tv[4096];
     for (int j = 0; j < g * g && j < 4096; j++) tv[j] = scale_apply(s, pn->values[j]);
-    plot_axes a = {.x = x, .y = y, .w = side, .h = side};
+    plot_axes a = {.x = pn->x, .y = pn->y, .w = pn->w, .h = pn->h};
     plot_image(f, &a, v->rgb, v->rgb_size, v->rgb_size);
     plot_overlay(f, &a, tv, g, s.lo, s.hi, v->cmap, v->opacity);
     plot_patch_grid(f, &a, g, v->query >= p ? v->query - p : -1);
-    if (v->hover_panel == v->n_panels - 1 && v->hover_row >= 0)
-        outline(plot_cairo(f), x + side * v->hover_col / g, y + side * v->hover_row / g, side / g,
-                side / g, 1, 1, 1, 0.8);
+}
+
+static const char *overlay_label(const view *v, int ds) {
+    return v->row == VIEW_ROW_ROLLOUT ? "rollout weight" : map_names[ds];
+}
+
+/* The image with the next panel's values (frame_alloc'ed, g x g, raw) over it. */
+static void draw_image_panel(view *v, plot_figure *f, double x, double y, double side, int li,
+                             int head, int ds, vscale s, const char *title, int cbar) {
+    int g = grid_of(v);
+    if (!panel_add(v, VIEW_PANEL_IMAGE, x, y, side, side, g, g, li, head, ds, s)) return;
+    paint_overlay(v, f, v->n_panels - 1, s);
+    outline_hover(v, f, v->n_panels - 1, 0.8);
     if (title) plot_text(f, x + side / 2, y - 3, 6.5, 0.5, title);
-    if (cbar) colorbar_add(v, f, &a, s, v->row == VIEW_ROW_ROLLOUT ? "rollout weight" : map_names[ds]);
+    plot_axes a = {.x = x, .y = y, .w = side, .h = side};
+    if (cbar) colorbar_add(v, f, &a, s, overlay_label(v, ds));
 }
 
 /* One head's full map (Q x T) with the query row outlined. */
@@ -468,7 +495,7 @@ static void draw_map_panel(view *v, plot_figure *f, plot_axes a, int li, int hi,
         a.ycat = 1;
         a.ystep = 1;
     }
-    panel_add(v, VIEW_PANEL_MAP, a.x, a.y, a.w, a.h, Q, T, li, ds < 3 ? v->src.tr.heads[hi] : hi, ds, s);
+    panel_add(v, VIEW_PANEL_MAP, a.x, a.y, a.w, a.h, Q, T, li, head_id(v, ds, hi), ds, s);
     plot_heatmap(f, &a, tv, Q, T, s.lo, s.hi, v->cmap);
     free(tv);
     plot_axes_draw(f, &a, title, "key token", "query token");
@@ -489,10 +516,7 @@ static void draw_map_panel(view *v, plot_figure *f, plot_axes a, int li, int hi,
         double y0 = plot_y(&a, v->query - 0.5), y1 = plot_y(&a, v->query + 0.5);
         outline(cr, a.x - 1, y0, a.w + 2, y1 - y0, 1, 0.15, 0.1, 0.9);
     }
-    if (v->hover_panel == v->n_panels - 1 && v->hover_row >= 0) {
-        double x0 = plot_x(&a, v->hover_col - 0.5), y0 = plot_y(&a, v->hover_row - 0.5);
-        outline(cr, x0, y0, plot_x(&a, v->hover_col + 0.5) - x0, plot_y(&a, v->hover_row + 0.5) - y0, 1, 1, 1, 0.6);
-    }
+    outline_hover(v, f, v->n_panels - 1, 0.6);
     if (cbar) { /* a few rows (prefix rows only) still get a readable colour bar */
         plot_axes cb = a;
         cb.h = fmax(a.h, 100);
@@ -536,6 +560,14 @@ static as_status global_patch_range(view *v, int ds, int li, double *lo, double 
     return AS_OK;
 }
 
+/* Widens [lo, hi] to the values of A (n floats). */
+static void widen_range(const float *A, size_t n, double *lo, double *hi) {
+    for (size_t i = 0; i < n; i++) {
+        *lo = fmin(*lo, A[i]);
+        *hi = fmax(*hi, A[i]);
+    }
+}
+
 static as_status global_map_range(view *v, int ds, int li, double *lo, double *hi, as_error *err) {
     *lo = INFINITY;
     *hi = -INFINITY;
@@ -543,10 +575,7 @@ static as_status global_map_range(view *v, int ds, int li, double *lo, double *h
     for (int k = 0; k < n_heads(v, li, ds); k++) {
         const float *A = map_get(v, ds, v->image, li, k, err);
         if (!A) return err->status;
-        for (size_t i = 0; i < n; i++) {
-            *lo = fmin(*lo, A[i]);
-            *hi = fmax(*hi, A[i]);
-        }
+        widen_range(A, n, lo, hi);
     }
     return AS_OK;
 }
@@ -566,7 +595,7 @@ static as_status draw_query_column(view *v, plot_figure *f, double x0, double w,
     query_name(v, v->query, q, sizeof q);
     int head = view_head(v);
     if (v->row == VIEW_ROW_ROLLOUT) snprintf(title, sizeof title, "rollout from the %s through layer %d", q, v->src.tr.layers[li]);
-    else snprintf(title, sizeof title, "layer %d, %s %d: %s", v->src.tr.layers[li], ds >= 3 ? "map" : "head", head, q);
+    else snprintf(title, sizeof title, "layer %d, %s %d: %s", v->src.tr.layers[li], head_word(ds), head, q);
     draw_image_panel(v, f, x0 + 4, top + 12, side, li, head, ds, scale_make(v, lo, hi_), title, 1);
     /* the full map */
     const float *A = map_get(v, ds, v->image, li, hi, err);
@@ -578,18 +607,12 @@ static as_status draw_query_column(view *v, plot_figure *f, double x0, double w,
     if (Q == T) mw = mh = fmin(mw, mh);
     else mh = Q * fmin(mh / Q, fmax(mw / T, 14.0)); /* prefix rows only: short rows, at least 14 pt */
     if (mw < 20 || mh < 8) return AS_OK; /* the window is too small for it */
-    double mlo, mhi = 0;
-    size_t n = (size_t)Q * T;
-    mlo = INFINITY;
-    mhi = -INFINITY;
-    for (size_t i = 0; i < n; i++) {
-        mlo = fmin(mlo, A[i]);
-        mhi = fmax(mhi, A[i]);
-    }
+    double mlo = INFINITY, mhi = -INFINITY;
+    widen_range(A, (size_t)Q * T, &mlo, &mhi);
     if (v->norm == VIEW_NORM_GLOBAL && global_map_range(v, ds, li, &mlo, &mhi, err) != AS_OK) return err->status;
     plot_axes a = {.x = mx, .y = my, .w = mw, .h = mh};
     char mt[128];
-    snprintf(mt, sizeof mt, "%s of %s %d (%d x %d)", map_names[ds], ds >= 3 ? "map" : "head", head, Q, T);
+    snprintf(mt, sizeof mt, "%s of %s %d (%d x %d)", map_names[ds], head_word(ds), head, Q, T);
     draw_map_panel(v, f, a, li, hi, ds, A, scale_make(v, mlo, mhi), mt, 1);
     return AS_OK;
 }
@@ -611,48 +634,32 @@ static as_status draw_multiples(view *v, plot_figure *f, double x0, double y0, d
     double side = best - 6;
     if (side < 8) return as_fail(err, AS_ERR_ARG, "the window is too small for %d panels", n);
     double lo = INFINITY, hi = -INFINITY;
-    double *vals[1024];
-    for (int k = 0; k < n && k < 1024; k++) {
+    int ds = by_layer ? 0 : v->ds, g = grid_of(v);
+    /* every panel's values and raw range first: a global scale needs them all before drawing */
+    for (int k = 0; k < n; k++) {
         double a, b;
-        int ds = by_layer ? 0 : v->ds;
-        if (!has_map(v, by_layer ? k : v->li, ds)) {
-            vals[k] = NULL;
-            continue;
-        }
-        /* frame_alloc hands out the next panel's memory: register each panel right after */
-        vals[k] = overlay_values(v, ds, by_layer ? k : v->li, by_layer ? v->hi : k, &a, &b, err);
-        if (!vals[k]) return err->status;
+        if (!has_map(v, by_layer ? k : v->li, ds)) continue;
+        /* frame_alloc hands out the next panel's memory: register the panel right after */
+        if (!overlay_values(v, ds, by_layer ? k : v->li, by_layer ? v->hi : k, &a, &b, err)) return err->status;
         lo = fmin(lo, a);
         hi = fmax(hi, b);
         double px = x0 + (k % best_c) * best, py = y0 + (k / best_c) * (best + 11) + 10;
-        char t[64];
-        int head = by_layer ? view_head(v) : (ds < 3 ? v->src.tr.heads[k] : k);
-        if (by_layer) snprintf(t, sizeof t, "layer %d", v->src.tr.layers[k]);
-        else snprintf(t, sizeof t, "%s %d", ds >= 3 ? "map" : "head", head);
-        /* drawn below once the shared range is known; register geometry now */
-        view_panel *pn = panel_add(v, VIEW_PANEL_IMAGE, px, py, side, side, grid_of(v), grid_of(v),
-                                   by_layer ? k : v->li, head, ds, (vscale){a, b, 0});
-        (void)pn;
-        (void)t;
+        int head = by_layer ? view_head(v) : head_id(v, ds, k);
+        panel_add(v, VIEW_PANEL_IMAGE, px, py, side, side, g, g, by_layer ? k : v->li, head, ds,
+                  (vscale){a, b, 0, 0});
     }
     int global = v->norm == VIEW_NORM_GLOBAL;
     vscale shared = scale_make(v, lo, hi);
-    int g = grid_of(v), p = prefix_of(v);
     for (int i = 0; i < v->n_panels; i++) {
         view_panel *pn = &v->panels[i];
         vscale s = global ? shared : scale_make(v, pn->lo, pn->hi);
         pn->lo = s.lo;
         pn->hi = s.hi;
-        double tv[4096];
-        for (int j = 0; j < g * g; j++) tv[j] = scale_apply(s, pn->values[j]);
-        plot_axes a = {.x = pn->x, .y = pn->y, .w = pn->w, .h = pn->h};
-        plot_image(f, &a, v->rgb, v->rgb_size, v->rgb_size);
-        plot_overlay(f, &a, tv, g, s.lo, s.hi, v->cmap, v->opacity);
-        plot_patch_grid(f, &a, g, v->query >= p ? v->query - p : -1);
+        paint_overlay(v, f, i, s);
         char t[64];
         int cur = by_layer ? layer_pos(v, pn->layer) == v->li : pn->head == view_head(v);
         if (by_layer) snprintf(t, sizeof t, "layer %d", pn->layer);
-        else snprintf(t, sizeof t, "%s %d", pn->ds >= 3 ? "map" : "head", pn->head);
+        else snprintf(t, sizeof t, "%s %d", head_word(pn->ds), pn->head);
         plot_text(f, pn->x + side / 2, pn->y - 2.5, 6.5, 0.5, t);
         if (cur) outline(plot_cairo(f), pn->x - 1.5, pn->y - 1.5, side + 3, side + 3, 0.1, 0.45, 0.9, 1.2);
         if (v->hover_panel == i)
@@ -662,7 +669,7 @@ static as_status draw_multiples(view *v, plot_figure *f, double x0, double y0, d
         int last = v->n_panels - 1;
         plot_axes a = {.x = x0 + best_c * best - 2, .y = v->panels[0].y,
                        .w = 0, .h = fmin(v->panels[last].y + side - v->panels[0].y, 220)};
-        colorbar_add(v, f, &a, shared, v->row == VIEW_ROW_ROLLOUT ? "rollout weight" : map_names[by_layer ? 0 : v->ds]);
+        colorbar_add(v, f, &a, shared, overlay_label(v, ds));
     }
     return AS_OK;
 }
@@ -679,24 +686,28 @@ static as_status draw_results(view *v, plot_figure *f, double top, double bottom
     double *vals = frame_alloc(v, (size_t)rows * cols);
     if (!vals) return as_fail(err, AS_ERR_NOMEM, "out of memory");
     memcpy(vals, m, (size_t)rows * cols * sizeof *vals);
-    panel_add(v, kind, a.x, a.y, a.w, a.h, rows, cols, -1, -1, 0, (vscale){lo, hi, 0});
+    panel_add(v, kind, a.x, a.y, a.w, a.h, rows, cols, -1, -1, 0, (vscale){lo, hi, 0, 0});
     fig_heatmap(f, &a, m, rows, cols, row_ids, col_ids, lo, hi, v->cmap, NULL, xlabel, "layer", cbar);
     plot_text(f, a.x, a.y - 5, 8, 0, title); /* left-aligned: a narrow panel would clip it */
     if (v->n_cbars < 8) {
         v->cbars[v->n_cbars] = (view_colorbar){lo, hi, ""};
         snprintf(v->cbars[v->n_cbars++].label, sizeof v->cbars[0].label, "%s", cbar);
     }
-    if (v->hover_panel == v->n_panels - 1 && v->hover_row >= 0)
-        outline(plot_cairo(f), a.x + a.w * v->hover_col / cols, a.y + a.h * v->hover_row / rows,
-                a.w / cols, a.h / rows, 1, 1, 1, 0.8);
+    outline_hover(v, f, v->n_panels - 1, 0.8);
     plot_text(f, a.x + a.w + 80, a.y + 10, 7, 0, hint);
     return AS_OK;
 }
 
+int view_mode_missing(const view *v, view_mode m, as_error *err) {
+    const char *metric = m == VIEW_MODE_SIMILARITY && !v->sim ? "similarity"
+                       : m == VIEW_MODE_ALS && !v->als ? "als" : NULL;
+    if (metric) as_fail(err, AS_ERR_ARG, "no %s results in this trace: run attnscope analyze %s "
+                        "--metrics %s", metric, v->src.path, metric);
+    return metric != NULL;
+}
+
 static as_status draw_similarity(view *v, plot_figure *f, double top, double bottom, as_error *err) {
-    if (!v->sim)
-        return as_fail(err, AS_ERR_ARG, "no similarity results in this trace: run attnscope analyze "
-                       "%s --metrics similarity", v->src.path);
+    if (view_mode_missing(v, VIEW_MODE_SIMILARITY, err)) return err->status;
     int L = v->sim_n, di = v->definition;
     const double *m = v->sim + (size_t)di * L * L;
     double lo, hi;
@@ -713,9 +724,7 @@ static as_status draw_similarity(view *v, plot_figure *f, double top, double bot
 }
 
 static as_status draw_als(view *v, plot_figure *f, double top, double bottom, as_error *err) {
-    if (!v->als)
-        return as_fail(err, AS_ERR_ARG, "no ALS results in this trace: run attnscope analyze %s "
-                       "--metrics als", v->src.path);
+    if (view_mode_missing(v, VIEW_MODE_ALS, err)) return err->status;
     double lo, hi;
     fig_range(v->als, (size_t)v->als_l * v->als_h, &lo, &hi);
     if (!(hi > lo)) hi = lo + 1e-9;
@@ -814,12 +823,11 @@ static void build_status(view *v) {
     vit_attn_describe(&r->cfg, view_layer(v), mech, sizeof mech);
     snprintf(v->status, sizeof v->status, "image %ld/%ld %s%s  |  layer %d (%s)  |  %s %d  |  query %s%s"
              "%s%s%s", v->image, v->n_images, base, lab, view_layer(v), mech,
-             v->ds >= 3 ? "map" : "head", view_head(v), q, v->query_locked ? " (fixed)" : "",
+             head_word(v->ds), view_head(v), q, v->query_locked ? " (fixed)" : "",
              hv[0] ? "  |  " : "", hv, live);
 }
 
 void view_draw(view *v, cairo_t *cr, double width, double height) {
-    double t0 = now_ms();
     v->width = width;
     v->height = height;
     double Z = v->zoom, U = width / Z, V = height / Z;
@@ -870,11 +878,10 @@ void view_draw(view *v, cairo_t *cr, double width, double height) {
     }
     /* title line */
     const char *base = strrchr(v->src.path, '/');
-    char title[256];
+    char title[1400];
     snprintf(title, sizeof title, "%s  |  %s view  |  %s, %s scale, %s normalisation, opacity %.1f  |  ? help",
              base ? base + 1 : v->src.path, mode_names[v->mode], plot_cmap_name(v->cmap),
              v->log_scale ? "log" : "linear", v->norm == VIEW_NORM_MAP ? "per-map" : "global", v->opacity);
-    snprintf(v->title, sizeof v->title, "%s", title);
     plot_text(f, 6, TITLE_Y, 7, 0, title);
     /* status bar */
     build_status(v);
@@ -891,7 +898,6 @@ void view_draw(view *v, cairo_t *cr, double width, double height) {
     if (v->help) draw_help(v, f, U, V);
     plot_figure_abort(f); /* the wrapper only */
     cairo_restore(cr);
-    v->draw_ms = now_ms() - t0;
 }
 
 /* ---- events ------------------------------------------------------------------------------------- */
@@ -923,10 +929,9 @@ static void set_image(view *v, long image) {
 }
 
 static int step_ds(view *v) {
+    int cur = index_in(v->maps, v->n_maps, v->ds);
+    if (cur < 0) cur = 0;
     for (int k = 1; k <= v->n_maps; k++) {
-        int cur = 0;
-        for (int i = 0; i < v->n_maps; i++)
-            if (v->maps[i] == v->ds) cur = i;
         int ds = v->maps[(cur + k) % v->n_maps];
         if (has_map(v, v->li, ds)) {
             v->ds = ds;
@@ -939,12 +944,9 @@ static int step_ds(view *v) {
 
 static int set_mode(view *v, view_mode m) {
     if (v->mode == m && m != VIEW_MODE_QUERY) m = VIEW_MODE_QUERY; /* the key again goes back */
-    if (m == VIEW_MODE_SIMILARITY && !v->sim) {
-        note(v, "no similarity results: run attnscope analyze %s --metrics similarity", v->src.path);
-        return VIEW_REDRAW;
-    }
-    if (m == VIEW_MODE_ALS && !v->als) {
-        note(v, "no ALS results: run attnscope analyze %s --metrics als", v->src.path);
+    as_error e = {0};
+    if (view_mode_missing(v, m, &e)) {
+        note(v, "%s", e.msg);
         return VIEW_REDRAW;
     }
     v->mode = m;
@@ -957,7 +959,6 @@ static int toggle_row(view *v, view_row r) {
         v->row = VIEW_ROW_QUERY;
         return VIEW_REDRAW;
     }
-    const trace_reader *tr = &v->src.tr;
     if (r == VIEW_ROW_CLASS) {
         if (prefix_of(v) == 0) {
             note(v, "this model has no class token (global average pooling)");
@@ -965,8 +966,8 @@ static int toggle_row(view *v, view_row r) {
         }
         v->query = 0;
     }
-    if (r == VIEW_ROW_ROLLOUT && (tr->n_layers != tr->cfg.depth || tr->q_rows != tr->num_tokens)) {
-        note(v, "rollout multiplies every layer's full map: record with --layers all --query-rows all");
+    if (r == VIEW_ROW_ROLLOUT && rollout_refusal(v)) {
+        note(v, "%s", rollout_refusal(v));
         return VIEW_REDRAW;
     }
     v->row = r;
@@ -1053,9 +1054,7 @@ static int click(view *v, double x, double y) {
         break;
     }
     case VIEW_PANEL_ALS: {
-        int li = layer_pos(v, v->als_layers[row]), hi = -1;
-        for (int k = 0; k < v->src.tr.n_heads; k++)
-            if (v->src.tr.heads[k] == v->als_heads[col]) hi = k;
+        int li = layer_pos(v, v->als_layers[row]), hi = head_pos(v, v->als_heads[col]);
         if (li < 0 || hi < 0) return 0;
         v->li = li;
         v->hi = hi;

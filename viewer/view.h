@@ -106,7 +106,7 @@ typedef struct {
     int n_cbars;
     view_colorbar cbars[8];
     int hover_panel, hover_row, hover_col;
-    char status[1600], title[1400], message[AS_ERROR_MSG_MAX];
+    char status[1600], message[AS_ERROR_MSG_MAX];
     /* image info of the current image */
     char image_path[1024];
     int label, pred;
@@ -123,7 +123,6 @@ typedef struct {
     long rollout_image;
     int n_maps;              /* datasets present in some layer */
     int maps[VIEW_N_MAPS];   /* their view_map_name indices */
-    double draw_ms;          /* the last view_draw's duration */
     double zoom;             /* UI size: plot points per logical point ('+'/'-') */
     long reads;              /* maps read from the file (cache misses) */
     /* private */
@@ -161,6 +160,9 @@ void view_plot_command(const view *v, const char *name, char *out, size_t n);
 as_status view_export(view *v, cairo_surface_t *surface, const char *dir, char *path, size_t pn,
                       char *cmd, size_t cn, as_error *err);
 
+/* Non-zero, with err naming the analyze command, when mode m needs analysis results the trace
+ * lacks (similarity, ALS). */
+int view_mode_missing(const view *v, view_mode m, as_error *err);
 /* The recorded layer (model index) and head (dataset head id) of the selection. */
 int view_layer(const view *v);
 int view_head(const view *v);
