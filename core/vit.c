@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "attn_ops.h"
 #include "resample.h"
 
 static float *rec_layer(float **arr, int l) { return arr ? arr[l] : NULL; }
@@ -126,6 +127,21 @@ size_t vit_tensor_numel(const vit_tensor_spec *s) {
     return n;
 }
 
+/* Widest projection row (W of acts->qkv) and most mechanism maps of any block. */
+static void widths(const vit_config *c, size_t *W, size_t *E) {
+    const size_t D = (size_t)c->embed_dim;
+    *W = 3 * D;
+    *E = 0;
+    for (int l = 0; l < c->depth; l++) {
+        const vit_attn *at = &c->attn[l];
+        if (at->kind == VIT_ATTN_LMSA && 2 * (size_t)at->qk_dim + D > *W) *W = 2 * (size_t)at->qk_dim + D;
+        for (int i = 0; i < VIT_MAX_EXTRAS; i++) {
+            vit_extra x;
+            if (vit_extra_info(c, l, i, &x) && (size_t)x.heads > *E) *E = (size_t)x.heads;
+        }
+    }
+}
+
 /* Rounds every view up to 64 bytes so that each starts on a cache line. */
 static size_t carve(char *base, size_t *off, size_t nfloats, float **view) {
     size_t bytes = (nfloats * sizeof(float) + 63) & ~(size_t)63;
@@ -143,19 +159,15 @@ size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a) {
     char *p = base;
     vit_acts tmp;
     vit_acts *v = a ? a : &tmp;
-    if (base) v->B = B;
+    if (base) {
+        v->B = B;
+        v->tape = NULL;
+    }
     carve(p, &off, b * Np * K, &v->patches);
     carve(p, &off, b * T * D, &v->x);
     carve(p, &off, b * T * D, &v->xn);
-    size_t W = 3 * D, E = 0;
-    for (int l = 0; l < c->depth; l++) {
-        const vit_attn *at = &c->attn[l];
-        if (at->kind == VIT_ATTN_LMSA && 2 * (size_t)at->qk_dim + D > W) W = 2 * (size_t)at->qk_dim + D;
-        for (int i = 0; i < VIT_MAX_EXTRAS; i++) {
-            vit_extra x;
-            if (vit_extra_info(c, l, i, &x) && (size_t)x.heads > E) E = (size_t)x.heads;
-        }
-    }
+    size_t W, E;
+    widths(c, &W, &E);
     carve(p, &off, b * T * W, &v->qkv);
     carve(p, &off, b * H * T * T, &v->att);
     const int less = vit_any_attn(c, VIT_ATTN_LESS);
@@ -168,6 +180,40 @@ size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a) {
     carve(p, &off, b * T * (size_t)c->mlp_hidden, &v->hid);
     carve(p, &off, b * 2 * D, &v->pooled);
     carve(p, &off, b * (size_t)(c->num_classes > 0 ? c->num_classes : 1), &v->logits);
+    return off;
+}
+
+size_t vit_tape_carve(const vit_config *c, int B, void *base, vit_tape *t) {
+    const size_t T = (size_t)vit_num_tokens(c), D = (size_t)c->embed_dim, H = (size_t)c->num_heads;
+    const size_t b = (size_t)B, BTD = b * T * D, maps = b * H * T * T;
+    size_t off = 0, W, E;
+    char *p = base;
+    vit_tape tmp;
+    vit_tape *v = t ? t : &tmp;
+    if (base) memset(v, 0, sizeof *v);
+    widths(c, &W, &E);
+    for (int l = 0; l < c->depth; l++) {
+        vit_tape_block *k = &v->blk[l];
+        const vit_attn *at = &c->attn[l];
+        carve(p, &off, BTD, &k->x_in);
+        carve(p, &off, BTD, &k->xn1);
+        carve(p, &off, b * T * W, &k->qkv);
+        carve(p, &off, maps, &k->att);
+        if (at->kind == VIT_ATTN_REFINER) carve(p, &off, maps, &k->soft);
+        for (int i = 0; i < VIT_MAX_EXTRAS; i++) {
+            vit_extra x;
+            if (vit_extra_info(c, l, i, &x)) carve(p, &off, b * (size_t)x.heads * T * T, &k->ext[i]);
+        }
+        if (at->kind == VIT_ATTN_LESS || (l + 1 < c->depth && c->attn[l + 1].kind == VIT_ATTN_LESS))
+            carve(p, &off, maps, &k->keep);
+        carve(p, &off, BTD, &k->ao);
+        carve(p, &off, BTD, &k->x_mid);
+        carve(p, &off, BTD, &k->xn2);
+        carve(p, &off, b * T * (size_t)c->mlp_hidden, &k->hpre);
+        carve(p, &off, b * T * (size_t)c->mlp_hidden, &k->hid);
+    }
+    carve(p, &off, BTD, &v->x_final);
+    carve(p, &off, b * 2 * D, &v->pool_pre);
     return off;
 }
 
@@ -225,7 +271,7 @@ static const float *head_at(const head_view *v, int T, int b, int h) {
 /* bias (T, T) of head h: a full (H, T, T) table, or a Swin relative ((2M-1)^2, H) table for
  * an M x M window: entry (i, j) is table[idx * H + h] with
  * idx = (yi - yj + M - 1) * (2M - 1) + (xi - xj + M - 1), Swin's relative_position_index. */
-static void add_bias(float *A, const float *bias, vit_bias_kind kind, int H, int h, int T, int M) {
+void vit_add_bias(float *A, const float *bias, vit_bias_kind kind, int H, int h, int T, int M) {
     if (kind == VIT_BIAS_FULL) {
         const float *bh = bias + (size_t)h * T * T;
         for (size_t i = 0; i < (size_t)T * T; i++) A[i] += bh[i];
@@ -246,7 +292,7 @@ static void add_bias(float *A, const float *bias, vit_bias_kind kind, int H, int
  * key rows of the grid more than r away are masked whole, the others outside [qx - r, qx + r].
  * Prefix tokens' rows and columns are never masked (the class token aggregates globally; a
  * covering mask equals no mask). alpha is read in soft mode only. */
-static void mait_apply(float *A, const vit_attn *at, const float *alpha, int h, int T, int prefix,
+void vit_mait_apply(float *A, const vit_attn *at, const float *alpha, int h, int T, int prefix,
                        int G) {
     const int r = at->mask_size[h] / 2;
     const int neg = at->mask_mode == VIT_MASK_NEG_INF;
@@ -305,6 +351,7 @@ typedef struct {
     float *scores, *q_out, *k_out, *extra[VIT_MAX_EXTRAS]; /* records, or NULL */
     const float *prev;     /* less-attention: the previous block's scores */
     float *keep;           /* scores for the next less-attention block, or NULL */
+    float *soft;           /* Refiner in training: the softmax maps before refinement, or NULL */
     float *ao;             /* (n, T, D) output before proj */
 } attn_job;
 
@@ -331,9 +378,9 @@ static void attn_head(const attn_job *j, const vit_config *c, int l, const vit_b
                     q, j->q.ld, k, j->k.ld, 0.0f, A, T);
         if (dyn)
             for (size_t i = 0; i < TT; i++) A[i] *= bp->ds[i];
-        if (at->kind == VIT_ATTN_LSLA) add_bias(A, bp->inner_bias, at->inner_bias, H, h, T, j->G);
+        if (at->kind == VIT_ATTN_LSLA) vit_add_bias(A, bp->inner_bias, at->inner_bias, H, h, T, j->G);
         if (at->kind == VIT_ATTN_MAIT && h < VIT_MAX_MASK_HEADS && at->mask_size[h])
-            mait_apply(A, at, bp->mask_alpha, h, T, j->prefix, j->G);
+            vit_mait_apply(A, at, bp->mask_alpha, h, T, j->prefix, j->G);
         if (j->keep) memcpy(j->keep + bh * TT, A, TT * sizeof(float));
         for (int t = 0; t < T && (j->q_out || j->k_out); t++) {
             if (j->q_out) memcpy(j->q_out + (bh * T + t) * dq, q + (size_t)t * j->q.ld, (size_t)dq * sizeof(float));
@@ -344,7 +391,7 @@ static void attn_head(const attn_job *j, const vit_config *c, int l, const vit_b
     kernels_softmax_rows(A, T, T);
     if (at->kind == VIT_ATTN_LSLA) {
         if (j->extra[0]) memcpy(j->extra[0] + bh * TT, A, TT * sizeof(float));
-        add_bias(A, bp->outer_bias, at->outer_bias, H, h, T, j->G);
+        vit_add_bias(A, bp->outer_bias, at->outer_bias, H, h, T, j->G);
     }
 }
 
@@ -404,7 +451,7 @@ static void attention(const vit_config *c, int l, const vit_block_params *bp, vi
     for (int i = 0; i < VIT_MAX_EXTRAS; i++) {
         float *r = rec_layer(rec->extra[i], l);
         /* Refiner needs its intermediate maps; LSLA's copy is only made when recorded */
-        j.extra[i] = vit_extra_info(c, l, i, NULL) ? (r ? r : refiner ? a->ext[i] : NULL) : NULL;
+        j.extra[i] = vit_extra_info(c, l, i, NULL) ? (r ? r : (refiner || a->tape) ? a->ext[i] : NULL) : NULL;
     }
     if (next_is_less || at->kind == VIT_ATTN_LESS) j.keep = a->keep[l & 1];
 #pragma omp parallel for schedule(dynamic, 1)
@@ -414,6 +461,7 @@ static void attention(const vit_config *c, int l, const vit_block_params *bp, vi
     }
     if (!refiner) return;
     const size_t E = (size_t)at->expanded_heads, TT = (size_t)T * T;
+    if (a->tape) memcpy(a->tape->blk[l].soft, j.att, (size_t)n * H * TT * sizeof(float));
 #pragma omp parallel for schedule(dynamic, 1)
     for (int b = 0; b < n; b++)
         refine(j.att + (size_t)b * H * TT, j.extra[0] + (size_t)b * E * TT,
@@ -443,19 +491,44 @@ void vit_forward(const vit_config *c, const vit_params *p, vit_acts *a, const fl
         for (int i = 0; i < T * D; i++) xb[i] += p->pos_embed[i];
     }
 
+    const size_t MD = (size_t)M * D * sizeof(float);
+    assert(!a->tape || rec == &none);
     for (int l = 0; l < c->depth; l++) {
         const vit_block_params *bp = &p->blocks[l];
-        kernels_layernorm(a->xn, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
-        attention(c, l, bp, a, n, rec, l + 1 < c->depth && c->attn[l + 1].kind == VIT_ATTN_LESS);
-        if (bp->proj_w) linear(a->x, a->ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
-        else for (size_t i = 0; i < (size_t)M * D; i++) a->x[i] += a->ao[i];   /* LSLA's NP */
-        kernels_layernorm(a->xn, a->x, bp->norm2_w, bp->norm2_b, M, D, c->ln_eps);
-        linear(a->hid, a->xn, bp->fc1_w, bp->fc1_b, M, Hm, D, 0);
-        kernels_gelu(a->hid, (size_t)M * Hm);
-        linear(a->x, a->hid, bp->fc2_w, bp->fc2_b, M, D, Hm, 1); /* x += fc2(gelu(fc1(xn))) */
+        /* a training forward gives every block its own buffers (the tape) */
+        vit_acts la = *a;
+        float *hpre = a->hid, *xn2 = a->xn;
+        if (a->tape) {
+            const vit_tape_block *t = &a->tape->blk[l];
+            memcpy(t->x_in, a->x, MD);
+            la.xn = t->xn1;
+            la.qkv = t->qkv;
+            la.att = t->att;
+            la.ao = t->ao;
+            for (int i = 0; i < VIT_MAX_EXTRAS; i++) la.ext[i] = t->ext[i];
+            la.keep[l & 1] = t->keep;
+            la.keep[(l + 1) & 1] = l > 0 ? a->tape->blk[l - 1].keep : NULL;
+            hpre = t->hpre;
+            xn2 = t->xn2;
+        }
+        kernels_layernorm(la.xn, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
+        attention(c, l, bp, &la, n, rec, l + 1 < c->depth && c->attn[l + 1].kind == VIT_ATTN_LESS);
+        if (bp->proj_w) linear(a->x, la.ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
+        else for (size_t i = 0; i < (size_t)M * D; i++) a->x[i] += la.ao[i];   /* LSLA's NP */
+        if (a->tape) memcpy(a->tape->blk[l].x_mid, a->x, MD);
+        kernels_layernorm(xn2, a->x, bp->norm2_w, bp->norm2_b, M, D, c->ln_eps);
+        linear(hpre, xn2, bp->fc1_w, bp->fc1_b, M, Hm, D, 0);
+        float *hid = a->hid;
+        if (a->tape) {
+            hid = a->tape->blk[l].hid;
+            memcpy(hid, hpre, (size_t)M * Hm * sizeof(float));
+        }
+        kernels_gelu(hid, (size_t)M * Hm);
+        linear(a->x, hid, bp->fc2_w, bp->fc2_b, M, D, Hm, 1); /* x += fc2(gelu(fc1(xn))) */
         float *tok = rec_layer(rec->tokens, l);
         if (tok) memcpy(tok, a->x, (size_t)M * D * sizeof(float));
     }
+    if (a->tape) memcpy(a->tape->x_final, a->x, MD);
 
     /* head: timm's forward_head. Pool, with the final norm before (norm) or after (fc_norm). */
     const int nout = c->distilled ? 2 : 1;
@@ -472,7 +545,11 @@ void vit_forward(const vit_config *c, const vit_params *p, vit_acts *a, const fl
                 pb[i] = (float)(s / Np);
             }
         }
-        if (c->fc_norm) kernels_layernorm(pb, pb, p->norm_w, p->norm_b, 1, D, c->ln_eps);
+        if (c->fc_norm) {
+            const int rows = c->global_pool == VIT_POOL_TOKEN ? nout : 1;
+            if (a->tape) memcpy(a->tape->pool_pre + (size_t)b * 2 * D, pb, (size_t)rows * D * sizeof(float));
+            kernels_layernorm(pb, pb, p->norm_w, p->norm_b, rows, D, c->ln_eps);
+        }
     }
     const int C = c->num_classes;
     if (C <= 0) return;
@@ -616,14 +693,14 @@ void vit_static_fill(const vit_config *c, const vit_params *p, int l, int i, flo
         zero.mask_mode = VIT_MASK_ZERO;
         for (size_t e = 0; e < count; e++) out[e] = 1.0f;
         for (int h = 0; h < H && h < VIT_MAX_MASK_HEADS; h++)
-            if (at->mask_size[h]) mait_apply(out + (size_t)h * TT, &zero, NULL, h, T, vit_num_prefix(c), G);
+            if (at->mask_size[h]) vit_mait_apply(out + (size_t)h * TT, &zero, NULL, h, T, vit_num_prefix(c), G);
         break;
     }
     default: { /* full (H, T, T) tables of either parametrisation */
         const int inner = v[i].how == STATIC_INNER;
         memset(out, 0, count * sizeof(float));
         for (int h = 0; h < H; h++)
-            add_bias(out + (size_t)h * TT, inner ? bp->inner_bias : bp->outer_bias,
+            vit_add_bias(out + (size_t)h * TT, inner ? bp->inner_bias : bp->outer_bias,
                      inner ? at->inner_bias : at->outer_bias, H, h, T, G);
         break;
     }

@@ -17,6 +17,7 @@
 
 #define VIT_MAX_TENSORS 4096
 #define VIT_TENSOR_NAME_MAX 96
+#define VIT_MAX_EXTRAS 2 /* intermediate maps a mechanism can have (vit_extra_info) */
 
 typedef struct {
     const float *norm1_w, *norm1_b; /* (D) */
@@ -58,6 +59,32 @@ int vit_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, 
 /* Elements of one expected tensor. */
 size_t vit_tensor_numel(const vit_tensor_spec *s);
 
+/* What a training forward keeps per block for the backward pass (core/train.h). Each block's
+ * buffers are its own, so nothing a later block computes overwrites them. */
+typedef struct {
+    float *x_in;    /* (B, T, D) block input */
+    float *xn1;     /* (B, T, D) norm1 output */
+    float *qkv;     /* (B, T, W) projections */
+    float *att;     /* (B, H, T, T) the map that multiplies the values */
+    float *soft;    /* Refiner: (B, H, T, T) the softmax before refinement, else NULL */
+    float *ext[VIT_MAX_EXTRAS]; /* LSLA: [0] the softmax; Refiner: expanded, convolved */
+    float *keep;    /* (B, H, T, T) scores handed to a following less-attention block, or NULL */
+    float *ao;      /* (B, T, D) attention output before proj */
+    float *x_mid;   /* (B, T, D) after the attention residual */
+    float *xn2;     /* (B, T, D) norm2 output */
+    float *hpre;    /* (B, T, Hm) fc1 output before GELU */
+    float *hid;     /* (B, T, Hm) after GELU */
+} vit_tape_block;
+
+typedef struct {
+    vit_tape_block blk[VIT_MAX_DEPTH];
+    float *x_final;  /* (B, T, D) the last block's output, before the final norm */
+    float *pool_pre; /* (B, 2, D) pooled rows before fc_norm (fc_norm configs) */
+} vit_tape;
+
+/* Returns the bytes a tape for B images needs; with base != NULL carves it into *t. */
+size_t vit_tape_carve(const vit_config *c, int B, void *base, vit_tape *t);
+
 /* Activations for up to B images, carved from one buffer. */
 typedef struct {
     int B;
@@ -72,6 +99,7 @@ typedef struct {
     float *hid;     /* (B, T, Hm) MLP hidden */
     float *pooled;  /* (B, 2, D) pooled features (and distillation token) */
     float *logits;  /* (B, C) final logits (distilled: mean of both heads) */
+    vit_tape *tape; /* NULL, or where a training forward keeps every block's activations */
 } vit_acts;
 
 /* Returns the bytes needed for B images; with base != NULL also carves it into *a. base must
@@ -79,7 +107,6 @@ typedef struct {
 size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a);
 
 /* What to record; every pointer may be NULL, and each array has depth entries (NULL skips). */
-#define VIT_MAX_EXTRAS 2
 
 typedef struct {
     float **attn;   /* [l]: (B, H, T, T) the map that multiplies the values (or x) */
@@ -115,7 +142,9 @@ void vit_static_fill(const vit_config *c, const vit_params *p, int l, int i, flo
  * msg when one is wrong. */
 int vit_params_check(const vit_config *c, const vit_params *p, char *msg, size_t n);
 
-/* Runs n <= a->B images: (n, C, S, S) normalised float input; logits land in a->logits. */
+/* Runs n <= a->B images: (n, C, S, S) normalised float input; logits land in a->logits.
+ * With a->tape set (training), every block's activations land in the tape and rec must be
+ * NULL. */
 void vit_forward(const vit_config *c, const vit_params *p, vit_acts *a, const float *images,
                  int n, const vit_record *rec);
 

@@ -1,0 +1,97 @@
+/* train.h: the backward pass of the ViT forward (every layer and mechanism of vit.c), the
+ * training losses, and AdamW with a cosine schedule and gradient clipping. Plain functions over
+ * caller-owned buffers, as vit.h; nothing here allocates.
+ *
+ * Usage (one step; cmd_train.c is the whole loop):
+ *     vit_acts a;  vit_acts_carve(&cfg, B, arena, &a);   a.tape = &tape;   // vit_tape_carve
+ *     vit_grad_ws ws;  vit_grad_ws_carve(&cfg, B, arena2, &ws);
+ *     vit_forward(&cfg, &p, &a, x, n, NULL);                 // keeps every block in the tape
+ *     double loss = vit_loss_ce(a.logits, y, n, C, 0.1f, dlogits, &correct);
+ *     loss += vit_loss_dp(&cfg, &a, n, dp_weight);            // LaViT's term (less blocks)
+ *     memset(grad_flat, 0, ...);                              // backward adds into grads
+ *     vit_backward(&cfg, &p, &g, &a, &ws, dlogits, n, dp_weight);
+ *     float norm = optim_clip(grad_flat, count, 1.0f);
+ *     optim_adamw_step(&opt, w, grad_flat, m, v, decay_mask, count, optim_lr(&sched, step));
+ * g is a vit_params whose pointers point into writable gradient memory laid out like p
+ * (vit_param_specs binds both). */
+#ifndef AS_TRAIN_H
+#define AS_TRAIN_H
+
+#include <stddef.h>
+
+#include "vit.h"
+
+/* Scratch for one backward pass over up to B images. */
+typedef struct {
+    int B;
+    float *dx;      /* (B, T, D) gradient of the residual stream */
+    float *dxn;     /* (B, T, D) gradient of a norm's output */
+    float *xhat;    /* (B, T, D) normalised rows (LayerNorm weight gradients) */
+    float *dqkv;    /* (B, T, W) gradient of the projections, laid out as the tape's qkv */
+    float *dao;     /* (B, T, D) */
+    float *dhid;    /* (B, T, Hm) */
+    float *dA, *dS, *dX;  /* (B, max(H, H'), T, T) map gradients and scratch */
+    float *dY;            /* (B, H, T, T) LSLA: the gradient of q x^T */
+    float *dkeep[2];      /* (B, H, T, T) gradient of scores handed to a less-attention block */
+    float *dext[VIT_MAX_EXTRAS]; /* Refiner: (B, H', T, T) expanded and convolved gradients */
+    float *part;    /* (B, P) per-image partial gradients of the small mechanism tensors */
+    double *scal;   /* (B * H) per-(image, head) partial sums (MaiT soft alpha) */
+    float *dpool;   /* (B, 2, D) */
+} vit_grad_ws;
+
+size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws);
+
+/* Mean cross-entropy of n rows of C logits against labels with label smoothing eps (targets
+ * (1 - eps) on the label plus eps / C everywhere, as torch's label_smoothing). Writes
+ * dlogits = d(mean loss)/d(logits) (n, C) when not NULL and the number of rows whose argmax
+ * is the label to *correct when not NULL. Sums in double. */
+double vit_loss_ce(const float *logits, const int *labels, int n, int C, float eps,
+                   float *dlogits, int *correct);
+
+/* LaViT's diagonality-preserving term over the attention maps A (softmax) of every
+ * less-attention block of the last training forward (a->tape):
+ *     weight / (blocks * n * H * T) * sum_{blocks, images, heads}
+ *         ( sum_{i,j} |A_ij - A_ji|  -  sum_i ((T - 1) A_ii - sum_{j != i} A_ij) )
+ * i.e. symmetry minus diagonality (docs/training.md). 0 without less-attention blocks. */
+double vit_loss_dp(const vit_config *c, const vit_acts *a, int n, float weight);
+
+/* Adds the gradients of (mean CE with dlogits given) + vit_loss_dp(weight) for the n images
+ * of the last training forward into g. The result does not depend on the thread count beyond
+ * BLAS's own rounding: every reduction over images runs in image order. */
+void vit_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
+                  vit_grad_ws *ws, const float *dlogits, int n, float dp_weight);
+
+/* LayerNorm backward (exposed for the tests): dx += d/dx of out = LN(x) * w + b given dy;
+ * dw += sum_r dy * xhat, db += sum_r dy. xhat: (n, d) scratch. */
+void vit_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
+                            const float *w, float *xhat, int n, int d, float eps);
+
+/* ---- optimisation ---- */
+
+/* AdamW (Loshchilov & Hutter; torch.optim.AdamW): m = b1 m + (1 - b1) g,
+ * v = b2 v + (1 - b2) g^2, w -= lr * wd * w (decoupled, only where decay[i]) and
+ * w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps). t counts from 1. */
+typedef struct {
+    float beta1, beta2, eps, weight_decay;
+    long step; /* steps taken */
+} optim_adamw;
+
+void optim_adamw_step(optim_adamw *o, float *w, const float *g, float *m, float *v,
+                      const unsigned char *decay, size_t n, float lr);
+
+/* Scales g so that its global L2 norm is at most max_norm (no change when max_norm <= 0);
+ * returns the norm before clipping (torch.nn.utils.clip_grad_norm_ with its 1e-6). */
+float optim_clip(float *g, size_t n, float max_norm);
+
+/* Linear warm-up from warmup_lr to lr over warmup steps, then cosine decay to min_lr at total
+ * steps (timm's CosineLRScheduler, stepped per update):
+ *     step < warmup: warmup_lr + step * (lr - warmup_lr) / warmup
+ *     else:          min_lr + (lr - min_lr) (1 + cos(pi (step - warmup) / (total - warmup))) / 2 */
+typedef struct {
+    float lr, min_lr, warmup_lr;
+    long warmup, total;
+} optim_schedule;
+
+float optim_lr(const optim_schedule *s, long step);
+
+#endif

@@ -1,0 +1,246 @@
+/* test_train.c: the backward pass against PyTorch autograd (tools/make_train_fixtures.py):
+ * the loss and the gradient of every parameter tensor of every fixture model, which together
+ * hold every mechanism (vanilla, LMSA, LSLA full and relative biases with and without DS,
+ * QXX/QXV and NP, MaiT zero/soft/-inf, LaViT less-attention chains with the diagonality term,
+ * Refiner), class/distillation/no prefix tokens, token and average pooling, fc_norm. Then
+ * AdamW steps with clipping against torch.optim.AdamW, the schedule, thread independence. */
+#define _POSIX_C_SOURCE 200809L
+#include <omp.h>
+#include <stdint.h>
+
+#include "../core/train.h"
+#include "../io/checkpoint.h"
+#include "../io/dataset.h"
+#include "check.h"
+
+static const char *fx(const char *name) {
+    static char buf[4][1024];
+    static int k;
+    const char *dir = getenv("FIXTURES");
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir ? dir : "tests/fixtures", name);
+    return buf[k];
+}
+
+/* One training step's loss and gradients (in t->g) for the fixture inputs. */
+typedef struct {
+    double ce, dp;
+    float *logits;
+} step_out;
+
+static void train_step(trainable *t, const float *x, const int *labels, int n, float smoothing,
+                       float dp_weight, step_out *o) {
+    const vit_config *c = &t->cfg;
+    vit_tape tape;
+    void *ta = aligned_alloc(64, vit_tape_carve(c, n, NULL, NULL));
+    void *aa = aligned_alloc(64, vit_acts_carve(c, n, NULL, NULL));
+    void *wa = aligned_alloc(64, vit_grad_ws_carve(c, n, NULL, NULL));
+    vit_acts a;
+    vit_grad_ws ws;
+    vit_tape_carve(c, n, ta, &tape);
+    vit_acts_carve(c, n, aa, &a);
+    vit_grad_ws_carve(c, n, wa, &ws);
+    a.tape = &tape;
+    vit_forward(c, &t->p, &a, x, n, NULL);
+    float *dl = malloc((size_t)n * c->num_classes * sizeof(float));
+    o->ce = vit_loss_ce(a.logits, labels, n, c->num_classes, smoothing, dl, NULL);
+    o->dp = vit_loss_dp(c, &a, n, dp_weight);
+    o->logits = malloc((size_t)n * c->num_classes * sizeof(float));
+    memcpy(o->logits, a.logits, (size_t)n * c->num_classes * sizeof(float));
+    memset(t->g, 0, t->count * sizeof(float));
+    vit_backward(c, &t->p, &t->gp, &a, &ws, dl, n, dp_weight);
+    free(dl);
+    free(ta);
+    free(aa);
+    free(wa);
+}
+
+static float max_abs(const float *x, size_t n) {
+    float m = 0;
+    for (size_t i = 0; i < n; i++) m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+    return m;
+}
+
+static void test_model(const char *name, const float *x, int n) {
+    char dir[1024], path[1100];
+    snprintf(dir, sizeof dir, "%s", fx(name));
+    as_error err = {0};
+    model m;
+    if (model_load(&m, dir, NULL, 0, &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    trainable t;
+    CHECK(trainable_init(&t, &m, &err) == AS_OK, "%s", err.msg);
+    snprintf(path, sizeof path, "%s/grads.safetensors", dir);
+    safetensors st;
+    if (safetensors_open(&st, path, &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    float ref[4];
+    int labels[8];
+    safetensors_read_f32(&st, safetensors_find(&st, "labels"), ref, &err);
+    for (int i = 0; i < n; i++) labels[i] = (int)ref[i];
+    float ce_ref, dp_ref;
+    safetensors_read_f32(&st, safetensors_find(&st, "loss.ce"), &ce_ref, &err);
+    safetensors_read_f32(&st, safetensors_find(&st, "loss.dp"), &dp_ref, &err);
+
+    /* the training forward gives the inference forward's logits */
+    const vit_config *c = &t.cfg;
+    void *aa = aligned_alloc(64, vit_acts_carve(c, n, NULL, NULL));
+    vit_acts a;
+    vit_acts_carve(c, n, aa, &a);
+    vit_forward(c, &t.p, &a, x, n, NULL);
+
+    step_out o;
+    train_step(&t, x, labels, n, 0.1f, 0.5f, &o);
+    check_close("training-forward logits", o.logits, a.logits, (size_t)n * c->num_classes, 0, 0);
+    CHECK(fabs(o.ce - ce_ref) < 1e-5 * fabs(ce_ref) + 1e-6, "%s: ce %.8g want %.8g", name, o.ce, (double)ce_ref);
+    CHECK(fabs(o.dp - dp_ref) < 1e-5 * fabs(dp_ref) + 1e-6, "%s: dp %.8g want %.8g", name, o.dp, (double)dp_ref);
+    int seen = 0;
+    double worst = 0;
+    for (int i = 0; i < t.n; i++) {
+        char gname[160];
+        snprintf(gname, sizeof gname, "grad.%s", t.specs[i].name);
+        const safetensors_tensor *gt = safetensors_find(&st, gname);
+        const size_t numel = vit_tensor_numel(&t.specs[i]);
+        CHECK(gt && gt->numel == numel, "%s: %s missing from the fixture", name, gname);
+        if (!gt || gt->numel != numel) continue;
+        float *want = malloc(numel * sizeof(float));
+        safetensors_read_f32(&st, gt, want, &err);
+        const float scale = max_abs(want, numel);
+        char what[256];
+        snprintf(what, sizeof what, "%s %s", name, gname);
+        /* within 1e-4 of the tensor's largest gradient (norm-wise relative) */
+        /* a floor for tensors whose true gradient is 0 (LMSA's key bias: softmax ignores a
+         * constant per row), where float32 leaves ~1e-8 */
+        check_close(what, t.g + t.offset[i], want, numel, 1e-4 * scale + 1e-7, 0);
+        seen++;
+        if (scale < 1e-6f) {
+            free(want);
+            continue;
+        }
+        for (size_t e = 0; e < numel; e++) {
+            const double d = fabs((double)t.g[t.offset[i] + e] - want[e]) / (scale + 1e-30);
+            worst = d > worst ? d : worst;
+        }
+        free(want);
+    }
+    CHECK(seen == t.n, "%s: %d of %d tensors compared", name, seen, t.n);
+    printf("%-10s %3d tensors, loss %.6f (dp %.6f), worst gradient error %.2e of the tensor's max\n",
+           name, seen, o.ce + o.dp, o.dp, worst);
+
+    /* the same gradients with one thread (beyond BLAS rounding) */
+    float *g2 = malloc(t.count * sizeof(float));
+    memcpy(g2, t.g, t.count * sizeof(float));
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    step_out o1;
+    train_step(&t, x, labels, n, 0.1f, 0.5f, &o1);
+    omp_set_num_threads(threads);
+    double tdiff = 0, gmax = max_abs(g2, t.count);
+    for (size_t e = 0; e < t.count; e++) tdiff = fmax(tdiff, fabs((double)t.g[e] - g2[e]));
+    CHECK(tdiff <= 1e-6 * gmax, "%s: 1 thread vs %d: gradients differ by %.3g", name, threads, tdiff);
+    free(g2);
+    free(o.logits);
+    free(o1.logits);
+    free(aa);
+    safetensors_close(&st);
+    trainable_free(&t);
+    model_free(&m);
+}
+
+/* AdamW with clipping against torch.optim.AdamW + clip_grad_norm_ (adamw.safetensors). */
+static void test_adamw(void) {
+    as_error err = {0};
+    safetensors st;
+    if (safetensors_open(&st, fx("adamw.safetensors"), &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    float w[35], g[35], m[35] = {0}, v[35] = {0}, want[35], lr[5], norm;
+    unsigned char decay[35];
+#define RD(nm, dst) safetensors_read_f32(&st, safetensors_find(&st, nm), dst, &err)
+    RD("w0", w);
+    RD("b0", w + 30);
+    RD("lr", lr);
+    for (int i = 0; i < 35; i++) decay[i] = i < 30;
+    optim_adamw o = {.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.05f};
+    for (int s = 0; s < 5; s++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "gw%d", s);
+        RD(nm, g);
+        snprintf(nm, sizeof nm, "gb%d", s);
+        RD(nm, g + 30);
+        float want_norm;
+        snprintf(nm, sizeof nm, "norm%d", s);
+        RD(nm, &want_norm);
+        norm = optim_clip(g, 35, 1.0f);
+        CHECK(fabsf(norm - want_norm) < 1e-5f * want_norm, "step %d: norm %g want %g", s, (double)norm, (double)want_norm);
+        optim_adamw_step(&o, w, g, m, v, decay, 35, lr[s]);
+        snprintf(nm, sizeof nm, "w%d", s + 1);
+        RD(nm, want);
+        snprintf(nm, sizeof nm, "b%d", s + 1);
+        RD(nm, want + 30);
+        snprintf(nm, sizeof nm, "adamw step %d", s + 1);
+        check_close(nm, w, want, 35, 1e-6, 1e-5);
+    }
+#undef RD
+    CHECK(o.step == 5, "steps %ld", o.step);
+    safetensors_close(&st);
+}
+
+static void test_schedule(void) {
+    optim_schedule s = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_lr = 1e-6f, .warmup = 10, .total = 110};
+    CHECK(fabsf(optim_lr(&s, 0) - 1e-6f) < 1e-12f, "start %g", (double)optim_lr(&s, 0));
+    CHECK(fabsf(optim_lr(&s, 5) - (1e-6f + 0.5f * (1e-3f - 1e-6f))) < 1e-9f, "mid warm-up %g", (double)optim_lr(&s, 5));
+    CHECK(fabsf(optim_lr(&s, 10) - 1e-3f) < 1e-9f, "peak %g", (double)optim_lr(&s, 10));
+    CHECK(fabsf(optim_lr(&s, 60) - 0.5f * (1e-3f + 1e-5f)) < 1e-9f, "half-way %g", (double)optim_lr(&s, 60));
+    CHECK(fabsf(optim_lr(&s, 110) - 1e-5f) < 1e-12f, "end %g", (double)optim_lr(&s, 110));
+    float prev = 1;
+    int mono = 1;
+    for (long k = 10; k <= 110; k++) {
+        mono &= optim_lr(&s, k) <= prev;
+        prev = optim_lr(&s, k);
+    }
+    CHECK(mono, "the cosine part decreases");
+}
+
+/* Label smoothing by hand: two classes, logits (0, 0): loss log 2 whatever eps. */
+static void test_ce(void) {
+    const float z[4] = {0, 0, 2, -1};
+    const int y[2] = {0, 1};
+    float d[4];
+    int right;
+    const double l = vit_loss_ce(z, y, 2, 2, 0.2f, d, &right);
+    /* row 2: p = softmax(2, -1); targets (0.1, 0.9) */
+    const double lse = log(exp(2.0) + exp(-1.0));
+    const double want = (log(2.0) + (-(0.1 * (2 - lse) + 0.9 * (-1 - lse)))) / 2;
+    CHECK(fabs(l - want) < 1e-7, "ce %.10g want %.10g", l, want);
+    CHECK(right == 1, "row 1: argmax class 0 (first of a tie) = label; row 2: argmax 0, label 1; got %d", right);
+    /* row 1: p = (0.5, 0.5), targets (0.9, 0.1); gradients of the mean over 2 rows */
+    CHECK(fabsf(d[0] + 0.2f) < 1e-7f && fabsf(d[1] - 0.2f) < 1e-7f, "dlogits row 1 %g %g", (double)d[0], (double)d[1]);
+    CHECK(fabsf(d[2] - (float)((exp(2 - lse) - 0.1) / 2)) < 1e-7f, "dlogits row 2 %g", (double)d[2]);
+}
+
+int main(void) {
+    check_tmp_init("train");
+    as_error err = {0};
+    dataset ds;
+    if (dataset_open(&ds, fx("inputs.npy"), &err) != AS_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    const int n = ds.count;
+    float *x = malloc((size_t)n * 3 * 32 * 32 * sizeof(float));
+    memcpy(x, ds.tensor, (size_t)n * 3 * 32 * 32 * sizeof(float));
+    dataset_free(&ds);
+    static const char *models[] = {"vit_cls", "deit_dist", "vit_gap", "mech_cls", "mech_gap", "mech_dist"};
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++) test_model(models[i], x, n);
+    free(x);
+    test_adamw();
+    test_schedule();
+    test_ce();
+    return check_finish("train");
+}
