@@ -18,6 +18,7 @@ int cmd_analyze(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_experiment(int argc, char **argv);
 int cmd_view(int argc, char **argv);
+int cmd_train(int argc, char **argv);
 
 /* "3", "0-11", "0,2,5-7" or "all" into ascending unique values < limit; returns the count or
  * -1 with err filled. what names the option in messages ("--layers"). */
@@ -40,6 +41,8 @@ typedef struct {
 } progress;
 void progress_init(progress *p, const char *what, long total, long base);
 void progress_update(progress *p, long done);
+/* The same with a note after the ETA ("loss 0.41  acc 87%"). */
+void progress_update_note(progress *p, long done, const char *note);
 void progress_finish(progress *p);
 /* For a library's progress hook (ud = a progress *): sets the total, then updates. */
 void progress_callback(void *ud, long done, long total);
@@ -75,6 +78,38 @@ int record_parse_selection(record_opts *o, const vit_config *c, const char *what
                            const char *compress, const char *rows, as_error *err);
 as_status record_run(const model *m, const dataset *ds, record_opts *o, record_result *res,
                      as_error *err);
+
+/* training loop shared by train and demo (cmd_train.c; docs/training.md) */
+typedef struct {
+    const char *config;     /* architecture name or JSON config */
+    const char *data;       /* traindata spec */
+    const char *out;        /* checkpoint folder */
+    int epochs, batch;
+    float lr, min_lr, warmup_lr, warmup_epochs, weight_decay, clip, smoothing, dp_weight;
+    float val_fraction;
+    int crop_pad;           /* -1 none; -2 default (S / 8) */
+    int flip;
+    unsigned long long seed;
+    int record_every, record_images; /* traces of held-out images every N epochs (0: none) */
+    const char *record_what;         /* --record quantities of those traces */
+    int resume, keep;       /* keep: newest epoch checkpoints kept (0: all) */
+    int quiet;              /* no per-epoch lines (progress still follows the tty rule) */
+    const char *command_line;
+} train_opts;
+
+typedef struct {
+    int epochs_done;
+    double train_loss, train_acc, val_loss, val_acc; /* of the last epoch */
+    double seconds, img_per_s;                       /* training steps only */
+    int n_train, n_val, n_classes;
+    char checkpoint[1100];  /* the newest checkpoint folder */
+    char last_trace[1100];  /* the newest trace, or "" */
+    char heldout[1100];     /* the held-out images folder written for traces, or "" */
+} train_result;
+
+void train_opts_default(train_opts *o);
+/* Returns AS_OK, AS_ERR_INTERRUPTED (a checkpoint was saved; --resume continues) or an error. */
+as_status train_run(const train_opts *o, train_result *res, as_error *err);
 
 /* synthetic inputs for the demo, tests and benchmarks */
 as_status synth_write_images(const char *dir, int count, int size, unsigned long long seed,

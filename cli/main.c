@@ -14,6 +14,7 @@ static const struct {
     {"analyze", cmd_analyze, "metrics over a trace: locality, cross-layer similarity, Q/K, evolution, ..."},
     {"plot", cmd_plot, "paper-style figures (PDF, SVG, PNG) from traces and analysis results"},
     {"view", cmd_view, "interactive viewer: maps over the image, head grid, depth strip, analysis panels; live"},
+    {"train", cmd_train, "train a ViT of any mechanism on CIFAR, MNIST, an ImageFolder or built-in shapes"},
     {"experiment", cmd_experiment, "run an experiment file: record, analyze and plot, with an index page"},
     {"bench", cmd_bench, "img/s, ms/img, GFLOP/s and share of the GEMM ceiling, with/without recording"},
     {"demo", cmd_demo, "the end-to-end job with no download (synthetic model and images)"},

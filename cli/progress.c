@@ -19,7 +19,9 @@ static void fmt_time(char *buf, size_t n, double s) {
     else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
 }
 
-void progress_update(progress *p, long done) {
+void progress_update(progress *p, long done) { progress_update_note(p, done, NULL); }
+
+void progress_update_note(progress *p, long done, const char *note) {
     if (!p->tty) return;
     double now = cli_now();
     if (now - p->last < 0.2 && done < p->total) return;
@@ -27,13 +29,14 @@ void progress_update(progress *p, long done) {
     double rate = (done - p->base) / (now - p->t0 > 1e-9 ? now - p->t0 : 1e-9);
     char eta[32] = "?";
     if (rate > 0) fmt_time(eta, sizeof eta, (double)(p->total - done) / rate);
-    fprintf(stderr, "\r%s: %ld/%ld  %.1f/s  ETA %s   ", p->what, done, p->total, rate, eta);
+    fprintf(stderr, "\r%s: %ld/%ld  %.1f/s  ETA %s  %s ", p->what, done, p->total, rate, eta,
+            note ? note : "");
     fflush(stderr);
 }
 
 void progress_finish(progress *p) {
     if (p->tty) {
-        fprintf(stderr, "\r%60s\r", "");
+        fprintf(stderr, "\r%100s\r", "");
         fflush(stderr);
     }
 }

@@ -1,0 +1,594 @@
+/* cmd_train.c: attnscope train: a ViT of any mechanism trained on the CPU (core/train.h), with
+ * evaluation each epoch, checkpoints that `record` and PyTorch load, exact resume, and traces of
+ * held-out images as training goes. docs/training.md is the user's page. */
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../core/rng.h"
+#include "../core/train.h"
+#include "../io/atomic.h"
+#include "../io/checkpoint.h"
+#include "../io/traindata.h"
+#include "cli.h"
+
+void train_opts_default(train_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->epochs = 20;
+    o->batch = 128;
+    o->lr = 1e-3f;
+    o->min_lr = 1e-5f;
+    o->warmup_lr = 1e-6f;
+    o->warmup_epochs = 1;
+    o->weight_decay = 0.05f;
+    o->clip = 1.0f;
+    o->smoothing = 0.1f;
+    o->dp_weight = 0.1f;
+    o->val_fraction = 0.1f;
+    o->crop_pad = -2;
+    o->flip = 1;
+    o->record_images = 64;
+    o->record_what = "attn";
+    o->keep = 2;
+}
+
+static volatile sig_atomic_t train_signal;
+static void on_signal(int sig) { train_signal = sig; }
+
+/* Where training stands, as state.json holds it. */
+typedef struct {
+    long epoch;      /* epochs completed */
+    long batch;      /* batches of epoch + 1 already taken (a mid-epoch checkpoint) */
+    long step;       /* optimizer steps */
+    double loss_sum; /* the running epoch's sums (mid-epoch checkpoints) */
+    long correct, seen;
+    double seconds;  /* training time so far */
+    cJSON *history;  /* array of per-epoch objects */
+} train_state;
+
+/* The options a resumed run must share with the run it continues. */
+static cJSON *opts_json(const train_opts *o) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "config", o->config);
+    cJSON_AddStringToObject(j, "data", o->data);
+    cJSON_AddNumberToObject(j, "epochs", o->epochs);
+    cJSON_AddNumberToObject(j, "batch", o->batch);
+    cJSON_AddNumberToObject(j, "lr", o->lr);
+    cJSON_AddNumberToObject(j, "min_lr", o->min_lr);
+    cJSON_AddNumberToObject(j, "warmup_lr", o->warmup_lr);
+    cJSON_AddNumberToObject(j, "warmup_epochs", o->warmup_epochs);
+    cJSON_AddNumberToObject(j, "weight_decay", o->weight_decay);
+    cJSON_AddNumberToObject(j, "clip", o->clip);
+    cJSON_AddNumberToObject(j, "smoothing", o->smoothing);
+    cJSON_AddNumberToObject(j, "dp_weight", o->dp_weight);
+    cJSON_AddNumberToObject(j, "val_fraction", o->val_fraction);
+    cJSON_AddNumberToObject(j, "crop_pad", o->crop_pad);
+    cJSON_AddBoolToObject(j, "flip", o->flip);
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", o->seed);
+    cJSON_AddStringToObject(j, "seed", seed);
+    return j;
+}
+
+static char *state_text(const train_opts *o, const train_state *s, const optim_adamw *opt) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "format", "attnscope-train-state");
+    cJSON_AddNumberToObject(j, "version", 1);
+    cJSON_AddNumberToObject(j, "epoch", (double)s->epoch);
+    cJSON_AddNumberToObject(j, "batch", (double)s->batch);
+    cJSON_AddNumberToObject(j, "step", (double)s->step);
+    cJSON_AddNumberToObject(j, "adamw_step", (double)opt->step);
+    cJSON_AddNumberToObject(j, "epoch_loss_sum", s->loss_sum);
+    cJSON_AddNumberToObject(j, "epoch_correct", (double)s->correct);
+    cJSON_AddNumberToObject(j, "epoch_seen", (double)s->seen);
+    cJSON_AddNumberToObject(j, "seconds", s->seconds);
+    cJSON_AddItemToObject(j, "options", opts_json(o));
+    cJSON_AddItemReferenceToObject(j, "history", s->history);
+    char *t = cJSON_Print(j);
+    cJSON_Delete(j);
+    return t;
+}
+
+static double num(const cJSON *j, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+/* Reads state.json into s and checks that o continues the same run. */
+static as_status state_parse(const char *text, const char *path, const train_opts *o, train_state *s,
+                             optim_adamw *opt, as_error *err) {
+    cJSON *j = cJSON_Parse(text);
+    const cJSON *f = j ? cJSON_GetObjectItemCaseSensitive(j, "format") : NULL;
+    if (!cJSON_IsString(f) || strcmp(f->valuestring, "attnscope-train-state") != 0 || isnan(num(j, "step"))) {
+        cJSON_Delete(j);
+        return as_fail(err, AS_ERR_FORMAT, "%s: not an attnscope training state; the checkpoint is damaged, "
+                       "start again without --resume", path);
+    }
+    cJSON *saved = cJSON_GetObjectItemCaseSensitive(j, "options"), *now = opts_json(o);
+    for (const cJSON *e = now->child; e; e = e->next) {
+        const cJSON *was = cJSON_GetObjectItemCaseSensitive(saved, e->string);
+        if (!was || !cJSON_Compare(was, e, 1)) {
+            char *a = was ? cJSON_PrintUnformatted(was) : NULL, *b = cJSON_PrintUnformatted(e);
+            as_fail(err, AS_ERR_ARG, "%s: the run was started with --%s %s, not %s; resume with the same "
+                    "options (or train into another --out)", path, e->string, a ? a : "(unset)", b);
+            free(a);
+            free(b);
+            cJSON_Delete(now);
+            cJSON_Delete(j);
+            return AS_ERR_ARG;
+        }
+    }
+    cJSON_Delete(now);
+    s->epoch = (long)num(j, "epoch");
+    s->batch = (long)num(j, "batch");
+    s->step = (long)num(j, "step");
+    opt->step = (long)num(j, "adamw_step");
+    s->loss_sum = num(j, "epoch_loss_sum");
+    s->correct = (long)num(j, "epoch_correct");
+    s->seen = (long)num(j, "epoch_seen");
+    s->seconds = num(j, "seconds");
+    cJSON *h = cJSON_DetachItemFromObjectCaseSensitive(j, "history");
+    cJSON_Delete(s->history);
+    s->history = cJSON_IsArray(h) ? h : cJSON_CreateArray();
+    if (!cJSON_IsArray(h)) cJSON_Delete(h);
+    cJSON_Delete(j);
+    return AS_OK;
+}
+
+/* dir/latest -> name, replaced atomically. */
+static as_status point_latest(const char *dir, const char *name, as_error *err) {
+    char link[1100], tmp[1120];
+    snprintf(link, sizeof link, "%s/latest", dir);
+    snprintf(tmp, sizeof tmp, "%s/.latest.tmp", dir);
+    unlink(tmp);
+    if (symlink(name, tmp) != 0 || rename(tmp, link) != 0)
+        return as_fail(err, AS_ERR_IO, "%s: cannot point it at %s (%s)", link, name, strerror(errno));
+    return AS_OK;
+}
+
+/* Evaluation over the held-out set: mean CE (with the same smoothing) and accuracy. */
+static void evaluate(const trainable *t, const traindata *d, vit_acts *a, float *x, int *labels,
+                     int B, float smoothing, double *loss, double *acc) {
+    const vit_config *c = &t->cfg;
+    vit_tape *tape = a->tape;
+    a->tape = NULL;
+    int *idx = malloc((size_t)B * sizeof(int));
+    double lsum = 0;
+    long right = 0;
+    for (int i = 0; i < d->n_val; i += B) {
+        const int n = d->n_val - i < B ? d->n_val - i : B;
+        for (int b = 0; b < n; b++) idx[b] = i + b;
+        traindata_batch(d, 1, idx, n, x, labels, NULL, c);
+        vit_forward(c, &t->p, a, x, n, NULL);
+        int r;
+        lsum += vit_loss_ce(a->logits, labels, n, c->num_classes, smoothing, NULL, &r) * n;
+        right += r;
+    }
+    free(idx);
+    a->tape = tape;
+    *loss = lsum / d->n_val;
+    *acc = (double)right / d->n_val;
+}
+
+/* The first k held-out images as an ImageFolder tree (dir/CLASS/NNNNN.png): what the traces
+ * record, and what `attnscope record --images` reads back identically. */
+static as_status write_heldout(const traindata *d, int k, const char *dir, as_error *err) {
+    char p[1400];
+    if (cli_make_dirs(dir)) return as_fail(err, AS_ERR_IO, "%s: cannot create the folder", dir);
+    for (int c = 0; c < d->n_classes; c++) {
+        snprintf(p, sizeof p, "%s/%s", dir, d->classes[c]);
+        if (mkdir(p, 0777) != 0 && errno != EEXIST)
+            return as_fail(err, AS_ERR_IO, "%s: cannot create (%s)", p, strerror(errno));
+    }
+    const size_t px = (size_t)d->size * d->size * 3;
+    for (int i = 0; i < k && i < d->n_val; i++) {
+        snprintf(p, sizeof p, "%s/%s/%05d.png", dir, d->classes[d->val_labels[i]], i);
+        as_status rc = synth_save_png(p, d->val + i * px, d->size, d->size, err);
+        if (rc != AS_OK) return rc;
+    }
+    return AS_OK;
+}
+
+static as_status record_epoch(const trainable *t, const train_opts *o, const char *heldout, long epoch,
+                              const char *ckpt, char *trace_path, size_t tn, as_error *err) {
+    model m = {0};
+    m.cfg = t->cfg;
+    m.params = t->p;
+    snprintf(m.source, sizeof m.source, "%s", ckpt);
+    snprintf(m.weights_dtype, sizeof m.weights_dtype, "F32");
+    dataset ds;
+    as_status rc = dataset_open(&ds, heldout, err);
+    if (rc != AS_OK) return rc;
+    snprintf(trace_path, tn, "%s/trace-epoch-%03ld.h5", o->out, epoch);
+    record_opts ro;
+    memset(&ro, 0, sizeof ro);
+    ro.out = trace_path;
+    ro.mode = TRACE_FORCE;
+    ro.quiet = 1;
+    ro.spec.batch = 16;
+    ro.spec.command_line = o->command_line ? o->command_line : "attnscope train";
+    if (record_parse_selection(&ro, &m.cfg, o->record_what, "all", "all", "f16", "none", "all", err)) {
+        dataset_free(&ds);
+        return AS_ERR_ARG;
+    }
+    record_result res;
+    rc = record_run(&m, &ds, &ro, &res, err);
+    dataset_free(&ds);
+    return rc;
+}
+
+static void remove_ckpt(const char *p) {
+    static const char *files[] = {"config.json", "model.safetensors", "optimizer.safetensors", "state.json"};
+    char f[1500];
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(f, sizeof f, "%s/%s", p, files[i]);
+        unlink(f);
+    }
+    rmdir(p);
+}
+
+/* After an epoch's checkpoint: mid-epoch (interrupt) checkpoints are superseded, and epoch
+ * checkpoints older than the newest keep go. */
+static void prune(const char *dir, long epoch, int keep) {
+    DIR *dh = opendir(dir);
+    for (struct dirent *e = dh ? readdir(dh) : NULL; e; e = readdir(dh))
+        if (strncmp(e->d_name, "step-", 5) == 0) {
+            char p[1400];
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            remove_ckpt(p);
+        }
+    if (dh) closedir(dh);
+    if (keep <= 0) return;
+    for (long e = epoch - keep; e >= 1 && e > epoch - keep - 3; e--) {
+        char p[1200];
+        snprintf(p, sizeof p, "%s/epoch-%03ld", dir, e);
+        remove_ckpt(p);
+    }
+}
+
+static void log_line(FILE *f, const cJSON *h) {
+    fprintf(f, "%g,%g,%.6f,%.6f,%.6f,%.6f,%.6f,%.2f,%.2f\n", num(h, "epoch"), num(h, "step"), num(h, "lr"),
+            num(h, "train_loss"), num(h, "train_acc"), num(h, "val_loss"), num(h, "val_acc"),
+            num(h, "img_per_s"), num(h, "seconds"));
+}
+
+/* log.csv from the history, rewritten whole each epoch (so a resumed run's log is complete). */
+static as_status write_log(const char *dir, const cJSON *history, as_error *err) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s/log.csv", dir);
+    atomic_file af;
+    as_status rc = atomic_file_begin(&af, p, err);
+    if (rc != AS_OK) return rc;
+    fprintf(af.fp, "epoch,step,lr,train_loss,train_acc,val_loss,val_acc,img_per_s,seconds\n");
+    for (const cJSON *h = history->child; h; h = h->next) log_line(af.fp, h);
+    return atomic_file_commit(&af, err);
+}
+
+as_status train_run(const train_opts *o, train_result *res, as_error *err) {
+    memset(res, 0, sizeof *res);
+    vit_config cfg;
+    as_status rc = model_config_from_arch(&cfg, o->config, err);
+    if (rc != AS_OK) return rc;
+    cfg.crop_pct = 1.0f; /* images at the training size pass record's preprocessing unchanged */
+    if (cfg.num_classes <= 0)
+        return as_fail(err, AS_ERR_CONFIG, "%s: num_classes is 0; training needs a classifier head", o->config);
+    if ((rc = vit_config_validate(&cfg, err)) != AS_OK) return rc;
+    traindata d;
+    if ((rc = traindata_open(&d, o->data, &cfg, o->val_fraction, err)) != AS_OK) return rc;
+    res->n_train = d.n_train;
+    res->n_val = d.n_val;
+    res->n_classes = d.n_classes;
+    const int B = o->batch < d.n_train ? o->batch : d.n_train;
+    const long per_epoch = d.n_train / B, total_steps = per_epoch * o->epochs;
+    const int pad = o->crop_pad == -2 ? d.size / 8 : o->crop_pad;
+
+    /* the model: from the latest checkpoint (--resume) or random (seeded) */
+    char latest[1100];
+    snprintf(latest, sizeof latest, "%s/latest", o->out);
+    struct stat sb;
+    const int have = stat(latest, &sb) == 0;
+    if (have && !o->resume) {
+        traindata_free(&d);
+        return as_fail(err, AS_ERR_EXISTS, "%s: already holds a training run; add --resume to continue it "
+                       "or choose another --out", o->out);
+    }
+    if (!have && o->resume) {
+        traindata_free(&d);
+        return as_fail(err, AS_ERR_IO, "%s: no checkpoint to resume (%s is missing); run without --resume "
+                       "to start", o->out, latest);
+    }
+    if (cli_make_dirs(o->out)) {
+        traindata_free(&d);
+        return as_fail(err, AS_ERR_IO, "%s: cannot create the output folder", o->out);
+    }
+    model m;
+    rc = have ? model_load(&m, latest, NULL, 0, err) : model_init_random(&m, &cfg, o->seed, err);
+    if (rc != AS_OK) {
+        traindata_free(&d);
+        return rc;
+    }
+    trainable t;
+    rc = trainable_init(&t, &m, err);
+    model_free(&m);
+    if (rc != AS_OK) {
+        traindata_free(&d);
+        return rc;
+    }
+    t.cfg.crop_pct = 1.0f;
+    train_state st = {0};
+    st.history = cJSON_CreateArray();
+    optim_adamw opt = {.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = o->weight_decay};
+    if (have) {
+        char *text = NULL;
+        rc = checkpoint_load_optimizer(&t, latest, &text, err);
+        if (rc == AS_OK) rc = state_parse(text, latest, o, &st, &opt, err);
+        free(text);
+    }
+    /* buffers: activations with the training tape, gradient scratch, one batch of input */
+    const vit_config *c = &t.cfg;
+    const size_t ab = vit_acts_carve(c, B, NULL, NULL), tb = vit_tape_carve(c, B, NULL, NULL);
+    const size_t wb = vit_grad_ws_carve(c, B, NULL, NULL);
+    void *arena = rc == AS_OK ? aligned_alloc(64, ab + tb + wb) : NULL;
+    float *x = malloc((size_t)B * 3 * d.size * d.size * sizeof(float));
+    float *dlogits = malloc((size_t)B * c->num_classes * sizeof(float));
+    int *labels = malloc((size_t)B * sizeof(int)), *perm = malloc((size_t)d.n_train * sizeof(int));
+    if (rc == AS_OK && (!arena || !x || !dlogits || !labels || !perm))
+        rc = as_fail(err, AS_ERR_NOMEM, "out of memory for training buffers (%.0f MB for batch %d); lower --batch",
+                     (ab + tb + wb) / 1e6, B);
+    vit_acts a;
+    vit_tape tape;
+    vit_grad_ws ws;
+    if (rc == AS_OK) {
+        vit_acts_carve(c, B, arena, &a);
+        vit_tape_carve(c, B, (char *)arena + ab, &tape);
+        vit_grad_ws_carve(c, B, (char *)arena + ab + tb, &ws);
+        a.tape = &tape;
+    }
+    optim_schedule sched = {.lr = o->lr, .min_lr = o->min_lr, .warmup_lr = o->warmup_lr,
+                            .warmup = (long)(o->warmup_epochs * per_epoch), .total = total_steps};
+    char heldout[1100] = "", ckpt[1100] = "", name[64];
+    if (rc == AS_OK && o->record_every > 0) {
+        snprintf(heldout, sizeof heldout, "%s/heldout", o->out);
+        rc = write_heldout(&d, o->record_images, heldout, err);
+        snprintf(res->heldout, sizeof res->heldout, "%s", heldout);
+    }
+    if (rc == AS_OK && !o->quiet)
+        printf("train: %s on %s (%d train, %d held out: %s), %d classes, %ld steps of %d in %d epochs, "
+               "%d threads\n", c->name, d.kind, d.n_train, d.n_val, d.val_source, d.n_classes, total_steps, B,
+               o->epochs, runtime_threads());
+    /* the untrained model's attention, the start of the series */
+    if (rc == AS_OK && o->record_every > 0 && st.step == 0)
+        rc = record_epoch(&t, o, heldout, 0, "random initialisation", res->last_trace, sizeof res->last_trace, err);
+
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    train_signal = 0;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    progress pg;
+    const long done0 = st.step * B;
+    progress_init(&pg, "train", total_steps * B, done0);
+    double t_run = 0;
+    while (rc == AS_OK && st.epoch < o->epochs) {
+        /* this epoch's order, from the seed and the epoch alone */
+        rng_state r = {o->seed * 0x9e3779b97f4a7c15ull + (unsigned long long)st.epoch * 0x632be59bd9b4e019ull + 1};
+        for (int i = 0; i < d.n_train; i++) perm[i] = i;
+        for (int i = d.n_train - 1; i > 0; i--) {
+            const int j = (int)(rng_next(&r) % (uint64_t)(i + 1)), tmp = perm[i];
+            perm[i] = perm[j];
+            perm[j] = tmp;
+        }
+        const traindata_aug aug = {.crop_pad = pad, .flip = o->flip, .seed = o->seed, .epoch = st.epoch};
+        const double t_epoch = cli_now();
+        while (st.batch < per_epoch && !train_signal) {
+            const double t0 = cli_now();
+            traindata_batch(&d, 0, perm + st.batch * B, B, x, labels, &aug, c);
+            vit_forward(c, &t.p, &a, x, B, NULL);
+            int right;
+            double loss = vit_loss_ce(a.logits, labels, B, c->num_classes, o->smoothing, dlogits, &right);
+            loss += vit_loss_dp(c, &a, B, o->dp_weight);
+            memset(t.g, 0, t.count * sizeof(float));
+            vit_backward(c, &t.p, &t.gp, &a, &ws, dlogits, B, o->dp_weight);
+            optim_clip(t.g, t.count, o->clip);
+            optim_adamw_step(&opt, t.w, t.g, t.m, t.v, t.decay, t.count, optim_lr(&sched, st.step));
+            st.step++;
+            st.batch++;
+            st.loss_sum += loss * B;
+            st.correct += right;
+            st.seen += B;
+            const double dt = cli_now() - t0;
+            st.seconds += dt;
+            t_run += dt;
+            if (!isfinite(loss)) {
+                rc = as_fail(err, AS_ERR_ARG, "%s: the loss became %g at step %ld; lower --lr (now %g) or raise "
+                             "--warmup-epochs", o->out, loss, st.step, (double)o->lr);
+                break;
+            }
+            char note[160];
+            snprintf(note, sizeof note, "epoch %ld/%d  loss %.3f  acc %.1f%%", st.epoch + 1, o->epochs,
+                     st.loss_sum / st.seen, 100.0 * st.correct / st.seen);
+            progress_update_note(&pg, st.step * B, note);
+        }
+        if (rc != AS_OK) break;
+        if (train_signal) {
+            /* a checkpoint at this step; --resume takes the next batch */
+            progress_finish(&pg);
+            snprintf(name, sizeof name, "step-%07ld", st.step);
+            snprintf(ckpt, sizeof ckpt, "%s/%s", o->out, name);
+            char *text = state_text(o, &st, &opt);
+            rc = checkpoint_save(&t, ckpt, text, err);
+            free(text);
+            if (rc == AS_OK) rc = point_latest(o->out, name, err);
+            if (rc == AS_OK)
+                rc = as_fail(err, AS_ERR_INTERRUPTED, "%s: interrupted at epoch %ld, step %ld; checkpoint saved in "
+                             "%s; continue with the same command and --resume", o->out, st.epoch + 1, st.step, ckpt);
+            break;
+        }
+        const double epoch_seconds = cli_now() - t_epoch;
+        double vl, va;
+        evaluate(&t, &d, &a, x, labels, B, o->smoothing, &vl, &va);
+        st.epoch++;
+        cJSON *h = cJSON_CreateObject();
+        cJSON_AddNumberToObject(h, "epoch", (double)st.epoch);
+        cJSON_AddNumberToObject(h, "step", (double)st.step);
+        cJSON_AddNumberToObject(h, "lr", optim_lr(&sched, st.step - 1));
+        cJSON_AddNumberToObject(h, "train_loss", st.loss_sum / st.seen);
+        cJSON_AddNumberToObject(h, "train_acc", (double)st.correct / st.seen);
+        cJSON_AddNumberToObject(h, "val_loss", vl);
+        cJSON_AddNumberToObject(h, "val_acc", va);
+        cJSON_AddNumberToObject(h, "img_per_s", st.seen / (epoch_seconds > 0 ? epoch_seconds : 1));
+        cJSON_AddNumberToObject(h, "seconds", st.seconds);
+        cJSON_AddItemToArray(st.history, h);
+        res->train_loss = st.loss_sum / st.seen;
+        res->train_acc = (double)st.correct / st.seen;
+        res->val_loss = vl;
+        res->val_acc = va;
+        st.batch = 0;
+        st.loss_sum = 0;
+        st.correct = st.seen = 0;
+        snprintf(name, sizeof name, "epoch-%03ld", st.epoch);
+        snprintf(ckpt, sizeof ckpt, "%s/%s", o->out, name);
+        char *text = state_text(o, &st, &opt);
+        rc = checkpoint_save(&t, ckpt, text, err);
+        free(text);
+        if (rc == AS_OK) rc = point_latest(o->out, name, err);
+        if (rc == AS_OK) rc = write_log(o->out, st.history, err);
+        if (rc == AS_OK) prune(o->out, st.epoch, o->keep);
+        progress_finish(&pg);
+        if (rc == AS_OK && !o->quiet) {
+            printf("epoch %3ld/%d  train loss %.4f acc %5.1f%%  held-out loss %.4f acc %5.1f%%  lr %.2e  %.0f img/s\n",
+                   st.epoch, o->epochs, num(h, "train_loss"), 100 * num(h, "train_acc"), vl, 100 * va,
+                   num(h, "lr"), num(h, "img_per_s"));
+            fflush(stdout);
+        }
+        if (rc == AS_OK && o->record_every > 0 && (st.epoch % o->record_every == 0 || st.epoch == o->epochs))
+            rc = record_epoch(&t, o, heldout, st.epoch, ckpt, res->last_trace, sizeof res->last_trace, err);
+        if (rc == AS_ERR_INTERRUPTED) /* during a trace: the epoch's checkpoint is already saved */
+            as_fail(err, AS_ERR_INTERRUPTED, "%s: interrupted after epoch %ld; continue with the same command and "
+                    "--resume", o->out, st.epoch);
+    }
+    progress_finish(&pg);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    res->epochs_done = (int)st.epoch;
+    res->seconds = t_run;
+    res->img_per_s = t_run > 0 ? (st.step * B - done0) / t_run : 0;
+    snprintf(res->checkpoint, sizeof res->checkpoint, "%s", ckpt[0] ? ckpt : latest);
+    cJSON_Delete(st.history);
+    free(arena);
+    free(x);
+    free(dlogits);
+    free(labels);
+    free(perm);
+    trainable_free(&t);
+    traindata_free(&d);
+    return rc;
+}
+
+static int parse_float(const char *s, float lo, float hi, float *out, const char *what) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || end == s || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "attnscope train: %s %s: expected a number in [%g, %g]\n", what, s, (double)lo, (double)hi);
+        return 0;
+    }
+    *out = (float)v;
+    return 1;
+}
+
+int cmd_train(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"config", required_argument, 0, 'c'}, {"data", required_argument, 0, 'd'},
+        {"out", required_argument, 0, 'o'}, {"epochs", required_argument, 0, 'e'},
+        {"batch", required_argument, 0, 'b'}, {"lr", required_argument, 0, 1},
+        {"min-lr", required_argument, 0, 2}, {"warmup-epochs", required_argument, 0, 3},
+        {"weight-decay", required_argument, 0, 4}, {"clip", required_argument, 0, 5},
+        {"smoothing", required_argument, 0, 6}, {"dp-weight", required_argument, 0, 7},
+        {"val-fraction", required_argument, 0, 8}, {"crop-pad", required_argument, 0, 9},
+        {"no-flip", no_argument, 0, 10}, {"seed", required_argument, 0, 11},
+        {"record-every", required_argument, 0, 12}, {"record-images", required_argument, 0, 13},
+        {"record", required_argument, 0, 14}, {"resume", no_argument, 0, 15},
+        {"keep", required_argument, 0, 16}, {"threads", required_argument, 0, 't'},
+        {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    train_opts o;
+    train_opts_default(&o);
+    int threads = 0, ch, v;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "c:d:o:e:b:t:qh", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'c': o.config = optarg; break;
+        case 'd': o.data = optarg; break;
+        case 'o': o.out = optarg; break;
+        case 'e': if (!cli_parse_int(optarg, 1, 100000, &o.epochs)) return 2; break;
+        case 'b': if (!cli_parse_int(optarg, 1, 4096, &o.batch)) return 2; break;
+        case 1: if (!parse_float(optarg, 0, 10, &o.lr, "--lr")) return 2; break;
+        case 2: if (!parse_float(optarg, 0, 10, &o.min_lr, "--min-lr")) return 2; break;
+        case 3: if (!parse_float(optarg, 0, 1000, &o.warmup_epochs, "--warmup-epochs")) return 2; break;
+        case 4: if (!parse_float(optarg, 0, 10, &o.weight_decay, "--weight-decay")) return 2; break;
+        case 5: if (!parse_float(optarg, 0, 1e6f, &o.clip, "--clip")) return 2; break;
+        case 6: if (!parse_float(optarg, 0, 0.99f, &o.smoothing, "--smoothing")) return 2; break;
+        case 7: if (!parse_float(optarg, 0, 1e3f, &o.dp_weight, "--dp-weight")) return 2; break;
+        case 8: if (!parse_float(optarg, 0.001f, 0.9f, &o.val_fraction, "--val-fraction")) return 2; break;
+        case 9: if (!cli_parse_int(optarg, -1, 512, &o.crop_pad)) return 2; break;
+        case 10: o.flip = 0; break;
+        case 11: if (!cli_parse_int(optarg, 0, 2000000000, &v)) return 2; o.seed = (unsigned long long)v; break;
+        case 12: if (!cli_parse_int(optarg, 1, 100000, &o.record_every)) return 2; break;
+        case 13: if (!cli_parse_int(optarg, 1, 100000, &o.record_images)) return 2; break;
+        case 14: o.record_what = optarg; break;
+        case 15: o.resume = 1; break;
+        case 16: if (!cli_parse_int(optarg, 0, 100000, &o.keep)) return 2; break;
+        case 't': if (!cli_parse_int(optarg, 1, 1024, &threads)) return 2; break;
+        case 'q': o.quiet = 1; break;
+        case 'h':
+            printf("usage: attnscope train --config MODEL.json|ARCH --data DATA --out DIR [--epochs 20]\n"
+                   "         [--batch 128] [--lr 1e-3] [--min-lr 1e-5] [--warmup-epochs 1] [--weight-decay 0.05]\n"
+                   "         [--clip 1] [--smoothing 0.1] [--dp-weight 0.1] [--val-fraction 0.1]\n"
+                   "         [--crop-pad P] [--no-flip] [--seed S] [--record-every N [--record-images K]\n"
+                   "         [--record attn,...]] [--resume] [--keep K] [--threads N] [--quiet]\n"
+                   "DATA: shapes[:COUNT[:SIZE]] (built in, 6 classes), a CIFAR-10/100 binary folder or\n"
+                   "      .bin file, an MNIST folder of IDX files, or an ImageFolder tree (CLASS/ folders,\n"
+                   "      or train/ and val/ each with CLASS/ folders).\n"
+                   "AdamW with decoupled weight decay, linear warm-up then cosine decay per step, gradient\n"
+                   "clipping by global norm, cross-entropy with label smoothing, LaViT's diagonality term on\n"
+                   "less-attention blocks. Random crop (pad P, default S/8) and horizontal flip. Each epoch:\n"
+                   "held-out evaluation, DIR/epoch-NNN/ (loads in `attnscope record --model`), DIR/latest,\n"
+                   "DIR/log.csv. --record-every N: DIR/trace-epoch-NNN.h5 of the first K held-out images\n"
+                   "(saved in DIR/heldout/) before training and every N epochs. Ctrl-C saves a checkpoint;\n"
+                   "--resume continues exactly. Deterministic given --seed and --threads. See docs/training.md.\n");
+            return 0;
+        default: return 2;
+        }
+    }
+    if (!o.config || !o.data || !o.out) {
+        fprintf(stderr, "attnscope train: --config, --data and --out are required (attnscope train --help)\n");
+        return 2;
+    }
+    runtime_set_threads(threads);
+    char cmdline[2048];
+    cli_command_line(argc, argv, cmdline, sizeof cmdline);
+    o.command_line = cmdline;
+    as_error err = {0};
+    train_result res;
+    as_status rc = train_run(&o, &res, &err);
+    if (rc != AS_OK) {
+        cli_error(&err);
+        return rc == AS_ERR_INTERRUPTED ? 130 : 1;
+    }
+    if (!o.quiet) {
+        printf("done: held-out accuracy %.1f%% (chance %.1f%%), %.0f img/s; checkpoint %s\n", 100 * res.val_acc,
+               100.0 / res.n_classes, res.img_per_s, res.checkpoint);
+        if (res.last_trace[0]) printf("traces: %s/trace-epoch-*.h5 (latest %s)\n", o.out, res.last_trace);
+    }
+    return 0;
+}
