@@ -187,14 +187,14 @@ static hid_t dset_access(int many_images_per_chunk) {
 
 /* Creates an extendible dataset of (0, dims...) with chunks of chunk0 images. */
 static hid_t make_dset(hid_t loc, const char *name, hid_t type, int nd, const hsize_t *dims,
-                       hsize_t chunk0, const trace_spec *s, int compress) {
+                       hsize_t chunk0, const trace_spec *s, int compress, int per_head) {
     hsize_t cur[5] = {0}, max[5] = {H5S_UNLIMITED}, chunk[5] = {chunk0};
     for (int i = 0; i < nd; i++) {
         cur[i + 1] = max[i + 1] = dims[i];
         chunk[i + 1] = dims[i];
     }
-    /* maps are chunked one head of one image per chunk: one map is one read */
-    if (nd == 3) chunk[1] = 1;
+    /* maps, q and k are chunked one head of one image per chunk: one map is one read */
+    if (per_head) chunk[1] = 1;
     hid_t space = H5Screate_simple(nd + 1, cur, max);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_chunk(dcpl, nd + 1, chunk);
@@ -319,7 +319,7 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
             if (create) {
                 hsize_t dims[3];
                 int nd = q_shape(s, (trace_quantity)q, l, dims), ids[4096];
-                d->q[q][li] = make_dset(g, dn, store, nd, dims, 1, s, 1);
+                d->q[q][li] = make_dset(g, dn, store, nd, dims, 1, s, 1, nd == 3);
                 if (d->q[q][li] >= 0) {
                     h5u_attr_str(d->q[q][li], "axes", q_axes((trace_quantity)q));
                     h5u_attr_str(d->q[q][li], "description", q_description(c, (trace_quantity)q, l));
@@ -365,7 +365,7 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
             if (!tab[i].present) continue;
             if (create) {
                 *tab[i].id = make_dset(g, tab[i].name, tab[i].type, tab[i].nd, tab[i].dims,
-                                       tab[i].chunk0, s, 0);
+                                       tab[i].chunk0, s, 0, 0);
                 if (*tab[i].id >= 0) h5u_attr_str(*tab[i].id, "description", tab[i].desc);
             } else {
                 *tab[i].id = open_dset(g, tab[i].name, tab[i].chunk0);

@@ -146,6 +146,29 @@ static void test_roundtrip(void) {
             char want[64];
             snprintf(want, sizeof want, "mem[%d]", imgs[ii]);
             CHECK(strcmp(path, want) == 0, "path %s", path);
+            /* the whole input image is stored, every row (it was once chunked per row, and only
+             * row 0 survived) */
+            {
+                const int S = c->img_size;
+                uint8_t *rgb_want = malloc((size_t)S * S * 3), *rgb_got = calloc((size_t)S * S * 3, 1);
+                float *xx = malloc((size_t)3 * S * S * sizeof(float));
+                dataset_load(&ds, imgs[ii], xx, rgb_want, c, &err);
+                hid_t f = H5Fopen(out, H5F_ACC_RDONLY, H5P_DEFAULT), dset = H5Dopen2(f, "images/rgb", H5P_DEFAULT);
+                hid_t fs = H5Dget_space(dset);
+                hsize_t off[4] = {(hsize_t)imgs[ii], 0, 0, 0}, cnt[4] = {1, (hsize_t)S, (hsize_t)S, 3};
+                H5Sselect_hyperslab(fs, H5S_SELECT_SET, off, NULL, cnt, NULL);
+                hid_t ms = H5Screate_simple(4, cnt, NULL);
+                CHECK(H5Dread(dset, H5T_NATIVE_UCHAR, ms, fs, H5P_DEFAULT, rgb_got) >= 0, "read images/rgb");
+                H5Sclose(ms);
+                H5Sclose(fs);
+                H5Dclose(dset);
+                H5Fclose(f);
+                CHECK(memcmp(rgb_got, rgb_want, (size_t)S * S * 3) == 0, "images/rgb of image %d differs from the input "
+                      "(first bytes of the last row: %d vs %d)", imgs[ii], rgb_got[(size_t)(S - 1) * S * 3], rgb_want[(size_t)(S - 1) * S * 3]);
+                free(rgb_want);
+                free(rgb_got);
+                free(xx);
+            }
             free(buf2);
             free(d.mem);
         }
