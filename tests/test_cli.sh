@@ -23,7 +23,7 @@ expect 0 "$A" --help;                     has "$T/out" "record"
 expect 2 "$A";                            has "$T/err" "usage"
 expect 2 "$A" frobnicate;                 has "$T/err" "unknown command"
 expect 0 "$A" --version;                  has "$T/out" "attnscope 0"
-for c in record info bench demo analyze plot experiment view; do expect 0 "$A" $c --help; has "$T/out" "usage: attnscope $c"; done
+for c in record info bench demo analyze plot experiment view train; do expect 0 "$A" $c --help; has "$T/out" "usage: attnscope $c"; done
 expect 0 "$A" info --list-archs;          has "$T/out" "deit_base_distilled_patch16_224"
 expect 0 "$A" info deit_tiny_patch16_224; has "$T/out" "5717416";  has "$T/out" "1.25 GMACs"
 expect 0 "$A" info deit_small_patch16_224; has "$T/out" "22.05 M parameters"
@@ -217,5 +217,72 @@ echo '{"name": "x"}' >"$T/bad.json"
 expect 1 "$A" experiment "$T/bad.json"; has "$T/err" "models"; one_line
 echo '{"name": ' >"$T/bad.json"
 expect 1 "$A" experiment "$T/bad.json"; has "$T/err" "not valid JSON"; one_line
+# ---- attnscope train: every data source, checkpoints that record loads, errors ----
+M=${MODELS:-$(dirname "$FX")/../experiments/models}
+small() { printf '{"architecture": "custom", "img_size": %s, "patch_size": 4, "embed_dim": 16, "depth": 2, "num_heads": 2, "mlp_ratio": 2, "num_classes": %s, "attention": %s}' "$1" "$2" "${3:-{\"type\": \"vanilla\"\}}" >"$T/small.json"; }
+small 32 6
+expect 0 "$A" train --config "$T/small.json" --data shapes:240 --out "$T/tr" --epochs 2 --batch 16 \
+    --record-every 1 --record-images 12
+has "$T/out" "epoch   2/2"; has "$T/out" "held-out accuracy"
+for f in epoch-001 epoch-002 latest log.csv trace-epoch-000.h5 trace-epoch-001.h5 trace-epoch-002.h5 heldout/circle/00000.png; do
+    if [ -e "$T/tr/$f" ]; then ok; else bad "train did not write $f"; fi
+done
+if [ "$(wc -l <"$T/tr/log.csv")" -eq 3 ]; then ok; else bad "log.csv: $(cat "$T/tr/log.csv")"; fi
+has "$T/tr/latest/state.json" '"format":	"attnscope-train-state"'
+# the checkpoint is a model folder: info and record load it; the trace's labels are the classes
+expect 0 "$A" info "$T/tr/latest";  has "$T/out" "6 classes"
+expect 0 "$A" record --model "$T/tr/latest" --images "$T/tr/heldout" --out "$T/tr/again.h5"
+expect 0 "$A" info "$T/tr/trace-epoch-002.h5"; has "$T/out" "images      12 complete"
+expect 0 "$A" analyze "$T/tr/trace-epoch-002.h5" --metrics als,entropy
+# refusing to mix runs; resuming a finished run is a no-op; resuming with other options is refused
+expect 1 "$A" train --config "$T/small.json" --data shapes:240 --out "$T/tr" --epochs 2 --batch 16
+has "$T/err" "add --resume"; one_line
+expect 0 "$A" train --config "$T/small.json" --data shapes:240 --out "$T/tr" --epochs 2 --batch 16 --resume \
+    --record-every 1 --record-images 12
+expect 1 "$A" train --config "$T/small.json" --data shapes:240 --out "$T/tr" --epochs 2 --batch 16 --resume --lr 0.01
+has "$T/err" "started with --lr"; one_line
+expect 1 "$A" train --config "$T/small.json" --data shapes:240 --out "$T/nothing" --resume
+has "$T/err" "no checkpoint to resume"; one_line
+expect 2 "$A" train --config "$T/small.json" --out "$T/x";   has "$T/err" "required"
+expect 1 "$A" train --config "$T/small.json" --data "$T/nope" --out "$T/x"; has "$T/err" "no such file"; one_line
+expect 1 "$A" train --config "$T/small.json" --data shapes:abc --out "$T/x"; has "$T/err" "shapes"; one_line
+small 32 10
+expect 1 "$A" train --config "$T/small.json" --data shapes:240 --out "$T/x"; has "$T/err" '"num_classes": 6'; one_line
+# every mechanism trains (one epoch, finite loss, a checkpoint record can run)
+for m in vit lmsa lsla lavit mait refiner; do
+    expect 0 "$A" train --config "$M/${m}_shapes.json" --data shapes:96 --out "$T/mech-$m" --epochs 1 --batch 32 --quiet
+    expect 0 "$A" record --model "$T/mech-$m/latest" --images "$T/tr/heldout" --out "$T/mech-$m.h5"
+done
+# CIFAR-10 binary files (label byte + 3072 bytes), CIFAR-100 (two label bytes), MNIST IDX
+mkdir -p "$T/cifar10" "$T/cifar100" "$T/mnist"
+perl -e 'srand(1); for $i (0..119) { print chr($i % 10); print map { chr(int(rand(256))) } 1..3072 }' >"$T/cifar10/data_batch_1.bin"
+perl -e 'srand(2); for $i (0..39) { print chr($i % 10); print map { chr(int(rand(256))) } 1..3072 }' >"$T/cifar10/test_batch.bin"
+printf 'airplane\nautomobile\nbird\ncat\ndeer\ndog\nfrog\nhorse\nship\ntruck\n' >"$T/cifar10/batches.meta.txt"
+small 32 10
+expect 0 "$A" train --config "$T/small.json" --data "$T/cifar10" --out "$T/c10" --epochs 1 --batch 16
+has "$T/out" "cifar10 (120 train, 40 held out: the test set"
+expect 0 "$A" train --config "$T/small.json" --data "$T/cifar10/data_batch_1.bin" --out "$T/c10b" --epochs 1 --batch 16 --val-fraction 0.25
+has "$T/out" "90 train, 30 held out"
+head -c 10000 "$T/cifar10/data_batch_1.bin" >"$T/cut.bin"
+expect 1 "$A" train --config "$T/small.json" --data "$T/cut.bin" --out "$T/x"; has "$T/err" "truncated"; one_line
+perl -e 'srand(3); for $i (0..99) { print chr(int($i / 10)), chr($i % 100); print map { chr(int(rand(256))) } 1..3072 }' >"$T/cifar100/train.bin"
+small 32 100
+expect 0 "$A" train --config "$T/small.json" --data "$T/cifar100" --out "$T/c100" --epochs 1 --batch 16 --val-fraction 0.2
+has "$T/out" "cifar100 (80 train, 20 held out"
+perl -e 'print pack("NNNN", 2051, 60, 28, 28); srand(4); print map { chr(int(rand(256))) } 1..(60*784)' >"$T/mnist/train-images-idx3-ubyte"
+perl -e 'print pack("NN", 2049, 60); print map { chr($_ % 10) } 0..59' >"$T/mnist/train-labels-idx1-ubyte"
+small 28 10
+expect 0 "$A" train --config "$T/small.json" --data "$T/mnist" --out "$T/mn" --epochs 1 --batch 16
+has "$T/out" "mnist (54 train, 6 held out"
+small 32 10
+expect 1 "$A" train --config "$T/small.json" --data "$T/mnist" --out "$T/x"; has "$T/err" '"img_size": 28'; one_line
+perl -e 'print pack("NNNN", 2052, 60, 28, 28)' >"$T/mnist/train-images-idx3-ubyte"
+small 28 10
+expect 1 "$A" train --config "$T/small.json" --data "$T/mnist" --out "$T/x"; has "$T/err" "magic 2051"; one_line
+# an ImageFolder tree (the held-out PNGs of the first run: 6 class folders)
+small 32 6
+expect 0 "$A" train --config "$T/small.json" --data "$T/tr/heldout" --out "$T/if" --epochs 1 --batch 4 --val-fraction 0.25
+has "$T/out" "imagefolder (9 train, 3 held out"
+
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

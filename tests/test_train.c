@@ -224,6 +224,54 @@ static void test_ce(void) {
     CHECK(fabsf(d[2] - (float)((exp(2 - lse) - 0.1) / 2)) < 1e-7f, "dlogits row 2 %g", (double)d[2]);
 }
 
+/* A checkpoint written and read back: weights, both AdamW moments and the state text, bit
+ * for bit; a damaged optimizer file is refused with the file named. */
+static void test_checkpoint(void) {
+    as_error err = {0};
+    model m;
+    if (model_load(&m, fx("mech_cls"), NULL, 0, &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    trainable t, u;
+    CHECK(trainable_init(&t, &m, &err) == AS_OK, "%s", err.msg);
+    model_free(&m);
+    for (int k = 0; k < t.n; k++) /* tensors only: the padding between them is not stored */
+        for (size_t e = 0, i = t.offset[k]; e < vit_tensor_numel(&t.specs[k]); e++, i++) {
+            t.m[i] = (float)sin((double)i);
+            t.v[i] = (float)(i % 97) * 1e-3f;
+        }
+    const char *dir = check_tmp("ckpt");
+    CHECK(checkpoint_save(&t, dir, "{\"format\": \"x\"}\n", &err) == AS_OK, "%s", err.msg);
+    /* saving again over it replaces the folder whole */
+    CHECK(checkpoint_save(&t, dir, "{\"format\": \"attnscope-train-state\"}\n", &err) == AS_OK, "%s", err.msg);
+    model m2;
+    CHECK(model_load(&m2, dir, NULL, 0, &err) == AS_OK, "reload: %s", err.msg);
+    CHECK(trainable_init(&u, &m2, &err) == AS_OK, "%s", err.msg);
+    model_free(&m2);
+    char *state = NULL;
+    CHECK(checkpoint_load_optimizer(&u, dir, &state, &err) == AS_OK, "%s", err.msg);
+    CHECK(state && strstr(state, "attnscope-train-state"), "state %s", state ? state : "(null)");
+    free(state);
+    CHECK(u.count == t.count && memcmp(u.w, t.w, t.count * 4) == 0, "weights round-trip");
+    CHECK(memcmp(u.m, t.m, t.count * 4) == 0 && memcmp(u.v, t.v, t.count * 4) == 0, "moments round-trip");
+    CHECK(memcmp(u.decay, t.decay, t.count) == 0, "decay mask");
+    const int pe = trainable_find(&t, "pos_embed"), qkv = trainable_find(&t, "blocks.0.attn.qkv.weight");
+    const int nb = trainable_find(&t, "blocks.0.norm1.bias");
+    CHECK(pe >= 0 && !t.decay[t.offset[pe]] && qkv >= 0 && t.decay[t.offset[qkv]] && nb >= 0 && !t.decay[t.offset[nb]],
+          "weight decay on matrices only");
+    /* a truncated optimizer file */
+    char p[1200];
+    snprintf(p, sizeof p, "%s/optimizer.safetensors", dir);
+    CHECK(truncate(p, 1000) == 0, "truncate");
+    state = NULL;
+    as_status rc = checkpoint_load_optimizer(&u, dir, &state, &err);
+    CHECK(rc != AS_OK && strstr(err.msg, "optimizer.safetensors"), "truncated: %s", err.msg);
+    free(state);
+    trainable_free(&t);
+    trainable_free(&u);
+}
+
 int main(void) {
     check_tmp_init("train");
     as_error err = {0};
@@ -242,5 +290,7 @@ int main(void) {
     test_adamw();
     test_schedule();
     test_ce();
+    test_checkpoint();
+    check_tmp_remove();
     return check_finish("train");
 }
