@@ -145,6 +145,27 @@ void kernels_gelu(float *x, size_t n) {
     }
 }
 
+/* dh *= GELU'(x) = 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi), in blocks like the
+ * forward so that the inline erf and exp vectorise. */
+KERNEL_CLONES static void gelu_backward_block(float *dh, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const float v = x[i];
+        const float cdf = 0.5f * (1.0f + erf_inline(v * 0.70710678118654752f));
+        const float pdf = 0.39894228040143268f * exp_inline(-0.5f * v * v);
+        dh[i] *= cdf + v * pdf;
+    }
+}
+
+void kernels_gelu_backward(float *dh, const float *x, size_t n) {
+    const size_t block = 4096;
+    const long long nb = (long long)((n + block - 1) / block);
+#pragma omp parallel for schedule(static)
+    for (long long k = 0; k < nb; k++) {
+        size_t i = (size_t)k * block;
+        gelu_backward_block(dh + i, x + i, n - i < block ? n - i : block);
+    }
+}
+
 KERNEL_CLONES void kernels_softmax_rows(float *x, int n, int d) {
     for (int r = 0; r < n; r++) {
         float *row = x + (size_t)r * d;

@@ -14,6 +14,9 @@ void kernels_layernorm(float *out, const float *x, const float *w, const float *
 /* Exact (erf) GELU in place: x = 0.5 x (1 + erf(x / sqrt 2)). x: (n). */
 void kernels_gelu(float *x, size_t n);
 
+/* dh *= GELU'(x) for the exact GELU (the backward of kernels_gelu). dh, x: (n). */
+void kernels_gelu_backward(float *dh, const float *x, size_t n);
+
 /* erf for float, branch-free so that loops over it vectorise; within 4e-7 absolute of erf. */
 float kernels_erf(float x);
 

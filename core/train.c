@@ -156,17 +156,6 @@ void vit_layernorm_backward(float *dx, float *dw, float *db, const float *dy, co
     colsum_add(db, dy, n, d, d);
 }
 
-/* dh *= GELU'(x) for the exact GELU: 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi). */
-static void gelu_backward(float *dh, const float *x, size_t n) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        const float v = x[i];
-        const float cdf = 0.5f * (1.0f + kernels_erf(v * 0.70710678118654752f));
-        const float pdf = 0.39894228040143268f * kernels_exp(-0.5f * v * v);
-        dh[i] *= cdf + v * pdf;
-    }
-}
-
 /* dS = P * (dP - rowsum(P * dP)) for one (T, T) map; dS may alias dP. */
 static void softmax_backward(float *dS, const float *P, const float *dP, int T) {
     for (int i = 0; i < T; i++) {
@@ -597,7 +586,7 @@ void vit_backward(const vit_config *c, const vit_params *p, const vit_params *g,
         const vit_tape_block *t = &tape->blk[l];
         /* x_out = x_mid + fc2(gelu(fc1(norm2(x_mid)))) */
         linear_backward(WR(gb->fc2_w), WR(gb->fc2_b), ws->dhid, 0, ws->dx, D, t->hid, Hm, bp->fc2_w, M, D, Hm);
-        gelu_backward(ws->dhid, t->hpre, (size_t)M * Hm);
+        kernels_gelu_backward(ws->dhid, t->hpre, (size_t)M * Hm);
         linear_backward(WR(gb->fc1_w), WR(gb->fc1_b), ws->dxn, 0, ws->dhid, Hm, t->xn2, D, bp->fc1_w, M, Hm, D);
         vit_layernorm_backward(ws->dx, WR(gb->norm2_w), WR(gb->norm2_b), ws->dxn, t->x_mid, bp->norm2_w,
                                ws->xhat, M, D, eps);

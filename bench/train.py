@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Training speed: attnscope train against PyTorch (Debian's python3-torch) on the same model,
+batch and thread count, in one invocation; prints img/s and the ratio. Benchmarks are not
+tests: nothing here asserts a time.
+
+    python3 bench/train.py                       # experiments/models/vit_shapes.json
+    python3 bench/train.py --all --threads 2     # every experiments/models/*_shapes.json
+
+attnscope: `attnscope train` on the built-in shapes for one epoch of --steps batches; its
+img/s counts the training steps (data transform, forward, backward, clipping, AdamW), not the
+dataset generation or the evaluation. PyTorch: tools/vit_ref.py's ViT in train mode on random
+tensors already in memory (no data transform, which favours it), the same loss (cross-entropy
+with label smoothing 0.1, plus LaViT's term where the model has less-attention blocks),
+clip_grad_norm_(1.0) and torch.optim.AdamW, warmed up for 5 steps. Both use float32.
+
+OPENBLAS_CORETYPE: attnscope's GEMMs are OpenBLAS's; if the variable names an older core than
+the CPU (Haswell on an AVX-512 machine), SGEMM runs at about half speed. PyTorch's own kernels
+may not read it. The script prints the setting; compare runs with the same environment.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+TORCH_CODE = r"""
+import json, sys, time, torch
+import torch.nn.functional as F
+sys.path.insert(0, sys.argv[1])
+from vit_ref import ViT
+from make_train_fixtures import dp_loss
+cfg, B, threads, steps = json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+m = ViT(cfg).train()
+decay = [p for n, p in m.named_parameters() if p.dim() >= 2 and "token" not in n and "pos_embed" not in n]
+rest = [p for n, p in m.named_parameters() if not (p.dim() >= 2 and "token" not in n and "pos_embed" not in n)]
+opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": rest, "weight_decay": 0.0}], lr=1e-3)
+xs = torch.randn(8, B, 3, cfg["img_size"], cfg["img_size"])
+ys = torch.randint(0, cfg["num_classes"], (8, B))
+less = any(type(b.attn).__name__ == "LessAttention" for b in m.blocks)
+def step(i):
+    rec = [] if less else None
+    out = m(xs[i % 8], record=rec)
+    loss = F.cross_entropy(out, ys[i % 8], label_smoothing=0.1)
+    if less:
+        loss = loss + 0.1 / 0.5 * dp_loss(m, rec, B)  # dp_loss carries make_train_fixtures' weight 0.5
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+    opt.step()
+for i in range(5):
+    step(i)
+t0 = time.perf_counter()
+for i in range(steps):
+    step(i)
+dt = time.perf_counter() - t0
+print(json.dumps({"img_s": steps * B / dt}))
+"""
+
+
+def model_cfg(path):
+    """attnscope's config (with its defaults filled in) as tools/vit_ref.ViT takes it."""
+    out = subprocess.run([ATTNSCOPE, "info", path, "--json"], capture_output=True, text=True)
+    if out.returncode == 0:
+        j = json.loads(out.stdout)
+        return j.get("config", j)
+    raise SystemExit(f"attnscope info {path} --json failed: {out.stderr.strip()}")
+
+
+def run_attnscope(cfg_path, batch, threads, steps):
+    with tempfile.TemporaryDirectory() as d:
+        r = subprocess.run([ATTNSCOPE, "train", "--config", cfg_path, "--data", f"shapes:{batch * steps}",
+                            "--epochs", "1", "--batch", str(batch), "--threads", str(threads),
+                            "--val-fraction", "0.1", "--out", os.path.join(d, "run")],
+                           capture_output=True, text=True)
+        m = re.search(r"done: .*?, ([0-9.]+) img/s", r.stdout)
+        if r.returncode != 0 or not m:
+            raise SystemExit(f"attnscope train failed: {r.stderr.strip()}")
+        return float(m.group(1))
+
+
+def run_torch(cfg, batch, threads, steps):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    r = subprocess.run([sys.executable, "-c", TORCH_CODE, os.path.join(ROOT, "tools"), json.dumps(cfg),
+                        str(batch), str(threads), str(steps)], capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise SystemExit(f"PyTorch run failed: {r.stderr.strip()[-800:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])["img_s"]
+
+
+def main():
+    global ATTNSCOPE
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default=os.path.join(ROOT, "experiments", "models", "vit_shapes.json"))
+    ap.add_argument("--all", action="store_true", help="every experiments/models/*_shapes.json")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--attnscope", default=os.path.join(ROOT, "build", "attnscope"))
+    a = ap.parse_args()
+    ATTNSCOPE = a.attnscope
+    import torch
+    print(f"threads {a.threads}, batch {a.batch}, {a.steps} timed steps; "
+          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}; torch {torch.__version__}")
+    configs = sorted(glob.glob(os.path.join(ROOT, "experiments", "models", "*_shapes.json"))) if a.all else [a.config]
+    print(f"{'model':<22} {'attnscope img/s':>16} {'PyTorch img/s':>14} {'ratio':>7}")
+    for c in configs:
+        ours = run_attnscope(c, a.batch, a.threads, a.steps)
+        theirs = run_torch(model_cfg(c), a.batch, a.threads, a.steps)
+        print(f"{os.path.basename(c)[:-5]:<22} {ours:>16.0f} {theirs:>14.0f} {ours / theirs:>6.2f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()
