@@ -480,6 +480,14 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
     progress_finish(&pg);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
+    /* a resumed run with nothing left to do reports the last epoch it finished */
+    const cJSON *last = cJSON_GetArrayItem(st.history, cJSON_GetArraySize(st.history) - 1);
+    if (last && res->val_acc == 0 && res->train_loss == 0) {
+        res->train_loss = num(last, "train_loss");
+        res->train_acc = num(last, "train_acc");
+        res->val_loss = num(last, "val_loss");
+        res->val_acc = num(last, "val_acc");
+    }
     res->epochs_done = (int)st.epoch;
     res->seconds = t_run;
     res->img_per_s = t_run > 0 ? (st.step * B - done0) / t_run : 0;

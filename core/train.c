@@ -28,21 +28,10 @@ static size_t carve(char *base, size_t *off, size_t bytes_wanted, void **view) {
 }
 #define CARVE_F(base, off, n, view) carve(base, off, (n) * sizeof(float), (void **)(view))
 
-static int proj_width(const vit_config *c, int *E) {
-    int W = 3 * c->embed_dim;
-    *E = 0;
-    for (int l = 0; l < c->depth; l++) {
-        const vit_attn *at = &c->attn[l];
-        if (at->kind == VIT_ATTN_LMSA && 2 * at->qk_dim + c->embed_dim > W) W = 2 * at->qk_dim + c->embed_dim;
-        if (at->kind == VIT_ATTN_REFINER && at->expanded_heads > *E) *E = at->expanded_heads;
-    }
-    return W;
-}
-
-/* Floats of per-image partial gradients one block can need: Refiner's expand, reduce and
- * kernels; LSLA's two bias tables summed over images per head. */
+/* Floats of per-image partial gradients one block can need: Refiner's reduce, expand and
+ * kernels. */
 static size_t part_floats(const vit_config *c) {
-    const size_t T = (size_t)vit_num_tokens(c), H = (size_t)c->num_heads;
+    const size_t H = (size_t)c->num_heads;
     size_t most = 0;
     for (int l = 0; l < c->depth; l++) {
         const vit_attn *at = &c->attn[l];
@@ -51,16 +40,15 @@ static size_t part_floats(const vit_config *c) {
             need = 2 * (size_t)at->expanded_heads * H + (size_t)at->expanded_heads * at->kernel_size * at->kernel_size;
         if (need > most) most = need;
     }
-    (void)T;
     return most;
 }
 
 size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws) {
     const size_t T = (size_t)vit_num_tokens(c), D = (size_t)c->embed_dim, H = (size_t)c->num_heads;
     const size_t b = (size_t)B;
-    int E;
-    const size_t W = (size_t)proj_width(c, &E);
-    const size_t Hmax = (size_t)E > H ? (size_t)E : H;
+    size_t W, E;
+    vit_widths(c, &W, &E);
+    const size_t Hmax = E > H ? E : H;
     size_t off = 0;
     char *p = base;
     vit_grad_ws tmp;
@@ -82,7 +70,7 @@ size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws
     if (vit_any_attn(c, VIT_ATTN_LESS))
         for (int i = 0; i < 2; i++) CARVE_F(p, &off, b * H * T * T, &v->dkeep[i]);
     if (E)
-        for (int i = 0; i < VIT_MAX_EXTRAS; i++) CARVE_F(p, &off, b * (size_t)E * T * T, &v->dext[i]);
+        for (int i = 0; i < VIT_MAX_EXTRAS; i++) CARVE_F(p, &off, b * E * T * T, &v->dext[i]);
     const size_t part = part_floats(c);
     if (part) CARVE_F(p, &off, b * part, &v->part);
     carve(p, &off, b * H * sizeof(double), (void **)&v->scal);

@@ -127,8 +127,7 @@ size_t vit_tensor_numel(const vit_tensor_spec *s) {
     return n;
 }
 
-/* Widest projection row (W of acts->qkv) and most mechanism maps of any block. */
-static void widths(const vit_config *c, size_t *W, size_t *E) {
+void vit_widths(const vit_config *c, size_t *W, size_t *E) {
     const size_t D = (size_t)c->embed_dim;
     *W = 3 * D;
     *E = 0;
@@ -167,7 +166,7 @@ size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a) {
     carve(p, &off, b * T * D, &v->x);
     carve(p, &off, b * T * D, &v->xn);
     size_t W, E;
-    widths(c, &W, &E);
+    vit_widths(c, &W, &E);
     carve(p, &off, b * T * W, &v->qkv);
     carve(p, &off, b * H * T * T, &v->att);
     const int less = vit_any_attn(c, VIT_ATTN_LESS);
@@ -191,7 +190,7 @@ size_t vit_tape_carve(const vit_config *c, int B, void *base, vit_tape *t) {
     vit_tape tmp;
     vit_tape *v = t ? t : &tmp;
     if (base) memset(v, 0, sizeof *v);
-    widths(c, &W, &E);
+    vit_widths(c, &W, &E);
     for (int l = 0; l < c->depth; l++) {
         vit_tape_block *k = &v->blk[l];
         const vit_attn *at = &c->attn[l];

@@ -82,6 +82,10 @@ typedef struct {
     float *pool_pre; /* (B, 2, D) pooled rows before fc_norm (fc_norm configs) */
 } vit_tape;
 
+/* The widest projection row of any block (W of acts->qkv: 3D, or LMSA's 2 qk_dim + D) and the
+ * most maps any block's mechanism keeps (Refiner's H'; 0 without). */
+void vit_widths(const vit_config *c, size_t *W, size_t *E);
+
 /* Returns the bytes a tape for B images needs; with base != NULL carves it into *t. */
 size_t vit_tape_carve(const vit_config *c, int B, void *base, vit_tape *t);
 

@@ -10,24 +10,68 @@ ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
 check() { if eval "$1"; then ok; else bad "$1"; fi; }
 
-"$A" demo --out "$T/demo" --images 16 >"$T/demo.out" 2>&1; check '[ $? -eq 0 ]'
-check 'grep -q "SYNTHETIC" "$T/demo.out"'
-check 'grep -q "16 images x 12 layers x 3 heads" "$T/demo.out"'
+# the README's main job, shortened: train, record, analyze, plot
+"$A" demo --out "$T/demo" --epochs 2 --train-images 1200 --images 16 >"$T/demo.out" 2>&1; check '[ $? -eq 0 ]'
+check 'grep -q "held-out accuracy" "$T/demo.out"'
+check 'grep -q "the trained model over 16 held-out images, every map of 4 layers" "$T/demo.out"'
 check 'grep -q "analyze 8 metrics over 16 images" "$T/demo.out"'
+check 'grep -q "mean attention distance" "$T/demo.out"'
 check 'grep -q "figures .*: 11 PDFs" "$T/demo.out"'
 check '[ "$(ls "$T/demo/figures"/*.pdf | wc -l)" -eq 11 ]'
+check '[ -L "$T/demo/train/latest" ] && [ -s "$T/demo/train/trace-epoch-000.h5" ] && [ -s "$T/demo/train/trace-epoch-002.h5" ]'
 "$A" info "$T/demo/run.h5" >"$T/info.out"; check '[ $? -eq 0 ]'
 check 'grep -q "state       complete" "$T/info.out"'
 check 'grep -q "attn,scores,q,k,tokens" "$T/info.out"'
 # the demo is re-entrant: running it again replaces its own outputs
-"$A" demo --out "$T/demo" --images 16 >/dev/null 2>&1; check '[ $? -eq 0 ]'
+"$A" demo --out "$T/demo" --epochs 1 --train-images 600 --images 8 >/dev/null 2>&1; check '[ $? -eq 0 ]'
+
+# a short training run on the built-in shapes beats chance (1/6) by a wide margin
+M=${FIXTURES:-tests/fixtures}/../../experiments/models
+"$A" train --config "$M/vit_shapes.json" --data shapes:6000 --epochs 6 --batch 64 --threads 2 --out "$T/learn" >"$T/learn.out" 2>&1
+check '[ $? -eq 0 ]'
+acc=$(sed -n 's/^done: held-out accuracy \([0-9.]*\)%.*/\1/p' "$T/learn.out")
+echo "training: shapes:6000, 6 epochs: held-out accuracy $acc% (chance 16.7%; measured 42.6%)" >&2
+check '[ -n "$acc" ] && awk -v a="$acc" "BEGIN { exit !(a >= 35) }"'
+
+# a run stopped by SIGINT, and one killed with SIGKILL, resume to the same weights, bit for bit
+RUN=("$A" train --config "$M/lavit_shapes.json" --data shapes:1500 --epochs 3 --batch 32 --threads 2 --quiet)
+run() { "${RUN[@]}" --out "$1" "${@:2}"; }
+run "$T/ra"; check '[ $? -eq 0 ]'
+for sig in INT KILL; do
+    d="$T/r$sig"
+    "${RUN[@]}" --out "$d" 2>"$T/r$sig.err" & pid=$!  # the program itself, so that it gets the signal
+    for _ in $(seq 600); do [ -d "$d/epoch-001" ] && break; sleep 0.05; done
+    sleep 0.3
+    kill -$sig $pid; wait $pid; code=$?
+    if [ $sig = INT ]; then
+        check '[ $code -eq 130 ] && grep -q "continue with the same command and --resume" "$T/rINT.err"'
+        check '[ -d "$d/$(readlink "$d/latest")" ] && readlink "$d/latest" | grep -q "^step-"'
+    else
+        check '[ $code -eq 137 ] && [ "$(readlink "$d/latest")" = epoch-001 ]'
+    fi
+    run "$d" --resume; check '[ $? -eq 0 ]'
+    check 'cmp -s "$T/ra/epoch-003/model.safetensors" "$d/epoch-003/model.safetensors"'
+    check 'cmp -s "$T/ra/epoch-003/optimizer.safetensors" "$d/epoch-003/optimizer.safetensors"'
+    check 'diff <(cut -d, -f1-7 "$T/ra/log.csv") <(cut -d, -f1-7 "$d/log.csv") >/dev/null'
+    check '[ -z "$(ls -d "$d"/step-* 2>/dev/null)" ]'
+done
+
+# a DeiT-Tiny trace with every quantity (random weights, 16 synthetic images, ~135 MB)
+cat >"$T/big.json" <<'JSON'
+{"name": "big", "description": "DeiT-Tiny with every quantity recorded, for the slow tests",
+ "images": {"synthetic": 16, "size": 224, "seed": 7}, "record": "attn,scores,qk,tokens",
+ "models": [{"name": "tiny", "config": {"architecture": "deit_tiny_patch16_224", "num_classes": 4}, "seed": 1}],
+ "analyze": {"metrics": "als"}, "figures": [{"figure": "als", "models": ["tiny"]}]}
+JSON
+"$A" experiment "$T/big.json" --out "$T/big" >"$T/big.out" 2>&1; check '[ $? -eq 0 ]'
+BIG="$T/big/tiny.h5"
 
 # analyze streams: peak memory does not grow with the number of images, and stays below the
-# trace's size (16 images x 12 layers of every quantity, ~100 MB)
+# trace's size (16 images x 12 layers of every quantity, ~135 MB)
 peak() { sed -n 's/.*peak memory \([0-9.]*\) MB.*/\1/p' "$1"; }
-"$A" analyze "$T/demo/run.h5" --out "$T/r4.h5" --max-images 4 --threads 2 >"$T/a4.out" 2>&1; check '[ $? -eq 0 ]'
-"$A" analyze "$T/demo/run.h5" --out "$T/r16.h5" --threads 2 --per-image >"$T/a16.out" 2>&1; check '[ $? -eq 0 ]'
-p4=$(peak "$T/a4.out"); p16=$(peak "$T/a16.out"); size=$(stat -c %s "$T/demo/run.h5")
+"$A" analyze "$BIG" --out "$T/r4.h5" --max-images 4 --threads 2 >"$T/a4.out" 2>&1; check '[ $? -eq 0 ]'
+"$A" analyze "$BIG" --out "$T/r16.h5" --threads 2 --per-image >"$T/a16.out" 2>&1; check '[ $? -eq 0 ]'
+p4=$(peak "$T/a4.out"); p16=$(peak "$T/a16.out"); size=$(stat -c %s "$BIG")
 echo "analyze peak memory: $p4 MB for 4 images, $p16 MB for 16 images; trace $((size / 1000000)) MB" >&2
 check '[ -n "$p4" ] && [ -n "$p16" ]'
 check 'awk -v a="$p4" -v b="$p16" "BEGIN { exit !(b < a + 8) }"'
@@ -52,7 +96,7 @@ check '[ "$(ls "$EXP"/*.json | wc -l)" -ge 5 ]'
 
 PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 if $PY -c "import h5py, numpy" 2>/dev/null; then
-    $PY - "$T/demo/run.h5" "$T/r16.h5" >"$T/py.out" 2>&1 <<'PY'
+    $PY - "$BIG" "$T/r16.h5" >"$T/py.out" 2>&1 <<'PY'
 import sys, h5py, numpy as np
 f = h5py.File(sys.argv[1], "r")
 assert f.attrs["format"] == "attnscope-trace" and f.attrs["complete"] == 1
@@ -61,6 +105,7 @@ assert a.dtype == np.float16 and a.shape == (16, 3, 197, 197) and a.chunks == (1
 rows = a[3, 1].astype(np.float64).sum(axis=-1)
 assert np.allclose(rows, 1.0, atol=2e-2), rows[:5]
 assert f["images/rgb"].shape == (16, 224, 224, 3)
+assert f["images/rgb"][0, 100:].max() > 0  # every row of the input is stored, not only the first
 assert list(f["images"].attrs["class_names"]) == ["disc", "ring", "square", "triangle"]
 r = h5py.File(sys.argv[2], "r")
 assert r.attrs["format"] == "attnscope-analysis"
@@ -106,6 +151,15 @@ assert np.allclose(soft.sum(-1), 1.0, atol=1e-5)
 print("h5py mechanisms ok")
 PY
     check 'grep -q "h5py mechanisms ok" "$T/py2.out"'
+    # a training checkpoint loads into the PyTorch reference modules, which reproduce the
+    # trace's logits and attention maps on the trace's own images
+    if $PY -c "import torch" 2>/dev/null; then
+        TOOLS=${FIXTURES:-tests/fixtures}/../../tools
+        $PY "$TOOLS/load_checkpoint.py" "$T/demo/train/latest" --images "$T/demo/train/heldout" \
+            --trace "$T/demo/run.h5" >"$T/pt.out" 2>&1; check '[ $? -eq 0 ] && grep -q "^OK" "$T/pt.out"'
+    else
+        echo "note: python3-torch not installed; skipping the PyTorch checkpoint check" >&2
+    fi
 else
     echo "note: python3-h5py not installed; skipping the h5py check" >&2
 fi
