@@ -128,22 +128,24 @@ static inline float exp_inline(float x0) {
 
 float kernels_exp(float x) { return exp_inline(x); }
 
-KERNEL_CLONES static void gelu_block(float *x, size_t n) {
+KERNEL_CLONES static void gelu_block(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) {
         float v = x[i];
-        x[i] = 0.5f * v * (1.0f + erf_inline(v * 0.70710678118654752f));
+        y[i] = 0.5f * v * (1.0f + erf_inline(v * 0.70710678118654752f));
     }
 }
 
-void kernels_gelu(float *x, size_t n) {
+void kernels_gelu_to(float *y, const float *x, size_t n) {
     const size_t block = 4096;
     const long long nb = (long long)((n + block - 1) / block);
 #pragma omp parallel for schedule(static)
     for (long long k = 0; k < nb; k++) {
         size_t i = (size_t)k * block;
-        gelu_block(x + i, n - i < block ? n - i : block);
+        gelu_block(y + i, x + i, n - i < block ? n - i : block);
     }
 }
+
+void kernels_gelu(float *x, size_t n) { kernels_gelu_to(x, x, n); }
 
 /* dh *= GELU'(x) = 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi), in blocks like the
  * forward so that the inline erf and exp vectorise. */
@@ -163,6 +165,69 @@ void kernels_gelu_backward(float *dh, const float *x, size_t n) {
     for (long long k = 0; k < nb; k++) {
         size_t i = (size_t)k * block;
         gelu_backward_block(dh + i, x + i, n - i < block ? n - i : block);
+    }
+}
+
+/* sum of a[i] * b[i], lanes as above */
+static inline float lanes_dot(const float *a, const float *b, int d) {
+    float acc[LANES] = {0};
+    int i = 0;
+    for (; i + LANES <= d; i += LANES)
+        for (int j = 0; j < LANES; j++) acc[j] += a[i + j] * b[i + j];
+    float s = 0.0f;
+    for (int j = 0; j < LANES; j++) s += acc[j];
+    for (; i < d; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* One block of rows of the LayerNorm backward: dx += ..., and the block's own partial sums of
+ * dy * xhat and dy into pw and pb (d each). */
+KERNEL_CLONES static void layernorm_backward_block(float *dx, float *pw, float *pb, const float *dy,
+                                                   const float *x, const float *w, int rows, int d,
+                                                   float eps) {
+    for (int i = 0; i < d; i++) pw[i] = pb[i] = 0.0f;
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * d, *gr = dy + (size_t)r * d;
+        float *dr = dx + (size_t)r * d;
+        const float mean = lanes_sum(xr, d) / (float)d;
+        const float rstd = 1.0f / sqrtf(lanes_sqdev(xr, mean, d) / (float)d + eps);
+        float a = 0.0f, b = 0.0f;
+        for (int i = 0; i < d; i++) {
+            const float xh = (xr[i] - mean) * rstd, g = gr[i] * w[i];
+            a += g;
+            b += g * xh;
+            pw[i] += gr[i] * xh;
+            pb[i] += gr[i];
+        }
+        const float ma = a / (float)d, mb = b / (float)d;
+        for (int i = 0; i < d; i++) dr[i] += rstd * (gr[i] * w[i] - ma - (xr[i] - mean) * rstd * mb);
+    }
+}
+
+void kernels_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
+                                const float *w, float *scratch, int n, int d, float eps) {
+    const int nb = (n + KERNELS_LN_BLOCK - 1) / KERNELS_LN_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k < nb; k++) {
+        const size_t r0 = (size_t)k * KERNELS_LN_BLOCK;
+        const int rows = n - (int)r0 < KERNELS_LN_BLOCK ? n - (int)r0 : KERNELS_LN_BLOCK;
+        layernorm_backward_block(dx + r0 * d, scratch + (size_t)k * 2 * d, scratch + ((size_t)k * 2 + 1) * d,
+                                 dy + r0 * d, x + r0 * d, w, rows, d, eps);
+    }
+    /* the blocks' partial sums in block order: the same for any thread count */
+    for (int k = 0; k < nb; k++)
+        for (int i = 0; i < d; i++) {
+            dw[i] += scratch[(size_t)k * 2 * d + i];
+            db[i] += scratch[((size_t)k * 2 + 1) * d + i];
+        }
+}
+
+KERNEL_CLONES void kernels_softmax_backward_rows(float *dS, const float *P, const float *dP, int n, int d) {
+    for (int r = 0; r < n; r++) {
+        const float *pr = P + (size_t)r * d, *gr = dP + (size_t)r * d;
+        float *sr = dS + (size_t)r * d;
+        const float dot = lanes_dot(pr, gr, d);
+        for (int i = 0; i < d; i++) sr[i] = pr[i] * (gr[i] - dot);
     }
 }
 

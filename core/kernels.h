@@ -13,6 +13,8 @@ void kernels_layernorm(float *out, const float *x, const float *w, const float *
 
 /* Exact (erf) GELU in place: x = 0.5 x (1 + erf(x / sqrt 2)). x: (n). */
 void kernels_gelu(float *x, size_t n);
+/* The same into y (y may be x). */
+void kernels_gelu_to(float *y, const float *x, size_t n);
 
 /* dh *= GELU'(x) for the exact GELU (the backward of kernels_gelu). dh, x: (n). */
 void kernels_gelu_backward(float *dh, const float *x, size_t n);
@@ -22,6 +24,17 @@ float kernels_erf(float x);
 
 /* exp for float, vectorisable; within 2 ulp of expf on [-87, 88]; 0 below -87.3. */
 float kernels_exp(float x);
+
+/* LayerNorm backward for out = LN(x) * w + b given dy (n, d): dx += the input gradient,
+ * dw += sum_r dy * xhat, db += sum_r dy. Rows are taken in fixed blocks of KERNELS_LN_BLOCK whose
+ * partial sums are added in order, so the result does not depend on the thread count.
+ * scratch: 2 * d * ceil(n / KERNELS_LN_BLOCK) floats. */
+#define KERNELS_LN_BLOCK 64
+void kernels_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
+                                const float *w, float *scratch, int n, int d, float eps);
+
+/* Softmax backward per row: dS = P * (dP - sum(P * dP)). dS may alias dP. (n, d) each. */
+void kernels_softmax_backward_rows(float *dS, const float *P, const float *dP, int n, int d);
 
 /* Row softmax in place. x: (n, d). */
 void kernels_softmax_rows(float *x, int n, int d);

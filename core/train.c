@@ -59,7 +59,7 @@ size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws
     }
     CARVE_F(p, &off, b * T * D, &v->dx);
     CARVE_F(p, &off, b * T * D, &v->dxn);
-    CARVE_F(p, &off, b * T * D, &v->xhat);
+    CARVE_F(p, &off, b * T * D + 2 * D, &v->ln_scratch); /* >= 2 D ceil(B T / 64) */
     CARVE_F(p, &off, b * T * W, &v->dqkv);
     CARVE_F(p, &off, b * T * D, &v->dao);
     CARVE_F(p, &off, b * T * (size_t)c->mlp_hidden, &v->dhid);
@@ -75,85 +75,29 @@ size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws
     if (part) CARVE_F(p, &off, b * part, &v->part);
     carve(p, &off, b * H * sizeof(double), (void **)&v->scal);
     CARVE_F(p, &off, b * 2 * D, &v->dpool);
+    CARVE_F(p, &off, b * T, &v->ones);
+    if (base)
+        for (size_t i = 0; i < b * T; i++) v->ones[i] = 1.0f;
     return off;
 }
 
 /* ---- small kernels ---- */
 
-/* out[j] += sum_r x[r * ld + j] for j < N, rows summed in order (columns split over threads). */
-static void colsum_add(float *out, const float *x, int M, int N, int ld) {
-#pragma omp parallel for schedule(static)
-    for (int j0 = 0; j0 < N; j0 += 16) {
-        const int j1 = j0 + 16 < N ? j0 + 16 : N;
-        double acc[16] = {0};
-        for (int r = 0; r < M; r++) {
-            const float *xr = x + (size_t)r * ld;
-            for (int j = j0; j < j1; j++) acc[j - j0] += xr[j];
-        }
-        for (int j = j0; j < j1; j++) out[j] += (float)acc[j - j0];
-    }
-}
-
-/* out[j] += sum_r a[r * d + j] * b[r * d + j] (LayerNorm weight gradients). */
-static void coldot_add(float *out, const float *a, const float *b, int M, int d) {
-#pragma omp parallel for schedule(static)
-    for (int j0 = 0; j0 < d; j0 += 16) {
-        const int j1 = j0 + 16 < d ? j0 + 16 : d;
-        double acc[16] = {0};
-        for (int r = 0; r < M; r++) {
-            const float *ar = a + (size_t)r * d, *br = b + (size_t)r * d;
-            for (int j = j0; j < j1; j++) acc[j - j0] += (double)ar[j] * br[j];
-        }
-        for (int j = j0; j < j1; j++) out[j] += (float)acc[j - j0];
-    }
+/* out[j] += alpha sum_r x[r * ld + j] for j < N: a GEMV against ones (length >= M). */
+static void colsum_add(float *out, const float *x, int M, int N, int ld, float alpha, const float *ones) {
+    cblas_sgemv(CblasRowMajor, CblasTrans, M, N, alpha, x, ld, ones, 1, 1.0f, out, 1);
 }
 
 /* Backward of y (M, N; rows ldy apart) = x (M, K; rows ldx apart) W^T + b:
  * dW (N, K) += dy^T x, db += column sums of dy, dx (M, K) = (or +=) dy W. */
 static void linear_backward(float *dW, float *db, float *dx, int dx_accumulate, const float *dy,
-                            int ldy, const float *x, int ldx, const float *W, int M, int N, int K) {
+                            int ldy, const float *x, int ldx, const float *W, int M, int N, int K,
+                            const float *ones) {
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dy, ldy, x, ldx, 1.0f, dW, K);
-    if (db) colsum_add(db, dy, M, N, ldy);
+    if (db) colsum_add(db, dy, M, N, ldy, 1.0f, ones);
     if (dx)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, dy, ldy, W, K,
                     dx_accumulate ? 1.0f : 0.0f, dx, K);
-}
-
-void vit_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
-                            const float *w, float *xhat, int n, int d, float eps) {
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < n; r++) {
-        const float *xr = x + (size_t)r * d, *gr = dy + (size_t)r * d;
-        float *hr = xhat + (size_t)r * d, *dr = dx + (size_t)r * d;
-        double s = 0, ss = 0;
-        for (int i = 0; i < d; i++) s += xr[i];
-        const double mean = s / d;
-        for (int i = 0; i < d; i++) ss += (xr[i] - mean) * (xr[i] - mean);
-        const float rstd = (float)(1.0 / sqrt(ss / d + eps));
-        double a = 0, b = 0;
-        for (int i = 0; i < d; i++) {
-            hr[i] = (float)(xr[i] - mean) * rstd;
-            const float g = gr[i] * w[i];
-            a += g;
-            b += (double)g * hr[i];
-        }
-        const float ma = (float)(a / d), mb = (float)(b / d);
-        for (int i = 0; i < d; i++) dr[i] += rstd * (gr[i] * w[i] - ma - hr[i] * mb);
-    }
-    coldot_add(dw, dy, xhat, n, d);
-    colsum_add(db, dy, n, d, d);
-}
-
-/* dS = P * (dP - rowsum(P * dP)) for one (T, T) map; dS may alias dP. */
-static void softmax_backward(float *dS, const float *P, const float *dP, int T) {
-    for (int i = 0; i < T; i++) {
-        const float *pr = P + (size_t)i * T, *gr = dP + (size_t)i * T;
-        float *sr = dS + (size_t)i * T;
-        double dot = 0;
-        for (int j = 0; j < T; j++) dot += (double)pr[j] * gr[j];
-        const float d = (float)dot;
-        for (int j = 0; j < T; j++) sr[j] = pr[j] * (gr[j] - d);
-    }
 }
 
 /* A bias table's gradient from the summed (T, T) gradient of head h (see vit_add_bias). */
@@ -386,7 +330,7 @@ static void attention_backward(const vit_config *c, int l, const vit_block_param
         const int b = bh / H, h = bh % H;
         float *dA = ws->dA + (size_t)bh * TT, *dS = ws->dS + (size_t)bh * TT, *X = ws->dX + (size_t)bh * TT;
         if (less && dp_coef != 0.0f) dp_backward(dA, t->att + (size_t)bh * TT, T, dp_coef);
-        softmax_backward(dS, P + (size_t)bh * TT, dA, T);
+        kernels_softmax_backward_rows(dS, P + (size_t)bh * TT, dA, T, T);
         if (dnext)
             for (size_t i = 0; i < TT; i++) dS[i] += dnext[(size_t)bh * TT + i];
         if (less) {
@@ -481,21 +425,21 @@ static void attention_backward(const vit_config *c, int l, const vit_block_param
     switch (at->kind) {
     case VIT_ATTN_LMSA: {
         const int Q = at->qk_dim;
-        linear_backward(WR(gb->q_w), gb->q_b ? WR(gb->q_b) : NULL, ws->dxn, 0, ws->dqkv, W, xn, D, bp->q_w, M, Q, D);
-        linear_backward(WR(gb->k_w), gb->k_b ? WR(gb->k_b) : NULL, ws->dxn, 1, ws->dqkv + Q, W, xn, D, bp->k_w, M, Q, D);
-        linear_backward(WR(gb->v_w), gb->v_b ? WR(gb->v_b) : NULL, ws->dxn, 1, ws->dqkv + 2 * Q, W, xn, D, bp->v_w, M, D, D);
+        linear_backward(WR(gb->q_w), gb->q_b ? WR(gb->q_b) : NULL, ws->dxn, 0, ws->dqkv, W, xn, D, bp->q_w, M, Q, D, ws->ones);
+        linear_backward(WR(gb->k_w), gb->k_b ? WR(gb->k_b) : NULL, ws->dxn, 1, ws->dqkv + Q, W, xn, D, bp->k_w, M, Q, D, ws->ones);
+        linear_backward(WR(gb->v_w), gb->v_b ? WR(gb->v_b) : NULL, ws->dxn, 1, ws->dqkv + 2 * Q, W, xn, D, bp->v_w, M, D, D, ws->ones);
         break;
     }
     case VIT_ATTN_LSLA:
-        linear_backward(WR(gb->q_w), gb->q_b ? WR(gb->q_b) : NULL, ws->dxn, 1, ws->dqkv, W, xn, D, bp->q_w, M, D, D);
+        linear_backward(WR(gb->q_w), gb->q_b ? WR(gb->q_b) : NULL, ws->dxn, 1, ws->dqkv, W, xn, D, bp->q_w, M, D, D, ws->ones);
         if (at->value_proj)
-            linear_backward(WR(gb->v_w), gb->v_b ? WR(gb->v_b) : NULL, ws->dxn, 1, ws->dqkv + D, W, xn, D, bp->v_w, M, D, D);
+            linear_backward(WR(gb->v_w), gb->v_b ? WR(gb->v_b) : NULL, ws->dxn, 1, ws->dqkv + D, W, xn, D, bp->v_w, M, D, D, ws->ones);
         break;
     case VIT_ATTN_LESS:
-        linear_backward(WR(gb->v_w), gb->v_b ? WR(gb->v_b) : NULL, ws->dxn, 0, ws->dqkv, D, xn, D, bp->v_w, M, D, D);
+        linear_backward(WR(gb->v_w), gb->v_b ? WR(gb->v_b) : NULL, ws->dxn, 0, ws->dqkv, D, xn, D, bp->v_w, M, D, D, ws->ones);
         break;
     default:
-        linear_backward(WR(gb->qkv_w), gb->qkv_b ? WR(gb->qkv_b) : NULL, ws->dxn, 0, ws->dqkv, W, xn, D, bp->qkv_w, M, 3 * D, D);
+        linear_backward(WR(gb->qkv_w), gb->qkv_b ? WR(gb->qkv_b) : NULL, ws->dxn, 0, ws->dqkv, W, xn, D, bp->qkv_w, M, 3 * D, D, ws->ones);
         break;
     }
 }
@@ -521,16 +465,7 @@ void vit_backward(const vit_config *c, const vit_params *p, const vit_params *g,
             float *ghw = WR(i ? g->head_dist_w : g->head_w), *ghb = WR(i ? g->head_dist_b : g->head_b);
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, D, n, f, dlogits, C, a->pooled + (size_t)i * D,
                         2 * D, 1.0f, ghw, D);
-            if (f == 1.0f) colsum_add(ghb, dlogits, n, C, C);
-            else {
-                float tmp[4096];
-                for (int k0 = 0; k0 < C; k0 += 4096) {
-                    const int kn = C - k0 < 4096 ? C - k0 : 4096;
-                    memset(tmp, 0, sizeof tmp);
-                    colsum_add(tmp, dlogits + k0, n, kn, C);
-                    for (int k = 0; k < kn; k++) ghb[k0 + k] += f * tmp[k];
-                }
-            }
+            colsum_add(ghb, dlogits, n, C, C, f, ws->ones);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, D, C, f, dlogits, C, hw, D, 0.0f,
                         ws->dpool + (size_t)i * D, 2 * D);
         }
@@ -547,7 +482,7 @@ void vit_backward(const vit_config *c, const vit_params *p, const vit_params *g,
             memcpy(dys + (size_t)b * rows * D, ws->dpool + (size_t)b * 2 * D, (size_t)rows * D * sizeof(float));
         }
         memset(dxs, 0, (size_t)n * rows * D * sizeof(float));
-        vit_layernorm_backward(dxs, WR(g->norm_w), WR(g->norm_b), dys, xs, p->norm_w, ws->xhat, n * rows, D, eps);
+        kernels_layernorm_backward(dxs, WR(g->norm_w), WR(g->norm_b), dys, xs, p->norm_w, ws->ln_scratch, n * rows, D, eps);
         for (int b = 0; b < n; b++) {
             const float *src = dxs + (size_t)b * rows * D;
             float *xb = ws->dx + (size_t)b * T * D;
@@ -563,8 +498,8 @@ void vit_backward(const vit_config *c, const vit_params *p, const vit_params *g,
             for (int t = prefix; t < T; t++)
                 for (int i = 0; i < D; i++)
                     ws->dxn[((size_t)b * T + t) * D + i] = ws->dpool[(size_t)b * 2 * D + i] / (float)Np;
-        vit_layernorm_backward(ws->dx, WR(g->norm_w), WR(g->norm_b), ws->dxn, tape->x_final, p->norm_w,
-                               ws->xhat, M, D, eps);
+        kernels_layernorm_backward(ws->dx, WR(g->norm_w), WR(g->norm_b), ws->dxn, tape->x_final, p->norm_w,
+                               ws->ln_scratch, M, D, eps);
     }
 
     const int nl = less_blocks(c);
@@ -573,19 +508,19 @@ void vit_backward(const vit_config *c, const vit_params *p, const vit_params *g,
         const vit_block_params *bp = &p->blocks[l], *gb = &g->blocks[l];
         const vit_tape_block *t = &tape->blk[l];
         /* x_out = x_mid + fc2(gelu(fc1(norm2(x_mid)))) */
-        linear_backward(WR(gb->fc2_w), WR(gb->fc2_b), ws->dhid, 0, ws->dx, D, t->hid, Hm, bp->fc2_w, M, D, Hm);
+        linear_backward(WR(gb->fc2_w), WR(gb->fc2_b), ws->dhid, 0, ws->dx, D, t->hid, Hm, bp->fc2_w, M, D, Hm, ws->ones);
         kernels_gelu_backward(ws->dhid, t->hpre, (size_t)M * Hm);
-        linear_backward(WR(gb->fc1_w), WR(gb->fc1_b), ws->dxn, 0, ws->dhid, Hm, t->xn2, D, bp->fc1_w, M, Hm, D);
-        vit_layernorm_backward(ws->dx, WR(gb->norm2_w), WR(gb->norm2_b), ws->dxn, t->x_mid, bp->norm2_w,
-                               ws->xhat, M, D, eps);
+        linear_backward(WR(gb->fc1_w), WR(gb->fc1_b), ws->dxn, 0, ws->dhid, Hm, t->xn2, D, bp->fc1_w, M, Hm, D, ws->ones);
+        kernels_layernorm_backward(ws->dx, WR(gb->norm2_w), WR(gb->norm2_b), ws->dxn, t->x_mid, bp->norm2_w,
+                               ws->ln_scratch, M, D, eps);
         /* x_mid = x_in + proj(attention(norm1(x_in))) */
         if (bp->proj_w)
-            linear_backward(WR(gb->proj_w), WR(gb->proj_b), ws->dao, 0, ws->dx, D, t->ao, D, bp->proj_w, M, D, D);
+            linear_backward(WR(gb->proj_w), WR(gb->proj_b), ws->dao, 0, ws->dx, D, t->ao, D, bp->proj_w, M, D, D, ws->ones);
         else
             memcpy(ws->dao, ws->dx, MD * sizeof(float));
         attention_backward(c, l, bp, gb, tape, ws, n, dp_coef);
-        vit_layernorm_backward(ws->dx, WR(gb->norm1_w), WR(gb->norm1_b), ws->dxn, t->x_in, bp->norm1_w,
-                               ws->xhat, M, D, eps);
+        kernels_layernorm_backward(ws->dx, WR(gb->norm1_w), WR(gb->norm1_b), ws->dxn, t->x_in, bp->norm1_w,
+                               ws->ln_scratch, M, D, eps);
     }
 
     /* x0 = [cls, dist, patches W^T + b] + pos_embed */
@@ -602,7 +537,7 @@ void vit_backward(const vit_config *c, const vit_params *p, const vit_params *g,
         memcpy(ws->dxn + (size_t)b * Np * D, ws->dx + (size_t)b * TD + (size_t)prefix * D,
                (size_t)Np * D * sizeof(float));
     linear_backward(WR(g->patch_w), WR(g->patch_b), NULL, 0, ws->dxn, D, a->patches, K, p->patch_w,
-                    n * Np, D, K);
+                    n * Np, D, K, ws->ones);
 }
 
 /* ---- optimisation ---- */

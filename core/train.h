@@ -26,7 +26,7 @@ typedef struct {
     int B;
     float *dx;      /* (B, T, D) gradient of the residual stream */
     float *dxn;     /* (B, T, D) gradient of a norm's output */
-    float *xhat;    /* (B, T, D) normalised rows (LayerNorm weight gradients) */
+    float *ln_scratch; /* LayerNorm backward's per-block partial sums (kernels_layernorm_backward) */
     float *dqkv;    /* (B, T, W) gradient of the projections, laid out as the tape's qkv */
     float *dao;     /* (B, T, D) */
     float *dhid;    /* (B, T, Hm) */
@@ -37,6 +37,7 @@ typedef struct {
     float *part;    /* (B, P) per-image partial gradients of the small mechanism tensors */
     double *scal;   /* (B * H) per-(image, head) partial sums (MaiT soft alpha) */
     float *dpool;   /* (B, 2, D) */
+    float *ones;    /* (B * T) ones: column sums as GEMVs */
 } vit_grad_ws;
 
 size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws);
@@ -60,11 +61,6 @@ double vit_loss_dp(const vit_config *c, const vit_acts *a, int n, float weight);
  * BLAS's own rounding: every reduction over images runs in image order. */
 void vit_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
                   vit_grad_ws *ws, const float *dlogits, int n, float dp_weight);
-
-/* LayerNorm backward (exposed for the tests): dx += d/dx of out = LN(x) * w + b given dy;
- * dw += sum_r dy * xhat, db += sum_r dy. xhat: (n, d) scratch. */
-void vit_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
-                            const float *w, float *xhat, int n, int d, float eps);
 
 /* ---- optimisation ---- */
 

@@ -517,12 +517,8 @@ void vit_forward(const vit_config *c, const vit_params *p, vit_acts *a, const fl
         if (a->tape) memcpy(a->tape->blk[l].x_mid, a->x, MD);
         kernels_layernorm(xn2, a->x, bp->norm2_w, bp->norm2_b, M, D, c->ln_eps);
         linear(hpre, xn2, bp->fc1_w, bp->fc1_b, M, Hm, D, 0);
-        float *hid = a->hid;
-        if (a->tape) {
-            hid = a->tape->blk[l].hid;
-            memcpy(hid, hpre, (size_t)M * Hm * sizeof(float));
-        }
-        kernels_gelu(hid, (size_t)M * Hm);
+        float *hid = a->tape ? a->tape->blk[l].hid : a->hid; /* training keeps fc1's output */
+        kernels_gelu_to(hid, hpre, (size_t)M * Hm);
         linear(a->x, hid, bp->fc2_w, bp->fc2_b, M, D, Hm, 1); /* x += fc2(gelu(fc1(xn))) */
         float *tok = rec_layer(rec->tokens, l);
         if (tok) memcpy(tok, a->x, (size_t)M * D * sizeof(float));
