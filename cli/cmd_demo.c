@@ -45,7 +45,7 @@ static int head_means(const char *trace, const char *metric, double *out, int ma
 }
 
 static void print_series(const char *what, const double *a, const double *b, int n, const char *unit) {
-    printf("          %-28s", what);
+    printf("               %-24s", what);
     for (int l = 0; l < n; l++) printf(" %5.2f->%-5.2f", a[l], b[l]);
     printf(" %s\n", unit);
 }
@@ -122,16 +122,19 @@ int cmd_demo(int argc, char **argv) {
     to.command_line = "attnscope demo";
     printf("  1. train   %s: 4 blocks x 4 heads, dim 64, 4x4 patches of 32x32 images (141,766\n"
            "             parameters) on the built-in shapes (circle, square, triangle, cross, ring,\n"
-           "             diamond on textured backgrounds), %d training images, %d epochs\n",
-           cfg_path, train_images, epochs);
+           "             diamond on textured backgrounds), %d training images, %d epoch%s\n",
+           cfg_path, train_images, epochs, epochs == 1 ? "" : "s");
     fflush(stdout);
     train_result tr;
     as_status rc = train_run(&to, &tr, &err);
     if (rc != AS_OK) return cli_error(&err);
+    char when[64];
+    if (to.record_every < epochs) snprintf(when, sizeof when, "0, %d and %d", to.record_every, epochs);
+    else snprintf(when, sizeof when, "0 and %d", epochs);
     printf("             held-out accuracy %.1f%% (chance %.1f%%) on %d images, %.0f img/s, %.0f s;\n"
-           "             checkpoint %s/latest, traces of %d held-out images at epochs 0, %d, %d\n",
+           "             checkpoint %s/latest, traces of %d held-out images at epochs %s\n",
            100 * tr.val_acc, 100.0 / tr.n_classes, tr.n_val, tr.img_per_s, tr.seconds, train_dir, count,
-           to.record_every, epochs);
+           when);
 
     /* 2. the trained model over the held-out images, everything recorded */
     snprintf(heldout, sizeof heldout, "%s/heldout", train_dir);
@@ -196,7 +199,7 @@ int cmd_demo(int argc, char **argv) {
     const int nd = head_means(first, "distance", d0, VIT_MAX_DEPTH), nd1 = head_means(last, "distance", d1, VIT_MAX_DEPTH);
     const int ne = head_means(first, "entropy", e0, VIT_MAX_DEPTH), ne1 = head_means(last, "entropy", e1, VIT_MAX_DEPTH);
     if (nd && nd == nd1 && ne && ne == ne1) {
-        printf("  learned   attention of the held-out images before -> after training, per layer:\n");
+        printf("             what training changed, per layer (held-out images, epoch 0 -> %d):\n", epochs);
         print_series("mean attention distance", d0, d1, nd, "px");
         print_series("entropy / log T", e0, e1, ne, "");
     }
