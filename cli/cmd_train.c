@@ -155,6 +155,16 @@ static as_status point_latest(const char *dir, const char *name, as_error *err) 
     return AS_OK;
 }
 
+/* DIR/name: a checkpoint of where training stands, and DIR/latest pointing at it. */
+static as_status save_point(const trainable *t, const train_opts *o, const train_state *st,
+                            const optim_adamw *opt, const char *name, char *ckpt, size_t cn, as_error *err) {
+    snprintf(ckpt, cn, "%s/%s", o->out, name);
+    char *text = state_text(o, st, opt);
+    as_status rc = text ? checkpoint_save(t, ckpt, text, err) : as_fail(err, AS_ERR_NOMEM, "out of memory");
+    free(text);
+    return rc == AS_OK ? point_latest(o->out, name, err) : rc;
+}
+
 /* Evaluation over the held-out set: mean CE (with the same smoothing) and accuracy. */
 static void evaluate(const trainable *t, const traindata *d, vit_acts *a, float *x, int *labels,
                      int B, float smoothing, double *loss, double *acc) {
@@ -226,16 +236,6 @@ static as_status record_epoch(const trainable *t, const train_opts *o, const cha
     return rc;
 }
 
-static void remove_ckpt(const char *p) {
-    static const char *files[] = {"config.json", "model.safetensors", "optimizer.safetensors", "state.json"};
-    char f[1500];
-    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-        snprintf(f, sizeof f, "%s/%s", p, files[i]);
-        unlink(f);
-    }
-    rmdir(p);
-}
-
 /* After an epoch's checkpoint: mid-epoch (interrupt) checkpoints are superseded, and epoch
  * checkpoints older than the newest keep go. */
 static void prune(const char *dir, long epoch, int keep) {
@@ -244,14 +244,14 @@ static void prune(const char *dir, long epoch, int keep) {
         if (strncmp(e->d_name, "step-", 5) == 0) {
             char p[1400];
             snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            remove_ckpt(p);
+            checkpoint_remove(p);
         }
     if (dh) closedir(dh);
     if (keep <= 0) return;
     for (long e = epoch - keep; e >= 1 && e > epoch - keep - 3; e--) {
         char p[1200];
         snprintf(p, sizeof p, "%s/epoch-%03ld", dir, e);
-        remove_ckpt(p);
+        checkpoint_remove(p);
     }
 }
 
@@ -424,11 +424,7 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
             /* a checkpoint at this step; --resume takes the next batch */
             progress_finish(&pg);
             snprintf(name, sizeof name, "step-%07ld", st.step);
-            snprintf(ckpt, sizeof ckpt, "%s/%s", o->out, name);
-            char *text = state_text(o, &st, &opt);
-            rc = checkpoint_save(&t, ckpt, text, err);
-            free(text);
-            if (rc == AS_OK) rc = point_latest(o->out, name, err);
+            rc = save_point(&t, o, &st, &opt, name, ckpt, sizeof ckpt, err);
             if (rc == AS_OK)
                 rc = as_fail(err, AS_ERR_INTERRUPTED, "%s: interrupted at epoch %ld, step %ld; checkpoint saved in "
                              "%s; continue with the same command and --resume", o->out, st.epoch + 1, st.step, ckpt);
@@ -457,11 +453,7 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
         st.loss_sum = 0;
         st.correct = st.seen = 0;
         snprintf(name, sizeof name, "epoch-%03ld", st.epoch);
-        snprintf(ckpt, sizeof ckpt, "%s/%s", o->out, name);
-        char *text = state_text(o, &st, &opt);
-        rc = checkpoint_save(&t, ckpt, text, err);
-        free(text);
-        if (rc == AS_OK) rc = point_latest(o->out, name, err);
+        rc = save_point(&t, o, &st, &opt, name, ckpt, sizeof ckpt, err);
         if (rc == AS_OK) rc = write_log(o->out, st.history, err);
         if (rc == AS_OK) prune(o->out, st.epoch, o->keep);
         progress_finish(&pg);

@@ -14,4 +14,15 @@ void vit_add_bias(float *A, const float *bias, vit_bias_kind kind, int H, int h,
 void vit_mait_apply(float *A, const vit_attn *at, const float *alpha, int h, int T, int prefix,
                     int G);
 
+/* Refiner's k x k convolution of a (T, T) map with zero padding k / 2, one tap (u, v) at a
+ * time: out[i][j] += w[u][v] * in[i + dy][j + dx] for i in [i0, i1), j in [j0, j1). */
+typedef struct {
+    int dy, dx, i0, i1, j0, j1;
+} vit_conv_tap;
+
+static inline vit_conv_tap vit_conv_tap_at(int T, int k, int u, int v) {
+    const int dy = u - k / 2, dx = v - k / 2;
+    return (vit_conv_tap){dy, dx, dy < 0 ? -dy : 0, dy > 0 ? T - dy : T, dx < 0 ? -dx : 0, dx > 0 ? T - dx : T};
+}
+
 #endif

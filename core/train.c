@@ -202,7 +202,7 @@ static float *hat(const hview *v, int T, int b, int h) {
 static void refine_backward(float *dA, float *dEx, float *dCv, float *part, const float *P,
                             const float *Ex, const float *Cv, const vit_block_params *bp,
                             const vit_attn *at, int H, int T) {
-    const int E = at->expanded_heads, k = at->kernel_size, pad = k / 2, TT = T * T;
+    const int E = at->expanded_heads, k = at->kernel_size, TT = T * T;
     float *dred = part, *dexp = part + (size_t)H * E, *ddla = part + 2 * (size_t)H * E;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, H, E, TT, 1.0f, dA, TT, Cv, TT, 0.0f, dred, E);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, E, TT, H, 1.0f, bp->reduce, E, dA, TT, 0.0f, dCv, TT);
@@ -213,15 +213,13 @@ static void refine_backward(float *dA, float *dEx, float *dCv, float *part, cons
         for (int u = 0; u < k; u++)
             for (int v = 0; v < k; v++) {
                 const float wt = w[u * k + v];
-                const int dy = u - pad, dx = v - pad;
-                const int i0 = dy < 0 ? -dy : 0, i1 = dy > 0 ? T - dy : T;
-                const int j0 = dx < 0 ? -dx : 0, j1 = dx > 0 ? T - dx : T;
+                const vit_conv_tap c = vit_conv_tap_at(T, k, u, v);
                 double acc = 0;
-                for (int i = i0; i < i1; i++) {
+                for (int i = c.i0; i < c.i1; i++) {
                     const float *orow = go + (size_t)i * T;
-                    const float *irow = in + (size_t)(i + dy) * T + dx;
-                    float *grow = gi + (size_t)(i + dy) * T + dx;
-                    for (int j = j0; j < j1; j++) {
+                    const float *irow = in + (size_t)(i + c.dy) * T + c.dx;
+                    float *grow = gi + (size_t)(i + c.dy) * T + c.dx;
+                    for (int j = c.j0; j < c.j1; j++) {
                         acc += (double)orow[j] * irow[j];
                         grow[j] += wt * orow[j];
                     }

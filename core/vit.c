@@ -316,7 +316,7 @@ void vit_mait_apply(float *A, const vit_attn *at, const float *alpha, int h, int
  * A[h] = sum_e W_r[h, e] convolved[e]. */
 static void refine(float *A, float *expanded, float *convolved, const vit_block_params *bp,
                    const vit_attn *at, int H, int T) {
-    const int E = at->expanded_heads, k = at->kernel_size, pad = k / 2;
+    const int E = at->expanded_heads, k = at->kernel_size;
     const size_t TT = (size_t)T * T;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, E, (int)TT, H, 1.0f, bp->expand, H, A,
                 (int)TT, 0.0f, expanded, (int)TT);
@@ -328,13 +328,11 @@ static void refine(float *A, float *expanded, float *convolved, const vit_block_
         for (int u = 0; u < k; u++)
             for (int v = 0; v < k; v++) {
                 const float wt = w[u * k + v];
-                const int dy = u - pad, dx = v - pad;
-                const int i0 = dy < 0 ? -dy : 0, i1 = dy > 0 ? T - dy : T;
-                const int j0 = dx < 0 ? -dx : 0, j1 = dx > 0 ? T - dx : T;
-                for (int i = i0; i < i1; i++) {
+                const vit_conv_tap c = vit_conv_tap_at(T, k, u, v);
+                for (int i = c.i0; i < c.i1; i++) {
                     float *orow = o + (size_t)i * T;
-                    const float *irow = in + (size_t)(i + dy) * T + dx;
-                    for (int j = j0; j < j1; j++) orow[j] += wt * irow[j];
+                    const float *irow = in + (size_t)(i + c.dy) * T + c.dx;
+                    for (int j = c.j0; j < c.j1; j++) orow[j] += wt * irow[j];
                 }
             }
     }

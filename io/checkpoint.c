@@ -86,8 +86,7 @@ static as_status write_text(const char *path, const char *text, as_error *err) {
     return atomic_file_commit(&af, err);
 }
 
-/* Removes a checkpoint folder's known files and the folder (nothing else is touched). */
-static void remove_ckpt_dir(const char *dir) {
+void checkpoint_remove(const char *dir) {
     static const char *files[] = {"config.json", "model.safetensors", "optimizer.safetensors", "state.json"};
     char p[1200];
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
@@ -101,7 +100,7 @@ as_status checkpoint_save(const trainable *t, const char *dir, const char *state
     char tmp[1100], old[1100], path[1200];
     snprintf(tmp, sizeof tmp, "%s.tmp", dir);
     snprintf(old, sizeof old, "%s.old", dir);
-    remove_ckpt_dir(tmp);
+    checkpoint_remove(tmp);
     if (mkdir(tmp, 0777) != 0)
         return as_fail(err, AS_ERR_IO, "%s: cannot create checkpoint folder (%s); check the --out folder", tmp, strerror(errno));
     model m = {0};
@@ -131,19 +130,19 @@ as_status checkpoint_save(const trainable *t, const char *dir, const char *state
         rc = write_text(path, state_json, err);
     }
     if (rc != AS_OK) {
-        remove_ckpt_dir(tmp);
+        checkpoint_remove(tmp);
         return rc;
     }
     /* swap in: an existing folder of that name moves aside first, then goes */
-    remove_ckpt_dir(old);
+    checkpoint_remove(old);
     struct stat sb;
     const int had = stat(dir, &sb) == 0;
     if ((had && rename(dir, old) != 0) || rename(tmp, dir) != 0) {
         rc = as_fail(err, AS_ERR_IO, "%s: cannot move the checkpoint into place (%s)", dir, strerror(errno));
-        remove_ckpt_dir(tmp);
+        checkpoint_remove(tmp);
         return rc;
     }
-    if (had) remove_ckpt_dir(old);
+    if (had) checkpoint_remove(old);
     return AS_OK;
 }
 

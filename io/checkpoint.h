@@ -36,6 +36,9 @@ int trainable_find(const trainable *t, const char *name);
  * optimizer.safetensors and state.json. The folder is built under a temporary name and
  * renamed into place, so a crash leaves either the old folder or the new one. */
 as_status checkpoint_save(const trainable *t, const char *dir, const char *state_json, as_error *err);
+/* Removes a checkpoint folder: its four known files, then the folder if that left it empty
+ * (nothing else in it is touched). */
+void checkpoint_remove(const char *dir);
 /* Reads optimizer.safetensors of dir into t->m and t->v (shapes checked) and returns
  * state.json's text (caller frees) in *state_json. */
 as_status checkpoint_load_optimizer(trainable *t, const char *dir, char **state_json, as_error *err);

@@ -53,6 +53,17 @@ static inline int check_close(const char *what, const float *got, const float *w
     return 1;
 }
 
+/* A committed fixture: $FIXTURES/name (meson sets FIXTURES), else tests/fixtures/name. The
+ * last four results stay valid. */
+static inline const char *fx(const char *name) {
+    static char buf[4][1024];
+    static int k;
+    const char *dir = getenv("FIXTURES");
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir ? dir : "tests/fixtures", name);
+    return buf[k];
+}
+
 /* A private scratch folder per test program: check_tmp("x.h5") names a file in it. */
 static char check_tmpdir[256];
 

@@ -9,15 +9,6 @@
 #include "../io/image.h"
 #include "check.h"
 
-static const char *fx(const char *name) {
-    static char buf[4][1024];
-    static int k;
-    const char *dir = getenv("FIXTURES");
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir ? dir : "tests/fixtures", name);
-    return buf[k];
-}
-
 /* Runs m on all images of the input tensor file, recording everything of every layer. */
 enum { RQ = 7 }; /* attn, scores, q, k, tokens, extra 0, extra 1 */
 typedef struct {

@@ -13,15 +13,6 @@
 #include "../io/dataset.h"
 #include "check.h"
 
-static const char *fx(const char *name) {
-    static char buf[4][1024];
-    static int k;
-    const char *dir = getenv("FIXTURES");
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir ? dir : "tests/fixtures", name);
-    return buf[k];
-}
-
 /* One training step's loss and gradients (in t->g) for the fixture inputs. */
 typedef struct {
     double ce, dp;
