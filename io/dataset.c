@@ -1,6 +1,7 @@
 /* dataset.c: input enumeration (files, folders, ImageFolder, lists) and tensor inputs. */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE
+#include "paths.h"
 #include "dataset.h"
 
 #include <dirent.h>
@@ -42,11 +43,6 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static int is_dir(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
 /* Lists dir's entries (sorted), excluding dot files. */
 static char **list_dir(const char *dir, int *n) {
     *n = 0;
@@ -86,7 +82,7 @@ static int walk(pathvec *pv, const char *dir, int label, int depth) {
     for (int i = 0; i < n && ok; i++) {
         char p[4096];
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);
-        if (is_dir(p)) ok = walk(pv, p, label, depth + 1);
+        if (path_is_dir(p)) ok = walk(pv, p, label, depth + 1);
         else if (image_is_supported_name(p)) ok = pv_push(pv, p, label);
     }
     free_list(names, n);
@@ -286,7 +282,7 @@ as_status dataset_open(dataset *ds, const char *path, as_error *err) {
         for (int i = 0; i < n; i++) {
             char p[4096];
             snprintf(p, sizeof p, "%s/%s", path, names[i]);
-            if (is_dir(p)) dirs++;
+            if (path_is_dir(p)) dirs++;
             else if (image_is_supported_name(p)) images_here++;
         }
         if (dirs > 0 && images_here == 0) {
@@ -294,7 +290,7 @@ as_status dataset_open(dataset *ds, const char *path, as_error *err) {
             for (int i = 0; ds->classes && i < n; i++) {
                 char p[4096];
                 snprintf(p, sizeof p, "%s/%s", path, names[i]);
-                if (!is_dir(p)) continue;
+                if (!path_is_dir(p)) continue;
                 ds->classes[ds->n_classes] = strdup(names[i]);
                 if (!walk(&pv, p, ds->n_classes, 0)) rc = AS_ERR_NOMEM;
                 ds->n_classes++;

@@ -1,6 +1,7 @@
 /* model.c: checkpoint resolution (folder, file, config), strict tensor binding with shape hints,
  * dtype conversion and position-embedding resampling. */
 #define _POSIX_C_SOURCE 200809L
+#include "paths.h"
 #include "model.h"
 
 #include <cjson/cJSON.h>
@@ -13,15 +14,6 @@
 
 #include "../core/rng.h"
 #include "atomic.h"
-
-static int is_dir(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-static int is_file(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
-}
 
 char *model_read_text(const char *path, as_error *err) {
     FILE *f = fopen(path, "rb");
@@ -737,25 +729,25 @@ as_status model_load_report(model *m, const char *path, const char *arch, int im
     memset(m, 0, sizeof *m);
     char weights[1024], cfgpath[1024];
     as_status rc = AS_OK;
-    if (is_dir(path)) {
+    if (path_is_dir(path)) {
         snprintf(weights, sizeof weights, "%s/model.safetensors", path);
         snprintf(cfgpath, sizeof cfgpath, "%s/config.json", path);
-        if (!is_file(weights))
+        if (!path_is_file(weights))
             return as_fail(err, AS_ERR_IO, "%s: no model.safetensors in this folder: give a "
                            "timm-layout folder (config.json + model.safetensors) or the file", path);
-    } else if (is_file(path)) {
+    } else if (path_is_file(path)) {
         snprintf(weights, sizeof weights, "%s", path);
         const char *slash = strrchr(path, '/');
         if (slash) snprintf(cfgpath, sizeof cfgpath, "%.*s/config.json", (int)(slash - path), path);
         else snprintf(cfgpath, sizeof cfgpath, "config.json");
-        if (!is_file(cfgpath)) cfgpath[0] = 0;
+        if (!path_is_file(cfgpath)) cfgpath[0] = 0;
     } else {
         return as_fail(err, AS_ERR_IO, "%s: no such file or folder: give a checkpoint folder or a "
                        ".safetensors file", path);
     }
     vit_config cfg = {0};
     char *json = NULL;
-    if (cfgpath[0] && is_file(cfgpath)) {
+    if (cfgpath[0] && path_is_file(cfgpath)) {
         if (!(json = model_read_text(cfgpath, err))) return err ? err->status : AS_ERR_IO;
         rc = model_config_apply_json(&cfg, json, cfgpath, err);
         free(json);

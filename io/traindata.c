@@ -1,5 +1,6 @@
 /* traindata.c: training images in memory, from files or drawn procedurally. */
 #define _POSIX_C_SOURCE 200809L
+#include "paths.h"
 #include "traindata.h"
 
 #include <errno.h>
@@ -14,15 +15,6 @@
 
 const char *const traindata_shape_names[TRAINDATA_SHAPES] = {"circle", "square", "triangle",
                                                              "cross", "ring", "diamond"};
-
-static int is_file(const char *p) {
-    struct stat s;
-    return stat(p, &s) == 0 && S_ISREG(s.st_mode);
-}
-static int is_dir(const char *p) {
-    struct stat s;
-    return stat(p, &s) == 0 && S_ISDIR(s.st_mode);
-}
 
 /* Is (u, v), in units of the shape's radius around its centre, inside shape cls? */
 static int inside(int cls, float u, float v) {
@@ -198,7 +190,7 @@ static as_status read_cifar(const char *path, int label_bytes, int classes, uint
 static void read_names(traindata *d, const char *path, int n) {
     size_t len;
     as_error e = {0};
-    unsigned char *b = is_file(path) ? slurp(path, &len, &e) : NULL;
+    unsigned char *b = path_is_file(path) ? slurp(path, &len, &e) : NULL;
     const char *names[128];
     int k = 0;
     char *text = b ? calloc(len + 1, 1) : NULL;
@@ -219,21 +211,21 @@ static as_status open_cifar(traindata *d, const char *path, as_error *err) {
     uint8_t *tr = NULL, *va = NULL;
     int *trl = NULL, *val = NULL, ntr = 0, nva = 0;
     as_status rc = AS_OK;
-    if (is_dir(path)) {
+    if (path_is_dir(path)) {
         snprintf(p, sizeof p, "%s/train.bin", path);
-        c100 = is_file(p);
+        c100 = path_is_file(p);
         if (c100) {
             rc = read_cifar(p, 2, 100, &tr, &trl, &ntr, err);
             snprintf(p, sizeof p, "%s/test.bin", path);
-            if (rc == AS_OK && is_file(p)) rc = read_cifar(p, 2, 100, &va, &val, &nva, err);
+            if (rc == AS_OK && path_is_file(p)) rc = read_cifar(p, 2, 100, &va, &val, &nva, err);
             snprintf(p, sizeof p, "%s/fine_label_names.txt", path);
         } else {
             for (int k = 1; k <= 5 && rc == AS_OK; k++) {
                 snprintf(p, sizeof p, "%s/data_batch_%d.bin", path, k);
-                if (is_file(p)) rc = read_cifar(p, 1, 10, &tr, &trl, &ntr, err);
+                if (path_is_file(p)) rc = read_cifar(p, 1, 10, &tr, &trl, &ntr, err);
             }
             snprintf(p, sizeof p, "%s/test_batch.bin", path);
-            if (rc == AS_OK && is_file(p)) rc = read_cifar(p, 1, 10, &va, &val, &nva, err);
+            if (rc == AS_OK && path_is_file(p)) rc = read_cifar(p, 1, 10, &va, &val, &nva, err);
             snprintf(p, sizeof p, "%s/batches.meta.txt", path);
         }
         if (rc == AS_OK && !ntr)
@@ -321,7 +313,7 @@ static as_status open_mnist(traindata *d, const char *dir, as_error *err) {
             char a[1200], b[1200];
             snprintf(a, sizeof a, pat[set][v], dir);
             snprintf(b, sizeof b, lpat[set][v], dir);
-            if (is_file(a) && is_file(b)) {
+            if (path_is_file(a) && path_is_file(b)) {
                 snprintf(img, sizeof img, "%s", a);
                 snprintf(lab, sizeof lab, "%s", b);
             }
@@ -376,7 +368,7 @@ static as_status open_folder(traindata *d, const char *path, const vit_config *c
     snprintf(va, sizeof va, "%s/val", path);
     snprintf(d->kind, sizeof d->kind, "imagefolder");
     d->size = cfg->img_size;
-    const int split = is_dir(tr) && is_dir(va);
+    const int split = path_is_dir(tr) && path_is_dir(va);
     as_status rc = load_folder(split ? tr : path, cfg, &d->train, &d->train_labels, &d->n_train, d, err);
     if (rc == AS_OK && split) {
         rc = load_folder(va, cfg, &d->val, &d->val_labels, &d->n_val, d, err);
@@ -445,20 +437,20 @@ as_status traindata_open(traindata *d, const char *spec, const vit_config *cfg, 
     snprintf(d->spec, sizeof d->spec, "%s", spec);
     char p[1200];
     as_status rc;
-    if (strncmp(spec, "shapes", 6) == 0 && !is_dir(spec) && !is_file(spec)) {
+    if (strncmp(spec, "shapes", 6) == 0 && !path_is_dir(spec) && !path_is_file(spec)) {
         rc = open_shapes(d, spec, cfg, err);
-    } else if (!is_dir(spec) && !is_file(spec)) {
+    } else if (!path_is_dir(spec) && !path_is_file(spec)) {
         rc = as_fail(err, AS_ERR_IO, "--data %s: no such file or folder; give a CIFAR or MNIST folder, an "
                      "ImageFolder tree, or shapes[:COUNT] for the built-in dataset", spec);
     } else {
         const char *ext = strrchr(spec, '.');
         snprintf(p, sizeof p, "%s/data_batch_1.bin", spec);
-        const int cifar_dir = is_file(p) || (snprintf(p, sizeof p, "%s/train.bin", spec), is_file(p));
+        const int cifar_dir = path_is_file(p) || (snprintf(p, sizeof p, "%s/train.bin", spec), path_is_file(p));
         snprintf(p, sizeof p, "%s/train-images-idx3-ubyte", spec);
-        const int mnist = is_file(p) || (snprintf(p, sizeof p, "%s/train-images.idx3-ubyte", spec), is_file(p));
-        if (cifar_dir || (is_file(spec) && ext && strcmp(ext, ".bin") == 0)) rc = open_cifar(d, spec, err);
+        const int mnist = path_is_file(p) || (snprintf(p, sizeof p, "%s/train-images.idx3-ubyte", spec), path_is_file(p));
+        if (cifar_dir || (path_is_file(spec) && ext && strcmp(ext, ".bin") == 0)) rc = open_cifar(d, spec, err);
         else if (mnist) rc = open_mnist(d, spec, err);
-        else if (is_dir(spec)) rc = open_folder(d, spec, cfg, err);
+        else if (path_is_dir(spec)) rc = open_folder(d, spec, cfg, err);
         else rc = as_fail(err, AS_ERR_FORMAT, "--data %s: not a CIFAR .bin file; give a folder instead", spec);
     }
     if (rc == AS_OK && d->size != cfg->img_size)
