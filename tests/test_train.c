@@ -11,6 +11,7 @@
 #include "../core/train.h"
 #include "../io/checkpoint.h"
 #include "../io/dataset.h"
+#include "../io/traindata.h"
 #include "check.h"
 
 /* One training step's loss and gradients (in t->g) for the fixture inputs. */
@@ -263,6 +264,98 @@ static void test_checkpoint(void) {
     trainable_free(&u);
 }
 
+/* The training transform: identity without augmentation; a flip mirrors; a crop shifts with
+ * the edge replicated; the draw depends on (seed, epoch, image) only. The procedural dataset
+ * is balanced and drawn the same way every time. */
+static void test_data(void) {
+    vit_config cfg = *vit_arch_find("deit_tiny_patch16_224");
+    cfg.img_size = 32;
+    cfg.patch_size = 4;
+    cfg.num_classes = TRAINDATA_SHAPES;
+    as_error err = {0};
+    traindata d, e;
+    CHECK(traindata_open(&d, "shapes:60", &cfg, 0.1f, &err) == AS_OK, "%s", err.msg);
+    CHECK(traindata_open(&e, "shapes:60", &cfg, 0.1f, &err) == AS_OK, "%s", err.msg);
+    CHECK(d.n_train == 60 && d.n_val == 120 && d.size == 32 && d.n_classes == 6, "sizes %d %d", d.n_train, d.n_val);
+    CHECK(memcmp(d.train, e.train, (size_t)60 * 32 * 32 * 3) == 0, "shapes are drawn the same way each time");
+    int per[6] = {0};
+    for (int i = 0; i < d.n_train; i++) per[d.train_labels[i]]++;
+    CHECK(per[0] == 10 && per[5] == 10, "balanced classes %d %d", per[0], per[5]);
+    CHECK(strcmp(d.classes[2], "triangle") == 0, "class names");
+    /* no two images alike, and every image uses many colours (texture, anti-aliasing) */
+    CHECK(memcmp(d.train, d.train + 32 * 32 * 3, 32 * 32 * 3) != 0, "images differ");
+    const int S = 32, P = S * S;
+    float *x = malloc((size_t)3 * P * sizeof(float)), *y = malloc((size_t)3 * P * sizeof(float));
+    int idx = 7, lab;
+    traindata_batch(&d, 0, &idx, 1, x, &lab, NULL, &cfg);
+    CHECK(lab == d.train_labels[7], "label");
+    const uint8_t *im = d.train + (size_t)7 * P * 3;
+    double worst = 0;
+    for (int c = 0; c < 3; c++)
+        for (int p = 0; p < P; p++) {
+            const double want = (im[p * 3 + c] / 255.0 - cfg.mean[c]) / cfg.std[c];
+            worst = fmax(worst, fabs(x[c * P + p] - want));
+        }
+    CHECK(worst < 1e-5, "normalisation: %g", worst);
+    /* a flip without a crop is the mirror image, for the images whose draw says flip */
+    traindata_aug flip = {.crop_pad = 0, .flip = 1, .seed = 3, .epoch = 0};
+    int flipped = 0, same = 0;
+    for (int i = 0; i < 20; i++) {
+        idx = i;
+        traindata_batch(&d, 0, &idx, 1, y, &lab, &flip, &cfg);
+        traindata_batch(&d, 0, &idx, 1, x, &lab, NULL, &cfg);
+        int mirror = 1, ident = 1;
+        for (int c = 0; c < 3; c++)
+            for (int r = 0; r < S; r++)
+                for (int q = 0; q < S; q++) {
+                    mirror &= y[c * P + r * S + q] == x[c * P + r * S + (S - 1 - q)];
+                    ident &= y[c * P + r * S + q] == x[c * P + r * S + q];
+                }
+        flipped += mirror && !ident;
+        same += ident;
+    }
+    CHECK(flipped >= 4 && same >= 4 && flipped + same == 20, "flips: %d mirrored, %d unchanged of 20", flipped, same);
+    /* a crop is a shift with the edge replicated: every output pixel is some input pixel of the
+     * same row offset, and the draws change with the epoch */
+    traindata_aug crop = {.crop_pad = 4, .flip = 0, .seed = 3, .epoch = 0};
+    idx = 11;
+    traindata_batch(&d, 0, &idx, 1, x, &lab, NULL, &cfg);
+    traindata_batch(&d, 0, &idx, 1, y, &lab, &crop, &cfg);
+    int found = 0;
+    for (int oy = -4; oy <= 4 && !found; oy++)
+        for (int ox = -4; ox <= 4 && !found; ox++) {
+            int ok = 1;
+            for (int r = 0; r < S && ok; r++)
+                for (int q = 0; q < S && ok; q++) {
+                    int sy = r + oy, sx = q + ox;
+                    sy = sy < 0 ? 0 : sy >= S ? S - 1 : sy;
+                    sx = sx < 0 ? 0 : sx >= S ? S - 1 : sx;
+                    ok = y[r * S + q] == x[sy * S + sx];
+                }
+            found = ok;
+        }
+    CHECK(found, "the crop is a shift of at most 4 pixels with the edge replicated");
+    float *z = malloc((size_t)3 * P * sizeof(float));
+    traindata_batch(&d, 0, &idx, 1, z, &lab, &crop, &cfg);
+    CHECK(memcmp(y, z, (size_t)3 * P * sizeof(float)) == 0, "same seed, epoch and image: same draw");
+    int differ = 0;
+    for (long ep = 1; ep < 6; ep++) {
+        crop.epoch = ep;
+        traindata_batch(&d, 0, &idx, 1, z, &lab, &crop, &cfg);
+        differ += memcmp(y, z, (size_t)3 * P * sizeof(float)) != 0;
+    }
+    CHECK(differ >= 3, "other epochs draw other crops (%d of 5)", differ);
+    free(x);
+    free(y);
+    free(z);
+    traindata_free(&d);
+    traindata_free(&e);
+    /* errors name the fix */
+    CHECK(traindata_open(&d, "shapes:5", &cfg, 0.1f, &err) == AS_ERR_ARG && strstr(err.msg, "COUNT"), "%s", err.msg);
+    cfg.img_size = 48;
+    CHECK(traindata_open(&d, "shapes:60:32", &cfg, 0.1f, &err) == AS_ERR_SHAPE && strstr(err.msg, "\"img_size\": 32"), "%s", err.msg);
+}
+
 int main(void) {
     check_tmp_init("train");
     as_error err = {0};
@@ -282,6 +375,7 @@ int main(void) {
     test_schedule();
     test_ce();
     test_checkpoint();
+    test_data();
     check_tmp_remove();
     return check_finish("train");
 }
