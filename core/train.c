@@ -378,9 +378,21 @@ static void attention_backward(const vit_config *c, int l, const vit_block_param
     }
     /* 4. the small tensors' gradients, summed over images in order */
     if (less) {
-        for (int bh = 0; bh < n * H; bh++) /* dPsi += dS A1^T */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, T, 1.0f, ws->dS + (size_t)bh * TT, T,
-                        ws->dX + (size_t)bh * TT, T, 1.0f, WR(gb->psi), T);
+        /* dPsi += sum dS A1^T: per image over its heads (in parallel, into dY), then the images
+         * in order */
+#pragma omp parallel for schedule(static)
+        for (int b = 0; b < n; b++)
+            for (int h = 0; h < H; h++) {
+                const size_t bh = (size_t)b * H + h;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, T, 1.0f, ws->dS + bh * TT, T,
+                            ws->dX + bh * TT, T, h ? 1.0f : 0.0f, ws->dY + (size_t)b * TT, T);
+            }
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < TT; i++) {
+            float s = 0.0f;
+            for (int b = 0; b < n; b++) s += ws->dY[(size_t)b * TT + i];
+            WR(gb->psi)[i] += s;
+        }
         /* dTheta += sum dA1^T prev: one GEMM over all (image, head) rows */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, T, n * H * T, 1.0f, ws->dA, T, prev, T,
                     1.0f, WR(gb->theta), T);
