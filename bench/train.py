@@ -22,6 +22,7 @@ import glob
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -103,6 +104,7 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--repeat", type=int, default=3, help="alternating runs of each; medians are compared")
     ap.add_argument("--attnscope", default=os.path.join(ROOT, "build", "attnscope"))
     a = ap.parse_args()
     ATTNSCOPE = a.attnscope
@@ -110,11 +112,17 @@ def main():
     print(f"threads {a.threads}, batch {a.batch}, {a.steps} timed steps; "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}; torch {torch.__version__}")
     configs = sorted(glob.glob(os.path.join(ROOT, "experiments", "models", "*_shapes.json"))) if a.all else [a.config]
-    print(f"{'model':<22} {'attnscope img/s':>16} {'PyTorch img/s':>14} {'ratio':>7}")
+    print(f"median of {a.repeat} alternating runs each (range in brackets); ratio of the medians")
+    print(f"{'model':<16} {'attnscope img/s':>22} {'PyTorch img/s':>20} {'ratio':>7}")
     for c in configs:
-        ours = run_attnscope(c, a.batch, a.threads, a.steps)
-        theirs = run_torch(model_cfg(c), a.batch, a.threads, a.steps)
-        print(f"{os.path.basename(c)[:-5]:<22} {ours:>16.0f} {theirs:>14.0f} {ours / theirs:>6.2f}x", flush=True)
+        cfg = model_cfg(c)
+        ours, theirs = [], []
+        for _ in range(a.repeat):  # alternate, so that a slow spell of the machine hits both
+            ours.append(run_attnscope(c, a.batch, a.threads, a.steps))
+            theirs.append(run_torch(cfg, a.batch, a.threads, a.steps))
+        mo, mt = statistics.median(ours), statistics.median(theirs)
+        print(f"{os.path.basename(c)[:-5]:<16} {mo:>6.0f} [{min(ours):>5.0f}-{max(ours):<5.0f}]"
+              f"    {mt:>5.0f} [{min(theirs):>4.0f}-{max(theirs):<4.0f}] {mo / mt:>6.2f}x", flush=True)
 
 
 if __name__ == "__main__":

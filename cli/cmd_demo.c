@@ -58,7 +58,7 @@ int cmd_demo(int argc, char **argv) {
                                          {"threads", required_argument, 0, 't'},
                                          {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *dir = "attnscope-demo";
-    int epochs = 10, train_images = 8000, count = 64, threads = 0, ch;
+    int epochs = 12, train_images = 8000, count = 64, threads = 0, ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
         switch (ch) {
@@ -76,7 +76,7 @@ int cmd_demo(int argc, char **argv) {
             if (!cli_parse_int(optarg, 1, 1024, &threads)) return 2;
             break;
         case 'h':
-            printf("usage: attnscope demo [--out DIR] [--epochs 10] [--train-images 8000] [--images 64]\n"
+            printf("usage: attnscope demo [--out DIR] [--epochs 12] [--train-images 8000] [--images 64]\n"
                    "                      [--threads N]\n"
                    "Trains a small ViT (DIR/model.json) on the built-in shapes dataset (6 classes) with\n"
                    "attnscope train, recording the attention of N held-out images before, half-way and\n"
