@@ -17,7 +17,7 @@ static const struct {
     {"train", cmd_train, "train a ViT of any mechanism on CIFAR, MNIST, an ImageFolder or built-in shapes"},
     {"experiment", cmd_experiment, "run an experiment file: record, analyze and plot, with an index page"},
     {"bench", cmd_bench, "img/s, ms/img, GFLOP/s and share of the GEMM ceiling, with/without recording"},
-    {"demo", cmd_demo, "the end-to-end job with no download (synthetic model and images)"},
+    {"demo", cmd_demo, "the end-to-end job with no download: train on built-in shapes, record, analyze, plot"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
