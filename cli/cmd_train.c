@@ -365,9 +365,13 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
         printf("train: %s on %s (%d train, %d held out: %s), %d classes, %ld steps of %d in %d epochs, "
                "%d threads\n", c->name, d.kind, d.n_train, d.n_val, d.val_source, d.n_classes, total_steps, B,
                o->epochs, runtime_threads());
-    /* the untrained model's attention, the start of the series */
+    /* the untrained model's attention, the start of the series; on a resume at an epoch's end
+     * whose trace was due, that trace again (a stop during it leaves it incomplete) */
     if (rc == AS_OK && o->record_every > 0 && st.step == 0)
         rc = record_epoch(&t, o, heldout, 0, "random initialisation", res->last_trace, sizeof res->last_trace, err);
+    else if (rc == AS_OK && o->record_every > 0 && st.batch == 0 && st.epoch > 0 &&
+             (st.epoch % o->record_every == 0 || st.epoch == o->epochs))
+        rc = record_epoch(&t, o, heldout, st.epoch, latest, res->last_trace, sizeof res->last_trace, err);
 
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);

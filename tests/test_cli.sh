@@ -234,11 +234,16 @@ expect 0 "$A" info "$T/tr/latest";  has "$T/out" "6 classes"
 expect 0 "$A" record --model "$T/tr/latest" --images "$T/tr/heldout" --out "$T/tr/again.h5"
 expect 0 "$A" info "$T/tr/trace-epoch-002.h5"; has "$T/out" "images      12 complete"
 expect 0 "$A" analyze "$T/tr/trace-epoch-002.h5" --metrics als,entropy
-# refusing to mix runs; resuming a finished run is a no-op; resuming with other options is refused
+# refusing to mix runs; resuming a finished run only re-records the trace its last epoch was due
+# (a stop during a trace leaves it incomplete); resuming with other options is refused
 expect 1 "$A" train --config "$T/small.json" --data shapes:240 --out "$T/tr" --epochs 2 --batch 16
 has "$T/err" "add --resume"; one_line
+rm "$T/tr/trace-epoch-002.h5"
 expect 0 "$A" train --config "$T/small.json" --data shapes:240 --out "$T/tr" --epochs 2 --batch 16 --resume \
     --record-every 1 --record-images 12
+has "$T/out" "held-out accuracy"
+expect 0 "$A" info "$T/tr/trace-epoch-002.h5"; has "$T/out" "images      12 complete"
+if [ "$(ls -d "$T/tr"/epoch-* | wc -l)" -eq 2 ]; then ok; else bad "resume wrote epochs: $(ls "$T/tr")"; fi
 expect 1 "$A" train --config "$T/small.json" --data shapes:240 --out "$T/tr" --epochs 2 --batch 16 --resume --lr 0.01
 has "$T/err" "started with --lr"; one_line
 expect 1 "$A" train --config "$T/small.json" --data shapes:240 --out "$T/nothing" --resume
