@@ -135,20 +135,23 @@ KERNEL_CLONES static void gelu_block(float *y, const float *x, size_t n) {
     }
 }
 
-void kernels_gelu_to(float *y, const float *x, size_t n) {
+/* y = f(y, x) elementwise in blocks of 4096 spread over the threads; f is a block kernel (its
+ * clones vectorise the inline erf and exp). */
+static void blocked(void (*f)(float *, const float *, size_t), float *y, const float *x, size_t n) {
     const size_t block = 4096;
     const long long nb = (long long)((n + block - 1) / block);
 #pragma omp parallel for schedule(static)
     for (long long k = 0; k < nb; k++) {
         size_t i = (size_t)k * block;
-        gelu_block(y + i, x + i, n - i < block ? n - i : block);
+        f(y + i, x + i, n - i < block ? n - i : block);
     }
 }
 
+void kernels_gelu_to(float *y, const float *x, size_t n) { blocked(gelu_block, y, x, n); }
+
 void kernels_gelu(float *x, size_t n) { kernels_gelu_to(x, x, n); }
 
-/* dh *= GELU'(x) = 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi), in blocks like the
- * forward so that the inline erf and exp vectorise. */
+/* dh *= GELU'(x) = 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi). */
 KERNEL_CLONES static void gelu_backward_block(float *dh, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const float v = x[i];
@@ -158,15 +161,7 @@ KERNEL_CLONES static void gelu_backward_block(float *dh, const float *x, size_t 
     }
 }
 
-void kernels_gelu_backward(float *dh, const float *x, size_t n) {
-    const size_t block = 4096;
-    const long long nb = (long long)((n + block - 1) / block);
-#pragma omp parallel for schedule(static)
-    for (long long k = 0; k < nb; k++) {
-        size_t i = (size_t)k * block;
-        gelu_backward_block(dh + i, x + i, n - i < block ? n - i : block);
-    }
-}
+void kernels_gelu_backward(float *dh, const float *x, size_t n) { blocked(gelu_backward_block, dh, x, n); }
 
 /* sum of a[i] * b[i], lanes as above */
 static inline float lanes_dot(const float *a, const float *b, int d) {
