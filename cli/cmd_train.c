@@ -236,23 +236,21 @@ static as_status record_epoch(const trainable *t, const train_opts *o, const cha
     return rc;
 }
 
-/* After an epoch's checkpoint: mid-epoch (interrupt) checkpoints are superseded, and epoch
- * checkpoints older than the newest keep go. */
+/* After epoch's checkpoint: mid-epoch (interrupt) checkpoints are superseded, and epoch
+ * checkpoints older than the newest keep (0: all kept) go. */
 static void prune(const char *dir, long epoch, int keep) {
     DIR *dh = opendir(dir);
-    for (struct dirent *e = dh ? readdir(dh) : NULL; e; e = readdir(dh))
-        if (strncmp(e->d_name, "step-", 5) == 0) {
+    for (struct dirent *e = dh ? readdir(dh) : NULL; e; e = readdir(dh)) {
+        long k;
+        char end;
+        const int old = keep > 0 && sscanf(e->d_name, "epoch-%ld%c", &k, &end) == 1 && k <= epoch - keep;
+        if (strncmp(e->d_name, "step-", 5) == 0 || old) {
             char p[1400];
             snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
             checkpoint_remove(p);
         }
-    if (dh) closedir(dh);
-    if (keep <= 0) return;
-    for (long e = epoch - keep; e >= 1 && e > epoch - keep - 3; e--) {
-        char p[1200];
-        snprintf(p, sizeof p, "%s/epoch-%03ld", dir, e);
-        checkpoint_remove(p);
     }
+    if (dh) closedir(dh);
 }
 
 static void log_line(FILE *f, const cJSON *h) {
@@ -400,9 +398,8 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
             vit_forward(c, &t.p, &a, x, B, NULL);
             int right;
             double loss = vit_loss_ce(a.logits, labels, B, c->num_classes, o->smoothing, dlogits, &right);
-            loss += vit_loss_dp(c, &a, B, o->dp_weight);
             memset(t.g, 0, t.count * sizeof(float));
-            vit_backward(c, &t.p, &t.gp, &a, &ws, dlogits, B, o->dp_weight);
+            loss += vit_backward(c, &t.p, &t.gp, &a, &ws, dlogits, B, o->dp_weight);
             optim_clip(t.g, t.count, o->clip);
             optim_adamw_step(&opt, t.w, t.g, t.m, t.v, t.decay, t.count, optim_lr(&sched, st.step));
             st.step++;
@@ -449,10 +446,6 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
         cJSON_AddNumberToObject(h, "img_per_s", st.seen / (epoch_seconds > 0 ? epoch_seconds : 1));
         cJSON_AddNumberToObject(h, "seconds", st.seconds);
         cJSON_AddItemToArray(st.history, h);
-        res->train_loss = st.loss_sum / st.seen;
-        res->train_acc = (double)st.correct / st.seen;
-        res->val_loss = vl;
-        res->val_acc = va;
         st.batch = 0;
         st.loss_sum = 0;
         st.correct = st.seen = 0;
@@ -476,9 +469,9 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
     progress_finish(&pg);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
-    /* a resumed run with nothing left to do reports the last epoch it finished */
+    /* the last finished epoch, whether this run or an earlier one finished it */
     const cJSON *last = cJSON_GetArrayItem(st.history, cJSON_GetArraySize(st.history) - 1);
-    if (last && res->val_acc == 0 && res->train_loss == 0) {
+    if (last) {
         res->train_loss = num(last, "train_loss");
         res->train_acc = num(last, "train_acc");
         res->val_loss = num(last, "val_loss");

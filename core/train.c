@@ -66,10 +66,11 @@ size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws
     CARVE_F(p, &off, b * Hmax * T * T, &v->dA);
     CARVE_F(p, &off, b * Hmax * T * T, &v->dS);
     CARVE_F(p, &off, b * Hmax * T * T, &v->dX);
-    CARVE_F(p, &off, b * H * T * T, &v->dY);
-    if (vit_any_attn(c, VIT_ATTN_LESS))
+    const int less = vit_any_attn(c, VIT_ATTN_LESS);
+    if (less || vit_any_attn(c, VIT_ATTN_LSLA)) CARVE_F(p, &off, b * H * T * T, &v->dY);
+    if (less)
         for (int i = 0; i < 2; i++) CARVE_F(p, &off, b * H * T * T, &v->dkeep[i]);
-    if (E)
+    if (vit_any_attn(c, VIT_ATTN_REFINER)) /* E is then the largest H' */
         for (int i = 0; i < VIT_MAX_EXTRAS; i++) CARVE_F(p, &off, b * E * T * T, &v->dext[i]);
     const size_t part = part_floats(c);
     if (part) CARVE_F(p, &off, b * part, &v->part);
@@ -149,39 +150,25 @@ static int less_blocks(const vit_config *c) {
     return k;
 }
 
-double vit_loss_dp(const vit_config *c, const vit_acts *a, int n, float weight) {
-    const int nl = less_blocks(c), T = vit_num_tokens(c), H = c->num_heads;
-    if (!nl || weight == 0.0f) return 0.0;
-    double total = 0;
-    for (int l = 0; l < c->depth; l++) {
-        if (!is_less(c, l)) continue;
-        const float *att = a->tape->blk[l].att;
-        for (size_t bh = 0; bh < (size_t)n * H; bh++) {
-            const float *A = att + bh * T * T;
-            double sym = 0, diag = 0;
-            for (int i = 0; i < T; i++) {
-                double off = 0;
-                for (int j = 0; j < T; j++) {
-                    sym += fabs((double)A[(size_t)i * T + j] - A[(size_t)j * T + i]);
-                    if (j != i) off += A[(size_t)i * T + j];
-                }
-                diag += (double)(T - 1) * A[(size_t)i * T + i] - off;
-            }
-            total += sym - diag;
-        }
-    }
-    return weight * total / ((double)nl * n * H * T);
-}
-
-/* dA += the gradient of the term above for one (T, T) map: coef * (2 sign(A_ij - A_ji) + 1)
- * off the diagonal, -coef (T - 1) on it. */
-static void dp_backward(float *dA, const float *A, int T, float coef) {
-    for (int i = 0; i < T; i++)
+/* LaViT's diagonality-preserving term of one (T, T) softmax map A and its gradient:
+ *     sum_{i,j} |A_ij - A_ji|  -  sum_i ((T - 1) A_ii - sum_{j != i} A_ij)
+ * (symmetry minus diagonality, the quantities analysis/diag.c reports). Returns the term and
+ * adds coef times its gradient to dA: coef (2 sign(A_ij - A_ji) + 1) off the diagonal,
+ * -coef (T - 1) on it (the gradient of |x| at 0 taken as 0, as PyTorch does). */
+static double dp_term_backward(float *dA, const float *A, int T, float coef) {
+    double sym = 0, diag = 0;
+    for (int i = 0; i < T; i++) {
+        double off = 0;
         for (int j = 0; j < T; j++) {
-            const float d = A[(size_t)i * T + j] - A[(size_t)j * T + i];
+            const float a = A[(size_t)i * T + j], d = a - A[(size_t)j * T + i];
             const float s = (float)((d > 0) - (d < 0));
+            sym += fabs((double)d);
+            if (j != i) off += a;
             dA[(size_t)i * T + j] += i == j ? -coef * (float)(T - 1) : coef * (2.0f * s + 1.0f);
         }
+        diag += (double)(T - 1) * A[(size_t)i * T + i] - off;
+    }
+    return sym - diag;
 }
 
 /* ---- attention ---- */
@@ -232,8 +219,9 @@ static void refine_backward(float *dA, float *dEx, float *dCv, float *part, cons
 }
 
 /* One block's attention backward: from ws->dao to ws->dxn (the gradient of norm1's output),
- * adding every attention weight's gradient into gb. */
-static void attention_backward(const vit_config *c, int l, const vit_block_params *bp,
+ * adding every attention weight's gradient into gb. A less-attention block with dp_coef != 0
+ * also takes LaViT's term and returns its sum over the block's maps (else 0). */
+static double attention_backward(const vit_config *c, int l, const vit_block_params *bp,
                                const vit_block_params *gb, const vit_tape *tape, vit_grad_ws *ws,
                                int n, float dp_coef) {
     const vit_attn *at = &c->attn[l];
@@ -327,7 +315,7 @@ static void attention_backward(const vit_config *c, int l, const vit_block_param
     for (int bh = 0; bh < n * H; bh++) {
         const int b = bh / H, h = bh % H;
         float *dA = ws->dA + (size_t)bh * TT, *dS = ws->dS + (size_t)bh * TT, *X = ws->dX + (size_t)bh * TT;
-        if (less && dp_coef != 0.0f) dp_backward(dA, t->att + (size_t)bh * TT, T, dp_coef);
+        if (less && dp_coef != 0.0f) ws->scal[bh] = dp_term_backward(dA, t->att + (size_t)bh * TT, T, dp_coef);
         kernels_softmax_backward_rows(dS, P + (size_t)bh * TT, dA, T, T);
         if (dnext)
             for (size_t i = 0; i < TT; i++) dS[i] += dnext[(size_t)bh * TT + i];
@@ -377,6 +365,9 @@ static void attention_backward(const vit_config *c, int l, const vit_block_param
                     lsla ? 1.0f : 0.0f, hat(&gk, T, b, h), gk.ld);
     }
     /* 4. the small tensors' gradients, summed over images in order */
+    double dp = 0;
+    if (less && dp_coef != 0.0f)
+        for (int bh = 0; bh < n * H; bh++) dp += ws->scal[bh];
     if (less) {
         /* dPsi += sum dS A1^T: per image over its heads (in parallel, into dY), then the images
          * in order */
@@ -452,12 +443,13 @@ static void attention_backward(const vit_config *c, int l, const vit_block_param
         linear_backward(WR(gb->qkv_w), gb->qkv_b ? WR(gb->qkv_b) : NULL, ws->dxn, 0, ws->dqkv, W, xn, D, bp->qkv_w, M, 3 * D, D, ws->ones);
         break;
     }
+    return dp;
 }
 
 /* ---- the whole model ---- */
 
-void vit_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
-                  vit_grad_ws *ws, const float *dlogits, int n, float dp_weight) {
+double vit_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
+                    vit_grad_ws *ws, const float *dlogits, int n, float dp_weight) {
     const vit_tape *tape = a->tape;
     const int D = c->embed_dim, T = vit_num_tokens(c), Np = vit_num_patches(c), H = c->num_heads;
     const int prefix = vit_num_prefix(c), M = n * T, Hm = c->mlp_hidden, C = c->num_classes;
@@ -513,7 +505,9 @@ void vit_backward(const vit_config *c, const vit_params *p, const vit_params *g,
     }
 
     const int nl = less_blocks(c);
-    const float dp_coef = nl ? (float)(dp_weight / ((double)nl * n * H * T)) : 0.0f;
+    const double dp_norm = nl ? dp_weight / ((double)nl * n * H * T) : 0.0;
+    const float dp_coef = (float)dp_norm;
+    double dp = 0;
     for (int l = c->depth - 1; l >= 0; l--) {
         const vit_block_params *bp = &p->blocks[l], *gb = &g->blocks[l];
         const vit_tape_block *t = &tape->blk[l];
@@ -528,7 +522,7 @@ void vit_backward(const vit_config *c, const vit_params *p, const vit_params *g,
             linear_backward(WR(gb->proj_w), WR(gb->proj_b), ws->dao, 0, ws->dx, D, t->ao, D, bp->proj_w, M, D, D, ws->ones);
         else
             memcpy(ws->dao, ws->dx, MD * sizeof(float));
-        attention_backward(c, l, bp, gb, tape, ws, n, dp_coef);
+        dp += attention_backward(c, l, bp, gb, tape, ws, n, dp_coef);
         kernels_layernorm_backward(ws->dx, WR(gb->norm1_w), WR(gb->norm1_b), ws->dxn, t->x_in, bp->norm1_w,
                                ws->ln_scratch, M, D, eps);
     }
@@ -548,6 +542,7 @@ void vit_backward(const vit_config *c, const vit_params *p, const vit_params *g,
                (size_t)Np * D * sizeof(float));
     linear_backward(WR(g->patch_w), WR(g->patch_b), NULL, 0, ws->dxn, D, a->patches, K, p->patch_w,
                     n * Np, D, K, ws->ones);
+    return dp * dp_norm;
 }
 
 /* ---- optimisation ---- */

@@ -7,9 +7,8 @@
  *     vit_grad_ws ws;  vit_grad_ws_carve(&cfg, B, arena2, &ws);
  *     vit_forward(&cfg, &p, &a, x, n, NULL);                 // keeps every block in the tape
  *     double loss = vit_loss_ce(a.logits, y, n, C, 0.1f, dlogits, &correct);
- *     loss += vit_loss_dp(&cfg, &a, n, dp_weight);            // LaViT's term (less blocks)
  *     memset(grad_flat, 0, ...);                              // backward adds into grads
- *     vit_backward(&cfg, &p, &g, &a, &ws, dlogits, n, dp_weight);
+ *     loss += vit_backward(&cfg, &p, &g, &a, &ws, dlogits, n, dp_weight); // + LaViT's term
  *     float norm = optim_clip(grad_flat, count, 1.0f);
  *     optim_adamw_step(&opt, w, grad_flat, m, v, decay_mask, count, optim_lr(&sched, step));
  * g is a vit_params whose pointers point into writable gradient memory laid out like p
@@ -31,7 +30,7 @@ typedef struct {
     float *dao;     /* (B, T, D) */
     float *dhid;    /* (B, T, Hm) */
     float *dA, *dS, *dX;  /* (B, max(H, H'), T, T) map gradients and scratch */
-    float *dY;            /* (B, H, T, T) LSLA: the gradient of q x^T */
+    float *dY;            /* (B, H, T, T) LSLA: the gradient of q x^T; LaViT: per-image dPsi */
     float *dkeep[2];      /* (B, H, T, T) gradient of scores handed to a less-attention block */
     float *dext[VIT_MAX_EXTRAS]; /* Refiner: (B, H', T, T) expanded and convolved gradients */
     float *part;    /* (B, P) per-image partial gradients of the small mechanism tensors */
@@ -49,18 +48,15 @@ size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws
 double vit_loss_ce(const float *logits, const int *labels, int n, int C, float eps,
                    float *dlogits, int *correct);
 
-/* LaViT's diagonality-preserving term over the attention maps A (softmax) of every
- * less-attention block of the last training forward (a->tape):
- *     weight / (blocks * n * H * T) * sum_{blocks, images, heads}
+/* Adds the gradients of (mean CE with dlogits given) + LaViT's diagonality-preserving term for
+ * the n images of the last training forward into g, and returns that term's value:
+ *     weight / (blocks * n * H * T) * sum_{less-attention blocks, images, heads}
  *         ( sum_{i,j} |A_ij - A_ji|  -  sum_i ((T - 1) A_ii - sum_{j != i} A_ij) )
- * i.e. symmetry minus diagonality (docs/training.md). 0 without less-attention blocks. */
-double vit_loss_dp(const vit_config *c, const vit_acts *a, int n, float weight);
-
-/* Adds the gradients of (mean CE with dlogits given) + vit_loss_dp(weight) for the n images
- * of the last training forward into g. The result does not depend on the thread count beyond
+ * over the softmax maps A, i.e. symmetry minus diagonality (docs/training.md); 0 without
+ * less-attention blocks or with weight 0. The result does not depend on the thread count beyond
  * BLAS's own rounding: every reduction over images runs in image order. */
-void vit_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
-                  vit_grad_ws *ws, const float *dlogits, int n, float dp_weight);
+double vit_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
+                    vit_grad_ws *ws, const float *dlogits, int n, float dp_weight);
 
 /* ---- optimisation ---- */
 

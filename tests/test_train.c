@@ -36,11 +36,10 @@ static void train_step(trainable *t, const float *x, const int *labels, int n, f
     vit_forward(c, &t->p, &a, x, n, NULL);
     float *dl = malloc((size_t)n * c->num_classes * sizeof(float));
     o->ce = vit_loss_ce(a.logits, labels, n, c->num_classes, smoothing, dl, NULL);
-    o->dp = vit_loss_dp(c, &a, n, dp_weight);
     o->logits = malloc((size_t)n * c->num_classes * sizeof(float));
     memcpy(o->logits, a.logits, (size_t)n * c->num_classes * sizeof(float));
     memset(t->g, 0, t->count * sizeof(float));
-    vit_backward(c, &t->p, &t->gp, &a, &ws, dl, n, dp_weight);
+    o->dp = vit_backward(c, &t->p, &t->gp, &a, &ws, dl, n, dp_weight);
     free(dl);
     free(ta);
     free(aa);
