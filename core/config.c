@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -10,8 +11,8 @@
 #define INCEPTION_MEAN {0.5f, 0.5f, 0.5f}
 #define INCEPTION_STD {0.5f, 0.5f, 0.5f}
 
-/* timm's defaults: ViT augreg checkpoints use Inception mean/std and crop 0.9; DeiT uses
- * ImageNet mean/std and crop 0.875; both bicubic. */
+/* timm's defaults (timm/models/vision_transformer.py and deit.py, _cfg): ViT checkpoints use
+ * Inception mean/std, DeiT ImageNet mean/std; both crop 0.9 at 224 and 1.0 at 384, bicubic. */
 #define VIT(nm, img, p, d, l, h, mean_, std_, crop, dist)                                     \
     {.name = nm, .img_size = img, .patch_size = p, .in_chans = 3, .embed_dim = d, .depth = l, \
      .num_heads = h, .mlp_hidden = 4 * (d), .num_classes = 1000, .qkv_bias = 1,               \
@@ -32,16 +33,16 @@ static const vit_config vit_archs[] = {
     VIT("vit_large_patch16_224", 224, 16, 1024, 24, 16, INCEPTION_MEAN, INCEPTION_STD, 0.9f, 0),
     VIT("vit_large_patch16_384", 384, 16, 1024, 24, 16, INCEPTION_MEAN, INCEPTION_STD, 1.0f, 0),
     VIT("vit_large_patch32_384", 384, 32, 1024, 24, 16, INCEPTION_MEAN, INCEPTION_STD, 1.0f, 0),
-    VIT("deit_tiny_patch16_224", 224, 16, 192, 12, 3, IMAGENET_MEAN, IMAGENET_STD, 0.875f, 0),
-    VIT("deit_small_patch16_224", 224, 16, 384, 12, 6, IMAGENET_MEAN, IMAGENET_STD, 0.875f, 0),
-    VIT("deit_base_patch16_224", 224, 16, 768, 12, 12, IMAGENET_MEAN, IMAGENET_STD, 0.875f, 0),
+    VIT("deit_tiny_patch16_224", 224, 16, 192, 12, 3, IMAGENET_MEAN, IMAGENET_STD, 0.9f, 0),
+    VIT("deit_small_patch16_224", 224, 16, 384, 12, 6, IMAGENET_MEAN, IMAGENET_STD, 0.9f, 0),
+    VIT("deit_base_patch16_224", 224, 16, 768, 12, 12, IMAGENET_MEAN, IMAGENET_STD, 0.9f, 0),
     VIT("deit_base_patch16_384", 384, 16, 768, 12, 12, IMAGENET_MEAN, IMAGENET_STD, 1.0f, 0),
     VIT("deit_tiny_distilled_patch16_224", 224, 16, 192, 12, 3, IMAGENET_MEAN, IMAGENET_STD,
-        0.875f, 1),
+        0.9f, 1),
     VIT("deit_small_distilled_patch16_224", 224, 16, 384, 12, 6, IMAGENET_MEAN, IMAGENET_STD,
-        0.875f, 1),
+        0.9f, 1),
     VIT("deit_base_distilled_patch16_224", 224, 16, 768, 12, 12, IMAGENET_MEAN, IMAGENET_STD,
-        0.875f, 1),
+        0.9f, 1),
     VIT("deit_base_distilled_patch16_384", 384, 16, 768, 12, 12, IMAGENET_MEAN, IMAGENET_STD,
         1.0f, 1),
 };
@@ -112,15 +113,6 @@ const vit_config *vit_arch_find(const char *name) {
     if (!name) return NULL;
     for (int i = 0; i < VIT_ARCH_N; i++)
         if (strcmp(vit_archs[i].name, name) == 0) return &vit_archs[i];
-    /* timm's pretrained tags ("vit_base_patch16_224.augreg2_in21k_ft_in1k") name the same
-     * architecture: match on the part before the dot. */
-    const char *dot = strchr(name, '.');
-    if (dot) {
-        size_t n = (size_t)(dot - name);
-        for (int i = 0; i < VIT_ARCH_N; i++)
-            if (strlen(vit_archs[i].name) == n && strncmp(vit_archs[i].name, name, n) == 0)
-                return &vit_archs[i];
-    }
     return NULL;
 }
 
@@ -133,6 +125,202 @@ void vit_arch_list(char *buf, size_t n) {
         if (w < 0) break;
         used += (size_t)w;
     }
+}
+
+/* timm's pretrained tags of the built-in architectures with what differs from the base entry:
+ * the head size, mean/std and crop of each tag's pretrained_cfg, copied from default_cfgs in
+ * timm/models/vision_transformer.py and timm/models/deit.py (timm's _cfg defaults there: 1000
+ * classes, crop 0.9, bicubic; ViT Inception mean/std, DeiT ImageNet mean/std). A tag that is not
+ * here is refused rather than guessed. */
+typedef struct {
+    const char *arch, *tag;
+    int num_classes;
+    int imagenet_norm; /* 1: ImageNet mean/std, 0: Inception (0.5) */
+    float crop_pct;
+} vit_tag;
+
+static const vit_tag vit_tags[] = {
+    {"vit_tiny_patch16_224", "augreg_in21k_ft_in1k", 1000, 0, 0.9f},
+    {"vit_tiny_patch16_224", "augreg_in21k", 21843, 0, 0.9f},
+    {"vit_tiny_patch16_384", "augreg_in21k_ft_in1k", 1000, 0, 1.0f},
+    {"vit_small_patch16_224", "augreg_in21k_ft_in1k", 1000, 0, 0.9f},
+    {"vit_small_patch16_224", "augreg_in1k", 1000, 0, 0.9f},
+    {"vit_small_patch16_224", "augreg_in21k", 21843, 0, 0.9f},
+    {"vit_small_patch16_224", "dino", 0, 1, 0.9f},
+    {"vit_small_patch16_384", "augreg_in21k_ft_in1k", 1000, 0, 1.0f},
+    {"vit_small_patch16_384", "augreg_in1k", 1000, 0, 1.0f},
+    {"vit_small_patch32_224", "augreg_in21k_ft_in1k", 1000, 0, 0.9f},
+    {"vit_small_patch32_224", "augreg_in21k", 21843, 0, 0.9f},
+    {"vit_base_patch16_224", "augreg2_in21k_ft_in1k", 1000, 0, 0.9f},
+    {"vit_base_patch16_224", "augreg_in21k_ft_in1k", 1000, 0, 0.9f},
+    {"vit_base_patch16_224", "orig_in21k_ft_in1k", 1000, 0, 0.9f},
+    {"vit_base_patch16_224", "augreg_in1k", 1000, 0, 0.9f},
+    {"vit_base_patch16_224", "orig_in21k", 0, 0, 0.9f},
+    {"vit_base_patch16_224", "augreg_in21k", 21843, 0, 0.9f},
+    {"vit_base_patch16_224", "sam_in1k", 1000, 0, 0.9f},
+    {"vit_base_patch16_224", "dino", 0, 1, 0.9f},
+    {"vit_base_patch16_224", "mae", 0, 1, 0.9f},
+    {"vit_base_patch16_384", "augreg_in21k_ft_in1k", 1000, 0, 1.0f},
+    {"vit_base_patch16_384", "orig_in21k_ft_in1k", 1000, 0, 1.0f},
+    {"vit_base_patch16_384", "augreg_in1k", 1000, 0, 1.0f},
+    {"vit_base_patch32_224", "augreg_in21k_ft_in1k", 1000, 0, 0.9f},
+    {"vit_base_patch32_224", "augreg_in1k", 1000, 0, 0.9f},
+    {"vit_base_patch32_224", "orig_in21k", 0, 0, 0.9f},
+    {"vit_base_patch32_224", "augreg_in21k", 21843, 0, 0.9f},
+    {"vit_base_patch32_224", "sam_in1k", 1000, 0, 0.9f},
+    {"vit_base_patch32_384", "augreg_in21k_ft_in1k", 1000, 0, 1.0f},
+    {"vit_base_patch32_384", "augreg_in1k", 1000, 0, 1.0f},
+    {"vit_large_patch16_224", "augreg_in21k_ft_in1k", 1000, 0, 0.9f},
+    {"vit_large_patch16_224", "orig_in21k", 0, 0, 0.9f},
+    {"vit_large_patch16_224", "augreg_in21k", 21843, 0, 0.9f},
+    {"vit_large_patch16_224", "mae", 0, 1, 0.9f},
+    {"vit_large_patch16_384", "augreg_in21k_ft_in1k", 1000, 0, 1.0f},
+    {"vit_large_patch32_384", "orig_in21k_ft_in1k", 1000, 0, 1.0f},
+    {"deit_tiny_patch16_224", "fb_in1k", 1000, 1, 0.9f},
+    {"deit_small_patch16_224", "fb_in1k", 1000, 1, 0.9f},
+    {"deit_base_patch16_224", "fb_in1k", 1000, 1, 0.9f},
+    {"deit_base_patch16_384", "fb_in1k", 1000, 1, 1.0f},
+    {"deit_tiny_distilled_patch16_224", "fb_in1k", 1000, 1, 0.9f},
+    {"deit_small_distilled_patch16_224", "fb_in1k", 1000, 1, 0.9f},
+    {"deit_base_distilled_patch16_224", "fb_in1k", 1000, 1, 0.9f},
+    {"deit_base_distilled_patch16_384", "fb_in1k", 1000, 1, 1.0f},
+};
+#define VIT_TAG_N ((int)(sizeof vit_tags / sizeof vit_tags[0]))
+
+/* timm families attnscope does not run yet, by name pattern: what each needs that the engine
+ * lacks. Checked in order; the first whose pattern occurs in the name wins. */
+static const struct {
+    const char *pattern, *family, *needs;
+} vit_families_later[] = {
+    {"dinov2", "DINOv2", "register tokens, LayerScale and patch 14 at 518 px"},
+    {"_reg", "ViT with registers", "register tokens"},
+    {"clip", "CLIP image towers", "a pre-norm and QuickGELU variants"},
+    {"siglip", "SigLIP", "attention pooling (global_pool \"map\")"},
+    {"deit3", "DeiT III", "LayerScale and position embeddings without the class token"},
+    {"swin", "Swin Transformer", "shifted windows and hierarchical stages"},
+    {"cait", "CaiT", "class-attention layers and LayerScale"},
+    {"pvt_v2", "PVT v2", "spatial-reduction attention and hierarchical stages"},
+    {"beit", "BEiT", "relative position biases and LayerScale"},
+    {"eva", "EVA", "rotary embeddings and SwiGLU"},
+    {"xcit", "XCiT", "cross-covariance attention"},
+    {"levit", "LeViT", "convolutional stages and attention biases"},
+    {"twins", "Twins", "locally-grouped attention"},
+    {"crossvit", "CrossViT", "two-branch cross attention"},
+    {"convit", "ConViT", "gated positional attention"},
+    {"pit_", "PiT", "pooling stages"},
+    {"tnt_", "TNT", "nested inner transformers"},
+    {"mvitv2", "MViTv2", "pooling attention"},
+    {"flexivit", "FlexiViT", "resampled patch embeddings"},
+    {"samvit", "SAM ViT", "windowed attention with relative positions"},
+};
+
+static const vit_tag *tag_find(const char *arch, size_t arch_len, const char *tag) {
+    for (int i = 0; i < VIT_TAG_N; i++)
+        if (strlen(vit_tags[i].arch) == arch_len && strncmp(vit_tags[i].arch, arch, arch_len) == 0 &&
+            strcmp(vit_tags[i].tag, tag) == 0)
+            return &vit_tags[i];
+    return NULL;
+}
+
+/* The error for a name that is no built-in: a "did you mean", the family not supported yet, or
+ * the list of known names. */
+static as_status arch_unknown(const char *name, as_error *err) {
+    char list[2048];
+    vit_arch_list(list, sizeof list);
+    for (size_t i = 0; i < sizeof vit_families_later / sizeof vit_families_later[0]; i++)
+        if (strstr(name, vit_families_later[i].pattern))
+            return as_fail(err, AS_ERR_UNSUPPORTED,
+                           "\"%.96s\" looks like %s, which attnscope does not support yet (it needs "
+                           "%s); the ViT/DeiT family runs: %s; or describe a ViT with a JSON model "
+                           "config (docs/models.md)", name, vit_families_later[i].family,
+                           vit_families_later[i].needs, list);
+    const char *names[VIT_ARCH_N];
+    for (int i = 0; i < VIT_ARCH_N; i++) names[i] = vit_archs[i].name;
+    const int near = vit_closest_name(name, names, VIT_ARCH_N);
+    if (near >= 0)
+        return as_fail(err, AS_ERR_CONFIG, "unknown architecture \"%.96s\": did you mean \"%s\"?",
+                       name, names[near]);
+    return as_fail(err, AS_ERR_CONFIG, "unknown architecture \"%.96s\"; known: %s; or describe the "
+                   "model with a JSON model config (docs/models.md)", name, list);
+}
+
+as_status vit_arch_resolve(const char *name, vit_config *out, as_error *err) {
+    const vit_config *base = vit_arch_find(name);
+    if (base) {
+        *out = *base;
+        return AS_OK;
+    }
+    const char *dot = name ? strchr(name, '.') : NULL;
+    if (!name || !dot) return arch_unknown(name ? name : "", err);
+    const size_t n = (size_t)(dot - name);
+    char arch[64];
+    snprintf(arch, sizeof arch, "%.*s", (int)(n < sizeof arch ? n : sizeof arch - 1), name);
+    if (!(base = vit_arch_find(arch))) return arch_unknown(name, err);
+    const vit_tag *t = tag_find(name, n, dot + 1);
+    if (!t) {
+        char tags[1024] = "";
+        size_t u = 0;
+        for (int i = 0; i < VIT_TAG_N && u < sizeof tags; i++)
+            if (strcmp(vit_tags[i].arch, arch) == 0) {
+                int w = snprintf(tags + u, sizeof tags - u, "%s%s", u ? ", " : "", vit_tags[i].tag);
+                u += w > 0 ? (size_t)w : 0;
+            }
+        return as_fail(err, AS_ERR_CONFIG, "%.96s: attnscope does not know the pretrained tag "
+                       "\"%.64s\" of %s, so not its classes, mean, std or crop: use one of %s, or "
+                       "the checkpoint folder with its config.json", name, dot + 1, arch,
+                       tags[0] ? tags : "(none)");
+    }
+    vit_config c = *base;
+    static const float imagenet_mean[3] = IMAGENET_MEAN, imagenet_std[3] = IMAGENET_STD;
+    static const float inception_mean[3] = INCEPTION_MEAN, inception_std[3] = INCEPTION_STD;
+    memcpy(c.mean, t->imagenet_norm ? imagenet_mean : inception_mean, sizeof c.mean);
+    memcpy(c.std, t->imagenet_norm ? imagenet_std : inception_std, sizeof c.std);
+    c.num_classes = t->num_classes;
+    c.crop_pct = t->crop_pct;
+    snprintf(c.name, sizeof c.name, "%s.%s", t->arch, t->tag);
+    *out = c;
+    return AS_OK;
+}
+
+int vit_tag_count(void) { return VIT_TAG_N; }
+const char *vit_tag_name(int i, char *buf, size_t n) {
+    if (i < 0 || i >= VIT_TAG_N) return NULL;
+    snprintf(buf, n, "%s.%s", vit_tags[i].arch, vit_tags[i].tag);
+    return buf;
+}
+
+/* Optimal string alignment distance (a transposition counts 1), for "did you mean". */
+static int edit_distance(const char *a, const char *b) {
+    enum { MAXL = 64 };
+    const size_t la = strlen(a), lb = strlen(b);
+    if (la >= MAXL || lb >= MAXL) return 1 << 20;
+    int d[MAXL + 1][MAXL + 1];
+    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[la][lb];
+}
+
+int vit_closest_name(const char *s, const char *const *names, int n) {
+    int best = -1, bd = 1 << 20;
+    for (int i = 0; i < n; i++) {
+        const int dd = edit_distance(s, names[i]);
+        if (dd < bd) {
+            bd = dd;
+            best = i;
+        }
+    }
+    /* a typo, not another word: at most 2 edits, and fewer than a third of the name */
+    const int len = (int)strlen(s);
+    return best >= 0 && bd <= 2 && 3 * bd <= len ? best : -1;
 }
 
 int vit_grid(const vit_config *c) { return c->img_size / c->patch_size; }
@@ -205,6 +393,12 @@ static as_status validate_attn(const vit_config *c, int l, as_error *err) {
     if (!(a->scale >= 0.0f) || isinf(a->scale))
         return as_fail(err, AS_ERR_CONFIG, "%s: block %d: scale must be a positive number, or "
                        "absent for 1/sqrt(head width)", n, l);
+    if (a->scale > 0.0f && (a->kind == VIT_ATTN_LESS || (a->kind == VIT_ATTN_LSLA && a->dynamic_scale)))
+        return as_fail(err, AS_ERR_CONFIG, "%s: block %d: \"scale\" has no effect on %s: %s", n,
+                       l, a->kind == VIT_ATTN_LESS ? "less-attention (it reuses the previous "
+                       "block's scores)" : "lsla with a dynamic scale (the learnable DS replaces it)",
+                       a->kind == VIT_ATTN_LESS ? "remove it" : "remove it, or set \"dynamic_scale\": "
+                       "false to use it as the fixed scale");
     switch (a->kind) {
     case VIT_ATTN_LMSA:
         if (a->qk_dim < H || a->qk_dim % H != 0)
@@ -237,6 +431,16 @@ static as_status validate_attn(const vit_config *c, int l, as_error *err) {
                            "q k^T scores, but block %d is %s, which has none of that shape: put a "
                            "vanilla (or lmsa, mait, less) block before it", n, l, l - 1,
                            vit_attn_name(prev));
+        /* Theta and Psi mix the entries of a row: one -inf makes the whole row NaN */
+        if (prev == VIT_ATTN_MAIT && c->attn[l - 1].mask_mode == VIT_MASK_NEG_INF)
+            for (int h = 0; h < H && h < VIT_MAX_MASK_HEADS; h++)
+                if (c->attn[l - 1].mask_size[h])
+                    return as_fail(err, AS_ERR_CONFIG,
+                                   "%s: block %d: a less-attention block transforms the previous "
+                                   "block's scores, but block %d is mait in \"neg_inf\" mode, whose "
+                                   "masked scores are -inf (Theta and Psi would make them NaN): use "
+                                   "mask_mode \"zero\" or \"soft\" there, or put a vanilla block "
+                                   "between", n, l, l - 1);
         break;
     }
     case VIT_ATTN_MAIT:
@@ -265,10 +469,11 @@ static as_status validate_attn(const vit_config *c, int l, as_error *err) {
         if (a->expanded_heads < 1 || a->expanded_heads > 4096)
             return as_fail(err, AS_ERR_CONFIG, "%s: block %d: refiner expanded_heads must be "
                            "1..4096 (got %d)", n, l, a->expanded_heads);
-        if (a->kernel_size < 1 || a->kernel_size % 2 == 0 || a->kernel_size > 2 * vit_num_tokens(c))
+        if (a->kernel_size < 1 || a->kernel_size % 2 == 0 || a->kernel_size > 2 * vit_num_tokens(c) ||
+            a->kernel_size > VIT_MAX_KERNEL)
             return as_fail(err, AS_ERR_CONFIG, "%s: block %d: refiner kernel_size %d must be odd "
-                           "and at most twice the token count (1 is a per-head scale)", n, l,
-                           a->kernel_size);
+                           "and at most twice the token count and %d (1 is a per-head scale)", n, l,
+                           a->kernel_size, VIT_MAX_KERNEL);
         break;
     default: break;
     }
@@ -284,6 +489,27 @@ as_status vit_config_validate(const vit_config *c, as_error *err) {
                        "embed_dim %d, depth %d, num_heads %d, mlp hidden %d, num_classes %d)",
                        n, c->img_size, c->patch_size, c->in_chans, c->embed_dim, c->depth,
                        c->num_heads, c->mlp_hidden, c->num_classes);
+    /* Upper limits first: every later product of sizes (tokens, 3 D, the relative table side,
+     * T x T x H) then fits an int, and nothing below can overflow. */
+    static const struct {
+        const char *key;
+        size_t off;
+        int max;
+    } limits[] = {
+        {"img_size", offsetof(vit_config, img_size), VIT_MAX_IMG},
+        {"patch_size", offsetof(vit_config, patch_size), VIT_MAX_IMG},
+        {"in_chans", offsetof(vit_config, in_chans), VIT_MAX_CHANS},
+        {"embed_dim", offsetof(vit_config, embed_dim), VIT_MAX_DIM},
+        {"num_heads", offsetof(vit_config, num_heads), VIT_MAX_DIM},
+        {"mlp_hidden", offsetof(vit_config, mlp_hidden), VIT_MAX_HIDDEN},
+        {"num_classes", offsetof(vit_config, num_classes), VIT_MAX_CLASSES},
+    };
+    for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+        const int v = *(const int *)(const void *)((const char *)c + limits[i].off);
+        if (v > limits[i].max)
+            return as_fail(err, AS_ERR_CONFIG, "%s: %s %d is over attnscope's limit of %d", n,
+                           limits[i].key, v, limits[i].max);
+    }
     if (c->depth > VIT_MAX_DEPTH)
         return as_fail(err, AS_ERR_CONFIG, "%s: depth %d is over the engine's limit of %d", n,
                        c->depth, VIT_MAX_DEPTH);
@@ -292,6 +518,10 @@ as_status vit_config_validate(const vit_config *c, as_error *err) {
                        "%s: img_size %d is not a multiple of patch_size %d: use an input size "
                        "such as %d", n, c->img_size, c->patch_size,
                        (c->img_size / c->patch_size) * c->patch_size);
+    if ((double)c->in_chans * c->patch_size * c->patch_size > VIT_MAX_HIDDEN)
+        return as_fail(err, AS_ERR_CONFIG, "%s: in_chans %d x patch_size %d^2 is over attnscope's "
+                       "limit of %d values per patch", n, c->in_chans, c->patch_size,
+                       VIT_MAX_HIDDEN);
     if (c->embed_dim % c->num_heads != 0)
         return as_fail(err, AS_ERR_CONFIG,
                        "%s: embed_dim %d is not divisible by num_heads %d: choose a head count "
@@ -309,10 +539,18 @@ as_status vit_config_validate(const vit_config *c, as_error *err) {
         return as_fail(err, AS_ERR_CONFIG,
                        "%s: ln_eps must be > 0 and crop_pct in (0, 1] (got %g, %g)", n,
                        (double)c->ln_eps, (double)c->crop_pct);
-    for (int i = 0; i < 3; i++)
-        if (!(c->std[i] > 0.0f))
-            return as_fail(err, AS_ERR_CONFIG, "%s: std[%d] must be > 0 (got %g)", n, i,
-                           (double)c->std[i]);
+    if (!(c->ln_eps <= 1.0f) || !(c->crop_pct >= VIT_MIN_CROP))
+        return as_fail(err, AS_ERR_CONFIG, "%s: ln_eps must be in (0, 1] and crop_pct in [%g, 1] "
+                       "(got %g, %g)", n, VIT_MIN_CROP, (double)c->ln_eps, (double)c->crop_pct);
+    for (int i = 0; i < 3; i++) {
+        if (!(c->std[i] >= VIT_MIN_STD && c->std[i] <= VIT_MAX_STD))
+            return as_fail(err, AS_ERR_CONFIG, "%s: std[%d] must be in [%g, %g] (got %g)", n, i,
+                           VIT_MIN_STD, VIT_MAX_STD, (double)c->std[i]);
+        if (!(c->mean[i] >= VIT_MIN_MEAN && c->mean[i] <= VIT_MAX_MEAN))
+            return as_fail(err, AS_ERR_CONFIG, "%s: mean[%d] must be in [%g, %g] (pixels are scaled "
+                           "to [0, 1] first; got %g)", n, i, VIT_MIN_MEAN, VIT_MAX_MEAN,
+                           (double)c->mean[i]);
+    }
     /* A limit that keeps every activation size in int range for BLAS calls. */
     if ((double)vit_num_tokens(c) * vit_num_tokens(c) * c->num_heads > 2e9)
         return as_fail(err, AS_ERR_CONFIG, "%s: %d tokens x %d heads is too large for one image",

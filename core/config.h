@@ -16,6 +16,19 @@ typedef enum { VIT_POOL_TOKEN = 0, VIT_POOL_AVG, VIT_POOL_COUNT } vit_pool;
 
 #define VIT_MAX_DEPTH 256      /* vit_config_validate enforces it */
 #define VIT_MAX_MASK_HEADS 64  /* heads a MaiT layer can describe (any head count without masks) */
+/* Limits vit_config_validate enforces so that every size product in the engine fits an int
+ * (and the T x T x H maps stay under 2e9 entries); docs/models.md lists them. */
+#define VIT_MAX_IMG 16384          /* img_size, patch_size */
+#define VIT_MAX_CHANS 64           /* in_chans */
+#define VIT_MAX_DIM 65536          /* embed_dim, num_heads, lmsa qk_dim */
+#define VIT_MAX_HIDDEN (1 << 20)   /* mlp_hidden; in_chans x patch^2 */
+#define VIT_MAX_CLASSES (1 << 24)  /* num_classes */
+#define VIT_MAX_KERNEL 255         /* refiner kernel_size */
+#define VIT_MIN_CROP 0.25          /* crop_pct in [0.25, 1] */
+#define VIT_MIN_STD 1e-3           /* std in [1e-3, 10] */
+#define VIT_MAX_STD 10.0
+#define VIT_MIN_MEAN -1.0          /* mean in [-1, 2] (pixels are scaled to [0, 1] first) */
+#define VIT_MAX_MEAN 2.0
 
 /* The attention mechanism of one block (docs/models.md gives each one's equations and weight
  * names). A zeroed vit_attn is timm's multi-head attention. */
@@ -112,12 +125,22 @@ int vit_attn_parse(const char *s);
 int vit_bias_parse(const char *s);
 int vit_mask_mode_parse(const char *s);
 
-/* Built-in architectures. find returns NULL for an unknown name. */
+/* Built-in architectures. find takes an exact name and returns NULL for any other. */
 int vit_arch_count(void);
 const vit_config *vit_arch_get(int i);
 const vit_config *vit_arch_find(const char *name);
+/* A built-in name or one of timm's pretrained tags of it ("vit_small_patch16_224.dino"), with
+ * that tag's own num_classes, mean, std and crop (the name keeps the tag). An unknown name or
+ * tag fails with the known ones listed, a "did you mean", or the family that is not supported
+ * yet (swin, cait, deit3, dinov2, clip, ...: AS_ERR_UNSUPPORTED). */
+as_status vit_arch_resolve(const char *name, vit_config *out, as_error *err);
+int vit_tag_count(void);
+const char *vit_tag_name(int i, char *buf, size_t n); /* "arch.tag"; NULL past the end */
 /* Writes "a, b, c" of every known name into buf (for error messages). */
 void vit_arch_list(char *buf, size_t n);
+/* Index of the name in names[n] that s is a typo of (at most 2 edits, fewer than a third of
+ * s), or -1: the "did you mean" of config keys and architecture names. */
+int vit_closest_name(const char *s, const char *const *names, int n);
 
 /* Token bookkeeping. */
 int vit_grid(const vit_config *c);         /* patches per side */

@@ -2,6 +2,7 @@
 #include "status.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -49,3 +50,12 @@ int as_add_size(size_t a, size_t b, size_t *out) {
     *out = a + b;
     return 1;
 }
+
+int as_double_to_int(double v, int lo, int hi, int *out) {
+    /* the comparisons come first: they are false for NaN and keep the cast in range */
+    if (!(v >= (double)lo && v <= (double)hi) || v != floor(v)) return 0;
+    *out = (int)v;
+    return 1;
+}
+
+int as_double_in(double v, double lo, double hi) { return v >= lo && v <= hi && isfinite(v); }

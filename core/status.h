@@ -45,5 +45,11 @@ as_status as_fail(as_error *err, as_status s, const char *fmt, ...)
 /* Overflow-checked size arithmetic: returns 0 and leaves *out untouched on overflow. */
 int as_mul_size(size_t a, size_t b, size_t *out);
 int as_add_size(size_t a, size_t b, size_t *out);
+/* Checked conversions for numbers from outside (JSON, headers): 1 with *out set when v is finite,
+ * integral and in [lo, hi]; 0 (and *out untouched) otherwise. Every double-to-int conversion of
+ * an outside number goes through here: a plain (int) cast of 1e30 or NaN is undefined. */
+int as_double_to_int(double v, int lo, int hi, int *out);
+/* 1 when v is finite and in [lo, hi]. */
+int as_double_in(double v, double lo, double hi);
 
 #endif

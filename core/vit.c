@@ -485,7 +485,7 @@ void vit_forward(const vit_config *c, const vit_params *p, vit_acts *a, const fl
                Np, D, K, 0);
         if (c->class_token) memcpy(xb, p->cls_token, (size_t)D * sizeof(float));
         if (c->distilled) memcpy(xb + D, p->dist_token, (size_t)D * sizeof(float));
-        for (int i = 0; i < T * D; i++) xb[i] += p->pos_embed[i];
+        for (size_t i = 0; i < (size_t)T * D; i++) xb[i] += p->pos_embed[i];
     }
 
     const size_t MD = (size_t)M * D * sizeof(float);

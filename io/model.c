@@ -56,98 +56,318 @@ char *model_read_text(const char *path, as_error *err) {
     return buf;
 }
 
-/* ---- JSON config ---------------------------------------------------------------------------- */
+/* ---- JSON config: the table of keys ---------------------------------------------------------- */
 
-static int json_int(const cJSON *o, const char *key, int *out, int *bad) {
-    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!j || cJSON_IsNull(j)) return 0;
-    if (cJSON_IsBool(j)) {
-        *out = cJSON_IsTrue(j);
-        return 1;
+/* Every key a model config may hold is declared once here, with where it may sit, its type and
+ * range, and what it does. The table drives the parsing, the "did you mean" for a key that is
+ * not in it, and the key tables of docs/models.md (model_config_keys_markdown; a unit test
+ * checks that the docs match). A key is used, accepted as metadata (it changes nothing
+ * attnscope computes), or refused: with its name and a "did you mean", or as "not supported
+ * yet" for timm options that would change the computation. */
+typedef enum {
+    MK_INT,    /* an integer in [lo, hi] into an int field */
+    MK_BOOL,   /* true or false into an int field */
+    MK_FLOAT,  /* a finite number in [lo, hi] into a float field */
+    MK_VEC3,   /* three finite numbers in [lo, hi] into a float[3] field */
+    MK_CHOICE, /* one of `values` ("a|b": the enum's names in order); `later`: timm's other values */
+    MK_OWN,    /* read by its own code in model_config_apply_json */
+    MK_FIXED,  /* a timm option attnscope runs at one value only: `values` (JSON text) or null */
+    MK_META,   /* metadata: accepted, changes nothing */
+} mk_type;
+
+enum { MK_MODEL = 1, MK_PRETRAINED = 2 }; /* top level or model_args; inside pretrained_cfg */
+
+typedef struct {
+    const char *name;
+    unsigned where;
+    mk_type type;
+    double lo, hi;
+    long off; /* offsetof(vit_config, field), -1 when MK_OWN/MK_FIXED/MK_META */
+    const char *values, *later;
+    const char *doc;
+} model_key;
+
+#define OFF(f) ((long)offsetof(vit_config, f))
+#define FIXED(k, v, doc) {k, MK_MODEL, MK_FIXED, 0, 0, -1, v, NULL, doc}
+#define META(k, w) {k, w, MK_META, 0, 0, -1, NULL, NULL, NULL}
+static const model_key model_keys[] = {
+    {"architecture", MK_MODEL, MK_OWN, 0, 0, -1, NULL, NULL,
+     "a built-in name, one of timm's pretrained tags of it (`vit_small_patch16_224.dino`), or "
+     "`\"custom\"`; the other keys override it"},
+    {"arch", MK_MODEL, MK_OWN, 0, 0, -1, NULL, NULL, "the same as `architecture`"},
+    {"model_args", MK_MODEL, MK_OWN, 0, 0, -1, NULL, NULL,
+     "an object holding any key of this table (timm's keyword arguments); a key given here and "
+     "at the top level must have the same value"},
+    {"pretrained_cfg", MK_MODEL, MK_OWN, 0, 0, -1, NULL, NULL, "the eval transform (table below)"},
+    {"attention", MK_MODEL, MK_OWN, 0, 0, -1, NULL, NULL, "per-block mechanisms (see below)"},
+    {"img_size", MK_MODEL, MK_INT, 1, VIT_MAX_IMG, OFF(img_size), NULL, NULL, "input side in pixels"},
+    {"patch_size", MK_MODEL, MK_INT, 1, VIT_MAX_IMG, OFF(patch_size), NULL, NULL, "patch side"},
+    {"in_chans", MK_MODEL, MK_INT, 1, VIT_MAX_CHANS, OFF(in_chans), NULL, NULL, "input channels"},
+    {"embed_dim", MK_MODEL, MK_INT, 1, VIT_MAX_DIM, OFF(embed_dim), NULL, NULL, "D"},
+    {"depth", MK_MODEL, MK_INT, 1, VIT_MAX_DEPTH, OFF(depth), NULL, NULL, "blocks"},
+    {"num_heads", MK_MODEL, MK_INT, 1, VIT_MAX_DIM, OFF(num_heads), NULL, NULL, "H, dividing D"},
+    {"mlp_ratio", MK_MODEL, MK_OWN, 1.0 / 64, 64, -1, NULL, NULL,
+     "MLP width int(mlp_ratio x D) as timm; default 4 (the base architecture's ratio)"},
+    {"mlp_hidden", MK_MODEL, MK_INT, 1, VIT_MAX_HIDDEN, OFF(mlp_hidden), NULL, NULL,
+     "MLP width directly (with `mlp_ratio` too, they must agree)"},
+    {"num_classes", MK_MODEL, MK_INT, 0, VIT_MAX_CLASSES, OFF(num_classes), NULL, NULL,
+     "classifier outputs, 0 = no head; a checkpoint's own head size wins"},
+    {"qkv_bias", MK_MODEL, MK_BOOL, 0, 1, OFF(qkv_bias), NULL, NULL, "bias of the q/k/v projections"},
+    {"class_token", MK_MODEL, MK_BOOL, 0, 1, OFF(class_token), NULL, NULL, "prepend a class token"},
+    {"distilled", MK_MODEL, MK_BOOL, 0, 1, OFF(distilled), NULL, NULL,
+     "DeiT distillation token and `head_dist`"},
+    {"global_pool", MK_MODEL, MK_CHOICE, 0, 0, OFF(global_pool), "token|avg", "|avgmax|max|map|prr",
+     "pooling before the head"},
+    {"fc_norm", MK_MODEL, MK_BOOL, 0, 1, OFF(fc_norm), NULL, NULL,
+     "final norm after pooling; null or absent: true exactly for `avg` (timm)"},
+    {"ln_eps", MK_MODEL, MK_FLOAT, 1e-12, 1, OFF(ln_eps), NULL, NULL, "LayerNorm epsilon"},
+    {"num_features", MK_MODEL, MK_OWN, 0, 0, -1, NULL, NULL,
+     "timm's feature width; checked to equal `embed_dim`"},
+    FIXED("qk_norm", "false", "LayerNorm of q and k"),
+    FIXED("scale_attn_norm", "false", "a norm inside attention"),
+    FIXED("scale_mlp_norm", "false", "a norm inside the MLP"),
+    FIXED("proj_bias", "true", "biases of the projections and the MLP"),
+    FIXED("init_values", "null", "LayerScale"),
+    FIXED("pos_embed", "\"learn\"", "the kind of position embedding"),
+    FIXED("no_embed_class", "false", "position embeddings without the prefix tokens (DeiT III)"),
+    FIXED("reg_tokens", "0", "register tokens"),
+    FIXED("pre_norm", "false", "a norm before the blocks (CLIP)"),
+    FIXED("final_norm", "true", "the final norm"),
+    FIXED("pool_include_prefix", "false", "prefix tokens in avg pooling"),
+    FIXED("dynamic_img_size", "false", "per-batch input sizes"),
+    FIXED("dynamic_img_pad", "false", "padding to whole patches"),
+    FIXED("drop_rate", "0", "dropout (training)"),
+    FIXED("pos_drop_rate", "0", "dropout (training)"),
+    FIXED("patch_drop_rate", "0", "patch dropout (training)"),
+    FIXED("proj_drop_rate", "0", "dropout (training)"),
+    FIXED("attn_drop_rate", "0", "dropout (training)"),
+    FIXED("drop_path_rate", "0", "stochastic depth (training)"),
+    FIXED("weight_init", "\"\"", "timm's init schemes (attnscope's own init is used)"),
+    FIXED("fix_init", "false", "timm's init rescaling"),
+    FIXED("act_layer", "\"gelu\"", "the MLP activation"),
+    FIXED("norm_layer", "\"layernorm\"", "the norm layer"),
+    FIXED("embed_norm_layer", "null", "a norm in the patch embedding"),
+    FIXED("attn_layer", "\"attn\"", "the attention module (attnscope's is `attention`)"),
+    FIXED("embed_layer", "null", "the patch embedding module"),
+    FIXED("block_fn", "null", "the block module"),
+    FIXED("mlp_layer", "null", "the MLP module"),
+    META("label_names", MK_MODEL),
+    META("label_descriptions", MK_MODEL),
+    {"input_size", MK_PRETRAINED, MK_OWN, 1, VIT_MAX_IMG, -1, NULL, NULL,
+     "[C, S, S]: in_chans and img_size (square inputs; must agree with them when both are given)"},
+    {"mean", MK_PRETRAINED, MK_VEC3, VIT_MIN_MEAN, VIT_MAX_MEAN, OFF(mean), NULL, NULL,
+     "per channel, of pixels scaled to [0, 1]"},
+    {"std", MK_PRETRAINED, MK_VEC3, VIT_MIN_STD, VIT_MAX_STD, OFF(std), NULL, NULL, "per channel"},
+    {"crop_pct", MK_PRETRAINED, MK_FLOAT, VIT_MIN_CROP, 1, OFF(crop_pct), NULL, NULL,
+     "resize the shorter side to floor(img_size / crop_pct), centre crop"},
+    {"interpolation", MK_PRETRAINED, MK_CHOICE, 0, 0, OFF(interpolation), "bicubic|bilinear",
+     "nearest|random", "the resize filter (PIL's)"},
+    {"crop_mode", MK_PRETRAINED, MK_FIXED, 0, 0, -1, "\"center\"", NULL, "timm's crop mode"},
+    {"num_classes", MK_PRETRAINED, MK_OWN, 0, VIT_MAX_CLASSES, -1, NULL, NULL,
+     "used when the model keys give none"},
+    META("url", MK_PRETRAINED), META("file", MK_PRETRAINED), META("state_dict", MK_PRETRAINED),
+    META("hf_hub_id", MK_PRETRAINED), META("hf_hub_filename", MK_PRETRAINED),
+    META("source", MK_PRETRAINED), META("architecture", MK_PRETRAINED), META("tag", MK_PRETRAINED),
+    META("custom_load", MK_PRETRAINED), META("test_input_size", MK_PRETRAINED),
+    META("min_input_size", MK_PRETRAINED), META("fixed_input_size", MK_PRETRAINED),
+    META("test_crop_pct", MK_PRETRAINED), META("label_offset", MK_PRETRAINED),
+    META("label_names", MK_PRETRAINED), META("label_descriptions", MK_PRETRAINED),
+    META("pool_size", MK_PRETRAINED), META("test_pool_size", MK_PRETRAINED),
+    META("first_conv", MK_PRETRAINED), META("classifier", MK_PRETRAINED),
+    META("license", MK_PRETRAINED), META("description", MK_PRETRAINED),
+    META("origin_url", MK_PRETRAINED), META("paper_name", MK_PRETRAINED),
+    META("paper_ids", MK_PRETRAINED), META("notes", MK_PRETRAINED),
+};
+#undef FIXED
+#undef META
+#define MODEL_KEY_N ((int)(sizeof model_keys / sizeof model_keys[0]))
+
+static const model_key *key_find(const char *name, unsigned where) {
+    for (int i = 0; i < MODEL_KEY_N; i++)
+        if ((model_keys[i].where & where) && strcmp(model_keys[i].name, name) == 0)
+            return &model_keys[i];
+    return NULL;
+}
+
+/* Index of s in a "|"-separated list ("" is a valid entry), or -1. */
+static int list_index(const char *list, const char *s) {
+    if (!list) return -1;
+    const size_t n = strlen(s);
+    for (int i = 0;; i++) {
+        const char *bar = strchr(list, '|');
+        const size_t len = bar ? (size_t)(bar - list) : strlen(list);
+        if (len == n && strncmp(list, s, n) == 0) return i;
+        if (!bar) return -1;
+        list = bar + 1;
     }
-    if (!cJSON_IsNumber(j) || j->valuedouble != (double)(int)j->valuedouble) {
-        *bad = 1;
-        return 0;
+}
+
+/* "\"a\", \"b\"" from "a|b". */
+static void list_quoted(char *buf, size_t n, const char *list) {
+    size_t u = 0;
+    buf[0] = 0;
+    while (list && u < n) {
+        const char *bar = strchr(list, '|');
+        const int len = bar ? (int)(bar - list) : (int)strlen(list);
+        int w = snprintf(buf + u, n - u, "%s\"%.*s\"", u ? ", " : "", len, list);
+        u += w > 0 ? (size_t)w : 0;
+        list = bar ? bar + 1 : NULL;
     }
-    *out = (int)j->valuedouble;
+}
+
+/* The error for a key that is not in the table at `where`: a "did you mean" from the keys of
+ * that place, or where the key belongs instead. */
+static void key_unknown(char *msg, size_t n, const char *prefix, const char *key, unsigned where) {
+    const char *names[MODEL_KEY_N];
+    int count = 0;
+    for (int i = 0; i < MODEL_KEY_N; i++)
+        if ((model_keys[i].where & where) && model_keys[i].type != MK_META) names[count++] = model_keys[i].name;
+    const int near = vit_closest_name(key, names, count);
+    const unsigned other = where == MK_PRETRAINED ? MK_MODEL : MK_PRETRAINED;
+    if (near >= 0)
+        snprintf(msg, n, "unknown key \"%s%.48s\": did you mean \"%s\"?", prefix, key, names[near]);
+    else if (key_find(key, other))
+        snprintf(msg, n, "\"%s%.48s\" belongs %s", prefix, key,
+                 other == MK_PRETRAINED ? "inside \"pretrained_cfg\"" : "at the top level or in \"model_args\"");
+    else
+        snprintf(msg, n, "unknown key \"%s%.48s\": attnscope does not know it (docs/models.md lists "
+                 "every key it reads)", prefix, key);
+}
+
+/* Every key of object o is in the table at `where`. */
+static int keys_known(const cJSON *o, unsigned where, const char *prefix, char *msg, size_t n) {
+    const cJSON *j;
+    cJSON_ArrayForEach(j, o) {
+        const model_key *k = key_find(j->string, where);
+        if (!k) {
+            key_unknown(msg, n, prefix, j->string, where);
+            return 0;
+        }
+        if (where == MK_MODEL && prefix[0] && (k->off < 0 && k->type == MK_OWN) &&
+            strcmp(k->name, "attention") && strcmp(k->name, "mlp_ratio") && strcmp(k->name, "num_features")) {
+            snprintf(msg, n, "\"%s%s\" belongs at the top level, not in \"model_args\"", prefix, k->name);
+            return 0;
+        }
+    }
     return 1;
 }
 
-static void apply_object(vit_config *c, const cJSON *o, int *bad, const char **badkey) {
-    static const struct {
-        const char *key;
-        size_t off;
-    } ints[] = {
-        {"img_size", offsetof(vit_config, img_size)},
-        {"patch_size", offsetof(vit_config, patch_size)},
-        {"in_chans", offsetof(vit_config, in_chans)},
-        {"embed_dim", offsetof(vit_config, embed_dim)},
-        {"depth", offsetof(vit_config, depth)},
-        {"num_heads", offsetof(vit_config, num_heads)},
-        {"num_classes", offsetof(vit_config, num_classes)},
-        {"qkv_bias", offsetof(vit_config, qkv_bias)},
-        {"class_token", offsetof(vit_config, class_token)},
-        {"distilled", offsetof(vit_config, distilled)},
-        {"fc_norm", offsetof(vit_config, fc_norm)},
-        {"mlp_hidden", offsetof(vit_config, mlp_hidden)},
-    };
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
-        int b = 0;
-        json_int(o, ints[i].key, (int *)((char *)c + ints[i].off), &b);
-        if (b) {
-            *bad = 1;
-            *badkey = ints[i].key;
+/* One value of the table into c. Returns 0 with a message naming the key on error. */
+static int key_apply(vit_config *c, const model_key *k, const cJSON *j, const char *prefix,
+                     char *msg, size_t n) {
+    void *field = k->off >= 0 ? (char *)c + k->off : NULL;
+    char list[160];
+    switch (k->type) {
+    case MK_INT: {
+        int v;
+        if (!cJSON_IsNumber(j) || !as_double_to_int(j->valuedouble, (int)k->lo, (int)k->hi, &v)) {
+            snprintf(msg, n, "\"%s%s\" must be an integer in %d..%d", prefix, k->name, (int)k->lo, (int)k->hi);
+            return 0;
         }
+        memcpy(field, &v, sizeof v);
+        return 1;
     }
-    const cJSON *j;
-    if ((j = cJSON_GetObjectItemCaseSensitive(o, "mlp_ratio")) && cJSON_IsNumber(j))
-        c->mlp_hidden = (int)(c->embed_dim * j->valuedouble);
-    if ((j = cJSON_GetObjectItemCaseSensitive(o, "ln_eps")) && cJSON_IsNumber(j))
-        c->ln_eps = (float)j->valuedouble;
-    if ((j = cJSON_GetObjectItemCaseSensitive(o, "global_pool")) && cJSON_IsString(j)) {
-        if (strcmp(j->valuestring, "token") == 0) c->global_pool = VIT_POOL_TOKEN;
-        else if (strcmp(j->valuestring, "avg") == 0) c->global_pool = VIT_POOL_AVG;
-        else {
-            *bad = 1;
-            *badkey = "global_pool (\"token\" or \"avg\")";
+    case MK_BOOL: {
+        if (!cJSON_IsBool(j) && !(cJSON_IsNumber(j) && (j->valuedouble == 0 || j->valuedouble == 1))) {
+            snprintf(msg, n, "\"%s%s\" must be true or false", prefix, k->name);
+            return 0;
         }
-        /* timm: fc_norm defaults to true exactly when pooling is avg */
-        if (!cJSON_GetObjectItemCaseSensitive(o, "fc_norm")) c->fc_norm = c->global_pool == VIT_POOL_AVG;
+        const int v = cJSON_IsBool(j) ? cJSON_IsTrue(j) : j->valuedouble == 1;
+        memcpy(field, &v, sizeof v);
+        return 1;
+    }
+    case MK_FLOAT: {
+        if (!cJSON_IsNumber(j) || !as_double_in(j->valuedouble, k->lo, k->hi)) {
+            snprintf(msg, n, "\"%s%s\" must be a finite number in [%g, %g]", prefix, k->name, k->lo, k->hi);
+            return 0;
+        }
+        const float v = (float)j->valuedouble;
+        memcpy(field, &v, sizeof v);
+        return 1;
+    }
+    case MK_VEC3: {
+        float v[3];
+        int ok = cJSON_IsArray(j) && cJSON_GetArraySize(j) == 3;
+        for (int i = 0; ok && i < 3; i++) {
+            const cJSON *e = cJSON_GetArrayItem(j, i);
+            ok = cJSON_IsNumber(e) && as_double_in(e->valuedouble, k->lo, k->hi);
+            if (ok) v[i] = (float)e->valuedouble;
+        }
+        if (!ok) {
+            snprintf(msg, n, "\"%s%s\" must be 3 finite numbers in [%g, %g], one per channel "
+                     "(1e999 reads as infinity)", prefix, k->name, k->lo, k->hi);
+            return 0;
+        }
+        memcpy(field, v, sizeof v);
+        return 1;
+    }
+    case MK_CHOICE: {
+        const int i = cJSON_IsString(j) ? list_index(k->values, j->valuestring) : -1;
+        if (i >= 0) {
+            memcpy(field, &i, sizeof i);
+            return 1;
+        }
+        list_quoted(list, sizeof list, k->values);
+        if (cJSON_IsString(j) && list_index(k->later, j->valuestring) >= 0)
+            snprintf(msg, n, "\"%s%s\": \"%.32s\" is not supported yet (attnscope implements %s)",
+                     prefix, k->name, j->valuestring, list);
+        else
+            snprintf(msg, n, "\"%s%s\" must be one of %s", prefix, k->name, list);
+        return 0;
+    }
+    case MK_FIXED: {
+        cJSON *want = cJSON_Parse(k->values);
+        const int ok = cJSON_IsNull(j) || (want && cJSON_Compare(j, want, 1));
+        cJSON_Delete(want);
+        if (ok) return 1;
+        char *got = cJSON_PrintUnformatted(j);
+        snprintf(msg, n, "\"%s%s\": %.40s is not supported yet (%s: attnscope runs %s only): remove "
+                 "the key", prefix, k->name, got ? got : "this value", k->doc, k->values);
+        free(got);
+        return 0;
+    }
+    default: return 1;
     }
 }
 
-static void apply_pretrained(vit_config *c, const cJSON *pc, int *bad, const char **badkey) {
-    const cJSON *j;
-    if ((j = cJSON_GetObjectItemCaseSensitive(pc, "input_size")) && cJSON_IsArray(j) &&
-        cJSON_GetArraySize(j) == 3) {
-        int h = (int)cJSON_GetArrayItem(j, 1)->valuedouble, w = (int)cJSON_GetArrayItem(j, 2)->valuedouble;
-        if (h != w) {
-            *bad = 1;
-            *badkey = "pretrained_cfg.input_size (only square inputs are supported)";
-        }
-        c->img_size = h;
-        c->in_chans = (int)cJSON_GetArrayItem(j, 0)->valuedouble;
-    }
-    const char *vec[2] = {"mean", "std"};
-    float *dst[2] = {c->mean, c->std};
-    for (int v = 0; v < 2; v++)
-        if ((j = cJSON_GetObjectItemCaseSensitive(pc, vec[v])) && cJSON_IsArray(j)) {
-            if (cJSON_GetArraySize(j) != 3) {
-                *bad = 1;
-                *badkey = vec[v];
-                continue;
+void model_config_keys_markdown(FILE *f) {
+    char list[200];
+    for (int place = 0; place < 2; place++) {
+        const unsigned where = place ? MK_PRETRAINED : MK_MODEL;
+        fprintf(f, "| %s | value | |\n|---|---|---|\n", place ? "`pretrained_cfg` key" : "key");
+        for (int i = 0; i < MODEL_KEY_N; i++) {
+            const model_key *k = &model_keys[i];
+            if (!(k->where & where) || k->type == MK_FIXED || k->type == MK_META) continue;
+            char val[160];
+            switch (k->type) {
+            case MK_INT: snprintf(val, sizeof val, "integer %g..%g", k->lo, k->hi); break;
+            case MK_BOOL: snprintf(val, sizeof val, "true/false"); break;
+            case MK_FLOAT: snprintf(val, sizeof val, "number in [%g, %g]", k->lo, k->hi); break;
+            case MK_VEC3: snprintf(val, sizeof val, "3 numbers in [%g, %g]", k->lo, k->hi); break;
+            case MK_CHOICE: list_quoted(list, sizeof list, k->values); snprintf(val, sizeof val, "%s", list); break;
+            default:
+                if (k->hi > 0) snprintf(val, sizeof val, "%g..%g", k->lo, k->hi);
+                else snprintf(val, sizeof val, "see the text");
+                break;
             }
-            for (int i = 0; i < 3; i++) dst[v][i] = (float)cJSON_GetArrayItem(j, i)->valuedouble;
+            fprintf(f, "| `%s` | %s | %s |\n", k->name, val, k->doc);
         }
-    if ((j = cJSON_GetObjectItemCaseSensitive(pc, "crop_pct")) && cJSON_IsNumber(j))
-        c->crop_pct = (float)j->valuedouble;
-    if ((j = cJSON_GetObjectItemCaseSensitive(pc, "interpolation")) && cJSON_IsString(j)) {
-        if (strcmp(j->valuestring, "bicubic") == 0) c->interpolation = VIT_INTERP_BICUBIC;
-        else if (strcmp(j->valuestring, "bilinear") == 0) c->interpolation = VIT_INTERP_BILINEAR;
-        else {
-            *bad = 1;
-            *badkey = "interpolation (\"bicubic\" or \"bilinear\")";
-        }
+        fprintf(f, "\n%s accepted only at timm's default (another value is refused as \"not "
+                "supported yet\"):", place ? "Inside `pretrained_cfg`," : "timm options");
+        int first = 1;
+        for (int i = 0; i < MODEL_KEY_N; i++)
+            if ((model_keys[i].where & where) && model_keys[i].type == MK_FIXED) {
+                fprintf(f, "%s `%s` %s", first ? "" : ",", model_keys[i].name, model_keys[i].values);
+                first = 0;
+            }
+        fprintf(f, ".\nMetadata, accepted and not used:");
+        first = 1;
+        for (int i = 0; i < MODEL_KEY_N; i++)
+            if ((model_keys[i].where & where) && model_keys[i].type == MK_META) {
+                fprintf(f, "%s `%s`", first ? "" : ",", model_keys[i].name);
+                first = 0;
+            }
+        fprintf(f, ".\n%s", place ? "" : "\n");
     }
 }
 
@@ -156,18 +376,17 @@ static void apply_pretrained(vit_config *c, const cJSON *pc, int *bad, const cha
 /* Blocks named by an entry: an int, an array of ints, or a string "0-3,7". */
 static int parse_blocks(const cJSON *j, int depth, unsigned char *sel, char *msg, size_t n) {
     memset(sel, 0, VIT_MAX_DEPTH);
+    int bi;
     if (cJSON_IsNumber(j)) {
-        int b = (int)j->valuedouble;
-        if (b < 0 || b >= depth || b != j->valuedouble) goto range;
-        sel[b] = 1;
+        if (!as_double_to_int(j->valuedouble, 0, depth - 1, &bi)) goto range;
+        sel[bi] = 1;
         return 1;
     }
     if (cJSON_IsArray(j)) {
         const cJSON *e;
         cJSON_ArrayForEach(e, j) {
-            if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= depth ||
-                e->valuedouble != (int)e->valuedouble) goto range;
-            sel[(int)e->valuedouble] = 1;
+            if (!cJSON_IsNumber(e) || !as_double_to_int(e->valuedouble, 0, depth - 1, &bi)) goto range;
+            sel[bi] = 1;
         }
         return 1;
     }
@@ -212,7 +431,8 @@ static int parse_attn_entry(const cJSON *e, int H, vit_attn *a, char *msg, size_
         a->inner_bias = a->outer_bias = VIT_BIAS_FULL;
     }
     if (kind == VIT_ATTN_REFINER) a->kernel_size = 3;
-    /* key -> the kinds it applies to (bit mask) */
+    /* key -> the kinds it applies to (bit mask); the keys are checked before any value, so
+     * that a misspelt key is reported as such and not through a default it would have changed */
     static const struct {
         const char *key;
         unsigned kinds;
@@ -225,12 +445,19 @@ static int parse_attn_entry(const cJSON *e, int H, vit_attn *a, char *msg, size_
         {"mask_mode", 1u << VIT_ATTN_MAIT}, {"expanded_heads", 1u << VIT_ATTN_REFINER},
         {"kernel_size", 1u << VIT_ATTN_REFINER},
     };
+    enum { NKEYS = sizeof keys / sizeof keys[0] };
     const cJSON *j;
     cJSON_ArrayForEach(j, e) {
         size_t k = 0;
-        while (k < sizeof keys / sizeof keys[0] && strcmp(keys[k].key, j->string)) k++;
-        if (k == sizeof keys / sizeof keys[0]) {
-            snprintf(msg, n, "unknown key \"%.48s\" (docs/models.md lists each type's keys)", j->string);
+        while (k < NKEYS && strcmp(keys[k].key, j->string)) k++;
+        if (k == NKEYS) {
+            const char *names[NKEYS];
+            for (size_t i = 0; i < NKEYS; i++) names[i] = keys[i].key;
+            const int near = vit_closest_name(j->string, names, NKEYS);
+            if (near >= 0)
+                snprintf(msg, n, "unknown key \"%.48s\": did you mean \"%s\"?", j->string, names[near]);
+            else
+                snprintf(msg, n, "unknown key \"%.48s\" (docs/models.md lists each type's keys)", j->string);
             return 0;
         }
         if (!(keys[k].kinds & (1u << kind))) {
@@ -238,15 +465,18 @@ static int parse_attn_entry(const cJSON *e, int H, vit_attn *a, char *msg, size_
             return 0;
         }
     }
-#define NUM(key, lo) (cJSON_IsNumber(j = cJSON_GetObjectItemCaseSensitive(e, key)) && j->valuedouble >= (lo) && j->valuedouble == (int)j->valuedouble)
+    int iv = 0;
+    /* an integer key in [lo, hi] into iv */
+#define NUM(key, lo, hi) (cJSON_IsNumber(j = cJSON_GetObjectItemCaseSensitive(e, key)) && as_double_to_int(j->valuedouble, (lo), (hi), &iv))
 #define BAD(...) do { snprintf(msg, n, __VA_ARGS__); return 0; } while (0)
     if ((j = cJSON_GetObjectItemCaseSensitive(e, "scale"))) {
-        if (!cJSON_IsNumber(j) || !(j->valuedouble > 0)) BAD("\"scale\" must be a positive number");
+        if (!cJSON_IsNumber(j) || !as_double_in(j->valuedouble, 1e-12, 1e6))
+            BAD("\"scale\" must be a finite number in (0, 1e6]");
         a->scale = (float)j->valuedouble;
     }
     if (cJSON_GetObjectItemCaseSensitive(e, "qk_dim")) {
-        if (!NUM("qk_dim", 1)) BAD("\"qk_dim\" must be a positive integer");
-        a->qk_dim = (int)j->valuedouble;
+        if (!NUM("qk_dim", 1, VIT_MAX_DIM)) BAD("\"qk_dim\" must be an integer in 1..%d", VIT_MAX_DIM);
+        a->qk_dim = iv;
     } else if (kind == VIT_ATTN_LMSA) {
         BAD("lmsa needs \"qk_dim\", the total q/k width (num_heads = %d is the extreme setting)", H);
     }
@@ -287,23 +517,21 @@ static int parse_attn_entry(const cJSON *e, int H, vit_attn *a, char *msg, size_
                                                  cJSON_GetArraySize(ms), H);
             int h = 0;
             cJSON_ArrayForEach(j, ms) {
-                if (!cJSON_IsNumber(j) || j->valuedouble < 0 || j->valuedouble > 255 ||
-                    j->valuedouble != (int)j->valuedouble)
+                if (!cJSON_IsNumber(j) || !as_double_to_int(j->valuedouble, 0, 255, &iv))
                     BAD("\"mask_size\" entries must be 0 (unmasked) or odd sizes 1..255");
-                a->mask_size[h++] = (unsigned char)j->valuedouble;
+                a->mask_size[h++] = (unsigned char)iv;
             }
         } else {
-            if (!NUM("mask_size", 1) || j->valuedouble > 255)
+            if (!NUM("mask_size", 1, 255))
                 BAD("mait needs \"mask_size\": an odd R (3, 5, ...) or an array with one per head");
-            const int R = (int)j->valuedouble;
+            const int R = iv;
             if (!hs) {
                 for (int h = 0; h < H; h++) a->mask_size[h] = (unsigned char)R;
             } else if (cJSON_IsArray(hs)) {
                 cJSON_ArrayForEach(j, hs) {
-                    if (!cJSON_IsNumber(j) || j->valuedouble < 0 || j->valuedouble >= H ||
-                        j->valuedouble != (int)j->valuedouble)
+                    if (!cJSON_IsNumber(j) || !as_double_to_int(j->valuedouble, 0, H - 1, &iv))
                         BAD("\"heads\" must list head indices 0..%d", H - 1);
-                    a->mask_size[(int)j->valuedouble] = (unsigned char)R;
+                    a->mask_size[iv] = (unsigned char)R;
                 }
             } else {
                 BAD("\"heads\" must be an array of head indices");
@@ -311,11 +539,12 @@ static int parse_attn_entry(const cJSON *e, int H, vit_attn *a, char *msg, size_
         }
     }
     if (kind == VIT_ATTN_REFINER) {
-        if (!NUM("expanded_heads", 1)) BAD("refiner needs \"expanded_heads\", H' (a positive integer)");
-        a->expanded_heads = (int)j->valuedouble;
+        if (!NUM("expanded_heads", 1, 4096)) BAD("refiner needs \"expanded_heads\", H' (an integer in 1..4096)");
+        a->expanded_heads = iv;
         if (cJSON_GetObjectItemCaseSensitive(e, "kernel_size")) {
-            if (!NUM("kernel_size", 1)) BAD("\"kernel_size\" must be a positive odd integer");
-            a->kernel_size = (int)j->valuedouble;
+            if (!NUM("kernel_size", 1, VIT_MAX_KERNEL))
+                BAD("\"kernel_size\" must be an odd integer in 1..%d", VIT_MAX_KERNEL);
+            a->kernel_size = iv;
         }
     }
 #undef NUM
@@ -424,6 +653,122 @@ static const vit_config custom_defaults = {
     .mean = {0.485f, 0.456f, 0.406f}, .std = {0.229f, 0.224f, 0.225f}, .crop_pct = 0.9f,
     .interpolation = VIT_INTERP_BICUBIC};
 
+/* The value of a model key: from model_args or the top level (equal when both are given). */
+static const cJSON *model_value(const cJSON *root, const cJSON *ma, const char *key) {
+    const cJSON *j = ma ? cJSON_GetObjectItemCaseSensitive(ma, key) : NULL;
+    return j ? j : cJSON_GetObjectItemCaseSensitive(root, key);
+}
+
+/* Everything of the config into *c (which holds the base); 0 with a message on error. The keys
+ * are checked before any value, so a typo is reported as a typo and not as what its default
+ * did to some other key. */
+static int config_from_json(vit_config *c, const cJSON *root, char *msg, size_t n) {
+    const cJSON *ma = cJSON_GetObjectItemCaseSensitive(root, "model_args");
+    const cJSON *pc = cJSON_GetObjectItemCaseSensitive(root, "pretrained_cfg");
+    if (ma && !cJSON_IsObject(ma)) {
+        snprintf(msg, n, "\"model_args\" must be an object");
+        return 0;
+    }
+    if (pc && !cJSON_IsObject(pc)) {
+        snprintf(msg, n, "\"pretrained_cfg\" must be an object");
+        return 0;
+    }
+    if (!keys_known(root, MK_MODEL, "", msg, n) || (ma && !keys_known(ma, MK_MODEL, "model_args.", msg, n)) ||
+        (pc && !keys_known(pc, MK_PRETRAINED, "pretrained_cfg.", msg, n)))
+        return 0;
+    const cJSON *j;
+    if (ma)
+        cJSON_ArrayForEach(j, ma) {
+            const cJSON *top = cJSON_GetObjectItemCaseSensitive(root, j->string);
+            if (top && !cJSON_Compare(top, j, 1)) {
+                snprintf(msg, n, "\"%s\" is given at the top level and in \"model_args\" with "
+                         "different values: keep one", j->string);
+                return 0;
+            }
+        }
+    const double base_ratio = c->embed_dim > 0 ? (double)c->mlp_hidden / c->embed_dim : 4.0;
+    for (int i = 0; i < MODEL_KEY_N; i++) {
+        const model_key *k = &model_keys[i];
+        const int pre = k->where == MK_PRETRAINED;
+        if (k->type == MK_OWN || k->type == MK_META) continue;
+        if (!(j = pre ? (pc ? cJSON_GetObjectItemCaseSensitive(pc, k->name) : NULL) : model_value(root, ma, k->name)))
+            continue;
+        if (cJSON_IsNull(j) && k->type != MK_FIXED) continue; /* timm's None: the default */
+        if (!key_apply(c, k, j, pre ? "pretrained_cfg." : "", msg, n)) return 0;
+    }
+    /* timm: fc_norm None means true exactly for the averaging pools */
+    const cJSON *fc = model_value(root, ma, "fc_norm");
+    if ((!fc || cJSON_IsNull(fc)) && model_value(root, ma, "global_pool"))
+        c->fc_norm = c->global_pool == VIT_POOL_AVG;
+    /* MLP width: timm's int(embed_dim * mlp_ratio), with the base's ratio when none is given,
+     * so that it follows embed_dim */
+    const cJSON *ratio = model_value(root, ma, "mlp_ratio"), *hidden = model_value(root, ma, "mlp_hidden");
+    const model_key *rk = key_find("mlp_ratio", MK_MODEL);
+    if (ratio && !cJSON_IsNull(ratio) && (!cJSON_IsNumber(ratio) || !as_double_in(ratio->valuedouble, rk->lo, rk->hi))) {
+        snprintf(msg, n, "\"mlp_ratio\" must be a finite number in [%g, %g]", rk->lo, rk->hi);
+        return 0;
+    }
+    const double r = ratio && !cJSON_IsNull(ratio) ? ratio->valuedouble : base_ratio;
+    int width;
+    if (!as_double_to_int(floor(r * c->embed_dim), 1, VIT_MAX_HIDDEN, &width)) {
+        snprintf(msg, n, "mlp_ratio %g x embed_dim %d gives an MLP width outside 1..%d", r,
+                 c->embed_dim, VIT_MAX_HIDDEN);
+        return 0;
+    }
+    if (!hidden || cJSON_IsNull(hidden)) c->mlp_hidden = width;
+    else if (ratio && !cJSON_IsNull(ratio) && width != c->mlp_hidden) {
+        snprintf(msg, n, "\"mlp_ratio\" %g x embed_dim %d = %d disagrees with \"mlp_hidden\" %d: "
+                 "give one of them", r, c->embed_dim, width, c->mlp_hidden);
+        return 0;
+    }
+    const cJSON *nf = model_value(root, ma, "num_features");
+    if (nf && !cJSON_IsNull(nf) && !(cJSON_IsNumber(nf) && nf->valuedouble == c->embed_dim)) {
+        snprintf(msg, n, "\"num_features\" must equal embed_dim %d (timm's feature width)", c->embed_dim);
+        return 0;
+    }
+    if (pc) {
+        const cJSON *is = cJSON_GetObjectItemCaseSensitive(pc, "input_size");
+        if (is && !cJSON_IsNull(is)) {
+            int v[3];
+            int ok = cJSON_IsArray(is) && cJSON_GetArraySize(is) == 3;
+            for (int i = 0; ok && i < 3; i++) {
+                const cJSON *e = cJSON_GetArrayItem(is, i);
+                ok = cJSON_IsNumber(e) && as_double_to_int(e->valuedouble, 1, i ? VIT_MAX_IMG : VIT_MAX_CHANS, &v[i]);
+            }
+            if (!ok) {
+                snprintf(msg, n, "\"pretrained_cfg.input_size\" must be [channels 1..%d, height, "
+                         "width 1..%d]", VIT_MAX_CHANS, VIT_MAX_IMG);
+                return 0;
+            }
+            if (v[1] != v[2]) {
+                snprintf(msg, n, "\"pretrained_cfg.input_size\" is %dx%d: only square inputs are "
+                         "supported", v[1], v[2]);
+                return 0;
+            }
+            const cJSON *isz = model_value(root, ma, "img_size"), *ich = model_value(root, ma, "in_chans");
+            if ((isz && !cJSON_IsNull(isz) && v[1] != c->img_size) || (ich && !cJSON_IsNull(ich) && v[0] != c->in_chans)) {
+                snprintf(msg, n, "\"pretrained_cfg.input_size\" [%d, %d, %d] disagrees with in_chans "
+                         "%d, img_size %d: make them equal", v[0], v[1], v[2], c->in_chans, c->img_size);
+                return 0;
+            }
+            c->in_chans = v[0];
+            c->img_size = v[1];
+        }
+        const cJSON *pn = cJSON_GetObjectItemCaseSensitive(pc, "num_classes");
+        if (pn && !cJSON_IsNull(pn)) {
+            int v;
+            if (!cJSON_IsNumber(pn) || !as_double_to_int(pn->valuedouble, 0, VIT_MAX_CLASSES, &v)) {
+                snprintf(msg, n, "\"pretrained_cfg.num_classes\" must be an integer in 0..%d", VIT_MAX_CLASSES);
+                return 0;
+            }
+            const cJSON *top = model_value(root, ma, "num_classes");
+            if (!top || cJSON_IsNull(top)) c->num_classes = v;
+        }
+    }
+    const cJSON *att = model_value(root, ma, "attention");
+    return !att || cJSON_IsNull(att) || apply_attention(c, att, msg, n);
+}
+
 as_status model_config_apply_json(vit_config *cfg, const char *json, const char *name,
                                   as_error *err) {
     cJSON *root = cJSON_Parse(json);
@@ -436,42 +781,27 @@ as_status model_config_apply_json(vit_config *cfg, const char *json, const char 
     vit_config c = *cfg;
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architecture");
     if (!arch) arch = cJSON_GetObjectItemCaseSensitive(root, "arch");
-    if (cJSON_IsString(arch) && strcmp(arch->valuestring, "custom") != 0) {
-        const vit_config *base = vit_arch_find(arch->valuestring);
-        if (!base) {
-            char list[2048];
-            vit_arch_list(list, sizeof list);
-            as_fail(err, AS_ERR_CONFIG, "%s: unknown architecture \"%.64s\"; known: %s; or "
-                    "describe the model with \"architecture\": \"custom\" and its sizes "
-                    "(docs/models.md)", name, arch->valuestring, list);
-            cJSON_Delete(root); /* after the message: it quotes the tree's string */
-            return AS_ERR_CONFIG;
-        }
-        c = *base;
+    as_status rc = AS_OK;
+    char msg[512];
+    if (arch && !cJSON_IsString(arch)) {
+        rc = as_fail(err, AS_ERR_CONFIG, "%s: \"architecture\" must be a string", name);
+    } else if (cJSON_IsString(arch) && strcmp(arch->valuestring, "custom") != 0) {
+        as_error aerr = {0};
+        if ((rc = vit_arch_resolve(arch->valuestring, &c, &aerr)) != AS_OK)
+            as_fail(err, rc, "%s: %s", name, aerr.msg);
     } else if (cJSON_IsString(arch) || cJSON_GetObjectItemCaseSensitive(root, "embed_dim")) {
         if (!cfg->name[0] || strcmp(cfg->name, "custom") != 0) c = custom_defaults;
     }
-    int bad = 0;
-    const char *badkey = "";
-    apply_object(&c, root, &bad, &badkey);
-    const cJSON *ma = cJSON_GetObjectItemCaseSensitive(root, "model_args");
-    if (cJSON_IsObject(ma)) apply_object(&c, ma, &bad, &badkey);
-    const cJSON *pc = cJSON_GetObjectItemCaseSensitive(root, "pretrained_cfg");
-    if (cJSON_IsObject(pc)) apply_pretrained(&c, pc, &bad, &badkey);
-    const cJSON *att = cJSON_GetObjectItemCaseSensitive(root, "attention");
-    char amsg[320];
-    int att_ok = bad || !att || apply_attention(&c, att, amsg, sizeof amsg);
-    cJSON_Delete(root);
-    if (bad)
-        return as_fail(err, AS_ERR_CONFIG, "%s: bad value for \"%s\": see docs/models.md for the "
-                       "accepted keys", name, badkey);
-    if (!att_ok) return as_fail(err, AS_ERR_CONFIG, "%s: %s", name, amsg);
+    if (rc == AS_OK && !config_from_json(&c, root, msg, sizeof msg))
+        rc = as_fail(err, AS_ERR_CONFIG, "%s: %s", name, msg);
+    cJSON_Delete(root); /* after the messages: they quote the tree's strings */
+    if (rc != AS_OK) return rc;
     if (!c.name[0]) snprintf(c.name, sizeof c.name, "custom");
     as_error verr = {0};
-    as_status rc = vit_config_validate(&c, &verr);
+    rc = vit_config_validate(&c, &verr);
     if (rc != AS_OK) return as_fail(err, rc, "%s: %s", name, verr.msg);
-    if (rc == AS_OK) *cfg = c; /* a failing call leaves *cfg untouched */
-    return rc;
+    *cfg = c; /* a failing call leaves *cfg untouched */
+    return AS_OK;
 }
 
 char *model_config_to_json(const vit_config *c) {
@@ -519,15 +849,7 @@ as_status model_config_from_arch(vit_config *cfg, const char *arch, as_error *er
         free(json);
         return rc;
     }
-    const vit_config *base = vit_arch_find(arch);
-    if (!base) {
-        char list[2048];
-        vit_arch_list(list, sizeof list);
-        return as_fail(err, AS_ERR_CONFIG, "unknown architecture \"%s\"; known: %s; or give a "
-                       "JSON model config (docs/models.md)", arch, list);
-    }
-    *cfg = *base;
-    return AS_OK;
+    return vit_arch_resolve(arch, cfg, err);
 }
 
 /* ---- binding -------------------------------------------------------------------------------- */

@@ -45,6 +45,9 @@ as_status model_config_apply_json(vit_config *cfg, const char *json, const char 
 char *model_read_text(const char *path, as_error *err);
 /* cfg from a built-in architecture name or a JSON config file (ends in .json). */
 as_status model_config_from_arch(vit_config *cfg, const char *arch, as_error *err);
+/* The key tables of docs/models.md ("JSON model config"), written from the table that the
+ * parser uses; tests/test_config.c checks that the docs hold exactly this text. */
+void model_config_keys_markdown(FILE *f);
 /* The full config as JSON (caller frees); what traces record. */
 char *model_config_to_json(const vit_config *cfg);
 
