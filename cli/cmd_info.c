@@ -1,9 +1,11 @@
 /* cmd_info.c: attnscope info: a model's architecture and cost, or what a trace holds. */
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../analysis/analysis.h"
 #include "cli.h"
@@ -51,7 +53,7 @@ static void print_model(const vit_config *c, const char *source, const char *dty
     printf("head        %d classes, pool %s%s%s\n", c->num_classes, vit_pool_name(c->global_pool),
            c->fc_norm ? " + fc_norm" : "", c->distilled ? ", mean of head and head_dist" : "");
     printf("preprocess  resize shorter side to %d (%s), centre crop %d, mean (%.3f, %.3f, %.3f), "
-           "std (%.3f, %.3f, %.3f)\n", (int)((double)c->img_size / c->crop_pct),
+           "std (%.3f, %.3f, %.3f)\n", (int)floor((double)c->img_size / c->crop_pct), /* validated: fits */
            vit_interp_name(c->interpolation), c->img_size, (double)c->mean[0], (double)c->mean[1],
            (double)c->mean[2], (double)c->std[0], (double)c->std[1], (double)c->std[2]);
     print_attention(c);
@@ -185,7 +187,16 @@ int cmd_info(int argc, char **argv) {
     if ((L > 3 && strcmp(target + L - 3, ".h5") == 0) || (L > 5 && strcmp(target + L - 5, ".hdf5") == 0))
         return info_trace(target);
     as_error err = {0};
-    const vit_config *builtin = vit_arch_find(target);
+    vit_config named;
+    /* a name that is no file: a built-in architecture or one of its timm tags; an unknown
+     * name gets the known names and the families not supported yet */
+    const int is_path = access(target, F_OK) == 0;
+    const vit_config *builtin = NULL;
+    if (!is_path && !(L > 5 && strcmp(target + L - 5, ".json") == 0) && !strchr(target, '/') &&
+        !(L > 12 && strcmp(target + L - 12, ".safetensors") == 0)) {
+        if (vit_arch_resolve(target, &named, &err) != AS_OK) return cli_error(&err);
+        builtin = &named;
+    }
     if (!arch && L > 5 && strcmp(target + L - 5, ".json") == 0) {
         vit_config c;
         if (model_config_from_arch(&c, target, &err) != AS_OK) return cli_error(&err);

@@ -240,8 +240,16 @@ static as_status arch_unknown(const char *name, as_error *err) {
     if (near >= 0)
         return as_fail(err, AS_ERR_CONFIG, "unknown architecture \"%.96s\": did you mean \"%s\"?",
                        name, names[near]);
-    return as_fail(err, AS_ERR_CONFIG, "unknown architecture \"%.96s\"; known: %s; or describe the "
-                   "model with a JSON model config (docs/models.md)", name, list);
+    char later[512] = "";
+    size_t u = 0;
+    for (size_t i = 0; i < sizeof vit_families_later / sizeof vit_families_later[0] && u < sizeof later; i++) {
+        int w = snprintf(later + u, sizeof later - u, "%s%s", i ? ", " : "", vit_families_later[i].family);
+        u += w > 0 ? (size_t)w : 0;
+    }
+    return as_fail(err, AS_ERR_CONFIG, "unknown architecture \"%.96s\"; known: %s (and timm's "
+                   "pretrained tags of them, e.g. vit_base_patch16_224.augreg_in21k); not supported "
+                   "yet: %s; or describe a ViT with a JSON model config (docs/models.md)", name, list,
+                   later);
 }
 
 as_status vit_arch_resolve(const char *name, vit_config *out, as_error *err) {

@@ -70,7 +70,7 @@ typedef enum {
     MK_FLOAT,  /* a finite number in [lo, hi] into a float field */
     MK_VEC3,   /* three finite numbers in [lo, hi] into a float[3] field */
     MK_CHOICE, /* one of `values` ("a|b": the enum's names in order); `later`: timm's other values */
-    MK_OWN,    /* read by its own code in model_config_apply_json */
+    MK_OWN,    /* read by its own code in config_from_json; `values` describes it for the docs */
     MK_FIXED,  /* a timm option attnscope runs at one value only: `values` (JSON text) or null */
     MK_META,   /* metadata: accepted, changes nothing */
 } mk_type;
@@ -91,22 +91,22 @@ typedef struct {
 #define FIXED(k, v, doc) {k, MK_MODEL, MK_FIXED, 0, 0, -1, v, NULL, doc}
 #define META(k, w) {k, w, MK_META, 0, 0, -1, NULL, NULL, NULL}
 static const model_key model_keys[] = {
-    {"architecture", MK_MODEL, MK_OWN, 0, 0, -1, NULL, NULL,
+    {"architecture", MK_MODEL, MK_OWN, 0, 0, -1, "string", NULL,
      "a built-in name, one of timm's pretrained tags of it (`vit_small_patch16_224.dino`), or "
      "`\"custom\"`; the other keys override it"},
-    {"arch", MK_MODEL, MK_OWN, 0, 0, -1, NULL, NULL, "the same as `architecture`"},
-    {"model_args", MK_MODEL, MK_OWN, 0, 0, -1, NULL, NULL,
+    {"arch", MK_MODEL, MK_OWN, 0, 0, -1, "string", NULL, "the same as `architecture`"},
+    {"model_args", MK_MODEL, MK_OWN, 0, 0, -1, "object", NULL,
      "an object holding any key of this table (timm's keyword arguments); a key given here and "
      "at the top level must have the same value"},
-    {"pretrained_cfg", MK_MODEL, MK_OWN, 0, 0, -1, NULL, NULL, "the eval transform (table below)"},
-    {"attention", MK_MODEL, MK_OWN, 0, 0, -1, NULL, NULL, "per-block mechanisms (see below)"},
+    {"pretrained_cfg", MK_MODEL, MK_OWN, 0, 0, -1, "object", NULL, "the eval transform (table below)"},
+    {"attention", MK_MODEL, MK_OWN, 0, 0, -1, "object or array", NULL, "per-block mechanisms (see below)"},
     {"img_size", MK_MODEL, MK_INT, 1, VIT_MAX_IMG, OFF(img_size), NULL, NULL, "input side in pixels"},
     {"patch_size", MK_MODEL, MK_INT, 1, VIT_MAX_IMG, OFF(patch_size), NULL, NULL, "patch side"},
     {"in_chans", MK_MODEL, MK_INT, 1, VIT_MAX_CHANS, OFF(in_chans), NULL, NULL, "input channels"},
     {"embed_dim", MK_MODEL, MK_INT, 1, VIT_MAX_DIM, OFF(embed_dim), NULL, NULL, "D"},
     {"depth", MK_MODEL, MK_INT, 1, VIT_MAX_DEPTH, OFF(depth), NULL, NULL, "blocks"},
     {"num_heads", MK_MODEL, MK_INT, 1, VIT_MAX_DIM, OFF(num_heads), NULL, NULL, "H, dividing D"},
-    {"mlp_ratio", MK_MODEL, MK_OWN, 1.0 / 64, 64, -1, NULL, NULL,
+    {"mlp_ratio", MK_MODEL, MK_OWN, 1.0 / 64, 64, -1, "number in [1/64, 64]", NULL,
      "MLP width int(mlp_ratio x D) as timm; default 4 (the base architecture's ratio)"},
     {"mlp_hidden", MK_MODEL, MK_INT, 1, VIT_MAX_HIDDEN, OFF(mlp_hidden), NULL, NULL,
      "MLP width directly (with `mlp_ratio` too, they must agree)"},
@@ -121,7 +121,7 @@ static const model_key model_keys[] = {
     {"fc_norm", MK_MODEL, MK_BOOL, 0, 1, OFF(fc_norm), NULL, NULL,
      "final norm after pooling; null or absent: true exactly for `avg` (timm)"},
     {"ln_eps", MK_MODEL, MK_FLOAT, 1e-12, 1, OFF(ln_eps), NULL, NULL, "LayerNorm epsilon"},
-    {"num_features", MK_MODEL, MK_OWN, 0, 0, -1, NULL, NULL,
+    {"num_features", MK_MODEL, MK_OWN, 0, 0, -1, "integer", NULL,
      "timm's feature width; checked to equal `embed_dim`"},
     FIXED("qk_norm", "false", "LayerNorm of q and k"),
     FIXED("scale_attn_norm", "false", "a norm inside attention"),
@@ -153,7 +153,7 @@ static const model_key model_keys[] = {
     FIXED("mlp_layer", "null", "the MLP module"),
     META("label_names", MK_MODEL),
     META("label_descriptions", MK_MODEL),
-    {"input_size", MK_PRETRAINED, MK_OWN, 1, VIT_MAX_IMG, -1, NULL, NULL,
+    {"input_size", MK_PRETRAINED, MK_OWN, 1, VIT_MAX_IMG, -1, "[C, S, S], C 1..64, S 1..16384", NULL,
      "[C, S, S]: in_chans and img_size (square inputs; must agree with them when both are given)"},
     {"mean", MK_PRETRAINED, MK_VEC3, VIT_MIN_MEAN, VIT_MAX_MEAN, OFF(mean), NULL, NULL,
      "per channel, of pixels scaled to [0, 1]"},
@@ -163,7 +163,7 @@ static const model_key model_keys[] = {
     {"interpolation", MK_PRETRAINED, MK_CHOICE, 0, 0, OFF(interpolation), "bicubic|bilinear",
      "nearest|random", "the resize filter (PIL's)"},
     {"crop_mode", MK_PRETRAINED, MK_FIXED, 0, 0, -1, "\"center\"", NULL, "timm's crop mode"},
-    {"num_classes", MK_PRETRAINED, MK_OWN, 0, VIT_MAX_CLASSES, -1, NULL, NULL,
+    {"num_classes", MK_PRETRAINED, MK_OWN, 0, VIT_MAX_CLASSES, -1, "integer 0..16777216", NULL,
      "used when the model keys give none"},
     META("url", MK_PRETRAINED), META("file", MK_PRETRAINED), META("state_dict", MK_PRETRAINED),
     META("hf_hub_id", MK_PRETRAINED), META("hf_hub_filename", MK_PRETRAINED),
@@ -238,6 +238,11 @@ static void key_unknown(char *msg, size_t n, const char *prefix, const char *key
 static int keys_known(const cJSON *o, unsigned where, const char *prefix, char *msg, size_t n) {
     const cJSON *j;
     cJSON_ArrayForEach(j, o) {
+        for (const cJSON *p = o->child; p != j; p = p->next)
+            if (strcmp(p->string, j->string) == 0) { /* cJSON would silently use the first */
+                snprintf(msg, n, "\"%s%.48s\" is given twice: keep one", prefix, j->string);
+                return 0;
+            }
         const model_key *k = key_find(j->string, where);
         if (!k) {
             key_unknown(msg, n, prefix, j->string, where);
@@ -294,8 +299,8 @@ static int key_apply(vit_config *c, const model_key *k, const cJSON *j, const ch
             if (ok) v[i] = (float)e->valuedouble;
         }
         if (!ok) {
-            snprintf(msg, n, "\"%s%s\" must be 3 finite numbers in [%g, %g], one per channel "
-                     "(1e999 reads as infinity)", prefix, k->name, k->lo, k->hi);
+            snprintf(msg, n, "\"%s%s\" must be 3 finite numbers in [%g, %g], one per channel",
+                     prefix, k->name, k->lo, k->hi);
             return 0;
         }
         memcpy(field, v, sizeof v);
@@ -321,8 +326,9 @@ static int key_apply(vit_config *c, const model_key *k, const cJSON *j, const ch
         cJSON_Delete(want);
         if (ok) return 1;
         char *got = cJSON_PrintUnformatted(j);
-        snprintf(msg, n, "\"%s%s\": %.40s is not supported yet (%s: attnscope runs %s only): remove "
-                 "the key", prefix, k->name, got ? got : "this value", k->doc, k->values);
+        snprintf(msg, n, "\"%s%s\": %.40s is not supported yet (%s; attnscope implements only "
+                 "%s %s): remove the key", prefix, k->name, got ? got : "this value", k->doc, k->name,
+                 k->values);
         free(got);
         return 0;
     }
@@ -340,15 +346,12 @@ void model_config_keys_markdown(FILE *f) {
             if (!(k->where & where) || k->type == MK_FIXED || k->type == MK_META) continue;
             char val[160];
             switch (k->type) {
-            case MK_INT: snprintf(val, sizeof val, "integer %g..%g", k->lo, k->hi); break;
+            case MK_INT: snprintf(val, sizeof val, "integer %.0f..%.0f", k->lo, k->hi); break;
             case MK_BOOL: snprintf(val, sizeof val, "true/false"); break;
             case MK_FLOAT: snprintf(val, sizeof val, "number in [%g, %g]", k->lo, k->hi); break;
             case MK_VEC3: snprintf(val, sizeof val, "3 numbers in [%g, %g]", k->lo, k->hi); break;
             case MK_CHOICE: list_quoted(list, sizeof list, k->values); snprintf(val, sizeof val, "%s", list); break;
-            default:
-                if (k->hi > 0) snprintf(val, sizeof val, "%g..%g", k->lo, k->hi);
-                else snprintf(val, sizeof val, "see the text");
-                break;
+            default: snprintf(val, sizeof val, "%s", k->values); break;
             }
             fprintf(f, "| `%s` | %s | %s |\n", k->name, val, k->doc);
         }
@@ -1064,6 +1067,14 @@ as_status model_load_report(model *m, const char *path, const char *arch, int im
         else snprintf(cfgpath, sizeof cfgpath, "config.json");
         if (!path_is_file(cfgpath)) cfgpath[0] = 0;
     } else {
+        vit_config named;
+        as_error aerr = {0};
+        if (!strchr(path, '/') && !strstr(path, ".safetensors")) { /* a name, not a path */
+            if (vit_arch_resolve(path, &named, &aerr) != AS_OK) return as_fail(err, aerr.status, "%s", aerr.msg);
+            return as_fail(err, AS_ERR_IO, "%s: names an architecture, not weights: give its "
+                           "checkpoint folder (config.json + model.safetensors) or a .safetensors "
+                           "file with --arch %s", path, path);
+        }
         return as_fail(err, AS_ERR_IO, "%s: no such file or folder: give a checkpoint folder or a "
                        ".safetensors file", path);
     }
