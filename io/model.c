@@ -878,6 +878,7 @@ static int shape_matches(const vit_tensor_spec *s, const safetensors_tensor *t, 
     for (int i = 0; i < s->ndim; i++) {
         if (s->is_pos_embed && i == 1) {
             long long np = t->shape[1] - prefix, g = 0;
+            if (np > VIT_MAX_IMG * (long long)VIT_MAX_IMG) return 0; /* no input has such a grid; bounds the loop */
             while ((g + 1) * (g + 1) <= np) g++;
             if (np <= 0 || g * g != np) return 0;
             continue;
@@ -908,7 +909,8 @@ static void arch_hint(char *buf, size_t n, const vit_config *cfg, const safetens
     for (int i = 0; i < vit_arch_count(); i++) {
         vit_config c = *vit_arch_get(i);
         if (strcmp(c.name, cfg->name) == 0) continue;
-        c.num_classes = head && head->ndim == 2 ? (int)head->shape[0] : 0;
+        c.num_classes = head && head->ndim == 2 && head->shape[0] > 0 && head->shape[0] <= VIT_MAX_CLASSES
+                            ? (int)head->shape[0] : 0;
         if (count_mismatches(&c, st) == 0) {
             snprintf(buf, n, ": is this a %s checkpoint? try --arch %s", c.name, c.name);
             return;
