@@ -689,7 +689,7 @@ static int config_from_json(vit_config *c, const cJSON *root, char *msg, size_t 
                 return 0;
             }
         }
-    const double base_ratio = c->embed_dim > 0 ? (double)c->mlp_hidden / c->embed_dim : 4.0;
+    const int base_dim = c->embed_dim, base_hidden = c->mlp_hidden;
     for (int i = 0; i < MODEL_KEY_N; i++) {
         const model_key *k = &model_keys[i];
         const int pre = k->where == MK_PRETRAINED;
@@ -711,18 +711,25 @@ static int config_from_json(vit_config *c, const cJSON *root, char *msg, size_t 
         snprintf(msg, n, "\"mlp_ratio\" must be a finite number in [%g, %g]", rk->lo, rk->hi);
         return 0;
     }
-    const double r = ratio && !cJSON_IsNull(ratio) ? ratio->valuedouble : base_ratio;
-    int width;
-    if (!as_double_to_int(floor(r * c->embed_dim), 1, VIT_MAX_HIDDEN, &width)) {
-        snprintf(msg, n, "mlp_ratio %g x embed_dim %d gives an MLP width outside 1..%d", r,
-                 c->embed_dim, VIT_MAX_HIDDEN);
-        return 0;
-    }
-    if (!hidden || cJSON_IsNull(hidden)) c->mlp_hidden = width;
-    else if (ratio && !cJSON_IsNull(ratio) && width != c->mlp_hidden) {
-        snprintf(msg, n, "\"mlp_ratio\" %g x embed_dim %d = %d disagrees with \"mlp_hidden\" %d: "
-                 "give one of them", r, c->embed_dim, width, c->mlp_hidden);
-        return 0;
+    const int has_ratio = ratio && !cJSON_IsNull(ratio), has_hidden = hidden && !cJSON_IsNull(hidden);
+    if (has_ratio && c->embed_dim > 0) {
+        const double r = ratio->valuedouble;
+        int width;
+        if (!as_double_to_int(floor(r * c->embed_dim), 1, VIT_MAX_HIDDEN, &width)) {
+            snprintf(msg, n, "\"mlp_ratio\" %g x embed_dim %d gives an MLP width outside 1..%d", r,
+                     c->embed_dim, VIT_MAX_HIDDEN);
+            return 0;
+        }
+        if (has_hidden && width != c->mlp_hidden) {
+            snprintf(msg, n, "\"mlp_ratio\" %g x embed_dim %d = %d disagrees with \"mlp_hidden\" %d: "
+                     "give one of them", r, c->embed_dim, width, c->mlp_hidden);
+            return 0;
+        }
+        c->mlp_hidden = width;
+    } else if (!has_hidden && c->embed_dim != base_dim && base_dim > 0) {
+        /* the base's ratio (4 for every timm ViT) at the new width, in integers: exact */
+        const long long w = (long long)base_hidden * c->embed_dim / base_dim;
+        c->mlp_hidden = w >= 1 && w <= VIT_MAX_HIDDEN ? (int)w : 0; /* 0: validate names it */
     }
     const cJSON *nf = model_value(root, ma, "num_features");
     if (nf && !cJSON_IsNull(nf) && !(cJSON_IsNumber(nf) && nf->valuedouble == c->embed_dim)) {
@@ -786,7 +793,9 @@ as_status model_config_apply_json(vit_config *cfg, const char *json, const char 
     if (!arch) arch = cJSON_GetObjectItemCaseSensitive(root, "arch");
     as_status rc = AS_OK;
     char msg[512];
-    if (arch && !cJSON_IsString(arch)) {
+    if (cJSON_GetObjectItemCaseSensitive(root, "architecture") && cJSON_GetObjectItemCaseSensitive(root, "arch")) {
+        rc = as_fail(err, AS_ERR_CONFIG, "%s: \"arch\" and \"architecture\" are the same key: keep one", name);
+    } else if (arch && !cJSON_IsString(arch)) {
         rc = as_fail(err, AS_ERR_CONFIG, "%s: \"architecture\" must be a string", name);
     } else if (cJSON_IsString(arch) && strcmp(arch->valuestring, "custom") != 0) {
         as_error aerr = {0};

@@ -50,6 +50,7 @@ static void test_keys(void) {
     refused("{" TINY ",\"pretrained_cfg\":{\"input_size\":[3,64,64]}}", "input_size", "disagrees");
     refused("{" TINY ",\"num_features\":32}", "num_features", NULL);
     refused("{\"architecture\":7}", "\"architecture\" must be a string", NULL);
+    refused("{\"architecture\":\"custom\",\"arch\":\"deit_tiny_patch16_224\"}", "same key", NULL);
     /* timm's defaults and a real timm config.json's metadata load */
     CHECK(apply(&c, "{" TINY ",\"reg_tokens\":0,\"init_values\":null,\"no_embed_class\":false,"
                     "\"drop_path_rate\":0,\"qk_norm\":false,\"pos_embed\":\"learn\"}") == AS_OK,
@@ -86,6 +87,12 @@ static void test_mlp(void) {
           "order: %d (%s)", c.mlp_hidden, err.msg);
     CHECK(apply(&c, "{" TINY ",\"mlp_hidden\":100}") == AS_OK && c.mlp_hidden == 100, "mlp_hidden: %d", c.mlp_hidden);
     refused("{" TINY ",\"mlp_hidden\":100,\"mlp_ratio\":2}", "disagrees", NULL);
+    /* a config applied on top of another keeps its width when embed_dim stays */
+    CHECK(apply(&c, "{" TINY ",\"embed_dim\":65,\"num_heads\":5,\"mlp_hidden\":162}") != AS_OK, "twice");
+    CHECK(apply(&c, "{\"architecture\":\"custom\",\"img_size\":32,\"patch_size\":4,\"depth\":2,"
+                    "\"embed_dim\":65,\"num_heads\":5,\"mlp_hidden\":162}") == AS_OK &&
+              model_config_apply_json(&c, "{\"num_classes\":3}", "more.json", &err) == AS_OK && c.mlp_hidden == 162,
+          "on top: %d (%s)", c.mlp_hidden, err.msg);
 }
 
 static void test_mechanisms(void) {
