@@ -138,7 +138,7 @@ void mapscale_text(const mapscale *s, int compact, char *buf, size_t n) {
             k = (size_t)snprintf(buf, n, "%s %.1f%%, patches %.1f%%; ",
                                  s->prefix == 1 ? "class token" : "prefix tokens", pct, 100 - pct);
     }
-    if (k < n) snprintf(buf + k, n - k, compact ? "%s\xc3\x97" : "patch peak %s \xc3\x97 1/T", r);
+    if (k < n) snprintf(buf + k, n - k, compact ? "%s\xc3\x97" : "peak %s \xc3\x97 1/T", r);
 }
 
 static double width_of(cairo_t *cr, double size, const char *t) {
