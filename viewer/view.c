@@ -666,7 +666,7 @@ static as_status draw_multiples(view *v, plot_figure *f, double x0, double y0, d
     /* every panel's values and raw range first: a global scale needs them all before drawing */
     for (int k = 0; k < n; k++) {
         mapscale ms;
-        if (!has_map(v, by_layer ? k : v->li, ds) || v->n_panels >= VIEW_MAX_PANELS) continue;
+        if (!has_map(v, by_layer ? k : v->li, ds)) continue;
         /* frame_alloc hands out the next panel's memory: register the panel right after */
         if (!overlay_values(v, ds, by_layer ? k : v->li, by_layer ? v->hi : k, &ms, err)) return err->status;
         if (v->n_panels == 0) shared_ms = ms;
