@@ -32,10 +32,14 @@ static void list(void) {
         printf("%-11s %-62s %s\n", r->name, r->mirrors, r->needs);
     }
     printf("\n");
-    for (int i = 0; i < figure_count(); i++)
-        printf("  %-11s %s (%s, up to %d input%s)\n", figure_get(i)->name, figure_get(i)->summary,
-               figure_get(i)->width > 300 ? "double column" : "single column",
-               figure_get(i)->max_sources, figure_get(i)->max_sources == 1 ? "" : "s");
+    for (int i = 0; i < figure_count(); i++) {
+        char takes[160];
+        figure_options_text(figure_get(i), takes, sizeof takes);
+        printf("  %-11s %s (%s, up to %d input%s)\n  %-11s options: %s\n", figure_get(i)->name,
+               figure_get(i)->summary, figure_get(i)->width > 300 ? "double column" : "single column",
+               figure_get(i)->max_sources, figure_get(i)->max_sources == 1 ? "" : "s", "",
+               takes[0] ? takes : "none beyond the size and format");
+    }
 }
 
 int cmd_plot(int argc, char **argv) {

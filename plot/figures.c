@@ -316,24 +316,31 @@ int fig_query(const fig_opts *o, const fig_source *s) {
 
 plot_cmap fig_cmap(const fig_opts *o) { return o->cmap_set ? o->cmap : PLOT_CMAP_DEFAULT; }
 
+static const struct { unsigned bit; const char *name; } fig_options[] = {
+    {FIG_OPT_LAYER, "--layer"}, {FIG_OPT_HEAD, "--head"}, {FIG_OPT_IMAGE, "--image"},
+    {FIG_OPT_QUERY, "--query"}, {FIG_OPT_DEFINITION, "--definition"}, {FIG_OPT_CMAP, "--cmap"},
+    {FIG_OPT_RANGE, "--range"}, {FIG_OPT_LABELS, "--labels"}};
+#define N_FIG_OPTIONS (sizeof fig_options / sizeof fig_options[0])
+
+void figure_options_text(const figure_recipe *r, char *buf, size_t n) {
+    buf[0] = 0;
+    for (size_t i = 0; i < N_FIG_OPTIONS; i++)
+        if (r->options & fig_options[i].bit)
+            snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", buf[0] ? ", " : "", fig_options[i].name);
+}
+
 /* Refuses every option given that recipe r does not use, naming it and the ones r takes. */
 static as_status check_options(const figure_recipe *r, const fig_opts *o, const char *path,
                                as_error *err) {
-    static const struct { unsigned bit; const char *name; } opt[] = {
-        {FIG_OPT_LAYER, "--layer"}, {FIG_OPT_HEAD, "--head"}, {FIG_OPT_IMAGE, "--image"},
-        {FIG_OPT_QUERY, "--query"}, {FIG_OPT_DEFINITION, "--definition"}, {FIG_OPT_CMAP, "--cmap"},
-        {FIG_OPT_RANGE, "--range"}, {FIG_OPT_LABELS, "--labels"}};
     int given[] = {o->layer >= 0, o->head >= 0, o->image >= 0, o->query >= 0, o->definition != NULL,
                    o->cmap_set, o->range_set, o->labels_set};
-    _Static_assert(sizeof given / sizeof given[0] == sizeof opt / sizeof opt[0], "one flag per option");
-    char takes[160] = "";
-    for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++)
-        if (r->options & opt[i].bit)
-            snprintf(takes + strlen(takes), sizeof takes - strlen(takes), "%s%s", takes[0] ? ", " : "", opt[i].name);
-    for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++)
-        if (given[i] && !(r->options & opt[i].bit))
+    _Static_assert(sizeof given / sizeof given[0] == N_FIG_OPTIONS, "one flag per option");
+    char takes[160];
+    figure_options_text(r, takes, sizeof takes);
+    for (size_t i = 0; i < N_FIG_OPTIONS; i++)
+        if (given[i] && !(r->options & fig_options[i].bit))
             return as_fail(err, AS_ERR_ARG, "the %s figure does not use %s: leave it out (it takes %s)",
-                           r->name, opt[i].name, takes[0] ? takes : "none of the figure options");
+                           r->name, fig_options[i].name, takes[0] ? takes : "none of the figure options");
     if (o->cmap_set && o->cmap == PLOT_CMAP_DIVERGING && (r->options & FIG_OPT_RANGE))
         return as_fail(err, AS_ERR_ARG, "the %s figure colours non-negative weights: --cmap diverging "
                        "is for signed values; use viridis or magma", r->name);

@@ -55,6 +55,8 @@ typedef struct {
 } figure_recipe;
 
 int figure_count(void);
+/* The options recipe r takes, as "--layer, --head, ..." ("" when none). */
+void figure_options_text(const figure_recipe *r, char *buf, size_t n);
 const figure_recipe *figure_get(int i);
 const figure_recipe *figure_find(const char *name);
 
