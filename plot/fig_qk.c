@@ -21,7 +21,7 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
             const char *names[16];
             plot_color cols[16];
             for (int t = 0; t < T; t++) {
-                cols[t] = plot_cmap_color(PLOT_CMAP_VIRIDIS, T > 1 ? 0.1 + 0.75 * t / (T - 1) : 0.5);
+                cols[t] = plot_cmap_color(PLOT_CMAP_DEFAULT, T > 1 ? 0.1 + 0.75 * t / (T - 1) : 0.5);
                 snprintf(name[t], sizeof name[t], "t = %g", t < nt ? th[t] : (double)t);
                 names[t] = name[t];
             }
