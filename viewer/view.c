@@ -402,8 +402,10 @@ static vscale scale_make(view *v, const mapscale *ms) {
             s.hi = log10(ms->hi);
             s.log = 1;
             s.floor = pow(10, s.lo);
-        } else {
+        } else if (ms->min < 0) {
             note(v, "log scale needs non-negative values (these maps reach %.3g): showing linear", ms->min);
+        } else {
+            note(v, "log scale: every value shown is 0: showing linear");
         }
     }
     if (!(s.hi > s.lo)) s.hi = s.lo + 1e-9;
