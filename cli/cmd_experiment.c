@@ -255,9 +255,19 @@ static as_status run_figure(exp_run *x, const cJSON *fj, int idx, FILE *index, a
     o.height = jnum(fj, "height", 0);
     o.dpi = jnum(fj, "dpi", 200);
     const char *cm = jstr(fj, "cmap", NULL);
-    if (cm && plot_cmap_parse(cm) >= 0) {
+    if (cm && plot_cmap_parse(cm) < 0)
+        return as_fail(err, AS_ERR_CONFIG, "%s: figures[%d]: cmap \"%s\": use viridis, magma or diverging",
+                       x->file, idx, cm);
+    if (cm) {
         o.cmap = (plot_cmap)plot_cmap_parse(cm);
         o.cmap_set = 1;
+    }
+    const char *rg = jstr(fj, "range", NULL);
+    if (rg && mapscale_range_parse(rg) < 0)
+        return as_fail(err, AS_ERR_CONFIG, "%s: figures[%d]: range \"%s\": use zero or minmax", x->file, idx, rg);
+    if (rg) {
+        o.range = (mapscale_range)mapscale_range_parse(rg);
+        o.range_set = 1;
     }
     char base[96];
     snprintf(base, sizeof base, "%s", jstr(fj, "name", fname));
@@ -313,12 +323,14 @@ static as_status run_figure(exp_run *x, const cJSON *fj, int idx, FILE *index, a
                 fprintf(index, "Numbers (%s, `%s`):\n\n```\n%s```\n\n", use[i]->name, r->metric, rep);
         }
     }
-    fprintf(index, "Redraw:\n\n```sh\nattnscope plot %s%s --labels %s", fname, srcs, labels);
+    fprintf(index, "Redraw:\n\n```sh\nattnscope plot %s%s", fname, srcs);
+    if (r->options & FIG_OPT_LABELS) fprintf(index, " --labels %s", labels); /* others refuse it */
     const char *ints[] = {"layer", "head", "image", "query"};
     for (int i = 0; i < 4; i++)
         if (jint(fj, ints[i], -1) >= 0) fprintf(index, " --%s %d", ints[i], jint(fj, ints[i], -1));
     if (o.definition) fprintf(index, " --definition %s", o.definition);
     if (cm) fprintf(index, " --cmap %s", cm);
+    if (rg) fprintf(index, " --range %s", rg);
     fprintf(index, " -o %s/%s.pdf\n```\n\n", x->out, base);
     return AS_OK;
 }

@@ -12,13 +12,16 @@ static void usage(FILE *f) {
     fprintf(f,
 "usage: attnscope plot FIGURE INPUT.h5 [INPUT.h5 ...] -o FIG.pdf|.svg|.png\n"
 "                      [--layer L] [--head H] [--image I] [--query Q] [--definition D]\n"
-"                      [--labels A,B,...] [--cmap viridis|magma|diverging]\n"
+"                      [--labels A,B,...] [--cmap viridis|magma|diverging] [--range zero|minmax]\n"
 "                      [--width PT] [--height PT] [--column|--double] [--dpi 300]\n"
 "       attnscope plot --list\n"
 "INPUTs are traces (their /analysis results, maps and images) or results files of attnscope\n"
 "analyze --out; several inputs are several models on one figure (one legend entry each).\n"
 "Sizes are in points: --column is a LaTeX column (%.0f pt), --double the text width (%.0f pt).\n"
-"PDF and SVG are vector with the font embedded (DejaVu Sans); PNG is rendered at --dpi.\n",
+"PDF and SVG are vector with the font embedded (DejaVu Sans); PNG is rendered at --dpi.\n"
+"--cmap: default viridis. --range (attention, grid, rollout): zero (default) colours each map\n"
+"from 0 to its peak with the uniform level 1/T marked; minmax from its min to its max.\n"
+"A figure refuses the options it does not use (attnscope plot --list says which it takes).\n",
             PLOT_COLUMN, PLOT_DOUBLE);
 }
 
@@ -29,10 +32,14 @@ static void list(void) {
         printf("%-11s %-62s %s\n", r->name, r->mirrors, r->needs);
     }
     printf("\n");
-    for (int i = 0; i < figure_count(); i++)
-        printf("  %-11s %s (%s, up to %d input%s)\n", figure_get(i)->name, figure_get(i)->summary,
-               figure_get(i)->width > 300 ? "double column" : "single column",
-               figure_get(i)->max_sources, figure_get(i)->max_sources == 1 ? "" : "s");
+    for (int i = 0; i < figure_count(); i++) {
+        char takes[160];
+        figure_options_text(figure_get(i), takes, sizeof takes);
+        printf("  %-11s %s (%s, up to %d input%s)\n  %-11s options: %s\n", figure_get(i)->name,
+               figure_get(i)->summary, figure_get(i)->width > 300 ? "double column" : "single column",
+               figure_get(i)->max_sources, figure_get(i)->max_sources == 1 ? "" : "s", "",
+               takes[0] ? takes : "none beyond the size and format");
+    }
 }
 
 int cmd_plot(int argc, char **argv) {
@@ -44,6 +51,7 @@ int cmd_plot(int argc, char **argv) {
         {"width", required_argument, 0, 'W'}, {"height", required_argument, 0, 'E'},
         {"column", no_argument, 0, '1'}, {"double", no_argument, 0, '2'},
         {"dpi", required_argument, 0, 'd'}, {"list", no_argument, 0, 'x'},
+        {"range", required_argument, 0, 'R'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     fig_opts o;
     memset(&o, 0, sizeof o);
@@ -64,6 +72,14 @@ int cmd_plot(int argc, char **argv) {
             *dst = v;
             break;
         case 'D': o.definition = optarg; break;
+        case 'R':
+            if ((v = mapscale_range_parse(optarg)) < 0) {
+                fprintf(stderr, "attnscope plot: --range %s: use zero or minmax\n", optarg);
+                return 2;
+            }
+            o.range = (mapscale_range)v;
+            o.range_set = 1;
+            break;
         case 'l': labels = optarg; break;
         case 'c':
             if ((v = plot_cmap_parse(optarg)) < 0) {
@@ -82,7 +98,7 @@ int cmd_plot(int argc, char **argv) {
             }
             if (ch == 'W') o.width = x;
             else if (ch == 'E') o.height = x;
-            else o.dpi = x;
+            else o.dpi = x, o.dpi_set = 1;
             break;
         }
         case '1': o.width = PLOT_COLUMN; break;
@@ -108,6 +124,12 @@ int cmd_plot(int argc, char **argv) {
         snprintf(buf, sizeof buf, "%s", labels);
         for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && nlab < FIG_MAX_SOURCES; t = strtok_r(NULL, ",", &save))
             snprintf(lab[nlab++], sizeof lab[0], "%s", t);
+        o.labels_set = 1;
+        if (nlab != argc - optind - 1) {
+            fprintf(stderr, "attnscope plot: --labels %s: %d label%s for %d input%s: give one per input\n",
+                    labels, nlab, nlab == 1 ? "" : "s", argc - optind - 1, argc - optind - 1 == 1 ? "" : "s");
+            return 2;
+        }
     }
     as_error err = {0};
     int rc = 0;

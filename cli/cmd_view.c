@@ -11,8 +11,9 @@
 static void usage(FILE *f) {
     fprintf(f,
 "usage: attnscope view TRACE.h5 [--image I] [--layer L] [--head H] [--query Q]\n"
-"                      [--mode query|grid|depth|similarity|als] [--cmap magma|viridis]\n"
-"                      [--log] [--global] [--opacity A] [--size WxH] [--scale S]\n"
+"                      [--mode query|grid|depth|similarity|als] [--cmap viridis|magma]\n"
+"                      [--range zero|minmax] [--log] [--global] [--opacity A] [--size WxH]\n"
+"                      [--scale S]\n"
 "                      [--export-dir DIR] [--script FILE|-] [--screenshot FILE.png] [--timing]\n"
 "Opens a trace in a window: hover a patch to see its attention, click to fix it; arrows for\n"
 "heads and layers, PgUp/PgDn for images, g/d/s/a for the head grid, depth strip, similarity and\n"
@@ -32,11 +33,13 @@ int cmd_view(int argc, char **argv) {
         {"opacity", required_argument, 0, 'a'}, {"size", required_argument, 0, 's'},
         {"scale", required_argument, 0, 'S'}, {"export-dir", required_argument, 0, 'x'},
         {"script", required_argument, 0, 'r'}, {"screenshot", required_argument, 0, 'p'},
-        {"timing", no_argument, 0, 't'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"timing", no_argument, 0, 't'}, {"help", no_argument, 0, 'h'},
+        {"range", required_argument, 0, 'R'}, {0, 0, 0, 0}};
     view_window_opts wo;
     memset(&wo, 0, sizeof wo);
     wo.t_start = cli_now();
     int image = -1, layer = -1, head = -1, query = -1, cmap = -1, log_scale = 0, global = 0, ch, v;
+    int range = -1;
     double opacity = -1;
     const char *mode = NULL;
     optind = 1;
@@ -52,7 +55,13 @@ int cmd_view(int argc, char **argv) {
         case 'M': mode = optarg; break;
         case 'c':
             if ((cmap = plot_cmap_parse(optarg)) < 0 || cmap == PLOT_CMAP_DIVERGING) {
-                fprintf(stderr, "attnscope view: --cmap %s: use magma or viridis\n", optarg);
+                fprintf(stderr, "attnscope view: --cmap %s: use viridis or magma\n", optarg);
+                return 2;
+            }
+            break;
+        case 'R':
+            if ((range = mapscale_range_parse(optarg)) < 0) {
+                fprintf(stderr, "attnscope view: --range %s: use zero or minmax\n", optarg);
                 return 2;
             }
             break;
@@ -108,6 +117,7 @@ int cmd_view(int argc, char **argv) {
         goto done;
     }
     if (cmap >= 0) vw.cmap = (plot_cmap)cmap;
+    if (range >= 0) vw.range = (mapscale_range)range;
     if (opacity >= 0) vw.opacity = opacity;
     vw.log_scale = log_scale;
     vw.norm = global ? VIEW_NORM_GLOBAL : VIEW_NORM_MAP;

@@ -13,7 +13,7 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
 }
 
 const figure_recipe fig_adjacent = {
-    .name = "adjacent", .metric = "similarity", .mirrors = "LaViT Fig. 3: adjacent-layer attention similarity",
+    .name = "adjacent", .options = FIG_OPT_DEFINITION | FIG_OPT_LABELS, .metric = "similarity", .mirrors = "LaViT Fig. 3: adjacent-layer attention similarity",
     .needs = "analysis/similarity of each input",
     .summary = "curve of layer l vs l-1 similarity with 95% bands, one line per model",
     .width = PLOT_COLUMN, .height = 170, .max_sources = FIG_MAX_SOURCES, .draw = draw};

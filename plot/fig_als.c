@@ -22,7 +22,7 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     lo = 0;
     plot_nice_range(&lo, &hi);
     if (hi > 1) hi = 1;
-    fig_heatmap(f, &a, m, L, H, layers, heads, 0, hi, o->cmap_set ? o->cmap : PLOT_CMAP_VIRIDIS,
+    fig_heatmap(f, &a, m, L, H, layers, heads, 0, hi, fig_cmap(o),
                 "Attention locality score", "head", "layer", "ALS (mean)");
     if (rec) { /* white dot: mask (ALS >= high); ring: candidate */
         cairo_t *cr = plot_cairo(f);
@@ -48,7 +48,7 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
 }
 
 const figure_recipe fig_als = {
-    .name = "als", .metric = "als", .mirrors = "MaiT Fig. 2 (ALS per layer/head) and its mask placement",
+    .name = "als", .options = FIG_OPT_CMAP, .metric = "als", .mirrors = "MaiT Fig. 2 (ALS per layer/head) and its mask placement",
     .needs = "analysis/als (attnscope analyze --metrics als)",
     .summary = "heatmap of ALS, layers x heads, dots on the heads to mask",
     .width = PLOT_COLUMN, .height = 220, .max_sources = 1, .draw = draw};

@@ -6,37 +6,44 @@
 
 #include "figures.h"
 
-/* Reads row `query` of (layer, head)'s map for image; fills the g x g patch map. */
-static as_status query_map(const fig_source *s, int layer, int head, long image, int query,
-                           double *patch, as_error *err) {
+/* Reads row `query` of (layer, head)'s map for image: all T keys, prefix tokens first. */
+static as_status query_row(const fig_source *s, int layer, int head, long image, int query,
+                           double *row, as_error *err) {
     const trace_reader *r = &s->tr;
-    int T = r->num_tokens, p = r->num_prefix, g = vit_grid(&r->cfg);
+    int T = r->num_tokens;
     if (query < 0 || query >= r->q_rows)
         return as_fail(err, AS_ERR_ARG, "%s: --query %d: the trace holds query rows 0..%d%s", s->path,
                        query, r->q_rows - 1, r->q_rows < T ? " (recorded with --query-rows prefix)" : "");
     float *A = malloc((size_t)r->q_rows * T * sizeof *A);
     if (!A) return as_fail(err, AS_ERR_NOMEM, "out of memory");
     as_status rc = trace_read_head(r, TRACE_Q_ATTN, image, layer, head, A, err);
-    for (int j = 0; rc == AS_OK && j < g * g; j++) patch[j] = A[(size_t)query * T + p + j];
+    for (int j = 0; rc == AS_OK && j < T; j++) row[j] = A[(size_t)query * T + j];
     free(A);
     return rc;
 }
 
-as_status fig_attention_panel(plot_figure *f, plot_axes *a, const fig_source *s, int layer, int head,
-                              long image, int query, const uint8_t *rgb, int S, int colorbar,
-                              const char *title, as_error *err) {
-    int g = vit_grid(&s->tr.cfg), p = s->tr.num_prefix;
-    double patch[4096];
-    if (g * g > 4096) return as_fail(err, AS_ERR_UNSUPPORTED, "grid too large to draw");
-    if (query_map(s, layer, head, image, query, patch, err) != AS_OK) return err->status;
-    double lo, hi;
-    fig_range(patch, (size_t)g * g, &lo, &hi);
+as_status fig_attention_panel(plot_figure *f, plot_axes *a, const fig_opts *o, const fig_source *s,
+                              int layer, int head, long image, int query, const uint8_t *rgb,
+                              int S, int colorbar, const char *title, mapscale *scale,
+                              as_error *err) {
+    int g = vit_grid(&s->tr.cfg), p = s->tr.num_prefix, T = s->tr.num_tokens;
+    double row[4096 + 8];
+    if (T > 4096 + 8) return as_fail(err, AS_ERR_UNSUPPORTED, "grid too large to draw");
+    if (query_row(s, layer, head, image, query, row, err) != AS_OK) return err->status;
+    mapscale ms;
+    mapscale_make(&ms, row, 1, T, p, p, o->range);
+    /* the image is square at the top of a; the prefix share and the peak go under it */
+    double ns = fmin(6, fmax(3.5, a->w / 30)), nh = (p > 0 ? fmax(1.5, ns * 0.45) + 1 : 0) + ns * 1.1 + 2;
+    double side = fmax(4, fmin(a->w, a->h - nh));
+    a->w = a->h = side;
+    plot_cmap cm = fig_cmap(o);
     plot_image(f, a, rgb, S, S);
-    if (!(hi > lo)) hi = lo + 1e-9;
-    plot_overlay(f, a, patch, g, lo, hi, PLOT_CMAP_MAGMA, 0.6); /* min..max: structure shows */
+    plot_overlay(f, a, row + p, g, ms.lo, ms.hi, cm, 0.6);
     plot_patch_grid(f, a, g, query >= p ? query - p : -1);
     if (title) plot_text(f, a->x + a->w / 2, a->y - 3, 6.5, 0.5, title);
-    if (colorbar) plot_colorbar(f, a, lo, hi, PLOT_CMAP_MAGMA, "attention weight");
+    if (colorbar) mapscale_colorbar(f, a, &ms, cm, "attention weight");
+    mapscale_note(f, a->x, a->y + side + 2, side, ns, &ms);
+    if (scale) *scale = ms;
     return AS_OK;
 }
 
@@ -50,20 +57,22 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     int query = fig_query(o, s), S;
     uint8_t *rgb;
     if (fig_read_rgb(s, image, &rgb, &S, err) != AS_OK) return err->status;
-    double side = fmin(plot_width(f) - 70, plot_height(f) - 24);
-    plot_axes a = {.x = 8, .y = 16, .w = side, .h = side};
+    plot_axes a = {.x = 8, .y = 16, .w = plot_width(f) - 70, .h = plot_height(f) - 18};
     char title[160], q[48];
     int p = r->num_prefix, g = vit_grid(&r->cfg);
     if (query < p) snprintf(q, sizeof q, "%s token", query == 0 ? "class" : "distillation");
     else snprintf(q, sizeof q, "patch (%d, %d)", (query - p) / g, (query - p) % g);
     snprintf(title, sizeof title, "image %ld, layer %d, head %d, query: %s", image, layer, head, q);
-    as_status rc = fig_attention_panel(f, &a, s, layer, head, image, query, rgb, S, 1, title, err);
+    as_status rc = fig_attention_panel(f, &a, o, s, layer, head, image, query, rgb, S, 1, title,
+                                       NULL, err);
     free(rgb);
     return rc;
 }
 
 const figure_recipe fig_attention = {
-    .name = "attention", .mirrors = "the attention map of one query over the image (ViT Fig. 6)",
+    .name = "attention",
+    .options = FIG_OPT_LAYER | FIG_OPT_HEAD | FIG_OPT_IMAGE | FIG_OPT_QUERY | FIG_OPT_CMAP | FIG_OPT_RANGE,
+    .mirrors = "the attention map of one query over the image (ViT Fig. 6)",
     .needs = "a trace with attn (--layer, --head, --image, --query: token index, 0 = class)",
     .summary = "one query's attention over the input image with the patch grid",
     .width = PLOT_COLUMN, .height = 200, .max_sources = 1, .draw = draw};

@@ -17,14 +17,14 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     hi = 1;
     plot_nice_range(&lo, &hi);
     if (lo < -1) lo = -1;
-    fig_heatmap(f, &a, m, L, L, layers, layers, lo, 1, o->cmap_set ? o->cmap : PLOT_CMAP_MAGMA,
+    fig_heatmap(f, &a, m, L, L, layers, layers, lo, 1, fig_cmap(o),
                 "Linear CKA between blocks", "block", "block", "CKA (minibatch)");
     free(m);
     return AS_OK;
 }
 
 const figure_recipe fig_cka = {
-    .name = "cka", .metric = "evolution", .mirrors = "Refiner / Raghu et al. Fig. 1: CKA between layers",
+    .name = "cka", .options = FIG_OPT_CMAP, .metric = "evolution", .mirrors = "Refiner / Raghu et al. Fig. 1: CKA between layers",
     .needs = "analysis/evolution (record with --record attn,tokens)",
     .summary = "L x L heatmap of minibatch linear CKA between block outputs",
     .width = PLOT_COLUMN, .height = 215, .max_sources = 1, .draw = draw};

@@ -44,14 +44,16 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
             }
         }
         plot_axes_draw(f, &a, "Mean attention distance per head", "layer", "distance (pixels)");
-        if (o->n_sources > 1) plot_legend(f, &a, names, o->n_sources, cols, marks, PLOT_LEGEND_OUTSIDE);
+        if (o->n_sources > 1 || o->labels_set) /* one input: a legend only when --labels names it */
+            plot_legend(f, &a, names, o->n_sources, cols, marks,
+                        o->n_sources > 1 ? PLOT_LEGEND_OUTSIDE : PLOT_LEGEND_INSIDE_RIGHT);
     }
     for (int i = 0; i < FIG_MAX_SOURCES; i++) free(m[i]);
     return rc;
 }
 
 const figure_recipe fig_distance = {
-    .name = "distance", .metric = "distance", .mirrors = "ViT Fig. 7 (right): mean attention distance per head vs depth",
+    .name = "distance", .options = FIG_OPT_LABELS, .metric = "distance", .mirrors = "ViT Fig. 7 (right): mean attention distance per head vs depth",
     .needs = "analysis/distance of each input",
     .summary = "every head's mean attention distance in pixels against its layer",
     .width = PLOT_COLUMN, .height = 180, .max_sources = FIG_MAX_SOURCES, .draw = draw};

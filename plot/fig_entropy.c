@@ -10,7 +10,7 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
 }
 
 const figure_recipe fig_entropy = {
-    .name = "entropy", .metric = "entropy", .mirrors = "attention entropy per layer (as in DeepViT/LaViT analyses)",
+    .name = "entropy", .options = FIG_OPT_LABELS, .metric = "entropy", .mirrors = "attention entropy per layer (as in DeepViT/LaViT analyses)",
     .needs = "analysis/entropy of each input",
     .summary = "entropy per layer, head mean with 95% bands, one line per model",
     .width = PLOT_COLUMN, .height = 170, .max_sources = FIG_MAX_SOURCES, .draw = draw};

@@ -21,7 +21,7 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
             const char *names[16];
             plot_color cols[16];
             for (int t = 0; t < T; t++) {
-                cols[t] = plot_cmap_color(PLOT_CMAP_VIRIDIS, T > 1 ? 0.1 + 0.75 * t / (T - 1) : 0.5);
+                cols[t] = plot_cmap_color(PLOT_CMAP_DEFAULT, T > 1 ? 0.1 + 0.75 * t / (T - 1) : 0.5);
                 snprintf(name[t], sizeof name[t], "t = %g", t < nt ? th[t] : (double)t);
                 names[t] = name[t];
             }
@@ -48,7 +48,7 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
 }
 
 const figure_recipe fig_qk = {
-    .name = "qk", .metric = "qk", .mirrors = "LMSA Fig. 4: Q/K signal efficiency per threshold and layer",
+    .name = "qk", .options = FIG_OPT_LABELS, .metric = "qk", .mirrors = "LMSA Fig. 4: Q/K signal efficiency per threshold and layer",
     .needs = "analysis/qk of each input (record with --record attn,q,k)",
     .summary = "bars of the fraction of |q| and |k| above each threshold per layer, models side by side",
     .width = PLOT_DOUBLE, .height = 250, .max_sources = 4, .draw = draw};

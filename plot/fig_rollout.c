@@ -26,18 +26,20 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     int S;
     if (rc == AS_OK && fig_read_rgb(s, image, &rgb, &S, err) == AS_OK) {
         const double *map = m + ((size_t)image * L + li) * P;
-        double lo, hi;
-        fig_range(map, (size_t)P, &lo, &hi);
-        double side = fmin(plot_width(f) - 70, plot_height(f) - 24);
+        mapscale ms; /* rollout rows are renormalised: a distribution over the T tokens */
+        mapscale_make_patches(&ms, map, P, s->tr.num_tokens, o->range);
+        double ns = 6, nh = (P < s->tr.num_tokens ? 4 : 0) + ns * 1.1 + 2;
+        double side = fmin(plot_width(f) - 70, plot_height(f) - 18 - nh);
         plot_axes a = {.x = 8, .y = 16, .w = side, .h = side};
+        plot_cmap cm = fig_cmap(o);
         plot_image(f, &a, rgb, S, S);
-        if (!(hi > lo)) hi = lo + 1e-9;
-        plot_overlay(f, &a, map, g, lo, hi, PLOT_CMAP_MAGMA, 0.6);
+        plot_overlay(f, &a, map, g, ms.lo, ms.hi, cm, 0.6);
         plot_patch_grid(f, &a, g, -1);
         char title[128];
         snprintf(title, sizeof title, "image %ld: rollout through layer %d", image, layers[li]);
         plot_text(f, a.x + a.w / 2, a.y - 3, 6.5, 0.5, title);
-        plot_colorbar(f, &a, lo, hi, PLOT_CMAP_MAGMA, "rollout weight");
+        mapscale_colorbar(f, &a, &ms, cm, "rollout weight");
+        mapscale_note(f, a.x, a.y + side + 2, side, ns, &ms);
         free(rgb);
     } else if (rc == AS_OK) {
         rc = err->status;
@@ -47,7 +49,8 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
 }
 
 const figure_recipe fig_rollout = {
-    .name = "rollout", .metric = "rollout", .mirrors = "Abnar & Zuidema 2020 Fig. 3: attention rollout over the image",
+    .name = "rollout", .options = FIG_OPT_LAYER | FIG_OPT_IMAGE | FIG_OPT_CMAP | FIG_OPT_RANGE,
+    .metric = "rollout", .mirrors = "Abnar & Zuidema 2020 Fig. 3: attention rollout over the image",
     .needs = "a trace analysed with --metrics rollout (--image, --layer)",
     .summary = "the rollout map through a layer (default the last) over the input image",
     .width = PLOT_COLUMN, .height = 200, .max_sources = 1, .draw = draw};

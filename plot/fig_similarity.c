@@ -24,13 +24,13 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     char title[96];
     snprintf(title, sizeof title, "Cross-layer similarity (%s, head mean)", analysis_definition_name(di));
     fig_heatmap(f, &a, m + (size_t)di * L * L, L, L, layers, layers, lo, 1,
-                o->cmap_set ? o->cmap : PLOT_CMAP_VIRIDIS, title, "layer", "layer", "cosine similarity");
+                fig_cmap(o), title, "layer", "layer", "cosine similarity");
     free(m);
     return AS_OK;
 }
 
 const figure_recipe fig_similarity = {
-    .name = "similarity", .metric = "similarity", .mirrors = "DeepViT Fig. 2 / MaiT appendix: L x L attention similarity",
+    .name = "similarity", .options = FIG_OPT_DEFINITION | FIG_OPT_CMAP, .metric = "similarity", .mirrors = "DeepViT Fig. 2 / MaiT appendix: L x L attention similarity",
     .needs = "analysis/similarity (attnscope analyze --metrics similarity)",
     .summary = "L x L heatmap of cross-layer cosine similarity (--definition deepvit|row|map)",
     .width = PLOT_COLUMN, .height = 215, .max_sources = 1, .draw = draw};

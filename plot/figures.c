@@ -288,7 +288,10 @@ as_status fig_layer_curves(plot_figure *f, plot_axes *a, const fig_opts *o, cons
                       hi[i] ? hi[i] + off : NULL);
         }
         plot_axes_draw(f, a, title, "layer", ylabel);
-        if (legend && o->n_sources > 1) plot_legend(f, a, names, o->n_sources, cols, marks, PLOT_LEGEND_OUTSIDE);
+        /* one input has no legend unless --labels names it (inside: no room was kept outside) */
+        if (legend && (o->n_sources > 1 || o->labels_set))
+            plot_legend(f, a, names, o->n_sources, cols, marks,
+                        o->n_sources > 1 ? PLOT_LEGEND_OUTSIDE : PLOT_LEGEND_INSIDE_RIGHT);
     }
     for (int i = 0; i < FIG_MAX_SOURCES; i++) {
         free(m[i]);
@@ -311,7 +314,45 @@ int fig_query(const fig_opts *o, const fig_source *s) {
     return p > 0 ? 0 : (g / 2) * g + g / 2;
 }
 
+plot_cmap fig_cmap(const fig_opts *o) { return o->cmap_set ? o->cmap : PLOT_CMAP_DEFAULT; }
+
+static const struct { unsigned bit; const char *name; } fig_options[] = {
+    {FIG_OPT_LAYER, "--layer"}, {FIG_OPT_HEAD, "--head"}, {FIG_OPT_IMAGE, "--image"},
+    {FIG_OPT_QUERY, "--query"}, {FIG_OPT_DEFINITION, "--definition"}, {FIG_OPT_CMAP, "--cmap"},
+    {FIG_OPT_RANGE, "--range"}, {FIG_OPT_LABELS, "--labels"}};
+#define N_FIG_OPTIONS (sizeof fig_options / sizeof fig_options[0])
+
+void figure_options_text(const figure_recipe *r, char *buf, size_t n) {
+    buf[0] = 0;
+    for (size_t i = 0; i < N_FIG_OPTIONS; i++)
+        if (r->options & fig_options[i].bit)
+            snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", buf[0] ? ", " : "", fig_options[i].name);
+}
+
+/* Refuses every option given that recipe r does not use, naming it and the ones r takes. */
+static as_status check_options(const figure_recipe *r, const fig_opts *o, const char *path,
+                               as_error *err) {
+    int given[] = {o->layer >= 0, o->head >= 0, o->image >= 0, o->query >= 0, o->definition != NULL,
+                   o->cmap_set, o->range_set, o->labels_set};
+    _Static_assert(sizeof given / sizeof given[0] == N_FIG_OPTIONS, "one flag per option");
+    char takes[160];
+    figure_options_text(r, takes, sizeof takes);
+    for (size_t i = 0; i < N_FIG_OPTIONS; i++)
+        if (given[i] && !(r->options & fig_options[i].bit))
+            return as_fail(err, AS_ERR_ARG, "the %s figure does not use %s: leave it out (it takes %s)",
+                           r->name, fig_options[i].name, takes[0] ? takes : "none of the figure options");
+    if (o->cmap_set && o->cmap == PLOT_CMAP_DIVERGING && (r->options & FIG_OPT_RANGE))
+        return as_fail(err, AS_ERR_ARG, "the %s figure colours non-negative weights: --cmap diverging "
+                       "is for signed values; use viridis or magma", r->name);
+    const char *ext = strrchr(path, '.');
+    if (o->dpi_set && !(ext && strcmp(ext, ".png") == 0))
+        return as_fail(err, AS_ERR_ARG, "%s: --dpi applies to PNG output only (PDF and SVG are "
+                       "vector): leave it out or write .png", path);
+    return AS_OK;
+}
+
 as_status figure_render(const figure_recipe *r, const fig_opts *o, const char *path, as_error *err) {
+    if (check_options(r, o, path, err) != AS_OK) return err->status;
     if (o->n_sources < 1)
         return as_fail(err, AS_ERR_ARG, "the %s figure needs a trace or results file", r->name);
     if (o->n_sources > r->max_sources)

@@ -5,6 +5,7 @@
 
 #include "../core/status.h"
 #include "../io/trace.h"
+#include "mapscale.h"
 #include "plot.h"
 
 #define FIG_MAX_SOURCES 8
@@ -23,13 +24,25 @@ typedef struct {
     const char *definition;         /* similarity: deepvit, row (default) or map */
     plot_cmap cmap;
     int cmap_set;
+    mapscale_range range;           /* attention maps over the image: MAPSCALE_ZERO (default) */
+    int range_set, labels_set, dpi_set; /* given by the user: refused where a recipe ignores them */
     double width, height, dpi;      /* 0: the recipe's default size; dpi for PNG */
     int n_sources;
     fig_source src[FIG_MAX_SOURCES];
 } fig_opts;
 
+/* The per-figure options a recipe uses (figure_recipe.options); figure_render refuses any other
+ * that was given, with its name. --width/--height/--column/--double apply to every figure,
+ * --dpi to PNG output. */
+enum {
+    FIG_OPT_LAYER = 1 << 0, FIG_OPT_HEAD = 1 << 1, FIG_OPT_IMAGE = 1 << 2, FIG_OPT_QUERY = 1 << 3,
+    FIG_OPT_DEFINITION = 1 << 4, FIG_OPT_CMAP = 1 << 5, FIG_OPT_RANGE = 1 << 6,
+    FIG_OPT_LABELS = 1 << 7
+};
+
 typedef struct {
     const char *name;
+    unsigned options;         /* FIG_OPT_* it uses */
     const char *mirrors;      /* the paper figure it reproduces */
     const char *needs;        /* what the inputs must hold */
     const char *summary;
@@ -42,6 +55,8 @@ typedef struct {
 } figure_recipe;
 
 int figure_count(void);
+/* The options recipe r takes, as "--layer, --head, ..." ("" when none). */
+void figure_options_text(const figure_recipe *r, char *buf, size_t n);
 const figure_recipe *figure_get(int i);
 const figure_recipe *figure_find(const char *name);
 
@@ -91,11 +106,17 @@ as_status fig_layer_curves(plot_figure *f, plot_axes *a, const fig_opts *o, cons
 int fig_definition(const fig_opts *o, as_error *err);
 /* The query token of o (default: the first prefix token, else the centre patch). */
 int fig_query(const fig_opts *o, const fig_source *s);
-/* Image `image` of a trace with the query's attention (layer, head) over it, the patch grid
- * and the query patch outlined; a colour bar when colorbar is set (fig_attention.c). */
-as_status fig_attention_panel(plot_figure *f, plot_axes *a, const fig_source *s, int layer,
-                              int head, long image, int query, const uint8_t *rgb, int S,
-                              int colorbar, const char *title, as_error *err);
+/* The sequential colour map of o: --cmap, else PLOT_CMAP_DEFAULT. */
+plot_cmap fig_cmap(const fig_opts *o);
+/* Image `image` of a trace with the query's attention (layer, head) over it, coloured by o's
+ * --cmap and --range (mapscale.h), the patch grid and the query patch outlined; a colour bar
+ * with the 1/T mark when colorbar is set; under the image the prefix share and the peak over
+ * uniform (mapscale_note), for which a->h must leave room: the image is a->w square at the top
+ * of a. scale (may be NULL) receives the map's scale (fig_attention.c). */
+as_status fig_attention_panel(plot_figure *f, plot_axes *a, const fig_opts *o, const fig_source *s,
+                              int layer, int head, long image, int query, const uint8_t *rgb,
+                              int S, int colorbar, const char *title, mapscale *scale,
+                              as_error *err);
 /* Min and max over the non-NaN values. */
 void fig_range(const double *v, size_t n, double *lo, double *hi);
 

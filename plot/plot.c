@@ -495,32 +495,52 @@ void plot_heatmap(plot_figure *f, const plot_axes *a, const double *v, int rows,
 
 void plot_colorbar(plot_figure *f, const plot_axes *a, double vmin, double vmax, plot_cmap cm,
                    const char *label) {
+    plot_colorbar_ex(f, a, vmin, vmax, cm, label, NULL);
+}
+
+void plot_colorbar_ex(plot_figure *f, const plot_axes *a, double vmin, double vmax, plot_cmap cm,
+                      const char *label, const plot_colorbar_extra *x) {
     cairo_t *cr = f->cr;
     const int n = 256;
     double v[256];
     for (int i = 0; i < n; i++) v[i] = vmax - (vmax - vmin) * i / (n - 1);
     cairo_surface_t *img = cells_surface(v, n, 1, vmin, vmax, cm);
-    double x = a->x + a->w + 7, w = 7;
-    paint_cells(f, img, 1, n, x, a->y, w, a->h, 1);
+    double bx = a->x + a->w + 7, w = 7;
+    paint_cells(f, img, 1, n, bx, a->y, w, a->h, 1);
     cairo_surface_destroy(img);
     cairo_set_source_rgb(cr, 0, 0, 0);
     cairo_set_line_width(cr, 0.5);
-    cairo_rectangle(cr, x, a->y, w, a->h);
+    cairo_rectangle(cr, bx, a->y, w, a->h);
     cairo_stroke(cr);
-    double lo = vmin, hi = vmax, s = nice_step(hi - lo > 0 ? hi - lo : 1, 4), maxw = 0;
+    double lo = vmin, hi = vmax, span = hi - lo > 0 ? hi - lo : 1, s = nice_step(span, 4), maxw = 0;
+    int mark = x && x->has_mark && isfinite(x->mark) && x->mark >= lo - span * 1e-9 && x->mark <= hi + span * 1e-9;
+    double my = mark ? a->y + a->h - (x->mark - lo) / span * a->h : 0;
     char buf[64];
     for (double t = ceil(lo / s - 1e-9) * s; t <= hi + s * 1e-9; t += s) {
-        double py = a->y + a->h - (t - lo) / (hi - lo > 0 ? hi - lo : 1) * a->h;
-        cairo_move_to(cr, x + w, py);
-        cairo_line_to(cr, x + w + 2, py);
+        double py = a->y + a->h - (t - lo) / span * a->h;
+        cairo_move_to(cr, bx + w, py);
+        cairo_line_to(cr, bx + w + 2, py);
         cairo_stroke(cr);
+        if (mark && fabs(py - my) < TICK_FONT * 1.15) continue; /* the mark's label goes there */
         tick_label(buf, sizeof buf, t, s);
         maxw = fmax(maxw, text_width(f, TICK_FONT, buf));
-        plot_text(f, x + w + 3.5, py + 2.2, TICK_FONT, 0, buf);
+        plot_text(f, bx + w + 3.5, py + 2.2, TICK_FONT, 0, buf);
+    }
+    if (mark) { /* black under white: visible on the dark and the bright end of any map */
+        for (int k = 0; k < 2; k++) {
+            cairo_set_source_rgb(cr, k, k, k);
+            cairo_set_line_width(cr, k ? 0.6 : 1.6);
+            cairo_move_to(cr, bx - (k ? 1.5 : 2), my);
+            cairo_line_to(cr, bx + w + (k ? 1.5 : 2.5), my);
+            cairo_stroke(cr);
+        }
+        const char *ml = x->mark_label ? x->mark_label : "";
+        maxw = fmax(maxw, text_width(f, TICK_FONT, ml));
+        plot_text(f, bx + w + 3.5, my + 2.2, TICK_FONT, 0, ml);
     }
     if (label) {
         cairo_save(cr);
-        cairo_translate(cr, x + w + 6 + maxw + 4, a->y + a->h / 2);
+        cairo_translate(cr, bx + w + 6 + maxw + 4, a->y + a->h / 2);
         cairo_rotate(cr, PLOT_PI / 2);
         plot_text(f, 0, 0, LABEL_FONT, 0.5, label);
         cairo_restore(cr);

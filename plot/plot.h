@@ -29,6 +29,9 @@
 typedef struct { double r, g, b; } plot_color;
 
 typedef enum { PLOT_CMAP_VIRIDIS = 0, PLOT_CMAP_MAGMA, PLOT_CMAP_DIVERGING, PLOT_CMAP_COUNT } plot_cmap;
+/* The sequential colour map every command uses unless told otherwise (plot, experiment, demo,
+ * view): matplotlib's default, perceptually uniform and colour-blind safe. */
+#define PLOT_CMAP_DEFAULT PLOT_CMAP_VIRIDIS
 typedef enum { PLOT_MARK_NONE = 0, PLOT_MARK_CIRCLE, PLOT_MARK_SQUARE, PLOT_MARK_TRIANGLE,
                PLOT_MARK_DIAMOND, PLOT_MARK_COUNT } plot_marker;
 
@@ -100,6 +103,16 @@ void plot_heatmap(plot_figure *f, const plot_axes *a, const double *v, int rows,
 /* A vertical colour bar right of a with its label. */
 void plot_colorbar(plot_figure *f, const plot_axes *a, double vmin, double vmax, plot_cmap cm,
                    const char *label);
+/* Extras of a colour bar (zero-initialise, then set what is wanted). */
+typedef struct {
+    int has_mark;             /* draw a marked level: a line across the bar, labelled in the
+                                 tick column (numeric ticks that would collide are left out) */
+    double mark;              /* in the bar's units (the uniform attention 1/T) */
+    const char *mark_label;   /* "1/T" */
+} plot_colorbar_extra;
+/* plot_colorbar with extras (x may be NULL: plot_colorbar). */
+void plot_colorbar_ex(plot_figure *f, const plot_axes *a, double vmin, double vmax, plot_cmap cm,
+                      const char *label, const plot_colorbar_extra *x);
 /* An RGB image (h x w x 3) filling a. */
 void plot_image(plot_figure *f, const plot_axes *a, const uint8_t *rgb, int w, int h);
 /* A g x g map over a (patches), alpha in [0, 1]; and the patch grid lines. */

@@ -137,6 +137,173 @@ static int file_has(const char *path, const char *needle, const unsigned char *m
     return ok;
 }
 
+/* The map scale (plot/mapscale.c), from values worked by hand. */
+static void test_mapscale(void) {
+    enum { T = 65 };
+    double row[T], m[2 * T];
+    mapscale s;
+    /* uniform: the colours span 0 .. 1/T, the peak is 1 x uniform */
+    for (int j = 0; j < T; j++) row[j] = 1.0 / T;
+    mapscale_make(&s, row, 1, T, 1, 1, MAPSCALE_ZERO);
+    CHECK(s.probability && s.zero && s.lo == 0 && fabs(s.hi - 1.0 / T) < 1e-15 && fabs(s.ratio - 1) < 1e-12 &&
+          fabs(s.prefix_share - 1.0 / T) < 1e-15, "uniform: [%g, %g] ratio %g share %g", s.lo, s.hi, s.ratio, s.prefix_share);
+    /* an untrained model's row: 0.0147 .. 0.0162 (uniform 0.01538): from 0, not min..max */
+    for (int j = 0; j < T; j++) row[j] = 0.0147 + 0.0015 * (j % 2);
+    double sum = 0;
+    for (int j = 0; j < T; j++) sum += row[j];
+    for (int j = 0; j < T; j++) row[j] /= sum;
+    double mx = 0.0162 / sum;
+    mapscale_make(&s, row, 1, T, 1, 1, MAPSCALE_ZERO);
+    CHECK(s.lo == 0 && fabs(s.hi - mx) < 1e-15 && fabs(s.ratio - mx * T) < 1e-12, "near uniform: [%g, %g] ratio %g",
+          s.lo, s.hi, s.ratio);
+    mapscale_make(&s, row, 1, T, 1, 1, MAPSCALE_MINMAX);
+    CHECK(!s.zero && fabs(s.lo - 0.0147 / sum) < 1e-15 && fabs(s.hi - mx) < 1e-15, "min-max: [%g, %g]", s.lo, s.hi);
+    /* a class-token sink: the patches get nothing; the range still reaches 1/T, the share is 1 */
+    memset(row, 0, sizeof row);
+    row[0] = 1;
+    mapscale_make(&s, row, 1, T, 1, 1, MAPSCALE_ZERO);
+    CHECK(s.probability && s.lo == 0 && fabs(s.hi - 1.0 / T) < 1e-15 && s.prefix_share == 1 && s.token_share[0] == 1 &&
+          s.ratio == 0, "sink: [%g, %g] share %g", s.lo, s.hi, s.prefix_share);
+    char t[160];
+    mapscale_text(&s, 0, t, sizeof t);
+    CHECK(strstr(t, "class token 100.0%") && strstr(t, "patches 0.0%"), "sink text: %s", t);
+    mapscale_text(&s, 1, t, sizeof t);
+    CHECK(strstr(t, "cls 100%") != NULL, "compact: %s", t);
+    mapscale_make(&s, row, 1, T, 1, 1, MAPSCALE_MINMAX);
+    CHECK(s.lo == 0 && fabs(s.hi - 1.0 / T) < 1e-15, "sink min-max: a readable range [%g, %g], not 0..1e-9", s.lo, s.hi);
+    /* distilled: two prefix tokens, two rows: the mean shares */
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < T; j++) m[i * T + j] = j == 0 ? 0.5 - 0.25 * i : j == 1 ? 0.25 : 0.25 / (T - 2) * (1 + i);
+    mapscale_make(&s, m, 2, T, 2, 0, MAPSCALE_ZERO);
+    CHECK(s.probability && fabs(s.prefix_share - 0.625) < 1e-12 && fabs(s.token_share[0] - 0.375) < 1e-12 &&
+          fabs(s.token_share[1] - 0.25) < 1e-12 && fabs(s.max - 0.5) < 1e-15, "distilled: share %g (%g, %g) max %g",
+          s.prefix_share, s.token_share[0], s.token_share[1], s.max);
+    mapscale_text(&s, 0, t, sizeof t);
+    CHECK(strstr(t, "class 37.5%, distillation 25.0%, patches 37.5%") != NULL, "distilled text: %s", t);
+    /* scores: signed, no distribution: min..max, no uniform level, no share */
+    for (int j = 0; j < T; j++) row[j] = j - 20.0;
+    mapscale_make(&s, row, 1, T, 1, 1, MAPSCALE_ZERO);
+    CHECK(!s.probability && !s.zero && s.lo == -19 && s.hi == 44 && isnan(s.ratio) && isnan(s.prefix_share),
+          "scores: [%g, %g]", s.lo, s.hi);
+    mapscale_text(&s, 0, t, sizeof t);
+    CHECK(strstr(t, "min..max") != NULL, "scores text: %s", t);
+    /* non-negative but not a distribution (Refiner's expanded maps): from 0, no 1/T */
+    for (int j = 0; j < T; j++) row[j] = 0.5 + 0.01 * j;
+    mapscale_make(&s, row, 1, T, 1, 0, MAPSCALE_ZERO);
+    CHECK(!s.probability && s.zero && s.lo == 0 && fabs(s.hi - 1.14) < 1e-12 && isnan(s.uniform), "expanded: [%g, %g]",
+          s.lo, s.hi);
+    /* stored patches only (rollout): the prefix share is what they leave of 1 */
+    double pt[64];
+    for (int j = 0; j < 64; j++) pt[j] = 0.9 / 64;
+    pt[3] = 0.9 / 64 + 0.05;
+    mapscale_make_patches(&s, pt, 64, 65, MAPSCALE_ZERO);
+    CHECK(s.probability && fabs(s.prefix_share - 0.05) < 1e-12 && fabs(s.ratio - pt[3] * 65) < 1e-12,
+          "patches: share %g ratio %g", s.prefix_share, s.ratio);
+    /* widening: one range over several maps */
+    mapscale a, b;
+    for (int j = 0; j < T; j++) row[j] = 1.0 / T;
+    mapscale_make(&a, row, 1, T, 1, 1, MAPSCALE_ZERO);
+    memset(row, 0, sizeof row);
+    row[5] = 1;
+    mapscale_make(&b, row, 1, T, 1, 1, MAPSCALE_ZERO);
+    mapscale_widen(&a, &b);
+    CHECK(a.lo == 0 && a.hi == 1 && a.max == 1, "widened [%g, %g]", a.lo, a.hi);
+    CHECK(mapscale_range_parse("zero") == MAPSCALE_ZERO && mapscale_range_parse("minmax") == MAPSCALE_MINMAX &&
+          mapscale_range_parse("log") < 0, "range names");
+
+    /* the colour bar's 1/T mark: a white line across the bar at its level */
+    cairo_surface_t *img = cairo_image_surface_create(CAIRO_FORMAT_RGB24, 800, 800);
+    cairo_t *cr = cairo_create(img);
+    cairo_set_source_rgb(cr, 1, 1, 1);
+    cairo_paint(cr);
+    cairo_scale(cr, 4, 4); /* 4 pixels a point: the 0.6 pt line has pure pixels */
+    plot_figure *f = plot_figure_wrap(cr, 200, 200);
+    plot_axes ax = {.x = 10, .y = 20, .w = 100, .h = 100};
+    plot_colorbar_extra x = {.has_mark = 1, .mark = 0.25, .mark_label = "1/T"};
+    plot_colorbar_ex(f, &ax, 0, 1, PLOT_CMAP_VIRIDIS, "w", &x);
+    plot_figure_abort(f);
+    cairo_destroy(cr);
+    cairo_surface_flush(img);
+    const unsigned char *d = cairo_image_surface_get_data(img);
+    int stride = cairo_image_surface_get_stride(img), n_light = 0, first = -1;
+    for (int y = 80; y < 480; y++) { /* pixel rows of the bar; the mark at 4 * (20 + 75) = 380 */
+        uint32_t p;
+        memcpy(&p, d + (size_t)y * stride + 4 * 480, 4);
+        if ((p >> 16 & 255) > 230 && (p >> 8 & 255) > 230 && (p & 255) > 230) {
+            n_light++;
+            if (first < 0) first = y;
+        }
+    }
+    CHECK(n_light >= 1 && n_light <= 3 && first >= 378 && first <= 381, "the mark: %d light pixel rows from %d",
+          n_light, first);
+    cairo_surface_destroy(img);
+}
+
+/* Options a recipe does not use are refused; --range, --labels and --dpi where they apply. */
+static void test_options(const char *path) {
+    char trace[512]; /* check_tmp's buffers rotate */
+    snprintf(trace, sizeof trace, "%s", path);
+    as_error err = {0};
+    struct { const char *fig, *out; int range, labels, dpi, cmap; int ok; const char *msg; } c[] = {
+        {"attention", "a.png", 1, 0, 1, -1, 1, NULL},
+        {"als", "a.pdf", 1, 0, 0, -1, 0, "--range"},
+        {"als", "a.pdf", 0, 1, 0, -1, 0, "--labels"},
+        {"entropy", "a.pdf", 0, 1, 0, -1, 1, NULL},
+        {"als", "a.pdf", 0, 0, 1, -1, 0, "--dpi applies to PNG"},
+        {"attention", "a.pdf", 0, 0, 0, PLOT_CMAP_DIVERGING, 0, "signed"},
+        {"similarity", "a.pdf", 0, 0, 0, PLOT_CMAP_DIVERGING, 1, NULL},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        fig_opts o;
+        memset(&o, 0, sizeof o);
+        o.layer = o.head = o.image = o.query = -1;
+        o.dpi = 100;
+        o.range = c[i].range ? MAPSCALE_MINMAX : MAPSCALE_ZERO;
+        o.range_set = c[i].range;
+        o.labels_set = c[i].labels;
+        o.dpi_set = c[i].dpi;
+        o.cmap_set = c[i].cmap >= 0;
+        o.cmap = c[i].cmap >= 0 ? (plot_cmap)c[i].cmap : PLOT_CMAP_DEFAULT;
+        CHECK(fig_source_open(&o.src[0], trace, "m", &err) == AS_OK, "%s", err.msg);
+        o.n_sources = 1;
+        as_status rc = figure_render(figure_find(c[i].fig), &o, check_tmp(c[i].out), &err);
+        if (c[i].ok) CHECK(rc == AS_OK, "case %zu (%s): %s", i, c[i].fig, err.msg);
+        else CHECK(rc == AS_ERR_ARG && strstr(err.msg, c[i].msg), "case %zu (%s): %s", i, c[i].fig,
+                   rc == AS_OK ? "accepted" : err.msg);
+        fig_source_close(&o.src[0]);
+    }
+    /* the panel's scale is the scale of the row it draws */
+    fig_opts o;
+    memset(&o, 0, sizeof o);
+    fig_source s;
+    CHECK(fig_source_open(&s, trace, NULL, &err) == AS_OK, "%s", err.msg);
+    const trace_reader *r = &s.tr;
+    int T = r->num_tokens, p = r->num_prefix, layer = r->layers[1], q = p + 3;
+    uint8_t *rgb;
+    int S;
+    CHECK(fig_read_rgb(&s, 0, &rgb, &S, &err) == AS_OK, "%s", err.msg);
+    cairo_surface_t *img = cairo_image_surface_create(CAIRO_FORMAT_RGB24, 300, 300);
+    cairo_t *cr = cairo_create(img);
+    plot_figure *f = plot_figure_wrap(cr, 300, 300);
+    plot_axes a = {.x = 10, .y = 10, .w = 200, .h = 230};
+    mapscale got, want;
+    CHECK(fig_attention_panel(f, &a, &o, &s, layer, r->heads[0], 0, q, rgb, S, 1, "t", &got, &err) == AS_OK, "%s", err.msg);
+    CHECK(a.w == a.h && a.w <= 200 && a.w > 180, "the image is square above the note: %g x %g", a.w, a.h);
+    float *A = malloc((size_t)T * T * sizeof *A);
+    double row[4096];
+    CHECK(trace_read_head(r, TRACE_Q_ATTN, 0, layer, r->heads[0], A, &err) == AS_OK, "%s", err.msg);
+    for (int j = 0; j < T; j++) row[j] = A[(size_t)q * T + j];
+    mapscale_make(&want, row, 1, T, p, p, MAPSCALE_ZERO);
+    CHECK(got.lo == want.lo && got.hi == want.hi && got.ratio == want.ratio && got.prefix_share == want.prefix_share,
+          "panel scale [%g, %g] ratio %g, row [%g, %g] ratio %g", got.lo, got.hi, got.ratio, want.lo, want.hi, want.ratio);
+    free(A);
+    free(rgb);
+    plot_figure_abort(f);
+    cairo_destroy(cr);
+    cairo_surface_destroy(img);
+    fig_source_close(&s);
+}
+
 
 static void test_recipes(void) {
     char a[512], b[512], bare[512], src[512];
@@ -235,6 +402,8 @@ int main(void) {
     test_basics();
     test_reference_png();
     test_recipes();
+    test_mapscale();
+    test_options(check_tmp("mech_cls.h5"));
     check_tmp_remove();
     return check_finish("plot");
 }

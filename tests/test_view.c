@@ -112,15 +112,24 @@ static void test_query_view(const char *trace) {
     int same = 1;
     for (int j = 0; j < P; j++) same &= ip->values[j] == (double)row[j];
     CHECK(same, "overlay values are the query's row over the patches");
-    /* colour bars: the row's range, and the whole map's */
-    CHECK(v.n_cbars == 2 && fabs(v.cbars[0].lo - lo) < 1e-12 && fabs(v.cbars[0].hi - hi) < 1e-12,
-          "overlay colour bar [%g, %g], row range [%g, %g]", v.cbars[0].lo, v.cbars[0].hi, lo, hi);
+    /* colour bars: from 0 to the row's peak (or 1/T when the patches get less), and the whole
+     * map's; 'z': from the minimum */
     double mlo = INFINITY, mhi = -INFINITY;
     for (int i = 0; i < T * T; i++) {
         mlo = fmin(mlo, A[i]);
         mhi = fmax(mhi, A[i]);
     }
-    CHECK(fabs(v.cbars[1].lo - mlo) < 1e-12 && fabs(v.cbars[1].hi - mhi) < 1e-12, "map colour bar [%g, %g]",
+    CHECK(v.n_cbars == 2 && v.cbars[0].lo == 0 && fabs(v.cbars[0].hi - fmax(hi, 1.0 / T)) < 1e-12,
+          "overlay colour bar [%g, %g], row peak %g, 1/T %g", v.cbars[0].lo, v.cbars[0].hi, hi, 1.0 / T);
+    CHECK(v.cbars[1].lo == 0 && fabs(v.cbars[1].hi - mhi) < 1e-12, "map colour bar [%g, %g]",
+          v.cbars[1].lo, v.cbars[1].hi);
+    CHECK(ip->scale.probability && fabs(ip->scale.ratio - hi * T) < 1e-9, "peak over uniform %g, want %g",
+          ip->scale.ratio, hi * T);
+    press(&v, 'z');
+    draw(&v, s);
+    CHECK(v.n_cbars == 2 && fabs(v.cbars[0].lo - lo) < 1e-12 && fabs(v.cbars[0].hi - hi) < 1e-12,
+          "min-max overlay colour bar [%g, %g], row range [%g, %g]", v.cbars[0].lo, v.cbars[0].hi, lo, hi);
+    CHECK(fabs(v.cbars[1].lo - mlo) < 1e-12 && fabs(v.cbars[1].hi - mhi) < 1e-12, "min-max map colour bar [%g, %g]",
           v.cbars[1].lo, v.cbars[1].hi);
     /* the status line */
     char want[128];

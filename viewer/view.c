@@ -226,7 +226,8 @@ as_status view_open(view *v, const char *path, as_error *err) {
     v->complete = r->complete;
     v->li = r->n_layers - 1;
     v->query = default_query(v);
-    v->cmap = PLOT_CMAP_MAGMA;
+    v->cmap = PLOT_CMAP_DEFAULT;
+    v->range = MAPSCALE_ZERO;
     v->opacity = 0.6;
     v->zoom = 1.45;
     v->follow = v->live;
@@ -356,36 +357,55 @@ static as_status ensure_rollout(view *v, as_error *err) {
     return AS_OK;
 }
 
-/* The g x g values drawn over the image: row `query` of a map over the patch keys, or the
- * rollout row through layer li. */
-static as_status patch_values(view *v, int ds, int li, int hi, double *out, as_error *err) {
+/* The query's whole row that the overlay shows the patch keys of: row `query` of a map (cols
+ * keys, prefix tokens first), or the rollout row through layer li (T keys); *cols receives its
+ * length. row holds at least T values. */
+static as_status row_values(view *v, int ds, int li, int hi, double *row, int *cols, as_error *err) {
     const trace_reader *r = &v->src.tr;
-    int p = prefix_of(v), P = vit_num_patches(&r->cfg), T = r->num_tokens;
+    int T = r->num_tokens;
     if (v->row == VIEW_ROW_ROLLOUT) {
         if (ensure_rollout(v, err) != AS_OK) return err->status;
-        for (int j = 0; j < P; j++) out[j] = v->rollout_rows[(size_t)li * T + p + j];
+        for (int j = 0; j < T; j++) row[j] = v->rollout_rows[(size_t)li * T + j];
+        *cols = T;
         return AS_OK;
     }
     if (!has_map(v, li, ds)) return as_fail(err, AS_ERR_ARG, "layer %d has no %s", r->layers[li], map_names[ds]);
     const float *A = map_get(v, ds, v->image, li, hi, err);
     if (!A) return err->status;
-    int cols = v->dims[li][ds][2];
-    for (int j = 0; j < P; j++) out[j] = A[(size_t)v->query * cols + (cols - P) + j];
+    int n = v->dims[li][ds][2];
+    for (int j = 0; j < n && j < T; j++) row[j] = A[(size_t)v->query * n + j];
+    *cols = n < T ? n : T;
     return AS_OK;
 }
 
-/* The colour range of a panel: raw min/max, or log10 over four decades below the maximum. */
-typedef struct { double lo, hi; int log; double floor; } vscale; /* floor = 10^lo when log */
+/* The g x g values drawn over the image (the row's last P keys) and the row's scale. */
+static as_status patch_values(view *v, int ds, int li, int hi, double *out, mapscale *ms, as_error *err) {
+    int P = vit_num_patches(&v->src.tr.cfg), cols = 0;
+    double row[4096 + 8];
+    if (v->src.tr.num_tokens > 4096 + 8) return as_fail(err, AS_ERR_UNSUPPORTED, "grid too large to draw");
+    if (row_values(v, ds, li, hi, row, &cols, err) != AS_OK) return err->status;
+    memcpy(out, row + (cols - P), (size_t)P * sizeof *out);
+    mapscale_make(ms, row, 1, cols, cols - P, cols - P, v->range);
+    return AS_OK;
+}
 
-static vscale scale_make(view *v, double lo, double hi) {
-    vscale s = {lo, hi, 0, 0};
+/* The colour range of a panel: the map's scale (mapscale.h), or log10 over four decades below
+ * the maximum. */
+typedef struct { double lo, hi; int log; double floor; mapscale ms; } vscale; /* floor = 10^lo when log */
+
+static vscale scale_make(view *v, const mapscale *ms) {
+    vscale s = {ms->lo, ms->hi, 0, 0, *ms};
     if (v->log_scale) {
-        if (hi > 0 && lo >= 0) {
-            double floor_ = fmax(lo, hi * 1e-4);
-            s = (vscale){log10(floor_), log10(hi), 1, 0};
+        if (ms->max > 0 && ms->min >= 0) {
+            double floor_ = fmax(ms->min, ms->hi * 1e-4);
+            s.lo = log10(floor_);
+            s.hi = log10(ms->hi);
+            s.log = 1;
             s.floor = pow(10, s.lo);
+        } else if (ms->min < 0) {
+            note(v, "log scale needs non-negative values (these maps reach %.3g): showing linear", ms->min);
         } else {
-            note(v, "log scale needs non-negative values (these maps reach %.3g): showing linear", lo);
+            note(v, "log scale: every value shown is 0: showing linear");
         }
     }
     if (!(s.hi > s.lo)) s.hi = s.lo + 1e-9;
@@ -413,7 +433,7 @@ static view_panel *panel_add(view *v, view_panel_kind k, double x, double y, dou
     if (v->n_panels >= VIEW_MAX_PANELS) return NULL;
     view_panel *p = &v->panels[v->n_panels];
     *p = (view_panel){k, x, y, w, h, rows, cols, li >= 0 ? v->src.tr.layers[li] : -1, head, ds,
-                      v->query, s.lo, s.hi, v->panel_mem[v->n_panels]};
+                      v->query, s.lo, s.hi, v->panel_mem[v->n_panels], s.ms};
     v->n_panels++;
     return p;
 }
@@ -421,7 +441,9 @@ static view_panel *panel_add(view *v, view_panel_kind k, double x, double y, dou
 static void colorbar_add(view *v, plot_figure *f, const plot_axes *a, vscale s, const char *what) {
     char label[64];
     snprintf(label, sizeof label, "%s%s", s.log ? "log10 " : "", what);
-    plot_colorbar(f, a, s.lo, s.hi, v->cmap, label);
+    /* the uniform level 1/T, where the scale puts it */
+    plot_colorbar_extra x = {.has_mark = s.ms.probability, .mark = scale_apply(s, s.ms.uniform), .mark_label = "1/T"};
+    plot_colorbar_ex(f, a, s.lo, s.hi, v->cmap, label, &x);
     if (v->n_cbars < 8) {
         view_colorbar *c = &v->cbars[v->n_cbars++];
         c->lo = s.lo;
@@ -473,6 +495,7 @@ static void draw_image_panel(view *v, plot_figure *f, double x, double y, double
     if (title) plot_text(f, x + side / 2, y - 3, 6.5, 0.5, title);
     plot_axes a = {.x = x, .y = y, .w = side, .h = side};
     if (cbar) colorbar_add(v, f, &a, s, overlay_label(v, ds));
+    mapscale_note(f, x, y + side + 2, side, 6.5, &s.ms);
 }
 
 /* One head's full map (Q x T) with the query row outlined. */
@@ -530,54 +553,58 @@ static void query_name(const view *v, int q, char *buf, size_t n) {
     else snprintf(buf, n, "patch (%d, %d)", (q - p) / g, (q - p) % g);
 }
 
-/* Fills a panel's values for (ds, li, hi) and returns their raw range through lo/hi. */
-static double *overlay_values(view *v, int ds, int li, int hi, double *lo, double *hi_, as_error *err) {
+/* Fills a panel's values for (ds, li, hi) and their scale. */
+static double *overlay_values(view *v, int ds, int li, int hi, mapscale *ms, as_error *err) {
     int g = grid_of(v);
     double *vals = frame_alloc(v, (size_t)g * g);
     if (!vals) {
         as_fail(err, AS_ERR_NOMEM, "too many panels");
         return NULL;
     }
-    if (patch_values(v, ds, li, hi, vals, err) != AS_OK) return NULL;
-    fig_range(vals, (size_t)g * g, lo, hi_);
+    if (patch_values(v, ds, li, hi, vals, ms, err) != AS_OK) return NULL;
     return vals;
 }
 
-/* The global range: over every head of the layer (or every layer's rollout) for this query. */
-static as_status global_patch_range(view *v, int ds, int li, double *lo, double *hi, as_error *err) {
-    int g = grid_of(v);
-    double tmp[4096], a, b;
-    *lo = INFINITY;
-    *hi = -INFINITY;
+/* The global scale: ms widened over every head of the layer (or every layer's rollout) for
+ * this query. */
+static as_status global_patch_scale(view *v, int ds, int li, mapscale *ms, as_error *err) {
+    double tmp[4096];
+    mapscale o;
     int rollout = v->row == VIEW_ROW_ROLLOUT;
     int n = rollout ? v->src.tr.n_layers : n_heads(v, li, ds);
     for (int k = 0; k < n; k++) {
-        if (patch_values(v, ds, rollout ? k : li, rollout ? 0 : k, tmp, err) != AS_OK) return err->status;
-        fig_range(tmp, (size_t)g * g, &a, &b);
-        *lo = fmin(*lo, a);
-        *hi = fmax(*hi, b);
+        if (patch_values(v, ds, rollout ? k : li, rollout ? 0 : k, tmp, &o, err) != AS_OK) return err->status;
+        mapscale_widen(ms, &o);
     }
     return AS_OK;
 }
 
-/* Widens [lo, hi] to the values of A (n floats). */
-static void widen_range(const float *A, size_t n, double *lo, double *hi) {
-    for (size_t i = 0; i < n; i++) {
-        *lo = fmin(*lo, A[i]);
-        *hi = fmax(*hi, A[i]);
-    }
+/* The scale of a whole Q x T map (every row's keys shown). */
+static as_status map_scale(view *v, int ds, int li, const float *A, mapscale *ms, as_error *err) {
+    int Q = v->dims[li][ds][1], T = v->dims[li][ds][2], P = vit_num_patches(&v->src.tr.cfg);
+    size_t n = (size_t)Q * T;
+    double *m = malloc((n ? n : 1) * sizeof *m);
+    if (!m) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) m[i] = A[i];
+    mapscale_make(ms, m, Q, T, T > P ? T - P : 0, 0, v->range);
+    free(m);
+    return AS_OK;
 }
 
-static as_status global_map_range(view *v, int ds, int li, double *lo, double *hi, as_error *err) {
-    *lo = INFINITY;
-    *hi = -INFINITY;
-    size_t n = (size_t)v->dims[li][ds][1] * v->dims[li][ds][2];
+static as_status global_map_scale(view *v, int ds, int li, mapscale *ms, as_error *err) {
+    mapscale o;
     for (int k = 0; k < n_heads(v, li, ds); k++) {
         const float *A = map_get(v, ds, v->image, li, k, err);
-        if (!A) return err->status;
-        widen_range(A, n, lo, hi);
+        if (!A || map_scale(v, ds, li, A, &o, err) != AS_OK) return err->status;
+        mapscale_widen(ms, &o);
     }
     return AS_OK;
+}
+
+/* ", peak 12.4 x 1/T" for a probability map, else "". */
+static void peak_text(const mapscale *ms, char *buf, size_t n) {
+    if (ms->probability) snprintf(buf, n, ", peak %.3g \xc3\x97 1/T", ms->ratio);
+    else buf[0] = 0;
 }
 
 /* image overlay + full map for (li, hi) at column x0 of width w. */
@@ -585,18 +612,19 @@ static as_status draw_query_column(view *v, plot_figure *f, double x0, double w,
                                    double bottom, int li, int two_rows, as_error *err) {
     int ds = v->ds, hi = v->hi;
     double avail = bottom - top - 14;
-    double side = two_rows ? fmin(w - 60, (avail - 40) * 0.5) : fmin(avail, (w - 210) / 2);
+    /* single row: room under the image for the prefix share and the peak (mapscale_note) */
+    double side = two_rows ? fmin(w - 60, (avail - 40) * 0.5) : fmin(avail - 16, (w - 210) / 2);
     if (side < 20) side = 20;
-    double lo, hi_;
-    double *vals = overlay_values(v, ds, li, hi, &lo, &hi_, err);
+    mapscale ms;
+    double *vals = overlay_values(v, ds, li, hi, &ms, err);
     if (!vals) return err->status;
-    if (v->norm == VIEW_NORM_GLOBAL && global_patch_range(v, ds, li, &lo, &hi_, err) != AS_OK) return err->status;
+    if (v->norm == VIEW_NORM_GLOBAL && global_patch_scale(v, ds, li, &ms, err) != AS_OK) return err->status;
     char q[48], title[160];
     query_name(v, v->query, q, sizeof q);
     int head = view_head(v);
     if (v->row == VIEW_ROW_ROLLOUT) snprintf(title, sizeof title, "rollout from the %s through layer %d", q, v->src.tr.layers[li]);
     else snprintf(title, sizeof title, "layer %d, %s %d: %s", v->src.tr.layers[li], head_word(ds), head, q);
-    draw_image_panel(v, f, x0 + 4, top + 12, side, li, head, ds, scale_make(v, lo, hi_), title, 1);
+    draw_image_panel(v, f, x0 + 4, top + 12, side, li, head, ds, scale_make(v, &ms), title, 1);
     /* the full map */
     const float *A = map_get(v, ds, v->image, li, hi, err);
     if (!A) return err->status;
@@ -607,13 +635,14 @@ static as_status draw_query_column(view *v, plot_figure *f, double x0, double w,
     if (Q == T) mw = mh = fmin(mw, mh);
     else mh = Q * fmin(mh / Q, fmax(mw / T, 14.0)); /* prefix rows only: short rows, at least 14 pt */
     if (mw < 20 || mh < 8) return AS_OK; /* the window is too small for it */
-    double mlo = INFINITY, mhi = -INFINITY;
-    widen_range(A, (size_t)Q * T, &mlo, &mhi);
-    if (v->norm == VIEW_NORM_GLOBAL && global_map_range(v, ds, li, &mlo, &mhi, err) != AS_OK) return err->status;
+    mapscale mms;
+    if (map_scale(v, ds, li, A, &mms, err) != AS_OK) return err->status;
+    char mt[160], pk[48];
+    peak_text(&mms, pk, sizeof pk);
+    if (v->norm == VIEW_NORM_GLOBAL && global_map_scale(v, ds, li, &mms, err) != AS_OK) return err->status;
     plot_axes a = {.x = mx, .y = my, .w = mw, .h = mh};
-    char mt[128];
-    snprintf(mt, sizeof mt, "%s of %s %d (%d x %d)", map_names[ds], head_word(ds), head, Q, T);
-    draw_map_panel(v, f, a, li, hi, ds, A, scale_make(v, mlo, mhi), mt, 1);
+    snprintf(mt, sizeof mt, "%s of %s %d (%d x %d)%s", map_names[ds], head_word(ds), head, Q, T, pk);
+    draw_map_panel(v, f, a, li, hi, ds, A, scale_make(v, &mms), mt, 1);
     return AS_OK;
 }
 
@@ -623,9 +652,10 @@ static as_status draw_multiples(view *v, plot_figure *f, double x0, double y0, d
     int n = by_layer ? v->src.tr.n_layers : n_heads(v, v->li, v->ds);
     int best_c = 1;
     double best = 0;
+    const double NOTE = 8; /* under each panel: prefix share | peak (mapscale_note, compact) */
     for (int c = 1; c <= n; c++) {
         int rows = (n + c - 1) / c;
-        double s = fmin(w / c, h / rows - 11);
+        double s = fmin(w / c, h / rows - 11 - NOTE);
         if (s > best) {
             best = s;
             best_c = c;
@@ -633,26 +663,33 @@ static as_status draw_multiples(view *v, plot_figure *f, double x0, double y0, d
     }
     double side = best - 6;
     if (side < 8) return as_fail(err, AS_ERR_ARG, "the window is too small for %d panels", n);
-    double lo = INFINITY, hi = -INFINITY;
+    mapscale shared_ms, pms[VIEW_MAX_PANELS];
     int ds = by_layer ? 0 : v->ds, g = grid_of(v);
     /* every panel's values and raw range first: a global scale needs them all before drawing */
     for (int k = 0; k < n; k++) {
-        double a, b;
+        mapscale ms;
         if (!has_map(v, by_layer ? k : v->li, ds)) continue;
         /* frame_alloc hands out the next panel's memory: register the panel right after */
-        if (!overlay_values(v, ds, by_layer ? k : v->li, by_layer ? v->hi : k, &a, &b, err)) return err->status;
-        lo = fmin(lo, a);
-        hi = fmax(hi, b);
-        double px = x0 + (k % best_c) * best, py = y0 + (k / best_c) * (best + 11) + 10;
+        if (!overlay_values(v, ds, by_layer ? k : v->li, by_layer ? v->hi : k, &ms, err)) return err->status;
+        if (v->n_panels == 0) shared_ms = ms;
+        else mapscale_widen(&shared_ms, &ms);
+        pms[v->n_panels] = ms;
+        double px = x0 + (k % best_c) * best, py = y0 + (k / best_c) * (best + 11 + NOTE) + 10;
         int head = by_layer ? view_head(v) : head_id(v, ds, k);
         panel_add(v, VIEW_PANEL_IMAGE, px, py, side, side, g, g, by_layer ? k : v->li, head, ds,
-                  (vscale){a, b, 0, 0});
+                  (vscale){ms.lo, ms.hi, 0, 0, ms});
     }
     int global = v->norm == VIEW_NORM_GLOBAL;
-    vscale shared = scale_make(v, lo, hi);
+    vscale shared = v->n_panels > 0 ? scale_make(v, &shared_ms) : (vscale){.lo = 0, .hi = 1};
     for (int i = 0; i < v->n_panels; i++) {
         view_panel *pn = &v->panels[i];
-        vscale s = global ? shared : scale_make(v, pn->lo, pn->hi);
+        vscale s = scale_make(v, &pms[i]);
+        if (global) { /* the shared range; each panel keeps its own peak and prefix share */
+            s.lo = shared.lo;
+            s.hi = shared.hi;
+            s.log = shared.log;
+            s.floor = shared.floor;
+        }
         pn->lo = s.lo;
         pn->hi = s.hi;
         paint_overlay(v, f, i, s);
@@ -664,6 +701,7 @@ static as_status draw_multiples(view *v, plot_figure *f, double x0, double y0, d
         if (cur) outline(plot_cairo(f), pn->x - 1.5, pn->y - 1.5, side + 3, side + 3, 0.1, 0.45, 0.9, 1.2);
         if (v->hover_panel == i)
             outline(plot_cairo(f), pn->x - 0.8, pn->y - 0.8, side + 1.6, side + 1.6, 0.3, 0.3, 0.3, 0.6);
+        mapscale_note(f, pn->x, pn->y + side + 1.5, side, fmin(6, fmax(4, side / 14)), &pms[i]);
     }
     if (global && v->n_panels > 0) {
         int last = v->n_panels - 1;
@@ -686,7 +724,7 @@ static as_status draw_results(view *v, plot_figure *f, double top, double bottom
     double *vals = frame_alloc(v, (size_t)rows * cols);
     if (!vals) return as_fail(err, AS_ERR_NOMEM, "out of memory");
     memcpy(vals, m, (size_t)rows * cols * sizeof *vals);
-    panel_add(v, kind, a.x, a.y, a.w, a.h, rows, cols, -1, -1, 0, (vscale){lo, hi, 0, 0});
+    panel_add(v, kind, a.x, a.y, a.w, a.h, rows, cols, -1, -1, 0, (vscale){.lo = lo, .hi = hi});
     fig_heatmap(f, &a, m, rows, cols, row_ids, col_ids, lo, hi, v->cmap, NULL, xlabel, "layer", cbar);
     plot_text(f, a.x, a.y - 5, 8, 0, title); /* left-aligned: a narrow panel would clip it */
     if (v->n_cbars < 8) {
@@ -746,6 +784,7 @@ static const char *const help_lines[] = {
     "Esc / Enter       back to the query view",
     "m                 colour map: viridis / magma",
     "l                 log / linear scale",
+    "z                 attention maps from 0 (1/T marked) / from their minimum",
     "o                 normalise per map / globally (all heads of the layer, all panels)",
     "[ / ]             overlay opacity",
     "+ / -             larger / smaller text and panels",
@@ -784,14 +823,16 @@ static void hover_text(const view *v, char *buf, size_t n) {
     if (v->hover_panel < 0 || v->hover_panel >= v->n_panels || v->hover_row < 0) return;
     const view_panel *p = &v->panels[v->hover_panel];
     double val = p->values[(size_t)v->hover_row * p->cols + v->hover_col];
-    char q[48];
+    char q[48], u[40] = ""; /* the value over the uniform level */
+    if (p->scale.probability) snprintf(u, sizeof u, " (%.3g \xc3\x97 1/T)", val / p->scale.uniform);
     switch (p->kind) {
     case VIEW_PANEL_IMAGE:
         query_name(v, prefix_of(v) + v->hover_row * p->cols + v->hover_col, q, sizeof q);
-        snprintf(buf, n, "%s at %s: %.4g", v->row == VIEW_ROW_ROLLOUT ? "rollout" : map_names[p->ds], q, val);
+        snprintf(buf, n, "%s at %s: %.4g%s", v->row == VIEW_ROW_ROLLOUT ? "rollout" : map_names[p->ds], q,
+                 val, u);
         break;
     case VIEW_PANEL_MAP:
-        snprintf(buf, n, "%s[%d, %d]: %.4g", map_names[p->ds], v->hover_row, v->hover_col, val);
+        snprintf(buf, n, "%s[%d, %d]: %.4g%s", map_names[p->ds], v->hover_row, v->hover_col, val, u);
         break;
     case VIEW_PANEL_SIMILARITY:
         snprintf(buf, n, "similarity of layers %d and %d: %.4f", v->sim_layers[v->hover_row],
@@ -881,7 +922,7 @@ void view_draw(view *v, cairo_t *cr, double width, double height) {
     char title[1400];
     snprintf(title, sizeof title, "%s  |  %s view  |  %s, %s scale, %s normalisation, opacity %.1f  |  ? help",
              base ? base + 1 : v->src.path, mode_names[v->mode], plot_cmap_name(v->cmap),
-             v->log_scale ? "log" : "linear", v->norm == VIEW_NORM_MAP ? "per-map" : "global", v->opacity);
+             v->log_scale ? "log" : v->range == MAPSCALE_ZERO ? "linear from 0" : "min-max", v->norm == VIEW_NORM_MAP ? "per-map" : "global", v->opacity);
     plot_text(f, 6, TITLE_Y, 7, 0, title);
     /* status bar */
     build_status(v);
@@ -1010,6 +1051,7 @@ static int key(view *v, int k, int mods) {
     case VIEW_KEY_ESCAPE: case VIEW_KEY_ENTER: return set_mode(v, VIEW_MODE_QUERY);
     case 'm': v->cmap = v->cmap == PLOT_CMAP_MAGMA ? PLOT_CMAP_VIRIDIS : PLOT_CMAP_MAGMA; break;
     case 'l': v->log_scale = !v->log_scale; break;
+    case 'z': v->range = v->range == MAPSCALE_ZERO ? MAPSCALE_MINMAX : MAPSCALE_ZERO; break;
     case 'o': v->norm = v->norm == VIEW_NORM_MAP ? VIEW_NORM_GLOBAL : VIEW_NORM_MAP; break;
     case '[': v->opacity = fmax(0, round((v->opacity - 0.1) * 10) / 10); break;
     case ']': v->opacity = fmin(1, round((v->opacity + 0.1) * 10) / 10); break;
@@ -1182,24 +1224,31 @@ void view_plot_command(const view *v, const char *name, char *out, size_t n) {
     char ow[1200];
     shell_word(o, ow, sizeof ow);
     int layer = view_layer(v), head = view_head(v);
+    /* what the view shows that the figure takes as options: the colour map, and for maps over
+     * the image the range; a log scale has no figure counterpart */
+    char cm[32], sc[96];
+    snprintf(cm, sizeof cm, " --cmap %s", plot_cmap_name(v->cmap));
+    snprintf(sc, sizeof sc, "%s%s", cm, v->range == MAPSCALE_MINMAX ? " --range minmax" : "");
+    const char *logn = v->log_scale ? "   # the view's log scale: the figure is linear" : "";
     switch (v->mode) {
     case VIEW_MODE_QUERY:
         if (v->row == VIEW_ROW_ROLLOUT)
-            snprintf(out, n, "attnscope plot rollout %s --image %ld --layer %d -o %s%s", t, v->image,
-                     layer, ow, v->query == 0 && prefix_of(v) > 0 ? "" : "   # the figure rolls out "
-                     "from the class token (analyze --metrics rollout), the view from the query");
+            snprintf(out, n, "attnscope plot rollout %s --image %ld --layer %d%s -o %s%s%s", t, v->image,
+                     layer, sc, ow, v->query == 0 && prefix_of(v) > 0 ? "" : "   # the figure rolls out "
+                     "from the class token (analyze --metrics rollout), the view from the query", logn);
         else
-            snprintf(out, n, "attnscope plot attention %s --image %ld --layer %d --head %d --query %d "
-                     "-o %s%s", t, v->image, layer, head, v->query, ow,
-                     v->ds ? "   # the figure draws attn; the view shows another map" : "");
+            snprintf(out, n, "attnscope plot attention %s --image %ld --layer %d --head %d --query %d"
+                     "%s -o %s%s%s", t, v->image, layer, head, v->query, sc, ow,
+                     v->ds ? "   # the figure draws attn; the view shows another map" : "", logn);
         break;
     case VIEW_MODE_GRID:
     case VIEW_MODE_DEPTH:
-        snprintf(out, n, "attnscope plot grid %s --image %ld --query %d -o %s", t, v->image, v->query, ow);
+        snprintf(out, n, "attnscope plot grid %s --image %ld --query %d%s -o %s%s", t, v->image, v->query,
+                 sc, ow, logn);
         break;
     case VIEW_MODE_SIMILARITY:
-        snprintf(out, n, "attnscope plot similarity %s --definition %s -o %s", t,
-                 analysis_definition_name(v->definition), ow);
+        snprintf(out, n, "attnscope plot similarity %s --definition %s%s -o %s", t,
+                 analysis_definition_name(v->definition), cm, ow);
         break;
     case VIEW_MODE_PAIR: {
         char o1[1100], o2[1100];
@@ -1208,13 +1257,13 @@ void view_plot_command(const view *v, const char *name, char *out, size_t n) {
         char w1[1200], w2[1200];
         shell_word(o1, w1, sizeof w1);
         shell_word(o2, w2, sizeof w2);
-        snprintf(out, n, "attnscope plot attention %s --image %ld --layer %d --head %d --query %d -o %s\n"
-                 "attnscope plot attention %s --image %ld --layer %d --head %d --query %d -o %s", t,
-                 v->image, v->src.tr.layers[v->pair[0]], head, v->query, w1, t, v->image,
-                 v->src.tr.layers[v->pair[1]], head, v->query, w2);
+        snprintf(out, n, "attnscope plot attention %s --image %ld --layer %d --head %d --query %d%s -o %s%s\n"
+                 "attnscope plot attention %s --image %ld --layer %d --head %d --query %d%s -o %s%s", t,
+                 v->image, v->src.tr.layers[v->pair[0]], head, v->query, sc, w1, logn, t, v->image,
+                 v->src.tr.layers[v->pair[1]], head, v->query, sc, w2, logn);
         break;
     }
-    case VIEW_MODE_ALS: snprintf(out, n, "attnscope plot als %s -o %s", t, ow); break;
+    case VIEW_MODE_ALS: snprintf(out, n, "attnscope plot als %s%s -o %s", t, cm, ow); break;
     default: out[0] = 0;
     }
 }

@@ -66,6 +66,7 @@ typedef struct {
     int query;               /* IMAGE/MAP: the query token whose row is shown */
     double lo, hi;           /* the colour range its values map to (after the scale) */
     const double *values;    /* rows x cols as drawn, before the scale; valid until the next draw */
+    mapscale scale;          /* IMAGE, MAP: the map's scale, uniform level, peak and prefix share */
 } view_panel;
 
 typedef struct {
@@ -92,6 +93,7 @@ typedef struct {
     int definition;          /* SIMILARITY: index into analysis_definition_name */
     /* display */
     plot_cmap cmap;
+    mapscale_range range;    /* attention maps: from 0 (default) or from their minimum ('z') */
     int log_scale;
     view_norm norm;
     double opacity;          /* overlay alpha in [0, 1] */
