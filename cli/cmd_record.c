@@ -27,6 +27,13 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
     s->cfg = *c;
     s->params = &m->params;
     s->model_source = m->source;
+    s->model_sha256 = m->sha256;
+    runtime_info ri;
+    runtime_get_info(&ri);
+    s->blas_core = ri.core;
+    s->blas_config = ri.config;
+    s->blas_forced = ri.forced;
+    s->threads = ri.threads;
     s->weights_dtype = m->weights_dtype;
     s->n_class_names = ds->n_classes;
     s->class_names = ds->classes;

@@ -22,7 +22,7 @@
 #include "model.h"
 
 #define TRACE_FORMAT "attnscope-trace"
-#define TRACE_FORMAT_VERSION 1
+#define TRACE_FORMAT_VERSION 2 /* 2: dimension scales, variable-length paths, provenance */
 #define TRACE_SLOTS 2
 #define TRACE_PATH_LEN 1024
 #define TRACE_LZ4_FILTER 32004 /* registered id of the HDF5 LZ4 filter (hdf5-filter-plugin) */
@@ -388,6 +388,54 @@ static void quantities_str(unsigned quantities, char *q, size_t n) {
             snprintf(q + strlen(q), n - strlen(q), "%s%s", q[0] ? "," : "", trace_q_names[i]);
 }
 
+/* ---- provenance and navigation attributes (format version 2) --------------------------------- */
+
+static const char *nz(const char *s) { return s ? s : ""; }
+
+/* What the trace was made from and how: the weights' hash beside their resolved path, and the
+ * BLAS kernels and threads (bit-identical results need the same ones); the layer groups' names,
+ * so a reader need not build "layers/%02d" itself. */
+static int write_provenance_attrs(hid_t f, const trace_spec *s) {
+    int rc = 0;
+    rc |= h5u_attr_str(f, "model_sha256", nz(s->model_sha256));
+    rc |= h5u_attr_str(f, "blas_core", nz(s->blas_core));
+    rc |= h5u_attr_str(f, "blas_config", nz(s->blas_config));
+    rc |= h5u_attr_str(f, "blas_forced_by", nz(s->blas_forced));
+    rc |= h5u_attr_int(f, "threads", s->threads);
+    char names[VIT_MAX_DEPTH][16];
+    const char *ptr[VIT_MAX_DEPTH];
+    for (int i = 0; i < s->n_layers; i++) {
+        snprintf(names[i], sizeof names[i], "layers/%02d", s->layers[i]);
+        ptr[i] = names[i];
+    }
+    if (s->n_layers > 0) rc |= h5u_attr_strs(f, "layer_groups", ptr, s->n_layers);
+    return rc;
+}
+
+/* A resumed trace must come from the same weights (same config alone is not the same model);
+ * a resume under other kernels or threads is noted in resumed_with, since its later images may
+ * differ from a single run's in the last bits. */
+static as_status resume_provenance(hid_t f, const trace_spec *s, const char *path, as_error *err) {
+    char had[80] = "";
+    h5u_attr_read_str(f, "model_sha256", had, sizeof had);
+    if (had[0] && s->model_sha256 && s->model_sha256[0] && strcmp(had, s->model_sha256) != 0)
+        return as_fail(err, AS_ERR_ARG, "%s: recorded from weights with sha256 %.12s..., these "
+                       "have %.12s...: resume with the same --model or write a new trace", path,
+                       had, s->model_sha256);
+    char core[64] = "", note[512] = "";
+    int threads = 0;
+    h5u_attr_read_str(f, "blas_core", core, sizeof core);
+    h5u_attr_read_int(f, "threads", &threads, 1);
+    if (strcmp(core, nz(s->blas_core)) == 0 && threads == s->threads) return AS_OK;
+    h5u_attr_read_str(f, "resumed_with", note, sizeof note);
+    char now[32];
+    h5u_iso_now(now, sizeof now);
+    snprintf(note + strlen(note), sizeof note - strlen(note), "%s%s: OpenBLAS %s kernels, %d threads",
+             note[0] ? "; " : "", now, nz(s->blas_core), s->threads);
+    return h5u_attr_str(f, "resumed_with", note) == 0 ? AS_OK
+           : as_fail(err, AS_ERR_HDF5, "%s: cannot update its attributes for --resume", path);
+}
+
 static int write_root_attrs(hid_t f, const trace_spec *s) {
     const vit_config *c = &s->cfg;
     char q[128] = "", now[32], *json = NULL;
@@ -435,6 +483,7 @@ static int write_root_attrs(hid_t f, const trace_spec *s) {
     rc |= h5u_attr_str(f, "query_rows", s->prefix_rows_only ? "prefix" : "all");
     rc |= h5u_attr_str(f, "dtype", s->f16 ? "float16" : "float32");
     rc |= h5u_attr_str(f, "compression", comp);
+    rc |= write_provenance_attrs(f, s);
     free(json);
     return rc;
 }
@@ -909,7 +958,8 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
          * write at or hand out those addresses again ("addr overflow"). Move the end of
          * allocation to the file's end first, as h5clear --increment does. */
         H5Fincrement_filesize(w->file, 0);
-        if ((rc = resume_check(w, err)) != AS_OK || layout(w->file, &w->spec, &w->d, 0) < 0) {
+        if ((rc = resume_check(w, err)) != AS_OK || (rc = resume_provenance(w->file, &w->spec, path, err)) != AS_OK ||
+            layout(w->file, &w->spec, &w->d, 0) < 0) {
             if (rc == AS_OK)
                 rc = as_fail(err, AS_ERR_FORMAT, "%s: trace is missing datasets its attributes "
                              "promise: write a new trace", path);

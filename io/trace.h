@@ -45,8 +45,14 @@ const char *trace_compress_name(trace_compress c);
 typedef struct {
     vit_config cfg;
     const vit_params *params;    /* for the mechanisms' learnt maps under layers/LL/params; may be NULL */
-    const char *model_source;
+    const char *model_source;    /* the weights file's resolved path, or "random(seed=N)" */
+    const char *model_sha256;    /* SHA-256 of that file (hex); NULL or "" for random weights */
     const char *weights_dtype;
+    /* how it was computed: results are bit-identical only with the same kernels and threads */
+    const char *blas_core;       /* OpenBLAS's kernel set ("SkylakeX") */
+    const char *blas_config;     /* openblas_get_config() */
+    const char *blas_forced;     /* "OPENBLAS_CORETYPE=..." when the environment chose it, or "" */
+    int threads;
     unsigned quantities;         /* bit (1 << trace_quantity) */
     int n_layers, layers[VIT_MAX_DEPTH];  /* recorded layers, ascending */
     int n_heads, heads[1024];             /* recorded heads, ascending */
