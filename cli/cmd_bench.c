@@ -149,6 +149,11 @@ int cmd_bench(int argc, char **argv) {
         printf("OpenBLAS    kernel %s; SGEMM ceiling %.1f GFLOP/s (M=%d N=%d K=%d, measured now)\n",
                core, ceiling, B * T, c->mlp_hidden, c->embed_dim);
         if (warn) printf("WARNING     %s\n", advice);
+        runtime_info ri;
+        runtime_get_info(&ri);
+        if (ri.forced[0])
+            printf("WARNING     %s chose these kernels, not OpenBLAS; results (not only speed) match "
+                   "other runs bit for bit only with the same kernels and thread count\n", ri.forced);
         fflush(stdout);
     }
     /* Plain and recording runs alternate in short rounds and each reports its median: on a

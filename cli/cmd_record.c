@@ -58,6 +58,7 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
         }
     free(done_paths);
     res->resumed = done;
+    if (o->warn_as) runtime_warn(o->warn_as);
 
     size_t act_bytes = vit_acts_carve(c, B, NULL, NULL);
     void *arena = aligned_alloc(64, act_bytes);
@@ -327,6 +328,7 @@ int cmd_record(int argc, char **argv) {
     o.spec.command_line = cmdline;
     o.max_images = limit;
     o.quiet = quiet;
+    o.warn_as = "record";
     int rc = record_parse_selection(&o, &m.cfg, what, layers, heads, dtype, compress, rows, &err);
     if (rc) {
         dataset_free(&ds);
@@ -337,9 +339,13 @@ int cmd_record(int argc, char **argv) {
     record_result res;
     as_status st = record_run(&m, &ds, &o, &res, &err);
     if (st == AS_OK && !quiet) {
-        printf("recorded %ld images%s into %s in %.1f s (%.1f img/s, %d threads)\n", res.recorded,
+        runtime_info ri;
+        char blas[256];
+        runtime_get_info(&ri);
+        runtime_describe(&ri, blas, sizeof blas);
+        printf("recorded %ld images%s into %s in %.1f s (%.1f img/s; %s)\n", res.recorded,
                res.resumed ? " more" : "", out, res.seconds,
-               res.seconds > 0 ? res.recorded / res.seconds : 0.0, runtime_threads());
+               res.seconds > 0 ? res.recorded / res.seconds : 0.0, blas);
         if (res.resumed) printf("resumed after %ld images already in the trace\n", res.resumed);
         printf("next: attnscope info %s\n", out);
     }

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <hdf5.h>
+#include <hdf5_hl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -291,11 +292,144 @@ static int layer_attrs(hid_t g, const trace_spec *s, int l) {
     return rc;
 }
 
+/* ---- dimension scales and strings (format version 2) -----------------------------------------
+ * Every axis of every record is an HDF5 dimension scale in its group, so h5py's .dims, xarray
+ * (h5netcdf) and netCDF-4 readers see named dimensions; the axes attribute stays for version 1
+ * readers. Names differ where sizes do: q/k's width is qk_channel (tokens' is channel), Refiner's
+ * expanded maps run over expanded_head. */
+
+#define TRACE_NC_NOT_A_VARIABLE "This is a netCDF dimension but not a netCDF variable."
+
+/* The named dimensions of a record of q in block l, outermost first. */
+static const char *q_dims(const vit_config *c, trace_quantity q, int l) {
+    if (q == TRACE_Q_TOKENS) return "image,token,channel";
+    if (q == TRACE_Q_Q || q == TRACE_Q_K) return "image,head,token,qk_channel";
+    if ((q == TRACE_Q_X0 || q == TRACE_Q_X1) && c->attn[l].kind == VIT_ATTN_REFINER)
+        return "image,expanded_head,query,key";
+    return "image,head,query,key";
+}
+
+/* The named dimensions of the per-image datasets under /images. */
+static const char *images_dims(const char *name) {
+    if (strcmp(name, "top5") == 0 || strcmp(name, "top5_prob") == 0) return "image,rank";
+    if (strcmp(name, "logits") == 0) return "image,class";
+    if (strcmp(name, "rgb") == 0) return "image,row,column,color";
+    return "image";
+}
+
+/* Finds or creates the scale `name` of length n in group g. The image axis grows with the trace:
+ * an unlimited dimension without values (netCDF's "dimension but not a variable", whose readers
+ * take its length from the longest dataset on it). The others hold coordinates: values, or
+ * 0..n-1 when values is NULL. Returns the open scale, or -1 (also when one of another length
+ * exists). */
+static hid_t dim_scale(hid_t g, const char *name, hsize_t n, int unlimited, const int *values) {
+    if (H5Lexists(g, name, H5P_DEFAULT) > 0) {
+        hid_t s = H5Dopen2(g, name, H5P_DEFAULT);
+        hid_t sp = s >= 0 ? H5Dget_space(s) : -1;
+        hsize_t have = 0;
+        if (sp >= 0) H5Sget_simple_extent_dims(sp, &have, NULL);
+        if (sp >= 0) H5Sclose(sp);
+        if (s >= 0 && !unlimited && have != n) {
+            H5Dclose(s);
+            return -1;
+        }
+        return s;
+    }
+    hsize_t cur = unlimited ? 0 : n, max = unlimited ? H5S_UNLIMITED : n, chunk = 1024;
+    hid_t sp = H5Screate_simple(1, &cur, &max), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    if (unlimited) H5Pset_chunk(dcpl, 1, &chunk);
+    hid_t s = H5Dcreate2(g, name, H5T_STD_I32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    H5Pclose(dcpl);
+    H5Sclose(sp);
+    if (s < 0) return -1;
+    int rc = 0;
+    if (unlimited) {
+        char nm[96];
+        snprintf(nm, sizeof nm, "%s%10d", TRACE_NC_NOT_A_VARIABLE, 0);
+        rc |= H5DSset_scale(s, nm) < 0;
+    } else {
+        int *v = malloc((n ? n : 1) * sizeof *v);
+        for (hsize_t i = 0; v && i < n; i++) v[i] = values ? values[i] : (int)i;
+        rc |= !v || H5Dwrite(s, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0;
+        free(v);
+        rc |= H5DSset_scale(s, name) < 0;
+    }
+    if (rc) {
+        H5Dclose(s);
+        return -1;
+    }
+    return s;
+}
+
+/* Attaches dataset d's axes (dims: "image,head,query,key") to scales in its group g, and labels
+ * them. Head axes take their coordinates from d's heads attribute. Returns 0, or -1. */
+static int dims_attach(hid_t g, hid_t d, const char *dims) {
+    hid_t sp = H5Dget_space(d);
+    hsize_t ext[8];
+    const int nd = sp >= 0 ? H5Sget_simple_extent_dims(sp, ext, NULL) : -1;
+    if (sp >= 0) H5Sclose(sp);
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", dims);
+    int axis = 0, rc = nd < 1 ? -1 : 0;
+    for (char *save = NULL, *name = strtok_r(buf, ",", &save); name && rc == 0; name = strtok_r(NULL, ",", &save), axis++) {
+        if (axis >= nd) {
+            rc = -1;
+            break;
+        }
+        int heads[4096], *values = NULL;
+        if (strstr(name, "head") && h5u_attr_read_int(d, "heads", heads, 4096) == (int)ext[axis]) values = heads;
+        hid_t s = dim_scale(g, name, ext[axis], axis == 0, values);
+        rc = s < 0 || H5DSattach_scale(d, s, (unsigned)axis) < 0 || H5DSset_label(d, (unsigned)axis, name) < 0 ? -1 : 0;
+        if (s >= 0) H5Dclose(s);
+    }
+    return rc == 0 && axis == nd ? 0 : -1;
+}
+
+static herr_t write_rows(hid_t d, hid_t memtype, long start, int n, const void *buf);
+
+/* Image paths as variable-length UTF-8 strings (format 2), or the fixed 1024-byte strings of
+ * format 1 when resuming such a trace. */
+static herr_t write_paths(hid_t d, long start, int n, char (*paths)[TRACE_PATH_LEN]) {
+    hid_t ft = H5Dget_type(d);
+    const int vlen = ft >= 0 && H5Tis_variable_str(ft) > 0;
+    if (ft >= 0) H5Tclose(ft);
+    hid_t mt = h5u_str_type(vlen ? 0 : TRACE_PATH_LEN);
+    const char *ptr[TRACE_MAX_BATCH];
+    for (int b = 0; b < n && vlen; b++) ptr[b] = paths[b];
+    herr_t e = write_rows(d, mt, start, n, vlen ? (const void *)ptr : (const void *)paths);
+    H5Tclose(mt);
+    return e;
+}
+
+/* Reads n paths from index off into out, whichever string type the trace stores. */
+static herr_t read_paths(hid_t d, hsize_t off, hsize_t n, char (*out)[TRACE_PATH_LEN]) {
+    hid_t ft = H5Dget_type(d);
+    const int vlen = ft >= 0 && H5Tis_variable_str(ft) > 0;
+    if (ft >= 0) H5Tclose(ft);
+    hid_t fs = H5Dget_space(d), ms = H5Screate_simple(1, &n, NULL), mt = h5u_str_type(vlen ? 0 : TRACE_PATH_LEN);
+    H5Sselect_hyperslab(fs, H5S_SELECT_SET, &off, NULL, &n, NULL);
+    herr_t e;
+    if (vlen) {
+        char **p = calloc(n ? n : 1, sizeof *p);
+        e = p ? H5Dread(d, mt, ms, fs, H5P_DEFAULT, p) : -1;
+        for (hsize_t i = 0; e >= 0 && i < n; i++) snprintf(out[i], TRACE_PATH_LEN, "%s", p[i] ? p[i] : "");
+        if (e >= 0) H5Dvlen_reclaim(mt, ms, H5P_DEFAULT, p);
+        free(p);
+    } else {
+        e = H5Dread(d, mt, ms, fs, H5P_DEFAULT, out);
+        for (hsize_t i = 0; e >= 0 && i < n; i++) out[i][TRACE_PATH_LEN - 1] = 0;
+    }
+    H5Tclose(mt);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    return e;
+}
+
 /* Creates (create = 1) or opens every dataset of the spec. Returns 0 on success. */
 static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
     const vit_config *c = &s->cfg;
     hid_t store = s->f16 ? h5u_f16_type() : H5Tcopy(H5T_IEEE_F32LE);
-    hid_t pstr = h5u_str_type(TRACE_PATH_LEN);
+    hid_t pstr = h5u_str_type(0);
     int ok = 1;
     if (create) {
         hid_t g = H5Gcreate2(f, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -325,6 +459,7 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
                     h5u_attr_str(d->q[q][li], "description", q_description(c, (trace_quantity)q, l));
                     if (q != TRACE_Q_TOKENS)
                         h5u_attr_ints(d->q[q][li], "heads", ids, q_heads(s, (trace_quantity)q, l, ids));
+                    ok &= dims_attach(g, d->q[q][li], q_dims(c, (trace_quantity)q, l)) == 0;
                 }
             } else {
                 d->q[q][li] = open_dset(g, dn, 1);
@@ -367,6 +502,7 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
                 *tab[i].id = make_dset(g, tab[i].name, tab[i].type, tab[i].nd, tab[i].dims,
                                        tab[i].chunk0, s, 0, 0);
                 if (*tab[i].id >= 0) h5u_attr_str(*tab[i].id, "description", tab[i].desc);
+                if (*tab[i].id >= 0) ok &= dims_attach(g, *tab[i].id, images_dims(tab[i].name)) == 0;
             } else {
                 *tab[i].id = open_dset(g, tab[i].name, tab[i].chunk0);
             }
@@ -716,9 +852,7 @@ static int write_batch(trace_writer *w, trace_slot *sl, int *err_no) {
     }
     H5Tclose(store);
     if (bad) return -1;
-    hid_t pstr = h5u_str_type(TRACE_PATH_LEN);
-    bad |= write_rows(w->d.path, pstr, start, n, sl->paths) < 0;
-    H5Tclose(pstr);
+    bad |= write_paths(w->d.path, start, n, sl->paths) < 0;
     bad |= write_rows(w->d.label, H5T_NATIVE_INT, start, n, sl->labels) < 0;
     bad |= write_chunks(w->d.rgb, H5T_NATIVE_UCHAR, start, n, 1, (size_t)c->img_size * c->img_size * 3, sl->rgb, 0) < 0;
     if (C > 0 && !bad) {
@@ -973,12 +1107,10 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
         for (int i = 0; i < nids; i++) extend(ids[i], w->done); /* drop a partial batch */
         if (done_paths && w->done > 0) {
             *done_paths = malloc((size_t)w->done * TRACE_PATH_LEN);
-            hid_t pstr = h5u_str_type(TRACE_PATH_LEN);
-            if (!*done_paths || H5Dread(w->d.path, pstr, H5S_ALL, H5S_ALL, H5P_DEFAULT, *done_paths) < 0) {
+            if (!*done_paths || read_paths(w->d.path, 0, (hsize_t)w->done, *done_paths) < 0) {
                 free(*done_paths);
                 *done_paths = NULL;
             }
-            H5Tclose(pstr);
         }
         h5u_attr_int(w->file, "complete", 0);
         h5u_attr_str(w->file, "interrupted", "");
@@ -1330,19 +1462,14 @@ as_status trace_read_image_info(const trace_reader *r, long image, char *path, s
         H5Dclose(d);
     }
     if (path) {
-        char buf[TRACE_PATH_LEN + 1] = {0};
+        char buf[1][TRACE_PATH_LEN] = {{0}};
         hid_t d = H5Dopen2(f, "images/path", H5P_DEFAULT);
         if (d >= 0) {
             if (r->swmr) H5Drefresh(d);
-            hid_t fs = H5Dget_space(d), ms = H5Screate_simple(1, &one, NULL), st = h5u_str_type(TRACE_PATH_LEN);
-            H5Sselect_hyperslab(fs, H5S_SELECT_SET, &off, NULL, &one, NULL);
-            H5Dread(d, st, ms, fs, H5P_DEFAULT, buf);
-            H5Tclose(st);
-            H5Sclose(ms);
-            H5Sclose(fs);
+            if (read_paths(d, off, one, buf) < 0) buf[0][0] = 0;
             H5Dclose(d);
         }
-        snprintf(path, path_n, "%s", buf);
+        snprintf(path, path_n, "%s", buf[0]);
     }
     if (logits && r->cfg.num_classes > 0) return read_slab(r, "images/logits", image, -1, logits, err);
     return AS_OK;
