@@ -81,11 +81,13 @@ typedef struct {
     int quiet;        /* no summary lines (progress still follows the tty rule) */
     int max_images;   /* 0: all */
     const char *warn_as; /* a command name: print runtime_warn(warn_as) once the trace is open */
+    int skip_bad;     /* unreadable inputs are listed in /skipped and passed over, not fatal */
 } record_opts;
 
 typedef struct {
     long recorded;    /* images recorded by this run */
     long resumed;     /* images already in the trace */
+    long skipped;     /* inputs skipped as unreadable (--skip-bad), earlier runs' included */
     double seconds;   /* wall time of the loop */
     int complete;
 } record_result;

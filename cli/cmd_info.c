@@ -127,6 +127,10 @@ static int info_trace(const char *path) {
            vit_grid(&r.cfg), vit_grid(&r.cfg), r.cfg.patch_size);
     printf("images      %ld complete%s\n", r.n_images,
            r.complete ? "" : r.swmr ? " (being written now, or its writer was killed)" : "");
+    const long skipped = trace_num_skipped(&r);
+    if (skipped > 0)
+        printf("skipped     %ld unreadable input%s (record --skip-bad; /skipped lists each with the reason)\n",
+               skipped, skipped == 1 ? "" : "s");
     char st[256], en[64], why[64];
     trace_read_attr_string(&r, "start_time", st, sizeof st);
     trace_read_attr_string(&r, "end_time", en, sizeof en);

@@ -1200,6 +1200,60 @@ as_status trace_writer_close(trace_writer *w, int complete, const char *reason, 
     return rc;
 }
 
+/* ---- skipped inputs ------------------------------------------------------------------------- */
+
+as_status trace_write_skipped(const char *path, const trace_skipped *items, long n, as_error *err) {
+    h5u_quiet();
+    hid_t fapl = fapl_latest(0);
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, fapl);
+    H5Pclose(fapl);
+    if (f < 0) return as_fail(err, AS_ERR_HDF5, "%s: cannot reopen to list the skipped inputs", path);
+    int bad = 0;
+    if (H5Lexists(f, "skipped", H5P_DEFAULT) > 0) bad |= H5Ldelete(f, "skipped", H5P_DEFAULT) < 0;
+    if (n > 0 && !bad) {
+        hid_t g = H5Gcreate2(f, "skipped", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        const char **p = calloc((size_t)n, sizeof *p), **why = calloc((size_t)n, sizeof *why);
+        long long *idx = calloc((size_t)n, sizeof *idx);
+        bad |= g < 0 || !p || !why || !idx;
+        for (long i = 0; !bad && i < n; i++) p[i] = items[i].path, why[i] = items[i].reason, idx[i] = items[i].input_index;
+        const hsize_t dn = (hsize_t)n;
+        struct {
+            const char *name, *desc;
+            int str;
+            const void *data;
+        } tab[] = {{"path", "the input that could not be read", 1, p},
+                   {"reason", "why: the loader's message", 1, why},
+                   {"input_index", "its position in the input list", 0, idx}};
+        for (size_t k = 0; !bad && k < sizeof tab / sizeof *tab; k++) {
+            hid_t sp = H5Screate_simple(1, &dn, NULL), t = tab[k].str ? h5u_str_type(0) : H5Tcopy(H5T_STD_I64LE);
+            hid_t d = H5Dcreate2(g, tab[k].name, t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            bad |= d < 0 || H5Dwrite(d, tab[k].str ? t : H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, tab[k].data) < 0;
+            if (d >= 0) bad |= h5u_attr_str(d, "description", tab[k].desc) != 0;
+            if (d >= 0) H5Dclose(d);
+            H5Tclose(t);
+            H5Sclose(sp);
+        }
+        free(p);
+        free(why);
+        free(idx);
+        if (g >= 0) H5Gclose(g);
+    }
+    bad |= h5u_attr_int64(f, "num_skipped", n) != 0;
+    bad |= H5Fclose(f) < 0;
+    return bad ? as_fail(err, AS_ERR_HDF5, "%s: could not list the %ld skipped inputs (disk full?); "
+                         "the recorded images are kept", path, n) : AS_OK;
+}
+
+long trace_num_skipped(const trace_reader *r) {
+    long long n = 0;
+    hid_t f = (hid_t)r->file_id;
+    if (H5Aexists(f, "num_skipped") <= 0) return 0;
+    hid_t a = H5Aopen(f, "num_skipped", H5P_DEFAULT);
+    if (a < 0 || H5Aread(a, H5T_NATIVE_LLONG, &n) < 0) n = 0;
+    if (a >= 0) H5Aclose(a);
+    return (long)n;
+}
+
 /* ---- reader --------------------------------------------------------------------------------- */
 
 as_status trace_reader_open(trace_reader *r, const char *path, as_error *err) {

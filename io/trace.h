@@ -94,6 +94,16 @@ long trace_writer_done(trace_writer *w);
 /* Drains the queue, then records the end state: complete (1), or interrupted with a reason. */
 as_status trace_writer_close(trace_writer *w, int complete, const char *reason, as_error *err);
 
+/* Inputs a run skipped as unreadable (record --skip-bad): written after trace_writer_close as
+ * /skipped/{path, reason, input_index} and the root attribute num_skipped, replacing an earlier
+ * list (a resumed run passes the whole list again). */
+typedef struct {
+    long input_index;            /* position in the input list */
+    char path[1024];
+    char reason[1024];           /* the loader's one-line message */
+} trace_skipped;
+as_status trace_write_skipped(const char *path, const trace_skipped *items, long n, as_error *err);
+
 /* ---- reading -------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -147,6 +157,8 @@ as_status trace_read_image_info(const trace_reader *r, long image, char *path, s
 void trace_class_name(const trace_reader *r, int label, char *out, size_t n);
 /* Total bytes of the file on disk and the raw bytes of recorded data. */
 as_status trace_sizes(const trace_reader *r, double *file_bytes, double *data_bytes);
+/* Inputs skipped as unreadable (0 when none, or a trace without the list). */
+long trace_num_skipped(const trace_reader *r);
 /* Root attribute as a string (vlen or fixed); empty if missing. */
 void trace_read_attr_string(const trace_reader *r, const char *name, char *out, size_t n);
 
