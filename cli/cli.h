@@ -80,7 +80,6 @@ typedef struct {
     trace_spec spec;  /* quantities, layers, heads, dtype, compression, batch */
     int quiet;        /* no summary lines (progress still follows the tty rule) */
     int max_images;   /* 0: all */
-    const char *warn_as; /* a command name: print runtime_warn(warn_as) once the trace is open */
     int skip_bad;     /* unreadable inputs are listed in /skipped and passed over, not fatal */
 } record_opts;
 

@@ -110,7 +110,6 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
         return rc;
     }
     res->resumed = done;
-    if (o->warn_as) runtime_warn(o->warn_as);
 
     size_t act_bytes = vit_acts_carve(c, B, NULL, NULL);
     void *arena = aligned_alloc(64, act_bytes);
@@ -411,7 +410,6 @@ int cmd_record(int argc, char **argv) {
     o.spec.command_line = cmdline;
     o.max_images = limit;
     o.quiet = quiet;
-    o.warn_as = "record";
     o.skip_bad = skip_bad;
     int rc = record_parse_selection(&o, &m.cfg, what, layers, heads, dtype, compress, rows, &err);
     if (rc) {
@@ -436,6 +434,8 @@ int cmd_record(int argc, char **argv) {
                    res.skipped, res.skipped == 1 ? "" : "s", out);
         printf("next: attnscope info %s\n", out);
     }
+    /* after the run, so that an error stays one line */
+    if (st == AS_OK) runtime_warn("record");
     dataset_free(&ds);
     model_free(&m);
     if (st != AS_OK) return cli_error(&err);
