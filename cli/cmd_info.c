@@ -231,7 +231,8 @@ int cmd_info(int argc, char **argv) {
     }
     model m;
     if (model_load_report(&m, target, arch, img_size, stdout, &err) != AS_OK) return cli_error(&err);
-    print_config(&m.cfg, m.source, m.weights_dtype, m.n_tensors, json);
+    int rc = print_config(&m.cfg, m.source, m.weights_dtype, m.n_tensors, json);
+    if (!json && m.sha256[0]) printf("sha256      %s (of the weights file, as traces record it)\n", m.sha256);
     model_free(&m);
-    return 0;
+    return rc;
 }
