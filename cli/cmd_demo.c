@@ -144,6 +144,14 @@ static void demo_clear(const char *dir) {
     rmdir(p);
 }
 
+/* Ctrl-C: the demo has no --resume; its partial run stays for the user to look at. */
+static int demo_interrupted(const char *dir) {
+    const int dflt = strcmp(dir, "attnscope-demo") == 0;
+    fprintf(stderr, "attnscope demo: interrupted; %s holds a partial run: attnscope demo --force%s%s "
+            "starts again\n", dir, dflt ? "" : " --out ", dflt ? "" : dir);
+    return 130;
+}
+
 static void print_series(const char *what, const double *a, const double *b, int n, const char *unit) {
     printf("               %-24s", what);
     for (int l = 0; l < n; l++) printf(" %5.2f->%-5.2f", a[l], b[l]);
@@ -242,12 +250,7 @@ int cmd_demo(int argc, char **argv) {
     fflush(stdout);
     train_result tr;
     as_status rc = train_run(&to, &tr, &err);
-    if (rc == AS_ERR_INTERRUPTED) {
-        fprintf(stderr, "attnscope demo: interrupted; %s holds a partial run: attnscope demo --force%s%s "
-                "starts again\n", dir, strcmp(dir, "attnscope-demo") ? " --out " : "",
-                strcmp(dir, "attnscope-demo") ? dir : "");
-        return 130;
-    }
+    if (rc == AS_ERR_INTERRUPTED) return demo_interrupted(dir);
     if (rc != AS_OK) return cli_error(&err);
     char when[64];
     if (to.record_every < epochs) snprintf(when, sizeof when, "0, %d and %d", to.record_every, epochs);
@@ -283,6 +286,7 @@ int cmd_demo(int argc, char **argv) {
     rc = record_run(&m, &ds, &o, &res, &err);
     dataset_free(&ds);
     model_free(&m);
+    if (rc == AS_ERR_INTERRUPTED) return demo_interrupted(dir);
     if (rc != AS_OK) return cli_error(&err);
 
     trace_reader r;

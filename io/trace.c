@@ -541,7 +541,7 @@ static int write_provenance_attrs(hid_t f, const trace_spec *s) {
     char names[VIT_MAX_DEPTH][16];
     const char *ptr[VIT_MAX_DEPTH];
     for (int i = 0; i < s->n_layers; i++) {
-        snprintf(names[i], sizeof names[i], "layers/%02d", s->layers[i]);
+        layer_group_name(names[i], sizeof names[i], s->layers[i]);
         ptr[i] = names[i];
     }
     if (s->n_layers > 0) rc |= h5u_attr_strs(f, "layer_groups", ptr, s->n_layers);
