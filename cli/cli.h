@@ -52,6 +52,24 @@ void runtime_set_threads(int n); /* n <= 0: all cores */
 int runtime_threads(void);
 /* The kernel OpenBLAS chose; *warn set with advice when it is not the CPU's best. */
 void runtime_blas_info(char *core, size_t n, char *advice, size_t an, int *warn);
+/* What computed a result, for reproducibility: bit-identical results need the same OpenBLAS
+ * kernels and thread count (README). Printed by record/train/demo/bench, stored in traces and
+ * checkpoints. */
+typedef struct {
+    char core[64];      /* the kernel set OpenBLAS runs ("SkylakeX", "Haswell") */
+    char config[256];   /* openblas_get_config(): version, build options */
+    char forced[128];   /* "OPENBLAS_CORETYPE=Haswell" when the environment chose the kernels; "" */
+    int threads;        /* OpenMP and OpenBLAS threads */
+    int slow;           /* not the CPU's fastest kernels (advice says what to do) */
+    char advice[512];
+    char software[32];  /* "attnscope 0.1.0" */
+} runtime_info;
+void runtime_get_info(runtime_info *ri);
+/* "OpenBLAS SkylakeX kernels, 2 threads" (with the forcing variable when one is set). */
+void runtime_describe(const runtime_info *ri, char *buf, size_t n);
+/* One warning line on stderr ("attnscope CMD: warning: ...") when the environment forces
+ * OpenBLAS's kernels or they are not the CPU's fastest; nothing otherwise. */
+void runtime_warn(const char *cmd);
 /* Measured SGEMM GFLOP/s at the model's largest GEMM shape class, all threads. */
 double runtime_gemm_ceiling(int m, int n, int k, double seconds);
 
@@ -62,11 +80,13 @@ typedef struct {
     trace_spec spec;  /* quantities, layers, heads, dtype, compression, batch */
     int quiet;        /* no summary lines (progress still follows the tty rule) */
     int max_images;   /* 0: all */
+    int skip_bad;     /* unreadable inputs are listed in /skipped and passed over, not fatal */
 } record_opts;
 
 typedef struct {
     long recorded;    /* images recorded by this run */
     long resumed;     /* images already in the trace */
+    long skipped;     /* inputs skipped as unreadable (--skip-bad), earlier runs' included */
     double seconds;   /* wall time of the loop */
     int complete;
 } record_result;
@@ -82,6 +102,7 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
 /* training loop shared by train and demo (cmd_train.c; docs/training.md) */
 typedef struct {
     const char *config;     /* architecture name or JSON config */
+    int num_classes, img_size; /* > 0: override the config's (as record's --img-size) */
     const char *data;       /* traindata spec */
     const char *out;        /* checkpoint folder */
     int epochs, batch;

@@ -142,6 +142,8 @@ int cmd_bench(int argc, char **argv) {
     char core[64], advice[512];
     int warn;
     runtime_blas_info(core, sizeof core, advice, sizeof advice, &warn);
+    runtime_info ri;
+    runtime_get_info(&ri);
     const int T = vit_num_tokens(c);
     double ceiling = runtime_gemm_ceiling(B * T, c->mlp_hidden, c->embed_dim, seconds < 2 ? 0.5 : 1.0);
     if (!json) {
@@ -149,6 +151,9 @@ int cmd_bench(int argc, char **argv) {
         printf("OpenBLAS    kernel %s; SGEMM ceiling %.1f GFLOP/s (M=%d N=%d K=%d, measured now)\n",
                core, ceiling, B * T, c->mlp_hidden, c->embed_dim);
         if (warn) printf("WARNING     %s\n", advice);
+        if (ri.forced[0])
+            printf("WARNING     %s chose these kernels, not OpenBLAS; results (not only speed) match "
+                   "other runs bit for bit only with the same kernels and thread count\n", ri.forced);
         fflush(stdout);
     }
     /* Plain and recording runs alternate in short rounds and each reports its median: on a
@@ -234,10 +239,10 @@ int cmd_bench(int argc, char **argv) {
                rounds, per_round, min_of(plain_v, rounds), max_of(plain_v, rounds));
     if (json && !rc) {
         printf("{\"arch\": \"%s\", \"batch\": %d, \"threads\": %d, \"openblas_core\": \"%s\", "
-               "\"openblas_suboptimal\": %s, \"gemm_ceiling_gflops\": %.2f, "
+               "\"openblas_forced_by\": \"%s\", \"openblas_suboptimal\": %s, \"gemm_ceiling_gflops\": %.2f, "
                "\"flops_per_image\": %.0f, \"forward\": {\"img_s\": %.3f, \"ms_img\": %.4f, "
                "\"gflops\": %.2f, \"pct_ceiling\": %.2f}",
-               c->name, B, runtime_threads(), core, warn ? "true" : "false", ceiling,
+               c->name, B, runtime_threads(), core, ri.forced, warn ? "true" : "false", ceiling,
                cost.flops_total, plain.img_s, plain.ms_img, plain.gflops, plain.pct);
         if (record)
             printf(", \"recording\": {\"img_s\": %.3f, \"ms_img\": %.4f, \"gflops\": %.2f, "

@@ -3,6 +3,7 @@
  * recorded before, during and after training, the analyses, and the figure set. */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* readlink */
+#include <dirent.h>
 #include <getopt.h>
 #include <hdf5.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 
 #include "../analysis/analysis.h"
 #include "../io/atomic.h"
+#include "../io/checkpoint.h"
 #include "../plot/figures.h"
 #include "cli.h"
 
@@ -44,6 +46,112 @@ static int head_means(const char *trace, const char *metric, double *out, int ma
     return n;
 }
 
+/* ---- an earlier demo's files -------------------------------------------------------------------
+ * The demo refuses a folder that holds anything; with --force it removes what a demo writes, by
+ * name, and nothing else: an --out pointed at a folder of the user's own loses none of it. */
+
+/* entry is name, or name.tmpPID (a temporary an interrupted atomic write left) */
+static int demo_is(const char *entry, const char *name) {
+    const size_t n = strlen(name);
+    if (strncmp(entry, name, n) != 0) return 0;
+    if (entry[n] == 0) return 1;
+    if (strncmp(entry + n, ".tmp", 4) != 0) return 0;
+    for (const char *p = entry + n + 4; *p; p++)
+        if (*p < '0' || *p > '9') return 0;
+    return 1;
+}
+
+/* "PREFIX" + exactly `digits` digits + SUFFIX (then optionally .tmpPID) */
+static int demo_is_numbered(const char *entry, const char *prefix, int digits, const char *suffix) {
+    const size_t n = strlen(prefix);
+    if (strncmp(entry, prefix, n) != 0) return 0;
+    for (int i = 0; i < digits; i++)
+        if (entry[n + (size_t)i] < '0' || entry[n + (size_t)i] > '9') return 0;
+    return demo_is(entry + n + (size_t)digits, suffix);
+}
+
+static int demo_empty(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return n == 0;
+}
+
+/* Removes the files of dir that match(name) returns 1 for; 2: a checkpoint folder; 3: a
+ * subfolder of held-out images. */
+static void demo_remove_matching(const char *dir, int (*match)(const char *)) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char p[2300];
+    for (struct dirent *e; (e = readdir(d));) {
+        const int kind = match(e->d_name);
+        if (!kind) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (kind == 2) checkpoint_remove(p);
+        else if (kind == 3) {
+            DIR *s = opendir(p);
+            char q[2600];
+            for (struct dirent *f; s && (f = readdir(s));)
+                if (demo_is_numbered(f->d_name, "", 5, ".png")) {
+                    snprintf(q, sizeof q, "%s/%s", p, f->d_name);
+                    unlink(q);
+                }
+            if (s) closedir(s);
+            rmdir(p);
+        } else unlink(p);
+    }
+    closedir(d);
+}
+
+static int demo_top_file(const char *e) { return demo_is(e, "model.json") || demo_is(e, "run.h5"); }
+static int demo_figure(const char *e) {
+    char name[128];
+    for (int i = 0; i < figure_count(); i++) {
+        snprintf(name, sizeof name, "%s.pdf", figure_get(i)->name);
+        if (demo_is(e, name)) return 1;
+    }
+    return 0;
+}
+static int demo_train_file(const char *e) {
+    if (demo_is_numbered(e, "epoch-", 3, "") || demo_is_numbered(e, "step-", 7, "")) return 2;
+    if (demo_is_numbered(e, "epoch-", 3, ".tmp") || demo_is_numbered(e, "epoch-", 3, ".old") ||
+        demo_is_numbered(e, "step-", 7, ".tmp") || demo_is_numbered(e, "step-", 7, ".old")) return 2;
+    return demo_is(e, "latest") || demo_is(e, ".latest.tmp") || demo_is(e, "log.csv") ||
+           demo_is_numbered(e, "trace-epoch-", 3, ".h5");
+}
+static int demo_heldout_class(const char *e) {
+    static const char *const classes[] = {"circle", "square", "triangle", "cross", "ring", "diamond"};
+    for (size_t i = 0; i < sizeof classes / sizeof *classes; i++)
+        if (strcmp(e, classes[i]) == 0) return 3;
+    return 0;
+}
+
+/* The files an earlier demo run wrote into dir; what remains is someone else's and stays. */
+static void demo_clear(const char *dir) {
+    char p[1300], q[1400];
+    demo_remove_matching(dir, demo_top_file);
+    snprintf(p, sizeof p, "%s/figures", dir);
+    demo_remove_matching(p, demo_figure);
+    rmdir(p);
+    snprintf(p, sizeof p, "%s/train", dir);
+    demo_remove_matching(p, demo_train_file);
+    snprintf(q, sizeof q, "%s/heldout", p);
+    demo_remove_matching(q, demo_heldout_class);
+    rmdir(q);
+    rmdir(p);
+}
+
+/* Ctrl-C: the demo has no --resume; its partial run stays for the user to look at. */
+static int demo_interrupted(const char *dir) {
+    const int dflt = strcmp(dir, "attnscope-demo") == 0;
+    fprintf(stderr, "attnscope demo: interrupted; %s holds a partial run: attnscope demo --force%s%s "
+            "starts again\n", dir, dflt ? "" : " --out ", dflt ? "" : dir);
+    return 130;
+}
+
 static void print_series(const char *what, const double *a, const double *b, int n, const char *unit) {
     printf("               %-24s", what);
     for (int l = 0; l < n; l++) printf(" %5.2f->%-5.2f", a[l], b[l]);
@@ -56,9 +164,10 @@ int cmd_demo(int argc, char **argv) {
                                          {"train-images", required_argument, 0, 'n'},
                                          {"images", required_argument, 0, 'i'},
                                          {"threads", required_argument, 0, 't'},
+                                         {"force", no_argument, 0, 'f'},
                                          {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *dir = "attnscope-demo";
-    int epochs = 12, train_images = 8000, count = 64, threads = 0, ch;
+    int epochs = 12, train_images = 8000, count = 64, threads = 0, force = 0, ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
         switch (ch) {
@@ -75,9 +184,13 @@ int cmd_demo(int argc, char **argv) {
         case 't':
             if (!cli_parse_int(optarg, 1, 1024, &threads)) return 2;
             break;
+        case 'f': force = 1; break;
         case 'h':
             printf("usage: attnscope demo [--out DIR] [--epochs 12] [--train-images 8000] [--images 64]\n"
-                   "                      [--threads N]\n"
+                   "                      [--threads N] [--force]\n"
+                   "  --out DIR   the output folder (default attnscope-demo); it must be new or empty\n"
+                   "  --force     replace an earlier demo's files in DIR (only the files a demo writes\n"
+                   "              are removed; anything else in DIR stays)\n"
                    "Trains a small ViT (DIR/model.json) on the built-in shapes dataset (6 classes) with\n"
                    "attnscope train, recording the attention of N held-out images before, half-way and\n"
                    "after training; then records every map, score, Q/K and block output of the trained\n"
@@ -89,24 +202,34 @@ int cmd_demo(int argc, char **argv) {
     }
     runtime_set_threads(threads);
     as_error err = {0};
+    if (!demo_empty(dir)) {
+        if (!force) {
+            fprintf(stderr, "attnscope demo: %s: already exists and is not empty (an earlier demo?); "
+                    "pass --force to replace the demo's files in it, or --out DIR for a new folder\n", dir);
+            return 1;
+        }
+        demo_clear(dir);
+    }
     if (cli_make_dirs(dir)) return 1;
     char cfg_path[1100], train_dir[1100], out[1100], heldout[1200];
     snprintf(cfg_path, sizeof cfg_path, "%s/model.json", dir);
     snprintf(train_dir, sizeof train_dir, "%s/train", dir);
     snprintf(out, sizeof out, "%s/run.h5", dir);
-    printf("attnscope demo: everything goes into %s/\n", dir);
+    runtime_info ri;
+    runtime_get_info(&ri);
+    char blas[256];
+    runtime_describe(&ri, blas, sizeof blas);
+    printf("attnscope demo: everything goes into %s/ (%s)\n", dir, blas);
+    if (!demo_empty(dir))
+        printf("               (files in %s that a demo does not write stay as they were)\n", dir);
+    fflush(stdout);
+    runtime_warn("demo");
 
-    /* 1. train: a fresh run each time (the demo is re-entrant) */
+    /* 1. train into a folder that is new or was cleared above */
     atomic_file af;
     if (atomic_file_begin(&af, cfg_path, &err) != AS_OK) return cli_error(&err);
     fputs(demo_model, af.fp);
     if (atomic_file_commit(&af, &err) != AS_OK) return cli_error(&err);
-    char cmd[1400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", train_dir);
-    if (strchr(train_dir, '\'') || system(cmd) != 0) {
-        fprintf(stderr, "attnscope: %s: cannot remove the previous demo run\n", train_dir);
-        return 1;
-    }
     char data[64];
     snprintf(data, sizeof data, "shapes:%d", train_images);
     train_opts to;
@@ -127,21 +250,21 @@ int cmd_demo(int argc, char **argv) {
     fflush(stdout);
     train_result tr;
     as_status rc = train_run(&to, &tr, &err);
+    if (rc == AS_ERR_INTERRUPTED) return demo_interrupted(dir);
     if (rc != AS_OK) return cli_error(&err);
     char when[64];
     if (to.record_every < epochs) snprintf(when, sizeof when, "0, %d and %d", to.record_every, epochs);
     else snprintf(when, sizeof when, "0 and %d", epochs);
     printf("             held-out accuracy %.1f%% (chance %.1f%%) on %d images, %.0f img/s, %.0f s;\n"
-           "             checkpoint %s/latest, traces of %d held-out images at epochs %s\n",
-           100 * tr.val_acc, 100.0 / tr.n_classes, tr.n_val, tr.img_per_s, tr.seconds, train_dir, count,
+           "             checkpoint %s, traces of %d held-out images at epochs %s\n",
+           100 * tr.val_acc, 100.0 / tr.n_classes, tr.n_val, tr.img_per_s, tr.seconds, tr.checkpoint, count,
            when);
 
     /* 2. the trained model over the held-out images, everything recorded */
     snprintf(heldout, sizeof heldout, "%s/heldout", train_dir);
-    char latest[1200];
-    snprintf(latest, sizeof latest, "%s/latest", train_dir);
+    /* the checkpoint this run wrote, not train/latest: a link can later point elsewhere */
     model m;
-    if (model_load(&m, latest, NULL, 0, &err) != AS_OK) return cli_error(&err);
+    if (model_load(&m, tr.checkpoint, NULL, 0, &err) != AS_OK) return cli_error(&err);
     dataset ds;
     if (dataset_open(&ds, heldout, &err) != AS_OK) {
         model_free(&m);
@@ -163,6 +286,7 @@ int cmd_demo(int argc, char **argv) {
     rc = record_run(&m, &ds, &o, &res, &err);
     dataset_free(&ds);
     model_free(&m);
+    if (rc == AS_ERR_INTERRUPTED) return demo_interrupted(dir);
     if (rc != AS_OK) return cli_error(&err);
 
     trace_reader r;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "../analysis/analysis.h"
+#include "../io/h5util.h"
 #include "cli.h"
 
 static void usage(FILE *f) {
@@ -82,6 +83,30 @@ static int print_config(const vit_config *c, const char *source, const char *dty
     return 0;
 }
 
+/* What the trace was made from: the weights (resolved path and sha256; format 1 traces have the
+ * path only) and how (OpenBLAS kernels and threads: bit-identical results need the same). */
+static void info_provenance(const trace_reader *r) {
+    char src[1100], sha[80], core[64], forced[160], cfg[300], resumed[600], sw[64];
+    trace_read_attr_string(r, "model_source", src, sizeof src);
+    trace_read_attr_string(r, "model_sha256", sha, sizeof sha);
+    printf("model       %s from %s\n", r->cfg.name, src);
+    if (sha[0]) printf("weights     sha256 %s\n", sha);
+    else if (strncmp(src, "random", 6) != 0) printf("weights     (no hash recorded: a trace from before format 2)\n");
+    trace_read_attr_string(r, "blas_core", core, sizeof core);
+    trace_read_attr_string(r, "blas_forced_by", forced, sizeof forced);
+    trace_read_attr_string(r, "blas_config", cfg, sizeof cfg);
+    trace_read_attr_string(r, "resumed_with", resumed, sizeof resumed);
+    trace_read_attr_string(r, "software", sw, sizeof sw);
+    if (core[0]) {
+        int threads = 0;
+        h5u_attr_read_int((hid_t)r->file_id, "threads", &threads, 1);
+        printf("computed    %s, OpenBLAS %s kernels%s%s%s, %d thread%s (%s)\n", sw, core,
+               forced[0] ? " (forced by " : "", forced, forced[0] ? ")" : "", threads,
+               threads == 1 ? "" : "s", cfg);
+        if (resumed[0]) printf("resumed     %s\n", resumed);
+    }
+}
+
 static int info_trace(const char *path) {
     as_error err = {0};
     trace_reader r;
@@ -96,13 +121,18 @@ static int info_trace(const char *path) {
     char buf[4096];
     double fbytes, dbytes;
     trace_sizes(&r, &fbytes, &dbytes);
-    printf("trace       %s (format %s)\n", path, "attnscope-trace v1");
-    trace_read_attr_string(&r, "model_source", buf, sizeof buf);
-    printf("model       %s from %s\n", r.cfg.name, buf);
+    int version = 0;
+    h5u_attr_read_int((hid_t)r.file_id, "format_version", &version, 1);
+    printf("trace       %s (format attnscope-trace v%d)\n", path, version);
+    info_provenance(&r);
     printf("tokens      %d (%d prefix + %dx%d patches of %d px)\n", r.num_tokens, r.num_prefix,
            vit_grid(&r.cfg), vit_grid(&r.cfg), r.cfg.patch_size);
     printf("images      %ld complete%s\n", r.n_images,
            r.complete ? "" : r.swmr ? " (being written now, or its writer was killed)" : "");
+    const long skipped = trace_num_skipped(&r);
+    if (skipped > 0)
+        printf("skipped     %ld unreadable input%s (record --skip-bad; /skipped lists each with the reason)\n",
+               skipped, skipped == 1 ? "" : "s");
     char st[256], en[64], why[64];
     trace_read_attr_string(&r, "start_time", st, sizeof st);
     trace_read_attr_string(&r, "end_time", en, sizeof en);
@@ -212,7 +242,8 @@ int cmd_info(int argc, char **argv) {
     }
     model m;
     if (model_load_report(&m, target, arch, img_size, stdout, &err) != AS_OK) return cli_error(&err);
-    print_config(&m.cfg, m.source, m.weights_dtype, m.n_tensors, json);
+    int rc = print_config(&m.cfg, m.source, m.weights_dtype, m.n_tensors, json);
+    if (!json && m.sha256[0]) printf("sha256      %s (of the weights file, as traces record it)\n", m.sha256);
     model_free(&m);
-    return 0;
+    return rc;
 }

@@ -19,6 +19,59 @@ static void on_signal(int sig) {
     signal(sig, SIG_DFL); /* a second Ctrl-C stops at once; the trace stays readable (SWMR) */
 }
 
+/* Inputs skipped as unreadable (--skip-bad), in input order. */
+typedef struct {
+    trace_skipped *v;
+    long n, cap;
+} skip_list;
+
+static int skip_add(skip_list *k, long index, const char *path, const char *reason) {
+    if (k->n == k->cap) {
+        long cap = k->cap ? 2 * k->cap : 16;
+        trace_skipped *v = realloc(k->v, (size_t)cap * sizeof *v);
+        if (!v) return 0;
+        k->v = v, k->cap = cap;
+    }
+    trace_skipped *t = &k->v[k->n++];
+    t->input_index = index;
+    snprintf(t->path, sizeof t->path, "%s", path);
+    snprintf(t->reason, sizeof t->reason, "%s", reason);
+    return 1;
+}
+
+/* --resume: the input where the run continues. The trace's images must be the inputs in order;
+ * with --skip-bad, an input between two of them was skipped, so it must still fail to load (it
+ * is listed again, with the reason it fails now). */
+static as_status resume_position(const dataset *ds, const vit_config *c, long total, char (*done_paths)[1024],
+                                 int done, int skip_bad, const char *out, skip_list *sk, long *next,
+                                 as_error *err) {
+    const size_t S = (size_t)c->img_size;
+    float *x1 = NULL;
+    unsigned char *rgb1 = NULL;
+    long j = 0;
+    as_status rc = AS_OK;
+    for (int k = 0; k < done && done_paths && rc == AS_OK; k++, j++) {
+        while (skip_bad && j < total && strcmp(done_paths[k], ds->paths[j]) != 0) {
+            as_error e = {0};
+            if (!x1) x1 = malloc((size_t)c->in_chans * S * S * sizeof *x1), rgb1 = malloc(S * S * 3);
+            if (!x1 || !rgb1 || dataset_load(ds, (int)j, x1, rgb1, c, &e) == AS_OK) break;
+            if (!skip_add(sk, j, ds->paths[j], e.msg)) {
+                rc = as_fail(err, AS_ERR_NOMEM, "out of memory");
+                break;
+            }
+            j++;
+        }
+        if (rc == AS_OK && (j >= total || strcmp(done_paths[k], ds->paths[j]) != 0))
+            rc = as_fail(err, AS_ERR_ARG, "%s: --resume: image %d in the trace is %s but the input "
+                         "list has %s there: resume with the same --images%s", out, k, done_paths[k],
+                         j < total ? ds->paths[j] : "nothing", skip_bad ? " (and --skip-bad)" : "");
+    }
+    free(x1);
+    free(rgb1);
+    *next = j;
+    return rc;
+}
+
 as_status record_run(const model *m, const dataset *ds, record_opts *o, record_result *res,
                      as_error *err) {
     const vit_config *c = &m->cfg;
@@ -27,6 +80,13 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
     s->cfg = *c;
     s->params = &m->params;
     s->model_source = m->source;
+    s->model_sha256 = m->sha256;
+    runtime_info ri;
+    runtime_get_info(&ri);
+    s->blas_core = ri.core;
+    s->blas_config = ri.config;
+    s->blas_forced = ri.forced;
+    s->threads = ri.threads;
     s->weights_dtype = m->weights_dtype;
     s->n_class_names = ds->n_classes;
     s->class_names = ds->classes;
@@ -40,24 +100,26 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
     char(*done_paths)[1024] = NULL;
     rc = trace_writer_open(&w, o->out, s, o->mode, &done, &done_paths, err);
     if (rc != AS_OK) return rc;
-    for (int i = 0; i < done && done_paths; i++)
-        if (i >= total || strcmp(done_paths[i], ds->paths[i]) != 0) {
-            as_fail(err, AS_ERR_ARG, "%s: --resume: image %d in the trace is %s but the input "
-                    "list has %s there: resume with the same --images", o->out, i,
-                    done_paths[i], i < total ? ds->paths[i] : "nothing");
-            free(done_paths);
-            trace_writer_close(w, 0, "resume mismatch", NULL);
-            return AS_ERR_ARG;
-        }
+    skip_list sk = {0};
+    long start = 0;
+    rc = resume_position(ds, c, total, done_paths, done, o->skip_bad, o->out, &sk, &start, err);
     free(done_paths);
+    if (rc != AS_OK) {
+        free(sk.v);
+        trace_writer_close(w, 0, "resume mismatch", NULL);
+        return rc;
+    }
     res->resumed = done;
 
     size_t act_bytes = vit_acts_carve(c, B, NULL, NULL);
     void *arena = aligned_alloc(64, act_bytes);
     float *x = aligned_alloc(64, ((size_t)B * c->in_chans * S * S * 4 + 63) & ~(size_t)63);
-    if (!arena || !x) {
+    as_error *item_errs = calloc((size_t)B, sizeof *item_errs);
+    if (!arena || !x || !item_errs) {
         free(arena);
         free(x);
+        free(item_errs);
+        free(sk.v);
         trace_writer_close(w, 0, "out of memory", NULL);
         return as_fail(err, AS_ERR_NOMEM, "out of memory for activations (%.1f MB): lower --batch",
                        act_bytes / 1e6);
@@ -74,47 +136,58 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
     sigaction(SIGTERM, &sa, &old_term);
 
     progress pg;
-    progress_init(&pg, "record", total, done);
+    progress_init(&pg, "record", total, start);
     const double t0 = cli_now();
-    long i = done;
+    long i = start, skipped_before = sk.n;
     as_status loop_rc = AS_OK;
-    as_error item_err = {0};
+    const size_t img = (size_t)c->in_chans * S * S, img_rgb = (size_t)S * S * 3;
     while (i < total && !record_signal) {
         if (trace_writer_failed(w, NULL)) break;
         trace_slot *sl = trace_writer_acquire(w);
         const int n = (int)(total - i < B ? total - i : B);
-        int bad = -1;
         /* decoding and resizing are independent per image: spread them over the threads */
 #pragma omp parallel for schedule(dynamic, 1)
+        for (int b = 0; b < n; b++)
+            item_errs[b].status = dataset_load(ds, (int)(i + b), x + b * img, sl->rgb + (size_t)b * img_rgb, c, &item_errs[b]);
+        /* without --skip-bad the first bad input stops the run; with it, the bad ones are listed
+         * and the good ones close ranks */
+        int kept = 0, first_bad = -1;
         for (int b = 0; b < n; b++) {
-            as_error e = {0};
-            const size_t img = (size_t)c->in_chans * S * S;
-            if (dataset_load(ds, (int)(i + b), x + b * img, sl->rgb + (size_t)b * S * S * 3, c, &e) != AS_OK) {
-#pragma omp critical
-                if (bad < 0 || b < bad) {
-                    bad = b;
-                    item_err = e;
+            if (item_errs[b].status != AS_OK) {
+                if (first_bad < 0) first_bad = b;
+                if (o->skip_bad && !skip_add(&sk, i + b, ds->paths[i + b], item_errs[b].msg)) {
+                    item_errs[b] = (as_error){0};
+                    as_fail(&item_errs[b], AS_ERR_NOMEM, "out of memory for the list of skipped inputs");
+                    first_bad = b;
+                    break;
                 }
+                if (o->skip_bad) continue;
+                break;
             }
+            if (kept != b) {
+                memcpy(x + kept * img, x + b * img, img * sizeof *x);
+                memcpy(sl->rgb + (size_t)kept * img_rgb, sl->rgb + (size_t)b * img_rgb, img_rgb);
+            }
+            snprintf(sl->paths[kept], sizeof sl->paths[kept], "%s", ds->paths[i + b]);
+            sl->labels[kept] = ds->labels[i + b];
+            kept++;
         }
-        if (bad >= 0) {
+        if (first_bad >= 0 && (!o->skip_bad || item_errs[first_bad].status == AS_ERR_NOMEM)) {
             sl->n = 0;
             trace_writer_submit(w, sl); /* an empty slot goes back untouched */
-            loop_rc = item_err.status;
-            *err = item_err;
+            loop_rc = item_errs[first_bad].status;
+            *err = item_errs[first_bad];
             break;
         }
-        vit_forward(c, &m->params, &acts, x, n, &sl->rec);
-        if (c->num_classes > 0)
-            memcpy(sl->logits, acts.logits, (size_t)n * c->num_classes * sizeof(float));
-        for (int b = 0; b < n; b++) {
-            snprintf(sl->paths[b], sizeof sl->paths[b], "%s", ds->paths[i + b]);
-            sl->labels[b] = ds->labels[i + b];
+        if (kept > 0) {
+            vit_forward(c, &m->params, &acts, x, kept, &sl->rec);
+            if (c->num_classes > 0)
+                memcpy(sl->logits, acts.logits, (size_t)kept * c->num_classes * sizeof(float));
         }
-        sl->n = n;
+        sl->n = kept;
         trace_writer_submit(w, sl);
         i += n;
-        progress_update(&pg, trace_writer_done(w));
+        progress_update(&pg, i);
     }
     progress_finish(&pg);
     sigaction(SIGINT, &old_int, NULL);
@@ -124,15 +197,26 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
     const char *reason = interrupted ? (record_signal == SIGINT ? "SIGINT" : "SIGTERM")
                          : loop_rc != AS_OK ? "input error" : NULL;
     as_error close_err = {0};
-    long before_close = i;
+    const long stored = i - start - (sk.n - skipped_before);
     as_status crc = trace_writer_close(w, reason == NULL && i == total, reason, &close_err);
     res->seconds = cli_now() - t0;
-    res->recorded = before_close - done;
+    res->recorded = stored;
+    res->skipped = sk.n;
     res->complete = reason == NULL && crc == AS_OK && i == total;
     free(arena);
     free(x);
+    free(item_errs);
     /* a new trace that holds nothing is no use to anyone: do not leave it behind */
-    if (done == 0 && i == 0 && (crc != AS_OK || loop_rc != AS_OK || interrupted)) remove(o->out);
+    const int empty = done == 0 && stored == 0;
+    if (empty && (crc != AS_OK || loop_rc != AS_OK || interrupted || sk.n > 0)) remove(o->out);
+    else if (o->skip_bad && crc == AS_OK) crc = trace_write_skipped(o->out, sk.v, sk.n, &close_err);
+    if (empty && crc == AS_OK && loop_rc == AS_OK && !interrupted && sk.n > 0) {
+        loop_rc = as_fail(err, AS_ERR_FORMAT, "%s: none of the %ld inputs could be read (the first: "
+                          "%.600s)", o->out, sk.n, sk.v[0].reason);
+        free(sk.v);
+        return loop_rc;
+    }
+    free(sk.v);
     if (crc != AS_OK) {
         *err = close_err;
         return crc;
@@ -140,12 +224,13 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
     if (loop_rc != AS_OK) {
         /* append the recovery advice to the loader's one-line message */
         size_t L = strlen(err->msg);
-        if (i > 0)
+        if (done + stored > 0)
             snprintf(err->msg + L, sizeof err->msg - L, "; the trace keeps the %ld images before "
-                     "it: fix or remove the file, then run again with --resume", i);
+                     "it: fix or remove the file (or add --skip-bad), then run again with --resume",
+                     done + stored);
         else
             snprintf(err->msg + L, sizeof err->msg - L, "; nothing was recorded: fix or remove "
-                     "the file and run again");
+                     "the file (or add --skip-bad) and run again");
         return loop_rc;
     }
     if (interrupted)
@@ -181,6 +266,9 @@ static void usage(FILE *f) {
 "  --limit N          record only the first N images\n"
 "  --resume           continue an interrupted trace\n"
 "  --force            overwrite an existing trace\n"
+"  --skip-bad         skip inputs that cannot be read (listed with the reason in the trace's\n"
+"                     /skipped group and counted in the summary); without it the first bad\n"
+"                     input stops the run\n"
 "  -q, --quiet        no summary\n"
 "Progress shows on a terminal; Ctrl-C stops after the current batch, keeping every completed\n"
 "image (then --resume continues).\n", TRACE_MAX_BATCH);
@@ -258,10 +346,11 @@ int cmd_record(int argc, char **argv) {
         {"threads", required_argument, 0, 't'}, {"img-size", required_argument, 0, 's'},
         {"limit", required_argument, 0, 'n'}, {"query-rows", required_argument, 0, 'R'},
         {"resume", no_argument, 0, 'u'}, {"force", no_argument, 0, 'f'},
-        {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
+        {"skip-bad", no_argument, 0, 'S'}, {0, 0, 0, 0}};
     const char *model_path = NULL, *arch = NULL, *images = NULL, *out = NULL, *what = "attn";
     const char *layers = "all", *heads = "all", *dtype = "f16", *compress = "none", *rows = "all";
-    int batch = 8, threads = 0, img_size = 0, limit = 0, resume = 0, force = 0, quiet = 0, ch;
+    int batch = 8, threads = 0, img_size = 0, limit = 0, resume = 0, force = 0, quiet = 0, skip_bad = 0, ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "m:a:i:o:qh", opts, NULL)) != -1) {
         int ok = 1;
@@ -282,6 +371,7 @@ int cmd_record(int argc, char **argv) {
         case 'n': ok = cli_parse_int(optarg, 1, 1 << 30, &limit); break;
         case 'u': resume = 1; break;
         case 'f': force = 1; break;
+        case 'S': skip_bad = 1; break;
         case 'q': quiet = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -320,6 +410,7 @@ int cmd_record(int argc, char **argv) {
     o.spec.command_line = cmdline;
     o.max_images = limit;
     o.quiet = quiet;
+    o.skip_bad = skip_bad;
     int rc = record_parse_selection(&o, &m.cfg, what, layers, heads, dtype, compress, rows, &err);
     if (rc) {
         dataset_free(&ds);
@@ -330,12 +421,21 @@ int cmd_record(int argc, char **argv) {
     record_result res;
     as_status st = record_run(&m, &ds, &o, &res, &err);
     if (st == AS_OK && !quiet) {
-        printf("recorded %ld images%s into %s in %.1f s (%.1f img/s, %d threads)\n", res.recorded,
+        runtime_info ri;
+        char blas[256];
+        runtime_get_info(&ri);
+        runtime_describe(&ri, blas, sizeof blas);
+        printf("recorded %ld images%s into %s in %.1f s (%.1f img/s; %s)\n", res.recorded,
                res.resumed ? " more" : "", out, res.seconds,
-               res.seconds > 0 ? res.recorded / res.seconds : 0.0, runtime_threads());
+               res.seconds > 0 ? res.recorded / res.seconds : 0.0, blas);
         if (res.resumed) printf("resumed after %ld images already in the trace\n", res.resumed);
+        if (res.skipped)
+            printf("skipped %ld unreadable input%s (listed with the reason in %s:/skipped)\n",
+                   res.skipped, res.skipped == 1 ? "" : "s", out);
         printf("next: attnscope info %s\n", out);
     }
+    /* after the run, so that an error stays one line */
+    if (st == AS_OK) runtime_warn("record");
     dataset_free(&ds);
     model_free(&m);
     if (st != AS_OK) return cli_error(&err);

@@ -2,9 +2,11 @@
  * evaluation each epoch, checkpoints that `record` and PyTorch load, exact resume, and traces of
  * held-out images as training goes. docs/training.md is the user's page. */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* realpath */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
@@ -18,6 +20,7 @@
 #include "../core/train.h"
 #include "../io/atomic.h"
 #include "../io/checkpoint.h"
+#include "../io/sha256.h"
 #include "../io/traindata.h"
 #include "cli.h"
 
@@ -53,6 +56,7 @@ typedef struct {
     long correct, seen;
     double seconds;  /* training time so far */
     cJSON *history;  /* array of per-epoch objects */
+    cJSON *trained_from; /* what the run started from (state.json "trained_from") */
 } train_state;
 
 /* The options a resumed run must share with the run it continues. */
@@ -60,6 +64,8 @@ static cJSON *opts_json(const train_opts *o) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "config", o->config);
     cJSON_AddStringToObject(j, "data", o->data);
+    if (o->num_classes > 0) cJSON_AddNumberToObject(j, "num_classes", o->num_classes);
+    if (o->img_size > 0) cJSON_AddNumberToObject(j, "img_size", o->img_size);
     cJSON_AddNumberToObject(j, "epochs", o->epochs);
     cJSON_AddNumberToObject(j, "batch", o->batch);
     cJSON_AddNumberToObject(j, "lr", o->lr);
@@ -93,6 +99,7 @@ static char *state_text(const train_opts *o, const train_state *s, const optim_a
     cJSON_AddNumberToObject(j, "seconds", s->seconds);
     cJSON_AddItemToObject(j, "options", opts_json(o));
     cJSON_AddItemReferenceToObject(j, "history", s->history);
+    if (s->trained_from) cJSON_AddItemReferenceToObject(j, "trained_from", s->trained_from);
     char *t = cJSON_Print(j);
     cJSON_Delete(j);
     return t;
@@ -136,6 +143,13 @@ static as_status state_parse(const char *text, const char *path, const train_opt
     s->correct = (long)num(j, "epoch_correct");
     s->seen = (long)num(j, "epoch_seen");
     s->seconds = num(j, "seconds");
+    cJSON *tf = cJSON_DetachItemFromObjectCaseSensitive(j, "trained_from");
+    if (cJSON_IsObject(tf)) {
+        cJSON_Delete(s->trained_from);
+        s->trained_from = tf;
+    } else {
+        cJSON_Delete(tf);
+    }
     cJSON *h = cJSON_DetachItemFromObjectCaseSensitive(j, "history");
     cJSON_Delete(s->history);
     s->history = cJSON_IsArray(h) ? h : cJSON_CreateArray();
@@ -208,15 +222,32 @@ static as_status write_heldout(const traindata *d, int k, const char *dir, as_er
     return AS_OK;
 }
 
+/* The checkpoint folder ckpt's weights file as a trace names it: resolved path and hash (the
+ * folder may be a link such as latest, and older epochs are pruned; the hash still says which
+ * weights these were). NULL ckpt: the random initialisation. */
+static as_status identify_weights(model *m, const char *ckpt, unsigned long long seed, as_error *err) {
+    if (!ckpt) {
+        snprintf(m->source, sizeof m->source, "random(seed=%llu)", seed);
+        m->sha256[0] = 0;
+        return AS_OK;
+    }
+    char weights[1200], real[PATH_MAX];
+    snprintf(weights, sizeof weights, "%s/model.safetensors", ckpt);
+    const char *src = realpath(weights, real) && strlen(real) < sizeof m->source ? real : weights;
+    snprintf(m->source, sizeof m->source, "%.*s", (int)sizeof m->source - 1, src);
+    return sha256_file(weights, m->sha256, err);
+}
+
 static as_status record_epoch(const trainable *t, const train_opts *o, const char *heldout, long epoch,
                               const char *ckpt, char *trace_path, size_t tn, as_error *err) {
     model m = {0};
     m.cfg = t->cfg;
     m.params = t->p;
-    snprintf(m.source, sizeof m.source, "%s", ckpt);
     snprintf(m.weights_dtype, sizeof m.weights_dtype, "F32");
+    as_status rc = identify_weights(&m, ckpt, o->seed, err);
+    if (rc != AS_OK) return rc;
     dataset ds;
-    as_status rc = dataset_open(&ds, heldout, err);
+    rc = dataset_open(&ds, heldout, err);
     if (rc != AS_OK) return rc;
     snprintf(trace_path, tn, "%s/trace-epoch-%03ld.h5", o->out, epoch);
     record_opts ro;
@@ -271,11 +302,26 @@ static as_status write_log(const char *dir, const cJSON *history, as_error *err)
     return atomic_file_commit(&af, err);
 }
 
+/* state.json's "trained_from": a fresh run starts from seeded random weights; the config file's
+ * hash pins what --config named (a file can change under the same name). */
+static cJSON *trained_from_json(const train_opts *o) {
+    cJSON *j = cJSON_CreateObject();
+    char init[64], hex[SHA256_HEX], real[PATH_MAX];
+    snprintf(init, sizeof init, "random(seed=%llu)", o->seed);
+    cJSON_AddStringToObject(j, "init", init);
+    cJSON_AddStringToObject(j, "config", realpath(o->config, real) ? real : o->config);
+    if (sha256_file(o->config, hex, NULL) == AS_OK) cJSON_AddStringToObject(j, "config_sha256", hex);
+    cJSON_AddStringToObject(j, "data", o->data);
+    return j;
+}
+
 as_status train_run(const train_opts *o, train_result *res, as_error *err) {
     memset(res, 0, sizeof *res);
     vit_config cfg;
     as_status rc = model_config_from_arch(&cfg, o->config, err);
     if (rc != AS_OK) return rc;
+    if (o->num_classes > 0) cfg.num_classes = o->num_classes;
+    if (o->img_size > 0) cfg.img_size = o->img_size;
     cfg.crop_pct = 1.0f; /* images at the training size pass record's preprocessing unchanged */
     if (cfg.num_classes <= 0)
         return as_fail(err, AS_ERR_CONFIG, "%s: num_classes is 0; training needs a classifier head", o->config);
@@ -324,12 +370,19 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
     t.cfg.crop_pct = 1.0f;
     train_state st = {0};
     st.history = cJSON_CreateArray();
+    runtime_info ri;
+    runtime_get_info(&ri);
+    if (!have) st.trained_from = trained_from_json(o);
     optim_adamw opt = {.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = o->weight_decay};
     if (have) {
         char *text = NULL;
         rc = checkpoint_load_optimizer(&t, latest, &text, err);
         if (rc == AS_OK) rc = state_parse(text, latest, o, &st, &opt, err);
         free(text);
+        if (!st.trained_from) { /* a checkpoint from before provenance was recorded */
+            st.trained_from = cJSON_CreateObject();
+            cJSON_AddStringToObject(st.trained_from, "init", "unknown (checkpoint written before attnscope recorded it)");
+        }
     }
     /* buffers: activations with the training tape, gradient scratch, one batch of input */
     const vit_config *c = &t.cfg;
@@ -359,14 +412,19 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
         rc = write_heldout(&d, o->record_images, heldout, err);
         snprintf(res->heldout, sizeof res->heldout, "%s", heldout);
     }
-    if (rc == AS_OK && !o->quiet)
+    if (rc == AS_OK && !o->quiet) {
+        char blas[256];
+        runtime_describe(&ri, blas, sizeof blas);
         printf("train: %s on %s (%d train, %d held out: %s), %d classes, %ld steps of %d in %d epochs, "
-               "%d threads\n", c->name, d.kind, d.n_train, d.n_val, d.val_source, d.n_classes, total_steps, B,
-               o->epochs, runtime_threads());
+               "%s\n", c->name, d.kind, d.n_train, d.n_val, d.val_source, d.n_classes, total_steps, B,
+               o->epochs, blas);
+        fflush(stdout);
+    }
+    if (rc == AS_OK && !o->quiet) runtime_warn("train");
     /* the untrained model's attention, the start of the series; on a resume at an epoch's end
      * whose trace was due, that trace again (a stop during it leaves it incomplete) */
     if (rc == AS_OK && o->record_every > 0 && st.step == 0)
-        rc = record_epoch(&t, o, heldout, 0, "random initialisation", res->last_trace, sizeof res->last_trace, err);
+        rc = record_epoch(&t, o, heldout, 0, NULL, res->last_trace, sizeof res->last_trace, err);
     else if (rc == AS_OK && o->record_every > 0 && st.batch == 0 && st.epoch > 0 &&
              (st.epoch % o->record_every == 0 || st.epoch == o->epochs))
         rc = record_epoch(&t, o, heldout, st.epoch, latest, res->last_trace, sizeof res->last_trace, err);
@@ -445,6 +503,11 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
         cJSON_AddNumberToObject(h, "val_acc", va);
         cJSON_AddNumberToObject(h, "img_per_s", st.seen / (epoch_seconds > 0 ? epoch_seconds : 1));
         cJSON_AddNumberToObject(h, "seconds", st.seconds);
+        /* per epoch: a resumed run may continue on other kernels or threads */
+        cJSON_AddStringToObject(h, "software", ri.software);
+        cJSON_AddStringToObject(h, "blas_core", ri.core);
+        cJSON_AddStringToObject(h, "blas_forced_by", ri.forced);
+        cJSON_AddNumberToObject(h, "threads", ri.threads);
         cJSON_AddItemToArray(st.history, h);
         st.batch = 0;
         st.loss_sum = 0;
@@ -482,6 +545,7 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
     res->img_per_s = t_run > 0 ? (st.step * B - done0) / t_run : 0;
     snprintf(res->checkpoint, sizeof res->checkpoint, "%s", ckpt[0] ? ckpt : latest);
     cJSON_Delete(st.history);
+    cJSON_Delete(st.trained_from);
     free(arena);
     free(x);
     free(dlogits);
@@ -517,6 +581,7 @@ int cmd_train(int argc, char **argv) {
         {"record-every", required_argument, 0, 12}, {"record-images", required_argument, 0, 13},
         {"record", required_argument, 0, 14}, {"resume", no_argument, 0, 15},
         {"keep", required_argument, 0, 16}, {"threads", required_argument, 0, 't'},
+        {"num-classes", required_argument, 0, 17}, {"img-size", required_argument, 0, 18},
         {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     train_opts o;
     train_opts_default(&o);
@@ -545,14 +610,19 @@ int cmd_train(int argc, char **argv) {
         case 14: o.record_what = optarg; break;
         case 15: o.resume = 1; break;
         case 16: if (!cli_parse_int(optarg, 0, 100000, &o.keep)) return 2; break;
+        case 17: if (!cli_parse_int(optarg, 1, 1 << 20, &o.num_classes)) return 2; break;
+        case 18: if (!cli_parse_int(optarg, 1, 16384, &o.img_size)) return 2; break;
         case 't': if (!cli_parse_int(optarg, 1, 1024, &threads)) return 2; break;
         case 'q': o.quiet = 1; break;
         case 'h':
             printf("usage: attnscope train --config MODEL.json|ARCH --data DATA --out DIR [--epochs 20]\n"
+                   "         [--num-classes C] [--img-size S]\n"
                    "         [--batch 128] [--lr 1e-3] [--min-lr 1e-5] [--warmup-epochs 1] [--weight-decay 0.05]\n"
                    "         [--clip 1] [--smoothing 0.1] [--dp-weight 0.1] [--val-fraction 0.1]\n"
                    "         [--crop-pad P] [--no-flip] [--seed S] [--record-every N [--record-images K]\n"
                    "         [--record attn,...]] [--resume] [--keep K] [--threads N] [--quiet]\n"
+                   "--num-classes C, --img-size S: override the config's (e.g. a built-in architecture\n"
+                   "      such as deit_tiny_patch16_224 on shapes: --num-classes 6 --img-size 32).\n"
                    "DATA: shapes[:COUNT[:SIZE]] (built in, 6 classes), a CIFAR-10/100 binary folder or\n"
                    "      .bin file, an MNIST folder of IDX files, or an ImageFolder tree (CLASS/ folders,\n"
                    "      or train/ and val/ each with CLASS/ folders).\n"

@@ -11,6 +11,10 @@
 
 #include "cli.h"
 
+#ifndef ATTNSCOPE_VERSION
+#define ATTNSCOPE_VERSION "0.1.0"
+#endif
+
 /* OpenBLAS exports these; its cblas.h declares them too, but not in every packaging. */
 char *openblas_get_corename(void);
 char *openblas_get_config(void);
@@ -59,6 +63,34 @@ void runtime_blas_info(char *core, size_t n, char *advice, size_t an, int *warn)
                  env ? " is set" : "");
     }
 #endif
+}
+
+void runtime_get_info(runtime_info *ri) {
+    memset(ri, 0, sizeof *ri);
+    runtime_blas_info(ri->core, sizeof ri->core, ri->advice, sizeof ri->advice, &ri->slow);
+    const char *cfg = openblas_get_config();
+    snprintf(ri->config, sizeof ri->config, "%s", cfg ? cfg : "unknown");
+    const char *env = getenv("OPENBLAS_CORETYPE");
+    if (env && env[0]) snprintf(ri->forced, sizeof ri->forced, "OPENBLAS_CORETYPE=%.100s", env);
+    ri->threads = runtime_threads();
+    snprintf(ri->software, sizeof ri->software, "attnscope %s", ATTNSCOPE_VERSION);
+}
+
+void runtime_describe(const runtime_info *ri, char *buf, size_t n) {
+    snprintf(buf, n, "OpenBLAS %s kernels%s%s%s, %d thread%s", ri->core, ri->forced[0] ? " (" : "",
+             ri->forced, ri->forced[0] ? " set)" : "", ri->threads, ri->threads == 1 ? "" : "s");
+}
+
+void runtime_warn(const char *cmd) {
+    runtime_info ri;
+    runtime_get_info(&ri);
+    if (ri.forced[0])
+        fprintf(stderr, "attnscope %s: warning: %s makes OpenBLAS run its %s kernels instead of "
+                "choosing for this CPU; results match other runs bit for bit only with the same "
+                "kernels and thread count%s%s\n", cmd, ri.forced, ri.core, ri.slow ? "; " : "",
+                ri.slow ? ri.advice : "");
+    else if (ri.slow)
+        fprintf(stderr, "attnscope %s: warning: %s\n", cmd, ri.advice);
 }
 
 double runtime_gemm_ceiling(int m, int n, int k, double seconds) {

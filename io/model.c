@@ -1,11 +1,13 @@
 /* model.c: checkpoint resolution (folder, file, config), strict tensor binding with shape hints,
  * dtype conversion and position-embedding resampling. */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* realpath */
 #include "paths.h"
 #include "model.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 
 #include "../core/rng.h"
 #include "atomic.h"
+#include "sha256.h"
 
 char *model_read_text(const char *path, as_error *err) {
     FILE *f = fopen(path, "rb");
@@ -1056,6 +1059,17 @@ static as_status bind_specs(model *m, const vit_tensor_spec *specs, int n, FILE 
     return AS_OK;
 }
 
+/* What a trace or checkpoint says it was made from: the file behind any link (a checkpoint's
+ * "latest" moves on) and the hash of its bytes. The file is mapped and the forward pass reads
+ * every page of it anyway, so hashing here costs the hash's compute only (docs/trace-format.md
+ * gives the measured rate). */
+static void model_identify(model *m, const char *weights) {
+    char real[PATH_MAX];
+    const char *src = realpath(weights, real) && strlen(real) < sizeof m->source ? real : weights;
+    snprintf(m->source, sizeof m->source, "%.*s", (int)sizeof m->source - 1, src);
+    sha256_hex(m->st.map, m->st.map_size, m->sha256);
+}
+
 as_status model_load(model *m, const char *path, const char *arch, int img_size, as_error *err) {
     return model_load_report(m, path, arch, img_size, NULL, err);
 }
@@ -1132,7 +1146,7 @@ as_status model_load_report(model *m, const char *path, const char *arch, int im
     else if (!head && !safetensors_find(&m->st, "head.bias"))
         cfg.num_classes = 0;
     m->cfg = cfg;
-    snprintf(m->source, sizeof m->source, "%s", weights);
+    model_identify(m, weights);
     if ((rc = bind(m, report, err)) != AS_OK) {
         model_free(m);
         return rc;

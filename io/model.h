@@ -23,7 +23,8 @@ typedef struct {
     vit_params params;
     safetensors st;
     float *owned;            /* converted, resampled or random weights */
-    char source[1024];       /* the weights file, or "random(seed)" */
+    char source[1024];       /* the weights file's resolved path (no links), or "random(seed=N)" */
+    char sha256[65];         /* SHA-256 of the weights file (hex); "" for random weights */
     char weights_dtype[8];   /* F32, F16, BF16 or mixed */
     size_t n_tensors;
 } model;

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <hdf5.h>
+#include <hdf5_hl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -22,7 +23,7 @@
 #include "model.h"
 
 #define TRACE_FORMAT "attnscope-trace"
-#define TRACE_FORMAT_VERSION 1
+#define TRACE_FORMAT_VERSION 2 /* 2: dimension scales, variable-length paths, provenance */
 #define TRACE_SLOTS 2
 #define TRACE_PATH_LEN 1024
 #define TRACE_LZ4_FILTER 32004 /* registered id of the HDF5 LZ4 filter (hdf5-filter-plugin) */
@@ -291,11 +292,144 @@ static int layer_attrs(hid_t g, const trace_spec *s, int l) {
     return rc;
 }
 
+/* ---- dimension scales and strings (format version 2) -----------------------------------------
+ * Every axis of every record is an HDF5 dimension scale in its group, so h5py's .dims, xarray
+ * (h5netcdf) and netCDF-4 readers see named dimensions; the axes attribute stays for version 1
+ * readers. Names differ where sizes do: q/k's width is qk_channel (tokens' is channel), Refiner's
+ * expanded maps run over expanded_head. */
+
+#define TRACE_NC_NOT_A_VARIABLE "This is a netCDF dimension but not a netCDF variable."
+
+/* The named dimensions of a record of q in block l, outermost first. */
+static const char *q_dims(const vit_config *c, trace_quantity q, int l) {
+    if (q == TRACE_Q_TOKENS) return "image,token,channel";
+    if (q == TRACE_Q_Q || q == TRACE_Q_K) return "image,head,token,qk_channel";
+    if ((q == TRACE_Q_X0 || q == TRACE_Q_X1) && c->attn[l].kind == VIT_ATTN_REFINER)
+        return "image,expanded_head,query,key";
+    return "image,head,query,key";
+}
+
+/* The named dimensions of the per-image datasets under /images. */
+static const char *images_dims(const char *name) {
+    if (strcmp(name, "top5") == 0 || strcmp(name, "top5_prob") == 0) return "image,rank";
+    if (strcmp(name, "logits") == 0) return "image,class";
+    if (strcmp(name, "rgb") == 0) return "image,row,column,color";
+    return "image";
+}
+
+/* Finds or creates the scale `name` of length n in group g. The image axis grows with the trace:
+ * an unlimited dimension without values (netCDF's "dimension but not a variable", whose readers
+ * take its length from the longest dataset on it). The others hold coordinates: values, or
+ * 0..n-1 when values is NULL. Returns the open scale, or -1 (also when one of another length
+ * exists). */
+static hid_t dim_scale(hid_t g, const char *name, hsize_t n, int unlimited, const int *values) {
+    if (H5Lexists(g, name, H5P_DEFAULT) > 0) {
+        hid_t s = H5Dopen2(g, name, H5P_DEFAULT);
+        hid_t sp = s >= 0 ? H5Dget_space(s) : -1;
+        hsize_t have = 0;
+        if (sp >= 0) H5Sget_simple_extent_dims(sp, &have, NULL);
+        if (sp >= 0) H5Sclose(sp);
+        if (s >= 0 && !unlimited && have != n) {
+            H5Dclose(s);
+            return -1;
+        }
+        return s;
+    }
+    hsize_t cur = unlimited ? 0 : n, max = unlimited ? H5S_UNLIMITED : n, chunk = 1024;
+    hid_t sp = H5Screate_simple(1, &cur, &max), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    if (unlimited) H5Pset_chunk(dcpl, 1, &chunk);
+    hid_t s = H5Dcreate2(g, name, H5T_STD_I32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    H5Pclose(dcpl);
+    H5Sclose(sp);
+    if (s < 0) return -1;
+    int rc = 0;
+    if (unlimited) {
+        char nm[96];
+        snprintf(nm, sizeof nm, "%s%10d", TRACE_NC_NOT_A_VARIABLE, 0);
+        rc |= H5DSset_scale(s, nm) < 0;
+    } else {
+        int *v = malloc((n ? n : 1) * sizeof *v);
+        for (hsize_t i = 0; v && i < n; i++) v[i] = values ? values[i] : (int)i;
+        rc |= !v || H5Dwrite(s, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0;
+        free(v);
+        rc |= H5DSset_scale(s, name) < 0;
+    }
+    if (rc) {
+        H5Dclose(s);
+        return -1;
+    }
+    return s;
+}
+
+/* Attaches dataset d's axes (dims: "image,head,query,key") to scales in its group g, and labels
+ * them. Head axes take their coordinates from d's heads attribute. Returns 0, or -1. */
+static int dims_attach(hid_t g, hid_t d, const char *dims) {
+    hid_t sp = H5Dget_space(d);
+    hsize_t ext[8];
+    const int nd = sp >= 0 ? H5Sget_simple_extent_dims(sp, ext, NULL) : -1;
+    if (sp >= 0) H5Sclose(sp);
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", dims);
+    int axis = 0, rc = nd < 1 ? -1 : 0;
+    for (char *save = NULL, *name = strtok_r(buf, ",", &save); name && rc == 0; name = strtok_r(NULL, ",", &save), axis++) {
+        if (axis >= nd) {
+            rc = -1;
+            break;
+        }
+        int heads[4096], *values = NULL;
+        if (strstr(name, "head") && h5u_attr_read_int(d, "heads", heads, 4096) == (int)ext[axis]) values = heads;
+        hid_t s = dim_scale(g, name, ext[axis], axis == 0, values);
+        rc = s < 0 || H5DSattach_scale(d, s, (unsigned)axis) < 0 || H5DSset_label(d, (unsigned)axis, name) < 0 ? -1 : 0;
+        if (s >= 0) H5Dclose(s);
+    }
+    return rc == 0 && axis == nd ? 0 : -1;
+}
+
+static herr_t write_rows(hid_t d, hid_t memtype, long start, int n, const void *buf);
+
+/* Image paths as variable-length UTF-8 strings (format 2), or the fixed 1024-byte strings of
+ * format 1 when resuming such a trace. */
+static herr_t write_paths(hid_t d, long start, int n, char (*paths)[TRACE_PATH_LEN]) {
+    hid_t ft = H5Dget_type(d);
+    const int vlen = ft >= 0 && H5Tis_variable_str(ft) > 0;
+    if (ft >= 0) H5Tclose(ft);
+    hid_t mt = h5u_str_type(vlen ? 0 : TRACE_PATH_LEN);
+    const char *ptr[TRACE_MAX_BATCH];
+    for (int b = 0; b < n && vlen; b++) ptr[b] = paths[b];
+    herr_t e = write_rows(d, mt, start, n, vlen ? (const void *)ptr : (const void *)paths);
+    H5Tclose(mt);
+    return e;
+}
+
+/* Reads n paths from index off into out, whichever string type the trace stores. */
+static herr_t read_paths(hid_t d, hsize_t off, hsize_t n, char (*out)[TRACE_PATH_LEN]) {
+    hid_t ft = H5Dget_type(d);
+    const int vlen = ft >= 0 && H5Tis_variable_str(ft) > 0;
+    if (ft >= 0) H5Tclose(ft);
+    hid_t fs = H5Dget_space(d), ms = H5Screate_simple(1, &n, NULL), mt = h5u_str_type(vlen ? 0 : TRACE_PATH_LEN);
+    H5Sselect_hyperslab(fs, H5S_SELECT_SET, &off, NULL, &n, NULL);
+    herr_t e;
+    if (vlen) {
+        char **p = calloc(n ? n : 1, sizeof *p);
+        e = p ? H5Dread(d, mt, ms, fs, H5P_DEFAULT, p) : -1;
+        for (hsize_t i = 0; e >= 0 && i < n; i++) snprintf(out[i], TRACE_PATH_LEN, "%s", p[i] ? p[i] : "");
+        if (e >= 0) H5Dvlen_reclaim(mt, ms, H5P_DEFAULT, p);
+        free(p);
+    } else {
+        e = H5Dread(d, mt, ms, fs, H5P_DEFAULT, out);
+        for (hsize_t i = 0; e >= 0 && i < n; i++) out[i][TRACE_PATH_LEN - 1] = 0;
+    }
+    H5Tclose(mt);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    return e;
+}
+
 /* Creates (create = 1) or opens every dataset of the spec. Returns 0 on success. */
 static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
     const vit_config *c = &s->cfg;
     hid_t store = s->f16 ? h5u_f16_type() : H5Tcopy(H5T_IEEE_F32LE);
-    hid_t pstr = h5u_str_type(TRACE_PATH_LEN);
+    hid_t pstr = h5u_str_type(0);
     int ok = 1;
     if (create) {
         hid_t g = H5Gcreate2(f, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -325,6 +459,7 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
                     h5u_attr_str(d->q[q][li], "description", q_description(c, (trace_quantity)q, l));
                     if (q != TRACE_Q_TOKENS)
                         h5u_attr_ints(d->q[q][li], "heads", ids, q_heads(s, (trace_quantity)q, l, ids));
+                    ok &= dims_attach(g, d->q[q][li], q_dims(c, (trace_quantity)q, l)) == 0;
                 }
             } else {
                 d->q[q][li] = open_dset(g, dn, 1);
@@ -367,6 +502,7 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
                 *tab[i].id = make_dset(g, tab[i].name, tab[i].type, tab[i].nd, tab[i].dims,
                                        tab[i].chunk0, s, 0, 0);
                 if (*tab[i].id >= 0) h5u_attr_str(*tab[i].id, "description", tab[i].desc);
+                if (*tab[i].id >= 0) ok &= dims_attach(g, *tab[i].id, images_dims(tab[i].name)) == 0;
             } else {
                 *tab[i].id = open_dset(g, tab[i].name, tab[i].chunk0);
             }
@@ -386,6 +522,54 @@ static void quantities_str(unsigned quantities, char *q, size_t n) {
     for (int i = 0; i < TRACE_Q_COUNT; i++)
         if ((quantities & (1u << i)) && i != TRACE_Q_X1)
             snprintf(q + strlen(q), n - strlen(q), "%s%s", q[0] ? "," : "", trace_q_names[i]);
+}
+
+/* ---- provenance and navigation attributes (format version 2) --------------------------------- */
+
+static const char *nz(const char *s) { return s ? s : ""; }
+
+/* What the trace was made from and how: the weights' hash beside their resolved path, and the
+ * BLAS kernels and threads (bit-identical results need the same ones); the layer groups' names,
+ * so a reader need not build "layers/%02d" itself. */
+static int write_provenance_attrs(hid_t f, const trace_spec *s) {
+    int rc = 0;
+    rc |= h5u_attr_str(f, "model_sha256", nz(s->model_sha256));
+    rc |= h5u_attr_str(f, "blas_core", nz(s->blas_core));
+    rc |= h5u_attr_str(f, "blas_config", nz(s->blas_config));
+    rc |= h5u_attr_str(f, "blas_forced_by", nz(s->blas_forced));
+    rc |= h5u_attr_int(f, "threads", s->threads);
+    char names[VIT_MAX_DEPTH][16];
+    const char *ptr[VIT_MAX_DEPTH];
+    for (int i = 0; i < s->n_layers; i++) {
+        layer_group_name(names[i], sizeof names[i], s->layers[i]);
+        ptr[i] = names[i];
+    }
+    if (s->n_layers > 0) rc |= h5u_attr_strs(f, "layer_groups", ptr, s->n_layers);
+    return rc;
+}
+
+/* A resumed trace must come from the same weights (same config alone is not the same model);
+ * a resume under other kernels or threads is noted in resumed_with, since its later images may
+ * differ from a single run's in the last bits. */
+static as_status resume_provenance(hid_t f, const trace_spec *s, const char *path, as_error *err) {
+    char had[80] = "";
+    h5u_attr_read_str(f, "model_sha256", had, sizeof had);
+    if (had[0] && s->model_sha256 && s->model_sha256[0] && strcmp(had, s->model_sha256) != 0)
+        return as_fail(err, AS_ERR_ARG, "%s: recorded from weights with sha256 %.12s..., these "
+                       "have %.12s...: resume with the same --model or write a new trace", path,
+                       had, s->model_sha256);
+    char core[64] = "", note[512] = "";
+    int threads = 0;
+    h5u_attr_read_str(f, "blas_core", core, sizeof core);
+    h5u_attr_read_int(f, "threads", &threads, 1);
+    if (strcmp(core, nz(s->blas_core)) == 0 && threads == s->threads) return AS_OK;
+    h5u_attr_read_str(f, "resumed_with", note, sizeof note);
+    char now[32];
+    h5u_iso_now(now, sizeof now);
+    snprintf(note + strlen(note), sizeof note - strlen(note), "%s%s: OpenBLAS %s kernels, %d threads",
+             note[0] ? "; " : "", now, nz(s->blas_core), s->threads);
+    return h5u_attr_str(f, "resumed_with", note) == 0 ? AS_OK
+           : as_fail(err, AS_ERR_HDF5, "%s: cannot update its attributes for --resume", path);
 }
 
 static int write_root_attrs(hid_t f, const trace_spec *s) {
@@ -435,6 +619,7 @@ static int write_root_attrs(hid_t f, const trace_spec *s) {
     rc |= h5u_attr_str(f, "query_rows", s->prefix_rows_only ? "prefix" : "all");
     rc |= h5u_attr_str(f, "dtype", s->f16 ? "float16" : "float32");
     rc |= h5u_attr_str(f, "compression", comp);
+    rc |= write_provenance_attrs(f, s);
     free(json);
     return rc;
 }
@@ -667,9 +852,7 @@ static int write_batch(trace_writer *w, trace_slot *sl, int *err_no) {
     }
     H5Tclose(store);
     if (bad) return -1;
-    hid_t pstr = h5u_str_type(TRACE_PATH_LEN);
-    bad |= write_rows(w->d.path, pstr, start, n, sl->paths) < 0;
-    H5Tclose(pstr);
+    bad |= write_paths(w->d.path, start, n, sl->paths) < 0;
     bad |= write_rows(w->d.label, H5T_NATIVE_INT, start, n, sl->labels) < 0;
     bad |= write_chunks(w->d.rgb, H5T_NATIVE_UCHAR, start, n, 1, (size_t)c->img_size * c->img_size * 3, sl->rgb, 0) < 0;
     if (C > 0 && !bad) {
@@ -909,7 +1092,8 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
          * write at or hand out those addresses again ("addr overflow"). Move the end of
          * allocation to the file's end first, as h5clear --increment does. */
         H5Fincrement_filesize(w->file, 0);
-        if ((rc = resume_check(w, err)) != AS_OK || layout(w->file, &w->spec, &w->d, 0) < 0) {
+        if ((rc = resume_check(w, err)) != AS_OK || (rc = resume_provenance(w->file, &w->spec, path, err)) != AS_OK ||
+            layout(w->file, &w->spec, &w->d, 0) < 0) {
             if (rc == AS_OK)
                 rc = as_fail(err, AS_ERR_FORMAT, "%s: trace is missing datasets its attributes "
                              "promise: write a new trace", path);
@@ -923,12 +1107,10 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
         for (int i = 0; i < nids; i++) extend(ids[i], w->done); /* drop a partial batch */
         if (done_paths && w->done > 0) {
             *done_paths = malloc((size_t)w->done * TRACE_PATH_LEN);
-            hid_t pstr = h5u_str_type(TRACE_PATH_LEN);
-            if (!*done_paths || H5Dread(w->d.path, pstr, H5S_ALL, H5S_ALL, H5P_DEFAULT, *done_paths) < 0) {
+            if (!*done_paths || read_paths(w->d.path, 0, (hsize_t)w->done, *done_paths) < 0) {
                 free(*done_paths);
                 *done_paths = NULL;
             }
-            H5Tclose(pstr);
         }
         h5u_attr_int(w->file, "complete", 0);
         h5u_attr_str(w->file, "interrupted", "");
@@ -1016,6 +1198,60 @@ as_status trace_writer_close(trace_writer *w, int complete, const char *reason, 
     }
     writer_free(w);
     return rc;
+}
+
+/* ---- skipped inputs ------------------------------------------------------------------------- */
+
+as_status trace_write_skipped(const char *path, const trace_skipped *items, long n, as_error *err) {
+    h5u_quiet();
+    hid_t fapl = fapl_latest(0);
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, fapl);
+    H5Pclose(fapl);
+    if (f < 0) return as_fail(err, AS_ERR_HDF5, "%s: cannot reopen to list the skipped inputs", path);
+    int bad = 0;
+    if (H5Lexists(f, "skipped", H5P_DEFAULT) > 0) bad |= H5Ldelete(f, "skipped", H5P_DEFAULT) < 0;
+    if (n > 0 && !bad) {
+        hid_t g = H5Gcreate2(f, "skipped", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        const char **p = calloc((size_t)n, sizeof *p), **why = calloc((size_t)n, sizeof *why);
+        long long *idx = calloc((size_t)n, sizeof *idx);
+        bad |= g < 0 || !p || !why || !idx;
+        for (long i = 0; !bad && i < n; i++) p[i] = items[i].path, why[i] = items[i].reason, idx[i] = items[i].input_index;
+        const hsize_t dn = (hsize_t)n;
+        struct {
+            const char *name, *desc;
+            int str;
+            const void *data;
+        } tab[] = {{"path", "the input that could not be read", 1, p},
+                   {"reason", "why: the loader's message", 1, why},
+                   {"input_index", "its position in the input list", 0, idx}};
+        for (size_t k = 0; !bad && k < sizeof tab / sizeof *tab; k++) {
+            hid_t sp = H5Screate_simple(1, &dn, NULL), t = tab[k].str ? h5u_str_type(0) : H5Tcopy(H5T_STD_I64LE);
+            hid_t d = H5Dcreate2(g, tab[k].name, t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            bad |= d < 0 || H5Dwrite(d, tab[k].str ? t : H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, tab[k].data) < 0;
+            if (d >= 0) bad |= h5u_attr_str(d, "description", tab[k].desc) != 0;
+            if (d >= 0) H5Dclose(d);
+            H5Tclose(t);
+            H5Sclose(sp);
+        }
+        free(p);
+        free(why);
+        free(idx);
+        if (g >= 0) H5Gclose(g);
+    }
+    bad |= h5u_attr_int64(f, "num_skipped", n) != 0;
+    bad |= H5Fclose(f) < 0;
+    return bad ? as_fail(err, AS_ERR_HDF5, "%s: could not list the %ld skipped inputs (disk full?); "
+                         "the recorded images are kept", path, n) : AS_OK;
+}
+
+long trace_num_skipped(const trace_reader *r) {
+    long long n = 0;
+    hid_t f = (hid_t)r->file_id;
+    if (H5Aexists(f, "num_skipped") <= 0) return 0;
+    hid_t a = H5Aopen(f, "num_skipped", H5P_DEFAULT);
+    if (a < 0 || H5Aread(a, H5T_NATIVE_LLONG, &n) < 0) n = 0;
+    if (a >= 0) H5Aclose(a);
+    return (long)n;
 }
 
 /* ---- reader --------------------------------------------------------------------------------- */
@@ -1280,19 +1516,14 @@ as_status trace_read_image_info(const trace_reader *r, long image, char *path, s
         H5Dclose(d);
     }
     if (path) {
-        char buf[TRACE_PATH_LEN + 1] = {0};
+        char buf[1][TRACE_PATH_LEN] = {{0}};
         hid_t d = H5Dopen2(f, "images/path", H5P_DEFAULT);
         if (d >= 0) {
             if (r->swmr) H5Drefresh(d);
-            hid_t fs = H5Dget_space(d), ms = H5Screate_simple(1, &one, NULL), st = h5u_str_type(TRACE_PATH_LEN);
-            H5Sselect_hyperslab(fs, H5S_SELECT_SET, &off, NULL, &one, NULL);
-            H5Dread(d, st, ms, fs, H5P_DEFAULT, buf);
-            H5Tclose(st);
-            H5Sclose(ms);
-            H5Sclose(fs);
+            if (read_paths(d, off, one, buf) < 0) buf[0][0] = 0;
             H5Dclose(d);
         }
-        snprintf(path, path_n, "%s", buf);
+        snprintf(path, path_n, "%s", buf[0]);
     }
     if (logits && r->cfg.num_classes > 0) return read_slab(r, "images/logits", image, -1, logits, err);
     return AS_OK;

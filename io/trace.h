@@ -45,8 +45,14 @@ const char *trace_compress_name(trace_compress c);
 typedef struct {
     vit_config cfg;
     const vit_params *params;    /* for the mechanisms' learnt maps under layers/LL/params; may be NULL */
-    const char *model_source;
+    const char *model_source;    /* the weights file's resolved path, or "random(seed=N)" */
+    const char *model_sha256;    /* SHA-256 of that file (hex); NULL or "" for random weights */
     const char *weights_dtype;
+    /* how it was computed: results are bit-identical only with the same kernels and threads */
+    const char *blas_core;       /* OpenBLAS's kernel set ("SkylakeX") */
+    const char *blas_config;     /* openblas_get_config() */
+    const char *blas_forced;     /* "OPENBLAS_CORETYPE=..." when the environment chose it, or "" */
+    int threads;
     unsigned quantities;         /* bit (1 << trace_quantity) */
     int n_layers, layers[VIT_MAX_DEPTH];  /* recorded layers, ascending */
     int n_heads, heads[1024];             /* recorded heads, ascending */
@@ -87,6 +93,16 @@ int trace_writer_failed(trace_writer *w, as_error *err);
 long trace_writer_done(trace_writer *w);
 /* Drains the queue, then records the end state: complete (1), or interrupted with a reason. */
 as_status trace_writer_close(trace_writer *w, int complete, const char *reason, as_error *err);
+
+/* Inputs a run skipped as unreadable (record --skip-bad): written after trace_writer_close as
+ * /skipped/{path, reason, input_index} and the root attribute num_skipped, replacing an earlier
+ * list (a resumed run passes the whole list again). */
+typedef struct {
+    long input_index;            /* position in the input list */
+    char path[1024];
+    char reason[1024];           /* the loader's one-line message */
+} trace_skipped;
+as_status trace_write_skipped(const char *path, const trace_skipped *items, long n, as_error *err);
 
 /* ---- reading -------------------------------------------------------------------------------- */
 
@@ -141,6 +157,8 @@ as_status trace_read_image_info(const trace_reader *r, long image, char *path, s
 void trace_class_name(const trace_reader *r, int label, char *out, size_t n);
 /* Total bytes of the file on disk and the raw bytes of recorded data. */
 as_status trace_sizes(const trace_reader *r, double *file_bytes, double *data_bytes);
+/* Inputs skipped as unreadable (0 when none, or a trace without the list). */
+long trace_num_skipped(const trace_reader *r);
 /* Root attribute as a string (vlen or fixed); empty if missing. */
 void trace_read_attr_string(const trace_reader *r, const char *name, char *out, size_t n);
 

@@ -455,10 +455,10 @@ as_status traindata_open(traindata *d, const char *spec, const vit_config *cfg, 
     }
     if (rc == AS_OK && d->size != cfg->img_size)
         rc = as_fail(err, AS_ERR_SHAPE, "--data %s: images are %dx%d but the model's img_size is %d; set "
-                     "\"img_size\": %d in the model config", spec, d->size, d->size, cfg->img_size, d->size);
+                     "\"img_size\": %d in the model config (or pass --img-size %d)", spec, d->size, d->size, cfg->img_size, d->size, d->size);
     if (rc == AS_OK && cfg->num_classes != d->n_classes)
         rc = as_fail(err, AS_ERR_SHAPE, "--data %s: %d classes but the model has num_classes %d; set "
-                     "\"num_classes\": %d in the model config", spec, d->n_classes, cfg->num_classes, d->n_classes);
+                     "\"num_classes\": %d in the model config (or pass --num-classes %d)", spec, d->n_classes, cfg->num_classes, d->n_classes, d->n_classes);
     if (rc == AS_OK && !d->n_val) rc = split_off(d, val_fraction, err);
     if (rc != AS_OK) traindata_free(d);
     return rc;

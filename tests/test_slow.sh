@@ -22,8 +22,10 @@ check '[ -L "$T/demo/train/latest" ] && [ -s "$T/demo/train/trace-epoch-000.h5" 
 "$A" info "$T/demo/run.h5" >"$T/info.out"; check '[ $? -eq 0 ]'
 check 'grep -q "state       complete" "$T/info.out"'
 check 'grep -q "attn,scores,q,k,tokens" "$T/info.out"'
-# the demo is re-entrant: running it again replaces its own outputs
-"$A" demo --out "$T/demo" --epochs 1 --train-images 600 --images 8 >/dev/null 2>&1; check '[ $? -eq 0 ]'
+# a second demo never mixes into the first: refused, then with --force it replaces its own outputs
+"$A" demo --out "$T/demo" --epochs 1 --train-images 600 --images 8 >/dev/null 2>&1; check '[ $? -eq 1 ]'
+"$A" demo --out "$T/demo" --epochs 1 --train-images 600 --images 8 --force >/dev/null 2>&1; check '[ $? -eq 0 ]'
+check '[ "$(readlink "$T/demo/train/latest")" = epoch-001 ] && [ ! -e "$T/demo/train/epoch-002" ]'
 
 # a short training run on the built-in shapes beats chance (1/6) by a wide margin
 M=${FIXTURES:-tests/fixtures}/../../experiments/models
