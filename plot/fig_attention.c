@@ -22,21 +22,42 @@ static as_status query_map(const fig_source *s, int layer, int head, long image,
     return rc;
 }
 
-as_status fig_attention_panel(plot_figure *f, plot_axes *a, const fig_source *s, int layer, int head,
-                              long image, int query, const uint8_t *rgb, int S, int colorbar,
-                              const char *title, as_error *err) {
-    int g = vit_grid(&s->tr.cfg), p = s->tr.num_prefix;
-    double patch[4096];
+void fig_attention_colorbar(plot_figure *f, const plot_axes *a, double lo, double hi) {
+    plot_colorbar(f, a, lo, hi, PLOT_CMAP_MAGMA, "attention weight");
+}
+
+/* The patch map of (layer, head) and the colour range it gets on its own. */
+static as_status panel_map(const fig_source *s, int layer, int head, long image, int query,
+                           double *patch, double *lo, double *hi, as_error *err) {
+    int g = vit_grid(&s->tr.cfg);
     if (g * g > 4096) return as_fail(err, AS_ERR_UNSUPPORTED, "grid too large to draw");
     if (query_map(s, layer, head, image, query, patch, err) != AS_OK) return err->status;
-    double lo, hi;
-    fig_range(patch, (size_t)g * g, &lo, &hi);
+    fig_range(patch, (size_t)g * g, lo, hi);
+    return AS_OK;
+}
+
+as_status fig_attention_range(const fig_source *s, int layer, int head, long image, int query,
+                              double *lo, double *hi, as_error *err) {
+    double patch[4096];
+    return panel_map(s, layer, head, image, query, patch, lo, hi, err);
+}
+
+as_status fig_attention_panel(plot_figure *f, plot_axes *a, const fig_source *s, int layer, int head,
+                              long image, int query, const uint8_t *rgb, int S, int colorbar,
+                              const double *range, const char *title, as_error *err) {
+    int g = vit_grid(&s->tr.cfg), p = s->tr.num_prefix;
+    double patch[4096], lo, hi;
+    if (panel_map(s, layer, head, image, query, patch, &lo, &hi, err) != AS_OK) return err->status;
+    if (range) { /* a scale shared with other panels */
+        lo = range[0];
+        hi = range[1];
+    }
     plot_image(f, a, rgb, S, S);
     if (!(hi > lo)) hi = lo + 1e-9;
     plot_overlay(f, a, patch, g, lo, hi, PLOT_CMAP_MAGMA, 0.6); /* min..max: structure shows */
     plot_patch_grid(f, a, g, query >= p ? query - p : -1);
     if (title) plot_text(f, a->x + a->w / 2, a->y - 3, 6.5, 0.5, title);
-    if (colorbar) plot_colorbar(f, a, lo, hi, PLOT_CMAP_MAGMA, "attention weight");
+    if (colorbar) fig_attention_colorbar(f, a, lo, hi);
     return AS_OK;
 }
 
@@ -57,7 +78,7 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     if (query < p) snprintf(q, sizeof q, "%s token", query == 0 ? "class" : "distillation");
     else snprintf(q, sizeof q, "patch (%d, %d)", (query - p) / g, (query - p) % g);
     snprintf(title, sizeof title, "image %ld, layer %d, head %d, query: %s", image, layer, head, q);
-    as_status rc = fig_attention_panel(f, &a, s, layer, head, image, query, rgb, S, 1, title, err);
+    as_status rc = fig_attention_panel(f, &a, s, layer, head, image, query, rgb, S, 1, NULL, title, err);
     free(rgb);
     return rc;
 }

@@ -1,10 +1,68 @@
 /* fig_grid.c: one query's attention over the image for every recorded layer and head, as small
- * multiples (layers along the long side). */
+ * multiples (layers in columns, heads in rows) on one colour scale with its bar. The default
+ * height follows the grid's shape, so the panels fill the figure at any width. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "figures.h"
+
+#define GRID_LEFT 16.0    /* the head labels */
+#define GRID_BAR 48.0     /* the colour bar with its ticks and label */
+#define GRID_HEAD 9.0     /* the layer labels */
+#define GRID_TITLE 7.0    /* title size; it wraps to the figure's width */
+#define GRID_MAX_CELL 90.0     /* a few layers still make a figure, not a poster */
+
+typedef struct {
+    double x0, y0, cell; /* the first panel's corner and the panels' pitch */
+    double title_h;
+} grid_layout;
+
+static void grid_title(const fig_opts *o, char *out, size_t n) {
+    const fig_source *s = &o->src[0];
+    const trace_reader *r = &s->tr;
+    int query = fig_query(o, s), p = r->num_prefix, g = vit_grid(&r->cfg);
+    long image = o->image >= 0 ? o->image : 0;
+    char q[64];
+    if (query < p) snprintf(q, sizeof q, "the %s token", query == 0 ? "class" : "distillation");
+    else snprintf(q, sizeof q, "patch (%d, %d)", (query - p) / g, (query - p) % g);
+    snprintf(out, n, "Image %ld: attention of %s in every layer (columns) and head (rows), on one "
+             "colour scale", image, q);
+}
+
+/* Where the panels go on a width x height figure (height 0: as tall as the grid needs). */
+static void grid_place(plot_figure *f, const fig_opts *o, double width, double height, grid_layout *g) {
+    const trace_reader *r = &o->src[0].tr;
+    char title[256];
+    grid_title(o, title, sizeof title);
+    int lines = plot_text_wrap(f, 0, 0, GRID_TITLE, 0, width - 8, 0, title);
+    g->title_h = 3 + lines * GRID_TITLE * 1.2;
+    double cw = (width - GRID_LEFT - GRID_BAR - 4) / r->n_layers;
+    g->cell = fmin(cw, GRID_MAX_CELL);
+    if (height > 0) g->cell = fmin(g->cell, (height - g->title_h - GRID_HEAD - 4) / r->n_heads);
+    if (g->cell < 4) g->cell = 4;
+    double used = GRID_LEFT + g->cell * r->n_layers + GRID_BAR;
+    g->x0 = GRID_LEFT + fmax(0, (width - 4 - used) / 2);
+    g->y0 = g->title_h + GRID_HEAD;
+}
+
+static double height_for(const fig_opts *o, double width) {
+    if (o->n_sources < 1 || !o->src[0].is_trace) return 150;
+    /* a scratch figure to measure the title with */
+    cairo_surface_t *sf = cairo_image_surface_create(CAIRO_FORMAT_A8, 1, 1);
+    cairo_t *cr = cairo_create(sf);
+    plot_figure *f = plot_figure_wrap(cr, width, 1e4);
+    double h = 150;
+    if (f) {
+        grid_layout g;
+        grid_place(f, o, width, 0, &g);
+        h = g.y0 + g.cell * o->src[0].tr.n_heads + 4;
+        plot_figure_abort(f);
+    }
+    cairo_destroy(cr);
+    cairo_surface_destroy(sf);
+    return h;
+}
 
 static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     const fig_source *s = &o->src[0];
@@ -12,31 +70,46 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     const trace_reader *r = &s->tr;
     int L = r->n_layers, H = r->n_heads, query = fig_query(o, s), S;
     long image = o->image >= 0 ? o->image : 0;
+    /* one scale for every panel: the union of their own ranges */
+    double range[2] = {INFINITY, -INFINITY};
+    for (int li = 0; li < L; li++)
+        for (int hi = 0; hi < H; hi++) {
+            double a, b;
+            if (fig_attention_range(s, r->layers[li], r->heads[hi], image, query, &a, &b, err) != AS_OK)
+                return err->status;
+            range[0] = fmin(range[0], a);
+            range[1] = fmax(range[1], b);
+        }
+    if (!(range[1] > range[0])) range[1] = range[0] + 1e-9;
     uint8_t *rgb;
     if (fig_read_rgb(s, image, &rgb, &S, err) != AS_OK) return err->status;
-    /* layers as columns, heads as rows */
-    double cell = fmin((plot_width(f) - 22) / L, (plot_height(f) - 26) / H);
+    grid_layout g;
+    grid_place(f, o, plot_width(f), plot_height(f), &g);
+    char title[256];
+    grid_title(o, title, sizeof title);
+    plot_text_wrap(f, 4, 2 + GRID_TITLE, GRID_TITLE, 0, plot_width(f) - 8, 1, title);
+    double lab = fmin(6, fmax(4.5, g.cell * 0.4)); /* label size follows the panels */
     as_status rc = AS_OK;
     for (int li = 0; li < L && rc == AS_OK; li++) {
         char t[32];
         snprintf(t, sizeof t, "L%d", r->layers[li]);
-        plot_text(f, 20 + cell * (li + 0.5), 21, 6, 0.5, t);
+        plot_text_fit(f, g.x0 + g.cell * (li + 0.5), g.y0 - 2.5, lab, 0.5, g.cell, t);
         for (int hi = 0; hi < H && rc == AS_OK; hi++) {
-            plot_axes a = {.x = 20 + cell * li + 0.6, .y = 24 + cell * hi + 0.6, .w = cell - 1.2, .h = cell - 1.2};
-            rc = fig_attention_panel(f, &a, s, r->layers[li], r->heads[hi], image, query, rgb, S, 0, NULL, err);
+            double pad = fmin(0.6, g.cell * 0.03);
+            plot_axes a = {.x = g.x0 + g.cell * li + pad, .y = g.y0 + g.cell * hi + pad,
+                           .w = g.cell - 2 * pad, .h = g.cell - 2 * pad};
+            rc = fig_attention_panel(f, &a, s, r->layers[li], r->heads[hi], image, query, rgb, S, 0,
+                                     range, NULL, err);
             if (li == 0) {
                 snprintf(t, sizeof t, "h%d", r->heads[hi]);
-                plot_text(f, 18, a.y + cell / 2, 6, 1, t);
+                plot_text_fit(f, g.x0 - 2, a.y + g.cell / 2 + lab * 0.35, lab, 1, GRID_LEFT - 2, t);
             }
         }
     }
-    char title[160];
-    int p = r->num_prefix, g = vit_grid(&r->cfg);
-    if (query < p) snprintf(title, sizeof title, "Image %ld: the %s token's attention in every layer and head "
-                            "(each map scaled from its minimum to its maximum)", image, query == 0 ? "class" : "distillation");
-    else snprintf(title, sizeof title, "Image %ld: attention of patch (%d, %d) in every layer and head",
-                  image, (query - p) / g, (query - p) % g);
-    plot_text(f, 20, 9, 7, 0, title);
+    if (rc == AS_OK) {
+        plot_axes bar = {.x = g.x0 + g.cell * L - 3, .y = g.y0, .w = 0, .h = g.cell * H};
+        fig_attention_colorbar(f, &bar, range[0], range[1]);
+    }
     free(rgb);
     return rc;
 }
@@ -44,5 +117,6 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
 const figure_recipe fig_grid = {
     .name = "grid", .mirrors = "layers x heads small multiples of one query's attention",
     .needs = "a trace with attn (--image, --query)",
-    .summary = "the query's attention over the image for every recorded layer (columns) and head (rows)",
-    .width = PLOT_DOUBLE, .height = 150, .max_sources = 1, .draw = draw};
+    .summary = "the query's attention over the image for every recorded layer (columns) and head "
+               "(rows), one colour scale",
+    .width = PLOT_DOUBLE, .height = 150, .height_for = height_for, .max_sources = 1, .draw = draw};

@@ -44,6 +44,7 @@ as_status fig_source_open(fig_source *s, const char *path, const char *label, as
         s->file = s->tr.file_id;
         char arch[128];
         trace_read_attr_string(&s->tr, "model_arch", arch, sizeof arch);
+        s->label_given = label != NULL;
         if (label) snprintf(s->label, sizeof s->label, "%s", label);
         else if (arch[0] && strcmp(arch, "custom") != 0) snprintf(s->label, sizeof s->label, "%s", arch);
         else basename_noext(path, s->label, sizeof s->label);
@@ -60,6 +61,7 @@ as_status fig_source_open(fig_source *s, const char *path, const char *label, as
     s->file = f;
     char src[1024];
     h5u_attr_read_str(f, "source_trace", src, sizeof src);
+    s->label_given = label != NULL;
     if (label) snprintf(s->label, sizeof s->label, "%s", label);
     else basename_noext(src[0] ? src : path, s->label, sizeof s->label);
     return AS_OK;
@@ -311,17 +313,103 @@ int fig_query(const fig_opts *o, const fig_source *s) {
     return p > 0 ? 0 : (g / 2) * g + g / 2;
 }
 
-as_status figure_render(const figure_recipe *r, const fig_opts *o, const char *path, as_error *err) {
+static int is_sep(char c) { return c == '/' || c == '-' || c == '_' || c == '.' || c == ' '; }
+
+/* The distinguishing part of path i among paths[0..n): the characters between the longest
+ * common prefix and suffix, widened to whole words; a bare number keeps the word before it
+ * ("epoch-012", not "012"). */
+static void distinct_part(const char *const *paths, int n, int i, char *out, size_t cap) {
+    size_t pre = strlen(paths[0]), suf = pre;
+    for (int k = 1; k < n; k++) {
+        size_t a = strlen(paths[0]), b = strlen(paths[k]), p = 0, q = 0;
+        while (p < a && p < b && paths[0][p] == paths[k][p]) p++;
+        while (q < a && q < b && paths[0][a - 1 - q] == paths[k][b - 1 - q]) q++;
+        pre = p < pre ? p : pre;
+        suf = q < suf ? q : suf;
+    }
+    const char *s = paths[i];
+    size_t len = strlen(s);
+    if (pre + suf > len) suf = len - pre;
+    size_t b = pre, e = len - suf;
+    while (b > 0 && !is_sep(s[b - 1])) b--;        /* whole words */
+    while (e < len && !is_sep(s[e])) e++;
+    int digits = e > b;
+    for (size_t k = b; k < e; k++) digits &= s[k] >= '0' && s[k] <= '9';
+    if (digits && b > 1) { /* a number alone says little: keep the word before it */
+        b--;
+        while (b > 0 && !is_sep(s[b - 1])) b--;
+    }
+    while (b < e && is_sep(s[b])) b++;
+    while (e > b && is_sep(s[e - 1])) e--;
+    snprintf(out, cap, "%.*s", (int)(e - b), s + b);
+}
+
+void fig_sources_distinct(fig_source *src, int n) {
+    int done[FIG_MAX_SOURCES] = {0};
+    if (n > FIG_MAX_SOURCES) n = FIG_MAX_SOURCES;
+    int all_same = 1;
+    for (int i = 1; i < n; i++) all_same &= strcmp(src[i].label, src[0].label) == 0;
+    for (int i = 0; i < n; i++) {
+        if (done[i]) continue;
+        int members[FIG_MAX_SOURCES], m = 0;
+        const char *paths[FIG_MAX_SOURCES];
+        for (int k = i; k < n; k++)
+            if (!done[k] && strcmp(src[k].label, src[i].label) == 0) {
+                members[m] = k;
+                paths[m++] = src[k].path;
+                done[k] = 1;
+            }
+        if (m < 2) continue;
+        char base[128];
+        snprintf(base, sizeof base, "%s", src[i].label);
+        for (int j = 0; j < m; j++) {
+            fig_source *s = &src[members[j]];
+            if (s->label_given) continue; /* the caller's words */
+            char part[128];
+            distinct_part(paths, m, j, part, sizeof part);
+            if (!part[0]) snprintf(part, sizeof part, "%d", members[j] + 1); /* one file twice */
+            if (all_same) snprintf(s->label, sizeof s->label, "%s", part);
+            else snprintf(s->label, sizeof s->label, "%.60s %.60s", base, part);
+        }
+    }
+    /* whatever is still equal (a given label equal to a derived one) gets its input number */
+    for (int i = 0; i < n; i++)
+        for (int k = i + 1; k < n; k++)
+            if (strcmp(src[i].label, src[k].label) == 0 && !src[k].label_given) {
+                char t[128];
+                snprintf(t, sizeof t, "%.110s (%d)", src[k].label, k + 1);
+                snprintf(src[k].label, sizeof src[k].label, "%s", t);
+            }
+}
+
+void figure_size(const figure_recipe *r, const fig_opts *o, double *width, double *height) {
+    *width = o->width > 0 ? o->width : r->width;
+    *height = o->height > 0 ? o->height : r->height_for ? r->height_for(o, *width) : r->height;
+}
+
+as_status figure_draw(const figure_recipe *r, const fig_opts *o, plot_figure *f, as_error *err) {
     if (o->n_sources < 1)
         return as_fail(err, AS_ERR_ARG, "the %s figure needs a trace or results file", r->name);
     if (o->n_sources > r->max_sources)
         return as_fail(err, AS_ERR_ARG, "the %s figure takes %d input%s, not %d", r->name,
                        r->max_sources, r->max_sources == 1 ? "" : "s", o->n_sources);
-    plot_figure *f;
-    as_status rc = plot_figure_begin(&f, path, o->width > 0 ? o->width : r->width,
-                                     o->height > 0 ? o->height : r->height, o->dpi > 0 ? o->dpi : 300, err);
+    /* a copy whose labels are distinct; its sources share o's open handles */
+    fig_opts *c = malloc(sizeof *c);
+    if (!c) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+    *c = *o;
+    fig_sources_distinct(c->src, c->n_sources);
+    as_status rc = r->draw(f, c, err);
+    free(c);
+    return rc;
+}
+
+as_status figure_render(const figure_recipe *r, const fig_opts *o, const char *path, as_error *err) {
+    plot_figure *f; /* figure_draw checks the inputs; a failure removes the file begun */
+    double w, h;
+    figure_size(r, o, &w, &h);
+    as_status rc = plot_figure_begin(&f, path, w, h, o->dpi > 0 ? o->dpi : 300, err);
     if (rc != AS_OK) return rc;
-    if ((rc = r->draw(f, o, err)) != AS_OK) {
+    if ((rc = figure_draw(r, o, f, err)) != AS_OK) {
         plot_figure_abort(f);
         return rc;
     }

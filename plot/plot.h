@@ -112,7 +112,19 @@ typedef enum { PLOT_LEGEND_INSIDE_RIGHT = 0, PLOT_LEGEND_INSIDE_LEFT, PLOT_LEGEN
 void plot_legend(plot_figure *f, const plot_axes *a, const char *const *names, int n,
                  const plot_color *colors, const plot_marker *marks, plot_legend_at where);
 #define PLOT_LEGEND_PAD 62.0
-/* Text: align 0 left, 0.5 centre, 1 right; size in points. */
+/* Text: align 0 left, 0.5 centre, 1 right; size in points. Every string is measured and kept
+ * whole inside the canvas: moved in when it would cross an edge, shrunk (to 3/4 of size at
+ * most) and then shortened with an ellipsis when it is longer than the canvas allows. */
 void plot_text(plot_figure *f, double x, double y, double size, double align, const char *s);
+/* The same, no longer than maxw points along its baseline. */
+void plot_text_fit(plot_figure *f, double x, double y, double size, double align, double maxw,
+                   const char *s);
+/* s broken at spaces into lines of at most maxw points, 1.2 x size apart, the first baseline at
+ * y; draws only when draw is set (0: measure for a layout). Returns the number of lines. */
+int plot_text_wrap(plot_figure *f, double x, double y, double size, double align, double maxw,
+                   int draw, const char *s);
+/* The ink box of every string drawn so far, in figure points (for tests: all lie inside). */
+typedef struct { double x0, y0, x1, y1; } plot_box;
+int plot_text_boxes(const plot_figure *f, const plot_box **boxes);
 
 #endif
