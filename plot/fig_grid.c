@@ -16,9 +16,10 @@
 typedef struct {
     double x0, y0, cell; /* the first panel's corner and the panels' pitch */
     double title_h;
+    int flip;            /* layers in rows, heads in columns (few layers, many heads) */
 } grid_layout;
 
-static void grid_title(const fig_opts *o, char *out, size_t n) {
+static void grid_title(const fig_opts *o, int flip, char *out, size_t n) {
     const fig_source *s = &o->src[0];
     const trace_reader *r = &s->tr;
     int query = fig_query(o, s), p = r->num_prefix, g = vit_grid(&r->cfg);
@@ -26,22 +27,32 @@ static void grid_title(const fig_opts *o, char *out, size_t n) {
     char q[64];
     if (query < p) snprintf(q, sizeof q, "the %s token", query == 0 ? "class" : "distillation");
     else snprintf(q, sizeof q, "patch (%d, %d)", (query - p) / g, (query - p) % g);
-    snprintf(out, n, "Image %ld: attention of %s in every layer (columns) and head (rows), on one "
-             "colour scale", image, q);
+    snprintf(out, n, "Image %ld: attention of %s in every layer (%s) and head (%s), on one "
+             "colour scale", image, q, flip ? "rows" : "columns", flip ? "columns" : "rows");
 }
 
 /* Where the panels go on a width x height figure (height 0: as tall as the grid needs). */
 static void grid_place(plot_figure *f, const fig_opts *o, double width, double height, grid_layout *g) {
     const trace_reader *r = &o->src[0].tr;
     char title[256];
-    grid_title(o, title, sizeof title);
+    grid_title(o, 0, title, sizeof title);
     int lines = plot_text_wrap(f, 0, 0, GRID_TITLE, 0, width - 8, 0, title);
     g->title_h = 3 + lines * GRID_TITLE * 1.2;
-    double cw = (width - GRID_LEFT - GRID_BAR - 4) / r->n_layers;
-    g->cell = fmin(cw, GRID_MAX_CELL);
-    if (height > 0) g->cell = fmin(g->cell, (height - g->title_h - GRID_HEAD - 4) / r->n_heads);
+    /* without a height the figure may grow to 0.9 x its width (a page, not a poster) */
+    double room_h = (height > 0 ? height : fmax(150, 0.9 * width)) - g->title_h - GRID_HEAD - 4;
+    double cells[2];
+    for (int k = 0; k < 2; k++) {
+        int cols = k ? r->n_heads : r->n_layers, rows = k ? r->n_layers : r->n_heads;
+        cells[k] = fmin(fmin((width - GRID_LEFT - GRID_BAR - 4) / cols, GRID_MAX_CELL), room_h / rows);
+    }
+    /* layers in columns reads like the papers: turn only for clearly larger panels, or for
+     * equally large ones in a shorter figure */
+    g->flip = cells[1] > 1.25 * cells[0] ||
+              (cells[1] >= cells[0] && r->n_layers < r->n_heads);
+    g->cell = cells[g->flip];
     if (g->cell < 4) g->cell = 4;
-    double used = GRID_LEFT + g->cell * r->n_layers + GRID_BAR;
+    int cols = g->flip ? r->n_heads : r->n_layers;
+    double used = GRID_LEFT + g->cell * cols + GRID_BAR;
     g->x0 = GRID_LEFT + fmax(0, (width - 4 - used) / 2);
     g->y0 = g->title_h + GRID_HEAD;
 }
@@ -56,7 +67,7 @@ static double height_for(const fig_opts *o, double width) {
     if (f) {
         grid_layout g;
         grid_place(f, o, width, 0, &g);
-        h = g.y0 + g.cell * o->src[0].tr.n_heads + 4;
+        h = g.y0 + g.cell * (g.flip ? o->src[0].tr.n_layers : o->src[0].tr.n_heads) + 4;
         plot_figure_abort(f);
     }
     cairo_destroy(cr);
@@ -86,28 +97,31 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     grid_layout g;
     grid_place(f, o, plot_width(f), plot_height(f), &g);
     char title[256];
-    grid_title(o, title, sizeof title);
+    grid_title(o, g.flip, title, sizeof title);
     plot_text_wrap(f, 4, 2 + GRID_TITLE, GRID_TITLE, 0, plot_width(f) - 8, 1, title);
     double lab = fmin(6, fmax(4.5, g.cell * 0.4)); /* label size follows the panels */
     as_status rc = AS_OK;
-    for (int li = 0; li < L && rc == AS_OK; li++) {
-        char t[32];
-        snprintf(t, sizeof t, "L%d", r->layers[li]);
-        plot_text_fit(f, g.x0 + g.cell * (li + 0.5), g.y0 - 2.5, lab, 0.5, g.cell, t);
+    char t[32];
+    for (int li = 0; li < L && rc == AS_OK; li++)
         for (int hi = 0; hi < H && rc == AS_OK; hi++) {
+            int col = g.flip ? hi : li, row = g.flip ? li : hi;
             double pad = fmin(0.6, g.cell * 0.03);
-            plot_axes a = {.x = g.x0 + g.cell * li + pad, .y = g.y0 + g.cell * hi + pad,
+            plot_axes a = {.x = g.x0 + g.cell * col + pad, .y = g.y0 + g.cell * row + pad,
                            .w = g.cell - 2 * pad, .h = g.cell - 2 * pad};
             rc = fig_attention_panel(f, &a, s, r->layers[li], r->heads[hi], image, query, rgb, S, 0,
                                      range, NULL, err);
-            if (li == 0) {
-                snprintf(t, sizeof t, "h%d", r->heads[hi]);
+            if (row == 0) { /* column labels on top, row labels on the left */
+                snprintf(t, sizeof t, g.flip ? "h%d" : "L%d", g.flip ? r->heads[hi] : r->layers[li]);
+                plot_text_fit(f, g.x0 + g.cell * (col + 0.5), g.y0 - 2.5, lab, 0.5, g.cell, t);
+            }
+            if (col == 0) {
+                snprintf(t, sizeof t, g.flip ? "L%d" : "h%d", g.flip ? r->layers[li] : r->heads[hi]);
                 plot_text_fit(f, g.x0 - 2, a.y + g.cell / 2 + lab * 0.35, lab, 1, GRID_LEFT - 2, t);
             }
         }
-    }
     if (rc == AS_OK) {
-        plot_axes bar = {.x = g.x0 + g.cell * L - 3, .y = g.y0, .w = 0, .h = g.cell * H};
+        int cols = g.flip ? H : L, rows = g.flip ? L : H;
+        plot_axes bar = {.x = g.x0 + g.cell * cols - 3, .y = g.y0, .w = 0, .h = g.cell * rows};
         fig_attention_colorbar(f, &bar, range[0], range[1]);
     }
     free(rgb);

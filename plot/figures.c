@@ -347,6 +347,23 @@ static void distinct_part(const char *const *paths, int n, int i, char *out, siz
 void fig_sources_distinct(fig_source *src, int n) {
     int done[FIG_MAX_SOURCES] = {0};
     if (n > FIG_MAX_SOURCES) n = FIG_MAX_SOURCES;
+    /* labels made from file names say only what differs ("trace-epoch-000" and
+     * "trace-epoch-012" become "epoch-000" and "epoch-012") */
+    const char *fpaths[FIG_MAX_SOURCES];
+    int fidx[FIG_MAX_SOURCES], nf = 0;
+    for (int i = 0; i < n; i++) {
+        char b[128];
+        basename_noext(src[i].path, b, sizeof b);
+        if (!src[i].label_given && strcmp(b, src[i].label) == 0) {
+            fidx[nf] = i;
+            fpaths[nf++] = src[i].path;
+        }
+    }
+    for (int j = 0; nf > 1 && j < nf; j++) {
+        char part[128];
+        distinct_part(fpaths, nf, j, part, sizeof part);
+        if (part[0]) snprintf(src[fidx[j]].label, sizeof src[fidx[j]].label, "%s", part);
+    }
     int all_same = 1;
     for (int i = 1; i < n; i++) all_same &= strcmp(src[i].label, src[0].label) == 0;
     for (int i = 0; i < n; i++) {

@@ -204,12 +204,15 @@ double plot_height(const plot_figure *f) { return f->h; }
 
 /* ---- text ------------------------------------------------------------------------------------ */
 
-/* Every string goes through text_fit: measured with cairo, then shrunk (to 3/4 of its size at
+/* Every string goes through text_fit: measured with cairo, then shrunk (to 0.6 of its size or 5 pt at
  * most), shortened with an ellipsis and moved, in that order, until its ink lies inside the
  * given length and the canvas. So no recipe, size or window can clip a label; the boxes are
  * kept for tests (plot_text_boxes). */
-#define TEXT_MIN_SCALE 0.75
-#define TEXT_PAD 0.5   /* points kept clear at the canvas edge */
+#define TEXT_MIN_SCALE 0.6   /* shrinking stops at 0.6 x the size or TEXT_MIN_SIZE */
+#define TEXT_MIN_SIZE 5.0    /* points: still legible in print */
+#define TEXT_PAD 0.5         /* points kept clear at the canvas edge */
+
+static double min_size(double size) { return fmin(size, fmax(size * TEXT_MIN_SCALE, TEXT_MIN_SIZE)); }
 
 static void to_base(const plot_figure *f, double *x, double *y) {
     cairo_user_to_device(f->cr, x, y);
@@ -264,9 +267,15 @@ static double text_fit(plot_figure *f, double x, double y, double size, double a
     char buf[1024];
     const char *t = s;
     if (adv > maxw) {
-        size = fmax(size * TEXT_MIN_SCALE, size * maxw / adv);
-        cairo_set_font_size(cr, size);
-        if ((adv = advance(cr, s)) > maxw) {
+        /* hinted advances do not scale exactly with the size: step down until it fits */
+        double lo = min_size(size);
+        size = fmax(lo, size * maxw / adv);
+        for (;;) {
+            cairo_set_font_size(cr, size);
+            if ((adv = advance(cr, s)) <= maxw || size <= lo) break;
+            size = fmax(lo, size * 0.97);
+        }
+        if (adv > maxw) {
             ellipsize(cr, s, maxw, middle, buf, sizeof buf);
             t = buf;
             adv = advance(cr, t);
@@ -421,6 +430,36 @@ static void tick_label(char *buf, size_t n, double v, double step) {
     else snprintf(buf, n, "%.*f", dec, v);
 }
 
+int plot_axes_zoomed(const plot_axes *a) {
+    if (a->ycat || a->ydown || (a->ymin <= 0 && a->ymax >= 0)) return 0;
+    return a->ymax - a->ymin < 0.25 * fmax(fabs(a->ymin), fabs(a->ymax));
+}
+
+/* The zoom mark: a break across the value axis near its foot and the range in words. */
+static void zoom_mark(plot_figure *f, const plot_axes *a, double step) {
+    cairo_t *cr = f->cr;
+    double y = a->y + a->h - 5, x = a->x;
+    cairo_set_source_rgb(cr, 1, 1, 1);
+    cairo_rectangle(cr, x - 3, y - 1.2, 6, 2.4);
+    cairo_fill(cr);
+    cairo_set_source_rgb(cr, 0, 0, 0);
+    cairo_set_line_width(cr, 0.6);
+    for (int k = -1; k <= 1; k += 2) {
+        cairo_move_to(cr, x - 3.5, y + k * 1.2 + 1.2);
+        cairo_line_to(cr, x + 3.5, y + k * 1.2 - 1.2);
+    }
+    cairo_stroke(cr);
+    char lo[32], hi[32], note[96];
+    tick_label(lo, sizeof lo, a->ymin, step);
+    tick_label(hi, sizeof hi, a->ymax, step);
+    snprintf(note, sizeof note, "zoomed: %s to %s, not from 0", lo, hi);
+    double size = 5.5, w = fmin(text_width(f, size, note), a->w - 8);
+    cairo_set_source_rgba(cr, 1, 1, 1, 0.85);
+    cairo_rectangle(cr, a->x + 3, a->y + a->h - size - 4, w + 4, size + 2.5);
+    cairo_fill(cr);
+    text_fit(f, a->x + 5, a->y + a->h - 3.5, size, 0, a->w - 8, 0, note);
+}
+
 void plot_axes_draw(plot_figure *f, const plot_axes *a, const char *title, const char *xlabel,
                     const char *ylabel) {
     cairo_t *cr = f->cr;
@@ -475,6 +514,7 @@ void plot_axes_draw(plot_figure *f, const plot_axes *a, const char *title, const
             maxw = fmax(maxw, text_width(f, TICK_FONT, buf));
             plot_text(f, a->x - 4, py + 2.2, TICK_FONT, 1, buf);
         }
+        if (plot_axes_zoomed(a)) zoom_mark(f, a, s);
     }
     /* labels may reach into the margins a little, never past the axes' neighbours */
     if (xlabel) text_fit(f, a->x + a->w / 2, a->y + a->h + 19, LABEL_FONT, 0.5, a->w + 20, 0, xlabel);
@@ -734,7 +774,7 @@ void plot_legend(plot_figure *f, const plot_axes *a, const char *const *names, i
     /* the room there: labels shrink, then lose their middles (the ends tell files apart) */
     double room = (where == PLOT_LEGEND_OUTSIDE ? f->w - (a->x + a->w + 4) - 1 : a->w - 8) - 22;
     if (tw > room) {
-        fs = fmax(fs * TEXT_MIN_SCALE, fs * room / tw);
+        fs = fmax(min_size(fs), fs * room / tw);
         tw = fmin(tw * fs / TICK_FONT, fmax(room, 8));
     }
     double bw = tw + 22, bh = n * lh + 4;

@@ -77,6 +77,11 @@ plot_axes plot_axes_grid(const plot_figure *f, int col, int row, int cols, int r
 void plot_axes_range(plot_axes *a, double xmin, double xmax, double ymin, double ymax);
 /* Extends [lo, hi] to nice tick values (1, 2, 5 x 10^k). */
 void plot_nice_range(double *lo, double *hi);
+/* Whether a's value (y) axis is zoomed: its range excludes 0 and spans less than a quarter of
+ * its distance from 0 (0.994-1.000 stretched over the whole plot). plot_axes_draw marks such an
+ * axis with a break on the spine and says "zoomed: LO to HI, not from 0" inside the axes, so
+ * small differences are never shown as large ones unannounced. */
+int plot_axes_zoomed(const plot_axes *a);
 /* Frame, ticks with labels, axis labels and title (any may be NULL). */
 void plot_axes_draw(plot_figure *f, const plot_axes *a, const char *title, const char *xlabel,
                     const char *ylabel);
@@ -113,8 +118,8 @@ void plot_legend(plot_figure *f, const plot_axes *a, const char *const *names, i
                  const plot_color *colors, const plot_marker *marks, plot_legend_at where);
 #define PLOT_LEGEND_PAD 62.0
 /* Text: align 0 left, 0.5 centre, 1 right; size in points. Every string is measured and kept
- * whole inside the canvas: moved in when it would cross an edge, shrunk (to 3/4 of size at
- * most) and then shortened with an ellipsis when it is longer than the canvas allows. */
+ * whole inside the canvas: moved in when it would cross an edge, shrunk (to 0.6 of size or
+ * 5 pt at most) and then shortened with an ellipsis when it is longer than the canvas allows. */
 void plot_text(plot_figure *f, double x, double y, double size, double align, const char *s);
 /* The same, no longer than maxw points along its baseline. */
 void plot_text_fit(plot_figure *f, double x, double y, double size, double align, double maxw,
