@@ -418,10 +418,11 @@ static view_panel *panel_add(view *v, view_panel_kind k, double x, double y, dou
     return p;
 }
 
+/* A colour bar right of a; what NULL: ticks only (small multiples, one bar per panel). */
 static void colorbar_add(view *v, plot_figure *f, const plot_axes *a, vscale s, const char *what) {
-    char label[64];
-    snprintf(label, sizeof label, "%s%s", s.log ? "log10 " : "", what);
-    plot_colorbar(f, a, s.lo, s.hi, v->cmap, label);
+    char label[64] = "";
+    if (what) snprintf(label, sizeof label, "%s%s", s.log ? "log10 " : "", what);
+    plot_colorbar(f, a, s.lo, s.hi, v->cmap, what ? label : NULL);
     if (v->n_cbars < 8) {
         view_colorbar *c = &v->cbars[v->n_cbars++];
         c->lo = s.lo;
@@ -478,7 +479,9 @@ static void draw_image_panel(view *v, plot_figure *f, double x, double y, double
 /* One head's full map (Q x T) with the query row outlined. */
 static void draw_map_panel(view *v, plot_figure *f, plot_axes a, int li, int hi, int ds,
                            const float *A, vscale s, const char *title, int cbar) {
-    int Q = v->dims[li][ds][1], T = v->dims[li][ds][2];
+    int rollout = v->row == VIEW_ROW_ROLLOUT;
+    int Q = rollout ? v->src.tr.num_tokens : v->dims[li][ds][1];
+    int T = rollout ? v->src.tr.num_tokens : v->dims[li][ds][2];
     size_t n = (size_t)Q * T;
     double *vals = frame_alloc(v, n), *tv = malloc(n * sizeof *tv);
     if (!vals || !tv) {
@@ -520,7 +523,7 @@ static void draw_map_panel(view *v, plot_figure *f, plot_axes a, int li, int hi,
     if (cbar) { /* a few rows (prefix rows only) still get a readable colour bar */
         plot_axes cb = a;
         cb.h = fmax(a.h, 100);
-        colorbar_add(v, f, &cb, s, map_names[ds]);
+        colorbar_add(v, f, &cb, s, rollout ? "rollout factor" : map_names[ds]);
     }
 }
 
@@ -597,23 +600,41 @@ static as_status draw_query_column(view *v, plot_figure *f, double x0, double w,
     if (v->row == VIEW_ROW_ROLLOUT) snprintf(title, sizeof title, "rollout from the %s through layer %d", q, v->src.tr.layers[li]);
     else snprintf(title, sizeof title, "layer %d, %s %d: %s", v->src.tr.layers[li], head_word(ds), head, q);
     draw_image_panel(v, f, x0 + 4, top + 12, side, li, head, ds, scale_make(v, lo, hi_), title, 1);
-    /* the full map */
-    const float *A = map_get(v, ds, v->image, li, hi, err);
-    if (!A) return err->status;
+    /* the full map: the head's, or in rollout mode the layer's head-mean map plus identity,
+     * the factor rollout multiplies at this layer */
+    int rollout = v->row == VIEW_ROW_ROLLOUT;
     int Q = v->dims[li][ds][1], T = v->dims[li][ds][2];
+    const float *A = NULL;
+    float *fused = NULL;
+    if (rollout) {
+        T = Q = v->src.tr.num_tokens;
+        fused = malloc((size_t)T * T * sizeof *fused);
+        if (!fused) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; i < (size_t)T * T; i++) fused[i] = (float)v->rollout[(size_t)li * T * T + i];
+        A = fused;
+    } else if (!(A = map_get(v, ds, v->image, li, hi, err))) {
+        return err->status;
+    }
     double mx = two_rows ? x0 + 34 : x0 + side + 105, my = two_rows ? top + side + 40 : top + 12;
     double mw = two_rows ? fmin(w - 90, bottom - my - 24) : x0 + w - mx - 62;
     double mh = two_rows ? mw : fmin(mw, avail - 24);
     if (Q == T) mw = mh = fmin(mw, mh);
     else mh = Q * fmin(mh / Q, fmax(mw / T, 14.0)); /* prefix rows only: short rows, at least 14 pt */
-    if (mw < 20 || mh < 8) return AS_OK; /* the window is too small for it */
+    if (mw < 20 || mh < 8) { /* the window is too small for it */
+        free(fused);
+        return AS_OK;
+    }
     double mlo = INFINITY, mhi = -INFINITY;
     widen_range(A, (size_t)Q * T, &mlo, &mhi);
-    if (v->norm == VIEW_NORM_GLOBAL && global_map_range(v, ds, li, &mlo, &mhi, err) != AS_OK) return err->status;
+    if (!rollout && v->norm == VIEW_NORM_GLOBAL && global_map_range(v, ds, li, &mlo, &mhi, err) != AS_OK)
+        return err->status;
     plot_axes a = {.x = mx, .y = my, .w = mw, .h = mh};
     char mt[128];
-    snprintf(mt, sizeof mt, "%s of %s %d (%d x %d)", map_names[ds], head_word(ds), head, Q, T);
+    if (rollout) snprintf(mt, sizeof mt, "layer %d: head mean + identity, the factor rollout multiplies (%d x %d)",
+                          v->src.tr.layers[li], Q, T);
+    else snprintf(mt, sizeof mt, "%s of %s %d (%d x %d)", map_names[ds], head_word(ds), head, Q, T);
     draw_map_panel(v, f, a, li, hi, ds, A, scale_make(v, mlo, mhi), mt, 1);
+    free(fused);
     return AS_OK;
 }
 
@@ -621,11 +642,11 @@ static as_status draw_query_column(view *v, plot_figure *f, double x0, double w,
 static as_status draw_multiples(view *v, plot_figure *f, double x0, double y0, double w, double h,
                                 int by_layer, as_error *err) {
     int n = by_layer ? v->src.tr.n_layers : n_heads(v, v->li, v->ds);
-    int best_c = 1;
-    double best = 0;
+    int best_c = 1, global = v->norm == VIEW_NORM_GLOBAL;
+    double best = 0, bw = global ? 0 : 36; /* per map: each panel has its own colour bar */
     for (int c = 1; c <= n; c++) {
         int rows = (n + c - 1) / c;
-        double s = fmin(w / c, h / rows - 11);
+        double s = fmin(w / c - bw, h / rows - 11);
         if (s > best) {
             best = s;
             best_c = c;
@@ -643,12 +664,11 @@ static as_status draw_multiples(view *v, plot_figure *f, double x0, double y0, d
         if (!overlay_values(v, ds, by_layer ? k : v->li, by_layer ? v->hi : k, &a, &b, err)) return err->status;
         lo = fmin(lo, a);
         hi = fmax(hi, b);
-        double px = x0 + (k % best_c) * best, py = y0 + (k / best_c) * (best + 11) + 10;
+        double px = x0 + (k % best_c) * (best + bw), py = y0 + (k / best_c) * (best + 11) + 10;
         int head = by_layer ? view_head(v) : head_id(v, ds, k);
         panel_add(v, VIEW_PANEL_IMAGE, px, py, side, side, g, g, by_layer ? k : v->li, head, ds,
                   (vscale){a, b, 0, 0});
     }
-    int global = v->norm == VIEW_NORM_GLOBAL;
     vscale shared = scale_make(v, lo, hi);
     for (int i = 0; i < v->n_panels; i++) {
         view_panel *pn = &v->panels[i];
@@ -664,6 +684,10 @@ static as_status draw_multiples(view *v, plot_figure *f, double x0, double y0, d
         if (cur) outline(plot_cairo(f), pn->x - 1.5, pn->y - 1.5, side + 3, side + 3, 0.1, 0.45, 0.9, 1.2);
         if (v->hover_panel == i)
             outline(plot_cairo(f), pn->x - 0.8, pn->y - 0.8, side + 1.6, side + 1.6, 0.3, 0.3, 0.3, 0.6);
+        if (!global) {
+            plot_axes a = {.x = pn->x, .y = pn->y, .w = side - 3, .h = side};
+            colorbar_add(v, f, &a, s, NULL);
+        }
     }
     if (global && v->n_panels > 0) {
         int last = v->n_panels - 1;
@@ -791,7 +815,8 @@ static void hover_text(const view *v, char *buf, size_t n) {
         snprintf(buf, n, "%s at %s: %.4g", v->row == VIEW_ROW_ROLLOUT ? "rollout" : map_names[p->ds], q, val);
         break;
     case VIEW_PANEL_MAP:
-        snprintf(buf, n, "%s[%d, %d]: %.4g", map_names[p->ds], v->hover_row, v->hover_col, val);
+        snprintf(buf, n, "%s[%d, %d]: %.4g", v->row == VIEW_ROW_ROLLOUT ? "rollout factor" : map_names[p->ds],
+                 v->hover_row, v->hover_col, val);
         break;
     case VIEW_PANEL_SIMILARITY:
         snprintf(buf, n, "similarity of layers %d and %d: %.4f", v->sim_layers[v->hover_row],
@@ -804,6 +829,15 @@ static void hover_text(const view *v, char *buf, size_t n) {
     }
 }
 
+/* The mode as drawn: the query view is a class-token or rollout view when that row is on. */
+static const char *mode_label(const view *v) {
+    if (v->mode == VIEW_MODE_QUERY || v->mode == VIEW_MODE_PAIR) {
+        if (v->row == VIEW_ROW_ROLLOUT) return v->mode == VIEW_MODE_PAIR ? "pair (rollout)" : "rollout";
+        if (v->row == VIEW_ROW_CLASS) return v->mode == VIEW_MODE_PAIR ? "pair (class token)" : "class-token";
+    }
+    return mode_names[v->mode];
+}
+
 static void build_status(view *v) {
     const trace_reader *r = &v->src.tr;
     const char *base = strrchr(v->image_path, '/');
@@ -812,19 +846,25 @@ static void build_status(view *v) {
     query_name(v, v->query, q, sizeof q);
     hover_text(v, hv, sizeof hv);
     if (v->label >= 0 || v->pred >= 0) {
-        char ln[80] = "", pn[80] = "";
-        if (v->label_name[0]) snprintf(ln, sizeof ln, " (%s)", v->label_name);
-        if (v->pred_name[0]) snprintf(pn, sizeof pn, " (%s)", v->pred_name);
-        snprintf(lab, sizeof lab, "  label %d%s, pred %d%s", v->label, ln, v->pred, pn);
+        char ln[96] = "unlabelled", pn[96] = "";
+        if (v->label >= 0) snprintf(ln, sizeof ln, "label %d%s%s%s", v->label, v->label_name[0] ? " (" : "",
+                                    v->label_name, v->label_name[0] ? ")" : "");
+        if (v->pred >= 0) snprintf(pn, sizeof pn, ", pred %d%s%s%s", v->pred, v->pred_name[0] ? " (" : "",
+                                   v->pred_name, v->pred_name[0] ? ")" : "");
+        snprintf(lab, sizeof lab, "  %s%s", ln, pn);
     }
     if (v->live) snprintf(live, sizeof live, "  |  live: %ld images%s", v->n_images, v->follow ? ", following" : "");
     else snprintf(live, sizeof live, "  |  %s", v->complete ? "complete" : "interrupted run");
     char mech[96];
     vit_attn_describe(&r->cfg, view_layer(v), mech, sizeof mech);
-    snprintf(v->status, sizeof v->status, "image %ld/%ld %s%s  |  layer %d (%s)  |  %s %d  |  query %s%s"
-             "%s%s%s", v->image, v->n_images, base, lab, view_layer(v), mech,
-             head_word(v->ds), view_head(v), q, v->query_locked ? " (fixed)" : "",
-             hv[0] ? "  |  " : "", hv, live);
+    /* what the panels show: the map (Tab) and head, or the rollout, which fuses the heads */
+    char what[96];
+    if (v->row == VIEW_ROW_ROLLOUT && (v->mode == VIEW_MODE_QUERY || v->mode == VIEW_MODE_PAIR))
+        snprintf(what, sizeof what, "rollout (attn, head mean)");
+    else snprintf(what, sizeof what, "%s %s %d", map_names[v->ds], head_word(v->ds), view_head(v));
+    snprintf(v->status, sizeof v->status, "image %ld/%ld %s%s  |  %s view  |  layer %d (%s)  |  %s  |  "
+             "query %s%s%s%s%s", v->image, v->n_images, base, lab, mode_label(v), view_layer(v), mech,
+             what, q, v->query_locked ? " (fixed)" : "", hv[0] ? "  |  " : "", hv, live);
 }
 
 void view_draw(view *v, cairo_t *cr, double width, double height) {
@@ -880,7 +920,7 @@ void view_draw(view *v, cairo_t *cr, double width, double height) {
     const char *base = strrchr(v->src.path, '/');
     char title[1400];
     snprintf(title, sizeof title, "%s  |  %s view  |  %s, %s scale, %s normalisation, opacity %.1f  |  ? help",
-             base ? base + 1 : v->src.path, mode_names[v->mode], plot_cmap_name(v->cmap),
+             base ? base + 1 : v->src.path, mode_label(v), plot_cmap_name(v->cmap),
              v->log_scale ? "log" : "linear", v->norm == VIEW_NORM_MAP ? "per-map" : "global", v->opacity);
     plot_text(f, 6, TITLE_Y, 7, 0, title);
     /* status bar */
