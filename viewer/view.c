@@ -867,15 +867,19 @@ static void build_status(view *v) {
              what, q, v->query_locked ? " (fixed)" : "", hv[0] ? "  |  " : "", hv, live);
 }
 
-void view_draw(view *v, cairo_t *cr, double width, double height) {
+/* The frame; without chrome (export) only the panels: no background, title line, status or
+ * message bar, help or hover. */
+static void draw_frame(view *v, cairo_t *cr, double width, double height, int chrome) {
     v->width = width;
     v->height = height;
     double Z = v->zoom, U = width / Z, V = height / Z;
     v->n_panels = v->n_cbars = 0;
     cairo_save(cr);
     cairo_scale(cr, Z, Z);
-    cairo_set_source_rgb(cr, 1, 1, 1);
-    cairo_paint(cr);
+    if (chrome) {
+        cairo_set_source_rgb(cr, 1, 1, 1);
+        cairo_paint(cr);
+    }
     plot_figure *f = plot_figure_wrap(cr, U, V);
     if (!f) {
         cairo_restore(cr);
@@ -916,6 +920,11 @@ void view_draw(view *v, cairo_t *cr, double width, double height) {
         snprintf(v->message, sizeof v->message, "%s", err.msg);
         plot_text(f, U / 2, (top + bottom) / 2, 8, 0.5, err.msg);
     }
+    if (!chrome) {
+        plot_figure_abort(f);
+        cairo_restore(cr);
+        return;
+    }
     /* title line */
     const char *base = strrchr(v->src.path, '/');
     char title[1400];
@@ -939,6 +948,8 @@ void view_draw(view *v, cairo_t *cr, double width, double height) {
     plot_figure_abort(f); /* the wrapper only */
     cairo_restore(cr);
 }
+
+void view_draw(view *v, cairo_t *cr, double width, double height) { draw_frame(v, cr, width, height, 1); }
 
 /* ---- events ------------------------------------------------------------------------------------- */
 
@@ -1259,8 +1270,40 @@ void view_plot_command(const view *v, const char *name, char *out, size_t n) {
     }
 }
 
-as_status view_export(view *v, cairo_surface_t *surface, const char *dir, char *path, size_t pn,
-                      char *cmd, size_t cn, as_error *err) {
+/* The panels of the current view at VIEW_EXPORT_DPI on white, cropped to what they cover
+ * plus a small margin: drawn again into a recording surface without the window's chrome. */
+static as_status export_png(view *v, const char *path, as_error *err) {
+    cairo_surface_t *rec = cairo_recording_surface_create(CAIRO_CONTENT_COLOR_ALPHA, NULL);
+    cairo_t *cr = cairo_create(rec);
+    int hover = v->hover_panel;
+    v->hover_panel = -1;
+    draw_frame(v, cr, v->width, v->height, 0); /* same size: the same panels for hit testing */
+    v->hover_panel = hover;
+    cairo_destroy(cr);
+    double x, y, w, h, m = 4 * v->zoom, k = VIEW_EXPORT_DPI / 72.0 / v->zoom;
+    cairo_recording_surface_ink_extents(rec, &x, &y, &w, &h);
+    as_status rc = AS_OK;
+    if (!(w > 0 && h > 0)) {
+        rc = as_fail(err, AS_ERR_ARG, "%s: nothing to export: the view shows no panel", path);
+    } else {
+        cairo_surface_t *img = cairo_image_surface_create(CAIRO_FORMAT_RGB24, (int)ceil((w + 2 * m) * k),
+                                                          (int)ceil((h + 2 * m) * k));
+        cr = cairo_create(img);
+        cairo_set_source_rgb(cr, 1, 1, 1);
+        cairo_paint(cr);
+        cairo_scale(cr, k, k);
+        cairo_set_source_surface(cr, rec, m - x, m - y);
+        cairo_paint(cr);
+        cairo_destroy(cr);
+        rc = plot_write_png(img, path, err);
+        cairo_surface_destroy(img);
+    }
+    cairo_surface_destroy(rec);
+    return rc;
+}
+
+as_status view_export(view *v, const char *dir, char *path, size_t pn, char *cmd, size_t cn,
+                      as_error *err) {
     const char *b = strrchr(v->src.path, '/');
     char stem[256];
     snprintf(stem, sizeof stem, "%.200s", b ? b + 1 : v->src.path);
@@ -1270,7 +1313,7 @@ as_status view_export(view *v, cairo_surface_t *surface, const char *dir, char *
     snprintf(name, sizeof name, "%s/%s-%s-i%ld-l%d-h%d-q%d", dir && dir[0] ? dir : ".", stem,
              mode_names[v->mode], v->image, view_layer(v), view_head(v), v->query);
     snprintf(path, pn, "%s.png", name);
-    if (plot_write_png(surface, path, err) != AS_OK) return err->status;
+    if (export_png(v, path, err) != AS_OK) return err->status;
     view_plot_command(v, name, cmd, cn);
     note(v, "saved %s", path);
     return AS_OK;

@@ -395,7 +395,7 @@ as_status view_window_run(view *v, const view_window_opts *o, as_error *err) {
             if (r & VIEW_EXPORT) {
                 char path[1200], cmd[4096];
                 as_error e = {0};
-                if (view_export(v, w.surface, o->export_dir, path, sizeof path, cmd, sizeof cmd, &e) == AS_OK)
+                if (view_export(v, o->export_dir, path, sizeof path, cmd, sizeof cmd, &e) == AS_OK)
                     printf("saved %s\nthe same as a batch figure:\n%s\n", path, cmd);
                 else
                     snprintf(v->message, sizeof v->message, "%s", e.msg);
