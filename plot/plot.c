@@ -430,30 +430,42 @@ static void tick_label(char *buf, size_t n, double v, double step) {
     else snprintf(buf, n, "%.*f", dec, v);
 }
 
+/* The rule for value axes and colour bars: a range that excludes 0 and spans less than a
+ * quarter of its distance from 0 is a zoom, and is marked as one. */
+static int range_zoomed(double lo, double hi) {
+    if (!(hi > lo) || (lo <= 0 && hi >= 0)) return 0;
+    return hi - lo < 0.25 * fmax(fabs(lo), fabs(hi));
+}
+
 int plot_axes_zoomed(const plot_axes *a) {
-    if (a->ycat || a->ydown || (a->ymin <= 0 && a->ymax >= 0)) return 0;
-    return a->ymax - a->ymin < 0.25 * fmax(fabs(a->ymin), fabs(a->ymax));
+    return !a->ycat && !a->ydown && range_zoomed(a->ymin, a->ymax);
+}
+
+/* An axis break: a white gap with two slashes across a spine at (x, y), half-width r. */
+static void break_mark(cairo_t *cr, double x, double y, double r) {
+    cairo_set_source_rgb(cr, 1, 1, 1);
+    cairo_rectangle(cr, x - r, y - 1.2, 2 * r, 2.4);
+    cairo_fill(cr);
+    cairo_set_source_rgb(cr, 0, 0, 0);
+    cairo_set_line_width(cr, 0.6);
+    for (int k = -1; k <= 1; k += 2) {
+        cairo_move_to(cr, x - r - 0.5, y + k * 1.2 + 1.2);
+        cairo_line_to(cr, x + r + 0.5, y + k * 1.2 - 1.2);
+    }
+    cairo_stroke(cr);
 }
 
 /* The zoom mark: a break across the value axis near its foot and the range in words. */
 static void zoom_mark(plot_figure *f, const plot_axes *a, double step) {
     cairo_t *cr = f->cr;
-    double y = a->y + a->h - 5, x = a->x;
-    cairo_set_source_rgb(cr, 1, 1, 1);
-    cairo_rectangle(cr, x - 3, y - 1.2, 6, 2.4);
-    cairo_fill(cr);
-    cairo_set_source_rgb(cr, 0, 0, 0);
-    cairo_set_line_width(cr, 0.6);
-    for (int k = -1; k <= 1; k += 2) {
-        cairo_move_to(cr, x - 3.5, y + k * 1.2 + 1.2);
-        cairo_line_to(cr, x + 3.5, y + k * 1.2 - 1.2);
-    }
-    cairo_stroke(cr);
+    break_mark(cr, a->x, a->y + a->h - 5, 3);
     char lo[32], hi[32], note[96];
     tick_label(lo, sizeof lo, a->ymin, step);
     tick_label(hi, sizeof hi, a->ymax, step);
     snprintf(note, sizeof note, "zoomed: %s to %s, not from 0", lo, hi);
-    double size = 5.5, w = fmin(text_width(f, size, note), a->w - 8);
+    double size = 5.5;
+    if (text_width(f, size, note) > a->w - 8) snprintf(note, sizeof note, "zoomed, not from 0");
+    double w = fmin(text_width(f, size, note), a->w - 8);
     cairo_set_source_rgba(cr, 1, 1, 1, 0.85);
     cairo_rectangle(cr, a->x + 3, a->y + a->h - size - 4, w + 4, size + 2.5);
     cairo_fill(cr);
@@ -700,11 +712,17 @@ void plot_colorbar(plot_figure *f, const plot_axes *a, double vmin, double vmax,
         maxw = fmax(maxw, text_width(f, TICK_FONT, buf));
         plot_text(f, x + w + 3.5, py + 2.2, TICK_FONT, 0, buf);
     }
+    char zl[192]; /* a zoomed scale says so in its label (the rule of plot_axes_zoomed) */
+    if (range_zoomed(vmin, vmax)) {
+        break_mark(cr, x + w / 2, a->y + a->h - 5, w / 2 + 1);
+        snprintf(zl, sizeof zl, "%s%szoomed, not from 0", label ? label : "", label ? ": " : "");
+        label = zl;
+    }
     if (label) {
         cairo_save(cr);
         cairo_translate(cr, x + w + 6 + maxw + 4, a->y + a->h / 2);
         cairo_rotate(cr, PLOT_PI / 2);
-        plot_text(f, 0, 0, LABEL_FONT, 0.5, label);
+        text_fit(f, 0, 0, LABEL_FONT, 0.5, a->h + 30, 0, label);
         cairo_restore(cr);
     }
 }

@@ -102,7 +102,8 @@ void plot_bars(plot_figure *f, const plot_axes *a, const double *v, const double
 /* rows x cols values as cells, row 0 at the top; vmin/vmax map to the ends of the colour map. */
 void plot_heatmap(plot_figure *f, const plot_axes *a, const double *v, int rows, int cols,
                   double vmin, double vmax, plot_cmap cm);
-/* A vertical colour bar right of a with its label. */
+/* A vertical colour bar right of a with its label; a zoomed range (plot_axes_zoomed's rule)
+ * gets a break at its foot and "zoomed, not from 0" in its label. */
 void plot_colorbar(plot_figure *f, const plot_axes *a, double vmin, double vmax, plot_cmap cm,
                    const char *label);
 /* An RGB image (h x w x 3) filling a. */

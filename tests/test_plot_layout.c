@@ -216,6 +216,20 @@ static void test_zoomed_axis(void) {
         CHECK(plot_figure_end(f, &err) == AS_OK, "%s", err.msg);
     }
     CHECK(boxes[1] == boxes[0] + 1, "the zoomed axis adds its note: %d strings, unzoomed %d", boxes[1], boxes[0]);
+    /* a colour bar on a zoomed range says so in its (rotated) label: a longer box */
+    double len[2];
+    for (int k = 0; k < 2; k++) {
+        plot_figure *f;
+        as_error err = {0};
+        CHECK(plot_figure_begin(&f, check_tmp("zoomc.svg"), PLOT_COLUMN, 200, 72, &err) == AS_OK, "%s", err.msg);
+        plot_axes a = plot_axes_grid(f, 0, 0, 1, 1, 46);
+        plot_colorbar(f, &a, k ? 0.994 : 0, k ? 1.0 : 0.006, PLOT_CMAP_VIRIDIS, "CKA");
+        const plot_box *b;
+        int n = plot_text_boxes(f, &b);
+        len[k] = n > 0 ? b[n - 1].y1 - b[n - 1].y0 : 0; /* the label is drawn last */
+        CHECK(plot_figure_end(f, &err) == AS_OK, "%s", err.msg);
+    }
+    CHECK(len[1] > 3 * len[0], "the zoomed colour bar's label says so: %.1f pt long, unzoomed %.1f", len[1], len[0]);
     plot_axes a = {.ymin = -1, .ymax = 1};
     CHECK(!plot_axes_zoomed(&a), "a range through zero is not zoomed");
     a = (plot_axes){.ymin = 0.5, .ymax = 1};
