@@ -681,7 +681,7 @@ static as_status draw_multiples(view *v, plot_figure *f, double x0, double y0, d
         if (by_layer) snprintf(t, sizeof t, "layer %d", pn->layer);
         else snprintf(t, sizeof t, "%s %d", head_word(pn->ds), pn->head);
         plot_text(f, pn->x + side / 2, pn->y - 2.5, 6.5, 0.5, t);
-        if (cur) outline(plot_cairo(f), pn->x - 1.5, pn->y - 1.5, side + 3, side + 3, 0.1, 0.45, 0.9, 1.2);
+        if (cur && !v->exporting) outline(plot_cairo(f), pn->x - 1.5, pn->y - 1.5, side + 3, side + 3, 0.1, 0.45, 0.9, 1.2);
         if (v->hover_panel == i)
             outline(plot_cairo(f), pn->x - 0.8, pn->y - 0.8, side + 1.6, side + 1.6, 0.3, 0.3, 0.3, 0.6);
         if (!global) {
@@ -718,7 +718,7 @@ static as_status draw_results(view *v, plot_figure *f, double top, double bottom
         snprintf(v->cbars[v->n_cbars++].label, sizeof v->cbars[0].label, "%s", cbar);
     }
     outline_hover(v, f, v->n_panels - 1, 0.8);
-    plot_text(f, a.x + a.w + 80, a.y + 10, 7, 0, hint);
+    if (!v->exporting) plot_text(f, a.x + a.w + 80, a.y + 10, 7, 0, hint);
     return AS_OK;
 }
 
@@ -1277,7 +1277,9 @@ static as_status export_png(view *v, const char *path, as_error *err) {
     cairo_t *cr = cairo_create(rec);
     int hover = v->hover_panel;
     v->hover_panel = -1;
+    v->exporting = 1;
     draw_frame(v, cr, v->width, v->height, 0); /* same size: the same panels for hit testing */
+    v->exporting = 0;
     v->hover_panel = hover;
     cairo_destroy(cr);
     double x, y, w, h, m = 4 * v->zoom, k = VIEW_EXPORT_DPI / 72.0 / v->zoom;
@@ -1310,8 +1312,11 @@ as_status view_export(view *v, const char *dir, char *path, size_t pn, char *cmd
     char *dot = strrchr(stem, '.');
     if (dot && dot != stem) *dot = 0;
     char name[1100];
-    snprintf(name, sizeof name, "%s/%s-%s-i%ld-l%d-h%d-q%d", dir && dir[0] ? dir : ".", stem,
-             mode_names[v->mode], v->image, view_layer(v), view_head(v), v->query);
+    /* the mode as drawn: a rollout export must not overwrite the query view's */
+    int rowed = v->mode == VIEW_MODE_QUERY || v->mode == VIEW_MODE_PAIR;
+    const char *row = !rowed ? "" : v->row == VIEW_ROW_ROLLOUT ? "-rollout" : v->row == VIEW_ROW_CLASS ? "-class" : "";
+    snprintf(name, sizeof name, "%s/%s-%s%s-i%ld-l%d-h%d-q%d", dir && dir[0] ? dir : ".", stem,
+             mode_names[v->mode], row, v->image, view_layer(v), view_head(v), v->query);
     snprintf(path, pn, "%s.png", name);
     if (export_png(v, path, err) != AS_OK) return err->status;
     view_plot_command(v, name, cmd, cn);

@@ -135,6 +135,7 @@ typedef struct {
     double *als;             /* /analysis/als/score/mean (L, H), or NULL */
     int als_l, als_h, als_layers[VIT_MAX_DEPTH], als_heads[1024];
     int writer_gone;         /* polls in a row that found no writer */
+    int exporting;           /* drawing for view_export: no hints or selection frames */
 } view;
 
 /* The map datasets the viewer knows, in Tab order: attn, scores, attn_softmax (LSLA),
