@@ -410,6 +410,11 @@ as_status figure_draw(const figure_recipe *r, const fig_opts *o, plot_figure *f,
     if (o->n_sources > r->max_sources)
         return as_fail(err, AS_ERR_ARG, "the %s figure takes %d input%s, not %d", r->name,
                        r->max_sources, r->max_sources == 1 ? "" : "s", o->n_sources);
+    for (int i = 0; i < o->n_sources; i++)
+        for (int k = i + 1; k < o->n_sources; k++)
+            if (o->src[i].label_given && o->src[k].label_given && strcmp(o->src[i].label, o->src[k].label) == 0)
+                return as_fail(err, AS_ERR_ARG, "--labels: \"%s\" names inputs %d and %d: give each "
+                               "input its own label", o->src[i].label, i + 1, k + 1);
     /* a copy whose labels are distinct; its sources share o's open handles */
     fig_opts *c = malloc(sizeof *c);
     if (!c) return as_fail(err, AS_ERR_NOMEM, "out of memory");

@@ -142,6 +142,22 @@ static void test_labels(void) {
             CHECK(strcmp(s[i].label, s[k].label) != 0, "labels %d and %d are both \"%s\"", i, k, s[i].label);
 }
 
+/* Labels the user gave twice are refused (a legend with two equal entries tells nothing). */
+static void test_given_labels(void) {
+    char t[600];
+    snprintf(t, sizeof t, "%s", check_tmp("gap2.h5"));
+    analysed_copy("vit_gap", t);
+    fig_opts o;
+    memset(&o, 0, sizeof o);
+    o.layer = o.head = o.image = o.query = -1;
+    as_error err = {0};
+    for (int k = 0; k < 2; k++)
+        if (fig_source_open(&o.src[k], t, "same", &err) == AS_OK) o.n_sources++;
+    CHECK(figure_render(figure_find("entropy"), &o, check_tmp("e.svg"), &err) == AS_ERR_ARG &&
+          strstr(err.msg, "--labels") && strstr(err.msg, "\"same\""), "equal --labels: %s", err.msg);
+    for (int k = 0; k < o.n_sources; k++) fig_source_close(&o.src[k]);
+}
+
 /* The grid of a 2-layer, 4-head model fills its figure and has a colour bar. */
 static void test_grid_fills(void) {
     char t[600];
@@ -241,6 +257,7 @@ static void test_zoomed_axis(void) {
 int main(void) {
     check_tmp_init("plot_layout");
     test_labels();
+    test_given_labels();
     test_zoomed_axis();
     test_grid_fills();
     test_every_recipe();
