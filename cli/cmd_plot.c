@@ -20,7 +20,8 @@ static void usage(FILE *f) {
 "Sizes are in points: --column is a LaTeX column (%.0f pt), --double the text width (%.0f pt).\n"
 "PDF and SVG are vector with the font embedded (DejaVu Sans); PNG is rendered at --dpi.\n"
 "--cmap: default viridis. --range (attention, grid, rollout): zero (default) colours each map\n"
-"from 0 to its peak with the uniform level 1/T marked; minmax from its min to its max.\n"
+"from 0 to its peak with the uniform level 1/T marked; minmax from its min to its max;\n"
+"grid puts every map on one such scale over all of them, with one colour bar.\n"
 "A figure refuses the options it does not use (attnscope plot --list says which it takes).\n",
             PLOT_COLUMN, PLOT_DOUBLE);
 }

@@ -22,26 +22,50 @@ static as_status query_row(const fig_source *s, int layer, int head, long image,
     return rc;
 }
 
+#define MAX_KEYS (4096 + 8)
+
+/* The query's row (MAX_KEYS room) and the scale it takes on its own by o's --range. */
+static as_status row_scale(const fig_opts *o, const fig_source *s, int layer, int head, long image,
+                           int query, double *row, mapscale *scale, as_error *err) {
+    int p = s->tr.num_prefix, T = s->tr.num_tokens;
+    if (T > MAX_KEYS) return as_fail(err, AS_ERR_UNSUPPORTED, "grid too large to draw");
+    if (query_row(s, layer, head, image, query, row, err) != AS_OK) return err->status;
+    mapscale_make(scale, row, 1, T, p, p, o->range);
+    return AS_OK;
+}
+
+as_status fig_attention_scale(const fig_opts *o, const fig_source *s, int layer, int head,
+                              long image, int query, mapscale *scale, as_error *err) {
+    double row[MAX_KEYS];
+    return row_scale(o, s, layer, head, image, query, row, scale, err);
+}
+
+/* The note's font size under a w-wide image. */
+static double note_size(double w) { return fmin(6, fmax(3.5, w / 30)); }
+
+double fig_attention_note_height(const fig_source *s, double w) {
+    double ns = note_size(w);
+    return (s->tr.num_prefix > 0 ? fmax(1.5, ns * 0.45) + 1 : 0) + ns * 1.1 + 2;
+}
+
 as_status fig_attention_panel(plot_figure *f, plot_axes *a, const fig_opts *o, const fig_source *s,
                               int layer, int head, long image, int query, const uint8_t *rgb,
-                              int S, int colorbar, const char *title, mapscale *scale,
-                              as_error *err) {
-    int g = vit_grid(&s->tr.cfg), p = s->tr.num_prefix, T = s->tr.num_tokens;
-    double row[4096 + 8];
-    if (T > 4096 + 8) return as_fail(err, AS_ERR_UNSUPPORTED, "grid too large to draw");
-    if (query_row(s, layer, head, image, query, row, err) != AS_OK) return err->status;
-    mapscale ms;
-    mapscale_make(&ms, row, 1, T, p, p, o->range);
+                              int S, int colorbar, const mapscale *shared, const char *title,
+                              mapscale *scale, as_error *err) {
+    int g = vit_grid(&s->tr.cfg), p = s->tr.num_prefix;
+    double row[MAX_KEYS];
+    mapscale ms; /* the map's own: its note; its colours too unless the scale is shared */
+    if (row_scale(o, s, layer, head, image, query, row, &ms, err) != AS_OK) return err->status;
+    const mapscale *cs = shared ? shared : &ms;
     /* the image is square at the top of a; the prefix share and the peak go under it */
-    double ns = fmin(6, fmax(3.5, a->w / 30)), nh = (p > 0 ? fmax(1.5, ns * 0.45) + 1 : 0) + ns * 1.1 + 2;
-    double side = fmax(4, fmin(a->w, a->h - nh));
+    double ns = note_size(a->w), side = fmax(4, fmin(a->w, a->h - fig_attention_note_height(s, a->w)));
     a->w = a->h = side;
     plot_cmap cm = fig_cmap(o);
     plot_image(f, a, rgb, S, S);
-    plot_overlay(f, a, row + p, g, ms.lo, ms.hi, cm, 0.6);
+    plot_overlay(f, a, row + p, g, cs->lo, cs->hi, cm, 0.6);
     plot_patch_grid(f, a, g, query >= p ? query - p : -1);
     if (title) plot_text(f, a->x + a->w / 2, a->y - 3, 6.5, 0.5, title);
-    if (colorbar) mapscale_colorbar(f, a, &ms, cm, "attention weight");
+    if (colorbar) mapscale_colorbar(f, a, cs, cm, "attention weight");
     mapscale_note(f, a->x, a->y + side + 2, side, ns, &ms);
     if (scale) *scale = ms;
     return AS_OK;
@@ -63,8 +87,8 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     if (query < p) snprintf(q, sizeof q, "%s token", query == 0 ? "class" : "distillation");
     else snprintf(q, sizeof q, "patch (%d, %d)", (query - p) / g, (query - p) % g);
     snprintf(title, sizeof title, "image %ld, layer %d, head %d, query: %s", image, layer, head, q);
-    as_status rc = fig_attention_panel(f, &a, o, s, layer, head, image, query, rgb, S, 1, title,
-                                       NULL, err);
+    as_status rc = fig_attention_panel(f, &a, o, s, layer, head, image, query, rgb, S, 1, NULL,
+                                       title, NULL, err);
     free(rgb);
     return rc;
 }

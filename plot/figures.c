@@ -44,6 +44,7 @@ as_status fig_source_open(fig_source *s, const char *path, const char *label, as
         s->file = s->tr.file_id;
         char arch[128];
         trace_read_attr_string(&s->tr, "model_arch", arch, sizeof arch);
+        s->label_given = label != NULL;
         if (label) snprintf(s->label, sizeof s->label, "%s", label);
         else if (arch[0] && strcmp(arch, "custom") != 0) snprintf(s->label, sizeof s->label, "%s", arch);
         else basename_noext(path, s->label, sizeof s->label);
@@ -60,6 +61,7 @@ as_status fig_source_open(fig_source *s, const char *path, const char *label, as
     s->file = f;
     char src[1024];
     h5u_attr_read_str(f, "source_trace", src, sizeof src);
+    s->label_given = label != NULL;
     if (label) snprintf(s->label, sizeof s->label, "%s", label);
     else basename_noext(src[0] ? src : path, s->label, sizeof s->label);
     return AS_OK;
@@ -329,7 +331,8 @@ void figure_options_text(const figure_recipe *r, char *buf, size_t n) {
             snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", buf[0] ? ", " : "", fig_options[i].name);
 }
 
-/* Refuses every option given that recipe r does not use, naming it and the ones r takes. */
+/* Refuses every option given that recipe r does not use, naming it and the ones r takes, and
+ * --dpi for an output path (NULL: no file, as in figure_draw) that is not a PNG. */
 static as_status check_options(const figure_recipe *r, const fig_opts *o, const char *path,
                                as_error *err) {
     int given[] = {o->layer >= 0, o->head >= 0, o->image >= 0, o->query >= 0, o->definition != NULL,
@@ -344,25 +347,136 @@ static as_status check_options(const figure_recipe *r, const fig_opts *o, const 
     if (o->cmap_set && o->cmap == PLOT_CMAP_DIVERGING && (r->options & FIG_OPT_RANGE))
         return as_fail(err, AS_ERR_ARG, "the %s figure colours non-negative weights: --cmap diverging "
                        "is for signed values; use viridis or magma", r->name);
-    const char *ext = strrchr(path, '.');
-    if (o->dpi_set && !(ext && strcmp(ext, ".png") == 0))
+    const char *ext = path ? strrchr(path, '.') : NULL;
+    if (path && o->dpi_set && !(ext && strcmp(ext, ".png") == 0))
         return as_fail(err, AS_ERR_ARG, "%s: --dpi applies to PNG output only (PDF and SVG are "
                        "vector): leave it out or write .png", path);
     return AS_OK;
 }
 
-as_status figure_render(const figure_recipe *r, const fig_opts *o, const char *path, as_error *err) {
-    if (check_options(r, o, path, err) != AS_OK) return err->status;
+static int is_sep(char c) { return c == '/' || c == '-' || c == '_' || c == '.' || c == ' '; }
+
+/* The distinguishing part of path i among paths[0..n): the characters between the longest
+ * common prefix and suffix, widened to whole words; a bare number keeps the word before it
+ * ("epoch-012", not "012"). */
+static void distinct_part(const char *const *paths, int n, int i, char *out, size_t cap) {
+    size_t pre = strlen(paths[0]), suf = pre;
+    for (int k = 1; k < n; k++) {
+        size_t a = strlen(paths[0]), b = strlen(paths[k]), p = 0, q = 0;
+        while (p < a && p < b && paths[0][p] == paths[k][p]) p++;
+        while (q < a && q < b && paths[0][a - 1 - q] == paths[k][b - 1 - q]) q++;
+        pre = p < pre ? p : pre;
+        suf = q < suf ? q : suf;
+    }
+    const char *s = paths[i];
+    size_t len = strlen(s);
+    if (pre + suf > len) suf = len - pre;
+    size_t b = pre, e = len - suf;
+    while (b > 0 && !is_sep(s[b - 1])) b--;        /* whole words */
+    while (e < len && !is_sep(s[e])) e++;
+    int digits = e > b;
+    for (size_t k = b; k < e; k++) digits &= s[k] >= '0' && s[k] <= '9';
+    if (digits && b > 1) { /* a number alone says little: keep the word before it */
+        b--;
+        while (b > 0 && !is_sep(s[b - 1])) b--;
+    }
+    while (b < e && is_sep(s[b])) b++;
+    while (e > b && is_sep(s[e - 1])) e--;
+    snprintf(out, cap, "%.*s", (int)(e - b), s + b);
+}
+
+void fig_sources_distinct(fig_source *src, int n) {
+    int done[FIG_MAX_SOURCES] = {0};
+    if (n > FIG_MAX_SOURCES) n = FIG_MAX_SOURCES;
+    /* labels made from file names say only what differs ("trace-epoch-000" and
+     * "trace-epoch-012" become "epoch-000" and "epoch-012") */
+    const char *fpaths[FIG_MAX_SOURCES];
+    int fidx[FIG_MAX_SOURCES], nf = 0;
+    for (int i = 0; i < n; i++) {
+        char b[128];
+        basename_noext(src[i].path, b, sizeof b);
+        if (!src[i].label_given && strcmp(b, src[i].label) == 0) {
+            fidx[nf] = i;
+            fpaths[nf++] = src[i].path;
+        }
+    }
+    for (int j = 0; nf > 1 && j < nf; j++) {
+        char part[128];
+        distinct_part(fpaths, nf, j, part, sizeof part);
+        if (part[0]) snprintf(src[fidx[j]].label, sizeof src[fidx[j]].label, "%s", part);
+    }
+    int all_same = 1;
+    for (int i = 1; i < n; i++) all_same &= strcmp(src[i].label, src[0].label) == 0;
+    for (int i = 0; i < n; i++) {
+        if (done[i]) continue;
+        int members[FIG_MAX_SOURCES], m = 0;
+        const char *paths[FIG_MAX_SOURCES];
+        for (int k = i; k < n; k++)
+            if (!done[k] && strcmp(src[k].label, src[i].label) == 0) {
+                members[m] = k;
+                paths[m++] = src[k].path;
+                done[k] = 1;
+            }
+        if (m < 2) continue;
+        char base[128];
+        snprintf(base, sizeof base, "%s", src[i].label);
+        for (int j = 0; j < m; j++) {
+            fig_source *s = &src[members[j]];
+            if (s->label_given) continue; /* the caller's words */
+            char part[128];
+            distinct_part(paths, m, j, part, sizeof part);
+            if (!part[0]) snprintf(part, sizeof part, "%d", members[j] + 1); /* one file twice */
+            if (all_same) snprintf(s->label, sizeof s->label, "%s", part);
+            else snprintf(s->label, sizeof s->label, "%.60s %.60s", base, part);
+        }
+    }
+    /* whatever is still equal (a given label equal to a derived one) gets its input number */
+    for (int i = 0; i < n; i++)
+        for (int k = i + 1; k < n; k++)
+            if (strcmp(src[i].label, src[k].label) == 0 && !src[k].label_given) {
+                char t[128];
+                snprintf(t, sizeof t, "%.110s (%d)", src[k].label, k + 1);
+                snprintf(src[k].label, sizeof src[k].label, "%s", t);
+            }
+}
+
+void figure_size(const figure_recipe *r, const fig_opts *o, double *width, double *height) {
+    *width = o->width > 0 ? o->width : r->width;
+    *height = o->height > 0 ? o->height : r->height_for ? r->height_for(o, *width) : r->height;
+}
+
+as_status figure_draw(const figure_recipe *r, const fig_opts *o, plot_figure *f, as_error *err) {
+    if (check_options(r, o, NULL, err) != AS_OK) return err->status;
     if (o->n_sources < 1)
         return as_fail(err, AS_ERR_ARG, "the %s figure needs a trace or results file", r->name);
     if (o->n_sources > r->max_sources)
         return as_fail(err, AS_ERR_ARG, "the %s figure takes %d input%s, not %d", r->name,
                        r->max_sources, r->max_sources == 1 ? "" : "s", o->n_sources);
+    for (int i = 0; i < o->n_sources; i++)
+        for (int k = i + 1; k < o->n_sources; k++)
+            if (o->src[i].label_given && o->src[k].label_given && strcmp(o->src[i].label, o->src[k].label) == 0)
+                return as_fail(err, AS_ERR_ARG, "--labels: \"%s\" names inputs %d and %d: give each "
+                               "input its own label", o->src[i].label, i + 1, k + 1);
+    /* a copy whose labels are distinct; its sources share o's open handles */
+    fig_opts *c = malloc(sizeof *c);
+    if (!c) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+    *c = *o;
+    fig_sources_distinct(c->src, c->n_sources);
+    as_status rc = r->draw(f, c, err);
+    free(c);
+    return rc;
+}
+
+as_status figure_render(const figure_recipe *r, const fig_opts *o, const char *path, as_error *err) {
+    /* options are refused before a file is begun; figure_draw checks the inputs, and a failure
+     * removes the file begun */
+    if (check_options(r, o, path, err) != AS_OK) return err->status;
     plot_figure *f;
-    as_status rc = plot_figure_begin(&f, path, o->width > 0 ? o->width : r->width,
-                                     o->height > 0 ? o->height : r->height, o->dpi > 0 ? o->dpi : 300, err);
+    double w, h;
+    figure_size(r, o, &w, &h);
+    as_status rc = plot_figure_begin(&f, path, w, h, o->dpi > 0 ? o->dpi : 300, err);
     if (rc != AS_OK) return rc;
-    if ((rc = r->draw(f, o, err)) != AS_OK) {
+    if ((rc = figure_draw(r, o, f, err)) != AS_OK) {
         plot_figure_abort(f);
         return rc;
     }

@@ -13,7 +13,9 @@
 /* One input: a trace (maps, images, and its /analysis) or an analyze --out results file. */
 typedef struct {
     char path[1024];
-    char label[128];          /* legend entry: --labels, else the model name, else the file name */
+    char label[128];          /* legend entry: --labels, else the model name, else the file name
+                                 (figure_draw makes equal ones distinct: fig_sources_distinct) */
+    int label_given;          /* label came from the caller (--labels) */
     int64_t file;             /* hid_t of the results (the trace's own handle for a trace) */
     int is_trace;
     trace_reader tr;          /* when is_trace */
@@ -49,6 +51,8 @@ typedef struct {
     const char *metric;       /* the analysis behind it (NULL: recorded data only) */
     double width, height;     /* default size in points */
     int max_sources;          /* 1, or several models on one figure */
+    /* Optional: the default height for this width and input (NULL: height). */
+    double (*height_for)(const fig_opts *o, double width);
     /* Optional: whether the figure can be drawn from this input at all (NULL: always). */
     int (*applies)(const fig_source *s);
     as_status (*draw)(plot_figure *f, const fig_opts *o, as_error *err);
@@ -65,6 +69,14 @@ as_status fig_source_open(fig_source *s, const char *path, const char *label, as
 void fig_source_close(fig_source *s);
 /* Renders recipe r from o into path (format from the extension). */
 as_status figure_render(const figure_recipe *r, const fig_opts *o, const char *path, as_error *err);
+/* Draws recipe r from o into f (figure_render without the file: tests inspect f afterwards). */
+as_status figure_draw(const figure_recipe *r, const fig_opts *o, plot_figure *f, as_error *err);
+/* The size recipe r draws o at by default (o's width and height where set). */
+void figure_size(const figure_recipe *r, const fig_opts *o, double *width, double *height);
+/* Legend labels that tell the inputs apart: inputs whose labels are equal (two traces of one
+ * model, files of one name in different folders) are named by the shortest whole-word part of
+ * their paths that differs ("epoch-000", "epoch-012"). Labels the caller gave stay as given. */
+void fig_sources_distinct(fig_source *src, int n);
 
 /* ---- for the recipes ------------------------------------------------------------------------ */
 
@@ -108,15 +120,23 @@ int fig_definition(const fig_opts *o, as_error *err);
 int fig_query(const fig_opts *o, const fig_source *s);
 /* The sequential colour map of o: --cmap, else PLOT_CMAP_DEFAULT. */
 plot_cmap fig_cmap(const fig_opts *o);
+/* The scale the query's attention (layer, head) takes on its own by o's --range (mapscale.h).
+ * Panels on one shared scale widen one of these by the others' (mapscale_widen): zero-based,
+ * 0 .. the largest max(peak, 1/T); minmax, the union of their ranges (fig_attention.c). */
+as_status fig_attention_scale(const fig_opts *o, const fig_source *s, int layer, int head,
+                              long image, int query, mapscale *scale, as_error *err);
+/* The height fig_attention_panel needs under its w-wide image for the note. */
+double fig_attention_note_height(const fig_source *s, double w);
 /* Image `image` of a trace with the query's attention (layer, head) over it, coloured by o's
- * --cmap and --range (mapscale.h), the patch grid and the query patch outlined; a colour bar
- * with the 1/T mark when colorbar is set; under the image the prefix share and the peak over
- * uniform (mapscale_note), for which a->h must leave room: the image is a->w square at the top
- * of a. scale (may be NULL) receives the map's scale (fig_attention.c). */
+ * --cmap and on shared's range (NULL: the map's own scale by --range), the patch grid and the
+ * query patch outlined; a colour bar with the 1/T mark when colorbar is set; under the image
+ * the map's own prefix share and peak over uniform (mapscale_note), for which a->h must leave
+ * room: the image is a->w square at the top of a. scale (may be NULL) receives the map's own
+ * scale. */
 as_status fig_attention_panel(plot_figure *f, plot_axes *a, const fig_opts *o, const fig_source *s,
                               int layer, int head, long image, int query, const uint8_t *rgb,
-                              int S, int colorbar, const char *title, mapscale *scale,
-                              as_error *err);
+                              int S, int colorbar, const mapscale *shared, const char *title,
+                              mapscale *scale, as_error *err);
 /* Min and max over the non-NaN values. */
 void fig_range(const double *v, size_t n, double *lo, double *hi);
 

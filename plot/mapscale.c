@@ -103,8 +103,11 @@ void mapscale_make_patches(mapscale *s, const double *patches, int P, int T, map
 void mapscale_widen(mapscale *s, const mapscale *o) {
     s->min = fmin(s->min, o->min);
     s->max = fmax(s->max, o->max);
-    s->lo = fmin(s->lo, o->lo);
-    s->hi = fmax(s->hi, o->hi);
+    /* the 1/T level is marked when any of the maps has it */
+    s->probability = s->probability || o->probability;
+    /* the range by the same rule over the union of the values (not of the ranges: a flat map's
+     * padded range would stretch everyone's) */
+    finish(s);
 }
 
 void mapscale_colorbar(plot_figure *f, const plot_axes *a, const mapscale *s, plot_cmap cm,
@@ -127,7 +130,7 @@ void mapscale_text(const mapscale *s, int compact, char *buf, size_t n) {
     ratio_text(s->ratio, r, sizeof r);
     size_t k = 0;
     buf[0] = 0;
-    if (s->prefix > 0 && !isnan(s->prefix_share)) {
+    if (s->prefix > 0 && !isnan(s->prefix_share) && compact < 2) {
         double pct = 100 * s->prefix_share;
         if (compact)
             k = (size_t)snprintf(buf, n, "%s %.0f%% | ", s->prefix == 1 ? "cls" : "prefix", pct);
@@ -164,11 +167,13 @@ double mapscale_note(plot_figure *f, double x, double y, double w, double size, 
     char t[160];
     mapscale_text(s, 0, t, sizeof t);
     double sz = size;
-    if (width_of(cr, sz, t) > w) {
-        mapscale_text(s, 1, t, sizeof t);
+    /* shorter forms until it fits the panel (down to 3 pt); the peak alone goes last, the bar
+     * above still shows the prefix share */
+    for (int compact = 1; compact <= 2 && width_of(cr, sz, t) > w; compact++) {
+        mapscale_text(s, compact, t, sizeof t);
         double tw = width_of(cr, sz, t);
         if (tw > w) sz = fmax(3, sz * w / tw);
     }
-    plot_text(f, x, y + used + sz * 0.85, sz, 0, t);
+    plot_text_fit(f, x, y + used + sz * 0.85, sz, 0, w, t); /* kept inside the panel */
     return used + sz * 1.1;
 }

@@ -55,18 +55,22 @@ void mapscale_make(mapscale *s, const double *m, int rows, int cols, int prefix,
 /* The same for a distribution over T keys of which only the P = T - prefix patch values are
  * stored (analysis/rollout/map): the prefix share is what the patches leave of 1. */
 void mapscale_make_patches(mapscale *s, const double *patches, int P, int T, mapscale_range r);
-/* Widens s's colour range (lo, hi) and min, max to cover o's (one shared scale over several
- * maps); the rest stays s's. */
+/* Widens s to cover o's values too: one shared scale over several maps, by the same rule over
+ * the union of their values (zero-based: 0 .. the largest max(peak, 1/T); minmax: the smallest
+ * min .. the largest max); probability (the 1/T mark) when either is. ratio is then the largest
+ * peak's; prefix_share and token_share stay s's. */
 void mapscale_widen(mapscale *s, const mapscale *o);
 
 /* The colour bar right of a, with the uniform level marked "1/T" when s is a probability map. */
 void mapscale_colorbar(plot_figure *f, const plot_axes *a, const mapscale *s, plot_cmap cm,
                        const char *label);
-/* One line for a reader: "class token 3.1%, patches 96.9%; peak 12.4 x uniform" (compact:
- * "cls 3% | 12x"); a map that is no distribution says its colours span min..max. */
+/* One line for a reader: "class token 3.1%, patches 96.9%; peak 12.4 x uniform" (compact 1:
+ * "cls 3% | 12x"; compact 2, the narrowest: "12x"); a map that is no distribution says its
+ * colours span min..max. */
 void mapscale_text(const mapscale *s, int compact, char *buf, size_t n);
 /* Under an overlay at (x, y), w wide: a bar split into the prefix share (dark) and the patches'
- * (light) when there are prefix tokens, and mapscale_text below it (compact when w is narrow).
+ * (light) when there are prefix tokens, and mapscale_text below it (more compact as w narrows;
+ * never wider than w).
  * size: the font size in points. Returns the height used. */
 double mapscale_note(plot_figure *f, double x, double y, double w, double size, const mapscale *s);
 

@@ -67,7 +67,17 @@ struct plot_figure {
     kind k;
     double w, h, dpi;
     char path[1024], tmp[1100];
+    cairo_matrix_t base, base_inv;  /* the figure's points -> device, and back */
+    plot_box *boxes;                /* every drawn string's ink box, in figure points */
+    int n_boxes, cap_boxes;
 };
+
+/* The current transformation as the figure's own coordinates (text is kept inside them). */
+static void base_set(plot_figure *f) {
+    cairo_get_matrix(f->cr, &f->base);
+    f->base_inv = f->base;
+    if (cairo_matrix_invert(&f->base_inv) != CAIRO_STATUS_SUCCESS) cairo_matrix_init_identity(&f->base_inv);
+}
 
 /* Files are written under PATH.tmpPID and renamed into place only once complete. */
 static void tmp_name(char *out, size_t n, const char *path) {
@@ -120,6 +130,7 @@ as_status plot_figure_begin(plot_figure **out, const char *path, double width, d
         return rc;
     }
     if (k == KIND_PNG) cairo_scale(f->cr, dpi / 72, dpi / 72);
+    base_set(f);
     cairo_set_source_rgb(f->cr, 1, 1, 1);
     cairo_paint(f->cr);
     cairo_select_font_face(f->cr, PLOT_FONT, CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
@@ -134,6 +145,7 @@ plot_figure *plot_figure_wrap(cairo_t *cr, double width, double height) {
     f->cr = cr;
     f->w = width;
     f->h = height;
+    base_set(f);
     cairo_select_font_face(cr, PLOT_FONT, CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
     return f;
 }
@@ -154,6 +166,7 @@ as_status plot_write_png(cairo_surface_t *s, const char *path, as_error *err) {
 
 void plot_figure_abort(plot_figure *f) {
     if (!f) return;
+    free(f->boxes);
     if (f->k == KIND_WRAP) { /* the caller's context: not ours to destroy */
         free(f);
         return;
@@ -191,28 +204,165 @@ double plot_height(const plot_figure *f) { return f->h; }
 
 /* ---- text ------------------------------------------------------------------------------------ */
 
-void plot_text(plot_figure *f, double x, double y, double size, double align, const char *s) {
-    cairo_t *cr = f->cr;
-    cairo_set_font_size(cr, size);
+/* Every string goes through text_fit: measured with cairo, then shrunk (to 0.6 of its size or 5 pt at
+ * most), shortened with an ellipsis and moved, in that order, until its ink lies inside the
+ * given length and the canvas. So no recipe, size or window can clip a label; the boxes are
+ * kept for tests (plot_text_boxes). */
+#define TEXT_MIN_SCALE 0.6   /* shrinking stops at 0.6 x the size or TEXT_MIN_SIZE */
+#define TEXT_MIN_SIZE 5.0    /* points: still legible in print */
+#define TEXT_PAD 0.5         /* points kept clear at the canvas edge */
+
+static double min_size(double size) { return fmin(size, fmax(size * TEXT_MIN_SCALE, TEXT_MIN_SIZE)); }
+
+static void to_base(const plot_figure *f, double *x, double *y) {
+    cairo_user_to_device(f->cr, x, y);
+    cairo_matrix_transform_point(&f->base_inv, x, y);
+}
+
+static void box_add(plot_figure *f, plot_box b) {
+    if (f->n_boxes == f->cap_boxes) {
+        int cap = f->cap_boxes ? 2 * f->cap_boxes : 64;
+        plot_box *m = realloc(f->boxes, (size_t)cap * sizeof *m);
+        if (!m) return; /* the boxes are for checking only: drawing goes on */
+        f->boxes = m;
+        f->cap_boxes = cap;
+    }
+    f->boxes[f->n_boxes++] = b;
+}
+
+static double advance(cairo_t *cr, const char *s) {
     cairo_text_extents_t e;
     cairo_text_extents(cr, s, &e);
-    cairo_move_to(cr, x - align * e.x_advance, y);
+    return e.x_advance;
+}
+
+/* s shortened to fit maxw at the current font size: the end (or the middle, keeping both ends,
+ * when middle is set) replaced by an ellipsis, cut at UTF-8 character boundaries. */
+static void ellipsize(cairo_t *cr, const char *s, double maxw, int middle, char *out, size_t n) {
+    size_t len = strlen(s);
+    for (size_t keep = len; keep > 0; keep--) {
+        size_t head = middle ? (keep + 1) / 2 : keep, tail = middle ? keep - head : 0;
+        while (head > 0 && (s[head] & 0xc0) == 0x80) head--;          /* start of a character */
+        const char *t = s + len - tail;
+        while (tail > 0 && (*t & 0xc0) == 0x80) { t++; tail--; }
+        snprintf(out, n, "%.*s\u2026%s", (int)head, s, t);
+        if (advance(cr, out) <= maxw) return;
+    }
+    snprintf(out, n, "\u2026");
+}
+
+static double text_fit(plot_figure *f, double x, double y, double size, double align,
+                       double maxw, int middle, const char *s) {
+    if (!s || !s[0]) return 0;
+    cairo_t *cr = f->cr;
+    /* the canvas length along the baseline, in user units */
+    double ox = x, oy = y, ux = x + 1, uy = y;
+    to_base(f, &ox, &oy);
+    to_base(f, &ux, &uy);
+    double dx = ux - ox, dy = uy - oy, k = hypot(dx, dy);
+    double lim = ((fabs(dx) >= fabs(dy) ? f->w : f->h) - 2 * TEXT_PAD) / (k > 0 ? k : 1);
+    if (!(maxw > 0) || maxw > lim) maxw = lim;
+    cairo_set_font_size(cr, size);
+    double adv = advance(cr, s);
+    char buf[1024];
+    const char *t = s;
+    if (adv > maxw) {
+        /* hinted advances do not scale exactly with the size: step down until it fits */
+        double lo = min_size(size);
+        size = fmax(lo, size * maxw / adv);
+        for (;;) {
+            cairo_set_font_size(cr, size);
+            if ((adv = advance(cr, s)) <= maxw || size <= lo) break;
+            size = fmax(lo, size * 0.97);
+        }
+        if (adv > maxw) {
+            ellipsize(cr, s, maxw, middle, buf, sizeof buf);
+            t = buf;
+            adv = advance(cr, t);
+        }
+    }
+    cairo_text_extents_t e;
+    cairo_text_extents(cr, t, &e);
+    /* the ink box in base units, then the shift that brings it inside the canvas */
+    double cx[4] = {x - align * adv + e.x_bearing, 0, 0, 0}, cy[4] = {y + e.y_bearing, 0, 0, 0};
+    cx[1] = cx[0] + e.width; cy[1] = cy[0];
+    cx[2] = cx[0]; cy[2] = cy[0] + e.height;
+    cx[3] = cx[1]; cy[3] = cy[2];
+    plot_box b = {INFINITY, INFINITY, -INFINITY, -INFINITY};
+    for (int i = 0; i < 4; i++) {
+        to_base(f, &cx[i], &cy[i]);
+        b.x0 = fmin(b.x0, cx[i]);
+        b.y0 = fmin(b.y0, cy[i]);
+        b.x1 = fmax(b.x1, cx[i]);
+        b.y1 = fmax(b.y1, cy[i]);
+    }
+    double sx = b.x0 < TEXT_PAD ? TEXT_PAD - b.x0 : b.x1 > f->w - TEXT_PAD ? f->w - TEXT_PAD - b.x1 : 0;
+    double sy = b.y0 < TEXT_PAD ? TEXT_PAD - b.y0 : b.y1 > f->h - TEXT_PAD ? f->h - TEXT_PAD - b.y1 : 0;
+    b = (plot_box){b.x0 + sx, b.y0 + sy, b.x1 + sx, b.y1 + sy};
+    cairo_matrix_transform_distance(&f->base, &sx, &sy);
+    cairo_device_to_user_distance(cr, &sx, &sy);
+    cairo_move_to(cr, x - align * adv + sx, y + sy);
     cairo_set_source_rgb(cr, 0, 0, 0);
-    cairo_show_text(cr, s);
+    cairo_show_text(cr, t);
+    if (e.width > 0) box_add(f, b);
+    return adv;
+}
+
+void plot_text(plot_figure *f, double x, double y, double size, double align, const char *s) {
+    text_fit(f, x, y, size, align, 0, 0, s);
+}
+
+void plot_text_fit(plot_figure *f, double x, double y, double size, double align, double maxw,
+                   const char *s) {
+    text_fit(f, x, y, size, align, maxw, 0, s);
+}
+
+/* Greedy line breaking at spaces; a word longer than a line gets a line of its own (and is
+ * shrunk or shortened there). Draws when draw is set; returns the number of lines. */
+int plot_text_wrap(plot_figure *f, double x, double y, double size, double align, double maxw,
+                   int draw, const char *s) {
+    cairo_set_font_size(f->cr, size);
+    char line[1024];
+    int lines = 0;
+    const char *p = s;
+    while (*p) {
+        while (*p == ' ') p++;
+        if (!*p) break;
+        size_t n = 0, best = 0;
+        for (;;) { /* extend word by word while the line fits */
+            size_t end = n;
+            while (p[end] == ' ') end++;
+            while (p[end] && p[end] != ' ') end++;
+            if (end == n) break;
+            snprintf(line, sizeof line, "%.*s", (int)end, p);
+            if (best > 0 && advance(f->cr, line) > maxw) break;
+            best = n = end;
+            if (!p[end]) break;
+        }
+        snprintf(line, sizeof line, "%.*s", (int)best, p);
+        if (draw) text_fit(f, x, y + lines * size * 1.2, size, align, maxw, 0, line);
+        cairo_set_font_size(f->cr, size);
+        lines++;
+        p += best;
+    }
+    return lines;
+}
+
+int plot_text_boxes(const plot_figure *f, const plot_box **boxes) {
+    *boxes = f->boxes;
+    return f->n_boxes;
 }
 
 static double text_width(plot_figure *f, double size, const char *s) {
     cairo_set_font_size(f->cr, size);
-    cairo_text_extents_t e;
-    cairo_text_extents(f->cr, s, &e);
-    return e.x_advance;
+    return advance(f->cr, s);
 }
 
-static void text_vertical(plot_figure *f, double x, double y, double size, const char *s) {
+static void text_vertical(plot_figure *f, double x, double y, double size, double maxw, const char *s) {
     cairo_save(f->cr);
     cairo_translate(f->cr, x, y);
     cairo_rotate(f->cr, -PLOT_PI / 2);
-    plot_text(f, 0, 0, size, 0.5, s);
+    text_fit(f, 0, 0, size, 0.5, maxw, 0, s);
     cairo_restore(f->cr);
 }
 
@@ -280,6 +430,48 @@ static void tick_label(char *buf, size_t n, double v, double step) {
     else snprintf(buf, n, "%.*f", dec, v);
 }
 
+/* The rule for value axes and colour bars: a range that excludes 0 and spans less than a
+ * quarter of its distance from 0 is a zoom, and is marked as one. */
+static int range_zoomed(double lo, double hi) {
+    if (!(hi > lo) || (lo <= 0 && hi >= 0)) return 0;
+    return hi - lo < 0.25 * fmax(fabs(lo), fabs(hi));
+}
+
+int plot_axes_zoomed(const plot_axes *a) {
+    return !a->ycat && !a->ydown && range_zoomed(a->ymin, a->ymax);
+}
+
+/* An axis break: a white gap with two slashes across a spine at (x, y), half-width r. */
+static void break_mark(cairo_t *cr, double x, double y, double r) {
+    cairo_set_source_rgb(cr, 1, 1, 1);
+    cairo_rectangle(cr, x - r, y - 1.2, 2 * r, 2.4);
+    cairo_fill(cr);
+    cairo_set_source_rgb(cr, 0, 0, 0);
+    cairo_set_line_width(cr, 0.6);
+    for (int k = -1; k <= 1; k += 2) {
+        cairo_move_to(cr, x - r - 0.5, y + k * 1.2 + 1.2);
+        cairo_line_to(cr, x + r + 0.5, y + k * 1.2 - 1.2);
+    }
+    cairo_stroke(cr);
+}
+
+/* The zoom mark: a break across the value axis near its foot and the range in words. */
+static void zoom_mark(plot_figure *f, const plot_axes *a, double step) {
+    cairo_t *cr = f->cr;
+    break_mark(cr, a->x, a->y + a->h - 5, 3);
+    char lo[32], hi[32], note[96];
+    tick_label(lo, sizeof lo, a->ymin, step);
+    tick_label(hi, sizeof hi, a->ymax, step);
+    snprintf(note, sizeof note, "zoomed: %s to %s, not from 0", lo, hi);
+    double size = 5.5;
+    if (text_width(f, size, note) > a->w - 8) snprintf(note, sizeof note, "zoomed, not from 0");
+    double w = fmin(text_width(f, size, note), a->w - 8);
+    cairo_set_source_rgba(cr, 1, 1, 1, 0.85);
+    cairo_rectangle(cr, a->x + 3, a->y + a->h - size - 4, w + 4, size + 2.5);
+    cairo_fill(cr);
+    text_fit(f, a->x + 5, a->y + a->h - 3.5, size, 0, a->w - 8, 0, note);
+}
+
 void plot_axes_draw(plot_figure *f, const plot_axes *a, const char *title, const char *xlabel,
                     const char *ylabel) {
     cairo_t *cr = f->cr;
@@ -334,10 +526,12 @@ void plot_axes_draw(plot_figure *f, const plot_axes *a, const char *title, const
             maxw = fmax(maxw, text_width(f, TICK_FONT, buf));
             plot_text(f, a->x - 4, py + 2.2, TICK_FONT, 1, buf);
         }
+        if (plot_axes_zoomed(a)) zoom_mark(f, a, s);
     }
-    if (xlabel) plot_text(f, a->x + a->w / 2, a->y + a->h + 19, LABEL_FONT, 0.5, xlabel);
-    if (ylabel) text_vertical(f, a->x - maxw - 9, a->y + a->h / 2, LABEL_FONT, ylabel);
-    if (title) plot_text(f, a->x + a->w / 2, a->y - 5, TITLE_FONT, 0.5, title);
+    /* labels may reach into the margins a little, never past the axes' neighbours */
+    if (xlabel) text_fit(f, a->x + a->w / 2, a->y + a->h + 19, LABEL_FONT, 0.5, a->w + 20, 0, xlabel);
+    if (ylabel) text_vertical(f, a->x - maxw - 9, a->y + a->h / 2, LABEL_FONT, a->h + 20, ylabel);
+    if (title) text_fit(f, a->x + a->w / 2, a->y - 5, TITLE_FONT, 0.5, a->w + 30, 0, title);
 }
 
 /* ---- marks ----------------------------------------------------------------------------------- */
@@ -538,11 +732,17 @@ void plot_colorbar_ex(plot_figure *f, const plot_axes *a, double vmin, double vm
         maxw = fmax(maxw, text_width(f, TICK_FONT, ml));
         plot_text(f, bx + w + 3.5, my + 2.2, TICK_FONT, 0, ml);
     }
+    char zl[192]; /* a zoomed scale says so in its label (the rule of plot_axes_zoomed) */
+    if (range_zoomed(vmin, vmax)) {
+        break_mark(cr, bx + w / 2, a->y + a->h - 5, w / 2 + 1);
+        snprintf(zl, sizeof zl, "%s%szoomed, not from 0", label ? label : "", label ? ": " : "");
+        label = zl;
+    }
     if (label) {
         cairo_save(cr);
         cairo_translate(cr, bx + w + 6 + maxw + 4, a->y + a->h / 2);
         cairo_rotate(cr, PLOT_PI / 2);
-        plot_text(f, 0, 0, LABEL_FONT, 0.5, label);
+        text_fit(f, 0, 0, LABEL_FONT, 0.5, a->h + 30, 0, label);
         cairo_restore(cr);
     }
 }
@@ -607,8 +807,14 @@ void plot_legend(plot_figure *f, const plot_axes *a, const char *const *names, i
                  const plot_color *colors, const plot_marker *marks, plot_legend_at where) {
     if (n <= 0) return;
     cairo_t *cr = f->cr;
-    double tw = 0, lh = 9;
-    for (int i = 0; i < n; i++) tw = fmax(tw, text_width(f, TICK_FONT, names[i]));
+    double tw = 0, lh = 9, fs = TICK_FONT;
+    for (int i = 0; i < n; i++) tw = fmax(tw, text_width(f, fs, names[i]));
+    /* the room there: labels shrink, then lose their middles (the ends tell files apart) */
+    double room = (where == PLOT_LEGEND_OUTSIDE ? f->w - (a->x + a->w + 4) - 1 : a->w - 8) - 22;
+    if (tw > room) {
+        fs = fmax(min_size(fs), fs * room / tw);
+        tw = fmin(tw * fs / TICK_FONT, fmax(room, 8));
+    }
     double bw = tw + 22, bh = n * lh + 4;
     double x = where == PLOT_LEGEND_INSIDE_LEFT ? a->x + 4
              : where == PLOT_LEGEND_OUTSIDE ? a->x + a->w + 4 : a->x + a->w - bw - 4;
@@ -635,6 +841,6 @@ void plot_legend(plot_figure *f, const plot_axes *a, const char *const *names, i
             marker(cr, marks[i], x + 9, ly, 1.8);
             cairo_fill(cr);
         }
-        plot_text(f, x + 18, ly + 2.3, TICK_FONT, 0, names[i]);
+        text_fit(f, x + 18, ly + 2.3, fs, 0, tw + 0.01, 1, names[i]);
     }
 }

@@ -80,6 +80,11 @@ plot_axes plot_axes_grid(const plot_figure *f, int col, int row, int cols, int r
 void plot_axes_range(plot_axes *a, double xmin, double xmax, double ymin, double ymax);
 /* Extends [lo, hi] to nice tick values (1, 2, 5 x 10^k). */
 void plot_nice_range(double *lo, double *hi);
+/* Whether a's value (y) axis is zoomed: its range excludes 0 and spans less than a quarter of
+ * its distance from 0 (0.994-1.000 stretched over the whole plot). plot_axes_draw marks such an
+ * axis with a break on the spine and says "zoomed: LO to HI, not from 0" inside the axes, so
+ * small differences are never shown as large ones unannounced. */
+int plot_axes_zoomed(const plot_axes *a);
 /* Frame, ticks with labels, axis labels and title (any may be NULL). */
 void plot_axes_draw(plot_figure *f, const plot_axes *a, const char *title, const char *xlabel,
                     const char *ylabel);
@@ -100,7 +105,8 @@ void plot_bars(plot_figure *f, const plot_axes *a, const double *v, const double
 /* rows x cols values as cells, row 0 at the top; vmin/vmax map to the ends of the colour map. */
 void plot_heatmap(plot_figure *f, const plot_axes *a, const double *v, int rows, int cols,
                   double vmin, double vmax, plot_cmap cm);
-/* A vertical colour bar right of a with its label. */
+/* A vertical colour bar right of a with its label; a zoomed range (plot_axes_zoomed's rule)
+ * gets a break at its foot and "zoomed, not from 0" in its label. */
 void plot_colorbar(plot_figure *f, const plot_axes *a, double vmin, double vmax, plot_cmap cm,
                    const char *label);
 /* Extras of a colour bar (zero-initialise, then set what is wanted). */
@@ -125,7 +131,19 @@ typedef enum { PLOT_LEGEND_INSIDE_RIGHT = 0, PLOT_LEGEND_INSIDE_LEFT, PLOT_LEGEN
 void plot_legend(plot_figure *f, const plot_axes *a, const char *const *names, int n,
                  const plot_color *colors, const plot_marker *marks, plot_legend_at where);
 #define PLOT_LEGEND_PAD 62.0
-/* Text: align 0 left, 0.5 centre, 1 right; size in points. */
+/* Text: align 0 left, 0.5 centre, 1 right; size in points. Every string is measured and kept
+ * whole inside the canvas: moved in when it would cross an edge, shrunk (to 0.6 of size or
+ * 5 pt at most) and then shortened with an ellipsis when it is longer than the canvas allows. */
 void plot_text(plot_figure *f, double x, double y, double size, double align, const char *s);
+/* The same, no longer than maxw points along its baseline. */
+void plot_text_fit(plot_figure *f, double x, double y, double size, double align, double maxw,
+                   const char *s);
+/* s broken at spaces into lines of at most maxw points, 1.2 x size apart, the first baseline at
+ * y; draws only when draw is set (0: measure for a layout). Returns the number of lines. */
+int plot_text_wrap(plot_figure *f, double x, double y, double size, double align, double maxw,
+                   int draw, const char *s);
+/* The ink box of every string drawn so far, in figure points (for tests: all lie inside). */
+typedef struct { double x0, y0, x1, y1; } plot_box;
+int plot_text_boxes(const plot_figure *f, const plot_box **boxes);
 
 #endif

@@ -134,9 +134,10 @@ static void test_refusals(const char *trace) {
         }
 }
 
-/* Sets row `query` of (image, layer, head)'s attn to all weight on key `key`: an attention sink
- * on the class token, as LaViT's collapsed layers have. */
-static void write_sink(const char *path, long image, int layer, int head, int query, int key) {
+/* Sets row `query` of (image, layer, head)'s attn to row(key, T) for every key of its T; returns
+ * T. */
+static int write_row(const char *path, long image, int layer, int head, int query,
+                     float (*row_of)(int key, int T)) {
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
     char name[64];
     snprintf(name, sizeof name, "layers/%02d/attn", layer);
@@ -144,7 +145,7 @@ static void write_sink(const char *path, long image, int layer, int head, int qu
     hsize_t dims[4];
     H5Sget_simple_extent_dims(sp, dims, NULL);
     float row[4096] = {0};
-    row[key] = 1;
+    for (int j = 0; j < (int)dims[3] && j < 4096; j++) row[j] = row_of(j, (int)dims[3]);
     hsize_t start[4] = {(hsize_t)image, (hsize_t)head, (hsize_t)query, 0}, count[4] = {1, 1, 1, dims[3]};
     H5Sselect_hyperslab(sp, H5S_SELECT_SET, start, NULL, count, NULL);
     hid_t mem = H5Screate_simple(4, count, NULL);
@@ -153,6 +154,83 @@ static void write_sink(const char *path, long image, int layer, int head, int qu
     H5Sclose(sp);
     H5Dclose(d);
     H5Fclose(f);
+    return (int)dims[3];
+}
+
+static int sink_key;
+static float sink_row(int key, int T) { return key == sink_key; }
+
+/* Sets row `query` of (image, layer, head)'s attn to all weight on key `key`: an attention sink
+ * on the class token, as LaViT's collapsed layers have. */
+static void write_sink(const char *path, long image, int layer, int head, int query, int key) {
+    sink_key = key;
+    write_row(path, image, layer, head, query, sink_row);
+}
+
+static float uniform_row(int key, int T) { return 1.0f / T; }
+/* A peaked row with no zero: half the keys 0.5/T, the other half 1.5/T (T even). */
+static float peaked_row(int key, int T) { return (key % 2 ? 1.5f : 0.5f) / T; }
+
+/* The grid shares one scale over its panels by mapscale's rule, in the chosen colour map: every
+ * panel uniform but one peaked (0.5/T .. 1.5/T). Against all panels uniform, each uniform
+ * panel's overlay changes by alpha x (cmap(before) - cmap(after)), whatever image lies under
+ * it: zero-based, from cmap(1) (0 .. 1/T) to cmap(2/3) (0 .. 1.5/T); minmax, from cmap(0) (a
+ * flat range) to cmap(1/2) (0.5/T .. 1.5/T). Panels on their own range would not change, a
+ * union of ranges under zero would give minmax's colours. */
+static void test_grid_shared(const char *trace) {
+    as_error err = {0};
+    fig_source s;
+    if (fig_source_open(&s, trace, NULL, &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    int L = s.tr.n_layers, H = s.tr.n_heads, layers[64], heads[64];
+    for (int i = 0; i < L && i < 64; i++) layers[i] = s.tr.layers[i];
+    for (int i = 0; i < H && i < 64; i++) heads[i] = s.tr.heads[i];
+    fig_source_close(&s);
+    for (int mode = 0; mode < 2; mode++) {
+        unsigned char *px[2] = {NULL, NULL};
+        int w[2], h[2];
+        fig_opts o = defaults();
+        o.query = 0;
+        o.cmap_set = 1;
+        o.cmap = mode ? PLOT_CMAP_VIRIDIS : PLOT_CMAP_MAGMA; /* the bar follows either */
+        o.range = mode ? MAPSCALE_MINMAX : MAPSCALE_ZERO;
+        o.range_set = 1;
+        for (int k = 0; k < 2; k++) {
+            for (int li = 0; li < L; li++)
+                for (int hi = 0; hi < H; hi++)
+                    write_row(trace, 0, layers[li], heads[hi], 0, k && li == 0 && hi == 0 ? peaked_row : uniform_row);
+            px[k] = render(trace, "grid", &o, &w[k], &h[k], &err);
+            CHECK(px[k] != NULL, "grid: %s", err.msg);
+        }
+        if (px[0] && px[1] && w[0] == w[1] && h[0] == h[1]) {
+            double t0 = mode ? 0 : 1, t1 = mode ? 0.5 : 2.0 / 3;
+            plot_color c0 = plot_cmap_color(o.cmap, t0), c1 = plot_cmap_color(o.cmap, t1);
+            double want[3] = {0.6 * 255 * (c1.r - c0.r), 0.6 * 255 * (c1.g - c0.g), 0.6 * 255 * (c1.b - c0.b)};
+            size_t changed = 0, match = 0, bar = 0;
+            plot_color top = plot_cmap_color(o.cmap, 0.97);
+            for (size_t i = 0; i < (size_t)w[0] * h[0]; i++) {
+                const unsigned char *a = px[0] + 3 * i, *b = px[1] + 3 * i;
+                int d[3] = {b[0] - a[0], b[1] - a[1], b[2] - a[2]};
+                if (abs(d[0]) > 2 || abs(d[1]) > 2 || abs(d[2]) > 2) {
+                    changed++;
+                    match += fabs(d[0] - want[0]) <= 4 && fabs(d[1] - want[1]) <= 4 && fabs(d[2] - want[2]) <= 4;
+                }
+                /* the colour bar's top end, unblended: the chosen map */
+                bar += abs(b[0] - (int)(255 * top.r)) <= 3 && abs(b[1] - (int)(255 * top.g)) <= 3 &&
+                       abs(b[2] - (int)(255 * top.b)) <= 3;
+            }
+            fprintf(stderr, "grid --range %s: %zu pixels changed, %zu by the shared scale's step; bar %zu px\n",
+                    mode ? "minmax" : "zero", changed, match, bar);
+            CHECK(match > changed / 2, "grid --range %s: uniform panels not on the shared scale (%zu of %zu "
+                  "changed pixels moved by (%.0f, %.0f, %.0f))", mode ? "minmax" : "zero", match, changed,
+                  want[0], want[1], want[2]);
+            CHECK(bar > 0, "grid: no colour bar in the chosen map (%s)", plot_cmap_name(o.cmap));
+        }
+        free(px[0]);
+        free(px[1]);
+    }
 }
 
 #define VW 1200
@@ -260,16 +338,19 @@ static void test_figure_sink(const char *sink) {
 
 int main(void) {
     check_tmp_init("maps");
-    char a[512], sink[512];
+    char a[512], sink[512], gap[512];
     snprintf(a, sizeof a, "%s", check_tmp("mech_cls.h5"));
     snprintf(sink, sizeof sink, "%s", check_tmp("sink.h5"));
     analysed_copy("mech_cls", a);
     analysed_copy("mech_cls", sink);
+    snprintf(gap, sizeof gap, "%s", check_tmp("gap.h5"));
+    analysed_copy("vit_gap", gap);
     write_sink(sink, 0, 1, 0, 0, 0);
     test_cmap(a);
     test_refusals(a);
     test_view_scale(a, sink);
     test_figure_sink(sink);
+    test_grid_shared(gap);
     check_tmp_remove();
     return check_finish("maps");
 }

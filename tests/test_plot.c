@@ -287,7 +287,7 @@ static void test_options(const char *path) {
     plot_figure *f = plot_figure_wrap(cr, 300, 300);
     plot_axes a = {.x = 10, .y = 10, .w = 200, .h = 230};
     mapscale got, want;
-    CHECK(fig_attention_panel(f, &a, &o, &s, layer, r->heads[0], 0, q, rgb, S, 1, "t", &got, &err) == AS_OK, "%s", err.msg);
+    CHECK(fig_attention_panel(f, &a, &o, &s, layer, r->heads[0], 0, q, rgb, S, 1, NULL, "t", &got, &err) == AS_OK, "%s", err.msg);
     CHECK(a.w == a.h && a.w <= 200 && a.w > 180, "the image is square above the note: %g x %g", a.w, a.h);
     float *A = malloc((size_t)T * T * sizeof *A);
     double row[4096];

@@ -131,6 +131,19 @@ static void test_query_view(const char *trace) {
           "min-max overlay colour bar [%g, %g], row range [%g, %g]", v.cbars[0].lo, v.cbars[0].hi, lo, hi);
     CHECK(fabs(v.cbars[1].lo - mlo) < 1e-12 && fabs(v.cbars[1].hi - mhi) < 1e-12, "min-max map colour bar [%g, %g]",
           v.cbars[1].lo, v.cbars[1].hi);
+    /* an image without a label says so */
+    draw(&v, s);
+    if (v.label < 0)
+        CHECK(strstr(v.status, "unlabelled") && !strstr(v.status, "label -1"), "unlabelled: %s", v.status);
+    /* the status names the map shown, also after Tab */
+    CHECK(strstr(v.status, "attn head") != NULL, "status names the map: %s", v.status);
+    if (press(&v, VIEW_KEY_TAB) && v.ds != 0) {
+        draw(&v, s);
+        char want[64];
+        snprintf(want, sizeof want, "%s %s", view_map_name(v.ds), v.ds < 3 ? "head" : "map");
+        CHECK(strstr(v.status, want) != NULL, "after Tab the status names %s: %s", want, v.status);
+        while (v.ds != 0) press(&v, VIEW_KEY_TAB);
+    }
     /* the status line */
     char want[128];
     snprintf(want, sizeof want, "layer %d", layer);
@@ -246,6 +259,10 @@ static void test_modes(const char *trace) {
     press(&v, 'g');
     draw(&v, s);
     CHECK(v.mode == VIEW_MODE_GRID && v.n_panels == r->n_heads, "grid: %d panels for %d heads", v.n_panels, r->n_heads);
+    /* per-map scales: every panel carries its own colour bar (the first 8 are recorded) */
+    CHECK(v.n_cbars == (r->n_heads < 8 ? r->n_heads : 8) && v.cbars[0].lo == v.panels[0].lo &&
+          v.cbars[0].hi == v.panels[0].hi, "grid: %d colour bars for %d per-map panels", v.n_cbars, v.n_panels);
+    CHECK(strstr(v.status, "grid view") != NULL, "grid status names the mode: %s", v.status);
     view_plot_command(&v, "x", cmd, sizeof cmd);
     CHECK(strstr(cmd, "attnscope plot grid") != NULL, "grid command: %s", cmd);
     at_cell(&v, VIEW_EV_CLICK, 2, 1, 1);
@@ -253,6 +270,7 @@ static void test_modes(const char *trace) {
     press(&v, 'd');
     draw(&v, s);
     CHECK(v.mode == VIEW_MODE_DEPTH && v.n_panels == r->n_layers, "depth strip: %d panels", v.n_panels);
+    CHECK(v.n_cbars >= 1, "depth strip: %d colour bars", v.n_cbars);
     for (int i = 0; i < v.n_panels; i++)
         CHECK(v.panels[i].layer == r->layers[i] && v.panels[i].head == view_head(&v), "depth panel %d", i);
     at_cell(&v, VIEW_EV_CLICK, 3, 0, 0);
@@ -294,6 +312,19 @@ static void test_modes(const char *trace) {
     press(&v, 'c'); /* back to the query row, the query stays 0 */
     press(&v, 'r');
     CHECK(v.row == VIEW_ROW_ROLLOUT, "r: rollout");
+    /* the mode drawn is the mode named, and the map beside the overlay is the layer's factor
+     * of the rollout (head mean + identity, T x T), not one head's map */
+    draw(&v, s);
+    CHECK(strstr(v.status, "rollout view") && strstr(v.status, "rollout (attn, head mean)") &&
+          !strstr(v.status, "query view"), "rollout status: %s", v.status);
+    int T = r->num_tokens;
+    CHECK(v.n_panels == 2 && v.panels[1].rows == T && v.panels[1].cols == T, "rollout: a %d x %d map", T, T);
+    if (v.n_panels == 2) {
+        double e = 0;
+        for (size_t i = 0; i < (size_t)T * T; i++)
+            e = fmax(e, fabs(v.panels[1].values[i] - v.rollout[(size_t)v.li * T * T + i]));
+        CHECK(e < 1e-6, "rollout map is the layer's fused map: max difference %.3g", e);
+    }
     double *m;
     long d[6];
     int nd;
@@ -417,12 +448,38 @@ static void test_errors(const char *dir, const char *trace) {
         cairo_surface_t *s = surface();
         draw(&v, s);
         char path[1200], cmd[4096];
-        CHECK(view_export(&v, s, "/nonexistent-dir", path, sizeof path, cmd, sizeof cmd, &err) == AS_ERR_IO &&
+        CHECK(view_export(&v, "/nonexistent-dir", path, sizeof path, cmd, sizeof cmd, &err) == AS_ERR_IO &&
               strstr(err.msg, "writable"), "export to a missing folder: %s", err.msg);
-        CHECK(view_export(&v, s, dir, path, sizeof path, cmd, sizeof cmd, &err) == AS_OK, "%s", err.msg);
+        CHECK(view_export(&v, dir, path, sizeof path, cmd, sizeof cmd, &err) == AS_OK, "%s", err.msg);
         cairo_surface_t *back = cairo_image_surface_create_from_png(path);
-        CHECK(cairo_surface_status(back) == CAIRO_STATUS_SUCCESS && cairo_image_surface_get_width(back) == W,
-              "the exported PNG reads back (%s)", path);
+        CHECK(cairo_surface_status(back) == CAIRO_STATUS_SUCCESS, "the exported PNG reads back (%s)", path);
+        if (cairo_surface_status(back) == CAIRO_STATUS_SUCCESS) {
+            /* the panels at 300 dpi, cropped: their extent in pixels, no status bar grey */
+            int bw = cairo_image_surface_get_width(back), bh = cairo_image_surface_get_height(back);
+            double x1 = 0, y1 = 0, x0 = 1e9, y0 = 1e9;
+            for (int i = 0; i < v.n_panels; i++) {
+                x0 = fmin(x0, v.panels[i].x);
+                y0 = fmin(y0, v.panels[i].y);
+                x1 = fmax(x1, v.panels[i].x + v.panels[i].w);
+                y1 = fmax(y1, v.panels[i].y + v.panels[i].h);
+            }
+            double k = VIEW_EXPORT_DPI / 72.0;
+            CHECK(bw >= (x1 - x0) * k && bw < (x1 - x0 + 200) * k && bh >= (y1 - y0) * k &&
+                  bh < (y1 - y0 + 80) * k, "export is %d x %d px for panels of %.0f x %.0f pt", bw, bh,
+                  x1 - x0, y1 - y0);
+            const unsigned char *d = cairo_image_surface_get_data(back);
+            long grey = 0;
+            for (int y = 0; y < bh; y++) {
+                int run = 0;
+                for (int x = 0; x < bw; x++) {
+                    uint32_t q;
+                    memcpy(&q, d + (size_t)y * cairo_image_surface_get_stride(back) + 4 * (size_t)x, 4);
+                    run = (q & 0xffffff) == 0xededed ? run + 1 : 0;
+                    grey += run == bw / 2; /* half a row of the status bar's grey */
+                }
+            }
+            CHECK(grey == 0, "export holds the status bar (%ld rows of its grey)", grey);
+        }
         cairo_surface_destroy(back);
         char want[128];
         snprintf(want, sizeof want, "--layer %d --head %d --query %d", view_layer(&v), view_head(&v), v.query);
@@ -616,7 +673,11 @@ static void test_window(const char *dir, const char *trace) {
         CHECK(rc == 0, "%s: exit %d", drivers[k], rc);
         int w = 0, h = 0;
         long n1 = png_stats(shot, &w, &h);
-        CHECK(n1 > 20 && w == 1280 && h == 800, "%s: query screenshot %d x %d with %ld colours", drivers[k], w, h, n1);
+        /* 1280 x 800 asked for, shrunk to 95% of the screen where that is smaller: SDL's dummy
+         * display is 1024 x 768, the Xvfb screen 1280 x 1024 */
+        int sw = k ? 1280 : 1024, sh = k ? 1024 : 768;
+        CHECK(n1 > 20 && w <= 0.95 * sw + 1 && h <= 0.95 * sh + 1 && fabs((double)w / h - 1.6) < 0.02,
+              "%s: query screenshot %d x %d with %ld colours", drivers[k], w, h, n1);
         long n2 = png_stats(last, &w, &h);
         CHECK(n2 > 20 && w == 900 && h == 600, "%s: last frame after resize %d x %d with %ld colours", drivers[k], w, h, n2);
     }
@@ -626,7 +687,25 @@ static void test_window(const char *dir, const char *trace) {
     CHECK(system(cmd) == 0, "--scale 2 run");
     int w = 0, h = 0;
     long n3 = png_stats(last, &w, &h);
-    CHECK(n3 > 20 && w == 2560 && h == 1600, "--scale 2: %d x %d with %ld colours", w, h, n3);
+    /* the interface doubles inside a window that still fits the (1024 x 768) screen */
+    CHECK(n3 > 20 && w <= 1024 && h <= 768, "--scale 2: %d x %d with %ld colours", w, h, n3);
+    /* no display at all: one line that says what to do, at once (it used to wait forever) */
+    char out[600];
+    snprintf(out, sizeof out, "%s/nodisplay.txt", dir);
+    snprintf(cmd, sizeof cmd, "env -u DISPLAY -u WAYLAND_DISPLAY -u SDL_VIDEODRIVER timeout 20 %s view %s > %s 2>&1",
+             bin, trace, out);
+    int rc = system(cmd);
+    FILE *fo = fopen(out, "r");
+    char line[1024] = "", extra[64] = "";
+    int lines = 0;
+    if (fo) {
+        if (fgets(line, sizeof line, fo)) lines++;
+        while (fgets(extra, sizeof extra, fo)) lines++;
+        fclose(fo);
+    }
+    CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) != 0 && WEXITSTATUS(rc) != 124 && lines == 1 &&
+          strstr(line, "xvfb-run") && strstr(line, "SDL_VIDEODRIVER=dummy"),
+          "no display: exit %d, %d lines: %s", WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, lines, line);
 }
 
 int main(int argc, char **argv) {

@@ -438,12 +438,16 @@ static view_panel *panel_add(view *v, view_panel_kind k, double x, double y, dou
     return p;
 }
 
+/* A colour bar right of a; what NULL: ticks only (small multiples, one bar per panel). */
 static void colorbar_add(view *v, plot_figure *f, const plot_axes *a, vscale s, const char *what) {
-    char label[64];
-    snprintf(label, sizeof label, "%s%s", s.log ? "log10 " : "", what);
-    /* the uniform level 1/T, where the scale puts it */
-    plot_colorbar_extra x = {.has_mark = s.ms.probability, .mark = scale_apply(s, s.ms.uniform), .mark_label = "1/T"};
-    plot_colorbar_ex(f, a, s.lo, s.hi, v->cmap, label, &x);
+    char label[64] = "";
+    if (what) snprintf(label, sizeof label, "%s%s", s.log ? "log10 " : "", what);
+    /* mapscale's bar over the range drawn, the uniform level 1/T where the scale puts it */
+    mapscale m = s.ms;
+    m.lo = s.lo;
+    m.hi = s.hi;
+    m.uniform = scale_apply(s, s.ms.uniform);
+    mapscale_colorbar(f, a, &m, v->cmap, what ? label : NULL);
     if (v->n_cbars < 8) {
         view_colorbar *c = &v->cbars[v->n_cbars++];
         c->lo = s.lo;
@@ -501,7 +505,9 @@ static void draw_image_panel(view *v, plot_figure *f, double x, double y, double
 /* One head's full map (Q x T) with the query row outlined. */
 static void draw_map_panel(view *v, plot_figure *f, plot_axes a, int li, int hi, int ds,
                            const float *A, vscale s, const char *title, int cbar) {
-    int Q = v->dims[li][ds][1], T = v->dims[li][ds][2];
+    int rollout = v->row == VIEW_ROW_ROLLOUT;
+    int Q = rollout ? v->src.tr.num_tokens : v->dims[li][ds][1];
+    int T = rollout ? v->src.tr.num_tokens : v->dims[li][ds][2];
     size_t n = (size_t)Q * T;
     double *vals = frame_alloc(v, n), *tv = malloc(n * sizeof *tv);
     if (!vals || !tv) {
@@ -543,7 +549,7 @@ static void draw_map_panel(view *v, plot_figure *f, plot_axes a, int li, int hi,
     if (cbar) { /* a few rows (prefix rows only) still get a readable colour bar */
         plot_axes cb = a;
         cb.h = fmax(a.h, 100);
-        colorbar_add(v, f, &cb, s, map_names[ds]);
+        colorbar_add(v, f, &cb, s, rollout ? "rollout factor" : map_names[ds]);
     }
 }
 
@@ -580,8 +586,8 @@ static as_status global_patch_scale(view *v, int ds, int li, mapscale *ms, as_er
 }
 
 /* The scale of a whole Q x T map (every row's keys shown). */
-static as_status map_scale(view *v, int ds, int li, const float *A, mapscale *ms, as_error *err) {
-    int Q = v->dims[li][ds][1], T = v->dims[li][ds][2], P = vit_num_patches(&v->src.tr.cfg);
+static as_status map_scale(view *v, const float *A, int Q, int T, mapscale *ms, as_error *err) {
+    int P = vit_num_patches(&v->src.tr.cfg);
     size_t n = (size_t)Q * T;
     double *m = malloc((n ? n : 1) * sizeof *m);
     if (!m) return as_fail(err, AS_ERR_NOMEM, "out of memory");
@@ -595,7 +601,7 @@ static as_status global_map_scale(view *v, int ds, int li, mapscale *ms, as_erro
     mapscale o;
     for (int k = 0; k < n_heads(v, li, ds); k++) {
         const float *A = map_get(v, ds, v->image, li, k, err);
-        if (!A || map_scale(v, ds, li, A, &o, err) != AS_OK) return err->status;
+        if (!A || map_scale(v, A, v->dims[li][ds][1], v->dims[li][ds][2], &o, err) != AS_OK) return err->status;
         mapscale_widen(ms, &o);
     }
     return AS_OK;
@@ -625,24 +631,45 @@ static as_status draw_query_column(view *v, plot_figure *f, double x0, double w,
     if (v->row == VIEW_ROW_ROLLOUT) snprintf(title, sizeof title, "rollout from the %s through layer %d", q, v->src.tr.layers[li]);
     else snprintf(title, sizeof title, "layer %d, %s %d: %s", v->src.tr.layers[li], head_word(ds), head, q);
     draw_image_panel(v, f, x0 + 4, top + 12, side, li, head, ds, scale_make(v, &ms), title, 1);
-    /* the full map */
-    const float *A = map_get(v, ds, v->image, li, hi, err);
-    if (!A) return err->status;
+    /* the full map: the head's, or in rollout mode the layer's head-mean map plus identity,
+     * the factor rollout multiplies at this layer */
+    int rollout = v->row == VIEW_ROW_ROLLOUT;
     int Q = v->dims[li][ds][1], T = v->dims[li][ds][2];
+    const float *A = NULL;
+    float *fused = NULL;
+    if (rollout) {
+        T = Q = v->src.tr.num_tokens;
+        fused = malloc((size_t)T * T * sizeof *fused);
+        if (!fused) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; i < (size_t)T * T; i++) fused[i] = (float)v->rollout[(size_t)li * T * T + i];
+        A = fused;
+    } else if (!(A = map_get(v, ds, v->image, li, hi, err))) {
+        return err->status;
+    }
     double mx = two_rows ? x0 + 34 : x0 + side + 105, my = two_rows ? top + side + 40 : top + 12;
     double mw = two_rows ? fmin(w - 90, bottom - my - 24) : x0 + w - mx - 62;
     double mh = two_rows ? mw : fmin(mw, avail - 24);
     if (Q == T) mw = mh = fmin(mw, mh);
     else mh = Q * fmin(mh / Q, fmax(mw / T, 14.0)); /* prefix rows only: short rows, at least 14 pt */
-    if (mw < 20 || mh < 8) return AS_OK; /* the window is too small for it */
-    mapscale mms;
-    if (map_scale(v, ds, li, A, &mms, err) != AS_OK) return err->status;
-    char mt[160], pk[48];
-    peak_text(&mms, pk, sizeof pk);
-    if (v->norm == VIEW_NORM_GLOBAL && global_map_scale(v, ds, li, &mms, err) != AS_OK) return err->status;
+    if (mw < 20 || mh < 8) { /* the window is too small for it */
+        free(fused);
+        return AS_OK;
+    }
+    mapscale mms; /* the map's own peak for the title; global: the layer's range for colours */
+    char mt[192], pk[48] = "";
+    as_status rc = map_scale(v, A, Q, T, &mms, err);
+    if (rc == AS_OK) peak_text(&mms, pk, sizeof pk);
+    if (rc == AS_OK && !rollout && v->norm == VIEW_NORM_GLOBAL) rc = global_map_scale(v, ds, li, &mms, err);
+    if (rc != AS_OK) {
+        free(fused);
+        return rc;
+    }
     plot_axes a = {.x = mx, .y = my, .w = mw, .h = mh};
-    snprintf(mt, sizeof mt, "%s of %s %d (%d x %d)%s", map_names[ds], head_word(ds), head, Q, T, pk);
+    if (rollout) snprintf(mt, sizeof mt, "layer %d: head mean + identity, the factor rollout multiplies (%d x %d)%s",
+                          v->src.tr.layers[li], Q, T, pk);
+    else snprintf(mt, sizeof mt, "%s of %s %d (%d x %d)%s", map_names[ds], head_word(ds), head, Q, T, pk);
     draw_map_panel(v, f, a, li, hi, ds, A, scale_make(v, &mms), mt, 1);
+    free(fused);
     return AS_OK;
 }
 
@@ -650,12 +677,13 @@ static as_status draw_query_column(view *v, plot_figure *f, double x0, double w,
 static as_status draw_multiples(view *v, plot_figure *f, double x0, double y0, double w, double h,
                                 int by_layer, as_error *err) {
     int n = by_layer ? v->src.tr.n_layers : n_heads(v, v->li, v->ds);
-    int best_c = 1;
-    double best = 0;
+    int best_c = 1, global = v->norm == VIEW_NORM_GLOBAL;
+    /* per map: each panel has its own colour bar beside it */
+    double best = 0, bw = global ? 0 : 36;
     const double NOTE = 8; /* under each panel: prefix share | peak (mapscale_note, compact) */
     for (int c = 1; c <= n; c++) {
         int rows = (n + c - 1) / c;
-        double s = fmin(w / c, h / rows - 11 - NOTE);
+        double s = fmin(w / c - bw, h / rows - 11 - NOTE);
         if (s > best) {
             best = s;
             best_c = c;
@@ -674,12 +702,11 @@ static as_status draw_multiples(view *v, plot_figure *f, double x0, double y0, d
         if (v->n_panels == 0) shared_ms = ms;
         else mapscale_widen(&shared_ms, &ms);
         pms[v->n_panels] = ms;
-        double px = x0 + (k % best_c) * best, py = y0 + (k / best_c) * (best + 11 + NOTE) + 10;
+        double px = x0 + (k % best_c) * (best + bw), py = y0 + (k / best_c) * (best + 11 + NOTE) + 10;
         int head = by_layer ? view_head(v) : head_id(v, ds, k);
         panel_add(v, VIEW_PANEL_IMAGE, px, py, side, side, g, g, by_layer ? k : v->li, head, ds,
                   (vscale){ms.lo, ms.hi, 0, 0, ms});
     }
-    int global = v->norm == VIEW_NORM_GLOBAL;
     vscale shared = v->n_panels > 0 ? scale_make(v, &shared_ms) : (vscale){.lo = 0, .hi = 1};
     for (int i = 0; i < v->n_panels; i++) {
         view_panel *pn = &v->panels[i];
@@ -698,10 +725,14 @@ static as_status draw_multiples(view *v, plot_figure *f, double x0, double y0, d
         if (by_layer) snprintf(t, sizeof t, "layer %d", pn->layer);
         else snprintf(t, sizeof t, "%s %d", head_word(pn->ds), pn->head);
         plot_text(f, pn->x + side / 2, pn->y - 2.5, 6.5, 0.5, t);
-        if (cur) outline(plot_cairo(f), pn->x - 1.5, pn->y - 1.5, side + 3, side + 3, 0.1, 0.45, 0.9, 1.2);
+        if (cur && !v->exporting) outline(plot_cairo(f), pn->x - 1.5, pn->y - 1.5, side + 3, side + 3, 0.1, 0.45, 0.9, 1.2);
         if (v->hover_panel == i)
             outline(plot_cairo(f), pn->x - 0.8, pn->y - 0.8, side + 1.6, side + 1.6, 0.3, 0.3, 0.3, 0.6);
         mapscale_note(f, pn->x, pn->y + side + 1.5, side, fmin(6, fmax(4, side / 14)), &pms[i]);
+        if (!global) { /* the panel's own scale: its bar with the 1/T mark, ticks only */
+            plot_axes a = {.x = pn->x, .y = pn->y, .w = side - 3, .h = side};
+            colorbar_add(v, f, &a, s, NULL);
+        }
     }
     if (global && v->n_panels > 0) {
         int last = v->n_panels - 1;
@@ -732,7 +763,7 @@ static as_status draw_results(view *v, plot_figure *f, double top, double bottom
         snprintf(v->cbars[v->n_cbars++].label, sizeof v->cbars[0].label, "%s", cbar);
     }
     outline_hover(v, f, v->n_panels - 1, 0.8);
-    plot_text(f, a.x + a.w + 80, a.y + 10, 7, 0, hint);
+    if (!v->exporting) plot_text(f, a.x + a.w + 80, a.y + 10, 7, 0, hint);
     return AS_OK;
 }
 
@@ -832,7 +863,8 @@ static void hover_text(const view *v, char *buf, size_t n) {
                  val, u);
         break;
     case VIEW_PANEL_MAP:
-        snprintf(buf, n, "%s[%d, %d]: %.4g%s", map_names[p->ds], v->hover_row, v->hover_col, val, u);
+        snprintf(buf, n, "%s[%d, %d]: %.4g%s", v->row == VIEW_ROW_ROLLOUT ? "rollout factor" : map_names[p->ds],
+                 v->hover_row, v->hover_col, val, u);
         break;
     case VIEW_PANEL_SIMILARITY:
         snprintf(buf, n, "similarity of layers %d and %d: %.4f", v->sim_layers[v->hover_row],
@@ -845,6 +877,15 @@ static void hover_text(const view *v, char *buf, size_t n) {
     }
 }
 
+/* The mode as drawn: the query view is a class-token or rollout view when that row is on. */
+static const char *mode_label(const view *v) {
+    if (v->mode == VIEW_MODE_QUERY || v->mode == VIEW_MODE_PAIR) {
+        if (v->row == VIEW_ROW_ROLLOUT) return v->mode == VIEW_MODE_PAIR ? "pair (rollout)" : "rollout";
+        if (v->row == VIEW_ROW_CLASS) return v->mode == VIEW_MODE_PAIR ? "pair (class token)" : "class-token";
+    }
+    return mode_names[v->mode];
+}
+
 static void build_status(view *v) {
     const trace_reader *r = &v->src.tr;
     const char *base = strrchr(v->image_path, '/');
@@ -853,30 +894,40 @@ static void build_status(view *v) {
     query_name(v, v->query, q, sizeof q);
     hover_text(v, hv, sizeof hv);
     if (v->label >= 0 || v->pred >= 0) {
-        char ln[80] = "", pn[80] = "";
-        if (v->label_name[0]) snprintf(ln, sizeof ln, " (%s)", v->label_name);
-        if (v->pred_name[0]) snprintf(pn, sizeof pn, " (%s)", v->pred_name);
-        snprintf(lab, sizeof lab, "  label %d%s, pred %d%s", v->label, ln, v->pred, pn);
+        char ln[96] = "unlabelled", pn[96] = "";
+        if (v->label >= 0) snprintf(ln, sizeof ln, "label %d%s%s%s", v->label, v->label_name[0] ? " (" : "",
+                                    v->label_name, v->label_name[0] ? ")" : "");
+        if (v->pred >= 0) snprintf(pn, sizeof pn, ", pred %d%s%s%s", v->pred, v->pred_name[0] ? " (" : "",
+                                   v->pred_name, v->pred_name[0] ? ")" : "");
+        snprintf(lab, sizeof lab, "  %s%s", ln, pn);
     }
     if (v->live) snprintf(live, sizeof live, "  |  live: %ld images%s", v->n_images, v->follow ? ", following" : "");
     else snprintf(live, sizeof live, "  |  %s", v->complete ? "complete" : "interrupted run");
     char mech[96];
     vit_attn_describe(&r->cfg, view_layer(v), mech, sizeof mech);
-    snprintf(v->status, sizeof v->status, "image %ld/%ld %s%s  |  layer %d (%s)  |  %s %d  |  query %s%s"
-             "%s%s%s", v->image, v->n_images, base, lab, view_layer(v), mech,
-             head_word(v->ds), view_head(v), q, v->query_locked ? " (fixed)" : "",
-             hv[0] ? "  |  " : "", hv, live);
+    /* what the panels show: the map (Tab) and head, or the rollout, which fuses the heads */
+    char what[96];
+    if (v->row == VIEW_ROW_ROLLOUT && (v->mode == VIEW_MODE_QUERY || v->mode == VIEW_MODE_PAIR))
+        snprintf(what, sizeof what, "rollout (attn, head mean)");
+    else snprintf(what, sizeof what, "%s %s %d", map_names[v->ds], head_word(v->ds), view_head(v));
+    snprintf(v->status, sizeof v->status, "image %ld/%ld %s%s  |  %s view  |  layer %d (%s)  |  %s  |  "
+             "query %s%s%s%s%s", v->image, v->n_images, base, lab, mode_label(v), view_layer(v), mech,
+             what, q, v->query_locked ? " (fixed)" : "", hv[0] ? "  |  " : "", hv, live);
 }
 
-void view_draw(view *v, cairo_t *cr, double width, double height) {
+/* The frame; without chrome (export) only the panels: no background, title line, status or
+ * message bar, help or hover. */
+static void draw_frame(view *v, cairo_t *cr, double width, double height, int chrome) {
     v->width = width;
     v->height = height;
     double Z = v->zoom, U = width / Z, V = height / Z;
     v->n_panels = v->n_cbars = 0;
     cairo_save(cr);
     cairo_scale(cr, Z, Z);
-    cairo_set_source_rgb(cr, 1, 1, 1);
-    cairo_paint(cr);
+    if (chrome) {
+        cairo_set_source_rgb(cr, 1, 1, 1);
+        cairo_paint(cr);
+    }
     plot_figure *f = plot_figure_wrap(cr, U, V);
     if (!f) {
         cairo_restore(cr);
@@ -917,11 +968,16 @@ void view_draw(view *v, cairo_t *cr, double width, double height) {
         snprintf(v->message, sizeof v->message, "%s", err.msg);
         plot_text(f, U / 2, (top + bottom) / 2, 8, 0.5, err.msg);
     }
+    if (!chrome) {
+        plot_figure_abort(f);
+        cairo_restore(cr);
+        return;
+    }
     /* title line */
     const char *base = strrchr(v->src.path, '/');
     char title[1400];
     snprintf(title, sizeof title, "%s  |  %s view  |  %s, %s scale, %s normalisation, opacity %.1f  |  ? help",
-             base ? base + 1 : v->src.path, mode_names[v->mode], plot_cmap_name(v->cmap),
+             base ? base + 1 : v->src.path, mode_label(v), plot_cmap_name(v->cmap),
              v->log_scale ? "log" : v->range == MAPSCALE_ZERO ? "linear from 0" : "min-max", v->norm == VIEW_NORM_MAP ? "per-map" : "global", v->opacity);
     plot_text(f, 6, TITLE_Y, 7, 0, title);
     /* status bar */
@@ -940,6 +996,8 @@ void view_draw(view *v, cairo_t *cr, double width, double height) {
     plot_figure_abort(f); /* the wrapper only */
     cairo_restore(cr);
 }
+
+void view_draw(view *v, cairo_t *cr, double width, double height) { draw_frame(v, cr, width, height, 1); }
 
 /* ---- events ------------------------------------------------------------------------------------- */
 
@@ -1268,18 +1326,55 @@ void view_plot_command(const view *v, const char *name, char *out, size_t n) {
     }
 }
 
-as_status view_export(view *v, cairo_surface_t *surface, const char *dir, char *path, size_t pn,
-                      char *cmd, size_t cn, as_error *err) {
+/* The panels of the current view at VIEW_EXPORT_DPI on white, cropped to what they cover
+ * plus a small margin: drawn again into a recording surface without the window's chrome. */
+static as_status export_png(view *v, const char *path, as_error *err) {
+    cairo_surface_t *rec = cairo_recording_surface_create(CAIRO_CONTENT_COLOR_ALPHA, NULL);
+    cairo_t *cr = cairo_create(rec);
+    int hover = v->hover_panel;
+    v->hover_panel = -1;
+    v->exporting = 1;
+    draw_frame(v, cr, v->width, v->height, 0); /* same size: the same panels for hit testing */
+    v->exporting = 0;
+    v->hover_panel = hover;
+    cairo_destroy(cr);
+    double x, y, w, h, m = 4 * v->zoom, k = VIEW_EXPORT_DPI / 72.0 / v->zoom;
+    cairo_recording_surface_ink_extents(rec, &x, &y, &w, &h);
+    as_status rc = AS_OK;
+    if (!(w > 0 && h > 0)) {
+        rc = as_fail(err, AS_ERR_ARG, "%s: nothing to export: the view shows no panel", path);
+    } else {
+        cairo_surface_t *img = cairo_image_surface_create(CAIRO_FORMAT_RGB24, (int)ceil((w + 2 * m) * k),
+                                                          (int)ceil((h + 2 * m) * k));
+        cr = cairo_create(img);
+        cairo_set_source_rgb(cr, 1, 1, 1);
+        cairo_paint(cr);
+        cairo_scale(cr, k, k);
+        cairo_set_source_surface(cr, rec, m - x, m - y);
+        cairo_paint(cr);
+        cairo_destroy(cr);
+        rc = plot_write_png(img, path, err);
+        cairo_surface_destroy(img);
+    }
+    cairo_surface_destroy(rec);
+    return rc;
+}
+
+as_status view_export(view *v, const char *dir, char *path, size_t pn, char *cmd, size_t cn,
+                      as_error *err) {
     const char *b = strrchr(v->src.path, '/');
     char stem[256];
     snprintf(stem, sizeof stem, "%.200s", b ? b + 1 : v->src.path);
     char *dot = strrchr(stem, '.');
     if (dot && dot != stem) *dot = 0;
     char name[1100];
-    snprintf(name, sizeof name, "%s/%s-%s-i%ld-l%d-h%d-q%d", dir && dir[0] ? dir : ".", stem,
-             mode_names[v->mode], v->image, view_layer(v), view_head(v), v->query);
+    /* the mode as drawn: a rollout export must not overwrite the query view's */
+    int rowed = v->mode == VIEW_MODE_QUERY || v->mode == VIEW_MODE_PAIR;
+    const char *row = !rowed ? "" : v->row == VIEW_ROW_ROLLOUT ? "-rollout" : v->row == VIEW_ROW_CLASS ? "-class" : "";
+    snprintf(name, sizeof name, "%s/%s-%s%s-i%ld-l%d-h%d-q%d", dir && dir[0] ? dir : ".", stem,
+             mode_names[v->mode], row, v->image, view_layer(v), view_head(v), v->query);
     snprintf(path, pn, "%s.png", name);
-    if (plot_write_png(surface, path, err) != AS_OK) return err->status;
+    if (export_png(v, path, err) != AS_OK) return err->status;
     view_plot_command(v, name, cmd, cn);
     note(v, "saved %s", path);
     return AS_OK;

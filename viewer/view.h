@@ -137,6 +137,7 @@ typedef struct {
     double *als;             /* /analysis/als/score/mean (L, H), or NULL */
     int als_l, als_h, als_layers[VIT_MAX_DEPTH], als_heads[1024];
     int writer_gone;         /* polls in a row that found no writer */
+    int exporting;           /* drawing for view_export: no hints or selection frames */
 } view;
 
 /* The map datasets the viewer knows, in Tab order: attn, scores, attn_softmax (LSLA),
@@ -158,9 +159,11 @@ void view_draw(view *v, cairo_t *cr, double width, double height);
 /* The attnscope plot command(s) that draw the current view as a batch figure (one per line),
  * writing NAME.pdf. */
 void view_plot_command(const view *v, const char *name, char *out, size_t n);
-/* Saves surface (the last frame) as DIR/STEM-...png and fills path and the plot command. */
-as_status view_export(view *v, cairo_surface_t *surface, const char *dir, char *path, size_t pn,
-                      char *cmd, size_t cn, as_error *err);
+/* Saves the panels of the last frame (no title line, status bar or empty window around them)
+ * at VIEW_EXPORT_DPI as DIR/STEM-...png and fills path and the plot command. */
+#define VIEW_EXPORT_DPI 300
+as_status view_export(view *v, const char *dir, char *path, size_t pn, char *cmd, size_t cn,
+                      as_error *err);
 
 /* Non-zero, with err naming the analyze command, when mode m needs analysis results the trace
  * lacks (similarity, ALS). */

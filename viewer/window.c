@@ -316,17 +316,37 @@ as_status view_window_run(view *v, const view_window_opts *o, as_error *err) {
         script = strcmp(o->script, "-") == 0 ? stdin : fopen(o->script, "r");
         if (!script) return as_fail(err, AS_ERR_IO, "%s: cannot read the script", o->script);
     }
+    const char *no_display = "no display to open a window on: run it on a desktop or under xvfb-run, or "
+                             "headless with SDL_VIDEODRIVER=dummy and --script FILE";
+    if (!getenv("DISPLAY") && !getenv("WAYLAND_DISPLAY") && !getenv("SDL_VIDEODRIVER") && !script)
+        return as_fail(err, AS_ERR_IO, "%s", no_display); /* before SDL prints its own guesses */
     if (SDL_Init(SDL_INIT_VIDEO) != 0) {
         if (script && script != stdin) fclose(script);
         return as_fail(err, AS_ERR_IO, "cannot open a window (SDL: %s): run it on a desktop, set "
                        "DISPLAY, or use xvfb-run; SDL_VIDEODRIVER=dummy runs it headless with "
                        "--script", SDL_GetError());
     }
+    /* without a display SDL falls back to a driver nobody sees: a window there would wait for
+     * keys forever. Only a script can drive it. */
+    const char *drv = SDL_GetCurrentVideoDriver();
+    if (!script && drv && (strcmp(drv, "dummy") == 0 || strcmp(drv, "offscreen") == 0 ||
+                           strcmp(drv, "evdev") == 0)) {
+        SDL_Quit();
+        return as_fail(err, AS_ERR_IO, "%s (SDL video driver \"%s\")", no_display, drv);
+    }
     char title[1200];
     snprintf(title, sizeof title, "attnscope view: %s", v->src.path);
+    /* the size asked for times --scale, but never larger than the screen: --scale enlarges
+     * the interface inside the window, it does not push the window off the screen */
     int ww = o->width > 0 ? o->width : 1280, wh = o->height > 0 ? o->height : 800;
-    w.win = SDL_CreateWindow(title, SDL_WINDOWPOS_UNDEFINED, SDL_WINDOWPOS_UNDEFINED,
-                             (int)(ww * w.user), (int)(wh * w.user),
+    int sw = (int)(ww * w.user), sh = (int)(wh * w.user);
+    SDL_Rect usable;
+    if (SDL_GetDisplayUsableBounds(0, &usable) == 0 && usable.w > 0 && usable.h > 0) {
+        double k = fmin(1, fmin(0.95 * usable.w / sw, 0.95 * usable.h / sh));
+        sw = (int)(sw * k);
+        sh = (int)(sh * k);
+    }
+    w.win = SDL_CreateWindow(title, SDL_WINDOWPOS_UNDEFINED, SDL_WINDOWPOS_UNDEFINED, sw, sh,
                              SDL_WINDOW_RESIZABLE | SDL_WINDOW_ALLOW_HIGHDPI);
     if (w.win) w.ren = SDL_CreateRenderer(w.win, -1, 0);
     if (w.win && !w.ren) w.ren = SDL_CreateRenderer(w.win, -1, SDL_RENDERER_SOFTWARE);
@@ -375,7 +395,7 @@ as_status view_window_run(view *v, const view_window_opts *o, as_error *err) {
             if (r & VIEW_EXPORT) {
                 char path[1200], cmd[4096];
                 as_error e = {0};
-                if (view_export(v, w.surface, o->export_dir, path, sizeof path, cmd, sizeof cmd, &e) == AS_OK)
+                if (view_export(v, o->export_dir, path, sizeof path, cmd, sizeof cmd, &e) == AS_OK)
                     printf("saved %s\nthe same as a batch figure:\n%s\n", path, cmd);
                 else
                     snprintf(v->message, sizeof v->message, "%s", e.msg);
