@@ -1,5 +1,6 @@
 /* cmd_info.c: attnscope info: a model's architecture and cost, or what a trace holds. */
 #define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,18 +9,24 @@
 #include "../analysis/analysis.h"
 #include "cli.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-"usage: attnscope info MODEL [--arch NAME|CONFIG.json] [--img-size N] [--json]\n"
-"       attnscope info TRACE.h5\n"
-"       attnscope info --list-archs\n"
-"MODEL is a checkpoint folder or .safetensors file, or a built-in architecture name (no weights\n"
-"needed). Prints the configuration and, per component, parameters and FLOPs per image (a\n"
-"multiply-add counts as 2 FLOPs) and MACs (products only: what papers print as \"FLOPs\").\n"
-"A CONFIG.json alone describes a model without weights (docs/models.md). For a trace:\n"
-"model, images, layers, heads, quantities, storage and state. --json prints a model's full\n"
-"configuration as JSON (the format of docs/models.md).\n");
-}
+static const cli_opt info_opts[] = {
+    /* key alias name       ARG     values                      default      help */
+    {'a', 0,   "arch",      "NAME", "attnscope info --list-archs, or a CONFIG.json", "config.json beside the weights",
+     "architecture of a bare .safetensors file"},
+    {'s', 0,   "img-size",  "N",    "1..16384", "the model's", "describe the model at another input size"},
+    {'l', 0,   "list-archs", NULL,  NULL, NULL, "list the built-in architectures with parameters and GMACs"},
+    {'j', 0,   "json",      NULL,   NULL, NULL, "machine-readable output: a model's full configuration (the "
+     "format of docs/models.md); for a trace, everything the text shows, with the model's configuration"},
+    {0}};
+
+static const cli_cmd info_cmd = {
+    "info", "MODEL|TRACE.h5|RESULTS.h5 [--arch NAME|CONFIG.json] [--img-size N] [--json]  |  --list-archs",
+    "MODEL is a checkpoint folder or .safetensors file, or a built-in architecture name (no weights needed). "
+    "Prints the configuration and, per component, parameters and FLOPs per image (a multiply-add counts as 2 "
+    "FLOPs) and MACs (products only: what papers print as \"FLOPs\"). A CONFIG.json alone describes a model "
+    "without weights (docs/models.md). For a trace: model, images, layers, heads, quantities, storage and "
+    "state; for a results file of attnscope analyze --out: the results it holds.",
+    info_opts, NULL};
 
 /* Attention per block, consecutive equal settings grouped. */
 static void print_attention(const vit_config *c) {
@@ -80,16 +87,116 @@ static int print_config(const vit_config *c, const char *source, const char *dty
     return 0;
 }
 
-static int info_trace(const char *path) {
+/* analysis_list's lines as a JSON array of strings. */
+static cJSON *json_lines(const char *text) {
+    cJSON *a = cJSON_CreateArray();
+    char *t = strdup(text ? text : "");
+    for (char *line = t, *nl; t && line && *line; line = nl) {
+        nl = strchr(line, '\n');
+        if (nl) *nl++ = 0;
+        if (*line) cJSON_AddItemToArray(a, cJSON_CreateString(line));
+    }
+    free(t);
+    return a;
+}
+
+static int print_json(cJSON *j) {
+    char *s = j ? cJSON_Print(j) : NULL;
+    cJSON_Delete(j);
+    if (!s) return cli_fail(1, "out of memory");
+    printf("%s\n", s);
+    free(s);
+    return 0;
+}
+
+static cJSON *json_ints(const int *v, int n) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
+    return a;
+}
+
+/* What info_trace prints, as JSON: the same facts under stable keys. */
+static int info_trace_json(trace_reader *r, const char *path, const char *analysis) {
+    char buf[4096];
+    double fbytes, dbytes;
+    trace_sizes(r, &fbytes, &dbytes);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "trace", path);
+    cJSON_AddStringToObject(j, "format", "attnscope-trace v1");
+    cJSON *m = cJSON_AddObjectToObject(j, "model");
+    cJSON_AddStringToObject(m, "name", r->cfg.name);
+    trace_read_attr_string(r, "model_source", buf, sizeof buf);
+    cJSON_AddStringToObject(m, "source", buf);
+    char *cfg = model_config_to_json(&r->cfg);
+    cJSON *cj = cfg ? cJSON_Parse(cfg) : NULL;
+    free(cfg);
+    if (cj) cJSON_AddItemToObject(m, "config", cj);
+    cJSON *att = cJSON_AddArrayToObject(m, "attention");
+    for (int l = 0; l < r->cfg.depth; l++) {
+        vit_attn_describe(&r->cfg, l, buf, sizeof buf);
+        cJSON_AddItemToArray(att, cJSON_CreateString(buf));
+    }
+    cJSON_AddNumberToObject(j, "tokens", r->num_tokens);
+    cJSON_AddNumberToObject(j, "prefix_tokens", r->num_prefix);
+    cJSON_AddNumberToObject(j, "grid", vit_grid(&r->cfg));
+    cJSON_AddNumberToObject(j, "patch_size", r->cfg.patch_size);
+    cJSON_AddNumberToObject(j, "images", (double)r->n_images);
+    cJSON_AddBoolToObject(j, "complete", r->complete);
+    cJSON_AddBoolToObject(j, "being_written_or_killed", !r->complete && r->swmr);
+    trace_read_attr_string(r, "interrupted", buf, sizeof buf);
+    if (buf[0]) cJSON_AddStringToObject(j, "interrupted", buf);
+    else cJSON_AddNullToObject(j, "interrupted");
+    trace_read_attr_string(r, "start_time", buf, sizeof buf);
+    cJSON_AddStringToObject(j, "start_time", buf);
+    trace_read_attr_string(r, "end_time", buf, sizeof buf);
+    if (buf[0]) cJSON_AddStringToObject(j, "end_time", buf);
+    else cJSON_AddNullToObject(j, "end_time");
+    cJSON *q = cJSON_AddArrayToObject(j, "quantities");
+    for (int i = 0; i < TRACE_Q_COUNT; i++)
+        if ((r->quantities & (1u << i)) && i != TRACE_Q_X1)
+            cJSON_AddItemToArray(q, cJSON_CreateString(trace_quantity_name((trace_quantity)i)));
+    cJSON_AddStringToObject(j, "query_rows", r->prefix_rows_only ? "prefix" : "all");
+    cJSON_AddItemToObject(j, "layers", json_ints(r->layers, r->n_layers));
+    cJSON_AddNumberToObject(j, "depth", r->cfg.depth);
+    cJSON_AddItemToObject(j, "heads", json_ints(r->heads, r->n_heads));
+    cJSON_AddNumberToObject(j, "num_heads", r->cfg.num_heads);
+    cJSON *st = cJSON_AddObjectToObject(j, "storage");
+    cJSON_AddStringToObject(st, "dtype", r->f16 ? "float16" : "float32");
+    cJSON_AddStringToObject(st, "compression", r->compression);
+    cJSON_AddNumberToObject(st, "record_bytes", dbytes);
+    cJSON_AddNumberToObject(st, "file_bytes", fbytes);
+    trace_read_attr_string(r, "command_line", buf, sizeof buf);
+    cJSON_AddStringToObject(j, "command_line", buf);
+    cJSON_AddItemToObject(j, "analysis", json_lines(analysis));
+    return print_json(j);
+}
+
+static int info_trace(const char *path, int json) {
     as_error err = {0};
     trace_reader r;
     if (trace_reader_open(&r, path, &err) != AS_OK) {
         /* a results file of attnscope analyze --out: list what it holds */
         char *an = malloc(16384);
         int n = an ? analysis_list(path, an, 16384) : 0;
-        if (n > 0) printf("results     %s (attnscope analyze --out)\n%s\n", path, an);
+        int rc = n > 0 ? 0 : cli_error(&err);
+        if (n > 0 && json) {
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddStringToObject(j, "results", path);
+            cJSON_AddItemToObject(j, "analysis", json_lines(an));
+            rc = print_json(j);
+        } else if (n > 0) {
+            printf("results     %s (attnscope analyze --out)\n%s\n", path, an);
+        }
         free(an);
-        return n > 0 ? 0 : cli_error(&err);
+        return rc;
+    }
+    if (json) {
+        char *an = malloc(16384);
+        if (an && analysis_list(r.path, an, 16384) <= 0) an[0] = 0;
+        int rc = info_trace_json(&r, path, an);
+        free(an);
+        trace_reader_close(&r);
+        return rc;
     }
     char buf[4096];
     double fbytes, dbytes;
@@ -143,47 +250,44 @@ static int info_trace(const char *path) {
     return 0;
 }
 
+static void list_archs(void) {
+    printf("%-34s %9s %7s  %s\n", "architecture", "M params", "GMACs", "notes");
+    for (int i = 0; i < vit_arch_count(); i++) {
+        const vit_config *c = vit_arch_get(i);
+        vit_cost cost;
+        vit_config_cost(c, &cost);
+        printf("%-34s %9.1f %7.2f  %s%s\n", c->name, cost.params_total / 1e6, cost.macs_total / 1e9,
+               c->distilled ? "distilled, " : "",
+               c->mean[0] > 0.49f ? "inception mean/std" : "imagenet mean/std");
+    }
+}
+
 int cmd_info(int argc, char **argv) {
-    static const struct option opts[] = {{"arch", required_argument, 0, 'a'},
-                                         {"img-size", required_argument, 0, 's'},
-                                         {"list-archs", no_argument, 0, 'l'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *arch = NULL;
-    int img_size = 0, json = 0, ch;
+    int img_size = 0, json = 0, list = 0, ch;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((ch = cli_opts_next(&info_cmd, argc, argv)) >= 0) {
         switch (ch) {
         case 'a': arch = optarg; break;
         case 's':
-            if (!cli_parse_int(optarg, 1, 16384, &img_size)) {
-                fprintf(stderr, "attnscope info: bad --img-size %s\n", optarg);
-                return 2;
-            }
+            if (!cli_parse_int(optarg, 1, 16384, &img_size)) return cli_bad_value(&info_cmd, ch, optarg);
             break;
-        case 'l':
-            for (int i = 0; i < vit_arch_count(); i++) {
-                const vit_config *c = vit_arch_get(i);
-                vit_cost cost;
-                vit_config_cost(c, &cost);
-                printf("%-34s %6.1f M params %7.2f GMACs  %s%s\n", c->name, cost.params_total / 1e6,
-                       cost.macs_total / 1e9, c->distilled ? "distilled " : "",
-                       c->mean[0] > 0.49f ? "(inception mean/std)" : "(imagenet mean/std)");
-            }
-            return 0;
+        case 'l': list = 1; break;
         case 'j': json = 1; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
         }
     }
-    if (optind >= argc) {
-        usage(stderr);
-        return 2;
+    if (ch != CLI_END) return cli_opts_exit(ch);
+    if (list) {
+        if (optind < argc) return cli_extra(&info_cmd, argv[optind]);
+        list_archs();
+        return 0;
     }
+    if (optind >= argc) return cli_missing(&info_cmd, "MODEL, TRACE.h5 or RESULTS.h5: what to describe");
+    if (optind + 1 < argc) return cli_extra(&info_cmd, argv[optind + 1]);
     const char *target = argv[optind];
     size_t L = strlen(target);
     if ((L > 3 && strcmp(target + L - 3, ".h5") == 0) || (L > 5 && strcmp(target + L - 5, ".hdf5") == 0))
-        return info_trace(target);
+        return info_trace(target, json);
     as_error err = {0};
     const vit_config *builtin = vit_arch_find(target);
     if (!arch && L > 5 && strcmp(target + L - 5, ".json") == 0) {
