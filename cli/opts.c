@@ -140,7 +140,7 @@ static void print_opt(FILE *f, const char *label, const char *help, const char *
         if (strcmp(def, "required") == 0) k += snprintf(text + k, sizeof text - (size_t)k, ". Required");
         else k += snprintf(text + k, sizeof text - (size_t)k, ". Default: %s", def);
     }
-    if (k < (int)sizeof text - 1 && k > 0 && text[k - 1] != '.' && text[k - 1] != ')') snprintf(text + k, sizeof text - (size_t)k, ".");
+    if (k < (int)sizeof text - 1 && k > 0 && text[k - 1] != '.') snprintf(text + k, sizeof text - (size_t)k, ".");
     int L = (int)strlen(label);
     fputs(label, f);
     if (L + 2 > HELP_COLUMN) {
