@@ -76,7 +76,7 @@ int cli_opts_next(const cli_cmd *cmd, int argc, char **argv);
 /* The exit code for a cli_opts_next result below 0 other than CLI_END: 0 or 2. */
 int cli_opts_exit(int ch);
 void cli_opts_help(const cli_cmd *cmd, FILE *f);
-/* "attnscope CMD: missing WHAT: the option's help" for an option ("--out FILE"), else
+/* "attnscope CMD: WHAT is required: the option's help" for an option ("--out FILE"), else
  * "missing WHAT (usage: attnscope CMD SYNOPSIS)" (an operand: "TRACE.h5, the trace to
  * analyse"); returns 2. */
 int cli_missing(const cli_cmd *cmd, const char *what);

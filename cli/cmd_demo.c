@@ -50,43 +50,40 @@ static void print_series(const char *what, const double *a, const double *b, int
     printf(" %s\n", unit);
 }
 
+static const cli_opt demo_opts_table[] = {
+    /* key alias name           ARG    values           default           help */
+    {'o', 'o', "out",           "DIR", NULL,            "attnscope-demo", "where everything goes"},
+    {'e', 0,   "epochs",        "N",   "1..1000",       "12",             "training epochs"},
+    {'n', 0,   "train-images",  "N",   "120..10000000", "8000",           "built-in shapes images to train on"},
+    {'i', 0,   "images",        "N",   "1..10000",      "64",             "held-out images recorded and analysed"},
+    {'t', 0,   "threads",       "N",   "1..1024",       "all cores",      "threads"},
+    {0}};
+
+static const cli_cmd demo_cmd = {
+    "demo", "[--out DIR] [options]",
+    "Trains a small ViT (DIR/model.json) on the built-in shapes dataset (6 classes) with attnscope train, "
+    "recording the attention of the held-out images before, half-way and after training; then records "
+    "every map, score, Q/K and block output of the trained model into DIR/run.h5, runs every analysis and "
+    "writes the figure set. No download; about two minutes on 2 cores.",
+    demo_opts_table, NULL};
+
 int cmd_demo(int argc, char **argv) {
-    static const struct option opts[] = {{"out", required_argument, 0, 'o'},
-                                         {"epochs", required_argument, 0, 'e'},
-                                         {"train-images", required_argument, 0, 'n'},
-                                         {"images", required_argument, 0, 'i'},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *dir = "attnscope-demo";
     int epochs = 12, train_images = 8000, count = 64, threads = 0, ch;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+    while ((ch = cli_opts_next(&demo_cmd, argc, argv)) >= 0) {
+        int ok = 1;
         switch (ch) {
         case 'o': dir = optarg; break;
-        case 'e':
-            if (!cli_parse_int(optarg, 1, 1000, &epochs)) return 2;
-            break;
-        case 'n':
-            if (!cli_parse_int(optarg, 120, 10000000, &train_images)) return 2;
-            break;
-        case 'i':
-            if (!cli_parse_int(optarg, 1, 10000, &count)) return 2;
-            break;
-        case 't':
-            if (!cli_parse_int(optarg, 1, 1024, &threads)) return 2;
-            break;
-        case 'h':
-            printf("usage: attnscope demo [--out DIR] [--epochs 12] [--train-images 8000] [--images 64]\n"
-                   "                      [--threads N]\n"
-                   "Trains a small ViT (DIR/model.json) on the built-in shapes dataset (6 classes) with\n"
-                   "attnscope train, recording the attention of N held-out images before, half-way and\n"
-                   "after training; then records every map, score, Q/K and block output of the trained\n"
-                   "model into DIR/run.h5, runs every analysis and writes the figure set. No download;\n"
-                   "about two minutes on 2 cores.\n");
-            return 0;
-        default: return 2;
+        case 'e': ok = cli_parse_int(optarg, 1, 1000, &epochs); break;
+        case 'n': ok = cli_parse_int(optarg, 120, 10000000, &train_images); break;
+        case 'i': ok = cli_parse_int(optarg, 1, 10000, &count); break;
+        case 't': ok = cli_parse_int(optarg, 1, 1024, &threads); break;
         }
+        if (!ok) return cli_bad_value(&demo_cmd, ch, optarg);
     }
+    if (ch != CLI_END) return cli_opts_exit(ch);
+    if (optind < argc) return cli_extra(&demo_cmd, argv[optind]);
     runtime_set_threads(threads);
     as_error err = {0};
     if (cli_make_dirs(dir)) return 1;
@@ -104,8 +101,7 @@ int cmd_demo(int argc, char **argv) {
     char cmd[1400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", train_dir);
     if (strchr(train_dir, '\'') || system(cmd) != 0) {
-        fprintf(stderr, "attnscope: %s: cannot remove the previous demo run\n", train_dir);
-        return 1;
+        return cli_fail(1, "%s: cannot remove the previous demo run", train_dir);
     }
     char data[64];
     snprintf(data, sizeof data, "shapes:%d", train_images);

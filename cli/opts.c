@@ -180,7 +180,7 @@ int cli_missing(const cli_cmd *cmd, const char *what) {
     for (const cli_opt *o = cmd->opts; o->name && what[0] == '-'; o++) /* an option: say what it is */
         if (strncmp(what + 2, o->name, strlen(o->name)) == 0 &&
             (what[2 + strlen(o->name)] == ' ' || !what[2 + strlen(o->name)]))
-            return cli_fail(2, "missing %s: %s (attnscope %s --help)", what, o->help, cmd->name);
+            return cli_fail(2, "%s is required: %s (attnscope %s --help)", what, o->help, cmd->name);
     return cli_fail(2, "missing %s (usage: attnscope %s %s)", what, cmd->name, cmd->usage);
 }
 
