@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <getopt.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,18 @@ static const cli_cmd info_cmd = {
     "state; for a results file of attnscope analyze --out: the results it holds.",
     info_opts, NULL};
 
+/* One "key        value" line, wrapped to the terminal under its value column. */
+static void __attribute__((format(printf, 1, 2))) line(const char *fmt, ...) {
+    char buf[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    size_t L = strlen(buf);
+    if (L && buf[L - 1] == '\n') buf[L - 1] = 0;
+    cli_wrap(stdout, 0, 12, buf);
+}
+
 /* Attention per block, consecutive equal settings grouped. */
 static void print_attention(const vit_config *c) {
     for (int l = 0; l < c->depth;) {
@@ -38,7 +51,7 @@ static void print_attention(const vit_config *c) {
         char range[32];
         if (end - l == 1) snprintf(range, sizeof range, "block %d", l);
         else snprintf(range, sizeof range, "blocks %d-%d", l, end - 1);
-        printf("%-11s %s: %s\n", l == 0 ? "attention" : "", range, d);
+        line("%-11s %s: %s\n", l == 0 ? "attention" : "", range, d);
         l = end;
     }
 }
@@ -48,16 +61,16 @@ static void print_model(const vit_config *c, const char *source, const char *dty
     vit_config_cost(c, &cost);
     const int g = vit_grid(c), pre = vit_num_prefix(c);
     printf("model       %s\n", c->name);
-    if (source) printf("weights     %s (%s, %zu tensors)\n", source, dtype, ntensors);
-    printf("input       %dx%dx%d, patch %d -> %dx%d grid = %d patches + %d prefix token%s (%s%s) = %d tokens\n",
+    if (source) line("weights     %s (%s, %zu tensors)\n", source, dtype, ntensors);
+    line("input       %dx%dx%d, patch %d -> %dx%d grid = %d patches + %d prefix token%s (%s%s) = %d tokens\n",
            c->in_chans, c->img_size, c->img_size, c->patch_size, g, g, g * g, pre, pre == 1 ? "" : "s",
            c->class_token ? "cls" : "none", c->distilled ? ",dist" : "", vit_num_tokens(c));
-    printf("blocks      %d x (dim %d, %d heads x %d, mlp %d), qkv bias %s, LayerNorm eps %g\n",
+    line("blocks      %d x (dim %d, %d heads x %d, mlp %d), qkv bias %s, LayerNorm eps %g\n",
            c->depth, c->embed_dim, c->num_heads, vit_head_dim(c), c->mlp_hidden,
            c->qkv_bias ? "yes" : "no", (double)c->ln_eps);
     printf("head        %d classes, pool %s%s%s\n", c->num_classes, vit_pool_name(c->global_pool),
            c->fc_norm ? " + fc_norm" : "", c->distilled ? ", mean of head and head_dist" : "");
-    printf("preprocess  resize shorter side to %d (%s), centre crop %d, mean (%.3f, %.3f, %.3f), "
+    line("preprocess  resize shorter side to %d (%s), centre crop %d, mean (%.3f, %.3f, %.3f), "
            "std (%.3f, %.3f, %.3f)\n", (int)((double)c->img_size / c->crop_pct),
            vit_interp_name(c->interpolation), c->img_size, (double)c->mean[0], (double)c->mean[1],
            (double)c->mean[2], (double)c->std[0], (double)c->std[1], (double)c->std[2]);
@@ -69,9 +82,12 @@ static void print_model(const vit_config *c, const char *source, const char *dty
                100.0 * cost.flops[i] / cost.flops_total);
     printf("%-18s %14.0f %12.4f %12.4f\n", "total", cost.params_total, cost.flops_total / 1e9,
            cost.macs_total / 1e9);
-    printf("\n%.2f M parameters; %.2f GMACs per image, what papers print as \"FLOPs\" (products "
-           "only, fvcore's count); %.2f GFLOPs counting a multiply-add as 2 and every elementwise "
-           "operation\n", cost.params_total / 1e6, cost.macs_total / 1e9, cost.flops_total / 1e9);
+    printf("\n");
+    char sum[512];
+    snprintf(sum, sizeof sum, "%.2f M parameters; %.2f GMACs per image, what papers print as \"FLOPs\" "
+             "(products only, fvcore's count); %.2f GFLOPs counting a multiply-add as 2 and every "
+             "elementwise operation", cost.params_total / 1e6, cost.macs_total / 1e9, cost.flops_total / 1e9);
+    cli_wrap(stdout, 0, 0, sum);
 }
 
 /* The model as text, or with --json its full config (what traces record). */
@@ -203,7 +219,7 @@ static int info_trace(const char *path, int json) {
     trace_sizes(&r, &fbytes, &dbytes);
     printf("trace       %s (format %s)\n", path, "attnscope-trace v1");
     trace_read_attr_string(&r, "model_source", buf, sizeof buf);
-    printf("model       %s from %s\n", r.cfg.name, buf);
+    line("model       %s from %s\n", r.cfg.name, buf);
     printf("tokens      %d (%d prefix + %dx%d patches of %d px)\n", r.num_tokens, r.num_prefix,
            vit_grid(&r.cfg), vit_grid(&r.cfg), r.cfg.patch_size);
     printf("images      %ld complete%s\n", r.n_images,
@@ -227,23 +243,22 @@ static int info_trace(const char *path, int json) {
     printf(" of %d\nheads       ", r.cfg.depth);
     for (int i = 0; i < r.n_heads; i++) printf("%s%d", i ? "," : "", r.heads[i]);
     printf(" of %d\n", r.cfg.num_heads);
-    printf("storage     %s, compression %s; %.1f MB of records in a %.1f MB file (ratio %.2f)\n",
+    line("storage     %s, compression %s; %.1f MB of records in a %.1f MB file (ratio %.2f)\n",
            r.f16 ? "float16" : "float32", r.compression, dbytes / 1e6, fbytes / 1e6,
            fbytes > 0 ? dbytes / fbytes : 0.0);
     trace_read_attr_string(&r, "command_line", buf, sizeof buf);
-    printf("command     %s\n", buf);
+    line("command     %s\n", buf);
     char *an = malloc(16384);
     if (an && analysis_list(r.path, an, 16384) > 0) {
-        printf("analysis    ");
-        for (char *line = an, *nl; line; line = nl) {
-            nl = strchr(line, '\n');
+        for (char *l = an, *nl; l && *l; l = nl) {
+            nl = strchr(l, '\n');
             if (nl) *nl++ = 0;
-            printf("%s%s\n", line == an ? "" : "            ", line);
+            line("%-11s %s", l == an ? "analysis" : "", l);
         }
     }
     free(an);
     if (!r.complete)
-        printf("\nThis trace is incomplete: attnscope record ... --resume continues it.%s\n",
+        printf("\n"), line("This trace is incomplete: attnscope record ... --resume continues it.%s",
                r.swmr ? " h5py opens it with h5py.File(path, 'r', swmr=True); h5clear -s "
                         "makes it open everywhere once no writer runs." : "");
     trace_reader_close(&r);
