@@ -359,10 +359,14 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
         rc = write_heldout(&d, o->record_images, heldout, err);
         snprintf(res->heldout, sizeof res->heldout, "%s", heldout);
     }
-    if (rc == AS_OK && !o->quiet)
-        printf("train: %s on %s (%d train, %d held out: %s), %d classes, %ld steps of %d in %d epochs, "
-               "%d threads\n", c->name, d.kind, d.n_train, d.n_val, d.val_source, d.n_classes, total_steps, B,
-               o->epochs, runtime_threads());
+    if (rc == AS_OK && !o->quiet) {
+        char line[1024];
+        snprintf(line, sizeof line, "train: %s on %s (%d train, %d held out: %s), %d classes, %ld step%s of %d "
+                 "in %d epoch%s, %d thread%s", c->name, d.kind, d.n_train, d.n_val, d.val_source, d.n_classes,
+                 total_steps, total_steps == 1 ? "" : "s", B, o->epochs, o->epochs == 1 ? "" : "s",
+                 runtime_threads(), runtime_threads() == 1 ? "" : "s");
+        cli_wrap(stdout, 0, 7, line);
+    }
     /* the untrained model's attention, the start of the series; on a resume at an epoch's end
      * whose trace was due, that trace again (a stop during it leaves it incomplete) */
     if (rc == AS_OK && o->record_every > 0 && st.step == 0)
