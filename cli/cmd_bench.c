@@ -150,7 +150,7 @@ int cmd_bench(int argc, char **argv) {
         printf("attnscope bench: %s, batch %d, %d threads, float32\n", c->name, B, runtime_threads());
         printf("OpenBLAS    kernel %s; SGEMM ceiling %.1f GFLOP/s (M=%d N=%d K=%d, measured now)\n",
                core, ceiling, B * T, c->mlp_hidden, c->embed_dim);
-        if (warn) printf("WARNING     %s\n", advice);
+        if (warn) printf("WARNING     "), cli_wrap(stdout, 12, 12, advice);
         fflush(stdout);
     }
     /* Plain and recording runs alternate in short rounds and each reports its median: on a
@@ -225,14 +225,17 @@ int cmd_bench(int argc, char **argv) {
         if (!json) {
             printf("recording   %8.1f img/s %8.2f ms/img %8.1f GFLOP/s  %5.1f%% of ceiling\n",
                    rec.img_s, rec.ms_img, rec.gflops, rec.pct);
-            printf("            %s of every layer and head, %s, compression %s: %.1f MB/s to "
-                   "disk; recording costs %.1f%% over the plain forward\n", what, dtype, compress,
-                   mb_s, 100.0 * (plain.img_s / rec.img_s - 1.0));
+            char line[512];
+            snprintf(line, sizeof line, "%s of every layer and head, %s, compression %s: %.1f MB/s to disk; "
+                     "recording costs %.1f%% over the plain forward", what, dtype, compress, mb_s,
+                     100.0 * (plain.img_s / rec.img_s - 1.0));
+            printf("%12s", "");
+            cli_wrap(stdout, 12, 12, line);
         }
     }
     if (!json)
-        printf("            medians of %d alternating rounds of %.1f s (spread: forward %.1f-%.1f img/s)\n",
-               rounds, per_round, min_of(plain_v, rounds), max_of(plain_v, rounds));
+        printf("            %s of %d alternating round%s of %.1f s (spread: forward %.1f-%.1f img/s)\n",
+               rounds == 1 ? "one measurement" : "medians", rounds, rounds == 1 ? "" : "s", per_round, min_of(plain_v, rounds), max_of(plain_v, rounds));
     if (json && !rc) {
         printf("{\"arch\": \"%s\", \"batch\": %d, \"threads\": %d, \"openblas_core\": \"%s\", "
                "\"openblas_suboptimal\": %s, \"gemm_ceiling_gflops\": %.2f, "
