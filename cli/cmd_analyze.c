@@ -22,7 +22,7 @@ static const cli_opt analyze_opts_table[] = {
      "the metrics to compute; a named metric the trace cannot support is an error"},
     {'o', 'o', "out",             "RESULTS.h5", NULL, "the trace's /analysis group",
      "write the results into a separate results file instead"},
-    {'c', 0,   "csv",             "DIR",    NULL, NULL, "also write one long-format CSV table per result into DIR"},
+    {'c', 0,   "csv",             "DIR",    NULL, "no CSV", "also write one long-format CSV table per result into DIR"},
     {'w', 0,   "als-window",      "R",      "odd, 1..99", "3", "ALS: side of the R x R neighbourhood (MaiT Eq. 3)"},
     {'A', 0,   "als-thresholds",  "LOW,HIGH", NULL, "0.35,0.65", "ALS: candidate and mask thresholds for mask placement"},
     {'Q', 0,   "qk-thresholds",   "LIST",   "up to " CLI_STR(ANALYSIS_MAX_THRESHOLDS) " numbers", "0.1,0.5,1,2",

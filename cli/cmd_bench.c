@@ -15,7 +15,7 @@ static const cli_opt bench_opts_table[] = {
     /* key alias name          ARG      values                                default                  help */
     {'a', 0,   "arch",         "NAME",  "attnscope info --list-archs, or a CONFIG.json", "deit_tiny_patch16_224",
      "the architecture timed (random weights unless --model)"},
-    {'m', 0,   "model",        "PATH",  NULL, NULL, "time this checkpoint instead of random weights"},
+    {'m', 0,   "model",        "PATH",  NULL, "random weights", "time this checkpoint instead of random weights"},
     {'b', 0,   "batch",        "N",     "1.." CLI_STR(TRACE_MAX_BATCH), "8", "images per forward pass"},
     {'t', 0,   "threads",      "N",     "1..1024", "all cores", "threads"},
     {'s', 0,   "seconds",      "S",     "0 < S < 3600", "5", "time measured per variant, over all rounds"},

@@ -266,12 +266,12 @@ static int info_trace(const char *path, int json) {
 }
 
 static void list_archs(void) {
-    printf("%-34s %9s %7s  %s\n", "architecture", "M params", "GMACs", "notes");
+    printf("%-34s %8s %7s  %s\n", "architecture", "params", "GMACs", "notes");
     for (int i = 0; i < vit_arch_count(); i++) {
         const vit_config *c = vit_arch_get(i);
         vit_cost cost;
         vit_config_cost(c, &cost);
-        printf("%-34s %9.1f %7.2f  %s%s\n", c->name, cost.params_total / 1e6, cost.macs_total / 1e9,
+        printf("%-34s %7.1fM %7.2f  %s%s\n", c->name, cost.params_total / 1e6, cost.macs_total / 1e9,
                c->distilled ? "distilled, " : "",
                c->mean[0] > 0.49f ? "inception mean/std" : "imagenet mean/std");
     }

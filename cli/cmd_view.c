@@ -27,8 +27,8 @@ static const cli_opt view_opts_table[] = {
     {'S', 0,   "scale",      "S",      "0.5..4", "ATTNSCOPE_SCALE or GDK_SCALE, else 1",
      "interface scale on top of the display's pixel ratio"},
     {'x', 0,   "export-dir", "DIR",    NULL, "the current folder", "where e (export) writes its PNG"},
-    {'r', 0,   "script",     "FILE|-", NULL, NULL, "run scripted events, then close (docs/viewer.md)"},
-    {'p', 0,   "screenshot", "FILE.png", NULL, NULL, "save the last frame as a PNG when the window closes"},
+    {'r', 0,   "script",     "FILE|-", NULL, "interactive", "run scripted events, then close (docs/viewer.md)"},
+    {'p', 0,   "screenshot", "FILE.png", NULL, "none", "save the last frame as a PNG when the window closes"},
     {'t', 0,   "timing",     NULL,     NULL, NULL, "print redraw times on stderr when closing"},
     {0}};
 
