@@ -94,9 +94,10 @@ void cli_set_command(const char *name);
 int cli_edit_distance(const char *a, const char *b);
 /* The closest of n names to word when close enough to be a likely misspelling, else NULL. */
 const char *cli_closest(const char *word, const char *const *names, int n);
-/* Columns terminal output fits in: 100, or the terminal's width when stdout is a narrower
- * terminal (COLUMNS or the tty's size). */
+/* Columns terminal output fits in: 100, or the terminal's width when that is narrower (stdout's
+ * terminal, else COLUMNS, else stderr's terminal, as in `attnscope info x | less`). */
 int cli_width(void);
+int cli_width_of(int fd); /* the same for another stream (progress lines: stderr) */
 /* text wrapped to cli_width() on f: the first line after `first` characters already printed,
  * the following ones indented by `indent` spaces; ends with a newline. */
 void cli_wrap(FILE *f, int first, int indent, const char *text);

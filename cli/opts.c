@@ -38,17 +38,23 @@ int cli_fail(int code, const char *fmt, ...) {
     return code;
 }
 
-int cli_width(void) {
-    int w = 100;
+static int tty_cols(int fd) {
     struct winsize ws;
+    return isatty(fd) && ioctl(fd, TIOCGWINSZ, &ws) == 0 ? ws.ws_col : 0;
+}
+
+/* The stream's terminal; else COLUMNS; else the terminal on stderr (attnscope ... | less); capped
+ * at 100 so that a wide terminal still gets lines one can read. */
+int cli_width_of(int fd) {
     const char *cols = getenv("COLUMNS");
-    if (isatty(STDOUT_FILENO)) {
-        if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) w = ws.ws_col;
-        else if (cols && atoi(cols) > 0) w = atoi(cols);
-    }
-    if (w > 100) w = 100;
+    int w = tty_cols(fd);
+    if (w <= 0 && cols) w = atoi(cols);
+    if (w <= 0) w = tty_cols(STDERR_FILENO);
+    if (w <= 0 || w > 100) w = 100;
     return w < 40 ? 40 : w;
 }
+
+int cli_width(void) { return cli_width_of(STDOUT_FILENO); }
 
 void cli_wrap(FILE *f, int first, int indent, const char *text) {
     const int width = cli_width();
