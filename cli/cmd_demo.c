@@ -183,10 +183,9 @@ int cmd_demo(int argc, char **argv) {
     if (trace_reader_open(&r, out, &err) != AS_OK) return cli_error(&err);
     double fb, db;
     trace_sizes(&r, &fb, &db);
-    step("  2. record  %s: the trained model over %ld held-out images, every map of %d layers x "
-         "%d heads (%dx%d), scores, Q/K and block outputs (float16, %.1f MB), %.0f img/s",
-           out, r.n_images, r.n_layers, r.n_heads, r.num_tokens, r.num_tokens, fb / 1e6,
-           res.recorded / res.seconds);
+    step("  2. record  the trained model over %ld held-out images, every map of %d layers x %d heads "
+         "(%dx%d), scores, Q/K and block outputs (float16, %.1f MB), %.0f img/s, into %s", r.n_images,
+         r.n_layers, r.n_heads, r.num_tokens, r.num_tokens, fb / 1e6, res.recorded / res.seconds, out);
     trace_reader_close(&r);
 
     /* 3. the analyses, into the trace's /analysis group; distance and entropy also over the
