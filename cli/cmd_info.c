@@ -21,7 +21,7 @@ static const cli_opt info_opts[] = {
     {0}};
 
 static const cli_cmd info_cmd = {
-    "info", "MODEL|TRACE.h5|RESULTS.h5 [--arch NAME|CONFIG.json] [--img-size N] [--json]  |  --list-archs",
+    "info", "MODEL|TRACE.h5|RESULTS.h5 [options]  |  --list-archs",
     "MODEL is a checkpoint folder or .safetensors file, or a built-in architecture name (no weights needed). "
     "Prints the configuration and, per component, parameters and FLOPs per image (a multiply-add counts as 2 "
     "FLOPs) and MACs (products only: what papers print as \"FLOPs\"). A CONFIG.json alone describes a model "

@@ -230,7 +230,7 @@ static const cli_opt record_opts_table[] = {
      "intermediate maps (LSLA's softmax before the outer bias, Refiner's expanded and convolved maps); all: every one"},
     {'L', 0,   "layers",    "LIST",  "0-11, 0,5,11 or all", "all", "layers to record"},
     {'H', 0,   "heads",     "LIST",  "0-2, 0,2 or all", "all", "heads to record"},
-    {'R', 0,   "query-rows", "R",    "all, prefix", "all", "prefix: only the class/distillation tokens' rows"},
+    {'R', 0,   "query-rows", "R",    "all, prefix", "all", "query rows recorded: every token's, or prefix: only the class/distillation tokens'"},
     {'d', 0,   "dtype",     "T",     "f16, f32", "f16", "storage precision of the records"},
     {'c', 0,   "compress",  "C",     "none, lz4 (hdf5-filter-plugin), deflate[:1-9] (gzip+shuffle)", "none", "compression"},
     {'b', 0,   "batch",     "N",     "1.." CLI_STR(TRACE_MAX_BATCH), "8", "images per batch"},

@@ -1,6 +1,7 @@
 /* opts.c: the command line's conventions, from one option table per command: getopt_long's
  * array, --help, "did you mean", one-line usage errors that start with "attnscope CMD:". */
 #define _POSIX_C_SOURCE 200809L
+#include <assert.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -117,9 +118,15 @@ const char *cli_closest(const char *word, const char *const *names, int n) {
     return bd <= limit ? best : NULL;
 }
 
+/* The table's length; a table the parser cannot serve is a programmer error. */
 static int count_opts(const cli_cmd *cmd) {
     int n = 0;
-    while (cmd->opts[n].name) n++;
+    for (; cmd->opts[n].name; n++) {
+        const cli_opt *o = &cmd->opts[n];
+        assert(o->key > 0 && o->key < KEY_HELP && o->key != '?' && o->key != ':' && o->key != 'h');
+        assert(o->alias != 'h' && o->help);
+    }
+    assert(n <= MAX_OPTS);
     return n;
 }
 
