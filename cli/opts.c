@@ -125,6 +125,8 @@ static int count_opts(const cli_cmd *cmd) {
         const cli_opt *o = &cmd->opts[n];
         assert(o->key > 0 && o->key < KEY_HELP && o->key != '?' && o->key != ':' && o->key != 'h');
         assert(o->alias != 'h' && o->help);
+        for (int j = 0; o->alias && cmd->opts[j].name; j++) /* -x must not read as another's key */
+            assert(j == n || cmd->opts[j].key != o->alias);
     }
     assert(n <= MAX_OPTS);
     return n;
@@ -294,5 +296,7 @@ int cli_opts_next(const cli_cmd *cmd, int argc, char **argv) {
         unknown_option(cmd, word);
         return CLI_USAGE;
     }
+    for (const cli_opt *o = cmd->opts; o->name; o++) /* a short alias: its option's key */
+        if (o->alias && o->alias == ch) return o->key;
     return ch;
 }
