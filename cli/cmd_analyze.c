@@ -163,12 +163,10 @@ int cmd_analyze(int argc, char **argv) {
     if (!o.quiet) {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
-        char line[512];
-        snprintf(line, sizeof line, "analysed %ld images in %.2f s (%.1f images/s, %d threads); batch working set "
-                 "%.1f MB, peak memory %.1f MB", rep.images, rep.seconds,
-                 rep.images / (rep.seconds > 1e-9 ? rep.seconds : 1e-9), o.threads, rep.batch_bytes / 1e6,
-                 ru.ru_maxrss / 1024.0);
-        cli_wrap(stdout, 0, 2, line);
+        /* short lines of their own: none needs wrapping, and scripts find the numbers */
+        printf("analysed %ld images in %.2f s (%.1f images/s, %d threads)\n", rep.images, rep.seconds,
+               rep.images / (rep.seconds > 1e-9 ? rep.seconds : 1e-9), o.threads);
+        printf("  batch working set %.1f MB, peak memory %.1f MB\n", rep.batch_bytes / 1e6, ru.ru_maxrss / 1024.0);
         /* the destination on a line of its own: a path is not broken */
         printf("%d metric%s -> %s%s\n", rep.metrics_run, rep.metrics_run == 1 ? "" : "s", out ? out : trace,
                out ? "" : " (/analysis)");
