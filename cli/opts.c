@@ -156,16 +156,11 @@ static void print_opt(FILE *f, const char *label, const char *help, const char *
         else k += snprintf(text + k, sizeof text - (size_t)k, ". Default: %s", def);
     }
     if (k < (int)sizeof text - 1 && k > 0 && text[k - 1] != '.') snprintf(text + k, sizeof text - (size_t)k, ".");
-    int L = (int)strlen(label);
+    const int L = (int)strlen(label);
     fputs(label, f);
-    if (L + 2 > HELP_COLUMN) {
-        fprintf(f, "\n%*s", HELP_COLUMN, "");
-        L = HELP_COLUMN;
-    } else {
-        fprintf(f, "%*s", HELP_COLUMN - L, "");
-        L = HELP_COLUMN;
-    }
-    cli_wrap(f, L, HELP_COLUMN, text);
+    if (L + 2 > HELP_COLUMN) fprintf(f, "\n%*s", HELP_COLUMN, ""); /* a long label: help below it */
+    else fprintf(f, "%*s", HELP_COLUMN - L, "");
+    cli_wrap(f, HELP_COLUMN, HELP_COLUMN, text);
 }
 
 void cli_opts_help(const cli_cmd *cmd, FILE *f) {
@@ -225,7 +220,7 @@ static void unknown_option(const cli_cmd *cmd, const char *word) {
     const char *names[MAX_OPTS + 1];
     int prefixed = 0;
     char amb[512] = "";
-    for (int i = 0; i < n && i < MAX_OPTS; i++) {
+    for (int i = 0; i < n; i++) {
         names[i] = cmd->opts[i].name;
         if (strcmp(name, names[i]) == 0 && !cmd->opts[i].arg) {
             cli_fail(2, "--%s is a flag and takes no value (drop \"=%s\")", name, eq ? eq + 1 : "");
@@ -240,8 +235,8 @@ static void unknown_option(const cli_cmd *cmd, const char *word) {
         cli_fail(2, "--%s is ambiguous: did you mean %s?", name, amb);
         return;
     }
-    names[n < MAX_OPTS ? n : MAX_OPTS] = "help";
-    const char *best = cli_closest(name, names, (n < MAX_OPTS ? n : MAX_OPTS) + 1);
+    names[n] = "help";
+    const char *best = cli_closest(name, names, n + 1);
     if (best) cli_fail(2, "unknown option --%s; did you mean --%s?", name, best);
     else cli_fail(2, "unknown option --%s (attnscope %s --help lists the options)", name, cmd->name);
 }
@@ -252,7 +247,7 @@ int cli_opts_next(const cli_cmd *cmd, int argc, char **argv) {
     char shorts[2 * MAX_OPTS + 8];
     int s = 0;
     shorts[s++] = ':'; /* a missing value returns ':' */
-    for (int i = 0; i < n && i < MAX_OPTS; i++) {
+    for (int i = 0; i < n; i++) {
         const cli_opt *o = &cmd->opts[i];
         lo[i] = (struct option){o->name, o->arg ? required_argument : no_argument, NULL, o->key};
         if (o->alias) {
@@ -260,10 +255,9 @@ int cli_opts_next(const cli_cmd *cmd, int argc, char **argv) {
             if (o->arg) shorts[s++] = ':';
         }
     }
-    const int m = n < MAX_OPTS ? n : MAX_OPTS;
-    lo[m] = (struct option){"help", no_argument, NULL, KEY_HELP};
-    lo[m + 1] = (struct option){"list-options", no_argument, NULL, KEY_LIST};
-    lo[m + 2] = (struct option){NULL, 0, NULL, 0};
+    lo[n] = (struct option){"help", no_argument, NULL, KEY_HELP};
+    lo[n + 1] = (struct option){"list-options", no_argument, NULL, KEY_LIST};
+    lo[n + 2] = (struct option){NULL, 0, NULL, 0};
     shorts[s++] = 'h';
     shorts[s] = 0;
     opterr = 0;
@@ -284,11 +278,8 @@ int cli_opts_next(const cli_cmd *cmd, int argc, char **argv) {
             for (const cli_opt *q = cmd->opts; q->name && !o; q++)
                 if (q->alias && q->alias == optopt) o = q;
         if (!o) return cli_fail(2, "an option lacks its value (attnscope %s --help)", cmd->name), CLI_USAGE;
-        char what[512];
-        int k = snprintf(what, sizeof what, "--%s needs %s (%s", o->name, o->arg, o->help);
-        if (o->values) k += snprintf(what + k, sizeof what - (size_t)k, "; %s", o->values);
-        snprintf(what + k, sizeof what - (size_t)k, ")");
-        cli_fail(2, "%s", what);
+        cli_fail(2, "--%s needs %s (%s%s%s)", o->name, o->arg, o->help, o->values ? "; " : "",
+                 o->values ? o->values : "");
         return CLI_USAGE;
     }
     if (ch == '?') {
