@@ -150,6 +150,10 @@ run 0 "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" --out "$T/run.
 narrow "$T/out" "record"
 run 0 "$A" analyze "$T/run.h5"; narrow "$T/out" "analyze" "$T/"
 aligned "$T/out" "^  layer  deepvit" 2 1 4
+# Q/K fractions under their thresholds (the "|q| >" labels blanked); ALS values under their heads
+# (the ? and * marks after the values blanked)
+sed 's/|[qk]| >/     /g' "$T/out" >"$T/qk.txt"; aligned "$T/qk.txt" "^  layer   *0.1  *0.5  *1  *2  *0.1" 3 1 9
+sed '/^  layer  *h0/,/^  (/ s/[?*]/ /g' "$T/out" >"$T/als.txt"; aligned "$T/als.txt" "^  layer  *h0  *h1  *h2" 3 1 4
 run 0 "$A" info "$T/run.h5"; narrow "$T/out" "info TRACE" "$T/"
 
 # info --json: machine-readable, for a trace (with its analysis), a results file and a model
