@@ -22,7 +22,8 @@ static const struct {
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: attnscope COMMAND [options]   (attnscope help COMMAND, or COMMAND --help)\n\n");
+    cli_wrap(f, 0, 7, "usage: attnscope COMMAND [options]   (attnscope help COMMAND, or COMMAND --help)");
+    fputc('\n', f);
     for (size_t i = 0; i < N_COMMANDS; i++) {
         fprintf(f, "  %-10s ", commands[i].name);
         cli_wrap(f, 13, 13, commands[i].help);
