@@ -459,9 +459,11 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
         if (rc == AS_OK) prune(o->out, st.epoch, o->keep);
         progress_finish(&pg);
         if (rc == AS_OK && !o->quiet) {
-            printf("epoch %3ld/%d  train loss %.4f acc %5.1f%%  held-out loss %.4f acc %5.1f%%  lr %.2e  %.0f img/s\n",
-                   st.epoch, o->epochs, num(h, "train_loss"), 100 * num(h, "train_acc"), vl, 100 * va,
-                   num(h, "lr"), num(h, "img_per_s"));
+            char line[512];
+            snprintf(line, sizeof line, "epoch %3ld/%d  train loss %.4f acc %5.1f%%  held-out loss %.4f acc %5.1f%%  lr %.2e  %.0f img/s",
+                     st.epoch, o->epochs, num(h, "train_loss"), 100 * num(h, "train_acc"), vl, 100 * va,
+                     num(h, "lr"), num(h, "img_per_s"));
+            cli_wrap(stdout, 0, 13, line); /* within the terminal, continued under the numbers */
             fflush(stdout);
         }
         if (rc == AS_OK && o->record_every > 0 && (st.epoch % o->record_every == 0 || st.epoch == o->epochs))
@@ -609,9 +611,14 @@ int cmd_train(int argc, char **argv) {
         return rc == AS_ERR_INTERRUPTED ? 130 : 1;
     }
     if (!o.quiet) {
-        printf("done: held-out accuracy %.1f%% (chance %.1f%%), %.0f img/s; checkpoint %s\n", 100 * res.val_acc,
-               100.0 / res.n_classes, res.img_per_s, res.checkpoint);
-        if (res.last_trace[0]) printf("traces: %s/trace-epoch-*.h5 (latest %s)\n", o.out, res.last_trace);
+        char line[2600];
+        snprintf(line, sizeof line, "done: held-out accuracy %.1f%% (chance %.1f%%), %.0f img/s; checkpoint %s",
+                 100 * res.val_acc, 100.0 / res.n_classes, res.img_per_s, res.checkpoint);
+        cli_wrap(stdout, 0, 6, line);
+        if (res.last_trace[0]) {
+            snprintf(line, sizeof line, "traces: %s/trace-epoch-*.h5 (latest %s)", o.out, res.last_trace);
+            cli_wrap(stdout, 0, 8, line);
+        }
     }
     return 0;
 }
