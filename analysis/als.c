@@ -73,7 +73,13 @@ static as_status als_finish(analysis_ctx *c, const double *mean, as_error *err) 
     const double *score = mean + c->out[OUT_SCORE].offset;
     char json[2048] = "";
     size_t jn = 0;
-    analysis_report_add(c, "  layer  ALS per head%*s  mask\n", H * 7 - 12 > 0 ? H * 7 - 12 : 0, "");
+    analysis_report_add(c, "  ALS per head\n  layer ");
+    for (int hi = 0; hi < H; hi++) { /* right-aligned over each head's value, before its mark */
+        char h[16];
+        snprintf(h, sizeof h, "h%d", lay->heads[hi]);
+        analysis_report_add(c, " %5s ", h);
+    }
+    analysis_report_add(c, "\n");
     for (int li = 0; li < lay->n_layers; li++) {
         char line[1024];
         int n = snprintf(line, sizeof line, "  %5d ", lay->layers[li]);

@@ -66,7 +66,7 @@ static as_status qk_finish(analysis_ctx *c, const double *mean, as_error *err) {
     for (int t = 0; t < nt; t++) analysis_report_add(c, " %6g", c->opt->thresholds[t]);
     analysis_report_add(c, "\n");
     for (int li = 0; li < lay->n_layers; li++) {
-        analysis_report_add(c, "  %5d      ", lay->layers[li]);
+        analysis_report_add(c, "  %5d       ", lay->layers[li]); /* under "  layer  |q| >" */
         for (int w = 0; w < 2; w++) {
             const double *m = mean + c->out[w].offset + (size_t)li * nt;
             for (int t = 0; t < nt; t++) analysis_report_add(c, " %6.3f", m[t]);

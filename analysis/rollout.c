@@ -142,8 +142,8 @@ static as_status roll_finish(analysis_ctx *c, const double *mean, as_error *err)
         tot += last[j];
         if (last[j] > last[best]) best = j;
     }
-    analysis_report_add(c, "  mean rollout through the last layer: %.3f of the mass on patches; "
-                        "peak at patch %d (row %d, column %d): %.4f\n", tot, best,
+    analysis_report_add(c, "  mean rollout through the last layer: %.3f of the mass on patches;\n"
+                        "  peak at patch %d (row %d, column %d): %.4f\n", tot, best,
                         best / lay->grid, best % lay->grid, last[best]);
     (void)err;
     return AS_OK;

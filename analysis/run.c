@@ -713,9 +713,13 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
     }
     rep->metrics_run = n_run;
     if (opt->report)
-        for (int m = 0; m < n_run; m++)
-            fprintf(opt->report, "%s (%ld images): %s\n%s", runs[m].ctx.metric->name, N,
-                    runs[m].ctx.metric->summary, runs[m].ctx.report);
+        for (int m = 0; m < n_run; m++) { /* within 100 columns: a long summary goes below */
+            char head[96];
+            int k = snprintf(head, sizeof head, "%s (%ld images):", runs[m].ctx.metric->name, N);
+            int wide = k + 1 + (int)strlen(runs[m].ctx.metric->summary) > 100;
+            fprintf(opt->report, "%s%s%s\n%s", head, wide ? "\n  " : " ", runs[m].ctx.metric->summary,
+                    runs[m].ctx.report);
+        }
     for (int m = 0; m < n_run; m++) metric_free(&runs[m]);
     free(ims);
     free(img_buf);

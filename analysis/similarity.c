@@ -115,10 +115,11 @@ static as_status sim_finish(analysis_ctx *c, const double *mean, as_error *err) 
     const analysis_layout *lay = c->lay;
     const double *adj = mean + c->out[OUT_ADJ].offset;
     int L = lay->n_layers;
-    analysis_report_add(c, "  adjacent layers (head mean): layer  deepvit  row    map\n");
+    analysis_report_add(c, "  adjacent layers, head mean (layer against the layer before it):\n"
+                           "  %5s  %7s  %7s  %7s\n", "layer", "deepvit", "row", "map");
     for (int li = 0; li < L; li++) {
         if (isnan(adj[DEF_ROW * L + li])) continue;
-        analysis_report_add(c, "  %27d  %7.4f  %5.4f %5.4f\n", lay->layers[li],
+        analysis_report_add(c, "  %5d  %7.4f  %7.4f  %7.4f\n", lay->layers[li],
                             adj[DEF_DEEPVIT * L + li], adj[DEF_ROW * L + li], adj[DEF_MAP * L + li]);
     }
     (void)err;

@@ -3,6 +3,7 @@
 #define AS_CLI_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "../core/status.h"
 #include "../io/dataset.h"
@@ -29,8 +30,75 @@ double cli_now(void); /* monotonic seconds */
 int cli_parse_int(const char *s, int lo, int hi, int *out);
 /* mkdir -p; prints a one-line error and returns 1 when a folder cannot be made, else 0. */
 int cli_make_dirs(const char *path);
-/* Prints "attnscope: msg" on stderr; returns 1. */
+/* Prints "attnscope CMD: msg" on stderr (CMD: the running command); returns 1. */
 int cli_error(const as_error *err);
+
+/* The command line's conventions (cli/opts.c). Each command describes its options in ONE table,
+ * one line per option; the getopt_long array, --help, the hidden --list-options, "did you
+ * mean" for misspellings and the one-line usage errors all come from it. Usage:
+ *
+ *     static const cli_opt opts[] = {
+ *         // key  alias  name       ARG     values        default   help
+ *         {'o', 'o', "out",    "FILE", NULL,          "required", "the trace to write"},
+ *         {'d', 0,   "dtype",  "T",    "f16|f32",     "f16",      "storage precision"},
+ *         {'f', 0,   "force",  NULL,   NULL,          NULL,       "overwrite an existing trace"},
+ *         {0}};
+ *     static const cli_cmd cmd = {"record", "--out FILE [options]", "Records ...", opts, NULL};
+ *     int ch;
+ *     optind = 1;
+ *     while ((ch = cli_opts_next(&cmd, argc, argv)) >= 0)
+ *         switch (ch) { case 'o': out = optarg; break; ... }
+ *     if (ch != CLI_END) return cli_opts_exit(ch);   // --help printed: 0; usage error: 2
+ *
+ * key is what cli_opts_next returns (a letter or any number 1..0x6fff); alias is the short
+ * form (-o), 0 for none; arg is the value's name, NULL for a flag; values the allowed values
+ * or range as users type them; def the default as users would type it ("required" for one
+ * that must be given; NULL for flags and options whose absence means "not done"). */
+typedef struct {
+    int key;
+    char alias;
+    const char *name, *arg, *values, *def, *help;
+} cli_opt;
+
+typedef struct {
+    const char *name;   /* "record" */
+    const char *usage;  /* the synopsis after "attnscope record " */
+    const char *about;  /* what the command does, before the option table */
+    const cli_opt *opts;/* ends with {0} */
+    const char *notes;  /* after the option table, or NULL */
+} cli_cmd;
+
+enum { CLI_END = -1, CLI_HELP = -2, CLI_USAGE = -3 };
+
+/* The next option's key (optarg holds its value), or CLI_END (optind: the first operand),
+ * CLI_HELP (--help or --list-options printed) or CLI_USAGE (a one-line error printed). */
+int cli_opts_next(const cli_cmd *cmd, int argc, char **argv);
+/* The exit code for a cli_opts_next result below 0 other than CLI_END: 0 or 2. */
+int cli_opts_exit(int ch);
+void cli_opts_help(const cli_cmd *cmd, FILE *f);
+/* "attnscope CMD: WHAT is required: the option's help" for an option ("--out FILE"), else
+ * "missing WHAT (usage: attnscope CMD SYNOPSIS)" (an operand: "TRACE.h5, the trace to
+ * analyse"); returns 2. */
+int cli_missing(const cli_cmd *cmd, const char *what);
+/* "attnscope CMD: --NAME "VALUE": give VALUES" for the option with that key; returns 2. */
+int cli_bad_value(const cli_cmd *cmd, int key, const char *value);
+/* "attnscope CMD: unexpected argument "WORD"" (with the synopsis); returns 2. */
+int cli_extra(const cli_cmd *cmd, const char *word);
+#define CLI_XSTR(x) #x
+#define CLI_STR(x) CLI_XSTR(x) /* a macro's value as a string literal, for tables */
+/* Prints "attnscope CMD: " and the message on stderr; returns code. */
+int cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The command error lines name (main sets it once, before running a command). */
+void cli_set_command(const char *name);
+/* The closest of n names to word when close enough to be a likely misspelling, else NULL. */
+const char *cli_closest(const char *word, const char *const *names, int n);
+/* Columns terminal output fits in: 100, or the terminal's width when that is narrower (stdout's
+ * terminal, else COLUMNS, else stderr's terminal, as in `attnscope info x | less`). */
+int cli_width(void);
+int cli_width_of(int fd); /* the same for another stream (progress lines: stderr) */
+/* text wrapped to cli_width() on f: the first line after `first` characters already printed,
+ * the following ones indented by `indent` spaces; ends with a newline. */
+void cli_wrap(FILE *f, int first, int indent, const char *text);
 
 /* progress line on a terminal (stderr), silent in pipes */
 typedef struct {

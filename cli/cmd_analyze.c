@@ -16,20 +16,45 @@ static void on_signal(int sig) {
     signal(sig, SIG_DFL);
 }
 
-static void usage(FILE *f) {
-    fprintf(f,
-"usage: attnscope analyze TRACE.h5 [--metrics LIST] [--out RESULTS.h5] [--csv DIR]\n"
-"                         [--als-window 3] [--als-thresholds 0.35,0.65]\n"
-"                         [--qk-thresholds 0.1,0.5,1,2] [--fusion mean|max|min] [--discard 0]\n"
-"                         [--entropy-normalize] [--distance-prefix drop|renormalise]\n"
-"                         [--per-image] [--max-images N] [--threads N] [--quiet]\n"
-"Computes metrics per image, then mean, standard deviation and 95%% t interval over images.\n"
-"Results go to the trace's /analysis group (recorded data is never modified) or with --out to\n"
-"a results file; --csv also writes one long-format table per result. Without --metrics every\n"
-"metric the trace supports runs and the others are skipped with the record flag they need.\n"
-"Exact definitions: docs/analysis.md. Metrics:\n");
-    for (int i = 0; i < analysis_metric_count(); i++)
-        fprintf(f, "  %-11s %s\n", analysis_metric_name(i), analysis_metric_summary(i));
+static const cli_opt analyze_opts_table[] = {
+    /* key alias name             ARG       values                       default      help */
+    {'M', 0,   "metrics",         "LIST",   "comma-separated metric names (below), or all", "every metric the trace supports",
+     "the metrics to compute; a named metric the trace cannot support is an error"},
+    {'o', 'o', "out",             "RESULTS.h5", NULL, "the trace's /analysis group",
+     "write the results into a separate results file instead"},
+    {'c', 0,   "csv",             "DIR",    NULL, "no CSV", "also write one long-format CSV table per result into DIR"},
+    {'w', 0,   "als-window",      "R",      "odd, 1..99", "3", "ALS: side of the R x R neighbourhood (MaiT Eq. 3)"},
+    {'A', 0,   "als-thresholds",  "LOW,HIGH", NULL, "0.35,0.65", "ALS: candidate and mask thresholds for mask placement"},
+    {'Q', 0,   "qk-thresholds",   "LIST",   "up to " CLI_STR(ANALYSIS_MAX_THRESHOLDS) " numbers", "0.1,0.5,1,2",
+     "Q/K: magnitudes counted (fraction of |q|, |k| entries above each)"},
+    {'f', 0,   "fusion",          "F",      "mean, max, min", "mean", "rollout: how heads are fused"},
+    {'d', 0,   "discard",         "R",      "[0, 1)", "0", "rollout: share of the smallest fused entries set to 0"},
+    {'e', 0,   "entropy-normalize", NULL,   NULL, NULL, "entropy: divide by log T (default: nats)"},
+    {'p', 0,   "distance-prefix", "MODE",   "drop, renormalise", "drop",
+     "mean distance: drop the prefix keys' share, or renormalise over patch keys"},
+    {'I', 0,   "per-image",       NULL,     NULL, NULL, "also store every image's values, not only mean, std and 95% "
+     "interval (rollout always keeps them)"},
+    {'n', 0,   "max-images",      "N",      "1 or more", "all images", "analyse only the first N images"},
+    {'t', 0,   "threads",         "N",      "1..1024", "all cores", "threads (images analysed at once)"},
+    {'q', 'q', "quiet",           NULL,     NULL, NULL, "no summaries and notes"},
+    {0}};
+
+/* The metric list goes after the option table: it comes from the registry. */
+static char analyze_notes[4096];
+
+static const cli_cmd analyze_cmd = {
+    "analyze", "TRACE.h5 [options]",
+    "Computes metrics per image, then mean, standard deviation and 95% t interval over images. Results go "
+    "to the trace's /analysis group (recorded data is never modified) or with --out to a results file; --csv "
+    "also writes one long-format table per result. Without --metrics every metric the trace supports runs "
+    "and the others are skipped with the record flag they need. Exact definitions: docs/analysis.md.",
+    analyze_opts_table, analyze_notes};
+
+static void fill_notes(void) {
+    int k = snprintf(analyze_notes, sizeof analyze_notes, "metrics:");
+    for (int i = 0; i < analysis_metric_count() && k < (int)sizeof analyze_notes; i++)
+        k += snprintf(analyze_notes + k, sizeof analyze_notes - (size_t)k, "\n  %-11s %s",
+                      analysis_metric_name(i), analysis_metric_summary(i));
 }
 
 static int parse_doubles(const char *s, double *out, int max, const char *what) {
@@ -40,8 +65,7 @@ static int parse_doubles(const char *s, double *out, int max, const char *what) 
         char *end;
         double v = strtod(t, &end);
         if (end == t || *end || n >= max) {
-            fprintf(stderr, "attnscope analyze: %s \"%s\": give up to %d comma-separated numbers\n",
-                    what, s, max);
+            cli_fail(2, "%s \"%s\": give up to %d comma-separated numbers", what, s, max);
             return -1;
         }
         out[n++] = v;
@@ -50,22 +74,14 @@ static int parse_doubles(const char *s, double *out, int max, const char *what) 
 }
 
 int cmd_analyze(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"metrics", required_argument, 0, 'M'}, {"out", required_argument, 0, 'o'},
-        {"csv", required_argument, 0, 'c'}, {"als-window", required_argument, 0, 'w'},
-        {"als-thresholds", required_argument, 0, 'A'}, {"qk-thresholds", required_argument, 0, 'Q'},
-        {"fusion", required_argument, 0, 'f'}, {"discard", required_argument, 0, 'd'},
-        {"entropy-normalize", no_argument, 0, 'e'}, {"distance-prefix", required_argument, 0, 'p'},
-        {"per-image", no_argument, 0, 'I'}, {"max-images", required_argument, 0, 'n'},
-        {"threads", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     analysis_opts o;
     analysis_opts_default(&o);
     const char *out = NULL;
     as_error err = {0};
     int ch, threads = 0;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "o:qh", opts, NULL)) != -1) {
+    fill_notes();
+    while ((ch = cli_opts_next(&analyze_cmd, argc, argv)) >= 0) {
         switch (ch) {
         case 'M':
             if (!(o.metrics = analysis_metric_mask(optarg, &err))) return cli_error(&err), 2;
@@ -74,10 +90,8 @@ int cmd_analyze(int argc, char **argv) {
         case 'o': out = optarg; break;
         case 'c': o.csv_dir = optarg; break;
         case 'w':
-            if (!cli_parse_int(optarg, 1, 99, &o.als_window) || o.als_window % 2 == 0) {
-                fprintf(stderr, "attnscope analyze: --als-window %s: give an odd number 1..99\n", optarg);
-                return 2;
-            }
+            if (!cli_parse_int(optarg, 1, 99, &o.als_window) || o.als_window % 2 == 0)
+                return cli_fail(2, "--als-window %s: give an odd number 1..99", optarg);
             break;
         case 'A': {
             double th[2];
@@ -94,10 +108,7 @@ int cmd_analyze(int argc, char **argv) {
             if (strcmp(optarg, "mean") == 0) o.fusion = ANALYSIS_FUSE_MEAN;
             else if (strcmp(optarg, "max") == 0) o.fusion = ANALYSIS_FUSE_MAX;
             else if (strcmp(optarg, "min") == 0) o.fusion = ANALYSIS_FUSE_MIN;
-            else {
-                fprintf(stderr, "attnscope analyze: --fusion %s: use mean, max or min\n", optarg);
-                return 2;
-            }
+            else return cli_bad_value(&analyze_cmd, ch, optarg);
             break;
         case 'd':
             if (parse_doubles(optarg, &o.discard, 1, "--discard") != 1) return 2;
@@ -106,36 +117,24 @@ int cmd_analyze(int argc, char **argv) {
         case 'p':
             if (strcmp(optarg, "drop") == 0) o.distance_renorm = 0;
             else if (strncmp(optarg, "renorm", 6) == 0) o.distance_renorm = 1;
-            else {
-                fprintf(stderr, "attnscope analyze: --distance-prefix %s: use drop or renormalise\n", optarg);
-                return 2;
-            }
+            else return cli_bad_value(&analyze_cmd, ch, optarg);
             break;
         case 'I': o.per_image = 1; break;
         case 'n': {
             int n;
-            if (!cli_parse_int(optarg, 1, 2000000000, &n)) {
-                fprintf(stderr, "attnscope analyze: --max-images %s: give a positive count\n", optarg);
-                return 2;
-            }
+            if (!cli_parse_int(optarg, 1, 2000000000, &n)) return cli_bad_value(&analyze_cmd, ch, optarg);
             o.max_images = n;
             break;
         }
         case 't':
-            if (!cli_parse_int(optarg, 1, 1024, &threads)) {
-                fprintf(stderr, "attnscope analyze: --threads %s: give 1..1024\n", optarg);
-                return 2;
-            }
+            if (!cli_parse_int(optarg, 1, 1024, &threads)) return cli_bad_value(&analyze_cmd, ch, optarg);
             break;
         case 'q': o.quiet = 1; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
         }
     }
-    if (optind != argc - 1) {
-        usage(stderr);
-        return 2;
-    }
+    if (ch != CLI_END) return cli_opts_exit(ch);
+    if (optind >= argc) return cli_missing(&analyze_cmd, "TRACE.h5, the trace to analyse");
+    if (optind + 1 < argc) return cli_extra(&analyze_cmd, argv[optind + 1]);
     const char *trace = argv[optind];
     runtime_set_threads(threads);
     o.threads = runtime_threads();
@@ -164,11 +163,13 @@ int cmd_analyze(int argc, char **argv) {
     if (!o.quiet) {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
-        printf("analysed %ld images in %.2f s (%.1f images/s, %d threads); %d metric%s -> %s%s; "
-               "batch working set %.1f MB, peak memory %.1f MB\n", rep.images, rep.seconds,
-               rep.images / (rep.seconds > 1e-9 ? rep.seconds : 1e-9), o.threads, rep.metrics_run,
-               rep.metrics_run == 1 ? "" : "s", out ? out : trace, out ? "" : " (/analysis)",
-               rep.batch_bytes / 1e6, ru.ru_maxrss / 1024.0);
+        /* short lines of their own: none needs wrapping, and scripts find the numbers */
+        printf("analysed %ld images in %.2f s (%.1f images/s, %d threads)\n", rep.images, rep.seconds,
+               rep.images / (rep.seconds > 1e-9 ? rep.seconds : 1e-9), o.threads);
+        printf("  batch working set %.1f MB, peak memory %.1f MB\n", rep.batch_bytes / 1e6, ru.ru_maxrss / 1024.0);
+        /* the destination on a line of its own: a path is not broken */
+        printf("%d metric%s -> %s%s\n", rep.metrics_run, rep.metrics_run == 1 ? "" : "s", out ? out : trace,
+               out ? "" : " (/analysis)");
     }
     return 0;
 }

@@ -11,19 +11,32 @@
 #include "../core/rng.h"
 #include "cli.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-"usage: attnscope bench [--arch NAME|CONFIG.json] [--model PATH] [--batch N] [--threads N]\n"
-"                       [--seconds S] [--record] [--record-what LIST] [--dtype f16|f32]\n"
-"                       [--compress C] [--out FILE] [--rounds R] [--json]\n"
-"Times the forward pass on random inputs (random weights unless --model is given) and reports\n"
-"img/s, ms/img, achieved GFLOP/s and the percentage of the SGEMM ceiling measured now on the\n"
-"model's MLP GEMM shape. --record also records every attention map into a temporary trace\n"
-"(or --out) and reports the overhead. Reports the kernel OpenBLAS chose and warns when it is\n"
-"not the best for this CPU (e.g. OPENBLAS_CORETYPE=Haswell on an AVX-512 machine).\n"
-"Plain and recording runs alternate in R rounds (default 3) over --seconds (default 5); the\n"
-"medians are reported, so that a drifting machine does not bias the overhead.\n");
-}
+static const cli_opt bench_opts_table[] = {
+    /* key alias name          ARG      values                                default                  help */
+    {'a', 0,   "arch",         "NAME",  "attnscope info --list-archs, or a CONFIG.json", "deit_tiny_patch16_224",
+     "the architecture timed (random weights unless --model)"},
+    {'m', 0,   "model",        "PATH",  NULL, "random weights", "time this checkpoint instead of random weights"},
+    {'b', 0,   "batch",        "N",     "1.." CLI_STR(TRACE_MAX_BATCH), "8", "images per forward pass"},
+    {'t', 0,   "threads",      "N",     "1..1024", "all cores", "threads"},
+    {'s', 0,   "seconds",      "S",     "0 < S < 3600", "5", "time measured per variant, over all rounds"},
+    {'R', 0,   "rounds",       "R",     "1..16", "3", "alternating plain/recording rounds; medians are reported"},
+    {'r', 0,   "record",       NULL,    NULL, NULL, "also time recording every attention map into a trace"},
+    {'w', 0,   "record-what",  "LIST",  "as record --record", "attn", "quantities recorded with --record"},
+    {'d', 0,   "dtype",        "T",     "f16, f32", "f16", "storage precision with --record"},
+    {'c', 0,   "compress",     "C",     "none, lz4, deflate[:1-9]", "none", "compression with --record"},
+    {'o', 0,   "out",          "FILE",  NULL, "a temporary file, removed", "keep the trace --record writes here"},
+    {'j', 0,   "json",         NULL,    NULL, NULL, "print the results as one JSON object"},
+    {0}};
+
+static const cli_cmd bench_cmd = {
+    "bench", "[--arch NAME|CONFIG.json] [--model PATH] [--record] [options]",
+    "Times the forward pass on random inputs (random weights unless --model is given) and reports img/s, "
+    "ms/img, achieved GFLOP/s and the percentage of the SGEMM ceiling measured now on the model's MLP GEMM "
+    "shape. --record also records every attention map into a temporary trace (or --out) and reports the "
+    "overhead. Reports the kernel OpenBLAS chose and warns when it is not the best for this CPU (e.g. "
+    "OPENBLAS_CORETYPE=Haswell on an AVX-512 machine). Plain and recording runs alternate in --rounds "
+    "rounds over --seconds; the medians are reported, so that a drifting machine does not bias the overhead.",
+    bench_opts_table, NULL};
 
 typedef struct {
     double img_s, ms_img, gflops, pct;
@@ -89,20 +102,12 @@ static void time_forward(const model *m, int B, double seconds, double flops_img
 }
 
 int cmd_bench(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"arch", required_argument, 0, 'a'}, {"model", required_argument, 0, 'm'},
-        {"batch", required_argument, 0, 'b'}, {"threads", required_argument, 0, 't'},
-        {"seconds", required_argument, 0, 's'}, {"record", no_argument, 0, 'r'},
-        {"record-what", required_argument, 0, 'w'}, {"dtype", required_argument, 0, 'd'},
-        {"compress", required_argument, 0, 'c'}, {"out", required_argument, 0, 'o'},
-        {"json", no_argument, 0, 'j'}, {"rounds", required_argument, 0, 'R'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *arch = "deit_tiny_patch16_224", *model_path = NULL, *what = "attn", *dtype = "f16";
     const char *compress = "none", *out = NULL;
     int B = 8, threads = 0, record = 0, json = 0, rounds = 3, ch;
     double seconds = 5;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((ch = cli_opts_next(&bench_cmd, argc, argv)) >= 0) {
         int ok = 1;
         switch (ch) {
         case 'a': arch = optarg; break;
@@ -117,14 +122,11 @@ int cmd_bench(int argc, char **argv) {
         case 'o': out = optarg; break;
         case 'j': json = 1; break;
         case 'R': ok = cli_parse_int(optarg, 1, 16, &rounds); break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
         }
-        if (!ok) {
-            fprintf(stderr, "attnscope bench: bad value \"%s\" (attnscope bench --help)\n", optarg);
-            return 2;
-        }
+        if (!ok) return cli_bad_value(&bench_cmd, ch, optarg);
     }
+    if (ch != CLI_END) return cli_opts_exit(ch);
+    if (optind < argc) return cli_extra(&bench_cmd, argv[optind]);
     runtime_set_threads(threads);
     as_error err = {0};
     model m;
@@ -150,10 +152,13 @@ int cmd_bench(int argc, char **argv) {
         printf("attnscope bench: %s, batch %d, %d threads, float32\n", c->name, B, runtime_threads());
         printf("OpenBLAS    kernel %s; SGEMM ceiling %.1f GFLOP/s (M=%d N=%d K=%d, measured now)\n",
                core, ceiling, B * T, c->mlp_hidden, c->embed_dim);
-        if (warn) printf("WARNING     %s\n", advice);
-        if (ri.forced[0])
-            printf("WARNING     %s chose these kernels, not OpenBLAS; results (not only speed) match "
-                   "other runs bit for bit only with the same kernels and thread count\n", ri.forced);
+        if (warn) printf("WARNING     "), cli_wrap(stdout, 12, 12, advice);
+        if (ri.forced[0]) {
+            char line[400];
+            snprintf(line, sizeof line, "%s chose these kernels, not OpenBLAS; results (not only speed) match "
+                     "other runs bit for bit only with the same kernels and thread count", ri.forced);
+            printf("WARNING     "), cli_wrap(stdout, 12, 12, line);
+        }
         fflush(stdout);
     }
     /* Plain and recording runs alternate in short rounds and each reports its median: on a
@@ -180,9 +185,8 @@ int cmd_bench(int argc, char **argv) {
         float *tensor = malloc(per * (size_t)count * sizeof(float));
         if (!tensor || dataset_from_memory(&ds, tensor, (int)count, c->in_chans, c->img_size,
                                            "bench", &err) != AS_OK) {
-            fprintf(stderr, "attnscope bench: out of memory for %ld input images\n", count);
             model_free(&m);
-            return 1;
+            return cli_fail(1, "out of memory for %ld input images: lower --seconds or --batch", count);
         }
         rng_state rs = {11};
         for (long i = 0; i < count; i++) {
@@ -229,14 +233,17 @@ int cmd_bench(int argc, char **argv) {
         if (!json) {
             printf("recording   %8.1f img/s %8.2f ms/img %8.1f GFLOP/s  %5.1f%% of ceiling\n",
                    rec.img_s, rec.ms_img, rec.gflops, rec.pct);
-            printf("            %s of every layer and head, %s, compression %s: %.1f MB/s to "
-                   "disk; recording costs %.1f%% over the plain forward\n", what, dtype, compress,
-                   mb_s, 100.0 * (plain.img_s / rec.img_s - 1.0));
+            char line[512];
+            snprintf(line, sizeof line, "%s of every layer and head, %s, compression %s: %.1f MB/s to disk; "
+                     "recording costs %.1f%% over the plain forward", what, dtype, compress, mb_s,
+                     100.0 * (plain.img_s / rec.img_s - 1.0));
+            printf("%12s", "");
+            cli_wrap(stdout, 12, 12, line);
         }
     }
     if (!json)
-        printf("            medians of %d alternating rounds of %.1f s (spread: forward %.1f-%.1f img/s)\n",
-               rounds, per_round, min_of(plain_v, rounds), max_of(plain_v, rounds));
+        printf("            %s of %d alternating round%s of %.1f s (spread: forward %.1f-%.1f img/s)\n",
+               rounds == 1 ? "one measurement" : "medians", rounds, rounds == 1 ? "" : "s", per_round, min_of(plain_v, rounds), max_of(plain_v, rounds));
     if (json && !rc) {
         printf("{\"arch\": \"%s\", \"batch\": %d, \"threads\": %d, \"openblas_core\": \"%s\", "
                "\"openblas_forced_by\": \"%s\", \"openblas_suboptimal\": %s, \"gemm_ceiling_gflops\": %.2f, "

@@ -6,6 +6,8 @@
 #include <dirent.h>
 #include <getopt.h>
 #include <hdf5.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,9 +149,25 @@ static void demo_clear(const char *dir) {
 /* Ctrl-C: the demo has no --resume; its partial run stays for the user to look at. */
 static int demo_interrupted(const char *dir) {
     const int dflt = strcmp(dir, "attnscope-demo") == 0;
-    fprintf(stderr, "attnscope demo: interrupted; %s holds a partial run: attnscope demo --force%s%s "
-            "starts again\n", dir, dflt ? "" : " --out ", dflt ? "" : dir);
-    return 130;
+    return cli_fail(130, "interrupted; %s holds a partial run: attnscope demo --force%s%s starts again", dir,
+                    dflt ? "" : " --out ", dflt ? "" : dir);
+}
+
+/* One step of the summary, wrapped under its text column. */
+static void __attribute__((format(printf, 1, 2))) step(const char *fmt, ...) {
+    char buf[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    cli_wrap(stdout, 0, 13, buf);
+}
+
+/* A command to try and what it does: beside it when that fits, else below it. */
+static void next_line(const char *cmd, const char *what) {
+    if (!what) printf("  %s\n", cmd);
+    else if (2 + (int)strlen(cmd) + 3 + (int)strlen(what) + 2 <= cli_width()) printf("  %s   (%s)\n", cmd, what);
+    else printf("  %s\n      (%s)\n", cmd, what);
 }
 
 static void print_series(const char *what, const double *a, const double *b, int n, const char *unit) {
@@ -158,56 +176,49 @@ static void print_series(const char *what, const double *a, const double *b, int
     printf(" %s\n", unit);
 }
 
+static const cli_opt demo_opts_table[] = {
+    /* key alias name           ARG    values           default           help */
+    {'o', 'o', "out",           "DIR", NULL,            "attnscope-demo", "where everything goes; it must be new or empty"},
+    {'e', 0,   "epochs",        "N",   "1..1000",       "12",             "training epochs"},
+    {'n', 0,   "train-images",  "N",   "120..10000000", "8000",           "built-in shapes images to train on"},
+    {'i', 0,   "images",        "N",   "1..10000",      "64",             "held-out images recorded and analysed"},
+    {'t', 0,   "threads",       "N",   "1..1024",       "all cores",      "threads"},
+    {'f', 0,   "force",         NULL,  NULL,            NULL,
+     "replace an earlier demo's files in DIR (only the files a demo writes are removed; anything else in DIR stays)"},
+    {0}};
+
+static const cli_cmd demo_cmd = {
+    "demo", "[--out DIR] [options]",
+    "Trains a small ViT (DIR/model.json) on the built-in shapes dataset (6 classes) with attnscope train, "
+    "recording the attention of the held-out images before, half-way and after training; then records "
+    "every map, score, Q/K and block output of the trained model into DIR/run.h5, runs every analysis and "
+    "writes the figure set. No download; about two minutes on 2 cores.",
+    demo_opts_table, NULL};
+
 int cmd_demo(int argc, char **argv) {
-    static const struct option opts[] = {{"out", required_argument, 0, 'o'},
-                                         {"epochs", required_argument, 0, 'e'},
-                                         {"train-images", required_argument, 0, 'n'},
-                                         {"images", required_argument, 0, 'i'},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"force", no_argument, 0, 'f'},
-                                         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *dir = "attnscope-demo";
     int epochs = 12, train_images = 8000, count = 64, threads = 0, force = 0, ch;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+    while ((ch = cli_opts_next(&demo_cmd, argc, argv)) >= 0) {
+        int ok = 1;
         switch (ch) {
         case 'o': dir = optarg; break;
-        case 'e':
-            if (!cli_parse_int(optarg, 1, 1000, &epochs)) return 2;
-            break;
-        case 'n':
-            if (!cli_parse_int(optarg, 120, 10000000, &train_images)) return 2;
-            break;
-        case 'i':
-            if (!cli_parse_int(optarg, 1, 10000, &count)) return 2;
-            break;
-        case 't':
-            if (!cli_parse_int(optarg, 1, 1024, &threads)) return 2;
-            break;
+        case 'e': ok = cli_parse_int(optarg, 1, 1000, &epochs); break;
+        case 'n': ok = cli_parse_int(optarg, 120, 10000000, &train_images); break;
+        case 'i': ok = cli_parse_int(optarg, 1, 10000, &count); break;
+        case 't': ok = cli_parse_int(optarg, 1, 1024, &threads); break;
         case 'f': force = 1; break;
-        case 'h':
-            printf("usage: attnscope demo [--out DIR] [--epochs 12] [--train-images 8000] [--images 64]\n"
-                   "                      [--threads N] [--force]\n"
-                   "  --out DIR   the output folder (default attnscope-demo); it must be new or empty\n"
-                   "  --force     replace an earlier demo's files in DIR (only the files a demo writes\n"
-                   "              are removed; anything else in DIR stays)\n"
-                   "Trains a small ViT (DIR/model.json) on the built-in shapes dataset (6 classes) with\n"
-                   "attnscope train, recording the attention of N held-out images before, half-way and\n"
-                   "after training; then records every map, score, Q/K and block output of the trained\n"
-                   "model into DIR/run.h5, runs every analysis and writes the figure set. No download;\n"
-                   "about two minutes on 2 cores.\n");
-            return 0;
-        default: return 2;
         }
+        if (!ok) return cli_bad_value(&demo_cmd, ch, optarg);
     }
+    if (ch != CLI_END) return cli_opts_exit(ch);
+    if (optind < argc) return cli_extra(&demo_cmd, argv[optind]);
     runtime_set_threads(threads);
     as_error err = {0};
     if (!demo_empty(dir)) {
-        if (!force) {
-            fprintf(stderr, "attnscope demo: %s: already exists and is not empty (an earlier demo?); "
-                    "pass --force to replace the demo's files in it, or --out DIR for a new folder\n", dir);
-            return 1;
-        }
+        if (!force)
+            return cli_fail(1, "%s: already exists and is not empty (an earlier demo?); pass --force to replace "
+                            "the demo's files in it, or --out DIR for a new folder", dir);
         demo_clear(dir);
     }
     if (cli_make_dirs(dir)) return 1;
@@ -219,9 +230,8 @@ int cmd_demo(int argc, char **argv) {
     runtime_get_info(&ri);
     char blas[256];
     runtime_describe(&ri, blas, sizeof blas);
-    printf("attnscope demo: everything goes into %s/ (%s)\n", dir, blas);
-    if (!demo_empty(dir))
-        printf("               (files in %s that a demo does not write stay as they were)\n", dir);
+    step("attnscope demo: everything goes into %s/ (%s)", dir, blas);
+    if (!demo_empty(dir)) step("               (files in %s that a demo does not write stay as they were)", dir);
     fflush(stdout);
     runtime_warn("demo");
 
@@ -243,9 +253,9 @@ int cmd_demo(int argc, char **argv) {
     to.record_images = count;
     to.keep = 1;
     to.command_line = "attnscope demo";
-    printf("  1. train   %s: 4 blocks x 4 heads, dim 64, 4x4 patches of 32x32 images (141,766\n"
-           "             parameters) on the built-in shapes (circle, square, triangle, cross, ring,\n"
-           "             diamond on textured backgrounds), %d training images, %d epoch%s\n",
+    step("  1. train   %s: 4 blocks x 4 heads, dim 64, 4x4 patches of 32x32 images (141,766 "
+         "parameters) on the built-in shapes (circle, square, triangle, cross, ring, diamond on textured "
+         "backgrounds), %d training images, %d epoch%s",
            cfg_path, train_images, epochs, epochs == 1 ? "" : "s");
     fflush(stdout);
     train_result tr;
@@ -255,10 +265,9 @@ int cmd_demo(int argc, char **argv) {
     char when[64];
     if (to.record_every < epochs) snprintf(when, sizeof when, "0, %d and %d", to.record_every, epochs);
     else snprintf(when, sizeof when, "0 and %d", epochs);
-    printf("             held-out accuracy %.1f%% (chance %.1f%%) on %d images, %.0f img/s, %.0f s;\n"
-           "             checkpoint %s, traces of %d held-out images at epochs %s\n",
-           100 * tr.val_acc, 100.0 / tr.n_classes, tr.n_val, tr.img_per_s, tr.seconds, tr.checkpoint, count,
-           when);
+    step("             held-out accuracy %.1f%% (chance %.1f%%) on %d images, %.0f img/s, %.0f s; "
+         "checkpoint %s, traces of %d held-out images at epochs %s",
+         100 * tr.val_acc, 100.0 / tr.n_classes, tr.n_val, tr.img_per_s, tr.seconds, tr.checkpoint, count, when);
 
     /* 2. the trained model over the held-out images, everything recorded */
     snprintf(heldout, sizeof heldout, "%s/heldout", train_dir);
@@ -293,10 +302,9 @@ int cmd_demo(int argc, char **argv) {
     if (trace_reader_open(&r, out, &err) != AS_OK) return cli_error(&err);
     double fb, db;
     trace_sizes(&r, &fb, &db);
-    printf("  2. record  %s: the trained model over %ld held-out images, every map of %d layers x\n"
-           "             %d heads (%dx%d), scores, Q/K and block outputs (float16, %.1f MB), %.0f img/s\n",
-           out, r.n_images, r.n_layers, r.n_heads, r.num_tokens, r.num_tokens, fb / 1e6,
-           res.recorded / res.seconds);
+    step("  2. record  the trained model over %ld held-out images, every map of %d layers x %d heads "
+         "(%dx%d), scores, Q/K and block outputs (float16, %.1f MB), %.0f img/s, into %s", r.n_images,
+         r.n_layers, r.n_heads, r.num_tokens, r.num_tokens, fb / 1e6, res.recorded / res.seconds, out);
     trace_reader_close(&r);
 
     /* 3. the analyses, into the trace's /analysis group; distance and entropy also over the
@@ -308,15 +316,14 @@ int cmd_demo(int argc, char **argv) {
     ao.threads = runtime_threads();
     analysis_report rep;
     if (analysis_run(out, NULL, &ao, &rep, &err) != AS_OK) return cli_error(&err);
-    printf("  3. analyze %d metrics over %ld images in %.2f s into %s:/analysis (ALS, cross-layer\n"
-           "             similarity, Q/K, feature evolution, distance, entropy, rollout, LaViT's\n"
-           "             diagonality; docs/analysis.md)\n", rep.metrics_run, rep.images, rep.seconds, out);
+    step("  3. analyze %d metric%s over %ld images in %.2f s into %s:/analysis (docs/analysis.md)",
+         rep.metrics_run, rep.metrics_run == 1 ? "" : "s", rep.images, rep.seconds, out);
     char first[1200], last[1200];
     snprintf(first, sizeof first, "%s/trace-epoch-000.h5", train_dir);
     snprintf(last, sizeof last, "%s/trace-epoch-%03d.h5", train_dir, epochs);
     if ((ao.metrics = analysis_metric_mask("distance,entropy", &err)) == 0) return cli_error(&err);
     ao.explicit_metrics = 1;
-    ao.entropy_normalize = 1;
+    ao.entropy_normalize = 0; /* nats, as the entropy figure plots them */
     if (analysis_run(first, NULL, &ao, &rep, &err) != AS_OK || analysis_run(last, NULL, &ao, &rep, &err) != AS_OK)
         return cli_error(&err);
     double d0[VIT_MAX_DEPTH], d1[VIT_MAX_DEPTH], e0[VIT_MAX_DEPTH], e1[VIT_MAX_DEPTH];
@@ -325,7 +332,13 @@ int cmd_demo(int argc, char **argv) {
     if (nd && nd == nd1 && ne && ne == ne1) {
         printf("             what training changed, per layer (held-out images, epoch 0 -> %d):\n", epochs);
         print_series("mean attention distance", d0, d1, nd, "px");
-        print_series("entropy / log T", e0, e1, ne, "");
+        print_series("attention entropy", e0, e1, ne, "nats");
+        trace_reader tr0;
+        if (trace_reader_open(&tr0, first, &err) == AS_OK) { /* the scale the entropies move on */
+            printf("               (uniform attention over all %d tokens: log T = %.2f nats)\n", tr0.num_tokens,
+                   log((double)tr0.num_tokens));
+            trace_reader_close(&tr0);
+        }
     }
 
     /* 4. the figure set: every single-input recipe as PDF */
@@ -338,6 +351,7 @@ int cmd_demo(int argc, char **argv) {
     if (fig_source_open(&fo.src[0], out, NULL, &err) != AS_OK) return cli_error(&err);
     fo.n_sources = 1;
     int nfig = 0;
+    char names[1024] = "";
     for (int i = 0; i < figure_count(); i++) {
         char path[1300];
         if (figure_get(i)->applies && !figure_get(i)->applies(&fo.src[0])) continue;
@@ -346,11 +360,11 @@ int cmd_demo(int argc, char **argv) {
             fig_source_close(&fo.src[0]);
             return cli_error(&err);
         }
-        nfig++;
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", nfig++ ? ", " : "",
+                 figure_get(i)->name);
     }
     fig_source_close(&fo.src[0]);
-    printf("  4. figures %s/: %d PDFs (ALS, similarity, Q/K, evolution, CKA, distance, entropy,\n"
-           "             attention, layers x heads grid, rollout; docs/figures.md)\n", figdir, nfig);
+    step("  4. figures %s/: %d PDF%s: %s (docs/figures.md)", figdir, nfig, nfig == 1 ? "" : "s", names);
     /* name the program as the user can type it: relative to here when below here */
     char exe[1024] = "attnscope", cwd[1024];
     ssize_t L = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -359,16 +373,23 @@ int cmd_demo(int argc, char **argv) {
     const char *prog = exe;
     if (getcwd(cwd, sizeof cwd) && strncmp(exe, cwd, strlen(cwd)) == 0 && exe[strlen(cwd)] == '/')
         prog = exe + strlen(cwd) + 1;
-    printf("\nnext:\n"
-           "  %s view %s   (the viewer: hover a patch; ? lists the keys)\n"
-           "  %s info %s\n"
-           "  %s analyze %s --metrics als,similarity   (the numbers; --csv DIR for tables)\n"
-           "  %s plot attention %s --layer 3 --head 1 --query 0 -o att.png   (attnscope plot --list)\n"
-           "  %s view %s/trace-epoch-000.h5   (the same images before training)\n"
-           "  %s train --config experiments/models/lavit_shapes.json --data shapes --out lavit\n"
-           "      (another mechanism: lmsa, lsla, lavit, mait, refiner; docs/training.md)\n"
-           "  h5dump -H %s | less\n"
-           "  python3 -c \"import h5py; f = h5py.File('%s'); print(f['layers/03/attn'].shape)\"\n",
-           prog, out, prog, out, prog, out, prog, out, prog, train_dir, prog, out, out);
+    char next[2600];
+    printf("\nnext:\n");
+    snprintf(next, sizeof next, "%s view %s", prog, out);
+    next_line(next, "the viewer: hover a patch; ? lists the keys");
+    snprintf(next, sizeof next, "%s info %s", prog, out);
+    next_line(next, NULL);
+    snprintf(next, sizeof next, "%s analyze %s --metrics als,similarity", prog, out);
+    next_line(next, "the numbers; --csv DIR for tables");
+    snprintf(next, sizeof next, "%s plot attention %s --layer 3 --head 1 --query 0 -o att.png", prog, out);
+    next_line(next, "attnscope plot --list");
+    snprintf(next, sizeof next, "%s view %s/trace-epoch-000.h5", prog, train_dir);
+    next_line(next, "the same images before training");
+    snprintf(next, sizeof next, "%s train --config experiments/models/lavit_shapes.json --data shapes --out lavit", prog);
+    next_line(next, "another mechanism: lmsa, lsla, lavit, mait, refiner; docs/training.md");
+    snprintf(next, sizeof next, "h5dump -H %s | less", out);
+    next_line(next, NULL);
+    snprintf(next, sizeof next, "python3 -c \"import h5py; f = h5py.File('%s'); print(f['layers/03/attn'].shape)\"", out);
+    next_line(next, NULL);
     return 0;
 }

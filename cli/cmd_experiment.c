@@ -335,37 +335,35 @@ static as_status run_figure(exp_run *x, const cJSON *fj, int idx, FILE *index, a
     return AS_OK;
 }
 
-static void usage(FILE *f) {
-    fprintf(f,
-"usage: attnscope experiment EXPERIMENT.json [--out DIR] [--threads N]\n"
-"Runs an experiment file (models, images, what to record, which analyses, which figures):\n"
-"records each model into DIR/MODEL.h5, analyses it, draws the figures into DIR and writes\n"
-"DIR/index.md with every figure, the numbers behind it and the command that redraws it.\n"
-"A rerun redoes only the steps whose inputs changed. DIR defaults to results/NAME.\n"
-"The format: docs/experiments.md; examples: experiments/*.json.\n");
-}
+static const cli_opt experiment_opts_table[] = {
+    /* key alias name     ARG    values     default         help */
+    {'o', 'o', "out",     "DIR", NULL,      "results/NAME", "the experiment's folder (NAME: the file's \"name\")"},
+    {'t', 0,   "threads", "N",   "1..1024", "all cores",    "threads"},
+    {0}};
+
+static const cli_cmd experiment_cmd = {
+    "experiment", "EXPERIMENT.json [--out DIR] [--threads N]",
+    "Runs an experiment file (models, images, what to record, which analyses, which figures): records each "
+    "model into DIR/MODEL.h5, analyses it, draws the figures into DIR and writes DIR/index.md with every "
+    "figure, the numbers behind it and the command that redraws it. A rerun redoes only the steps whose "
+    "inputs changed. The format: docs/experiments.md; examples: experiments/*.json.",
+    experiment_opts_table, NULL};
 
 int cmd_experiment(int argc, char **argv) {
-    static const struct option opts[] = {{"out", required_argument, 0, 'o'},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *out = NULL;
     int threads = 0, ch;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+    while ((ch = cli_opts_next(&experiment_cmd, argc, argv)) >= 0) {
         switch (ch) {
         case 'o': out = optarg; break;
         case 't':
-            if (!cli_parse_int(optarg, 1, 1024, &threads)) return 2;
+            if (!cli_parse_int(optarg, 1, 1024, &threads)) return cli_bad_value(&experiment_cmd, ch, optarg);
             break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
         }
     }
-    if (optind != argc - 1) {
-        usage(stderr);
-        return 2;
-    }
+    if (ch != CLI_END) return cli_opts_exit(ch);
+    if (optind >= argc) return cli_missing(&experiment_cmd, "EXPERIMENT.json, the experiment file to run");
+    if (optind + 1 < argc) return cli_extra(&experiment_cmd, argv[optind + 1]);
     runtime_set_threads(threads);
     static exp_run x;
     memset(&x, 0, sizeof x);
@@ -375,8 +373,8 @@ int cmd_experiment(int argc, char **argv) {
     if (!text) return cli_error(&err);
     cJSON *root = cJSON_Parse(text);
     if (!cJSON_IsObject(root)) { /* the error pointer points into text: report before freeing */
-        fprintf(stderr, "attnscope: %s: not valid JSON (near \"%.30s\"): see docs/experiments.md\n", x.file,
-                cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : "");
+        cli_fail(1, "%s: not valid JSON (near \"%.30s\"): see docs/experiments.md", x.file,
+                 cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : "");
         free(text);
         cJSON_Delete(root);
         return 1;
@@ -388,7 +386,7 @@ int cmd_experiment(int argc, char **argv) {
     int rc = 0;
     const cJSON *models = cJSON_GetObjectItemCaseSensitive(root, "models"), *m;
     if (!name || !cJSON_IsArray(models) || cJSON_GetArraySize(models) < 1) {
-        fprintf(stderr, "attnscope: %s: needs \"name\" and a non-empty \"models\" list: see docs/experiments.md\n", x.file);
+        cli_fail(1, "%s: needs \"name\" and a non-empty \"models\" list: see docs/experiments.md", x.file);
         cJSON_Delete(root);
         return 1;
     }
@@ -403,8 +401,8 @@ int cmd_experiment(int argc, char **argv) {
     cJSON_ArrayForEach(m, models) {
         const char *mn = jstr(m, "name", NULL);
         if (!mn || strlen(mn) >= 64 || strchr(mn, '/') || x.n_models == EXP_MAX_MODELS || find_model(&x, mn)) {
-            fprintf(stderr, "attnscope: %s: every model needs a unique \"name\" without '/' (at most %d models)\n",
-                    x.file, EXP_MAX_MODELS);
+            cli_fail(1, "%s: every model needs a unique \"name\" without '/' (at most %d models)", x.file,
+                     EXP_MAX_MODELS);
             cJSON_Delete(root);
             return 1;
         }

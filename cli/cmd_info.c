@@ -1,7 +1,9 @@
 /* cmd_info.c: attnscope info: a model's architecture and cost, or what a trace holds. */
 #define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
 #include <getopt.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,17 +13,35 @@
 #include "../io/h5util.h"
 #include "cli.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-"usage: attnscope info MODEL [--arch NAME|CONFIG.json] [--img-size N] [--json]\n"
-"       attnscope info TRACE.h5\n"
-"       attnscope info --list-archs\n"
-"MODEL is a checkpoint folder or .safetensors file, or a built-in architecture name (no weights\n"
-"needed). Prints the configuration and, per component, parameters and FLOPs per image (a\n"
-"multiply-add counts as 2 FLOPs) and MACs (products only: what papers print as \"FLOPs\").\n"
-"A CONFIG.json alone describes a model without weights (docs/models.md). For a trace:\n"
-"model, images, layers, heads, quantities, storage and state. --json prints a model's full\n"
-"configuration as JSON (the format of docs/models.md).\n");
+static const cli_opt info_opts[] = {
+    /* key alias name       ARG     values                      default      help */
+    {'a', 0,   "arch",      "NAME", "attnscope info --list-archs, or a CONFIG.json", "config.json beside the weights",
+     "architecture of a bare .safetensors file"},
+    {'s', 0,   "img-size",  "N",    "1..16384", "the model's", "describe the model at another input size"},
+    {'l', 0,   "list-archs", NULL,  NULL, NULL, "list the built-in architectures with parameters and GMACs"},
+    {'j', 0,   "json",      NULL,   NULL, NULL, "machine-readable output: a model's full configuration (the "
+     "format of docs/models.md); for a trace, everything the text shows, with the model's configuration"},
+    {0}};
+
+static const cli_cmd info_cmd = {
+    "info", "MODEL|TRACE.h5|RESULTS.h5 [options]  |  --list-archs",
+    "MODEL is a checkpoint folder or .safetensors file, or a built-in architecture name (no weights needed). "
+    "Prints the configuration and, per component, parameters and FLOPs per image (a multiply-add counts as 2 "
+    "FLOPs) and MACs (products only: what papers print as \"FLOPs\"). A CONFIG.json alone describes a model "
+    "without weights (docs/models.md). For a trace: model, images, layers, heads, quantities, storage and "
+    "state; for a results file of attnscope analyze --out: the results it holds.",
+    info_opts, NULL};
+
+/* One "key        value" line, wrapped to the terminal under its value column. */
+static void __attribute__((format(printf, 1, 2))) line(const char *fmt, ...) {
+    char buf[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    size_t L = strlen(buf);
+    if (L && buf[L - 1] == '\n') buf[L - 1] = 0;
+    cli_wrap(stdout, 0, 12, buf);
 }
 
 /* Attention per block, consecutive equal settings grouped. */
@@ -34,7 +54,7 @@ static void print_attention(const vit_config *c) {
         char range[32];
         if (end - l == 1) snprintf(range, sizeof range, "block %d", l);
         else snprintf(range, sizeof range, "blocks %d-%d", l, end - 1);
-        printf("%-11s %s: %s\n", l == 0 ? "attention" : "", range, d);
+        line("%-11s %s: %s\n", l == 0 ? "attention" : "", range, d);
         l = end;
     }
 }
@@ -44,17 +64,17 @@ static void print_model(const vit_config *c, const char *source, const char *dty
     vit_config_cost(c, &cost);
     const int g = vit_grid(c), pre = vit_num_prefix(c);
     printf("model       %s\n", c->name);
-    if (source) printf("weights     %s (%s, %zu tensors)\n", source, dtype, ntensors);
-    printf("input       %dx%dx%d, patch %d -> %dx%d grid = %d patches + %d prefix token%s (%s%s) = %d tokens\n",
+    if (source) line("weights     %s (%s, %zu tensors)\n", source, dtype, ntensors);
+    line("input       %dx%dx%d, patch %d -> %dx%d grid = %d patches + %d prefix token%s (%s%s) = %d tokens\n",
            c->in_chans, c->img_size, c->img_size, c->patch_size, g, g, g * g, pre, pre == 1 ? "" : "s",
            c->class_token ? "cls" : "none", c->distilled ? ",dist" : "", vit_num_tokens(c));
-    printf("blocks      %d x (dim %d, %d heads x %d, mlp %d), qkv bias %s, LayerNorm eps %g\n",
+    line("blocks      %d x (dim %d, %d heads x %d, mlp %d), qkv bias %s, LayerNorm eps %g\n",
            c->depth, c->embed_dim, c->num_heads, vit_head_dim(c), c->mlp_hidden,
            c->qkv_bias ? "yes" : "no", (double)c->ln_eps);
     printf("head        %d classes, pool %s%s%s\n", c->num_classes, vit_pool_name(c->global_pool),
            c->fc_norm ? " + fc_norm" : "", c->distilled ? ", mean of head and head_dist" : "");
-    printf("preprocess  resize shorter side to %d (%s), centre crop %d, mean (%.3f, %.3f, %.3f), "
-           "std (%.3f, %.3f, %.3f)\n", (int)floor((double)c->img_size / c->crop_pct), /* validated: fits */
+    line("preprocess  resize shorter side to %d (%s), centre crop %d, mean (%.3f, %.3f, %.3f), "
+         "std (%.3f, %.3f, %.3f)", (int)floor((double)c->img_size / c->crop_pct), /* validated: fits */
            vit_interp_name(c->interpolation), c->img_size, (double)c->mean[0], (double)c->mean[1],
            (double)c->mean[2], (double)c->std[0], (double)c->std[1], (double)c->std[2]);
     print_attention(c);
@@ -65,9 +85,12 @@ static void print_model(const vit_config *c, const char *source, const char *dty
                100.0 * cost.flops[i] / cost.flops_total);
     printf("%-18s %14.0f %12.4f %12.4f\n", "total", cost.params_total, cost.flops_total / 1e9,
            cost.macs_total / 1e9);
-    printf("\n%.2f M parameters; %.2f GMACs per image, what papers print as \"FLOPs\" (products "
-           "only, fvcore's count); %.2f GFLOPs counting a multiply-add as 2 and every elementwise "
-           "operation\n", cost.params_total / 1e6, cost.macs_total / 1e9, cost.flops_total / 1e9);
+    printf("\n");
+    char sum[512];
+    snprintf(sum, sizeof sum, "%.2f M parameters; %.2f GMACs per image, what papers print as \"FLOPs\" "
+             "(products only, fvcore's count); %.2f GFLOPs counting a multiply-add as 2 and every "
+             "elementwise operation", cost.params_total / 1e6, cost.macs_total / 1e9, cost.flops_total / 1e9);
+    cli_wrap(stdout, 0, 0, sum);
 }
 
 /* The model as text, or with --json its full config (what traces record). */
@@ -85,54 +108,182 @@ static int print_config(const vit_config *c, const char *source, const char *dty
 
 /* What the trace was made from: the weights (resolved path and sha256; format 1 traces have the
  * path only) and how (OpenBLAS kernels and threads: bit-identical results need the same). */
-static void info_provenance(const trace_reader *r) {
+typedef struct {
     char src[1100], sha[80], core[64], forced[160], cfg[300], resumed[600], sw[64];
-    trace_read_attr_string(r, "model_source", src, sizeof src);
-    trace_read_attr_string(r, "model_sha256", sha, sizeof sha);
-    printf("model       %s from %s\n", r->cfg.name, src);
-    if (sha[0]) printf("weights     sha256 %s\n", sha);
-    else if (strncmp(src, "random", 6) != 0) printf("weights     (no hash recorded: a trace from before format 2)\n");
-    trace_read_attr_string(r, "blas_core", core, sizeof core);
-    trace_read_attr_string(r, "blas_forced_by", forced, sizeof forced);
-    trace_read_attr_string(r, "blas_config", cfg, sizeof cfg);
-    trace_read_attr_string(r, "resumed_with", resumed, sizeof resumed);
-    trace_read_attr_string(r, "software", sw, sizeof sw);
-    if (core[0]) {
-        int threads = 0;
-        h5u_attr_read_int((hid_t)r->file_id, "threads", &threads, 1);
-        printf("computed    %s, OpenBLAS %s kernels%s%s%s, %d thread%s (%s)\n", sw, core,
-               forced[0] ? " (forced by " : "", forced, forced[0] ? ")" : "", threads,
-               threads == 1 ? "" : "s", cfg);
-        if (resumed[0]) printf("resumed     %s\n", resumed);
+    int threads, version;
+    long skipped;
+} trace_provenance;
+
+static void read_provenance(const trace_reader *r, trace_provenance *p) {
+    memset(p, 0, sizeof *p);
+    trace_read_attr_string(r, "model_source", p->src, sizeof p->src);
+    trace_read_attr_string(r, "model_sha256", p->sha, sizeof p->sha);
+    trace_read_attr_string(r, "blas_core", p->core, sizeof p->core);
+    trace_read_attr_string(r, "blas_forced_by", p->forced, sizeof p->forced);
+    trace_read_attr_string(r, "blas_config", p->cfg, sizeof p->cfg);
+    trace_read_attr_string(r, "resumed_with", p->resumed, sizeof p->resumed);
+    trace_read_attr_string(r, "software", p->sw, sizeof p->sw);
+    h5u_attr_read_int((hid_t)r->file_id, "threads", &p->threads, 1);
+    h5u_attr_read_int((hid_t)r->file_id, "format_version", &p->version, 1);
+    p->skipped = trace_num_skipped(r);
+}
+
+static void info_provenance(const trace_reader *r, const trace_provenance *p) {
+    line("model       %s from %s", r->cfg.name, p->src);
+    if (p->sha[0]) printf("weights     sha256 %s\n", p->sha);
+    else if (strncmp(p->src, "random", 6) != 0) printf("weights     (no hash recorded: a trace from before format 2)\n");
+    if (p->core[0]) {
+        line("computed    %s, OpenBLAS %s kernels%s%s%s, %d thread%s (%s)", p->sw, p->core,
+             p->forced[0] ? " (forced by " : "", p->forced, p->forced[0] ? ")" : "", p->threads,
+             p->threads == 1 ? "" : "s", p->cfg);
+        if (p->resumed[0]) line("resumed     %s", p->resumed);
     }
 }
 
-static int info_trace(const char *path) {
+/* A string member, or null when the trace does not hold it. */
+static void json_string_or_null(cJSON *j, const char *key, const char *v) {
+    if (v[0]) cJSON_AddStringToObject(j, key, v);
+    else cJSON_AddNullToObject(j, key);
+}
+
+/* analysis_list's lines as a JSON array of strings. */
+static cJSON *json_lines(const char *text) {
+    cJSON *a = cJSON_CreateArray();
+    char *t = strdup(text ? text : "");
+    for (char *line = t, *nl; t && line && *line; line = nl) {
+        nl = strchr(line, '\n');
+        if (nl) *nl++ = 0;
+        if (*line) cJSON_AddItemToArray(a, cJSON_CreateString(line));
+    }
+    free(t);
+    return a;
+}
+
+static int print_json(cJSON *j) {
+    char *s = j ? cJSON_Print(j) : NULL;
+    cJSON_Delete(j);
+    if (!s) return cli_fail(1, "out of memory");
+    printf("%s\n", s);
+    free(s);
+    return 0;
+}
+
+static cJSON *json_ints(const int *v, int n) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
+    return a;
+}
+
+/* What info_trace prints, as JSON: the same facts under stable keys. */
+static int info_trace_json(trace_reader *r, const char *path, const char *analysis) {
+    char buf[4096];
+    double fbytes, dbytes;
+    trace_sizes(r, &fbytes, &dbytes);
+    trace_provenance p;
+    read_provenance(r, &p);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "trace", path);
+    snprintf(buf, sizeof buf, "attnscope-trace v%d", p.version);
+    cJSON_AddStringToObject(j, "format", buf);
+    cJSON_AddNumberToObject(j, "format_version", p.version);
+    cJSON *m = cJSON_AddObjectToObject(j, "model");
+    cJSON_AddStringToObject(m, "name", r->cfg.name);
+    cJSON_AddStringToObject(m, "source", p.src);
+    json_string_or_null(m, "sha256", p.sha);
+    char *cfg = model_config_to_json(&r->cfg);
+    cJSON *cj = cfg ? cJSON_Parse(cfg) : NULL;
+    free(cfg);
+    if (cj) cJSON_AddItemToObject(m, "config", cj);
+    cJSON *att = cJSON_AddArrayToObject(m, "attention");
+    for (int l = 0; l < r->cfg.depth; l++) {
+        vit_attn_describe(&r->cfg, l, buf, sizeof buf);
+        cJSON_AddItemToArray(att, cJSON_CreateString(buf));
+    }
+    cJSON_AddNumberToObject(j, "tokens", r->num_tokens);
+    cJSON_AddNumberToObject(j, "prefix_tokens", r->num_prefix);
+    cJSON_AddNumberToObject(j, "grid", vit_grid(&r->cfg));
+    cJSON_AddNumberToObject(j, "patch_size", r->cfg.patch_size);
+    cJSON_AddNumberToObject(j, "images", (double)r->n_images);
+    cJSON_AddBoolToObject(j, "complete", r->complete);
+    cJSON_AddBoolToObject(j, "being_written_or_killed", !r->complete && r->swmr);
+    cJSON_AddNumberToObject(j, "skipped", (double)p.skipped);
+    trace_read_attr_string(r, "interrupted", buf, sizeof buf);
+    if (buf[0]) cJSON_AddStringToObject(j, "interrupted", buf);
+    else cJSON_AddNullToObject(j, "interrupted");
+    trace_read_attr_string(r, "start_time", buf, sizeof buf);
+    cJSON_AddStringToObject(j, "start_time", buf);
+    trace_read_attr_string(r, "end_time", buf, sizeof buf);
+    if (buf[0]) cJSON_AddStringToObject(j, "end_time", buf);
+    else cJSON_AddNullToObject(j, "end_time");
+    cJSON *q = cJSON_AddArrayToObject(j, "quantities");
+    for (int i = 0; i < TRACE_Q_COUNT; i++)
+        if ((r->quantities & (1u << i)) && i != TRACE_Q_X1)
+            cJSON_AddItemToArray(q, cJSON_CreateString(trace_quantity_name((trace_quantity)i)));
+    cJSON_AddStringToObject(j, "query_rows", r->prefix_rows_only ? "prefix" : "all");
+    cJSON_AddItemToObject(j, "layers", json_ints(r->layers, r->n_layers));
+    cJSON_AddNumberToObject(j, "depth", r->cfg.depth);
+    cJSON_AddItemToObject(j, "heads", json_ints(r->heads, r->n_heads));
+    cJSON_AddNumberToObject(j, "num_heads", r->cfg.num_heads);
+    cJSON *st = cJSON_AddObjectToObject(j, "storage");
+    cJSON_AddStringToObject(st, "dtype", r->f16 ? "float16" : "float32");
+    cJSON_AddStringToObject(st, "compression", r->compression);
+    cJSON_AddNumberToObject(st, "record_bytes", dbytes);
+    cJSON_AddNumberToObject(st, "file_bytes", fbytes);
+    trace_read_attr_string(r, "command_line", buf, sizeof buf);
+    cJSON_AddStringToObject(j, "command_line", buf);
+    cJSON *comp = cJSON_AddObjectToObject(j, "computed");
+    json_string_or_null(comp, "software", p.sw);
+    json_string_or_null(comp, "blas_core", p.core);
+    json_string_or_null(comp, "blas_forced_by", p.forced);
+    json_string_or_null(comp, "blas_config", p.cfg);
+    if (p.core[0]) cJSON_AddNumberToObject(comp, "threads", p.threads);
+    else cJSON_AddNullToObject(comp, "threads");
+    json_string_or_null(comp, "resumed_with", p.resumed);
+    cJSON_AddItemToObject(j, "analysis", json_lines(analysis));
+    return print_json(j);
+}
+
+static int info_trace(const char *path, int json) {
     as_error err = {0};
     trace_reader r;
     if (trace_reader_open(&r, path, &err) != AS_OK) {
         /* a results file of attnscope analyze --out: list what it holds */
         char *an = malloc(16384);
         int n = an ? analysis_list(path, an, 16384) : 0;
-        if (n > 0) printf("results     %s (attnscope analyze --out)\n%s\n", path, an);
+        int rc = n > 0 ? 0 : cli_error(&err);
+        if (n > 0 && json) {
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddStringToObject(j, "results", path);
+            cJSON_AddItemToObject(j, "analysis", json_lines(an));
+            rc = print_json(j);
+        } else if (n > 0) {
+            printf("results     %s (attnscope analyze --out)\n%s\n", path, an);
+        }
         free(an);
-        return n > 0 ? 0 : cli_error(&err);
+        return rc;
+    }
+    if (json) {
+        char *an = malloc(16384);
+        if (an && analysis_list(r.path, an, 16384) <= 0) an[0] = 0;
+        int rc = info_trace_json(&r, path, an);
+        free(an);
+        trace_reader_close(&r);
+        return rc;
     }
     char buf[4096];
     double fbytes, dbytes;
     trace_sizes(&r, &fbytes, &dbytes);
-    int version = 0;
-    h5u_attr_read_int((hid_t)r.file_id, "format_version", &version, 1);
-    printf("trace       %s (format attnscope-trace v%d)\n", path, version);
-    info_provenance(&r);
+    trace_provenance p;
+    read_provenance(&r, &p);
+    line("trace       %s (format attnscope-trace v%d)", path, p.version);
+    info_provenance(&r, &p);
     printf("tokens      %d (%d prefix + %dx%d patches of %d px)\n", r.num_tokens, r.num_prefix,
            vit_grid(&r.cfg), vit_grid(&r.cfg), r.cfg.patch_size);
     printf("images      %ld complete%s\n", r.n_images,
            r.complete ? "" : r.swmr ? " (being written now, or its writer was killed)" : "");
-    const long skipped = trace_num_skipped(&r);
-    if (skipped > 0)
-        printf("skipped     %ld unreadable input%s (record --skip-bad; /skipped lists each with the reason)\n",
-               skipped, skipped == 1 ? "" : "s");
+    if (p.skipped > 0)
+        line("skipped     %ld unreadable input%s (record --skip-bad; /skipped lists each with the reason)",
+             p.skipped, p.skipped == 1 ? "" : "s");
     char st[256], en[64], why[64];
     trace_read_attr_string(&r, "start_time", st, sizeof st);
     trace_read_attr_string(&r, "end_time", en, sizeof en);
@@ -152,70 +303,66 @@ static int info_trace(const char *path) {
     printf(" of %d\nheads       ", r.cfg.depth);
     for (int i = 0; i < r.n_heads; i++) printf("%s%d", i ? "," : "", r.heads[i]);
     printf(" of %d\n", r.cfg.num_heads);
-    printf("storage     %s, compression %s; %.1f MB of records in a %.1f MB file (ratio %.2f)\n",
+    line("storage     %s, compression %s; %.1f MB of records in a %.1f MB file (ratio %.2f)\n",
            r.f16 ? "float16" : "float32", r.compression, dbytes / 1e6, fbytes / 1e6,
            fbytes > 0 ? dbytes / fbytes : 0.0);
     trace_read_attr_string(&r, "command_line", buf, sizeof buf);
-    printf("command     %s\n", buf);
+    line("command     %s\n", buf);
     char *an = malloc(16384);
     if (an && analysis_list(r.path, an, 16384) > 0) {
-        printf("analysis    ");
-        for (char *line = an, *nl; line; line = nl) {
-            nl = strchr(line, '\n');
+        for (char *l = an, *nl; l && *l; l = nl) {
+            nl = strchr(l, '\n');
             if (nl) *nl++ = 0;
-            printf("%s%s\n", line == an ? "" : "            ", line);
+            line("%-11s %s", l == an ? "analysis" : "", l);
         }
     }
     free(an);
     if (!r.complete)
-        printf("\nThis trace is incomplete: attnscope record ... --resume continues it.%s\n",
+        printf("\n"), line("This trace is incomplete: attnscope record ... --resume continues it.%s",
                r.swmr ? " h5py opens it with h5py.File(path, 'r', swmr=True); h5clear -s "
                         "makes it open everywhere once no writer runs." : "");
     trace_reader_close(&r);
     return 0;
 }
 
+static void list_archs(void) {
+    printf("%-34s %8s %7s  %s\n", "architecture", "params", "GMACs", "notes");
+    for (int i = 0; i < vit_arch_count(); i++) {
+        const vit_config *c = vit_arch_get(i);
+        vit_cost cost;
+        vit_config_cost(c, &cost);
+        printf("%-34s %7.1fM %7.2f  %s%s\n", c->name, cost.params_total / 1e6, cost.macs_total / 1e9,
+               c->distilled ? "distilled, " : "",
+               c->mean[0] > 0.49f ? "inception mean/std" : "imagenet mean/std");
+    }
+}
+
 int cmd_info(int argc, char **argv) {
-    static const struct option opts[] = {{"arch", required_argument, 0, 'a'},
-                                         {"img-size", required_argument, 0, 's'},
-                                         {"list-archs", no_argument, 0, 'l'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *arch = NULL;
-    int img_size = 0, json = 0, ch;
+    int img_size = 0, json = 0, list = 0, ch;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((ch = cli_opts_next(&info_cmd, argc, argv)) >= 0) {
         switch (ch) {
         case 'a': arch = optarg; break;
         case 's':
-            if (!cli_parse_int(optarg, 1, 16384, &img_size)) {
-                fprintf(stderr, "attnscope info: bad --img-size %s\n", optarg);
-                return 2;
-            }
+            if (!cli_parse_int(optarg, 1, 16384, &img_size)) return cli_bad_value(&info_cmd, ch, optarg);
             break;
-        case 'l':
-            for (int i = 0; i < vit_arch_count(); i++) {
-                const vit_config *c = vit_arch_get(i);
-                vit_cost cost;
-                vit_config_cost(c, &cost);
-                printf("%-34s %6.1f M params %7.2f GMACs  %s%s\n", c->name, cost.params_total / 1e6,
-                       cost.macs_total / 1e9, c->distilled ? "distilled " : "",
-                       c->mean[0] > 0.49f ? "(inception mean/std)" : "(imagenet mean/std)");
-            }
-            return 0;
+        case 'l': list = 1; break;
         case 'j': json = 1; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
         }
     }
-    if (optind >= argc) {
-        usage(stderr);
-        return 2;
+    if (ch != CLI_END) return cli_opts_exit(ch);
+    if (list) {
+        if (optind < argc) return cli_extra(&info_cmd, argv[optind]);
+        list_archs();
+        return 0;
     }
+    if (optind >= argc) return cli_missing(&info_cmd, "MODEL, TRACE.h5 or RESULTS.h5: what to describe");
+    if (optind + 1 < argc) return cli_extra(&info_cmd, argv[optind + 1]);
     const char *target = argv[optind];
     size_t L = strlen(target);
     if ((L > 3 && strcmp(target + L - 3, ".h5") == 0) || (L > 5 && strcmp(target + L - 5, ".hdf5") == 0))
-        return info_trace(target);
+        return info_trace(target, json);
     as_error err = {0};
     vit_config named;
     /* a name that is no file: a built-in architecture or one of its timm tags; an unknown
@@ -243,7 +390,7 @@ int cmd_info(int argc, char **argv) {
     model m;
     if (model_load_report(&m, target, arch, img_size, stdout, &err) != AS_OK) return cli_error(&err);
     int rc = print_config(&m.cfg, m.source, m.weights_dtype, m.n_tensors, json);
-    if (!json && m.sha256[0]) printf("sha256      %s (of the weights file, as traces record it)\n", m.sha256);
+    if (!json && m.sha256[0]) line("sha256      %s (of the weights file, as traces record it)", m.sha256);
     model_free(&m);
     return rc;
 }

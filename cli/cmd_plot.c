@@ -8,95 +8,88 @@
 #include "../plot/figures.h"
 #include "cli.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-"usage: attnscope plot FIGURE INPUT.h5 [INPUT.h5 ...] -o FIG.pdf|.svg|.png\n"
-"                      [--layer L] [--head H] [--image I] [--query Q] [--definition D]\n"
-"                      [--labels A,B,...] [--cmap viridis|magma|diverging] [--range zero|minmax]\n"
-"                      [--width PT] [--height PT] [--column|--double] [--dpi 300]\n"
-"       attnscope plot --list\n"
-"INPUTs are traces (their /analysis results, maps and images) or results files of attnscope\n"
-"analyze --out; several inputs are several models on one figure (one legend entry each).\n"
-"Sizes are in points: --column is a LaTeX column (%.0f pt), --double the text width (%.0f pt).\n"
-"PDF and SVG are vector with the font embedded (DejaVu Sans); PNG is rendered at --dpi.\n"
-"--cmap: default viridis. --range (attention, grid, rollout): zero (default) colours each map\n"
-"from 0 to its peak with the uniform level 1/T marked; minmax from its min to its max;\n"
-"grid puts every map on one such scale over all of them, with one colour bar.\n"
-"A figure refuses the options it does not use (attnscope plot --list says which it takes).\n",
-            PLOT_COLUMN, PLOT_DOUBLE);
-}
+static const cli_opt plot_opts_table[] = {
+    /* key alias name        ARG     values                         default          help */
+    {'o', 'o', "out",        "FIG",  ".pdf, .svg, .png", "required", "the figure file; its extension picks the format"},
+    {'L', 0,   "layer",      "L",    "a recorded layer", "the last recorded", "layer of the map figures (attention, lsla, rollout)"},
+    {'H', 0,   "head",       "H",    "a recorded head", "the first recorded", "head of the map figures"},
+    {'I', 0,   "image",      "I",    "0..images-1", "0", "image of the map figures"},
+    {'Q', 0,   "query",      "Q",    "a token index (0 = class token)", "the first prefix token, else the centre patch",
+     "the query token whose attention row is drawn"},
+    {'D', 0,   "definition", "D",    "deepvit, row, map", "row", "cross-layer similarity definition (docs/analysis.md)"},
+    {'l', 0,   "labels",     "A,B,...", NULL, "the inputs' file names", "legend labels, one per input"},
+    {'c', 0,   "cmap",       "NAME", "viridis, magma, diverging", "viridis", "colour map"},
+    {'R', 0,   "range",      "R",    "zero, minmax", "zero", "colour scale of the maps (attention, grid, rollout): zero "
+     "colours each map from 0 to its peak with the uniform level 1/T marked; minmax from its min to its max; grid puts "
+     "every map on one such scale over all of them, with one colour bar"},
+    {'W', 0,   "width",      "PT",   "> 0", "the figure's", "width in points"},
+    {'E', 0,   "height",     "PT",   "> 0", "the figure's", "height in points"},
+    {'1', 0,   "column",     NULL,   NULL, NULL, "width of a LaTeX column (" CLI_STR(PLOT_COLUMN) " pt)"},
+    {'2', 0,   "double",     NULL,   NULL, NULL, "width of a LaTeX text block (" CLI_STR(PLOT_DOUBLE) " pt)"},
+    {'d', 0,   "dpi",        "N",    "> 0", "300", "resolution of a PNG"},
+    {'x', 0,   "list",       NULL,   NULL, NULL, "list the figures, what each mirrors and what it needs"},
+    {0}};
 
+static const cli_cmd plot_cmd = {
+    "plot", "FIGURE INPUT.h5 [INPUT.h5 ...] -o FIG.pdf|.svg|.png [options]  |  --list",
+    "INPUTs are traces (their /analysis results, maps and images) or results files of attnscope analyze "
+    "--out; several inputs are several models on one figure (one legend entry each). Sizes are in points. "
+    "PDF and SVG are vector with the font embedded (DejaVu Sans); PNG is rendered at --dpi.",
+    plot_opts_table, NULL};
+
+/* One block per figure, wrapped to the terminal: what it mirrors, draws and needs. */
 static void list(void) {
-    printf("%-11s %-62s %s\n", "figure", "mirrors", "inputs");
+    printf("%-11s %s\n", "figure", "mirrors / draws / needs");
     for (int i = 0; i < figure_count(); i++) {
         const figure_recipe *r = figure_get(i);
-        printf("%-11s %-62s %s\n", r->name, r->mirrors, r->needs);
-    }
-    printf("\n");
-    for (int i = 0; i < figure_count(); i++) {
+        char draws[1024];
+        snprintf(draws, sizeof draws, "draws: %s (%s, up to %d input%s)", r->summary,
+                 r->width > 300 ? "double column" : "single column", r->max_sources, r->max_sources == 1 ? "" : "s");
+        printf("%-11s ", r->name);
+        cli_wrap(stdout, 12, 12, r->mirrors);
+        printf("%12s", "");
+        cli_wrap(stdout, 12, 19, draws);
+        printf("%12sneeds: ", "");
+        cli_wrap(stdout, 19, 19, r->needs);
         char takes[160];
-        figure_options_text(figure_get(i), takes, sizeof takes);
-        printf("  %-11s %s (%s, up to %d input%s)\n  %-11s options: %s\n", figure_get(i)->name,
-               figure_get(i)->summary, figure_get(i)->width > 300 ? "double column" : "single column",
-               figure_get(i)->max_sources, figure_get(i)->max_sources == 1 ? "" : "s", "",
-               takes[0] ? takes : "none beyond the size and format");
+        figure_options_text(r, takes, sizeof takes);
+        printf("%12soptions: ", "");
+        cli_wrap(stdout, 21, 21, takes[0] ? takes : "none beyond the size and format");
     }
 }
 
 int cmd_plot(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"out", required_argument, 0, 'o'}, {"layer", required_argument, 0, 'L'},
-        {"head", required_argument, 0, 'H'}, {"image", required_argument, 0, 'I'},
-        {"query", required_argument, 0, 'Q'}, {"definition", required_argument, 0, 'D'},
-        {"labels", required_argument, 0, 'l'}, {"cmap", required_argument, 0, 'c'},
-        {"width", required_argument, 0, 'W'}, {"height", required_argument, 0, 'E'},
-        {"column", no_argument, 0, '1'}, {"double", no_argument, 0, '2'},
-        {"dpi", required_argument, 0, 'd'}, {"list", no_argument, 0, 'x'},
-        {"range", required_argument, 0, 'R'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     fig_opts o;
     memset(&o, 0, sizeof o);
     o.layer = o.head = o.image = o.query = -1;
     o.dpi = 300;
     const char *out = NULL, *labels = NULL;
-    int ch, v;
+    int ch, v, do_list = 0;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+    while ((ch = cli_opts_next(&plot_cmd, argc, argv)) >= 0) {
         int *dst = ch == 'L' ? &o.layer : ch == 'H' ? &o.head : ch == 'I' ? &o.image : ch == 'Q' ? &o.query : NULL;
         switch (ch) {
         case 'o': out = optarg; break;
         case 'L': case 'H': case 'I': case 'Q':
-            if (!cli_parse_int(optarg, 0, 1 << 30, &v)) {
-                fprintf(stderr, "attnscope plot: %s: give a non-negative index\n", optarg);
-                return 2;
-            }
+            if (!cli_parse_int(optarg, 0, 1 << 30, &v)) return cli_bad_value(&plot_cmd, ch, optarg);
             *dst = v;
             break;
         case 'D': o.definition = optarg; break;
         case 'R':
-            if ((v = mapscale_range_parse(optarg)) < 0) {
-                fprintf(stderr, "attnscope plot: --range %s: use zero or minmax\n", optarg);
-                return 2;
-            }
+            if ((v = mapscale_range_parse(optarg)) < 0) return cli_bad_value(&plot_cmd, ch, optarg);
             o.range = (mapscale_range)v;
             o.range_set = 1;
             break;
         case 'l': labels = optarg; break;
         case 'c':
-            if ((v = plot_cmap_parse(optarg)) < 0) {
-                fprintf(stderr, "attnscope plot: --cmap %s: use viridis, magma or diverging\n", optarg);
-                return 2;
-            }
+            if ((v = plot_cmap_parse(optarg)) < 0) return cli_bad_value(&plot_cmd, ch, optarg);
             o.cmap = (plot_cmap)v;
             o.cmap_set = 1;
             break;
         case 'W': case 'E': case 'd': {
             char *end;
             double x = strtod(optarg, &end);
-            if (end == optarg || *end || !(x > 0)) {
-                fprintf(stderr, "attnscope plot: %s: give a positive number\n", optarg);
-                return 2;
-            }
+            if (end == optarg || *end || !(x > 0)) return cli_bad_value(&plot_cmd, ch, optarg);
             if (ch == 'W') o.width = x;
             else if (ch == 'E') o.height = x;
             else o.dpi = x, o.dpi_set = 1;
@@ -104,19 +97,32 @@ int cmd_plot(int argc, char **argv) {
         }
         case '1': o.width = PLOT_COLUMN; break;
         case '2': o.width = PLOT_DOUBLE; break;
-        case 'x': list(); return 0;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'x': do_list = 1; break;
         }
     }
-    if (argc - optind < 2 || !out) {
-        usage(stderr);
-        return 2;
+    if (ch != CLI_END) return cli_opts_exit(ch);
+    if (do_list) {
+        if (optind < argc) return cli_extra(&plot_cmd, argv[optind]);
+        list();
+        return 0;
     }
+    if (optind >= argc) {
+        char names[1024] = "";
+        for (int i = 0; i < figure_count(); i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", figure_get(i)->name);
+        return cli_fail(2, "missing FIGURE: one of %s (attnscope plot --list)", names);
+    }
+    if (argc - optind < 2) return cli_missing(&plot_cmd, "INPUT.h5, a trace or results file to draw from");
+    if (!out) return cli_missing(&plot_cmd, "--out FIG");
     const figure_recipe *r = figure_find(argv[optind]);
     if (!r) {
-        fprintf(stderr, "attnscope plot: unknown figure \"%s\": attnscope plot --list shows them\n", argv[optind]);
-        return 2;
+        const char *names[64];
+        int n = 0;
+        for (int i = 0; i < figure_count() && n < 64; i++) names[n++] = figure_get(i)->name;
+        const char *best = cli_closest(argv[optind], names, n);
+        if (best) return cli_fail(2, "unknown figure \"%s\"; did you mean %s? (attnscope plot --list shows them)",
+                                  argv[optind], best);
+        return cli_fail(2, "unknown figure \"%s\": attnscope plot --list shows them", argv[optind]);
     }
     char lab[FIG_MAX_SOURCES][128];
     int nlab = 0;
@@ -126,18 +132,15 @@ int cmd_plot(int argc, char **argv) {
         for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && nlab < FIG_MAX_SOURCES; t = strtok_r(NULL, ",", &save))
             snprintf(lab[nlab++], sizeof lab[0], "%s", t);
         o.labels_set = 1;
-        if (nlab != argc - optind - 1) {
-            fprintf(stderr, "attnscope plot: --labels %s: %d label%s for %d input%s: give one per input\n",
-                    labels, nlab, nlab == 1 ? "" : "s", argc - optind - 1, argc - optind - 1 == 1 ? "" : "s");
-            return 2;
-        }
+        if (nlab != argc - optind - 1)
+            return cli_fail(2, "--labels %s: %d label%s for %d input%s: give one per input", labels, nlab,
+                            nlab == 1 ? "" : "s", argc - optind - 1, argc - optind - 1 == 1 ? "" : "s");
     }
     as_error err = {0};
     int rc = 0;
     for (int i = optind + 1; i < argc; i++) {
         if (o.n_sources == FIG_MAX_SOURCES) {
-            fprintf(stderr, "attnscope plot: at most %d inputs\n", FIG_MAX_SOURCES);
-            rc = 2;
+            rc = cli_fail(2, "at most %d inputs", FIG_MAX_SOURCES);
             break;
         }
         int k = o.n_sources;

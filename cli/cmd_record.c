@@ -240,40 +240,6 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
     return AS_OK;
 }
 
-static void usage(FILE *f) {
-    fprintf(f,
-"usage: attnscope record --model DIR_OR_FILE [--arch NAME|CONFIG.json] --images PATH --out run.h5\n"
-"                        [options]\n"
-"Runs a ViT/DeiT checkpoint over images and records attention into an HDF5 trace.\n\n"
-"  --model PATH       timm-layout folder (config.json + model.safetensors) or .safetensors file\n"
-"  --arch NAME        architecture (attnscope info --list-archs) or a JSON model config;\n"
-"                     needed for a bare .safetensors without config.json\n"
-"  --images PATH      an image, a folder (recursive), an ImageFolder tree (class sub-folders\n"
-"                     give labels), a .txt list (one path [label] per line), or a .npy /\n"
-"                     .safetensors tensor (N,3,H,W) of preprocessed float32 images\n"
-"  --out FILE         the trace (HDF5); never overwritten without --force\n"
-"  --record LIST      what to record: attn,scores,qk,q,k,tokens,internals (default attn);\n"
-"                     internals: a mechanism's intermediate maps (LSLA's softmax before the\n"
-"                     outer bias, Refiner's expanded and convolved maps)\n"
-"  --layers LIST      layers to record, e.g. 0-11 or 0,5,11 (default all)\n"
-"  --heads LIST       heads to record (default all)\n"
-"  --query-rows R     all (default) or prefix: only the class/distillation tokens' rows\n"
-"  --dtype T          f16 (default) or f32 storage\n"
-"  --compress C       none (default), lz4 (hdf5-filter-plugin) or deflate[:LEVEL] (gzip+shuffle)\n"
-"  --batch N          images per batch (default 8, at most %d)\n"
-"  --img-size N       run at another input size (position embeddings resampled)\n"
-"  --threads N        threads (default: all cores)\n"
-"  --limit N          record only the first N images\n"
-"  --resume           continue an interrupted trace\n"
-"  --force            overwrite an existing trace\n"
-"  --skip-bad         skip inputs that cannot be read (listed with the reason in the trace's\n"
-"                     /skipped group and counted in the summary); without it the first bad\n"
-"                     input stops the run\n"
-"  -q, --quiet        no summary\n"
-"Progress shows on a terminal; Ctrl-C stops after the current batch, keeping every completed\n"
-"image (then --resume continues).\n", TRACE_MAX_BATCH);
-}
-
 int record_parse_selection(record_opts *o, const vit_config *c, const char *what,
                                   const char *layers, const char *heads, const char *dtype,
                                   const char *compress, const char *rows, as_error *err) {
@@ -336,23 +302,46 @@ int record_parse_selection(record_opts *o, const vit_config *c, const char *what
     return 0;
 }
 
+static const cli_opt record_opts_table[] = {
+    /* key alias name       ARG      values                               default     help */
+    {'m', 'm', "model",     "PATH",  NULL, "required", "timm-layout folder (config.json + model.safetensors) or .safetensors file"},
+    {'a', 'a', "arch",      "NAME",  "attnscope info --list-archs, or a CONFIG.json", "config.json beside the weights",
+     "architecture; needed for a bare .safetensors without config.json"},
+    {'i', 'i', "images",    "PATH",  NULL, "required", "an image, a folder (recursive), an ImageFolder tree (class sub-folders give "
+     "labels), a .txt list (one path [label] per line), or a .npy / .safetensors tensor (N,3,H,W) of preprocessed float32 images"},
+    {'o', 'o', "out",       "FILE",  NULL, "required", "the trace (HDF5); never overwritten without --force"},
+    {'r', 0,   "record",    "LIST",  "attn, scores, qk, q, k, tokens, internals, all (comma-separated)", "attn",
+     "what to record: attention maps, pre-softmax scores, queries/keys, block outputs; internals: a mechanism's "
+     "intermediate maps (LSLA's softmax before the outer bias, Refiner's expanded and convolved maps); all: every one"},
+    {'L', 0,   "layers",    "LIST",  "0-11, 0,5,11 or all", "all", "layers to record"},
+    {'H', 0,   "heads",     "LIST",  "0-2, 0,2 or all", "all", "heads to record"},
+    {'R', 0,   "query-rows", "R",    "all, prefix", "all", "query rows recorded: every token's, or prefix: only the class/distillation tokens'"},
+    {'d', 0,   "dtype",     "T",     "f16, f32", "f16", "storage precision of the records"},
+    {'c', 0,   "compress",  "C",     "none, lz4 (hdf5-filter-plugin), deflate[:1-9] (gzip+shuffle)", "none", "compression"},
+    {'b', 0,   "batch",     "N",     "1.." CLI_STR(TRACE_MAX_BATCH), "8", "images per batch"},
+    {'s', 0,   "img-size",  "N",     "1..16384", "the model's", "run at another input size (position embeddings resampled)"},
+    {'t', 0,   "threads",   "N",     "1..1024", "all cores", "threads"},
+    {'n', 0,   "limit",     "N",     "1 or more", "all images", "record only the first N images"},
+    {'u', 0,   "resume",    NULL,    NULL, NULL, "continue an interrupted trace"},
+    {'f', 0,   "force",     NULL,    NULL, NULL, "overwrite an existing trace"},
+    {'S', 0,   "skip-bad",  NULL,    NULL, NULL, "skip inputs that cannot be read (listed with the reason in the "
+     "trace's /skipped group and counted in the summary); without it the first bad input stops the run"},
+    {'q', 'q', "quiet",     NULL,    NULL, NULL, "no summary"},
+    {0}};
+
+static const cli_cmd record_cmd = {
+    "record", "--model PATH --images PATH --out FILE [options]",
+    "Runs a ViT/DeiT checkpoint over images and records attention into an HDF5 trace.",
+    record_opts_table,
+    "Progress shows on a terminal; Ctrl-C stops after the current batch, keeping every completed image "
+    "(then --resume continues)."};
+
 int cmd_record(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"arch", required_argument, 0, 'a'},
-        {"images", required_argument, 0, 'i'}, {"out", required_argument, 0, 'o'},
-        {"record", required_argument, 0, 'r'}, {"layers", required_argument, 0, 'L'},
-        {"heads", required_argument, 0, 'H'}, {"dtype", required_argument, 0, 'd'},
-        {"compress", required_argument, 0, 'c'}, {"batch", required_argument, 0, 'b'},
-        {"threads", required_argument, 0, 't'}, {"img-size", required_argument, 0, 's'},
-        {"limit", required_argument, 0, 'n'}, {"query-rows", required_argument, 0, 'R'},
-        {"resume", no_argument, 0, 'u'}, {"force", no_argument, 0, 'f'},
-        {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
-        {"skip-bad", no_argument, 0, 'S'}, {0, 0, 0, 0}};
     const char *model_path = NULL, *arch = NULL, *images = NULL, *out = NULL, *what = "attn";
     const char *layers = "all", *heads = "all", *dtype = "f16", *compress = "none", *rows = "all";
     int batch = 8, threads = 0, img_size = 0, limit = 0, resume = 0, force = 0, quiet = 0, skip_bad = 0, ch;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "m:a:i:o:qh", opts, NULL)) != -1) {
+    while ((ch = cli_opts_next(&record_cmd, argc, argv)) >= 0) {
         int ok = 1;
         switch (ch) {
         case 'm': model_path = optarg; break;
@@ -373,24 +362,15 @@ int cmd_record(int argc, char **argv) {
         case 'f': force = 1; break;
         case 'S': skip_bad = 1; break;
         case 'q': quiet = 1; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
         }
-        if (!ok) {
-            fprintf(stderr, "attnscope record: bad value \"%s\" (attnscope record --help)\n",
-                    optarg);
-            return 2;
-        }
+        if (!ok) return cli_bad_value(&record_cmd, ch, optarg);
     }
-    if (!model_path || !images || !out) {
-        fprintf(stderr, "attnscope record: --model, --images and --out are required (attnscope "
-                        "record --help)\n");
-        return 2;
-    }
-    if (resume && force) {
-        fprintf(stderr, "attnscope record: --resume and --force exclude each other\n");
-        return 2;
-    }
+    if (ch != CLI_END) return cli_opts_exit(ch);
+    if (optind < argc) return cli_extra(&record_cmd, argv[optind]);
+    if (!model_path) return cli_missing(&record_cmd, "--model PATH");
+    if (!images) return cli_missing(&record_cmd, "--images PATH");
+    if (!out) return cli_missing(&record_cmd, "--out FILE");
+    if (resume && force) return cli_fail(2, "--resume and --force exclude each other: give one");
     runtime_set_threads(threads);
     as_error err = {0};
     model m;
@@ -425,13 +405,18 @@ int cmd_record(int argc, char **argv) {
         char blas[256];
         runtime_get_info(&ri);
         runtime_describe(&ri, blas, sizeof blas);
-        printf("recorded %ld images%s into %s in %.1f s (%.1f img/s; %s)\n", res.recorded,
-               res.resumed ? " more" : "", out, res.seconds,
-               res.seconds > 0 ? res.recorded / res.seconds : 0.0, blas);
+        char line[2048];
+        snprintf(line, sizeof line, "recorded %ld images%s into %s in %.1f s (%.1f img/s; %s)", res.recorded,
+                 res.resumed ? " more" : "", out, res.seconds, res.seconds > 0 ? res.recorded / res.seconds : 0.0,
+                 blas);
+        cli_wrap(stdout, 0, 9, line);
         if (res.resumed) printf("resumed after %ld images already in the trace\n", res.resumed);
         if (res.skipped)
-            printf("skipped %ld unreadable input%s (listed with the reason in %s:/skipped)\n",
-                   res.skipped, res.skipped == 1 ? "" : "s", out);
+        {
+            snprintf(line, sizeof line, "skipped %ld unreadable input%s (listed with the reason in %s:/skipped)",
+                     res.skipped, res.skipped == 1 ? "" : "s", out);
+            cli_wrap(stdout, 0, 8, line);
+        }
         printf("next: attnscope info %s\n", out);
     }
     /* after the run, so that an error stays one line */

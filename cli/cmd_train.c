@@ -413,11 +413,12 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
         snprintf(res->heldout, sizeof res->heldout, "%s", heldout);
     }
     if (rc == AS_OK && !o->quiet) {
-        char blas[256];
+        char blas[256], line[1024];
         runtime_describe(&ri, blas, sizeof blas);
-        printf("train: %s on %s (%d train, %d held out: %s), %d classes, %ld steps of %d in %d epochs, "
-               "%s\n", c->name, d.kind, d.n_train, d.n_val, d.val_source, d.n_classes, total_steps, B,
-               o->epochs, blas);
+        snprintf(line, sizeof line, "train: %s on %s (%d train, %d held out: %s), %d classes, %ld step%s of %d "
+                 "in %d epoch%s, %s", c->name, d.kind, d.n_train, d.n_val, d.val_source, d.n_classes,
+                 total_steps, total_steps == 1 ? "" : "s", B, o->epochs, o->epochs == 1 ? "" : "s", blas);
+        cli_wrap(stdout, 0, 7, line);
         fflush(stdout);
     }
     if (rc == AS_OK && !o->quiet) runtime_warn("train");
@@ -518,9 +519,11 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
         if (rc == AS_OK) prune(o->out, st.epoch, o->keep);
         progress_finish(&pg);
         if (rc == AS_OK && !o->quiet) {
-            printf("epoch %3ld/%d  train loss %.4f acc %5.1f%%  held-out loss %.4f acc %5.1f%%  lr %.2e  %.0f img/s\n",
-                   st.epoch, o->epochs, num(h, "train_loss"), 100 * num(h, "train_acc"), vl, 100 * va,
-                   num(h, "lr"), num(h, "img_per_s"));
+            char line[512];
+            snprintf(line, sizeof line, "epoch %3ld/%d  train loss %.4f acc %5.1f%%  held-out loss %.4f acc %5.1f%%  lr %.2e  %.0f img/s",
+                     st.epoch, o->epochs, num(h, "train_loss"), 100 * num(h, "train_acc"), vl, 100 * va,
+                     num(h, "lr"), num(h, "img_per_s"));
+            cli_wrap(stdout, 0, 13, line); /* within the terminal, continued under the numbers */
             fflush(stdout);
         }
         if (rc == AS_OK && o->record_every > 0 && (st.epoch % o->record_every == 0 || st.epoch == o->epochs))
@@ -561,86 +564,107 @@ static int parse_float(const char *s, float lo, float hi, float *out, const char
     errno = 0;
     double v = strtod(s, &end);
     if (errno || *end || end == s || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "attnscope train: %s %s: expected a number in [%g, %g]\n", what, s, (double)lo, (double)hi);
+        cli_fail(2, "%s %s: expected a number in [%g, %g]", what, s, (double)lo, (double)hi);
         return 0;
     }
     *out = (float)v;
     return 1;
 }
 
+/* Keys of the options without a short letter. */
+enum { K_LR = 1, K_MIN_LR, K_WARMUP, K_WD, K_CLIP, K_SMOOTH, K_DP, K_VAL, K_CROP, K_NOFLIP, K_SEED,
+       K_REC_EVERY, K_REC_IMAGES, K_RECORD, K_RESUME, K_KEEP, K_NUM_CLASSES, K_IMG_SIZE };
+
+static const cli_opt train_opts_table[] = {
+    /* key         alias name            ARG     values        default        help */
+    {'c',          'c', "config",        "MODEL.json|ARCH", NULL, "required", "the model: a JSON config (docs/models.md) "
+     "or a built-in architecture name"},
+    {'d',          'd', "data",          "DATA", NULL, "required", "shapes[:COUNT[:SIZE]] (built in, 6 classes), a "
+     "CIFAR-10/100 binary folder or .bin file, an MNIST folder of IDX files, or an ImageFolder tree (CLASS/ "
+     "folders, or train/ and val/ each with CLASS/ folders)"},
+    {'o',          'o', "out",           "DIR",  NULL, "required", "checkpoint folder"},
+    {K_NUM_CLASSES, 0,  "num-classes",   "C",    "1..1048576", "the config's", "override the config's classes (e.g. "
+     "a built-in architecture such as deit_tiny_patch16_224 on shapes: --num-classes 6 --img-size 32)"},
+    {K_IMG_SIZE,   0,   "img-size",      "S",    "1..16384", "the config's", "override the config's input size"},
+    {'e',          'e', "epochs",        "N",    "1..100000", "20", "epochs"},
+    {'b',          'b', "batch",         "N",    "1..4096", "128", "images per optimizer step"},
+    {K_LR,         0,   "lr",            "LR",   "0..10", "1e-3", "peak learning rate (after warm-up; cosine decay to --min-lr)"},
+    {K_MIN_LR,     0,   "min-lr",        "LR",   "0..10", "1e-5", "learning rate at the end of the cosine decay"},
+    {K_WARMUP,     0,   "warmup-epochs", "E",    "0..1000", "1", "linear warm-up from 1e-6, in epochs"},
+    {K_WD,         0,   "weight-decay",  "W",    "0..10", "0.05", "AdamW's decoupled weight decay"},
+    {K_CLIP,       0,   "clip",          "C",    "0..1e6", "1", "gradient clipping by global norm"},
+    {K_SMOOTH,     0,   "smoothing",     "S",    "0..0.99", "0.1", "label smoothing of the cross-entropy"},
+    {K_DP,         0,   "dp-weight",     "W",    "0..1000", "0.1", "weight of LaViT's diagonality-preserving loss on "
+     "less-attention blocks (no effect on other models)"},
+    {K_VAL,        0,   "val-fraction",  "F",    "0.001..0.9", "0.1", "share of the data held out for evaluation "
+     "(when the data has no val/ split)"},
+    {K_CROP,       0,   "crop-pad",      "P",    "-1..512 (-1: no random crop)", "S/8", "pad by P pixels, then take a "
+     "random crop of the input size"},
+    {K_NOFLIP,     0,   "no-flip",       NULL,   NULL, NULL, "no random horizontal flips"},
+    {K_SEED,       0,   "seed",          "S",    "0..2000000000", "0", "initialisation and data order"},
+    {K_REC_EVERY,  0,   "record-every",  "N",    "1..100000", "no traces", "record DIR/trace-epoch-NNN.h5 of held-out "
+     "images before training and every N epochs"},
+    {K_REC_IMAGES, 0,   "record-images", "K",    "1..100000", "64", "held-out images in those traces (saved in DIR/heldout/)"},
+    {K_RECORD,     0,   "record",        "LIST", "as record --record", "attn", "quantities in those traces"},
+    {K_RESUME,     0,   "resume",        NULL,   NULL, NULL, "continue the run in DIR exactly where it stopped"},
+    {K_KEEP,       0,   "keep",          "K",    "0..100000 (0: all)", "2", "newest epoch checkpoints kept; older ones "
+     "are deleted"},
+    {'t',          't', "threads",       "N",    "1..1024", "all cores", "threads"},
+    {'q',          'q', "quiet",         NULL,   NULL, NULL, "no per-epoch lines"},
+    {0}};
+
+static const cli_cmd train_cmd = {
+    "train", "--config MODEL.json|ARCH --data DATA --out DIR [options]",
+    "AdamW with decoupled weight decay, linear warm-up then cosine decay per step, gradient clipping by "
+    "global norm, cross-entropy with label smoothing, LaViT's diagonality term on less-attention blocks. "
+    "Random crop and horizontal flip. Each epoch: held-out evaluation, DIR/epoch-NNN/ (loads in `attnscope "
+    "record --model`), DIR/latest, DIR/log.csv. Ctrl-C saves a checkpoint; --resume continues exactly. "
+    "Deterministic given --seed and --threads. See docs/training.md.",
+    train_opts_table, NULL};
+
 int cmd_train(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"config", required_argument, 0, 'c'}, {"data", required_argument, 0, 'd'},
-        {"out", required_argument, 0, 'o'}, {"epochs", required_argument, 0, 'e'},
-        {"batch", required_argument, 0, 'b'}, {"lr", required_argument, 0, 1},
-        {"min-lr", required_argument, 0, 2}, {"warmup-epochs", required_argument, 0, 3},
-        {"weight-decay", required_argument, 0, 4}, {"clip", required_argument, 0, 5},
-        {"smoothing", required_argument, 0, 6}, {"dp-weight", required_argument, 0, 7},
-        {"val-fraction", required_argument, 0, 8}, {"crop-pad", required_argument, 0, 9},
-        {"no-flip", no_argument, 0, 10}, {"seed", required_argument, 0, 11},
-        {"record-every", required_argument, 0, 12}, {"record-images", required_argument, 0, 13},
-        {"record", required_argument, 0, 14}, {"resume", no_argument, 0, 15},
-        {"keep", required_argument, 0, 16}, {"threads", required_argument, 0, 't'},
-        {"num-classes", required_argument, 0, 17}, {"img-size", required_argument, 0, 18},
-        {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     train_opts o;
     train_opts_default(&o);
     int threads = 0, ch, v;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "c:d:o:e:b:t:qh", opts, NULL)) != -1) {
+    while ((ch = cli_opts_next(&train_cmd, argc, argv)) >= 0) {
+        int ok = 1;
         switch (ch) {
         case 'c': o.config = optarg; break;
         case 'd': o.data = optarg; break;
         case 'o': o.out = optarg; break;
-        case 'e': if (!cli_parse_int(optarg, 1, 100000, &o.epochs)) return 2; break;
-        case 'b': if (!cli_parse_int(optarg, 1, 4096, &o.batch)) return 2; break;
-        case 1: if (!parse_float(optarg, 0, 10, &o.lr, "--lr")) return 2; break;
-        case 2: if (!parse_float(optarg, 0, 10, &o.min_lr, "--min-lr")) return 2; break;
-        case 3: if (!parse_float(optarg, 0, 1000, &o.warmup_epochs, "--warmup-epochs")) return 2; break;
-        case 4: if (!parse_float(optarg, 0, 10, &o.weight_decay, "--weight-decay")) return 2; break;
-        case 5: if (!parse_float(optarg, 0, 1e6f, &o.clip, "--clip")) return 2; break;
-        case 6: if (!parse_float(optarg, 0, 0.99f, &o.smoothing, "--smoothing")) return 2; break;
-        case 7: if (!parse_float(optarg, 0, 1e3f, &o.dp_weight, "--dp-weight")) return 2; break;
-        case 8: if (!parse_float(optarg, 0.001f, 0.9f, &o.val_fraction, "--val-fraction")) return 2; break;
-        case 9: if (!cli_parse_int(optarg, -1, 512, &o.crop_pad)) return 2; break;
-        case 10: o.flip = 0; break;
-        case 11: if (!cli_parse_int(optarg, 0, 2000000000, &v)) return 2; o.seed = (unsigned long long)v; break;
-        case 12: if (!cli_parse_int(optarg, 1, 100000, &o.record_every)) return 2; break;
-        case 13: if (!cli_parse_int(optarg, 1, 100000, &o.record_images)) return 2; break;
-        case 14: o.record_what = optarg; break;
-        case 15: o.resume = 1; break;
-        case 16: if (!cli_parse_int(optarg, 0, 100000, &o.keep)) return 2; break;
-        case 17: if (!cli_parse_int(optarg, 1, 1 << 20, &o.num_classes)) return 2; break;
-        case 18: if (!cli_parse_int(optarg, 1, 16384, &o.img_size)) return 2; break;
-        case 't': if (!cli_parse_int(optarg, 1, 1024, &threads)) return 2; break;
+        case 'e': ok = cli_parse_int(optarg, 1, 100000, &o.epochs); break;
+        case 'b': ok = cli_parse_int(optarg, 1, 4096, &o.batch); break;
+        case K_LR: if (!parse_float(optarg, 0, 10, &o.lr, "--lr")) return 2; break;
+        case K_MIN_LR: if (!parse_float(optarg, 0, 10, &o.min_lr, "--min-lr")) return 2; break;
+        case K_WARMUP: if (!parse_float(optarg, 0, 1000, &o.warmup_epochs, "--warmup-epochs")) return 2; break;
+        case K_WD: if (!parse_float(optarg, 0, 10, &o.weight_decay, "--weight-decay")) return 2; break;
+        case K_CLIP: if (!parse_float(optarg, 0, 1e6f, &o.clip, "--clip")) return 2; break;
+        case K_SMOOTH: if (!parse_float(optarg, 0, 0.99f, &o.smoothing, "--smoothing")) return 2; break;
+        case K_DP: if (!parse_float(optarg, 0, 1e3f, &o.dp_weight, "--dp-weight")) return 2; break;
+        case K_VAL: if (!parse_float(optarg, 0.001f, 0.9f, &o.val_fraction, "--val-fraction")) return 2; break;
+        case K_CROP: ok = cli_parse_int(optarg, -1, 512, &o.crop_pad); break;
+        case K_NOFLIP: o.flip = 0; break;
+        case K_SEED:
+            if ((ok = cli_parse_int(optarg, 0, 2000000000, &v))) o.seed = (unsigned long long)v;
+            break;
+        case K_REC_EVERY: ok = cli_parse_int(optarg, 1, 100000, &o.record_every); break;
+        case K_REC_IMAGES: ok = cli_parse_int(optarg, 1, 100000, &o.record_images); break;
+        case K_RECORD: o.record_what = optarg; break;
+        case K_RESUME: o.resume = 1; break;
+        case K_KEEP: ok = cli_parse_int(optarg, 0, 100000, &o.keep); break;
+        case K_NUM_CLASSES: ok = cli_parse_int(optarg, 1, 1 << 20, &o.num_classes); break;
+        case K_IMG_SIZE: ok = cli_parse_int(optarg, 1, 16384, &o.img_size); break;
+        case 't': ok = cli_parse_int(optarg, 1, 1024, &threads); break;
         case 'q': o.quiet = 1; break;
-        case 'h':
-            printf("usage: attnscope train --config MODEL.json|ARCH --data DATA --out DIR [--epochs 20]\n"
-                   "         [--num-classes C] [--img-size S]\n"
-                   "         [--batch 128] [--lr 1e-3] [--min-lr 1e-5] [--warmup-epochs 1] [--weight-decay 0.05]\n"
-                   "         [--clip 1] [--smoothing 0.1] [--dp-weight 0.1] [--val-fraction 0.1]\n"
-                   "         [--crop-pad P] [--no-flip] [--seed S] [--record-every N [--record-images K]\n"
-                   "         [--record attn,...]] [--resume] [--keep K] [--threads N] [--quiet]\n"
-                   "--num-classes C, --img-size S: override the config's (e.g. a built-in architecture\n"
-                   "      such as deit_tiny_patch16_224 on shapes: --num-classes 6 --img-size 32).\n"
-                   "DATA: shapes[:COUNT[:SIZE]] (built in, 6 classes), a CIFAR-10/100 binary folder or\n"
-                   "      .bin file, an MNIST folder of IDX files, or an ImageFolder tree (CLASS/ folders,\n"
-                   "      or train/ and val/ each with CLASS/ folders).\n"
-                   "AdamW with decoupled weight decay, linear warm-up then cosine decay per step, gradient\n"
-                   "clipping by global norm, cross-entropy with label smoothing, LaViT's diagonality term on\n"
-                   "less-attention blocks. Random crop (pad P, default S/8) and horizontal flip. Each epoch:\n"
-                   "held-out evaluation, DIR/epoch-NNN/ (loads in `attnscope record --model`), DIR/latest,\n"
-                   "DIR/log.csv. --record-every N: DIR/trace-epoch-NNN.h5 of the first K held-out images\n"
-                   "(saved in DIR/heldout/) before training and every N epochs. Ctrl-C saves a checkpoint;\n"
-                   "--resume continues exactly. Deterministic given --seed and --threads. See docs/training.md.\n");
-            return 0;
-        default: return 2;
         }
+        if (!ok) return cli_bad_value(&train_cmd, ch, optarg);
     }
-    if (!o.config || !o.data || !o.out) {
-        fprintf(stderr, "attnscope train: --config, --data and --out are required (attnscope train --help)\n");
-        return 2;
-    }
+    if (ch != CLI_END) return cli_opts_exit(ch);
+    if (optind < argc) return cli_extra(&train_cmd, argv[optind]);
+    if (!o.config) return cli_missing(&train_cmd, "--config MODEL.json|ARCH");
+    if (!o.data) return cli_missing(&train_cmd, "--data DATA");
+    if (!o.out) return cli_missing(&train_cmd, "--out DIR");
     runtime_set_threads(threads);
     char cmdline[2048];
     cli_command_line(argc, argv, cmdline, sizeof cmdline);
@@ -653,9 +677,14 @@ int cmd_train(int argc, char **argv) {
         return rc == AS_ERR_INTERRUPTED ? 130 : 1;
     }
     if (!o.quiet) {
-        printf("done: held-out accuracy %.1f%% (chance %.1f%%), %.0f img/s; checkpoint %s\n", 100 * res.val_acc,
-               100.0 / res.n_classes, res.img_per_s, res.checkpoint);
-        if (res.last_trace[0]) printf("traces: %s/trace-epoch-*.h5 (latest %s)\n", o.out, res.last_trace);
+        char line[2600];
+        snprintf(line, sizeof line, "done: held-out accuracy %.1f%% (chance %.1f%%), %.0f img/s; checkpoint %s",
+                 100 * res.val_acc, 100.0 / res.n_classes, res.img_per_s, res.checkpoint);
+        cli_wrap(stdout, 0, 6, line);
+        if (res.last_trace[0]) {
+            snprintf(line, sizeof line, "traces: %s/trace-epoch-*.h5 (latest %s)", o.out, res.last_trace);
+            cli_wrap(stdout, 0, 8, line);
+        }
     }
     return 0;
 }

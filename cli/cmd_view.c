@@ -8,33 +8,42 @@
 #include "../viewer/window.h"
 #include "cli.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-"usage: attnscope view TRACE.h5 [--image I] [--layer L] [--head H] [--query Q]\n"
-"                      [--mode query|grid|depth|similarity|als] [--cmap viridis|magma]\n"
-"                      [--range zero|minmax] [--log] [--global] [--opacity A] [--size WxH]\n"
-"                      [--scale S]\n"
-"                      [--export-dir DIR] [--script FILE|-] [--screenshot FILE.png] [--timing]\n"
-"Opens a trace in a window: hover a patch to see its attention, click to fix it; arrows for\n"
-"heads and layers, PgUp/PgDn for images, g/d/s/a for the head grid, depth strip, similarity and\n"
-"ALS panels, e to export a PNG with the matching attnscope plot command, ? for every key.\n"
-"A trace still being recorded opens too and shows new images as they arrive (End: follow).\n"
-"--scale multiplies the UI on top of the display's pixel ratio (also ATTNSCOPE_SCALE or\n"
-"GDK_SCALE). --script runs scripted events, then closes (docs/viewer.md); with\n"
-"SDL_VIDEODRIVER=dummy it needs no display.\n");
-}
+static const cli_opt view_opts_table[] = {
+    /* key alias name        ARG       values                                  default    help */
+    {'I', 0,   "image",      "I",      "0..images-1", "0", "image shown first"},
+    {'L', 0,   "layer",      "L",      "a recorded layer", "the last recorded", "layer shown first"},
+    {'H', 0,   "head",       "H",      "a recorded head", "the first recorded", "head shown first"},
+    {'Q', 0,   "query",      "Q",      "a token index (0 = class token)", "the first prefix token, else the centre patch",
+     "query token whose attention is shown"},
+    {'M', 0,   "mode",       "MODE",   "query, grid, depth, similarity, als", "query",
+     "view shown first: one query's map over the image, the layer's heads, the depth strip of every layer, "
+     "the cross-layer similarity or the ALS panel (the last two need attnscope analyze)"},
+    {'c', 0,   "cmap",       "NAME",   "viridis, magma", "viridis", "colour map (key m)"},
+    {'R', 0,   "range",      "R",      "zero, minmax", "zero", "colour scale of a map: zero colours it from 0 to its "
+     "peak with the uniform level 1/T marked; minmax from its min to its max"},
+    {'g', 0,   "log",        NULL,     NULL, NULL, "logarithmic colour scale (key l)"},
+    {'G', 0,   "global",     NULL,     NULL, NULL, "one colour range over every head of the layer instead of one per "
+     "map, so heads compare by colour"},
+    {'a', 0,   "opacity",    "A",      "0..1", "0.6", "opacity of the map over the image"},
+    {'s', 0,   "size",       "WxH",    "320x240 .. 8192x8192 points", "1280x800", "initial window size"},
+    {'S', 0,   "scale",      "S",      "0.5..4", "ATTNSCOPE_SCALE or GDK_SCALE, else 1",
+     "interface scale on top of the display's pixel ratio (the window never grows past the screen)"},
+    {'x', 0,   "export-dir", "DIR",    NULL, "the current folder", "where e (export) writes its PNG"},
+    {'r', 0,   "script",     "FILE|-", NULL, "interactive", "run scripted events, then close (docs/viewer.md)"},
+    {'p', 0,   "screenshot", "FILE.png", NULL, "none", "save the last frame as a PNG when the window closes"},
+    {'t', 0,   "timing",     NULL,     NULL, NULL, "print redraw times on stderr when closing"},
+    {0}};
+
+static const cli_cmd view_cmd = {
+    "view", "TRACE.h5 [options]",
+    "Opens a trace in a window: hover a patch to see its attention, click to fix it; arrows for heads and "
+    "layers, PgUp/PgDn for images, g/d/s/a for the head grid, depth strip, similarity and ALS panels, e to "
+    "export a PNG with the matching attnscope plot command, ? for every key. A trace still being recorded "
+    "opens too and shows new images as they arrive (End: follow). Without a display the window is refused; "
+    "headless, SDL_VIDEODRIVER=dummy with --script FILE runs it (and --screenshot saves what it drew).",
+    view_opts_table, NULL};
 
 int cmd_view(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"image", required_argument, 0, 'I'}, {"layer", required_argument, 0, 'L'},
-        {"head", required_argument, 0, 'H'}, {"query", required_argument, 0, 'Q'},
-        {"mode", required_argument, 0, 'M'}, {"cmap", required_argument, 0, 'c'},
-        {"log", no_argument, 0, 'g'}, {"global", no_argument, 0, 'G'},
-        {"opacity", required_argument, 0, 'a'}, {"size", required_argument, 0, 's'},
-        {"scale", required_argument, 0, 'S'}, {"export-dir", required_argument, 0, 'x'},
-        {"script", required_argument, 0, 'r'}, {"screenshot", required_argument, 0, 'p'},
-        {"timing", no_argument, 0, 't'}, {"help", no_argument, 0, 'h'},
-        {"range", required_argument, 0, 'R'}, {0, 0, 0, 0}};
     view_window_opts wo;
     memset(&wo, 0, sizeof wo);
     wo.t_start = cli_now();
@@ -43,27 +52,19 @@ int cmd_view(int argc, char **argv) {
     double opacity = -1;
     const char *mode = NULL;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((ch = cli_opts_next(&view_cmd, argc, argv)) >= 0) {
         switch (ch) {
         case 'I': case 'L': case 'H': case 'Q':
-            if (!cli_parse_int(optarg, 0, 1 << 30, &v)) {
-                fprintf(stderr, "attnscope view: %s: give a non-negative index\n", optarg);
-                return 2;
-            }
+            if (!cli_parse_int(optarg, 0, 1 << 30, &v)) return cli_bad_value(&view_cmd, ch, optarg);
             *(ch == 'I' ? &image : ch == 'L' ? &layer : ch == 'H' ? &head : &query) = v;
             break;
         case 'M': mode = optarg; break;
         case 'c':
-            if ((cmap = plot_cmap_parse(optarg)) < 0 || cmap == PLOT_CMAP_DIVERGING) {
-                fprintf(stderr, "attnscope view: --cmap %s: use viridis or magma\n", optarg);
-                return 2;
-            }
+            if ((cmap = plot_cmap_parse(optarg)) < 0 || cmap == PLOT_CMAP_DIVERGING)
+                return cli_bad_value(&view_cmd, ch, optarg);
             break;
         case 'R':
-            if ((range = mapscale_range_parse(optarg)) < 0) {
-                fprintf(stderr, "attnscope view: --range %s: use zero or minmax\n", optarg);
-                return 2;
-            }
+            if ((range = mapscale_range_parse(optarg)) < 0) return cli_bad_value(&view_cmd, ch, optarg);
             break;
         case 'g': log_scale = 1; break;
         case 'G': global = 1; break;
@@ -71,42 +72,30 @@ int cmd_view(int argc, char **argv) {
             char *end;
             double x = strtod(optarg, &end);
             int ok = end != optarg && !*end && (ch == 'a' ? x >= 0 && x <= 1 : x >= 0.5 && x <= 4);
-            if (!ok) {
-                fprintf(stderr, "attnscope view: %s %s: give %s\n", ch == 'a' ? "--opacity" : "--scale",
-                        optarg, ch == 'a' ? "0..1" : "0.5..4");
-                return 2;
-            }
+            if (!ok) return cli_bad_value(&view_cmd, ch, optarg);
             if (ch == 'a') opacity = x;
             else wo.scale = x;
             break;
         }
         case 's':
             if (sscanf(optarg, "%dx%d", &wo.width, &wo.height) != 2 || wo.width < 320 ||
-                wo.height < 240 || wo.width > 8192 || wo.height > 8192) {
-                fprintf(stderr, "attnscope view: --size %s: give WxH in points, at least 320x240\n", optarg);
-                return 2;
-            }
+                wo.height < 240 || wo.width > 8192 || wo.height > 8192)
+                return cli_bad_value(&view_cmd, ch, optarg);
             break;
         case 'x': wo.export_dir = optarg; break;
         case 'r': wo.script = optarg; break;
         case 'p': wo.screenshot = optarg; break;
         case 't': wo.timing = 1; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
         }
     }
-    if (argc - optind != 1) {
-        usage(stderr);
-        return 2;
-    }
+    if (ch != CLI_END) return cli_opts_exit(ch);
+    if (optind >= argc) return cli_missing(&view_cmd, "TRACE.h5, the trace to open");
+    if (optind + 1 < argc) return cli_extra(&view_cmd, argv[optind + 1]);
     static const char *const modes[] = {"query", "grid", "depth", "similarity", "pair", "als"};
     int m = 0;
     if (mode) {
         for (m = 0; m < VIEW_MODE_COUNT && (m == VIEW_MODE_PAIR || strcmp(mode, modes[m]) != 0); m++) {}
-        if (m == VIEW_MODE_COUNT) {
-            fprintf(stderr, "attnscope view: --mode %s: use query, grid, depth, similarity or als\n", mode);
-            return 2;
-        }
+        if (m == VIEW_MODE_COUNT) return cli_bad_value(&view_cmd, 'M', mode);
     }
     as_error err = {0};
     view vw;

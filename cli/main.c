@@ -22,16 +22,33 @@ static const struct {
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: attnscope COMMAND [options]   (attnscope COMMAND --help for each)\n\n");
-    for (size_t i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "\n  --version  print the version\n"
-               "Threads: --threads N (default: all cores). OpenBLAS honours OPENBLAS_CORETYPE: if it\n"
-               "is set to an older core than your CPU's, SGEMM runs slower (attnscope bench warns).\n");
+    cli_wrap(f, 0, 7, "usage: attnscope COMMAND [options]   (attnscope help COMMAND, or COMMAND --help)");
+    fputc('\n', f);
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        fprintf(f, "  %-10s ", commands[i].name);
+        cli_wrap(f, 13, 13, commands[i].help);
+    }
+    fprintf(f, "\n  --version  print the version\n");
+    cli_wrap(f, 0, 0, "Threads: --threads N (default: all cores). OpenBLAS honours OPENBLAS_CORETYPE: "
+             "if it is set to an older core than your CPU's, SGEMM runs slower (attnscope bench warns).");
+}
+
+/* The command called name, or NULL after a one-line error with the closest name. */
+static int find_command(const char *name) {
+    const char *names[N_COMMANDS];
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        if (strcmp(name, commands[i].name) == 0) return (int)i;
+        names[i] = commands[i].name;
+    }
+    const char *best = cli_closest(name, names, (int)N_COMMANDS);
+    if (best) cli_fail(2, "unknown command \"%s\"; did you mean %s?", name, best);
+    else cli_fail(2, "unknown command \"%s\" (attnscope --help lists the commands)", name);
+    return -1;
 }
 
 int main(int argc, char **argv) {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
-        strcmp(argv[1], "help") == 0) {
+        (strcmp(argv[1], "help") == 0 && argc == 2)) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
@@ -39,9 +56,16 @@ int main(int argc, char **argv) {
         printf("attnscope %s\n", ATTNSCOPE_VERSION);
         return 0;
     }
-    for (size_t i = 0; i < N_COMMANDS; i++)
-        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "attnscope: unknown command \"%s\"\n\n", argv[1]);
-    usage(stderr);
-    return 2;
+    if (strcmp(argv[1], "help") == 0) { /* attnscope help CMD = attnscope CMD --help */
+        int i = find_command(argv[2]);
+        if (i < 0) return 2;
+        char help[] = "--help";
+        char *args[] = {argv[2], help, NULL};
+        cli_set_command(commands[i].name);
+        return commands[i].run(2, args);
+    }
+    int i = find_command(argv[1]);
+    if (i < 0) return 2;
+    cli_set_command(commands[i].name);
+    return commands[i].run(argc - 1, argv + 1);
 }

@@ -29,14 +29,19 @@ void progress_update_note(progress *p, long done, const char *note) {
     double rate = (done - p->base) / (now - p->t0 > 1e-9 ? now - p->t0 : 1e-9);
     char eta[32] = "?";
     if (rate > 0) fmt_time(eta, sizeof eta, (double)(p->total - done) / rate);
-    fprintf(stderr, "\r%s: %ld/%ld  %.1f/s  ETA %s  %s ", p->what, done, p->total, rate, eta,
-            note ? note : "");
+    char line[512];
+    snprintf(line, sizeof line, "%s: %ld/%ld  %.1f/s  ETA %s  %s", p->what, done, p->total, rate, eta,
+             note ? note : "");
+    /* one column short of the width, padded over what the last update left: a wrapped line
+     * would make every later \r rewrite the second row */
+    const int w = cli_width_of(fileno(stderr)) - 1;
+    fprintf(stderr, "\r%-*.*s", w, w, line);
     fflush(stderr);
 }
 
 void progress_finish(progress *p) {
     if (p->tty) {
-        fprintf(stderr, "\r%100s\r", "");
+        fprintf(stderr, "\r%*s\r", cli_width_of(fileno(stderr)) - 1, "");
         fflush(stderr);
     }
 }

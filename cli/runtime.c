@@ -34,8 +34,8 @@ void runtime_set_threads(int n) {
     /* More threads than cores only slow OpenMP's barriers and OpenBLAS down (1000 threads on 2
      * cores took over 120 s for what 2 do in 0.2 s): cap, and say so. */
     if (n > cores) {
-        fprintf(stderr, "attnscope: --threads %d is more than the %d cores this process may use: "
-                "running %d threads\n", n, cores, cores);
+        cli_fail(0, "--threads %d is more than the %d cores this process may use: running %d threads", n, cores,
+                 cores);
         n = cores;
     }
     if (n <= 0) n = cores;

@@ -73,8 +73,7 @@ double cli_now(void) {
 }
 
 int cli_error(const as_error *err) {
-    fprintf(stderr, "attnscope: %s\n", err->msg[0] ? err->msg : as_status_string(err->status));
-    return 1;
+    return cli_fail(1, "%s", err->msg[0] ? err->msg : as_status_string(err->status));
 }
 
 int cli_make_dirs(const char *path) {
@@ -85,8 +84,7 @@ int cli_make_dirs(const char *path) {
         char c = *q;
         *q = 0;
         if (p[0] && mkdir(p, 0777) != 0 && errno != EEXIST) {
-            fprintf(stderr, "attnscope: %s: cannot create folder (%s)\n", p, strerror(errno));
-            return 1;
+            return cli_fail(1, "%s: cannot create folder (%s)", p, strerror(errno));
         }
         *q = c;
         if (!c) return 0;

@@ -298,7 +298,7 @@ const char *vit_tag_name(int i, char *buf, size_t n) {
 }
 
 /* Optimal string alignment distance (a transposition counts 1), for "did you mean". */
-static int edit_distance(const char *a, const char *b) {
+int vit_edit_distance(const char *a, const char *b) {
     enum { MAXL = 64 };
     const size_t la = strlen(a), lb = strlen(b);
     if (la >= MAXL || lb >= MAXL) return 1 << 20;
@@ -320,7 +320,7 @@ static int edit_distance(const char *a, const char *b) {
 int vit_closest_name(const char *s, const char *const *names, int n) {
     int best = -1, bd = 1 << 20;
     for (int i = 0; i < n; i++) {
-        const int dd = edit_distance(s, names[i]);
+        const int dd = vit_edit_distance(s, names[i]);
         if (dd < bd) {
             bd = dd;
             best = i;

@@ -141,6 +141,8 @@ void vit_arch_list(char *buf, size_t n);
 /* Index of the name in names[n] that s is a typo of (at most 2 edits, fewer than a third of
  * s), or -1: the "did you mean" of config keys and architecture names. */
 int vit_closest_name(const char *s, const char *const *names, int n);
+/* Optimal string alignment distance (an adjacent swap costs 1); large for names of 64+ chars. */
+int vit_edit_distance(const char *a, const char *b);
 
 /* Token bookkeeping. */
 int vit_grid(const vit_config *c);         /* patches per side */

@@ -34,7 +34,7 @@ expect 1 P als "$T/m.h5" --labels x -o "$T/a.pdf"; has "$T/err" "does not use --
 expect 1 P als "$T/m.h5" --dpi 100 -o "$T/a.pdf"; has "$T/err" "PNG output only"; one_line
 expect 1 P attention "$T/m.h5" --cmap diverging -o "$T/a.pdf"; has "$T/err" "viridis or magma"
 expect 2 P adjacent "$T/m.h5" "$T/m.h5" --labels a -o "$T/a.pdf"; has "$T/err" "1 label for 2 inputs"
-expect 2 P attention "$T/m.h5" --range log -o "$T/a.pdf"; has "$T/err" "zero or minmax"
+expect 2 P attention "$T/m.h5" --range log -o "$T/a.pdf"; has "$T/err" "give zero, minmax"
 # and the ones it uses take effect
 for r in zero minmax; do expect 0 P attention "$T/m.h5" --layer 2 --range $r --cmap magma -o "$T/att-$r.png" --dpi 72; done
 cmp -s "$T/att-zero.png" "$T/att-minmax.png" && bad "--range changes nothing" || ok
@@ -49,7 +49,7 @@ expect 0 env SDL_VIDEODRIVER=dummy "$A" view "$T/m.h5" --script "$T/v.txt" --exp
 cmd=$(grep "^attnscope plot attention" "$T/out" | head -1)
 case "$cmd" in *"--cmap magma --range minmax"*) ok ;; *) bad "export command: $cmd" ;; esac
 expect 0 eval "\"$A\" ${cmd#attnscope }"
-expect 2 env SDL_VIDEODRIVER=dummy "$A" view "$T/m.h5" --range full; has "$T/err" "zero or minmax"
+expect 2 env SDL_VIDEODRIVER=dummy "$A" view "$T/m.h5" --range full; has "$T/err" "give zero, minmax"
 
 echo "cli_maps: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -21,7 +21,10 @@ expect() {
     local got=$?
     if [ "$got" -eq "$want" ]; then ok; else bad "exit $got (want $want): $* :: $(head -c 400 "$T/err")"; fi
 }
-has() { if grep -q -- "$2" "$1"; then ok; else bad "$1 lacks '$2': $(head -c 600 "$1")"; fi; }
+# has FILE PATTERN: PATTERN in FILE, a line wrapped to the terminal (cli_wrap) read as one
+has() {
+    if sed -z 's/\n  */ /g' "$1" | grep -q -- "$2"; then ok; else bad "$1 lacks '$2': $(head -c 600 "$1")"; fi
+}
 lacks() { if grep -q -- "$2" "$1"; then bad "$1 has '$2': $(head -c 400 "$1")"; else ok; fi; }
 one_line() { if [ "$(wc -l <"$T/err")" -eq 1 ]; then ok; else bad "error is not one line: $(cat "$T/err")"; fi; }
 # py 'python code' ARGS...: exit 0 and no output means every assert held
