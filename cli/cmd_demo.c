@@ -202,6 +202,11 @@ int cmd_demo(int argc, char **argv) {
     }
     runtime_set_threads(threads);
     as_error err = {0};
+    struct stat st;
+    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "attnscope demo: %s: exists and is not a folder; pass --out DIR for a new folder\n", dir);
+        return 1;
+    }
     if (!demo_empty(dir)) {
         if (!force) {
             fprintf(stderr, "attnscope demo: %s: already exists and is not empty (an earlier demo?); "

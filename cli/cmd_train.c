@@ -610,8 +610,18 @@ int cmd_train(int argc, char **argv) {
         case 14: o.record_what = optarg; break;
         case 15: o.resume = 1; break;
         case 16: if (!cli_parse_int(optarg, 0, 100000, &o.keep)) return 2; break;
-        case 17: if (!cli_parse_int(optarg, 1, 1 << 20, &o.num_classes)) return 2; break;
-        case 18: if (!cli_parse_int(optarg, 1, 16384, &o.img_size)) return 2; break;
+        case 17:
+            if (!cli_parse_int(optarg, 1, 1 << 20, &o.num_classes)) {
+                fprintf(stderr, "attnscope train: --num-classes %s: expected an integer in [%d, %d]\n", optarg, 1, 1 << 20);
+                return 2;
+            }
+            break;
+        case 18:
+            if (!cli_parse_int(optarg, 1, 16384, &o.img_size)) {
+                fprintf(stderr, "attnscope train: --img-size %s: expected an integer in [%d, %d]\n", optarg, 1, 16384);
+                return 2;
+            }
+            break;
         case 't': if (!cli_parse_int(optarg, 1, 1024, &threads)) return 2; break;
         case 'q': o.quiet = 1; break;
         case 'h':

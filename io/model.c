@@ -467,7 +467,7 @@ static int parse_attn_entry(const cJSON *e, int H, vit_attn *a, char *msg, size_
             return 0;
         }
         if (!(keys[k].kinds & (1u << kind))) {
-            snprintf(msg, n, "\"%s\" does not apply to %s attention", j->string, vit_attn_name(a->kind));
+            snprintf(msg, n, "\"%s\" does not apply to %s attention: remove it", j->string, vit_attn_name(a->kind));
             return 0;
         }
     }
