@@ -347,7 +347,7 @@ void model_config_keys_markdown(FILE *f) {
         for (int i = 0; i < MODEL_KEY_N; i++) {
             const model_key *k = &model_keys[i];
             if (!(k->where & where) || k->type == MK_FIXED || k->type == MK_META) continue;
-            char val[160];
+            char val[200]; /* list fits whole (-Wformat-truncation at -O2 with sanitizers) */
             switch (k->type) {
             case MK_INT: snprintf(val, sizeof val, "integer %.0f..%.0f", k->lo, k->hi); break;
             case MK_BOOL: snprintf(val, sizeof val, "true/false"); break;
