@@ -424,6 +424,14 @@ range:
 static int parse_attn_entry(const cJSON *e, int H, vit_attn *a, char *msg, size_t n) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "type");
     int kind = cJSON_IsString(t) ? vit_attn_parse(t->valuestring) : -1;
+    if (!t) { /* a misspelt "type" is named as such, not reported as a missing type */
+        static const char *const type_key[] = {"type"};
+        const cJSON *j;
+        cJSON_ArrayForEach(j, e) if (vit_closest_name(j->string, type_key, 1) == 0) {
+            snprintf(msg, n, "unknown key \"%.48s\": did you mean \"type\"?", j->string);
+            return 0;
+        }
+    }
     if (kind < 0) {
         snprintf(msg, n, "\"type\" must be one of vanilla, lmsa, lsla, less, mait, refiner%s%.32s%s",
                  cJSON_IsString(t) ? " (got \"" : "", cJSON_IsString(t) ? t->valuestring : "",

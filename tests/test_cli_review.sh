@@ -70,5 +70,11 @@ printf '{"architecture": "custom", "img_size": 32, "patch_size": 8, "embed_dim":
 expect 1 "$A" info "$T/less.json"
 has "$T/err" "less.json.*\"scale\" does not apply to less attention: remove it"; one_line
 
+# a misspelt "type" is named as such (it was reported as a bad or missing type)
+printf '{"architecture": "custom", "img_size": 32, "patch_size": 8, "embed_dim": 48, "depth": 2,
+ "num_heads": 3, "num_classes": 10, "attention": {"typ": "lsla"}}\n' >"$T/typ.json"
+expect 1 "$A" info "$T/typ.json"
+has "$T/err" "typ.json: attention: unknown key \"typ\": did you mean \"type\"?"; one_line
+
 echo "test_cli_review: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
