@@ -1110,6 +1110,7 @@ static int key(view *v, int k, int mods) {
         if (v->mode == VIEW_MODE_SIMILARITY) v->definition = (v->definition + 1) % ANALYSIS_N_DEFINITIONS;
         else if (!step_ds(v)) note(v, "layer %d holds no other map", view_layer(v));
         else if (v->mode == VIEW_MODE_DEPTH) note(v, "the depth strip shows attn in every layer; %s is shown in the query view and grid", map_names[v->ds]);
+        else if (rollout_drawn(v)) note(v, "rollout multiplies attn; %s shows with rollout off (r) or in the grid", map_names[v->ds]);
         break;
     case 'c': return toggle_row(v, VIEW_ROW_CLASS);
     case 'r': return toggle_row(v, VIEW_ROW_ROLLOUT);
