@@ -215,6 +215,11 @@ int cmd_demo(int argc, char **argv) {
     if (optind < argc) return cli_extra(&demo_cmd, argv[optind]);
     runtime_set_threads(threads);
     as_error err = {0};
+    struct stat st;
+    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "attnscope demo: %s: exists and is not a folder; pass --out DIR for a new folder\n", dir);
+        return 1;
+    }
     if (!demo_empty(dir)) {
         if (!force)
             return cli_fail(1, "%s: already exists and is not empty (an earlier demo?); pass --force to replace "

@@ -347,7 +347,7 @@ void model_config_keys_markdown(FILE *f) {
         for (int i = 0; i < MODEL_KEY_N; i++) {
             const model_key *k = &model_keys[i];
             if (!(k->where & where) || k->type == MK_FIXED || k->type == MK_META) continue;
-            char val[160];
+            char val[200]; /* list fits whole (-Wformat-truncation at -O2 with sanitizers) */
             switch (k->type) {
             case MK_INT: snprintf(val, sizeof val, "integer %.0f..%.0f", k->lo, k->hi); break;
             case MK_BOOL: snprintf(val, sizeof val, "true/false"); break;
@@ -424,6 +424,14 @@ range:
 static int parse_attn_entry(const cJSON *e, int H, vit_attn *a, char *msg, size_t n) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "type");
     int kind = cJSON_IsString(t) ? vit_attn_parse(t->valuestring) : -1;
+    if (!t) { /* a misspelt "type" is named as such, not reported as a missing type */
+        static const char *const type_key[] = {"type"};
+        const cJSON *j;
+        cJSON_ArrayForEach(j, e) if (vit_closest_name(j->string, type_key, 1) == 0) {
+            snprintf(msg, n, "unknown key \"%.48s\": did you mean \"type\"?", j->string);
+            return 0;
+        }
+    }
     if (kind < 0) {
         snprintf(msg, n, "\"type\" must be one of vanilla, lmsa, lsla, less, mait, refiner%s%.32s%s",
                  cJSON_IsString(t) ? " (got \"" : "", cJSON_IsString(t) ? t->valuestring : "",
@@ -467,7 +475,7 @@ static int parse_attn_entry(const cJSON *e, int H, vit_attn *a, char *msg, size_
             return 0;
         }
         if (!(keys[k].kinds & (1u << kind))) {
-            snprintf(msg, n, "\"%s\" does not apply to %s attention", j->string, vit_attn_name(a->kind));
+            snprintf(msg, n, "\"%s\" does not apply to %s attention: remove it", j->string, vit_attn_name(a->kind));
             return 0;
         }
     }

@@ -1229,6 +1229,7 @@ as_status trace_write_skipped(const char *path, const trace_skipped *items, long
             hid_t d = H5Dcreate2(g, tab[k].name, t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
             bad |= d < 0 || H5Dwrite(d, tab[k].str ? t : H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, tab[k].data) < 0;
             if (d >= 0) bad |= h5u_attr_str(d, "description", tab[k].desc) != 0;
+            if (d >= 0) bad |= dims_attach(g, d, "input") != 0; /* xarray/h5netcdf need every axis named */
             if (d >= 0) H5Dclose(d);
             H5Tclose(t);
             H5Sclose(sp);

@@ -372,6 +372,12 @@ static void distinct_part(const char *const *paths, int n, int i, char *out, siz
     size_t len = strlen(s);
     if (pre + suf > len) suf = len - pre;
     size_t b = pre, e = len - suf;
+    int same = 1; /* one path given more than once: nothing differs (widening would give "h5") */
+    for (int k = 1; k < n; k++) same &= strcmp(paths[k], paths[0]) == 0;
+    if (same) {
+        out[0] = 0;
+        return;
+    }
     while (b > 0 && !is_sep(s[b - 1])) b--;        /* whole words */
     while (e < len && !is_sep(s[e])) e++;
     int digits = e > b;
@@ -425,7 +431,7 @@ void fig_sources_distinct(fig_source *src, int n) {
             if (s->label_given) continue; /* the caller's words */
             char part[128];
             distinct_part(paths, m, j, part, sizeof part);
-            if (!part[0]) snprintf(part, sizeof part, "%d", members[j] + 1); /* one file twice */
+            if (!part[0]) continue; /* one file twice: the input number below */
             if (all_same) snprintf(s->label, sizeof s->label, "%s", part);
             else snprintf(s->label, sizeof s->label, "%.60s %.60s", base, part);
         }

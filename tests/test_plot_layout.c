@@ -133,6 +133,9 @@ static void test_labels(void) {
     fig_sources_distinct(s, 3);
     CHECK(strcmp(s[0].label, "mine") == 0 && strcmp(s[1].label, s[2].label) != 0,
           "same file: \"%s\", \"%s\", \"%s\"", s[0].label, s[1].label, s[2].label);
+    /* ... named after the file, not after a piece of its extension ("h5", "h5 (3)") */
+    CHECK(strcmp(s[1].label, "t") == 0 && strcmp(s[2].label, "t (3)") == 0, "same file twice: \"%s\", \"%s\"",
+          s[1].label, s[2].label);
     /* whatever the inputs, the labels differ pairwise */
     const char *paths[] = {"r/a-1.h5", "r/a-1.h5", "q/a-1.h5", "r/b.h5"};
     for (int i = 0; i < 4; i++) set_src(&s[i], paths[i], "m", 0);

@@ -708,6 +708,28 @@ static void test_window(const char *dir, const char *trace) {
           "no display: exit %d, %d lines: %s", WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, lines, line);
 }
 
+/* Keys that change nothing in the view drawn say why (review of issue 14): Tab where the view
+ * draws attn whatever the map (rollout, depth strip), r in the head grid (rollout fuses heads). */
+static void test_keys_that_do_not_apply(const char *trace) {
+    view v;
+    if (!open_view(&v, trace)) return;
+    v.li = 0;
+    press(&v, 'r');
+    CHECK(v.row == VIEW_ROW_ROLLOUT, "r: rollout on (%s)", v.message);
+    press(&v, VIEW_KEY_TAB);
+    CHECK(strstr(v.message, "rollout multiplies attn") != NULL, "Tab in rollout: \"%s\"", v.message);
+    press(&v, 'r');
+    v.ds = 0;
+    press(&v, 'd');
+    press(&v, VIEW_KEY_TAB);
+    CHECK(strstr(v.message, "depth strip shows attn") != NULL, "Tab in the depth strip: \"%s\"", v.message);
+    press(&v, 'g');
+    press(&v, 'r');
+    CHECK(v.mode == VIEW_MODE_GRID && strstr(v.message, "rollout fuses the heads") != NULL, "r in the grid: \"%s\"",
+          v.message);
+    view_close(&v);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--png-stats") == 0) {
         int w, h;
@@ -726,6 +748,7 @@ int main(int argc, char **argv) {
     test_hover_click(dist);
     test_modes(mech);
     test_internals(mech);
+    test_keys_that_do_not_apply(mech);
     test_prefix_rows(check_tmpdir);
     test_errors(check_tmpdir, mech);
     test_live(check_tmpdir);

@@ -105,6 +105,10 @@ int view_layer(const view *v) { return v->src.tr.layers[v->li]; }
 int view_head(const view *v) { return head_id(v, v->ds, v->hi); }
 
 static int n_heads(const view *v, int li, int ds) { return v->dims[li][ds][0]; }
+
+/* Rollout (r) is drawn in the query, pair and depth views; the head grid shows the heads' own
+ * maps (rollout fuses the heads: every panel of a grid would be the same map). */
+static int rollout_drawn(const view *v) { return v->row == VIEW_ROW_ROLLOUT && v->mode != VIEW_MODE_GRID; }
 static int has_map(const view *v, int li, int ds) { return v->dims[li][ds][0] > 0; }
 static int grid_of(const view *v) { return vit_grid(&v->src.tr.cfg); }
 static int prefix_of(const view *v) { return v->src.tr.num_prefix; }
@@ -363,7 +367,7 @@ static as_status ensure_rollout(view *v, as_error *err) {
 static as_status row_values(view *v, int ds, int li, int hi, double *row, int *cols, as_error *err) {
     const trace_reader *r = &v->src.tr;
     int T = r->num_tokens;
-    if (v->row == VIEW_ROW_ROLLOUT) {
+    if (rollout_drawn(v)) {
         if (ensure_rollout(v, err) != AS_OK) return err->status;
         for (int j = 0; j < T; j++) row[j] = v->rollout_rows[(size_t)li * T + j];
         *cols = T;
@@ -486,7 +490,7 @@ static void paint_overlay(view *v, plot_figure *f, int i, vscale s) {
 }
 
 static const char *overlay_label(const view *v, int ds) {
-    return v->row == VIEW_ROW_ROLLOUT ? "rollout weight" : map_names[ds];
+    return rollout_drawn(v) ? "rollout weight" : map_names[ds];
 }
 
 /* The image with the next panel's values (frame_alloc'ed, g x g, raw) over it. */
@@ -576,7 +580,7 @@ static double *overlay_values(view *v, int ds, int li, int hi, mapscale *ms, as_
 static as_status global_patch_scale(view *v, int ds, int li, mapscale *ms, as_error *err) {
     double tmp[4096];
     mapscale o;
-    int rollout = v->row == VIEW_ROW_ROLLOUT;
+    int rollout = rollout_drawn(v);
     int n = rollout ? v->src.tr.n_layers : n_heads(v, li, ds);
     for (int k = 0; k < n; k++) {
         if (patch_values(v, ds, rollout ? k : li, rollout ? 0 : k, tmp, &o, err) != AS_OK) return err->status;
@@ -859,11 +863,11 @@ static void hover_text(const view *v, char *buf, size_t n) {
     switch (p->kind) {
     case VIEW_PANEL_IMAGE:
         query_name(v, prefix_of(v) + v->hover_row * p->cols + v->hover_col, q, sizeof q);
-        snprintf(buf, n, "%s at %s: %.4g%s", v->row == VIEW_ROW_ROLLOUT ? "rollout" : map_names[p->ds], q,
+        snprintf(buf, n, "%s at %s: %.4g%s", rollout_drawn(v) ? "rollout" : map_names[p->ds], q,
                  val, u);
         break;
     case VIEW_PANEL_MAP:
-        snprintf(buf, n, "%s[%d, %d]: %.4g%s", v->row == VIEW_ROW_ROLLOUT ? "rollout factor" : map_names[p->ds],
+        snprintf(buf, n, "%s[%d, %d]: %.4g%s", rollout_drawn(v) ? "rollout factor" : map_names[p->ds],
                  v->hover_row, v->hover_col, val, u);
         break;
     case VIEW_PANEL_SIMILARITY:
@@ -883,6 +887,7 @@ static const char *mode_label(const view *v) {
         if (v->row == VIEW_ROW_ROLLOUT) return v->mode == VIEW_MODE_PAIR ? "pair (rollout)" : "rollout";
         if (v->row == VIEW_ROW_CLASS) return v->mode == VIEW_MODE_PAIR ? "pair (class token)" : "class-token";
     }
+    if (v->mode == VIEW_MODE_DEPTH && rollout_drawn(v)) return "depth (rollout)";
     return mode_names[v->mode];
 }
 
@@ -907,9 +912,12 @@ static void build_status(view *v) {
     vit_attn_describe(&r->cfg, view_layer(v), mech, sizeof mech);
     /* what the panels show: the map (Tab) and head, or the rollout, which fuses the heads */
     char what[96];
-    if (v->row == VIEW_ROW_ROLLOUT && (v->mode == VIEW_MODE_QUERY || v->mode == VIEW_MODE_PAIR))
+    if (rollout_drawn(v) && (v->mode == VIEW_MODE_QUERY || v->mode == VIEW_MODE_PAIR || v->mode == VIEW_MODE_DEPTH))
         snprintf(what, sizeof what, "rollout (attn, head mean)");
-    else snprintf(what, sizeof what, "%s %s %d", map_names[v->ds], head_word(v->ds), view_head(v));
+    else {
+        const int sds = v->mode == VIEW_MODE_DEPTH ? 0 : v->ds; /* the strip draws attn in every layer */
+        snprintf(what, sizeof what, "%s %s %d", map_names[sds], head_word(sds), view_head(v));
+    }
     snprintf(v->status, sizeof v->status, "image %ld/%ld %s%s  |  %s view  |  layer %d (%s)  |  %s  |  "
              "query %s%s%s%s%s", v->image, v->n_images, base, lab, mode_label(v), view_layer(v), mech,
              what, q, v->query_locked ? " (fixed)" : "", hv[0] ? "  |  " : "", hv, live);
@@ -1070,6 +1078,8 @@ static int toggle_row(view *v, view_row r) {
         return VIEW_REDRAW;
     }
     v->row = r;
+    if (r == VIEW_ROW_ROLLOUT && v->mode == VIEW_MODE_GRID)
+        note(v, "rollout fuses the heads: the grid shows each head's map; rollout shows in the query view and depth strip");
     return VIEW_REDRAW;
 }
 
@@ -1099,6 +1109,8 @@ static int key(view *v, int k, int mods) {
     case VIEW_KEY_TAB:
         if (v->mode == VIEW_MODE_SIMILARITY) v->definition = (v->definition + 1) % ANALYSIS_N_DEFINITIONS;
         else if (!step_ds(v)) note(v, "layer %d holds no other map", view_layer(v));
+        else if (v->mode == VIEW_MODE_DEPTH) note(v, "the depth strip shows attn in every layer; %s is shown in the query view and grid", map_names[v->ds]);
+        else if (rollout_drawn(v)) note(v, "rollout multiplies attn; %s shows with rollout off (r) or in the grid", map_names[v->ds]);
         break;
     case 'c': return toggle_row(v, VIEW_ROW_CLASS);
     case 'r': return toggle_row(v, VIEW_ROW_ROLLOUT);
@@ -1301,8 +1313,10 @@ void view_plot_command(const view *v, const char *name, char *out, size_t n) {
         break;
     case VIEW_MODE_GRID:
     case VIEW_MODE_DEPTH:
-        snprintf(out, n, "attnscope plot grid %s --image %ld --query %d%s -o %s%s", t, v->image, v->query,
-                 sc, ow, logn);
+        snprintf(out, n, "attnscope plot grid %s --image %ld --query %d%s -o %s%s%s", t, v->image, v->query,
+                 sc, ow, rollout_drawn(v) ? "   # the figure draws each layer's attention; the view shows "
+                 "rollout" : v->mode == VIEW_MODE_GRID && v->ds ? "   # the figure draws attn; the view shows "
+                 "another map" : "", logn);
         break;
     case VIEW_MODE_SIMILARITY:
         snprintf(out, n, "attnscope plot similarity %s --definition %s%s -o %s", t,
@@ -1369,7 +1383,7 @@ as_status view_export(view *v, const char *dir, char *path, size_t pn, char *cmd
     if (dot && dot != stem) *dot = 0;
     char name[1100];
     /* the mode as drawn: a rollout export must not overwrite the query view's */
-    int rowed = v->mode == VIEW_MODE_QUERY || v->mode == VIEW_MODE_PAIR;
+    int rowed = v->mode == VIEW_MODE_QUERY || v->mode == VIEW_MODE_PAIR || (v->mode == VIEW_MODE_DEPTH && rollout_drawn(v));
     const char *row = !rowed ? "" : v->row == VIEW_ROW_ROLLOUT ? "-rollout" : v->row == VIEW_ROW_CLASS ? "-class" : "";
     snprintf(name, sizeof name, "%s/%s-%s%s-i%ld-l%d-h%d-q%d", dir && dir[0] ? dir : ".", stem,
              mode_names[v->mode], row, v->image, view_layer(v), view_head(v), v->query);

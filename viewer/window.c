@@ -397,8 +397,10 @@ as_status view_window_run(view *v, const view_window_opts *o, as_error *err) {
                 as_error e = {0};
                 if (view_export(v, o->export_dir, path, sizeof path, cmd, sizeof cmd, &e) == AS_OK)
                     printf("saved %s\nthe same as a batch figure:\n%s\n", path, cmd);
-                else
+                else {
                     snprintf(v->message, sizeof v->message, "%s", e.msg);
+                    fprintf(stderr, "attnscope view: %s\n", e.msg); /* not only in the window */
+                }
                 fflush(stdout);
             }
         }
