@@ -54,9 +54,9 @@ then ok; else bad "python: $(tail -3 "$T/py")"; fi
 
 # ---- train's model overrides: a bad value gets a message ----------------------------------------
 expect 2 "$A" train --config "$FX/vit_cls/config.json" --data shapes:64 --out "$T/tr" --num-classes 0
-has "$T/err" "\-\-num-classes 0: expected an integer"; one_line
+has "$T/err" "--num-classes \"0\": give 1..1048576"; one_line
 expect 2 "$A" train --config "$FX/vit_cls/config.json" --data shapes:64 --out "$T/tr" --img-size x
-has "$T/err" "\-\-img-size x: expected an integer"; one_line
+has "$T/err" "--img-size \"x\": give 1..16384"; one_line
 
 # ---- demo --out FILE: refused, the file untouched ------------------------------------------------
 echo mine >"$T/file"
