@@ -86,6 +86,7 @@ typedef struct {
     const char *out;        /* checkpoint folder */
     int epochs, batch;
     float lr, min_lr, warmup_lr, warmup_epochs, weight_decay, clip, smoothing, dp_weight;
+    int dp_loss;            /* LaViT's term: a vit_dp_loss (core/train.h), VIT_DP_HINGE by default */
     float val_fraction;
     int crop_pad;           /* -1 none; -2 default (S / 8) */
     int flip;
@@ -100,6 +101,7 @@ typedef struct {
 typedef struct {
     int epochs_done;
     double train_loss, train_acc, val_loss, val_acc; /* of the last epoch */
+    double train_ce, train_dp;                       /* train_loss's two terms */
     double seconds, img_per_s;                       /* training steps only */
     int n_train, n_val, n_classes;
     char checkpoint[1100];  /* the newest checkpoint folder */

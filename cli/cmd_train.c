@@ -33,6 +33,7 @@ void train_opts_default(train_opts *o) {
     o->clip = 1.0f;
     o->smoothing = 0.1f;
     o->dp_weight = 0.1f;
+    o->dp_loss = VIT_DP_HINGE;
     o->val_fraction = 0.1f;
     o->crop_pad = -2;
     o->flip = 1;
@@ -50,6 +51,7 @@ typedef struct {
     long batch;      /* batches of epoch + 1 already taken (a mid-epoch checkpoint) */
     long step;       /* optimizer steps */
     double loss_sum; /* the running epoch's sums (mid-epoch checkpoints) */
+    double dp_sum;   /* the diagonality term's part of loss_sum */
     long correct, seen;
     double seconds;  /* training time so far */
     cJSON *history;  /* array of per-epoch objects */
@@ -70,6 +72,7 @@ static cJSON *opts_json(const train_opts *o) {
     cJSON_AddNumberToObject(j, "clip", o->clip);
     cJSON_AddNumberToObject(j, "smoothing", o->smoothing);
     cJSON_AddNumberToObject(j, "dp_weight", o->dp_weight);
+    cJSON_AddStringToObject(j, "dp_loss", vit_dp_loss_name((vit_dp_loss)o->dp_loss));
     cJSON_AddNumberToObject(j, "val_fraction", o->val_fraction);
     cJSON_AddNumberToObject(j, "crop_pad", o->crop_pad);
     cJSON_AddBoolToObject(j, "flip", o->flip);
@@ -88,6 +91,7 @@ static char *state_text(const train_opts *o, const train_state *s, const optim_a
     cJSON_AddNumberToObject(j, "step", (double)s->step);
     cJSON_AddNumberToObject(j, "adamw_step", (double)opt->step);
     cJSON_AddNumberToObject(j, "epoch_loss_sum", s->loss_sum);
+    cJSON_AddNumberToObject(j, "epoch_dp_sum", s->dp_sum);
     cJSON_AddNumberToObject(j, "epoch_correct", (double)s->correct);
     cJSON_AddNumberToObject(j, "epoch_seen", (double)s->seen);
     cJSON_AddNumberToObject(j, "seconds", s->seconds);
@@ -114,6 +118,9 @@ static as_status state_parse(const char *text, const char *path, const train_opt
                        "start again without --resume", path);
     }
     cJSON *saved = cJSON_GetObjectItemCaseSensitive(j, "options"), *now = opts_json(o);
+    /* runs from before the choice existed used the flipped reading of LaViT's Eq. 9 */
+    if (cJSON_IsObject(saved) && !cJSON_GetObjectItemCaseSensitive(saved, "dp_loss"))
+        cJSON_AddStringToObject(saved, "dp_loss", vit_dp_loss_name(VIT_DP_FLIPPED));
     for (const cJSON *e = now->child; e; e = e->next) {
         const cJSON *was = cJSON_GetObjectItemCaseSensitive(saved, e->string);
         if (!was || !cJSON_Compare(was, e, 1)) {
@@ -133,6 +140,7 @@ static as_status state_parse(const char *text, const char *path, const train_opt
     s->step = (long)num(j, "step");
     opt->step = (long)num(j, "adamw_step");
     s->loss_sum = num(j, "epoch_loss_sum");
+    s->dp_sum = isnan(num(j, "epoch_dp_sum")) ? 0 : num(j, "epoch_dp_sum");
     s->correct = (long)num(j, "epoch_correct");
     s->seen = (long)num(j, "epoch_seen");
     s->seconds = num(j, "seconds");
@@ -254,9 +262,40 @@ static void prune(const char *dir, long epoch, int keep) {
 }
 
 static void log_line(FILE *f, const cJSON *h) {
-    fprintf(f, "%g,%g,%.6f,%.6f,%.6f,%.6f,%.6f,%.2f,%.2f\n", num(h, "epoch"), num(h, "step"), num(h, "lr"),
-            num(h, "train_loss"), num(h, "train_acc"), num(h, "val_loss"), num(h, "val_acc"),
-            num(h, "img_per_s"), num(h, "seconds"));
+    fprintf(f, "%g,%g,%.6f,%.6f,%.6f,%.6f,%.6f,%.2f,%.2f,%.6f,%.6f\n", num(h, "epoch"), num(h, "step"),
+            num(h, "lr"), num(h, "train_loss"), num(h, "train_acc"), num(h, "val_loss"), num(h, "val_acc"),
+            num(h, "img_per_s"), num(h, "seconds"), num(h, "train_ce"), num(h, "train_dp"));
+}
+
+/* The loss terms of a progress or epoch line: "ce 1.234 dp -0.056" where LaViT's term applies,
+ * else "ce 1.234" (the loss is then the cross-entropy alone). */
+static void loss_terms(char *buf, size_t n, double loss, double dp, int has_dp) {
+    if (has_dp) snprintf(buf, n, "ce %.3f dp %.3f", loss - dp, dp);
+    else snprintf(buf, n, "ce %.3f", loss);
+}
+
+/* Held-out accuracy within three binomial standard deviations (at least 2 points) of chance. */
+static int at_chance(double acc, int n_classes, int n_val) {
+    const double p = 1.0 / n_classes, sd = sqrt(p * (1 - p) / (n_val > 0 ? n_val : 1));
+    return acc < p + fmax(0.02, 3 * sd);
+}
+
+enum { TRAIN_CHANCE_EPOCHS = 3 }; /* epochs at chance in a row before the warning */
+
+/* Trailing epochs of the history whose held-out accuracy is at chance. */
+static int chance_streak(const cJSON *history, int n_classes, int n_val) {
+    int k = 0;
+    for (const cJSON *h = history->child; h; h = h->next)
+        k = at_chance(num(h, "val_acc"), n_classes, n_val) ? k + 1 : 0;
+    return k;
+}
+
+/* Advice for a run that is not learning, by which loss terms it has. */
+static const char *not_learning_fix(const train_opts *o, int has_dp) {
+    if (has_dp && o->dp_loss == VIT_DP_FLIPPED)
+        return "the flipped diagonality term rewards identity maps: use --dp-loss hinge or --dp-weight 0";
+    if (has_dp) return "check the labels and --lr, and try --dp-weight 0";
+    return "check the labels and --lr";
 }
 
 /* log.csv from the history, rewritten whole each epoch (so a resumed run's log is complete). */
@@ -266,7 +305,7 @@ static as_status write_log(const char *dir, const cJSON *history, as_error *err)
     atomic_file af;
     as_status rc = atomic_file_begin(&af, p, err);
     if (rc != AS_OK) return rc;
-    fprintf(af.fp, "epoch,step,lr,train_loss,train_acc,val_loss,val_acc,img_per_s,seconds\n");
+    fprintf(af.fp, "epoch,step,lr,train_loss,train_acc,val_loss,val_acc,img_per_s,seconds,train_ce,train_dp\n");
     for (const cJSON *h = history->child; h; h = h->next) log_line(af.fp, h);
     return atomic_file_commit(&af, err);
 }
@@ -381,6 +420,9 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
     const long done0 = st.step * B;
     progress_init(&pg, "train", total_steps * B, done0);
     double t_run = 0;
+    /* LaViT's term applies (and is shown) only with less-attention blocks and a weight */
+    const int has_dp = vit_any_attn(c, VIT_ATTN_LESS) && o->dp_weight > 0;
+    int warned_negative = 0, warned_chance = 0;
     while (rc == AS_OK && st.epoch < o->epochs) {
         /* this epoch's order, from the seed and the epoch alone */
         rng_state r = {o->seed * 0x9e3779b97f4a7c15ull + (unsigned long long)st.epoch * 0x632be59bd9b4e019ull + 1};
@@ -399,12 +441,15 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
             int right;
             double loss = vit_loss_ce(a.logits, labels, B, c->num_classes, o->smoothing, dlogits, &right);
             memset(t.g, 0, t.count * sizeof(float));
-            loss += vit_backward(c, &t.p, &t.gp, &a, &ws, dlogits, B, o->dp_weight);
+            const double dp = vit_backward(c, &t.p, &t.gp, &a, &ws, dlogits, B, o->dp_weight,
+                                           (vit_dp_loss)o->dp_loss);
+            loss += dp;
             optim_clip(t.g, t.count, o->clip);
             optim_adamw_step(&opt, t.w, t.g, t.m, t.v, t.decay, t.count, optim_lr(&sched, st.step));
             st.step++;
             st.batch++;
             st.loss_sum += loss * B;
+            st.dp_sum += dp * B;
             st.correct += right;
             st.seen += B;
             const double dt = cli_now() - t0;
@@ -415,9 +460,18 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
                              "--warmup-epochs", o->out, loss, st.step, (double)o->lr);
                 break;
             }
-            char note[160];
-            snprintf(note, sizeof note, "epoch %ld/%d  loss %.3f  acc %.1f%%", st.epoch + 1, o->epochs,
-                     st.loss_sum / st.seen, 100.0 * st.correct / st.seen);
+            if (st.loss_sum < 0 && !warned_negative) {
+                /* the cross-entropy is never negative: another term outweighs it */
+                progress_finish(&pg);
+                fprintf(stderr, "attnscope train: warning: epoch %ld: the total loss is negative (%.3f = ce %.3f + "
+                        "dp %.3f); %s\n", st.epoch + 1, st.loss_sum / st.seen, (st.loss_sum - st.dp_sum) / st.seen,
+                        st.dp_sum / st.seen, not_learning_fix(o, has_dp));
+                warned_negative = 1;
+            }
+            char note[160], terms[64];
+            loss_terms(terms, sizeof terms, st.loss_sum / st.seen, st.dp_sum / st.seen, has_dp);
+            snprintf(note, sizeof note, "epoch %ld/%d  %s  acc %.1f%%", st.epoch + 1, o->epochs, terms,
+                     100.0 * st.correct / st.seen);
             progress_update_note(&pg, st.step * B, note);
         }
         if (rc != AS_OK) break;
@@ -440,6 +494,8 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
         cJSON_AddNumberToObject(h, "step", (double)st.step);
         cJSON_AddNumberToObject(h, "lr", optim_lr(&sched, st.step - 1));
         cJSON_AddNumberToObject(h, "train_loss", st.loss_sum / st.seen);
+        cJSON_AddNumberToObject(h, "train_ce", (st.loss_sum - st.dp_sum) / st.seen);
+        cJSON_AddNumberToObject(h, "train_dp", st.dp_sum / st.seen);
         cJSON_AddNumberToObject(h, "train_acc", (double)st.correct / st.seen);
         cJSON_AddNumberToObject(h, "val_loss", vl);
         cJSON_AddNumberToObject(h, "val_acc", va);
@@ -447,7 +503,7 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
         cJSON_AddNumberToObject(h, "seconds", st.seconds);
         cJSON_AddItemToArray(st.history, h);
         st.batch = 0;
-        st.loss_sum = 0;
+        st.loss_sum = st.dp_sum = 0;
         st.correct = st.seen = 0;
         snprintf(name, sizeof name, "epoch-%03ld", st.epoch);
         rc = save_point(&t, o, &st, &opt, name, ckpt, sizeof ckpt, err);
@@ -455,11 +511,22 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
         if (rc == AS_OK) prune(o->out, st.epoch, o->keep);
         progress_finish(&pg);
         if (rc == AS_OK && !o->quiet) {
-            printf("epoch %3ld/%d  train loss %.4f acc %5.1f%%  held-out loss %.4f acc %5.1f%%  lr %.2e  %.0f img/s\n",
-                   st.epoch, o->epochs, num(h, "train_loss"), 100 * num(h, "train_acc"), vl, 100 * va,
-                   num(h, "lr"), num(h, "img_per_s"));
+            /* at most 100 columns: the held-out loss is the cross-entropy alone */
+            char terms[64];
+            loss_terms(terms, sizeof terms, num(h, "train_loss"), num(h, "train_dp"), has_dp);
+            printf("epoch %2ld/%d  train %s acc %5.1f%%  held-out ce %.3f acc %5.1f%%  lr %.1e  %.0f img/s\n",
+                   st.epoch, o->epochs, terms, 100 * num(h, "train_acc"), vl, 100 * va, num(h, "lr"),
+                   num(h, "img_per_s"));
             fflush(stdout);
         }
+        const int streak = chance_streak(st.history, d.n_classes, d.n_val);
+        if (rc == AS_OK && streak >= TRAIN_CHANCE_EPOCHS && !warned_chance) {
+            fprintf(stderr, "attnscope train: warning: held-out accuracy has stayed at chance (%.1f%%) for %d "
+                    "epochs (now %.1f%%): the model is not learning; %s\n", 100.0 / d.n_classes, streak, 100 * va,
+                    not_learning_fix(o, has_dp));
+            warned_chance = 1;
+        }
+        if (streak == 0) warned_chance = 0;
         if (rc == AS_OK && o->record_every > 0 && (st.epoch % o->record_every == 0 || st.epoch == o->epochs))
             rc = record_epoch(&t, o, heldout, st.epoch, ckpt, res->last_trace, sizeof res->last_trace, err);
         if (rc == AS_ERR_INTERRUPTED) /* during a trace: the epoch's checkpoint is already saved */
@@ -473,6 +540,8 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
     const cJSON *last = cJSON_GetArrayItem(st.history, cJSON_GetArraySize(st.history) - 1);
     if (last) {
         res->train_loss = num(last, "train_loss");
+        res->train_ce = num(last, "train_ce");
+        res->train_dp = num(last, "train_dp");
         res->train_acc = num(last, "train_acc");
         res->val_loss = num(last, "val_loss");
         res->val_acc = num(last, "val_acc");
@@ -516,7 +585,8 @@ int cmd_train(int argc, char **argv) {
         {"no-flip", no_argument, 0, 10}, {"seed", required_argument, 0, 11},
         {"record-every", required_argument, 0, 12}, {"record-images", required_argument, 0, 13},
         {"record", required_argument, 0, 14}, {"resume", no_argument, 0, 15},
-        {"keep", required_argument, 0, 16}, {"threads", required_argument, 0, 't'},
+        {"keep", required_argument, 0, 16}, {"dp-loss", required_argument, 0, 17},
+        {"threads", required_argument, 0, 't'},
         {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     train_opts o;
     train_opts_default(&o);
@@ -545,20 +615,29 @@ int cmd_train(int argc, char **argv) {
         case 14: o.record_what = optarg; break;
         case 15: o.resume = 1; break;
         case 16: if (!cli_parse_int(optarg, 0, 100000, &o.keep)) return 2; break;
+        case 17:
+            if ((o.dp_loss = vit_dp_loss_parse(optarg)) < 0) {
+                fprintf(stderr, "attnscope train: --dp-loss %s: expected hinge (the default) or flipped "
+                        "(docs/training.md)\n", optarg);
+                return 2;
+            }
+            break;
         case 't': if (!cli_parse_int(optarg, 1, 1024, &threads)) return 2; break;
         case 'q': o.quiet = 1; break;
         case 'h':
             printf("usage: attnscope train --config MODEL.json|ARCH --data DATA --out DIR [--epochs 20]\n"
                    "         [--batch 128] [--lr 1e-3] [--min-lr 1e-5] [--warmup-epochs 1] [--weight-decay 0.05]\n"
-                   "         [--clip 1] [--smoothing 0.1] [--dp-weight 0.1] [--val-fraction 0.1]\n"
-                   "         [--crop-pad P] [--no-flip] [--seed S] [--record-every N [--record-images K]\n"
-                   "         [--record attn,...]] [--resume] [--keep K] [--threads N] [--quiet]\n"
+                   "         [--clip 1] [--smoothing 0.1] [--dp-weight 0.1] [--dp-loss hinge|flipped]\n"
+                   "         [--val-fraction 0.1] [--crop-pad P] [--no-flip] [--seed S]\n"
+                   "         [--record-every N [--record-images K] [--record attn,...]] [--resume] [--keep K] [--threads N] [--quiet]\n"
                    "DATA: shapes[:COUNT[:SIZE]] (built in, 6 classes), a CIFAR-10/100 binary folder or\n"
                    "      .bin file, an MNIST folder of IDX files, or an ImageFolder tree (CLASS/ folders,\n"
                    "      or train/ and val/ each with CLASS/ folders).\n"
                    "AdamW with decoupled weight decay, linear warm-up then cosine decay per step, gradient\n"
                    "clipping by global norm, cross-entropy with label smoothing, LaViT's diagonality term on\n"
-                   "less-attention blocks. Random crop (pad P, default S/8) and horizontal flip. Each epoch:\n"
+                   "less-attention blocks (--dp-loss: hinge, zero once maps are symmetric with dominant\n"
+                   "diagonals (default); flipped, Eq. 9 with its sign flipped, which rewards identity maps and\n"
+                   "can stop learning). Random crop (pad P, default S/8) and horizontal flip. Each epoch:\n"
                    "held-out evaluation, DIR/epoch-NNN/ (loads in `attnscope record --model`), DIR/latest,\n"
                    "DIR/log.csv. --record-every N: DIR/trace-epoch-NNN.h5 of the first K held-out images\n"
                    "(saved in DIR/heldout/) before training and every N epochs. Ctrl-C saves a checkpoint;\n"
