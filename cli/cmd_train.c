@@ -199,7 +199,7 @@ static void evaluate(const trainable *t, const traindata *d, vit_acts *a, float 
 
 /* The first k held-out images as an ImageFolder tree (dir/CLASS/NNNNN.png): what the traces
  * record, and what `attnscope record --images` reads back identically. */
-static as_status write_heldout(const traindata *d, int k, const char *dir, as_error *err) {
+as_status train_write_heldout(const traindata *d, int k, const char *dir, as_error *err) {
     char p[1400];
     if (cli_make_dirs(dir)) return as_fail(err, AS_ERR_IO, "%s: cannot create the folder", dir);
     for (int c = 0; c < d->n_classes; c++) {
@@ -234,13 +234,21 @@ static as_status record_epoch(const trainable *t, const train_opts *o, const cha
     ro.quiet = 1;
     ro.spec.batch = 16;
     ro.spec.command_line = o->command_line ? o->command_line : "attnscope train";
+    /* the training settings, LaViT's loss reading among them, as state.json holds them */
+    cJSON *tj = opts_json(o);
+    cJSON_AddNumberToObject(tj, "epoch", (double)epoch);
+    char *training = cJSON_PrintUnformatted(tj);
+    cJSON_Delete(tj);
+    ro.spec.training = training;
     if (record_parse_selection(&ro, &m.cfg, o->record_what, "all", "all", "f16", "none", "all", err)) {
         dataset_free(&ds);
+        free(training);
         return AS_ERR_ARG;
     }
     record_result res;
     rc = record_run(&m, &ds, &ro, &res, err);
     dataset_free(&ds);
+    free(training);
     return rc;
 }
 
@@ -395,7 +403,7 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
     char heldout[1100] = "", ckpt[1100] = "", name[64];
     if (rc == AS_OK && o->record_every > 0) {
         snprintf(heldout, sizeof heldout, "%s/heldout", o->out);
-        rc = write_heldout(&d, o->record_images, heldout, err);
+        rc = train_write_heldout(&d, o->record_images, heldout, err);
         snprintf(res->heldout, sizeof res->heldout, "%s", heldout);
     }
     if (rc == AS_OK && !o->quiet)
@@ -541,6 +549,7 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
     if (last) {
         res->train_loss = num(last, "train_loss");
         res->train_ce = num(last, "train_ce");
+        res->total_seconds = num(last, "seconds");
         res->train_dp = num(last, "train_dp");
         res->train_acc = num(last, "train_acc");
         res->val_loss = num(last, "val_loss");
