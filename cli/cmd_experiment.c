@@ -99,6 +99,8 @@ static uint64_t fnv1a(const char *s) {
 static const char *const budget_keys[] = {"data", "epochs", "batch", "seed", "lr", "warmup_epochs",
                                           "weight_decay", "dp_loss", "dp_weight", NULL};
 
+static as_status budget_opts(const exp_run *x, train_opts *o, as_error *err);
+
 static as_status parse_budget(exp_run *x, const cJSON *root, as_error *err) {
     x->train = cJSON_GetObjectItemCaseSensitive(root, "train");
     if (!x->train) return AS_OK;
@@ -126,7 +128,8 @@ static as_status parse_budget(exp_run *x, const cJSON *root, as_error *err) {
     char *b = cJSON_PrintUnformatted(x->train);
     snprintf(x->budget, sizeof x->budget, "%s", b ? b : "");
     free(b);
-    return AS_OK;
+    train_opts o;
+    return budget_opts(x, &o, err);
 }
 
 /* attnscope train's options for the budget (the rest at its defaults). */
@@ -649,6 +652,14 @@ int cmd_experiment(int argc, char **argv) {
             return 1;
         }
     }
+    int trains = 0;
+    for (int i = 0; i < x.n_models; i++) trains += x.models[i].train;
+    if (x.train && !trains) {
+        fprintf(stderr, "attnscope: %s: a \"train\" budget but no model with \"train\": true; mark the models "
+                "to train or remove the budget (docs/experiments.md)\n", x.file);
+        cJSON_Delete(root);
+        return 1;
+    }
     printf("attnscope experiment %s -> %s/\n", name, x.out);
     char img_stamp[1400];
     double t0 = cli_now();
@@ -672,10 +683,10 @@ int cmd_experiment(int argc, char **argv) {
                 train_opts bo;
                 budget_opts(&x, &bo, &err);
                 fprintf(af.fp, "**Training budget** (`\"train\"`: `%s`): the models marked trained were trained by "
-                        "`attnscope train` for %d epoch(s) of batch %d on `%s`, seed %llu, lr %g, warm-up %g epochs, "
+                        "`attnscope train` for %d epoch%s of batch %d on `%s`, seed %llu, lr %g, warm-up %g epochs, "
                         "weight decay %g, LaViT's diagonality term `%s` at weight %g, every other option at its "
                         "default (docs/training.md). Held-out accuracy is measured on the data's held-out images, "
-                        "which training never sees.\n\n", x.budget, bo.epochs, bo.batch, bo.data, bo.seed,
+                        "which training never sees.\n\n", x.budget, bo.epochs, bo.epochs == 1 ? "" : "s", bo.batch, bo.data, bo.seed,
                         (double)bo.lr, (double)bo.warmup_epochs, (double)bo.weight_decay,
                         vit_dp_loss_name((vit_dp_loss)bo.dp_loss), (double)bo.dp_weight);
             }

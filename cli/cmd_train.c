@@ -298,12 +298,13 @@ static int chance_streak(const cJSON *history, int n_classes, int n_val) {
     return k;
 }
 
-/* Advice for a run that is not learning, by which loss terms it has. */
-static const char *not_learning_fix(const train_opts *o, int has_dp) {
+/* Advice for a run that is not learning, by which loss terms it has and how large the
+ * diagonality term is against the cross-entropy (ce, dp: the epoch's means). */
+static const char *not_learning_fix(const train_opts *o, int has_dp, double ce, double dp) {
     if (has_dp && o->dp_loss == VIT_DP_FLIPPED)
         return "the flipped diagonality term rewards identity maps: use --dp-loss hinge or --dp-weight 0";
-    if (has_dp) return "check the labels and --lr, and try --dp-weight 0";
-    return "check the labels and --lr";
+    if (has_dp && fabs(dp) > 0.1 * ce) return "the diagonality term is large: try a smaller --dp-weight";
+    return "check the labels and --lr, or train longer (small models can sit at chance for a few hundred steps)";
 }
 
 /* log.csv from the history, rewritten whole each epoch (so a resumed run's log is complete). */
@@ -473,7 +474,8 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
                 progress_finish(&pg);
                 fprintf(stderr, "attnscope train: warning: epoch %ld: the total loss is negative (%.3f = ce %.3f + "
                         "dp %.3f); %s\n", st.epoch + 1, st.loss_sum / st.seen, (st.loss_sum - st.dp_sum) / st.seen,
-                        st.dp_sum / st.seen, not_learning_fix(o, has_dp));
+                        st.dp_sum / st.seen,
+                        not_learning_fix(o, has_dp, (st.loss_sum - st.dp_sum) / st.seen, st.dp_sum / st.seen));
                 warned_negative = 1;
             }
             char note[160], terms[64];
@@ -530,8 +532,8 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
         const int streak = chance_streak(st.history, d.n_classes, d.n_val);
         if (rc == AS_OK && streak >= TRAIN_CHANCE_EPOCHS && !warned_chance) {
             fprintf(stderr, "attnscope train: warning: held-out accuracy has stayed at chance (%.1f%%) for %d "
-                    "epochs (now %.1f%%): the model is not learning; %s\n", 100.0 / d.n_classes, streak, 100 * va,
-                    not_learning_fix(o, has_dp));
+                    "epochs (step %ld, now %.1f%%): the model is not learning; %s\n", 100.0 / d.n_classes, streak, st.step, 100 * va,
+                    not_learning_fix(o, has_dp, num(h, "train_ce"), num(h, "train_dp")));
             warned_chance = 1;
         }
         if (streak == 0) warned_chance = 0;
@@ -638,7 +640,8 @@ int cmd_train(int argc, char **argv) {
                    "         [--batch 128] [--lr 1e-3] [--min-lr 1e-5] [--warmup-epochs 1] [--weight-decay 0.05]\n"
                    "         [--clip 1] [--smoothing 0.1] [--dp-weight 0.1] [--dp-loss hinge|flipped]\n"
                    "         [--val-fraction 0.1] [--crop-pad P] [--no-flip] [--seed S]\n"
-                   "         [--record-every N [--record-images K] [--record attn,...]] [--resume] [--keep K] [--threads N] [--quiet]\n"
+                   "         [--record-every N [--record-images K] [--record attn,...]] [--resume] [--keep K]\n"
+                   "         [--threads N] [--quiet]\n"
                    "DATA: shapes[:COUNT[:SIZE]] (built in, 6 classes), a CIFAR-10/100 binary folder or\n"
                    "      .bin file, an MNIST folder of IDX files, or an ImageFolder tree (CLASS/ folders,\n"
                    "      or train/ and val/ each with CLASS/ folders).\n"
