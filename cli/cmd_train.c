@@ -524,7 +524,7 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
             /* at most 100 columns: the held-out loss is the cross-entropy alone */
             char terms[64];
             loss_terms(terms, sizeof terms, num(h, "train_loss"), num(h, "train_dp"), has_dp);
-            printf("epoch %2ld/%d  train %s acc %5.1f%%  held-out ce %.3f acc %5.1f%%  lr %.1e  %.0f img/s\n",
+            printf("epoch %3ld/%d  train %s acc %5.1f%%  held-out ce %.3f acc %5.1f%%  lr %.1e  %.0f img/s\n",
                    st.epoch, o->epochs, terms, 100 * num(h, "train_acc"), vl, 100 * va, num(h, "lr"),
                    num(h, "img_per_s"));
             fflush(stdout);

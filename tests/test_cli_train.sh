@@ -32,7 +32,7 @@ has "$T/err" "dp-loss printed"; has "$T/err" "hinge"; one_line
 # default reading (hinge) is in state.json, log.csv and the traces written during training
 expect 0 "$A" train --config "$M/lavit_shapes.json" "${TINY[@]}" --epochs 1 --record-every 1 \
     --record-images 4 --out "$T/lavit"
-has "$T/out" "epoch  1/1  train ce [0-9.]* dp [0-9.]* acc"
+has "$T/out" "epoch   1/1  train ce [0-9.]* dp [0-9.]* acc"
 has "$T/out" "held-out ce [0-9.]* acc"
 has "$T/lavit/epoch-001/state.json" '"dp_loss":[[:space:]]*"hinge"'
 has "$T/lavit/log.csv" "train_ce,train_dp"
