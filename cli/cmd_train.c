@@ -270,9 +270,12 @@ static void prune(const char *dir, long epoch, int keep) {
 }
 
 static void log_line(FILE *f, const cJSON *h) {
-    fprintf(f, "%g,%g,%.6f,%.6f,%.6f,%.6f,%.6f,%.2f,%.2f,%.6f,%.6f\n", num(h, "epoch"), num(h, "step"),
-            num(h, "lr"), num(h, "train_loss"), num(h, "train_acc"), num(h, "val_loss"), num(h, "val_acc"),
-            num(h, "img_per_s"), num(h, "seconds"), num(h, "train_ce"), num(h, "train_dp"));
+    fprintf(f, "%g,%g,%.6f,%.6f,%.6f,%.6f,%.6f,%.2f,%.2f", num(h, "epoch"), num(h, "step"), num(h, "lr"),
+            num(h, "train_loss"), num(h, "train_acc"), num(h, "val_loss"), num(h, "val_acc"),
+            num(h, "img_per_s"), num(h, "seconds"));
+    /* epochs of runs resumed from before the terms were kept apart leave them empty */
+    if (isnan(num(h, "train_ce"))) fprintf(f, ",,\n");
+    else fprintf(f, ",%.6f,%.6f\n", num(h, "train_ce"), num(h, "train_dp"));
 }
 
 /* The loss terms of a progress or epoch line: "ce 1.234 dp -0.056" where LaViT's term applies,
