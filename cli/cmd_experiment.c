@@ -124,7 +124,7 @@ static as_status parse_budget(exp_run *x, const cJSON *root, as_error *err) {
     else resolve(x, data, x->data, sizeof x->data);
     const char *dl = jstr(x->train, "dp_loss", NULL);
     if (dl && vit_dp_loss_parse(dl) < 0)
-        return as_fail(err, AS_ERR_CONFIG, "%s: \"train\": dp_loss \"%s\": expected hinge or flipped", x->file, dl);
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"train\": dp_loss \"%s\": expected squared, hinge or flipped", x->file, dl);
     char *b = cJSON_PrintUnformatted(x->train);
     snprintf(x->budget, sizeof x->budget, "%s", b ? b : "");
     free(b);
@@ -178,8 +178,20 @@ static as_status train_model(exp_run *x, exp_model *em, as_error *err) {
     if (!ctext)
         return as_fail(err, AS_ERR_CONFIG, "%s: model \"%s\": \"train\": true needs a readable \"config\" (an "
                        "object, a config file or a built-in name)", x->file, em->name);
-    snprintf(em->train_stamp, sizeof em->train_stamp, "attnscope %s\nconfig %s\ntrain %s\n", ATTNSCOPE_VERSION,
-             ctext, x->budget);
+    train_opts o;
+    as_status rc = budget_opts(x, &o, err);
+    if (rc != AS_OK) {
+        free(ctext);
+        return rc;
+    }
+    /* the budget as written and every option as it takes effect: a changed default retrains */
+    snprintf(em->train_stamp, sizeof em->train_stamp,
+             "attnscope %s\nconfig %s\ntrain %s\noptions epochs=%d batch=%d seed=%llu lr=%g min_lr=%g warmup_lr=%g "
+             "warmup_epochs=%g weight_decay=%g clip=%g smoothing=%g dp_loss=%s dp_weight=%g val_fraction=%g "
+             "crop_pad=%d flip=%d\n", ATTNSCOPE_VERSION, ctext, x->budget, o.epochs, o.batch, o.seed, (double)o.lr,
+             (double)o.min_lr, (double)o.warmup_lr, (double)o.warmup_epochs, (double)o.weight_decay, (double)o.clip,
+             (double)o.smoothing, vit_dp_loss_name((vit_dp_loss)o.dp_loss), (double)o.dp_weight,
+             (double)o.val_fraction, o.crop_pad, o.flip);
     /* the folder: the config file's name (or the model's), then the hash */
     const char *base = cpath[0] ? strrchr(cpath, '/') : NULL;
     base = cpath[0] ? (base ? base + 1 : cpath) : em->name;
@@ -190,7 +202,6 @@ static as_status train_model(exp_run *x, exp_model *em, as_error *err) {
     snprintf(cfg_path, sizeof cfg_path, "%s/model.json", dir);
     snprintf(latest, sizeof latest, "%s/latest", dir);
     snprintf(em->trained, sizeof em->trained, "%s", dir);
-    as_status rc = AS_OK;
     char *old = model_read_text(stamp_path, NULL);
     struct stat sb;
     const int have = stat(latest, &sb) == 0;
@@ -215,8 +226,6 @@ static as_status train_model(exp_run *x, exp_model *em, as_error *err) {
     }
     free(ctext);
     if (rc != AS_OK) return rc;
-    train_opts o;
-    if ((rc = budget_opts(x, &o, err)) != AS_OK) return rc;
     o.config = cfg_path;
     o.out = dir;
     o.resume = have;

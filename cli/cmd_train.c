@@ -33,7 +33,7 @@ void train_opts_default(train_opts *o) {
     o->clip = 1.0f;
     o->smoothing = 0.1f;
     o->dp_weight = 0.1f;
-    o->dp_loss = VIT_DP_HINGE;
+    o->dp_loss = VIT_DP_SQUARED;
     o->val_fraction = 0.1f;
     o->crop_pad = -2;
     o->flip = 1;
@@ -305,7 +305,7 @@ static int chance_streak(const cJSON *history, int n_classes, int n_val) {
  * diagonality term is against the cross-entropy (ce, dp: the epoch's means). */
 static const char *not_learning_fix(const train_opts *o, int has_dp, double ce, double dp) {
     if (has_dp && o->dp_loss == VIT_DP_FLIPPED)
-        return "the flipped diagonality term rewards identity maps: use --dp-loss hinge or --dp-weight 0";
+        return "the flipped diagonality term rewards identity maps: use --dp-loss squared or --dp-weight 0";
     if (has_dp && fabs(dp) > 0.1 * ce) return "the diagonality term is large: try a smaller --dp-weight";
     return "check the labels and --lr, or train longer (small models can sit at chance for a few hundred steps)";
 }
@@ -631,7 +631,7 @@ int cmd_train(int argc, char **argv) {
         case 16: if (!cli_parse_int(optarg, 0, 100000, &o.keep)) return 2; break;
         case 17:
             if ((o.dp_loss = vit_dp_loss_parse(optarg)) < 0) {
-                fprintf(stderr, "attnscope train: --dp-loss %s: expected hinge (the default) or flipped "
+                fprintf(stderr, "attnscope train: --dp-loss %s: expected squared (the default), hinge or flipped "
                         "(docs/training.md)\n", optarg);
                 return 2;
             }
@@ -641,7 +641,7 @@ int cmd_train(int argc, char **argv) {
         case 'h':
             printf("usage: attnscope train --config MODEL.json|ARCH --data DATA --out DIR [--epochs 20]\n"
                    "         [--batch 128] [--lr 1e-3] [--min-lr 1e-5] [--warmup-epochs 1] [--weight-decay 0.05]\n"
-                   "         [--clip 1] [--smoothing 0.1] [--dp-weight 0.1] [--dp-loss hinge|flipped]\n"
+                   "         [--clip 1] [--smoothing 0.1] [--dp-weight 0.1] [--dp-loss squared|hinge|flipped]\n"
                    "         [--val-fraction 0.1] [--crop-pad P] [--no-flip] [--seed S]\n"
                    "         [--record-every N [--record-images K] [--record attn,...]] [--resume] [--keep K]\n"
                    "         [--threads N] [--quiet]\n"
@@ -650,9 +650,10 @@ int cmd_train(int argc, char **argv) {
                    "      or train/ and val/ each with CLASS/ folders).\n"
                    "AdamW with decoupled weight decay, linear warm-up then cosine decay per step, gradient\n"
                    "clipping by global norm, cross-entropy with label smoothing, LaViT's diagonality term on\n"
-                   "less-attention blocks (--dp-loss: hinge, zero once maps are symmetric with dominant\n"
-                   "diagonals (default); flipped, Eq. 9 with its sign flipped, which rewards identity maps and\n"
-                   "can stop learning). Random crop (pad P, default S/8) and horizontal flip. Each epoch:\n"
+                   "less-attention blocks (--dp-loss: squared, zero once maps are symmetric with dominant\n"
+                   "diagonals (default); hinge, the same with absolute values, which can hold LaViT at chance;\n"
+                   "flipped, Eq. 9 with its sign flipped, which rewards identity maps). Random crop (pad P,\n"
+                   "default S/8) and horizontal flip. Each epoch:\n"
                    "held-out evaluation, DIR/epoch-NNN/ (loads in `attnscope record --model`), DIR/latest,\n"
                    "DIR/log.csv. --record-every N: DIR/trace-epoch-NNN.h5 of the first K held-out images\n"
                    "(saved in DIR/heldout/) before training and every N epochs. Ctrl-C saves a checkpoint;\n"

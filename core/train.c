@@ -150,7 +150,7 @@ static int less_blocks(const vit_config *c) {
     return k;
 }
 
-static const char *const dp_loss_names[] = {"hinge", "flipped"};
+static const char *const dp_loss_names[] = {"squared", "hinge", "flipped"};
 _Static_assert(sizeof dp_loss_names / sizeof *dp_loss_names == VIT_DP_COUNT, "one name per vit_dp_loss");
 
 const char *vit_dp_loss_name(vit_dp_loss k) {
@@ -164,45 +164,45 @@ int vit_dp_loss_parse(const char *s) {
 }
 
 /* LaViT's diagonality-preserving term of one (T, T) softmax map A and its gradient, in the
- * reading `kind` (train.h): sym = sum_{i,j} |A_ij - A_ji| plus
- *   hinge:   sum_i sum_{j != i} max(0, A_ij - A_ii)
- *   flipped: -sum_i ((T - 1) A_ii - sum_{j != i} A_ij)
- * Returns the term and adds coef times its gradient to dA. sym's gradient is 2 sign(A_ij - A_ji)
- * (each pair appears twice); the hinge's is +1 on A_ij and -1 on A_ii for every active pair
- * (A_ij > A_ii); the flipped sum's is +1 off the diagonal and -(T - 1) on it. The gradients of
- * |x| and max(0, x) at 0 are taken as 0, as PyTorch does. */
+ * reading `kind` (train.h), with d_ij = A_ij - A_ji and e_ij = max(0, A_ij - A_ii), j != i:
+ *   squared: sum_{i,j} d_ij^2 + sum_i sum_{j != i} e_ij^2
+ *   hinge:   sum_{i,j} |d_ij| + sum_i sum_{j != i} e_ij
+ *   flipped: sum_{i,j} |d_ij| - sum_i ((T - 1) A_ii - sum_{j != i} A_ij)
+ * Returns the term and adds coef times its gradient to dA: the symmetry sum's is 4 d_ij
+ * (squared) or 2 sign(d_ij) (each pair appears twice); a hinge pair's is +g on A_ij and -g on
+ * A_ii with g = 2 e_ij (squared) or 1 where e_ij > 0; the flipped sum's is +1 off the diagonal
+ * and -(T - 1) on it. The gradients of |x| and max(0, x) at 0 are taken as 0, as PyTorch does. */
 static double dp_term_backward(float *dA, const float *A, int T, float coef, vit_dp_loss kind) {
+    const int sq = kind == VIT_DP_SQUARED;
     double sym = 0, diag = 0;
     for (int i = 0; i < T; i++) {
         const float *row = A + (size_t)i * T, aii = row[i];
         float *drow = dA + (size_t)i * T;
         double off = 0;
-        int active = 0;
+        float gdiag = 0;
         for (int j = 0; j < T; j++) {
             const float a = row[j], d = a - A[(size_t)j * T + i];
-            const float s = (float)((d > 0) - (d < 0));
-            sym += fabs((double)d);
-            float grad = 2.0f * s;
+            sym += sq ? (double)d * d : fabs((double)d);
+            float grad = sq ? 4.0f * d : 2.0f * (float)((d > 0) - (d < 0));
             if (j != i) {
-                if (kind == VIT_DP_HINGE) {
-                    if (a > aii) {
-                        off += (double)a - aii;
-                        active++;
-                        grad += 1.0f;
-                    }
-                } else {
+                if (kind == VIT_DP_FLIPPED) {
                     off += a;
                     grad += 1.0f;
+                } else if (a > aii) {
+                    const float e = a - aii, g = sq ? 2.0f * e : 1.0f;
+                    off += sq ? (double)e * e : (double)e;
+                    grad += g;
+                    gdiag += g;
                 }
             }
             drow[j] += coef * grad;
         }
-        if (kind == VIT_DP_HINGE) {
-            diag += off;
-            drow[i] -= coef * (float)active;
-        } else {
+        if (kind == VIT_DP_FLIPPED) {
             diag -= (double)(T - 1) * aii - off;
             drow[i] -= coef * (float)(T - 1);
+        } else {
+            diag += off;
+            drow[i] -= coef * gdiag;
         }
     }
     return sym + diag;

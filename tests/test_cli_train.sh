@@ -24,23 +24,23 @@ one_line() { if [ "$(wc -l <"$T/err")" -eq 1 ]; then ok; else bad "error is not 
 TINY=(--data shapes:60 --batch 16 --threads 1)
 
 # the option and its help
-expect 0 "$A" train --help;  has "$T/out" "--dp-loss hinge|flipped"
+expect 0 "$A" train --help;  has "$T/out" "--dp-loss squared|hinge|flipped"
 expect 2 "$A" train --config "$M/lavit_shapes.json" "${TINY[@]}" --out "$T/x" --dp-loss printed
-has "$T/err" "dp-loss printed"; has "$T/err" "hinge"; one_line
+has "$T/err" "dp-loss printed"; has "$T/err" "squared"; one_line
 
 # a LaViT model: the epoch line shows the cross-entropy and the diagonality term apart; the
-# default reading (hinge) is in state.json, log.csv and the traces written during training
+# default reading (squared) is in state.json, log.csv and the traces written during training
 expect 0 "$A" train --config "$M/lavit_shapes.json" "${TINY[@]}" --epochs 1 --record-every 1 \
     --record-images 4 --out "$T/lavit"
 has "$T/out" "epoch   1/1  train ce [0-9.]* dp [0-9.]* acc"
 has "$T/out" "held-out ce [0-9.]* acc"
-has "$T/lavit/epoch-001/state.json" '"dp_loss":[[:space:]]*"hinge"'
+has "$T/lavit/epoch-001/state.json" '"dp_loss":[[:space:]]*"squared"'
 has "$T/lavit/log.csv" "train_ce,train_dp"
 if [ "$(awk -F, 'NR == 2 { d = $4 - ($10 + $11); print (d < 1e-5 && d > -1e-5) }' "$T/lavit/log.csv")" = 1 ]; then ok
 else bad "log.csv: train_loss is not train_ce + train_dp: $(cat "$T/lavit/log.csv")"; fi
 if command -v h5dump >/dev/null; then
     h5dump -a /training "$T/lavit/trace-epoch-001.h5" >"$T/h5" 2>&1
-    has "$T/h5" '"dp_loss":"hinge"'; has "$T/h5" '"epoch":1}'
+    has "$T/h5" '"dp_loss":"squared"'; has "$T/h5" '"epoch":1}'
 fi
 # a model without less-attention blocks has no diagonality term to show
 expect 0 "$A" train --config "$M/vit_shapes.json" "${TINY[@]}" --epochs 1 --out "$T/vit"
@@ -48,21 +48,23 @@ has "$T/out" "train ce [0-9.]* acc"; lacks "$T/out" " dp "
 # resuming with another reading is refused, naming it
 expect 1 "$A" train --config "$M/lavit_shapes.json" "${TINY[@]}" --epochs 1 --record-every 1 \
     --record-images 4 --out "$T/lavit" --resume --dp-loss flipped
-has "$T/err" "dp_loss"; has "$T/err" "hinge"; one_line
+has "$T/err" "dp_loss"; has "$T/err" "squared"; one_line
 
 # the flipped reading at a high weight drives the total loss below zero: a warning says so and
 # names the fix; the model stays at chance, and after 3 epochs a second warning says that
 expect 0 "$A" train --config "$M/lavit_shapes.json" "${TINY[@]}" --epochs 3 --dp-loss flipped \
     --dp-weight 100 --lr 0.01 --warmup-epochs 0 --out "$T/neg"
 has "$T/err" "warning: epoch [0-9]*: the total loss is negative"
-has "$T/err" "use --dp-loss hinge"
+has "$T/err" "use --dp-loss squared"
 has "$T/err" "warning: held-out accuracy has stayed at chance (16.7%) for 3 epochs"
 has "$T/neg/epoch-003/state.json" '"dp_loss":[[:space:]]*"flipped"'
-# the hinge cannot go negative, whatever its weight
-expect 0 "$A" train --config "$M/lavit_shapes.json" "${TINY[@]}" --epochs 2 --dp-weight 100 --lr 0.01 \
-    --warmup-epochs 0 --out "$T/pos" --quiet
-lacks "$T/err" "negative"
-if awk -F, 'NR > 1 && ($4 < 0 || $11 < 0) { exit 1 }' "$T/pos/log.csv"; then ok; else bad "hinge: $(cat "$T/pos/log.csv")"; fi
+# the bounded readings cannot go negative, whatever their weight
+for r in squared hinge; do
+    expect 0 "$A" train --config "$M/lavit_shapes.json" "${TINY[@]}" --epochs 2 --dp-weight 100 --lr 0.01 \
+        --warmup-epochs 0 --dp-loss $r --out "$T/pos-$r" --quiet
+    lacks "$T/err" "negative"
+    if awk -F, 'NR > 1 && ($4 < 0 || $11 < 0) { exit 1 }' "$T/pos-$r/log.csv"; then ok; else bad "$r: $(cat "$T/pos-$r/log.csv")"; fi
+done
 
 # an experiment that trains its models first: the budget is stated on the index page with the
 # held-out accuracy; the held-out images are what it records; a rerun reuses the trained model

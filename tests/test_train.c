@@ -2,7 +2,7 @@
  * the loss and the gradient of every parameter tensor of every fixture model, which together
  * hold every mechanism (vanilla, LMSA, LSLA full and relative biases with and without DS,
  * QXX/QXV and NP, MaiT zero/soft/-inf, LaViT less-attention chains with both readings of the
- * diagonality term (hinge, flipped),
+ * diagonality term (squared, hinge, flipped),
  * Refiner), class/distillation/no prefix tokens, token and average pooling, fc_norm. Then
  * AdamW steps with clipping against torch.optim.AdamW, the schedule, thread independence. */
 #define _POSIX_C_SOURCE 200809L
@@ -54,7 +54,7 @@ static float max_abs(const float *x, size_t n) {
 }
 
 /* One model's loss and gradients under one reading of LaViT's term against the fixture:
- * grad.NAME for the default (hinge), READING.grad.NAME for another where the model has
+ * grad.NAME for the default (squared), READING.grad.NAME for another where the model has
  * less-attention blocks (elsewhere the term is 0 and the readings share grad.NAME). */
 static void test_model_reading(const char *name, const float *x, int n, vit_dp_loss reading) {
     char dir[1024], path[1100], key[64];
@@ -76,8 +76,8 @@ static void test_model_reading(const char *name, const float *x, int n, vit_dp_l
     const char *rname = vit_dp_loss_name(reading);
     char prefix[32] = "";
     snprintf(key, sizeof key, "%s.grad.pos_embed", rname);
-    if (reading != VIT_DP_HINGE && safetensors_find(&st, key)) snprintf(prefix, sizeof prefix, "%s.", rname);
-    CHECK(reading == VIT_DP_HINGE || prefix[0] || !vit_any_attn(&t.cfg, VIT_ATTN_LESS),
+    if (reading != VIT_DP_SQUARED && safetensors_find(&st, key)) snprintf(prefix, sizeof prefix, "%s.", rname);
+    CHECK(reading == VIT_DP_SQUARED || prefix[0] || !vit_any_attn(&t.cfg, VIT_ATTN_LESS),
           "%s: no %s gradients in the fixture (rerun tools/make_train_fixtures.py)", name, rname);
     float ref[4];
     int labels[8];
@@ -165,7 +165,7 @@ static void test_dp_names(void) {
     for (int k = 0; k < VIT_DP_COUNT; k++)
         CHECK(vit_dp_loss_parse(vit_dp_loss_name((vit_dp_loss)k)) == k, "reading %d", k);
     CHECK(vit_dp_loss_parse("printed") == -1 && vit_dp_loss_parse(NULL) == -1, "unknown readings are refused");
-    CHECK(strcmp(vit_dp_loss_name(VIT_DP_HINGE), "hinge") == 0, "the default is the hinge");
+    CHECK(strcmp(vit_dp_loss_name((vit_dp_loss)0), "squared") == 0, "the default is the squared reading");
 }
 
 /* AdamW with clipping against torch.optim.AdamW + clip_grad_norm_ (adamw.safetensors). */

@@ -28,6 +28,17 @@ def symmetry(A):
     return (A - A.transpose(-2, -1)).abs().sum(dim=(-2, -1))
 
 
+def dp_map_squared(A):
+    """Eq. 8 enforced with squared violations: sum_ij (A_ij - A_ji)^2 for symmetry, and
+    max(0, A_ij - A_ii)^2 for every pair (i, j != i) whose entry rises above its row's diagonal."""
+    T = A.shape[-1]
+    d = torch.diagonal(A, dim1=-2, dim2=-1)
+    sym = ((A - A.transpose(-2, -1)) ** 2).sum(dim=(-2, -1))
+    excess = torch.relu(A - d.unsqueeze(-1)) ** 2
+    off = 1.0 - torch.eye(T, dtype=A.dtype)
+    return sym + (excess * off).sum(dim=(-2, -1))
+
+
 def dp_map_hinge(A):
     """The hinge reading of Eq. 9's second line: Eq. 8 asks A_ii > A_ij for every j != i, so each
     pair (i, j != i) costs max(0, A_ij - A_ii); zero once every row's diagonal dominates."""
@@ -46,7 +57,8 @@ def dp_map_flipped(A):
     return symmetry(A) - ((T - 1) * d - (A.sum(-1) - d)).sum(-1)
 
 
-DP_READINGS = {"hinge": dp_map_hinge, "flipped": dp_map_flipped}
+DP_READINGS = {"squared": dp_map_squared, "hinge": dp_map_hinge, "flipped": dp_map_flipped}
+DEFAULT = "squared"  # attnscope train's default reading
 
 
 def dp_loss(model, rec, n, reading):
@@ -65,8 +77,8 @@ def dp_loss(model, rec, n, reading):
 
 def grads_for(name, cfg, x, labels):
     """The CE loss, and for each reading of LaViT's term its value and the gradients of CE + term:
-    grad.NAME (hinge, the default) and flipped.grad.NAME, the latter only where the model has
-    less-attention blocks (elsewhere the term is 0 and both readings share grad.NAME)."""
+    grad.NAME for the default reading, READING.grad.NAME for the others, the latter only where
+    the model has less-attention blocks (elsewhere the term is 0 and the readings share grad.NAME)."""
     d = os.path.join(OUT, name)
     sd = st.load(os.path.join(d, "model.safetensors"))
     out = {"labels": labels.numpy().astype(np.float32)}
@@ -81,12 +93,12 @@ def grads_for(name, cfg, x, labels):
         dp = dp_loss(model, rec, x.shape[0], reading)
         (ce + dp).backward()
         has_less = any(type(b.attn).__name__ == "LessAttention" for b in model.blocks)
-        prefix = "" if reading == "hinge" else f"{reading}."
+        prefix = "" if reading == DEFAULT else f"{reading}."
         out["loss.ce"] = np.array([ce.item()], np.float32)
         out[f"loss.dp.{reading}"] = np.array([dp.item()], np.float32)
         meta[f"loss_dp_{reading}"] = repr(dp.item())
         meta["loss_ce"] = repr(ce.item())
-        if reading == "hinge" or has_less:
+        if reading == DEFAULT or has_less:
             for k, p in model.named_parameters():
                 out[f"{prefix}grad.{k}"] = p.grad.numpy().astype(np.float32)
         if reading == "hinge" and has_less:
