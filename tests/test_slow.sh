@@ -91,7 +91,7 @@ done
 check '[ "$(ls "$EXP"/*.json | wc -l)" -ge 5 ]'
 # every shipped mechanism config, trained on that same budget, beats chance (1/6) by a wide
 # margin: at least 25% on the 1200 held-out images, 7.7 binomial standard deviations (1.08
-# points) above chance (measured: vit 46.1%, lmsa 52.0%, lsla 30.8%, lavit 58.6%, mait 49.9%,
+# points) above chance (measured: vit 46.1%, lmsa 58.0%, lsla 30.8%, lavit 58.6%, mait 49.9%,
 # refiner 58.8%)
 for cfg in "$M"/*_shapes.json; do
     b=$(basename "$cfg" .json)
