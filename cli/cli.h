@@ -9,6 +9,7 @@
 #include "../io/dataset.h"
 #include "../io/model.h"
 #include "../io/trace.h"
+#include "../io/traindata.h"
 
 /* subcommands: each returns the process exit code (0 ok, 1 failure, 2 usage) */
 int cmd_record(int argc, char **argv);
@@ -175,6 +176,7 @@ typedef struct {
     const char *out;        /* checkpoint folder */
     int epochs, batch;
     float lr, min_lr, warmup_lr, warmup_epochs, weight_decay, clip, smoothing, dp_weight;
+    int dp_loss;            /* LaViT's term: a vit_dp_loss (core/train.h), VIT_DP_HINGE by default */
     float val_fraction;
     int crop_pad;           /* -1 none; -2 default (S / 8) */
     int flip;
@@ -189,6 +191,8 @@ typedef struct {
 typedef struct {
     int epochs_done;
     double train_loss, train_acc, val_loss, val_acc; /* of the last epoch */
+    double train_ce, train_dp;                       /* train_loss's two terms */
+    double total_seconds;   /* training time of the whole run, earlier (resumed) parts included */
     double seconds, img_per_s;                       /* training steps only */
     int n_train, n_val, n_classes;
     char checkpoint[1100];  /* the newest checkpoint folder */
@@ -197,6 +201,8 @@ typedef struct {
 } train_result;
 
 void train_opts_default(train_opts *o);
+/* The first k held-out images of d as an ImageFolder tree dir/CLASS/NNNNN.png. */
+as_status train_write_heldout(const traindata *d, int k, const char *dir, as_error *err);
 /* Returns AS_OK, AS_ERR_INTERRUPTED (a checkpoint was saved; --resume continues) or an error. */
 as_status train_run(const train_opts *o, train_result *res, as_error *err);
 

@@ -1,17 +1,22 @@
 /* cmd_experiment.c: attnscope experiment: a declarative JSON file (models, images, what to
- * record, which analyses, which figures) run as record -> analyze -> plot into a folder, with an
- * index page. Each step leaves a stamp (what it was made from) in OUT/.state; a step whose
- * stamp matches, and whose output exists, is skipped, so a rerun only redoes what changed.
- * docs/experiments.md describes the format. */
-#define _POSIX_C_SOURCE 200809L
+ * record, which analyses, which figures) run as [train ->] record -> analyze -> plot into a
+ * folder, with an index page. Each step leaves a stamp (what it was made from) in OUT/.state; a
+ * step whose stamp matches, and whose output exists, is skipped, so a rerun only redoes what
+ * changed. Trained models live in a folder named by a hash of their config and budget, shared by
+ * every experiment that trains the same model the same way. docs/experiments.md describes the
+ * format. */
+#define _DEFAULT_SOURCE /* realpath */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "../analysis/analysis.h"
+#include "../core/train.h"
 #include "../io/atomic.h"
 #include "../plot/figures.h"
 #include "cli.h"
@@ -23,7 +28,11 @@ typedef struct {
     char name[64];
     const cJSON *spec;
     char trace[1200];
-    char stamp[8192];       /* what its analysed trace was made from */
+    char stamp[16384];      /* what its analysed trace was made from */
+    int train;              /* trained by the experiment ("train": true) */
+    char trained[1400];     /* then: its training folder (DIR/latest is the checkpoint) */
+    char train_stamp[8192]; /* and what it was trained from */
+    train_result result;    /* and how training went */
 } exp_model;
 
 typedef struct {
@@ -33,6 +42,10 @@ typedef struct {
     char images[1200];
     exp_model models[EXP_MAX_MODELS];
     int n_models;
+    const cJSON *train;     /* the training budget ("train"), or NULL */
+    char budget[1024];      /* that budget as JSON text, for stamps and the index page */
+    char data[1200];        /* its "data", paths resolved */
+    char trained_root[1024]; /* where trained models go (--trained; default OUT/../trained) */
 } exp_run;
 
 /* Was this step made from exactly `stamp`, and does its output exist? */
@@ -73,13 +86,211 @@ static double jnum(const cJSON *o, const char *k, double def) {
     return cJSON_IsNumber(j) ? j->valuedouble : def;
 }
 
-/* The images: a path, or {"synthetic": N, "size": S, "seed": K} generated once into OUT. */
+/* FNV-1a, 64 bits: names a trained model's folder after what it was trained from (the folder
+ * also keeps the full stamp, compared on reuse). */
+static uint64_t fnv1a(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The training budget: "train": {"data": ..., "epochs": ..., ...}, the options of attnscope
+ * train that an experiment may set; any other key is refused. */
+static const char *const budget_keys[] = {"data", "epochs", "batch", "seed", "lr", "warmup_epochs",
+                                          "weight_decay", "dp_loss", "dp_weight", NULL};
+
+static as_status budget_opts(const exp_run *x, train_opts *o, as_error *err);
+
+static as_status parse_budget(exp_run *x, const cJSON *root, as_error *err) {
+    x->train = cJSON_GetObjectItemCaseSensitive(root, "train");
+    if (!x->train) return AS_OK;
+    if (!cJSON_IsObject(x->train))
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"train\" must be an object such as {\"data\": \"shapes:4000\", "
+                       "\"epochs\": 8} (docs/experiments.md)", x->file);
+    for (const cJSON *e = x->train->child; e; e = e->next) {
+        int known = 0;
+        for (int k = 0; budget_keys[k]; k++) known |= strcmp(e->string, budget_keys[k]) == 0;
+        if (!known)
+            return as_fail(err, AS_ERR_CONFIG, "%s: \"train\": unknown key \"%s\"; the budget takes data, epochs, "
+                           "batch, seed, lr, warmup_epochs, weight_decay, dp_loss, dp_weight", x->file, e->string);
+        const int text = strcmp(e->string, "data") == 0 || strcmp(e->string, "dp_loss") == 0;
+        if (text ? !cJSON_IsString(e) : !cJSON_IsNumber(e))
+            return as_fail(err, AS_ERR_CONFIG, "%s: \"train\": \"%s\" must be a %s", x->file, e->string,
+                           text ? "string" : "number");
+    }
+    const char *data = jstr(x->train, "data", NULL);
+    if (!data) return as_fail(err, AS_ERR_CONFIG, "%s: \"train\" needs \"data\" (e.g. \"shapes:4000\")", x->file);
+    if (strncmp(data, "shapes", 6) == 0) snprintf(x->data, sizeof x->data, "%s", data);
+    else resolve(x, data, x->data, sizeof x->data);
+    const char *dl = jstr(x->train, "dp_loss", NULL);
+    if (dl && vit_dp_loss_parse(dl) < 0)
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"train\": dp_loss \"%s\": expected squared, hinge or flipped", x->file, dl);
+    char *b = cJSON_PrintUnformatted(x->train);
+    snprintf(x->budget, sizeof x->budget, "%s", b ? b : "");
+    free(b);
+    train_opts o;
+    return budget_opts(x, &o, err);
+}
+
+/* attnscope train's options for the budget (the rest at its defaults). */
+static as_status budget_opts(const exp_run *x, train_opts *o, as_error *err) {
+    train_opts_default(o);
+    const cJSON *t = x->train;
+    o->data = x->data;
+    o->epochs = jint(t, "epochs", o->epochs);
+    o->batch = jint(t, "batch", o->batch);
+    o->seed = (unsigned long long)jnum(t, "seed", 0);
+    o->lr = (float)jnum(t, "lr", o->lr);
+    o->warmup_epochs = (float)jnum(t, "warmup_epochs", o->warmup_epochs);
+    o->weight_decay = (float)jnum(t, "weight_decay", o->weight_decay);
+    o->dp_weight = (float)jnum(t, "dp_weight", o->dp_weight);
+    const char *dl = jstr(t, "dp_loss", NULL);
+    if (dl) o->dp_loss = vit_dp_loss_parse(dl);
+    if (o->epochs < 1 || o->epochs > 100000 || o->batch < 1 || o->batch > 4096 || jnum(t, "seed", 0) < 0 ||
+        !(o->lr > 0) || o->warmup_epochs < 0 || o->weight_decay < 0 || o->dp_weight < 0)
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"train\": epochs 1..100000, batch 1..4096, and seed, lr, "
+                       "warmup_epochs, weight_decay, dp_weight not negative", x->file);
+    o->keep = 1;
+    o->quiet = 1;
+    return AS_OK;
+}
+
+/* A model's config as text: an inline object, or the file (or built-in name) a string names. */
+static char *config_text(const exp_run *x, const cJSON *cfgj, char *path, size_t pn) {
+    path[0] = 0;
+    if (cJSON_IsObject(cfgj)) return cJSON_PrintUnformatted(cfgj);
+    if (!cJSON_IsString(cfgj)) return NULL;
+    resolve(x, cfgj->valuestring, path, pn);
+    struct stat sb;
+    if (stat(path, &sb) != 0) { /* a built-in architecture name */
+        snprintf(path, pn, "%s", cfgj->valuestring);
+        return strdup(cfgj->valuestring);
+    }
+    return model_read_text(path, NULL);
+}
+
+/* Trains em with the experiment's budget into TRAINED/CONFIG-HASH/, or reuses (or, after an
+ * interruption, resumes) the run already there: the folder's name hashes the config and the
+ * budget, and its stamp must match them exactly. */
+static as_status train_model(exp_run *x, exp_model *em, as_error *err) {
+    char cpath[1200], key[160], dir[1300], stamp_path[1500], cfg_path[1500], latest[1500];
+    char *ctext = config_text(x, cJSON_GetObjectItemCaseSensitive(em->spec, "config"), cpath, sizeof cpath);
+    if (!ctext)
+        return as_fail(err, AS_ERR_CONFIG, "%s: model \"%s\": \"train\": true needs a readable \"config\" (an "
+                       "object, a config file or a built-in name)", x->file, em->name);
+    train_opts o;
+    as_status rc = budget_opts(x, &o, err);
+    if (rc != AS_OK) {
+        free(ctext);
+        return rc;
+    }
+    /* the budget as written and every option as it takes effect: a changed default retrains */
+    snprintf(em->train_stamp, sizeof em->train_stamp,
+             "attnscope %s\nconfig %s\ntrain %s\noptions epochs=%d batch=%d seed=%llu lr=%g min_lr=%g warmup_lr=%g "
+             "warmup_epochs=%g weight_decay=%g clip=%g smoothing=%g dp_loss=%s dp_weight=%g val_fraction=%g "
+             "crop_pad=%d flip=%d\n", ATTNSCOPE_VERSION, ctext, x->budget, o.epochs, o.batch, o.seed, (double)o.lr,
+             (double)o.min_lr, (double)o.warmup_lr, (double)o.warmup_epochs, (double)o.weight_decay, (double)o.clip,
+             (double)o.smoothing, vit_dp_loss_name((vit_dp_loss)o.dp_loss), (double)o.dp_weight,
+             (double)o.val_fraction, o.crop_pad, o.flip);
+    /* the folder: the config file's name (or the model's), then the hash */
+    const char *base = cpath[0] ? strrchr(cpath, '/') : NULL;
+    base = cpath[0] ? (base ? base + 1 : cpath) : em->name;
+    int bl = (int)strcspn(base, ".");
+    snprintf(key, sizeof key, "%.*s-%016llx", bl > 64 ? 64 : bl, base, (unsigned long long)fnv1a(em->train_stamp));
+    snprintf(dir, sizeof dir, "%s/%s", x->trained_root, key);
+    snprintf(stamp_path, sizeof stamp_path, "%s/experiment-stamp", dir);
+    snprintf(cfg_path, sizeof cfg_path, "%s/model.json", dir);
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    snprintf(em->trained, sizeof em->trained, "%s", dir);
+    char *old = model_read_text(stamp_path, NULL);
+    struct stat sb;
+    const int have = stat(latest, &sb) == 0;
+    if (old && strcmp(old, em->train_stamp) != 0)
+        rc = as_fail(err, AS_ERR_EXISTS, "%s: made from another config or budget than model \"%s\" (its "
+                     "experiment-stamp differs); move it away or pass another --trained", dir, em->name);
+    else if (!old && have)
+        rc = as_fail(err, AS_ERR_EXISTS, "%s: holds a training run without an experiment-stamp; move it away or "
+                     "pass another --trained", dir);
+    free(old);
+    if (rc == AS_OK && cli_make_dirs(dir)) rc = as_fail(err, AS_ERR_IO, "%s: cannot create the folder", dir);
+    atomic_file af;
+    if (rc == AS_OK && !have) { /* the config train reads, then the stamp */
+        if ((rc = atomic_file_begin(&af, cfg_path, err)) == AS_OK) {
+            fputs(ctext, af.fp);
+            rc = atomic_file_commit(&af, err);
+        }
+        if (rc == AS_OK && (rc = atomic_file_begin(&af, stamp_path, err)) == AS_OK) {
+            fputs(em->train_stamp, af.fp);
+            rc = atomic_file_commit(&af, err);
+        }
+    }
+    free(ctext);
+    if (rc != AS_OK) return rc;
+    o.config = cfg_path;
+    o.out = dir;
+    o.resume = have;
+    char cl[1400];
+    snprintf(cl, sizeof cl, "attnscope experiment %s (model %s)", x->file, em->name);
+    o.command_line = cl;
+    if (!have) {
+        printf("  train      %-12s %d epoch%s on %s -> %s\n", em->name, o.epochs, o.epochs == 1 ? "" : "s", o.data, dir);
+        fflush(stdout);
+    }
+    rc = train_run(&o, &em->result, err);
+    if (rc == AS_ERR_INTERRUPTED)
+        return as_fail(err, AS_ERR_INTERRUPTED, "%s: training of model \"%s\" interrupted; run the experiment again "
+                       "to continue it", x->file, em->name);
+    if (rc != AS_OK) return rc;
+    const train_result *r = &em->result;
+    if (r->seconds > 0 || !have)
+        printf("  train      %-12s held-out accuracy %.1f%% (chance %.1f%%) after %.0f s\n", em->name,
+               100 * r->val_acc, 100.0 / r->n_classes, r->total_seconds);
+    else
+        printf("  train      %-12s up to date (held-out accuracy %.1f%%, %s)\n", em->name, 100 * r->val_acc, dir);
+    return AS_OK;
+}
+
+/* The images: a path, or {"synthetic": N, "size": S, "seed": K} generated once into OUT, or
+ * {"heldout": N}: the first N held-out images of the training data, at the trained models'
+ * size, written once into OUT. */
 static as_status prepare_images(exp_run *x, const cJSON *root, char *stamp, size_t sn, as_error *err) {
     const cJSON *im = cJSON_GetObjectItemCaseSensitive(root, "images");
     if (cJSON_IsString(im)) {
         resolve(x, im->valuestring, x->images, sizeof x->images);
         snprintf(stamp, sn, "images=%s", x->images);
         return AS_OK;
+    }
+    if (cJSON_IsObject(im) && cJSON_GetObjectItemCaseSensitive(im, "heldout")) {
+        const int n = jint(im, "heldout", 0);
+        const exp_model *tm = NULL;
+        for (int i = 0; i < x->n_models && !tm; i++)
+            if (x->models[i].train) tm = &x->models[i];
+        if (!tm || n < 1 || n > 100000)
+            return as_fail(err, AS_ERR_CONFIG, "%s: \"images\": {\"heldout\": N} takes 1..100000 held-out images of "
+                           "the training data, and needs a model with \"train\": true", x->file);
+        char cfg_path[1500], safe[64];
+        snprintf(cfg_path, sizeof cfg_path, "%s/model.json", tm->trained);
+        vit_config cfg;
+        as_status rc = model_config_from_arch(&cfg, cfg_path, err);
+        if (rc != AS_OK) return rc;
+        int k = 0;
+        for (const char *p = x->data; *p && k < (int)sizeof safe - 1; p++)
+            safe[k++] = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ? *p : '-';
+        safe[k] = 0;
+        snprintf(x->images, sizeof x->images, "%s/heldout-%d-%s-%d", x->out, n, safe, cfg.img_size);
+        snprintf(stamp, sn, "heldout=%d of %s at %d", n, x->data, cfg.img_size);
+        struct stat sb;
+        if (stat(x->images, &sb) == 0) return AS_OK;
+        traindata d;
+        if ((rc = traindata_open(&d, x->data, &cfg, 0.1f, err)) != AS_OK) return rc;
+        char tmp[1300];
+        snprintf(tmp, sizeof tmp, "%s.partial", x->images);
+        printf("  images     the first %d held-out images of %s -> %s\n", n < d.n_val ? n : d.n_val, x->data, x->images);
+        rc = train_write_heldout(&d, n, tmp, err);
+        traindata_free(&d);
+        if (rc == AS_OK && rename(tmp, x->images) != 0)
+            rc = as_fail(err, AS_ERR_IO, "%s: cannot rename it to %s (%s)", tmp, x->images, strerror(errno));
+        return rc;
     }
     if (!cJSON_IsObject(im) || !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(im, "synthetic")))
         return as_fail(err, AS_ERR_CONFIG, "%s: \"images\" must be a path or {\"synthetic\": N}", x->file);
@@ -94,7 +305,13 @@ static as_status prepare_images(exp_run *x, const cJSON *root, char *stamp, size
     return synth_write_images(x->images, n, size, (unsigned long long)seed, err);
 }
 
-static as_status build_model(const exp_run *x, const cJSON *spec, model *m, as_error *err) {
+static as_status build_model(const exp_run *x, const exp_model *em, model *m, as_error *err) {
+    const cJSON *spec = em->spec;
+    if (em->train) {
+        char latest[1500];
+        snprintf(latest, sizeof latest, "%s/latest", em->trained);
+        return model_load(m, latest, NULL, 0, err);
+    }
     const char *path = jstr(spec, "model", NULL);
     if (path) {
         char p[1200];
@@ -102,15 +319,24 @@ static as_status build_model(const exp_run *x, const cJSON *spec, model *m, as_e
         return model_load(m, p, jstr(spec, "arch", NULL), 0, err);
     }
     const cJSON *cfgj = cJSON_GetObjectItemCaseSensitive(spec, "config");
+    vit_config c;
+    memset(&c, 0, sizeof c);
+    as_status rc;
+    if (cJSON_IsString(cfgj)) { /* a config file or a built-in name */
+        char p[1200];
+        resolve(x, cfgj->valuestring, p, sizeof p);
+        struct stat sb;
+        rc = model_config_from_arch(&c, stat(p, &sb) == 0 ? p : cfgj->valuestring, err);
+        if (rc == AS_OK) rc = model_init_random(m, &c, (unsigned long long)jint(spec, "seed", 1), err);
+        return rc;
+    }
     if (!cJSON_IsObject(cfgj))
         return as_fail(err, AS_ERR_CONFIG, "%s: model \"%s\": give \"model\" (a checkpoint) or \"config\" "
                        "(a model config, random weights)", x->file, jstr(spec, "name", "?"));
     char *json = cJSON_PrintUnformatted(cfgj);
-    vit_config c;
-    memset(&c, 0, sizeof c);
     char what[256];
     snprintf(what, sizeof what, "%s (model %s)", x->file, jstr(spec, "name", "?"));
-    as_status rc = json ? model_config_apply_json(&c, json, what, err) : as_fail(err, AS_ERR_NOMEM, "out of memory");
+    rc = json ? model_config_apply_json(&c, json, what, err) : as_fail(err, AS_ERR_NOMEM, "out of memory");
     free(json);
     if (rc == AS_OK) rc = model_init_random(m, &c, (unsigned long long)jint(spec, "seed", 1), err);
     return rc;
@@ -148,16 +374,17 @@ static as_status run_model(exp_run *x, exp_model *em, const cJSON *root, const c
     struct stat sb;
     char wstamp[256] = "";
     const char *path = jstr(em->spec, "model", NULL);
-    if (path) { /* a checkpoint: its size and time, so a retrained one is picked up */
-        char p[1200], w[1300];
-        resolve(x, path, p, sizeof p);
+    if (path || em->train) { /* a checkpoint: its size and time, so a retrained one is picked up */
+        char p[1500], w[1600];
+        if (em->train) snprintf(p, sizeof p, "%s/latest", em->trained);
+        else resolve(x, path, p, sizeof p);
         snprintf(w, sizeof w, "%s/model.safetensors", p);
         if (stat(w, &sb) == 0 || stat(p, &sb) == 0)
             snprintf(wstamp, sizeof wstamp, "%lld@%lld", (long long)sb.st_size, (long long)sb.st_mtime);
     }
-    char rstamp[4096];
-    snprintf(rstamp, sizeof rstamp, "attnscope %s\nmodel %s %s\n%s\nrecord %s limit %d\n", ATTNSCOPE_VERSION,
-             spec ? spec : "", wstamp, img_stamp, rec, limit);
+    char rstamp[12288];
+    snprintf(rstamp, sizeof rstamp, "attnscope %s\nmodel %s %s\n%s%s\nrecord %s limit %d\n", ATTNSCOPE_VERSION,
+             spec ? spec : "", wstamp, em->train_stamp, img_stamp, rec, limit);
     free(spec);
     char key[128];
     snprintf(key, sizeof key, "%s.record", em->name);
@@ -166,7 +393,7 @@ static as_status run_model(exp_run *x, exp_model *em, const cJSON *root, const c
         printf("  record     %-12s up to date (%s)\n", em->name, em->trace);
     } else {
         model m;
-        if ((rc = build_model(x, em->spec, &m, err)) != AS_OK) return rc;
+        if ((rc = build_model(x, em, &m, err)) != AS_OK) return rc;
         dataset ds;
         if ((rc = dataset_open(&ds, x->images, err)) != AS_OK) {
             model_free(&m);
@@ -272,7 +499,7 @@ static as_status run_figure(exp_run *x, const cJSON *fj, int idx, FILE *index, a
     char base[96];
     snprintf(base, sizeof base, "%s", jstr(fj, "name", fname));
     char *fjs = cJSON_PrintUnformatted(fj);
-    char fstamp[16384];
+    char fstamp[65536];
     int k = snprintf(fstamp, sizeof fstamp, "figure %s\n", fjs ? fjs : "");
     free(fjs);
     for (int i = 0; i < n && k < (int)sizeof fstamp; i++)
@@ -338,24 +565,28 @@ static as_status run_figure(exp_run *x, const cJSON *fj, int idx, FILE *index, a
 static const cli_opt experiment_opts_table[] = {
     /* key alias name     ARG    values     default         help */
     {'o', 'o', "out",     "DIR", NULL,      "results/NAME", "the experiment's folder (NAME: the file's \"name\")"},
+    {'T', 0,   "trained", "TDIR", NULL,     "DIR/../trained", "where models marked \"train\" are trained, one "
+     "folder per config and budget, shared by experiments"},
     {'t', 0,   "threads", "N",   "1..1024", "all cores",    "threads"},
     {0}};
 
 static const cli_cmd experiment_cmd = {
-    "experiment", "EXPERIMENT.json [--out DIR] [--threads N]",
-    "Runs an experiment file (models, images, what to record, which analyses, which figures): records each "
+    "experiment", "EXPERIMENT.json [--out DIR] [--trained TDIR] [--threads N]",
+    "Runs an experiment file (models, images, what to record, which analyses, which figures): trains the "
+    "models marked \"train\" with the file's budget, records each "
     "model into DIR/MODEL.h5, analyses it, draws the figures into DIR and writes DIR/index.md with every "
     "figure, the numbers behind it and the command that redraws it. A rerun redoes only the steps whose "
     "inputs changed. The format: docs/experiments.md; examples: experiments/*.json.",
     experiment_opts_table, NULL};
 
 int cmd_experiment(int argc, char **argv) {
-    const char *out = NULL;
+    const char *out = NULL, *trained = NULL;
     int threads = 0, ch;
     optind = 1;
     while ((ch = cli_opts_next(&experiment_cmd, argc, argv)) >= 0) {
         switch (ch) {
         case 'o': out = optarg; break;
+        case 'T': trained = optarg; break;
         case 't':
             if (!cli_parse_int(optarg, 1, 1024, &threads)) return cli_bad_value(&experiment_cmd, ch, optarg);
             break;
@@ -398,6 +629,24 @@ int cmd_experiment(int argc, char **argv) {
         cJSON_Delete(root);
         return 1;
     }
+    if (parse_budget(&x, root, &err) != AS_OK) {
+        cJSON_Delete(root);
+        return cli_error(&err);
+    }
+    if (x.train) { /* an absolute path: a resumed training checks it against the one it started with */
+        char t[1100], *slash2;
+        if (trained) snprintf(t, sizeof t, "%s", trained);
+        else if ((slash2 = strrchr(x.out, '/'))) snprintf(t, sizeof t, "%.*s/trained", (int)(slash2 - x.out), x.out);
+        else snprintf(t, sizeof t, "trained");
+        char *abs = cli_make_dirs(t) ? NULL : realpath(t, NULL);
+        if (abs) snprintf(x.trained_root, sizeof x.trained_root, "%s", abs);
+        free(abs);
+        if (!abs) {
+            fprintf(stderr, "attnscope: %s: cannot create the folder for trained models; pass --trained DIR\n", t);
+            cJSON_Delete(root);
+            return 1;
+        }
+    }
     cJSON_ArrayForEach(m, models) {
         const char *mn = jstr(m, "name", NULL);
         if (!mn || strlen(mn) >= 64 || strchr(mn, '/') || x.n_models == EXP_MAX_MODELS || find_model(&x, mn)) {
@@ -410,11 +659,34 @@ int cmd_experiment(int argc, char **argv) {
         snprintf(em->name, sizeof em->name, "%s", mn);
         em->spec = m;
         snprintf(em->trace, sizeof em->trace, "%s/%s.h5", x.out, mn);
+        const cJSON *tr = cJSON_GetObjectItemCaseSensitive(m, "train");
+        em->train = cJSON_IsTrue(tr);
+        const char *why = NULL;
+        if (tr && !cJSON_IsBool(tr)) why = "\"train\" must be true or false";
+        else if (em->train && !x.train) why = "\"train\": true needs the experiment's \"train\" budget";
+        else if (em->train && jstr(m, "model", NULL)) why = "\"train\": true trains a \"config\", not a \"model\"";
+        if (why) {
+            fprintf(stderr, "attnscope: %s: model \"%s\": %s (docs/experiments.md)\n", x.file, mn, why);
+            cJSON_Delete(root);
+            return 1;
+        }
+    }
+    int trains = 0;
+    for (int i = 0; i < x.n_models; i++) trains += x.models[i].train;
+    if (x.train && !trains) {
+        fprintf(stderr, "attnscope: %s: a \"train\" budget but no model with \"train\": true; mark the models "
+                "to train or remove the budget (docs/experiments.md)\n", x.file);
+        cJSON_Delete(root);
+        return 1;
     }
     printf("attnscope experiment %s -> %s/\n", name, x.out);
     char img_stamp[1400];
     double t0 = cli_now();
-    if (prepare_images(&x, root, img_stamp, sizeof img_stamp, &err) != AS_OK) rc = cli_error(&err);
+    for (int i = 0; i < x.n_models && !rc; i++) {
+        const as_status s = x.models[i].train ? train_model(&x, &x.models[i], &err) : AS_OK;
+        if (s != AS_OK) rc = s == AS_ERR_INTERRUPTED ? (cli_error(&err), 130) : cli_error(&err);
+    }
+    if (!rc && prepare_images(&x, root, img_stamp, sizeof img_stamp, &err) != AS_OK) rc = cli_error(&err);
     for (int i = 0; i < x.n_models && !rc; i++)
         if (run_model(&x, &x.models[i], root, img_stamp, &err) != AS_OK) rc = cli_error(&err);
     if (!rc) {
@@ -426,13 +698,35 @@ int cmd_experiment(int argc, char **argv) {
         } else {
             fprintf(af.fp, "# %s\n\n%s\n\n", name, jstr(root, "description", ""));
             fprintf(af.fp, "Reproduce everything: `attnscope experiment %s --out %s`\n\n", x.file, x.out);
-            fprintf(af.fp, "| model | source | trace |\n|---|---|---|\n");
+            if (x.train) {
+                train_opts bo;
+                budget_opts(&x, &bo, &err);
+                fprintf(af.fp, "**Training budget** (`\"train\"`: `%s`): the models marked trained were trained by "
+                        "`attnscope train` for %d epoch%s of batch %d on `%s`, seed %llu, lr %g, warm-up %g epochs, "
+                        "weight decay %g, LaViT's diagonality term `%s` at weight %g, every other option at its "
+                        "default (docs/training.md). Held-out accuracy is measured on the data's held-out images, "
+                        "which training never sees.\n\n", x.budget, bo.epochs, bo.epochs == 1 ? "" : "s", bo.batch, bo.data, bo.seed,
+                        (double)bo.lr, (double)bo.warmup_epochs, (double)bo.weight_decay,
+                        vit_dp_loss_name((vit_dp_loss)bo.dp_loss), (double)bo.dp_weight);
+            }
+            fprintf(af.fp, "| model | source | held-out accuracy | trace |\n|---|---|---|---|\n");
             for (int i = 0; i < x.n_models; i++) {
-                const char *src = jstr(x.models[i].spec, "model", NULL);
-                char *cj = src ? NULL : cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(x.models[i].spec, "config"));
-                fprintf(af.fp, "| %s | %s%s%s | %s.h5 |\n", x.models[i].name, src ? src : "random weights, config `",
-                        src ? "" : (cj ? cj : ""), src ? "" : "`", x.models[i].name);
-                free(cj);
+                const exp_model *em = &x.models[i];
+                const char *src = jstr(em->spec, "model", NULL);
+                const cJSON *cj = cJSON_GetObjectItemCaseSensitive(em->spec, "config");
+                char *cs = src ? NULL : cJSON_IsString(cj) ? strdup(cj->valuestring) : cJSON_PrintUnformatted(cj);
+                char acc[128] = "not measured";
+                if (em->train)
+                    snprintf(acc, sizeof acc, "%.1f%% (chance %.1f%%, %d images)", 100 * em->result.val_acc,
+                             100.0 / em->result.n_classes, em->result.n_val);
+                if (src) fprintf(af.fp, "| %s | checkpoint %s | %s | %s.h5 |\n", em->name, src, acc, em->name);
+                else if (em->train)
+                    fprintf(af.fp, "| %s | config `%s`, trained (%.0f s; %s) | %s | %s.h5 |\n", em->name,
+                            cs ? cs : "", em->result.total_seconds, em->trained, acc, em->name);
+                else
+                    fprintf(af.fp, "| %s | config `%s`, random weights (seed %d) | %s | %s.h5 |\n", em->name,
+                            cs ? cs : "", jint(em->spec, "seed", 1), acc, em->name);
+                free(cs);
             }
             fprintf(af.fp, "\n");
             const cJSON *figs = cJSON_GetObjectItemCaseSensitive(root, "figures"), *fj;

@@ -36,6 +36,7 @@ void train_opts_default(train_opts *o) {
     o->clip = 1.0f;
     o->smoothing = 0.1f;
     o->dp_weight = 0.1f;
+    o->dp_loss = VIT_DP_SQUARED;
     o->val_fraction = 0.1f;
     o->crop_pad = -2;
     o->flip = 1;
@@ -53,6 +54,7 @@ typedef struct {
     long batch;      /* batches of epoch + 1 already taken (a mid-epoch checkpoint) */
     long step;       /* optimizer steps */
     double loss_sum; /* the running epoch's sums (mid-epoch checkpoints) */
+    double dp_sum;   /* the diagonality term's part of loss_sum */
     long correct, seen;
     double seconds;  /* training time so far */
     cJSON *history;  /* array of per-epoch objects */
@@ -76,6 +78,7 @@ static cJSON *opts_json(const train_opts *o) {
     cJSON_AddNumberToObject(j, "clip", o->clip);
     cJSON_AddNumberToObject(j, "smoothing", o->smoothing);
     cJSON_AddNumberToObject(j, "dp_weight", o->dp_weight);
+    cJSON_AddStringToObject(j, "dp_loss", vit_dp_loss_name((vit_dp_loss)o->dp_loss));
     cJSON_AddNumberToObject(j, "val_fraction", o->val_fraction);
     cJSON_AddNumberToObject(j, "crop_pad", o->crop_pad);
     cJSON_AddBoolToObject(j, "flip", o->flip);
@@ -94,6 +97,7 @@ static char *state_text(const train_opts *o, const train_state *s, const optim_a
     cJSON_AddNumberToObject(j, "step", (double)s->step);
     cJSON_AddNumberToObject(j, "adamw_step", (double)opt->step);
     cJSON_AddNumberToObject(j, "epoch_loss_sum", s->loss_sum);
+    cJSON_AddNumberToObject(j, "epoch_dp_sum", s->dp_sum);
     cJSON_AddNumberToObject(j, "epoch_correct", (double)s->correct);
     cJSON_AddNumberToObject(j, "epoch_seen", (double)s->seen);
     cJSON_AddNumberToObject(j, "seconds", s->seconds);
@@ -121,6 +125,9 @@ static as_status state_parse(const char *text, const char *path, const train_opt
                        "start again without --resume", path);
     }
     cJSON *saved = cJSON_GetObjectItemCaseSensitive(j, "options"), *now = opts_json(o);
+    /* runs from before the choice existed used the flipped reading of LaViT's Eq. 9 */
+    if (cJSON_IsObject(saved) && !cJSON_GetObjectItemCaseSensitive(saved, "dp_loss"))
+        cJSON_AddStringToObject(saved, "dp_loss", vit_dp_loss_name(VIT_DP_FLIPPED));
     for (const cJSON *e = now->child; e; e = e->next) {
         const cJSON *was = cJSON_GetObjectItemCaseSensitive(saved, e->string);
         if (!was || !cJSON_Compare(was, e, 1)) {
@@ -140,6 +147,7 @@ static as_status state_parse(const char *text, const char *path, const train_opt
     s->step = (long)num(j, "step");
     opt->step = (long)num(j, "adamw_step");
     s->loss_sum = num(j, "epoch_loss_sum");
+    s->dp_sum = isnan(num(j, "epoch_dp_sum")) ? 0 : num(j, "epoch_dp_sum");
     s->correct = (long)num(j, "epoch_correct");
     s->seen = (long)num(j, "epoch_seen");
     s->seconds = num(j, "seconds");
@@ -205,7 +213,7 @@ static void evaluate(const trainable *t, const traindata *d, vit_acts *a, float 
 
 /* The first k held-out images as an ImageFolder tree (dir/CLASS/NNNNN.png): what the traces
  * record, and what `attnscope record --images` reads back identically. */
-static as_status write_heldout(const traindata *d, int k, const char *dir, as_error *err) {
+as_status train_write_heldout(const traindata *d, int k, const char *dir, as_error *err) {
     char p[1400];
     if (cli_make_dirs(dir)) return as_fail(err, AS_ERR_IO, "%s: cannot create the folder", dir);
     for (int c = 0; c < d->n_classes; c++) {
@@ -257,13 +265,21 @@ static as_status record_epoch(const trainable *t, const train_opts *o, const cha
     ro.quiet = 1;
     ro.spec.batch = 16;
     ro.spec.command_line = o->command_line ? o->command_line : "attnscope train";
+    /* the training settings, LaViT's loss reading among them, as state.json holds them */
+    cJSON *tj = opts_json(o);
+    cJSON_AddNumberToObject(tj, "epoch", (double)epoch);
+    char *training = cJSON_PrintUnformatted(tj);
+    cJSON_Delete(tj);
+    ro.spec.training = training;
     if (record_parse_selection(&ro, &m.cfg, o->record_what, "all", "all", "f16", "none", "all", err)) {
         dataset_free(&ds);
+        free(training);
         return AS_ERR_ARG;
     }
     record_result res;
     rc = record_run(&m, &ds, &ro, &res, err);
     dataset_free(&ds);
+    free(training);
     return rc;
 }
 
@@ -285,9 +301,44 @@ static void prune(const char *dir, long epoch, int keep) {
 }
 
 static void log_line(FILE *f, const cJSON *h) {
-    fprintf(f, "%g,%g,%.6f,%.6f,%.6f,%.6f,%.6f,%.2f,%.2f\n", num(h, "epoch"), num(h, "step"), num(h, "lr"),
+    fprintf(f, "%g,%g,%.6f,%.6f,%.6f,%.6f,%.6f,%.2f,%.2f", num(h, "epoch"), num(h, "step"), num(h, "lr"),
             num(h, "train_loss"), num(h, "train_acc"), num(h, "val_loss"), num(h, "val_acc"),
             num(h, "img_per_s"), num(h, "seconds"));
+    /* epochs of runs resumed from before the terms were kept apart leave them empty */
+    if (isnan(num(h, "train_ce"))) fprintf(f, ",,\n");
+    else fprintf(f, ",%.6f,%.6f\n", num(h, "train_ce"), num(h, "train_dp"));
+}
+
+/* The loss terms of a progress or epoch line: "ce 1.234 dp -0.056" where LaViT's term applies,
+ * else "ce 1.234" (the loss is then the cross-entropy alone). */
+static void loss_terms(char *buf, size_t n, double loss, double dp, int has_dp) {
+    if (has_dp) snprintf(buf, n, "ce %.3f dp %.3f", loss - dp, dp);
+    else snprintf(buf, n, "ce %.3f", loss);
+}
+
+/* Held-out accuracy within three binomial standard deviations (at least 2 points) of chance. */
+static int at_chance(double acc, int n_classes, int n_val) {
+    const double p = 1.0 / n_classes, sd = sqrt(p * (1 - p) / (n_val > 0 ? n_val : 1));
+    return acc < p + fmax(0.02, 3 * sd);
+}
+
+enum { TRAIN_CHANCE_EPOCHS = 3 }; /* epochs at chance in a row before the warning */
+
+/* Trailing epochs of the history whose held-out accuracy is at chance. */
+static int chance_streak(const cJSON *history, int n_classes, int n_val) {
+    int k = 0;
+    for (const cJSON *h = history->child; h; h = h->next)
+        k = at_chance(num(h, "val_acc"), n_classes, n_val) ? k + 1 : 0;
+    return k;
+}
+
+/* Advice for a run that is not learning, by which loss terms it has and how large the
+ * diagonality term is against the cross-entropy (ce, dp: the epoch's means). */
+static const char *not_learning_fix(const train_opts *o, int has_dp, double ce, double dp) {
+    if (has_dp && o->dp_loss == VIT_DP_FLIPPED)
+        return "the flipped diagonality term rewards identity maps: use --dp-loss squared or --dp-weight 0";
+    if (has_dp && fabs(dp) > 0.1 * ce) return "the diagonality term is large: try a smaller --dp-weight";
+    return "check the labels and --lr, or train longer (small models can sit at chance for a few hundred steps)";
 }
 
 /* log.csv from the history, rewritten whole each epoch (so a resumed run's log is complete). */
@@ -297,7 +348,7 @@ static as_status write_log(const char *dir, const cJSON *history, as_error *err)
     atomic_file af;
     as_status rc = atomic_file_begin(&af, p, err);
     if (rc != AS_OK) return rc;
-    fprintf(af.fp, "epoch,step,lr,train_loss,train_acc,val_loss,val_acc,img_per_s,seconds\n");
+    fprintf(af.fp, "epoch,step,lr,train_loss,train_acc,val_loss,val_acc,img_per_s,seconds,train_ce,train_dp\n");
     for (const cJSON *h = history->child; h; h = h->next) log_line(af.fp, h);
     return atomic_file_commit(&af, err);
 }
@@ -409,7 +460,7 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
     char heldout[1100] = "", ckpt[1100] = "", name[64];
     if (rc == AS_OK && o->record_every > 0) {
         snprintf(heldout, sizeof heldout, "%s/heldout", o->out);
-        rc = write_heldout(&d, o->record_images, heldout, err);
+        rc = train_write_heldout(&d, o->record_images, heldout, err);
         snprintf(res->heldout, sizeof res->heldout, "%s", heldout);
     }
     if (rc == AS_OK && !o->quiet) {
@@ -440,6 +491,9 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
     const long done0 = st.step * B;
     progress_init(&pg, "train", total_steps * B, done0);
     double t_run = 0;
+    /* LaViT's term applies (and is shown) only with less-attention blocks and a weight */
+    const int has_dp = vit_any_attn(c, VIT_ATTN_LESS) && o->dp_weight > 0;
+    int warned_negative = 0, warned_chance = 0;
     while (rc == AS_OK && st.epoch < o->epochs) {
         /* this epoch's order, from the seed and the epoch alone */
         rng_state r = {o->seed * 0x9e3779b97f4a7c15ull + (unsigned long long)st.epoch * 0x632be59bd9b4e019ull + 1};
@@ -458,12 +512,15 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
             int right;
             double loss = vit_loss_ce(a.logits, labels, B, c->num_classes, o->smoothing, dlogits, &right);
             memset(t.g, 0, t.count * sizeof(float));
-            loss += vit_backward(c, &t.p, &t.gp, &a, &ws, dlogits, B, o->dp_weight);
+            const double dp = vit_backward(c, &t.p, &t.gp, &a, &ws, dlogits, B, o->dp_weight,
+                                           (vit_dp_loss)o->dp_loss);
+            loss += dp;
             optim_clip(t.g, t.count, o->clip);
             optim_adamw_step(&opt, t.w, t.g, t.m, t.v, t.decay, t.count, optim_lr(&sched, st.step));
             st.step++;
             st.batch++;
             st.loss_sum += loss * B;
+            st.dp_sum += dp * B;
             st.correct += right;
             st.seen += B;
             const double dt = cli_now() - t0;
@@ -474,9 +531,19 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
                              "--warmup-epochs", o->out, loss, st.step, (double)o->lr);
                 break;
             }
-            char note[160];
-            snprintf(note, sizeof note, "epoch %ld/%d  loss %.3f  acc %.1f%%", st.epoch + 1, o->epochs,
-                     st.loss_sum / st.seen, 100.0 * st.correct / st.seen);
+            if (st.loss_sum < 0 && !warned_negative) {
+                /* the cross-entropy is never negative: another term outweighs it */
+                progress_finish(&pg);
+                fprintf(stderr, "attnscope train: warning: epoch %ld: the total loss is negative (%.3f = ce %.3f + "
+                        "dp %.3f); %s\n", st.epoch + 1, st.loss_sum / st.seen, (st.loss_sum - st.dp_sum) / st.seen,
+                        st.dp_sum / st.seen,
+                        not_learning_fix(o, has_dp, (st.loss_sum - st.dp_sum) / st.seen, st.dp_sum / st.seen));
+                warned_negative = 1;
+            }
+            char note[160], terms[64];
+            loss_terms(terms, sizeof terms, st.loss_sum / st.seen, st.dp_sum / st.seen, has_dp);
+            snprintf(note, sizeof note, "epoch %ld/%d  %s  acc %.1f%%", st.epoch + 1, o->epochs, terms,
+                     100.0 * st.correct / st.seen);
             progress_update_note(&pg, st.step * B, note);
         }
         if (rc != AS_OK) break;
@@ -499,6 +566,8 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
         cJSON_AddNumberToObject(h, "step", (double)st.step);
         cJSON_AddNumberToObject(h, "lr", optim_lr(&sched, st.step - 1));
         cJSON_AddNumberToObject(h, "train_loss", st.loss_sum / st.seen);
+        cJSON_AddNumberToObject(h, "train_ce", (st.loss_sum - st.dp_sum) / st.seen);
+        cJSON_AddNumberToObject(h, "train_dp", st.dp_sum / st.seen);
         cJSON_AddNumberToObject(h, "train_acc", (double)st.correct / st.seen);
         cJSON_AddNumberToObject(h, "val_loss", vl);
         cJSON_AddNumberToObject(h, "val_acc", va);
@@ -511,7 +580,7 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
         cJSON_AddNumberToObject(h, "threads", ri.threads);
         cJSON_AddItemToArray(st.history, h);
         st.batch = 0;
-        st.loss_sum = 0;
+        st.loss_sum = st.dp_sum = 0;
         st.correct = st.seen = 0;
         snprintf(name, sizeof name, "epoch-%03ld", st.epoch);
         rc = save_point(&t, o, &st, &opt, name, ckpt, sizeof ckpt, err);
@@ -519,13 +588,23 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
         if (rc == AS_OK) prune(o->out, st.epoch, o->keep);
         progress_finish(&pg);
         if (rc == AS_OK && !o->quiet) {
-            char line[512];
-            snprintf(line, sizeof line, "epoch %3ld/%d  train loss %.4f acc %5.1f%%  held-out loss %.4f acc %5.1f%%  lr %.2e  %.0f img/s",
-                     st.epoch, o->epochs, num(h, "train_loss"), 100 * num(h, "train_acc"), vl, 100 * va,
+            /* the held-out loss is the cross-entropy alone */
+            char terms[64], line[512];
+            loss_terms(terms, sizeof terms, num(h, "train_loss"), num(h, "train_dp"), has_dp);
+            snprintf(line, sizeof line, "epoch %3ld/%d  train %s acc %5.1f%%  held-out ce %.3f acc %5.1f%%  lr %.1e  "
+                     "%.0f img/s", st.epoch, o->epochs, terms, 100 * num(h, "train_acc"), vl, 100 * va,
                      num(h, "lr"), num(h, "img_per_s"));
             cli_wrap(stdout, 0, 13, line); /* within the terminal, continued under the numbers */
             fflush(stdout);
         }
+        const int streak = chance_streak(st.history, d.n_classes, d.n_val);
+        if (rc == AS_OK && streak >= TRAIN_CHANCE_EPOCHS && !warned_chance) {
+            fprintf(stderr, "attnscope train: warning: held-out accuracy has stayed at chance (%.1f%%) for %d "
+                    "epochs (step %ld, now %.1f%%): the model is not learning; %s\n", 100.0 / d.n_classes, streak, st.step, 100 * va,
+                    not_learning_fix(o, has_dp, num(h, "train_ce"), num(h, "train_dp")));
+            warned_chance = 1;
+        }
+        if (streak == 0) warned_chance = 0;
         if (rc == AS_OK && o->record_every > 0 && (st.epoch % o->record_every == 0 || st.epoch == o->epochs))
             rc = record_epoch(&t, o, heldout, st.epoch, ckpt, res->last_trace, sizeof res->last_trace, err);
         if (rc == AS_ERR_INTERRUPTED) /* during a trace: the epoch's checkpoint is already saved */
@@ -539,6 +618,9 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
     const cJSON *last = cJSON_GetArrayItem(st.history, cJSON_GetArraySize(st.history) - 1);
     if (last) {
         res->train_loss = num(last, "train_loss");
+        res->train_ce = num(last, "train_ce");
+        res->total_seconds = num(last, "seconds");
+        res->train_dp = num(last, "train_dp");
         res->train_acc = num(last, "train_acc");
         res->val_loss = num(last, "val_loss");
         res->val_acc = num(last, "val_acc");
@@ -573,7 +655,7 @@ static int parse_float(const char *s, float lo, float hi, float *out, const char
 
 /* Keys of the options without a short letter. */
 enum { K_LR = 1, K_MIN_LR, K_WARMUP, K_WD, K_CLIP, K_SMOOTH, K_DP, K_VAL, K_CROP, K_NOFLIP, K_SEED,
-       K_REC_EVERY, K_REC_IMAGES, K_RECORD, K_RESUME, K_KEEP, K_NUM_CLASSES, K_IMG_SIZE };
+       K_REC_EVERY, K_REC_IMAGES, K_RECORD, K_RESUME, K_KEEP, K_NUM_CLASSES, K_IMG_SIZE, K_DP_LOSS };
 
 static const cli_opt train_opts_table[] = {
     /* key         alias name            ARG     values        default        help */
@@ -596,6 +678,10 @@ static const cli_opt train_opts_table[] = {
     {K_SMOOTH,     0,   "smoothing",     "S",    "0..0.99", "0.1", "label smoothing of the cross-entropy"},
     {K_DP,         0,   "dp-weight",     "W",    "0..1000", "0.1", "weight of LaViT's diagonality-preserving loss on "
      "less-attention blocks (no effect on other models)"},
+    {K_DP_LOSS,    0,   "dp-loss",       "R",    "squared, hinge, flipped", "squared", "reading of LaViT's Eq. 8/9 "
+     "(docs/training.md): squared, zero once maps are symmetric with dominant diagonals; hinge, the same with "
+     "absolute values, which can hold LaViT at chance; flipped, Eq. 9 with its sign flipped, which rewards "
+     "identity maps"},
     {K_VAL,        0,   "val-fraction",  "F",    "0.001..0.9", "0.1", "share of the data held out for evaluation "
      "(when the data has no val/ split)"},
     {K_CROP,       0,   "crop-pad",      "P",    "-1..512 (-1: no random crop)", "S/8", "pad by P pixels, then take a "
@@ -656,6 +742,7 @@ int cmd_train(int argc, char **argv) {
         case K_NUM_CLASSES: ok = cli_parse_int(optarg, 1, 1 << 20, &o.num_classes); break;
         case K_IMG_SIZE: ok = cli_parse_int(optarg, 1, 16384, &o.img_size); break;
         case 't': ok = cli_parse_int(optarg, 1, 1024, &threads); break;
+        case K_DP_LOSS: ok = (o.dp_loss = vit_dp_loss_parse(optarg)) >= 0; break;
         case 'q': o.quiet = 1; break;
         }
         if (!ok) return cli_bad_value(&train_cmd, ch, optarg);

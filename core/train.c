@@ -150,25 +150,62 @@ static int less_blocks(const vit_config *c) {
     return k;
 }
 
-/* LaViT's diagonality-preserving term of one (T, T) softmax map A and its gradient:
- *     sum_{i,j} |A_ij - A_ji|  -  sum_i ((T - 1) A_ii - sum_{j != i} A_ij)
- * (symmetry minus diagonality, the quantities analysis/diag.c reports). Returns the term and
- * adds coef times its gradient to dA: coef (2 sign(A_ij - A_ji) + 1) off the diagonal,
- * -coef (T - 1) on it (the gradient of |x| at 0 taken as 0, as PyTorch does). */
-static double dp_term_backward(float *dA, const float *A, int T, float coef) {
+static const char *const dp_loss_names[] = {"squared", "hinge", "flipped"};
+_Static_assert(sizeof dp_loss_names / sizeof *dp_loss_names == VIT_DP_COUNT, "one name per vit_dp_loss");
+
+const char *vit_dp_loss_name(vit_dp_loss k) {
+    return (unsigned)k < VIT_DP_COUNT ? dp_loss_names[k] : "?";
+}
+
+int vit_dp_loss_parse(const char *s) {
+    for (int k = 0; k < VIT_DP_COUNT; k++)
+        if (s && strcmp(s, dp_loss_names[k]) == 0) return k;
+    return -1;
+}
+
+/* LaViT's diagonality-preserving term of one (T, T) softmax map A and its gradient, in the
+ * reading `kind` (train.h), with d_ij = A_ij - A_ji and e_ij = max(0, A_ij - A_ii), j != i:
+ *   squared: sum_{i,j} d_ij^2 + sum_i sum_{j != i} e_ij^2
+ *   hinge:   sum_{i,j} |d_ij| + sum_i sum_{j != i} e_ij
+ *   flipped: sum_{i,j} |d_ij| - sum_i ((T - 1) A_ii - sum_{j != i} A_ij)
+ * Returns the term and adds coef times its gradient to dA: the symmetry sum's is 4 d_ij
+ * (squared) or 2 sign(d_ij) (each pair appears twice); a hinge pair's is +g on A_ij and -g on
+ * A_ii with g = 2 e_ij (squared) or 1 where e_ij > 0; the flipped sum's is +1 off the diagonal
+ * and -(T - 1) on it. The gradients of |x| and max(0, x) at 0 are taken as 0, as PyTorch does. */
+static double dp_term_backward(float *dA, const float *A, int T, float coef, vit_dp_loss kind) {
+    const int sq = kind == VIT_DP_SQUARED;
     double sym = 0, diag = 0;
     for (int i = 0; i < T; i++) {
+        const float *row = A + (size_t)i * T, aii = row[i];
+        float *drow = dA + (size_t)i * T;
         double off = 0;
+        float gdiag = 0;
         for (int j = 0; j < T; j++) {
-            const float a = A[(size_t)i * T + j], d = a - A[(size_t)j * T + i];
-            const float s = (float)((d > 0) - (d < 0));
-            sym += fabs((double)d);
-            if (j != i) off += a;
-            dA[(size_t)i * T + j] += i == j ? -coef * (float)(T - 1) : coef * (2.0f * s + 1.0f);
+            const float a = row[j], d = a - A[(size_t)j * T + i];
+            sym += sq ? (double)d * d : fabs((double)d);
+            float grad = sq ? 4.0f * d : 2.0f * (float)((d > 0) - (d < 0));
+            if (j != i) {
+                if (kind == VIT_DP_FLIPPED) {
+                    off += a;
+                    grad += 1.0f;
+                } else if (a > aii) {
+                    const float e = a - aii, g = sq ? 2.0f * e : 1.0f;
+                    off += sq ? (double)e * e : (double)e;
+                    grad += g;
+                    gdiag += g;
+                }
+            }
+            drow[j] += coef * grad;
         }
-        diag += (double)(T - 1) * A[(size_t)i * T + i] - off;
+        if (kind == VIT_DP_FLIPPED) {
+            diag -= (double)(T - 1) * aii - off;
+            drow[i] -= coef * (float)(T - 1);
+        } else {
+            diag += off;
+            drow[i] -= coef * gdiag;
+        }
     }
-    return sym - diag;
+    return sym + diag;
 }
 
 /* ---- attention ---- */
@@ -223,7 +260,7 @@ static void refine_backward(float *dA, float *dEx, float *dCv, float *part, cons
  * also takes LaViT's term and returns its sum over the block's maps (else 0). */
 static double attention_backward(const vit_config *c, int l, const vit_block_params *bp,
                                const vit_block_params *gb, const vit_tape *tape, vit_grad_ws *ws,
-                               int n, float dp_coef) {
+                               int n, float dp_coef, vit_dp_loss dp_loss) {
     const vit_attn *at = &c->attn[l];
     const vit_tape_block *t = &tape->blk[l];
     const int D = c->embed_dim, H = c->num_heads, T = vit_num_tokens(c), M = n * T, hd = D / H;
@@ -315,7 +352,7 @@ static double attention_backward(const vit_config *c, int l, const vit_block_par
     for (int bh = 0; bh < n * H; bh++) {
         const int b = bh / H, h = bh % H;
         float *dA = ws->dA + (size_t)bh * TT, *dS = ws->dS + (size_t)bh * TT, *X = ws->dX + (size_t)bh * TT;
-        if (less && dp_coef != 0.0f) ws->scal[bh] = dp_term_backward(dA, t->att + (size_t)bh * TT, T, dp_coef);
+        if (less && dp_coef != 0.0f) ws->scal[bh] = dp_term_backward(dA, t->att + (size_t)bh * TT, T, dp_coef, dp_loss);
         kernels_softmax_backward_rows(dS, P + (size_t)bh * TT, dA, T, T);
         if (dnext)
             for (size_t i = 0; i < TT; i++) dS[i] += dnext[(size_t)bh * TT + i];
@@ -449,7 +486,7 @@ static double attention_backward(const vit_config *c, int l, const vit_block_par
 /* ---- the whole model ---- */
 
 double vit_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
-                    vit_grad_ws *ws, const float *dlogits, int n, float dp_weight) {
+                    vit_grad_ws *ws, const float *dlogits, int n, float dp_weight, vit_dp_loss dp_loss) {
     const vit_tape *tape = a->tape;
     const int D = c->embed_dim, T = vit_num_tokens(c), Np = vit_num_patches(c), H = c->num_heads;
     const int prefix = vit_num_prefix(c), M = n * T, Hm = c->mlp_hidden, C = c->num_classes;
@@ -522,7 +559,7 @@ double vit_backward(const vit_config *c, const vit_params *p, const vit_params *
             linear_backward(WR(gb->proj_w), WR(gb->proj_b), ws->dao, 0, ws->dx, D, t->ao, D, bp->proj_w, M, D, D, ws->ones);
         else
             memcpy(ws->dao, ws->dx, MD * sizeof(float));
-        dp += attention_backward(c, l, bp, gb, tape, ws, n, dp_coef);
+        dp += attention_backward(c, l, bp, gb, tape, ws, n, dp_coef, dp_loss);
         kernels_layernorm_backward(ws->dx, WR(gb->norm1_w), WR(gb->norm1_b), ws->dxn, t->x_in, bp->norm1_w,
                                ws->ln_scratch, M, D, eps);
     }

@@ -8,7 +8,7 @@
  *     vit_forward(&cfg, &p, &a, x, n, NULL);                 // keeps every block in the tape
  *     double loss = vit_loss_ce(a.logits, y, n, C, 0.1f, dlogits, &correct);
  *     memset(grad_flat, 0, ...);                              // backward adds into grads
- *     loss += vit_backward(&cfg, &p, &g, &a, &ws, dlogits, n, dp_weight); // + LaViT's term
+ *     loss += vit_backward(&cfg, &p, &g, &a, &ws, dlogits, n, 0.1f, VIT_DP_SQUARED); // + LaViT's
  *     float norm = optim_clip(grad_flat, count, 1.0f);
  *     optim_adamw_step(&opt, w, grad_flat, m, v, decay_mask, count, optim_lr(&sched, step));
  * g is a vit_params whose pointers point into writable gradient memory laid out like p
@@ -48,15 +48,37 @@ size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws
 double vit_loss_ce(const float *logits, const int *labels, int n, int C, float eps,
                    float *dlogits, int *correct);
 
+/* LaViT's diagonality-preserving loss (its Eq. 9), in one of three readings. The paper prints
+ * Eq. 9 with "+ sum_i ((N-1) A_ii - sum_{j != i} A_ij)", which minimising would drive away from
+ * the diagonality its own Eq. 8 asks for (A_ii > A_ij); docs/training.md quotes the passage.
+ * Per (T, T) softmax map A, with d_ij = A_ij - A_ji and e_ij = max(0, A_ij - A_ii), j != i:
+ *   VIT_DP_SQUARED sum_{i,j} d_ij^2 + sum_i sum_{j != i} e_ij^2   (the default)
+ *       zero exactly when A satisfies Eq. 8 (symmetric, no entry of a row above its diagonal);
+ *       bounded (0 <= term <= 3T) and never rewards sharpening the diagonal once Eq. 8 holds;
+ *       its gradient shrinks with the violation, so small asymmetries of near-uniform maps
+ *       cannot outweigh the cross-entropy's gradient (with Adam, direction counts, not size).
+ *   VIT_DP_HINGE   sum_{i,j} |d_ij| + sum_i sum_{j != i} e_ij
+ *       the same feasible set with Eq. 9's absolute values: bounded too, but its gradient keeps
+ *       full size at any violation, and on the shapes models it holds LaViT at chance.
+ *   VIT_DP_FLIPPED sum_{i,j} |d_ij| - sum_i ((T - 1) A_ii - sum_{j != i} A_ij)
+ *       Eq. 9 with the second sum's sign flipped (attnscope's first reading, kept for
+ *       comparison): = sym - sum_i (T A_ii - 1), unbounded below as T grows, minimised by
+ *       identity maps (-T (T - 1)); at weight 0.1 it outweighs the cross-entropy and collapses
+ *       the less-attention maps onto the identity. */
+typedef enum { VIT_DP_SQUARED = 0, VIT_DP_HINGE, VIT_DP_FLIPPED, VIT_DP_COUNT } vit_dp_loss;
+
+const char *vit_dp_loss_name(vit_dp_loss k);  /* "squared", "hinge", "flipped" */
+/* The reading named s, or -1. */
+int vit_dp_loss_parse(const char *s);
+
 /* Adds the gradients of (mean CE with dlogits given) + LaViT's diagonality-preserving term for
  * the n images of the last training forward into g, and returns that term's value:
- *     weight / (blocks * n * H * T) * sum_{less-attention blocks, images, heads}
- *         ( sum_{i,j} |A_ij - A_ji|  -  sum_i ((T - 1) A_ii - sum_{j != i} A_ij) )
- * over the softmax maps A, i.e. symmetry minus diagonality (docs/training.md); 0 without
- * less-attention blocks or with weight 0. The result does not depend on the thread count beyond
- * BLAS's own rounding: every reduction over images runs in image order. */
+ *     weight / (blocks * n * H * T) * sum_{less-attention blocks, images, heads} term(A)
+ * over the softmax maps A, term as dp_loss reads it (above); 0 without less-attention blocks or
+ * with weight 0. The result does not depend on the thread count beyond BLAS's own rounding:
+ * every reduction over images runs in image order. */
 double vit_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
-                    vit_grad_ws *ws, const float *dlogits, int n, float dp_weight);
+                    vit_grad_ws *ws, const float *dlogits, int n, float dp_weight, vit_dp_loss dp_loss);
 
 /* ---- optimisation ---- */
 

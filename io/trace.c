@@ -591,6 +591,7 @@ static int write_root_attrs(hid_t f, const trace_spec *s) {
     rc |= h5u_attr_int(f, "format_version", TRACE_FORMAT_VERSION);
     rc |= h5u_attr_str(f, "software", "attnscope " ATTNSCOPE_VERSION);
     rc |= h5u_attr_str(f, "command_line", s->command_line ? s->command_line : "");
+    if (s->training) rc |= h5u_attr_str(f, "training", s->training);
     rc |= h5u_attr_str(f, "start_time", now);
     rc |= h5u_attr_str(f, "end_time", "");
     rc |= h5u_attr_int(f, "complete", 0);

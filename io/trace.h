@@ -62,6 +62,8 @@ typedef struct {
     int level;                   /* deflate level 1..9 */
     int batch;                   /* images per slot, 1..TRACE_MAX_BATCH */
     const char *command_line;
+    const char *training;        /* JSON: the training options of a trace that attnscope train
+                                    writes (the root attribute "training"), or NULL */
     int n_class_names;
     char **class_names;
 } trace_spec;

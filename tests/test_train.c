@@ -1,7 +1,8 @@
 /* test_train.c: the backward pass against PyTorch autograd (tools/make_train_fixtures.py):
  * the loss and the gradient of every parameter tensor of every fixture model, which together
  * hold every mechanism (vanilla, LMSA, LSLA full and relative biases with and without DS,
- * QXX/QXV and NP, MaiT zero/soft/-inf, LaViT less-attention chains with the diagonality term,
+ * QXX/QXV and NP, MaiT zero/soft/-inf, LaViT less-attention chains with both readings of the
+ * diagonality term (squared, hinge, flipped),
  * Refiner), class/distillation/no prefix tokens, token and average pooling, fc_norm. Then
  * AdamW steps with clipping against torch.optim.AdamW, the schedule, thread independence. */
 #define _POSIX_C_SOURCE 200809L
@@ -21,7 +22,7 @@ typedef struct {
 } step_out;
 
 static void train_step(trainable *t, const float *x, const int *labels, int n, float smoothing,
-                       float dp_weight, step_out *o) {
+                       float dp_weight, vit_dp_loss dp_loss, step_out *o) {
     const vit_config *c = &t->cfg;
     vit_tape tape;
     void *ta = aligned_alloc(64, vit_tape_carve(c, n, NULL, NULL));
@@ -39,7 +40,7 @@ static void train_step(trainable *t, const float *x, const int *labels, int n, f
     o->logits = malloc((size_t)n * c->num_classes * sizeof(float));
     memcpy(o->logits, a.logits, (size_t)n * c->num_classes * sizeof(float));
     memset(t->g, 0, t->count * sizeof(float));
-    o->dp = vit_backward(c, &t->p, &t->gp, &a, &ws, dl, n, dp_weight);
+    o->dp = vit_backward(c, &t->p, &t->gp, &a, &ws, dl, n, dp_weight, dp_loss);
     free(dl);
     free(ta);
     free(aa);
@@ -52,8 +53,11 @@ static float max_abs(const float *x, size_t n) {
     return m;
 }
 
-static void test_model(const char *name, const float *x, int n) {
-    char dir[1024], path[1100];
+/* One model's loss and gradients under one reading of LaViT's term against the fixture:
+ * grad.NAME for the default (squared), READING.grad.NAME for another where the model has
+ * less-attention blocks (elsewhere the term is 0 and the readings share grad.NAME). */
+static void test_model_reading(const char *name, const float *x, int n, vit_dp_loss reading) {
+    char dir[1024], path[1100], key[64];
     snprintf(dir, sizeof dir, "%s", fx(name));
     as_error err = {0};
     model m;
@@ -69,13 +73,22 @@ static void test_model(const char *name, const float *x, int n) {
         CHECK(0, "%s", err.msg);
         return;
     }
+    const char *rname = vit_dp_loss_name(reading);
+    char prefix[32] = "";
+    snprintf(key, sizeof key, "%s.grad.pos_embed", rname);
+    if (reading != VIT_DP_SQUARED && safetensors_find(&st, key)) snprintf(prefix, sizeof prefix, "%s.", rname);
+    CHECK(reading == VIT_DP_SQUARED || prefix[0] || !vit_any_attn(&t.cfg, VIT_ATTN_LESS),
+          "%s: no %s gradients in the fixture (rerun tools/make_train_fixtures.py)", name, rname);
     float ref[4];
     int labels[8];
     safetensors_read_f32(&st, safetensors_find(&st, "labels"), ref, &err);
     for (int i = 0; i < n; i++) labels[i] = (int)ref[i];
-    float ce_ref, dp_ref;
-    safetensors_read_f32(&st, safetensors_find(&st, "loss.ce"), &ce_ref, &err);
-    safetensors_read_f32(&st, safetensors_find(&st, "loss.dp"), &dp_ref, &err);
+    float ce_ref = NAN, dp_ref = NAN;
+    snprintf(key, sizeof key, "loss.dp.%s", rname);
+    const safetensors_tensor *ct = safetensors_find(&st, "loss.ce"), *dt = safetensors_find(&st, key);
+    CHECK(ct && dt, "%s: loss.ce or %s missing from the fixture", name, key);
+    if (ct) safetensors_read_f32(&st, ct, &ce_ref, &err);
+    if (dt) safetensors_read_f32(&st, dt, &dp_ref, &err);
 
     /* the training forward gives the inference forward's logits */
     const vit_config *c = &t.cfg;
@@ -85,15 +98,16 @@ static void test_model(const char *name, const float *x, int n) {
     vit_forward(c, &t.p, &a, x, n, NULL);
 
     step_out o;
-    train_step(&t, x, labels, n, 0.1f, 0.5f, &o);
+    train_step(&t, x, labels, n, 0.1f, 0.5f, reading, &o);
     check_close("training-forward logits", o.logits, a.logits, (size_t)n * c->num_classes, 0, 0);
     CHECK(fabs(o.ce - ce_ref) < 1e-5 * fabs(ce_ref) + 1e-6, "%s: ce %.8g want %.8g", name, o.ce, (double)ce_ref);
-    CHECK(fabs(o.dp - dp_ref) < 1e-5 * fabs(dp_ref) + 1e-6, "%s: dp %.8g want %.8g", name, o.dp, (double)dp_ref);
+    CHECK(fabs(o.dp - dp_ref) < 1e-5 * fabs(dp_ref) + 1e-6, "%s: dp (%s) %.8g want %.8g", name, rname, o.dp,
+          (double)dp_ref);
     int seen = 0;
     double worst = 0;
     for (int i = 0; i < t.n; i++) {
-        char gname[160];
-        snprintf(gname, sizeof gname, "grad.%s", t.specs[i].name);
+        char gname[192];
+        snprintf(gname, sizeof gname, "%sgrad.%s", prefix, t.specs[i].name);
         const safetensors_tensor *gt = safetensors_find(&st, gname);
         const size_t numel = vit_tensor_numel(&t.specs[i]);
         CHECK(gt && gt->numel == numel, "%s: %s missing from the fixture", name, gname);
@@ -101,8 +115,8 @@ static void test_model(const char *name, const float *x, int n) {
         float *want = malloc(numel * sizeof(float));
         safetensors_read_f32(&st, gt, want, &err);
         const float scale = max_abs(want, numel);
-        char what[256];
-        snprintf(what, sizeof what, "%s %s", name, gname);
+        char what[300];
+        snprintf(what, sizeof what, "%s (%s) %s", name, rname, gname);
         /* within 1e-4 of the tensor's largest gradient (norm-wise relative) */
         /* a floor for tensors whose true gradient is 0 (LMSA's key bias: softmax ignores a
          * constant per row), where float32 leaves ~1e-8 */
@@ -119,8 +133,8 @@ static void test_model(const char *name, const float *x, int n) {
         free(want);
     }
     CHECK(seen == t.n, "%s: %d of %d tensors compared", name, seen, t.n);
-    printf("%-10s %3d tensors, loss %.6f (dp %.6f), worst gradient error %.2e of the tensor's max\n",
-           name, seen, o.ce + o.dp, o.dp, worst);
+    printf("%-10s %-7s %3d tensors, loss %.6f (dp %.6f), worst gradient error %.2e of the tensor's max\n",
+           name, rname, seen, o.ce + o.dp, o.dp, worst);
 
     /* the same gradients with one thread (beyond BLAS rounding) */
     float *g2 = malloc(t.count * sizeof(float));
@@ -128,7 +142,7 @@ static void test_model(const char *name, const float *x, int n) {
     const int threads = omp_get_max_threads();
     omp_set_num_threads(1);
     step_out o1;
-    train_step(&t, x, labels, n, 0.1f, 0.5f, &o1);
+    train_step(&t, x, labels, n, 0.1f, 0.5f, reading, &o1);
     omp_set_num_threads(threads);
     double tdiff = 0, gmax = max_abs(g2, t.count);
     for (size_t e = 0; e < t.count; e++) tdiff = fmax(tdiff, fabs((double)t.g[e] - g2[e]));
@@ -140,6 +154,18 @@ static void test_model(const char *name, const float *x, int n) {
     safetensors_close(&st);
     trainable_free(&t);
     model_free(&m);
+}
+
+static void test_model(const char *name, const float *x, int n) {
+    for (int k = 0; k < VIT_DP_COUNT; k++) test_model_reading(name, x, n, (vit_dp_loss)k);
+}
+
+/* The readings' names round-trip; an unknown name is refused. */
+static void test_dp_names(void) {
+    for (int k = 0; k < VIT_DP_COUNT; k++)
+        CHECK(vit_dp_loss_parse(vit_dp_loss_name((vit_dp_loss)k)) == k, "reading %d", k);
+    CHECK(vit_dp_loss_parse("printed") == -1 && vit_dp_loss_parse(NULL) == -1, "unknown readings are refused");
+    CHECK(strcmp(vit_dp_loss_name((vit_dp_loss)0), "squared") == 0, "the default is the squared reading");
 }
 
 /* AdamW with clipping against torch.optim.AdamW + clip_grad_norm_ (adamw.safetensors). */
@@ -370,6 +396,7 @@ int main(void) {
     static const char *models[] = {"vit_cls", "deit_dist", "vit_gap", "mech_cls", "mech_gap", "mech_dist"};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) test_model(models[i], x, n);
     free(x);
+    test_dp_names();
     test_adamw();
     test_schedule();
     test_ce();
