@@ -19,7 +19,7 @@ static void on_signal(int sig) {
 static void usage(FILE *f) {
     fprintf(f,
 "usage: attnscope analyze TRACE.h5 [--metrics LIST] [--out RESULTS.h5] [--csv DIR]\n"
-"                         [--als-window 3] [--als-thresholds 0.35,0.65]\n"
+"                         [--als-window R] [--als-thresholds 0.35,0.65] [--cka-batch 16]\n"
 "                         [--qk-thresholds 0.1,0.5,1,2] [--fusion mean|max|min] [--discard 0]\n"
 "                         [--entropy-normalize] [--distance-prefix drop|renormalise]\n"
 "                         [--per-image] [--max-images N] [--threads N] [--quiet]\n"
@@ -30,6 +30,35 @@ static void usage(FILE *f) {
 "Exact definitions: docs/analysis.md. Metrics:\n");
     for (int i = 0; i < analysis_metric_count(); i++)
         fprintf(f, "  %-11s %s\n", analysis_metric_name(i), analysis_metric_summary(i));
+    fprintf(f,
+"Options:\n"
+"  --als-window R      odd R x R window for every head (default: a masked head's own mask\n"
+"                      size, else 3)\n"
+"  --cka-batch N       images per minibatch of the image-example CKA (evolution), >= 4;\n"
+"                      default 16 (memory: N x layers x T x D floats)\n"
+"Where the papers leave a definition open (docs/analysis.md, the stored parameters):\n");
+    for (int i = 0; analysis_choice_get(i); i++) {
+        const analysis_choice *c = analysis_choice_get(i);
+        char vals[96] = "";
+        for (int v = 0; v < 4 && c->values[v]; v++) {
+            size_t u = strlen(vals);
+            snprintf(vals + u, sizeof vals - u, "%s%s", v ? "|" : "", c->values[v]);
+        }
+        fprintf(f, "  --%s %s (default %s)\n", c->option, vals, c->values[c->def]);
+        /* the help text wrapped at 90 columns under the option */
+        const char *h = c->help;
+        while (*h) {
+            int n = (int)strlen(h);
+            if (n > 84) {
+                n = 84;
+                while (n > 0 && h[n] != ' ') n--;
+                if (n == 0) n = 84;
+            }
+            fprintf(f, "      %.*s\n", n, h);
+            h += n;
+            while (*h == ' ') h++;
+        }
+    }
 }
 
 static int parse_doubles(const char *s, double *out, int max, const char *what) {
@@ -58,14 +87,27 @@ int cmd_analyze(int argc, char **argv) {
         {"entropy-normalize", no_argument, 0, 'e'}, {"distance-prefix", required_argument, 0, 'p'},
         {"per-image", no_argument, 0, 'I'}, {"max-images", required_argument, 0, 'n'},
         {"threads", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"cka-batch", required_argument, 0, 'B'}, {"help", no_argument, 0, 'h'}};
+    /* the metrics' named choices (analysis_choice_get) follow the fixed options, as 1000 + i */
+    enum { N_FIXED = sizeof opts / sizeof opts[0], CHOICE_BASE = 1000 };
+    struct option all[N_FIXED + ANALYSIS_CH_COUNT + 1];
+    memcpy(all, opts, sizeof opts);
+    int n_all = N_FIXED;
+    for (int i = 0; analysis_choice_get(i) && n_all < N_FIXED + ANALYSIS_CH_COUNT; i++)
+        all[n_all++] = (struct option){analysis_choice_get(i)->option, required_argument, 0, CHOICE_BASE + i};
+    memset(&all[n_all], 0, sizeof all[n_all]);
     analysis_opts o;
     analysis_opts_default(&o);
     const char *out = NULL;
     as_error err = {0};
     int ch, threads = 0;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "o:qh", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "o:qh", all, NULL)) != -1) {
+        if (ch >= CHOICE_BASE) {
+            if (analysis_choice_set(&o, analysis_choice_get(ch - CHOICE_BASE)->option, optarg, &err) < 0)
+                return cli_error(&err), 2;
+            continue;
+        }
         switch (ch) {
         case 'M':
             if (!(o.metrics = analysis_metric_mask(optarg, &err))) return cli_error(&err), 2;
@@ -108,6 +150,12 @@ int cmd_analyze(int argc, char **argv) {
             else if (strncmp(optarg, "renorm", 6) == 0) o.distance_renorm = 1;
             else {
                 fprintf(stderr, "attnscope analyze: --distance-prefix %s: use drop or renormalise\n", optarg);
+                return 2;
+            }
+            break;
+        case 'B':
+            if (!cli_parse_int(optarg, 4, 1000000, &o.cka_batch)) {
+                fprintf(stderr, "attnscope analyze: --cka-batch %s: give a count of images >= 4\n", optarg);
                 return 2;
             }
             break;
