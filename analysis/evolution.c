@@ -205,8 +205,9 @@ static as_status evo_finish(analysis_ctx *c, const double *mean, as_error *err) 
     if (ck->x) {
         cka_flush(c);
         if (ck->dropped)
-            analysis_note(c, "evolution: the last %ld image%s (fewer than 4) are left out of the "
-                          "image-example CKA", ck->dropped, ck->dropped == 1 ? " is" : "s");
+            analysis_note(c, "evolution: %ld image%s at the end (fewer than 4) %s left out of the "
+                          "image-example CKA", ck->dropped, ck->dropped == 1 ? "" : "s",
+                          ck->dropped == 1 ? "is" : "are");
         ci = analysis_derived_add(c, "cka_images", "linear CKA with images as the examples "
                                   "(Kornblith et al.): each image's block output flattened (T x D), "
                                   "unbiased HSIC summed over minibatches of cka_batch images", "",

@@ -4,8 +4,10 @@
 
 #include "figures.h"
 
+extern const figure_recipe fig_adjacent;
+
 static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
-    int di = fig_definition(o, err);
+    int di = fig_definition(o, &fig_adjacent, err);
     if (di < 0) return err->status;
     plot_axes a = plot_axes_grid(f, 0, 0, 1, 1, o->n_sources > 1 ? PLOT_LEGEND_PAD : 0);
     return fig_layer_curves(f, &a, o, "similarity", "adjacent", 0, di, 1, NAN, 1.0,
@@ -13,7 +15,8 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
 }
 
 const figure_recipe fig_adjacent = {
-    .name = "adjacent", .metric = "similarity", .mirrors = "LaViT Fig. 3: adjacent-layer attention similarity",
+    .name = "adjacent", .metric = "similarity", .definition = "map", /* LaViT 4.6: cosine of the maps */
+    .mirrors = "LaViT Fig. 3: adjacent-layer attention similarity (whole-map cosine)",
     .needs = "analysis/similarity of each input",
-    .summary = "curve of layer l vs l-1 similarity with 95% bands, one line per model",
+    .summary = "curve of layer l vs l-1 similarity with 95% bands, one line per model (--definition, default map)",
     .width = PLOT_COLUMN, .height = 170, .max_sources = FIG_MAX_SOURCES, .draw = draw};

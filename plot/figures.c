@@ -298,8 +298,9 @@ as_status fig_layer_curves(plot_figure *f, plot_axes *a, const fig_opts *o, cons
     return rc;
 }
 
-int fig_definition(const fig_opts *o, as_error *err) {
-    if (!o->definition) return analysis_definition_parse("row");
+int fig_definition(const fig_opts *o, const figure_recipe *r, as_error *err) {
+    if (!o->definition)
+        return r->definition ? analysis_definition_parse(r->definition) : ANALYSIS_DEFAULT_DEFINITION;
     int d = analysis_definition_parse(o->definition);
     if (d < 0) as_fail(err, AS_ERR_ARG, "--definition %s: use deepvit, row or map", o->definition);
     return d;
