@@ -39,7 +39,7 @@ typedef struct {
 /* Block l's maps are not row-stochastic by construction: what to analyse instead. */
 static const char *not_stochastic(const vit_config *cfg, int l) {
     const vit_attn *at = &cfg->attn[l];
-    if (at->kind == VIT_ATTN_REFINER) return "Refiner refines the softmax maps (rows sum to anything)";
+    if (at->kind == VIT_ATTN_REFINER) return "Refiner refines the softmax maps, so rows sum to anything";
     if (at->kind == VIT_ATTN_LSLA && at->outer_bias) return "LSLA adds its outer bias after the softmax";
     return NULL;
 }
@@ -110,8 +110,8 @@ static as_status als_plan(analysis_ctx *c, as_error *err) {
     if (map == MAP_ATTN && rows == ROWS_NORMALISE)
         for (int li = 0; li < lay->n_layers; li++)
             if (not_stochastic(&lay->cfg, lay->layers[li])) {
-                analysis_note(c, "als: layer %d's rows do not sum to 1 (%s): each row is divided "
-                              "by its sum", lay->layers[li], not_stochastic(&lay->cfg, lay->layers[li]));
+                analysis_note(c, "als: layer %d: %s; each row's window sum is divided by the row's "
+                              "sum (--als-rows)", lay->layers[li], not_stochastic(&lay->cfg, lay->layers[li]));
                 break;
             }
     return AS_OK;
@@ -180,7 +180,11 @@ static void masks_json(const analysis_layout *lay, const int *masks, char *json,
                                jn ? ", " : "", lay->layers[li]);
         for (int h = 0; h < NH && jn < n - 16; h++)
             jn += (size_t)snprintf(json + jn, n - jn, "%s%d", h ? ", " : "", masks[li * NH + h]);
-        jn += (size_t)snprintf(json + jn, n - jn, "]}");
+        jn += (size_t)snprintf(json + jn, n - jn, "]");
+        const vit_attn *at = &lay->cfg.attn[lay->layers[li]];
+        if (at->kind == VIT_ATTN_MAIT) /* keep the layer's mask mode */
+            jn += (size_t)snprintf(json + jn, n - jn, ", \"mask_mode\": \"%s\"", vit_mask_mode_name(at->mask_mode));
+        jn += (size_t)snprintf(json + jn, n - jn, "}");
     }
 }
 
