@@ -1,7 +1,9 @@
 /* fig_adjacent.c: similarity of each layer's maps to the previous layer's, several models on
  * one axes (LaViT Fig. 3, "attention saturation"). */
 #include <math.h>
+#include <stdio.h>
 
+#include "../analysis/analysis.h"
 #include "figures.h"
 
 extern const figure_recipe fig_adjacent;
@@ -10,8 +12,10 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     int di = fig_definition(o, &fig_adjacent, err);
     if (di < 0) return err->status;
     plot_axes a = plot_axes_grid(f, 0, 0, 1, 1, o->n_sources > 1 ? PLOT_LEGEND_PAD : 0);
+    char ylabel[64];
+    snprintf(ylabel, sizeof ylabel, "cosine similarity (%s)", analysis_definition_name(di));
     return fig_layer_curves(f, &a, o, "similarity", "adjacent", 0, di, 1, NAN, 1.0,
-                            "Similarity to the previous layer", "cosine similarity", 1, err);
+                            "Similarity to the previous layer", ylabel, 1, err);
 }
 
 const figure_recipe fig_adjacent = {

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# test_cli_metrics.sh: the metrics' named choices from the command line (issue 15): listed in
+# analyze --help with their defaults, refused with the values when misspelt, stored with the
+# results, and the figures' default similarity definitions.
+set -u
+A=${ATTNSCOPE:-build/attnscope}
+FX=${FIXTURES:-tests/fixtures}
+T=$(mktemp -d "${TMPDIR:-/tmp}/attnscope-metrics.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+expect() {
+    local want=$1; shift
+    "$@" >"$T/out" 2>"$T/err"
+    local got=$?
+    if [ "$got" -eq "$want" ]; then ok; else bad "exit $got (want $want): $* :: $(head -c 400 "$T/err")"; fi
+}
+has() { if grep -q -- "$2" "$1"; then ok; else bad "$1 lacks '$2': $(head -c 400 "$1")"; fi; }
+one_line() { if [ "$(wc -l <"$T/err")" -eq 1 ]; then ok; else bad "error is not one line: $(cat "$T/err")"; fi; }
+MC="$FX/analysis/mech_cls.h5"
+
+# every choice with its values and default in --help
+expect 0 "$A" analyze --help
+for o in "--als-prefix exclude|include (default exclude)" "--als-rows normalise|raw|refuse (default normalise)" \
+         "--als-map attn|softmax (default attn)" "--als-rule search|per-head (default search)" \
+         "--distance pixel|centre (default pixel)" "--qk-scale scaled|raw (default scaled)" \
+         "--diag-map scores|attn (default scores)" "--cka-batch N"; do
+    has "$T/out" "$o"
+done
+expect 2 "$A" analyze "$MC" --als-rows sometimes; has "$T/err" "use one of normalise, raw, refuse"; one_line
+expect 2 "$A" analyze "$MC" --cka-batch 3; has "$T/err" "cka-batch"; one_line
+
+# refuse: a Refiner layer's maps do not sum to 1; the message names the map to analyse instead
+expect 1 "$A" analyze "$MC" --out "$T/r.h5" --metrics als --als-rows refuse
+has "$T/err" "layer 5"; has "$T/err" "--als-map softmax"; one_line
+[ ! -e "$T/r.h5" ] && ok || bad "a refused run leaves no results"
+
+# defaults and choices are stored with the results
+expect 0 "$A" analyze "$MC" --out "$T/d.h5" --threads 1
+has "$T/out" "MaiT search, step\|step 3 (calibration)"; has "$T/out" "suggested \"attention\" (MaiT search)"
+h5dump -A -g /analysis/als "$T/d.h5" >"$T/a" 2>&1
+has "$T/a" "prefix_columns=exclude; rows=normalise; map=attn; rule=search"; has "$T/a" "window=per head"
+h5dump -A -g /analysis/distance "$T/d.h5" >"$T/a" 2>&1; has "$T/a" "distance=pixel"; has "$T/a" "every pixel u of patch i"
+h5dump -A -g /analysis/qk "$T/d.h5" >"$T/a" 2>&1; has "$T/a" "q=scaled; q_scale=0.25,1,0.25"
+h5dump -A -g /analysis/diag "$T/d.h5" >"$T/a" 2>&1; has "$T/a" "map=scores"; has "$T/a" "less-attention"
+h5dump -A -g /analysis/rollout "$T/d.h5" >"$T/a" 2>&1; has "$T/a" "one entry fewer"
+h5dump -d /analysis/evolution/cka_images_final "$T/d.h5" >"$T/a" 2>&1; has "$T/a" "DATASPACE  SIMPLE { ( 9 ) / ( 9 ) }"
+expect 0 "$A" analyze "$MC" --out "$T/c.h5" --metrics als,distance --distance centre --als-rule per-head --threads 1
+has "$T/out" "suggested \"attention\" (per-head rule)"
+h5dump -A -g /analysis/distance "$T/c.h5" >"$T/a" 2>&1; has "$T/a" "distance=centre"
+
+# figures: the distance figure refuses inputs analysed with different definitions; the
+# similarity recipes name their paper's default definition
+expect 1 "$A" plot distance "$T/d.h5" "$T/c.h5" -o "$T/dist.png"; has "$T/err" "different --distance"; one_line
+expect 0 "$A" plot distance "$T/d.h5" -o "$T/dist.png"
+expect 0 "$A" plot --list
+has "$T/out" "similarity.*default row"; has "$T/out" "adjacent.*default map"
+
+echo "cli_metrics: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
