@@ -57,5 +57,20 @@ expect 0 "$A" plot distance "$T/d.h5" -o "$T/dist.png"
 expect 0 "$A" plot --list
 has "$T/out" "similarity.*default row"; has "$T/out" "adjacent.*default map"
 
+# experiments take the same choices, with '_' for '-'; a bad value names the file and the key
+FXA=$(cd "$FX" && pwd)
+exp() {
+cat >"$T/exp.json" <<JSON
+{"name": "m", "description": "choices", "images": {"synthetic": 4, "size": 32, "seed": 3}, "record": "attn",
+ "models": [{"name": "a", "model": "$FXA/vit_cls"}],
+ "analyze": {"metrics": "distance,als", "distance": "$1", "als_rule": "per-head"}, "figures": []}
+JSON
+}
+exp centre; expect 0 "$A" experiment "$T/exp.json" --out "$T/exp"
+h5dump -A -g /analysis/distance "$T/exp/a.h5" >"$T/a" 2>&1; has "$T/a" "distance=centre"
+h5dump -A -g /analysis/als "$T/exp/a.h5" >"$T/a" 2>&1; has "$T/a" "rule=per-head"
+exp pixels; expect 1 "$A" experiment "$T/exp.json" --out "$T/exp2"
+has "$T/err" "exp.json: analyze: distance: --distance pixels: use one of pixel, centre"; one_line
+
 echo "cli_metrics: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
