@@ -62,7 +62,7 @@ typedef struct {
     int entropy_normalize;       /* divide entropies by log T */
     int distance_renorm;         /* mean distance: renormalise over patch keys (default: drop prefix keys) */
     int choice[ANALYSIS_CH_COUNT]; /* analysis_choice values (analysis_opts_default: each default) */
-    int cka_batch;               /* images per minibatch of the image-example CKA, default 16 */
+    int cka_batch;               /* images per minibatch of the image-example CKA, default 8 */
     int per_image;               /* also store every image's values */
     int threads;                 /* images analysed at once; <= 0: all cores */
     const char *csv_dir;         /* NULL: no CSV */

@@ -58,7 +58,7 @@ void analysis_opts_default(analysis_opts *o) {
     memcpy(o->thresholds, th, sizeof th);
     o->fusion = ANALYSIS_FUSE_MEAN;
     o->als_window = 0;
-    o->cka_batch = 16;
+    o->cka_batch = 8;
     for (int i = 0; analysis_choice_get(i); i++) o->choice[analysis_choice_get(i)->id] = analysis_choice_get(i)->def;
 }
 

@@ -19,7 +19,7 @@ static void on_signal(int sig) {
 static void usage(FILE *f) {
     fprintf(f,
 "usage: attnscope analyze TRACE.h5 [--metrics LIST] [--out RESULTS.h5] [--csv DIR]\n"
-"                         [--als-window R] [--als-thresholds 0.35,0.65] [--cka-batch 16]\n"
+"                         [--als-window R] [--als-thresholds 0.35,0.65] [--cka-batch 8]\n"
 "                         [--qk-thresholds 0.1,0.5,1,2] [--fusion mean|max|min] [--discard 0]\n"
 "                         [--entropy-normalize] [--distance-prefix drop|renormalise]\n"
 "                         [--per-image] [--max-images N] [--threads N] [--quiet]\n"
@@ -35,7 +35,7 @@ static void usage(FILE *f) {
 "  --als-window R      odd R x R window for every head (default: a masked head's own mask\n"
 "                      size, else 3)\n"
 "  --cka-batch N       images per minibatch of the image-example CKA (evolution), >= 4;\n"
-"                      default 16 (memory: N x layers x T x D floats)\n"
+"                      default 8 (memory: N x layers x T x D floats, 14.5 MB for DeiT-Tiny)\n"
 "Where the papers leave a definition open (docs/analysis.md, the stored parameters):\n");
     for (int i = 0; analysis_choice_get(i); i++) {
         const analysis_choice *c = analysis_choice_get(i);

@@ -69,8 +69,9 @@ BIG="$T/big/tiny.h5"
 # analyze streams: peak memory does not grow with the number of images, and stays below the
 # trace's size (16 images x 12 layers of every quantity, ~135 MB)
 peak() { sed -n 's/.*peak memory \([0-9.]*\) MB.*/\1/p' "$1"; }
-"$A" analyze "$BIG" --out "$T/r4.h5" --max-images 4 --threads 2 >"$T/a4.out" 2>&1; check '[ $? -eq 0 ]'
-"$A" analyze "$BIG" --out "$T/r16.h5" --threads 2 --per-image >"$T/a16.out" 2>&1; check '[ $? -eq 0 ]'
+"$A" analyze "$BIG" --out "$T/r4.h5" --max-images 4 --threads 2 --cka-batch 4 >"$T/a4.out" 2>&1; check '[ $? -eq 0 ]'
+# the same image-example CKA minibatch (its memory is bounded by --cka-batch, not the image count)
+"$A" analyze "$BIG" --out "$T/r16.h5" --threads 2 --per-image --cka-batch 4 >"$T/a16.out" 2>&1; check '[ $? -eq 0 ]'
 p4=$(peak "$T/a4.out"); p16=$(peak "$T/a16.out"); size=$(stat -c %s "$BIG")
 echo "analyze peak memory: $p4 MB for 4 images, $p16 MB for 16 images; trace $((size / 1000000)) MB" >&2
 check '[ -n "$p4" ] && [ -n "$p16" ]'

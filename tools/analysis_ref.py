@@ -27,7 +27,7 @@ FIXTURES = os.path.join(HERE, "..", "tests", "fixtures")
 # other reading in VARIANT / ALS_SOFTMAX.
 DEFAULT = dict(window=None, low=0.35, high=0.65, thresholds=[0.1, 0.5, 1.0, 2.0], fusion="mean",
                discard=0.0, normalize=False, renorm=False, prefix="exclude", rows="normalise",
-               map="attn", distance="pixel", qscale="scaled", diag="scores", cka_batch=16)
+               map="attn", distance="pixel", qscale="scaled", diag="scores", cka_batch=8)
 VARIANT = dict(DEFAULT, window=5, low=0.3, high=0.5, thresholds=[0.25, 1.5], fusion="max",
                discard=0.3, normalize=True, renorm=True, prefix="include", rows="raw",
                distance="centre", qscale="raw", diag="attn", cka_batch=4)
