@@ -86,6 +86,7 @@ static as_status evo_plan(analysis_ctx *c, as_error *err) {
                            "of %d images (%.0f MB): use a smaller --cka-batch", m,
                            (double)m * L * ck->feat * 4 / 1e6);
         ck->tot = ck->rs + (size_t)L * m;
+        c->state_bytes = (size_t)m * L * ck->feat * sizeof *ck->x + (size_t)L * m * m * sizeof *ck->gram;
     } else {
         analysis_note(c, "evolution: %ld images are too few for the image-example CKA (needs 4)", n_img);
     }

@@ -75,6 +75,7 @@ typedef struct {
     int n_derived;
     analysis_output derived[ANALYSIS_MAX_OUTPUTS];
     size_t scratch_bytes;    /* per image in flight */
+    size_t state_bytes;      /* plan(): what the metric holds across images (its minibatch) */
     char params[512];        /* "window=3; ..." stored with the results */
     char notes[1024];        /* what was skipped and why, for the user */
     char report[4096];       /* finish(): a few lines for the terminal (stored as an attribute) */

@@ -589,7 +589,8 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
         for (size_t v = 0; v < mr->ctx.n_vals && !bad_alloc; v++) bad_alloc |= !(mr->rs[v] = gsl_rstat_alloc());
         for (int o = 0; o < mr->ctx.n_out; o++)
             if (mr->ctx.out[o].count > max_count) max_count = mr->ctx.out[o].count;
-        batch_bytes += (double)B * (mr->ctx.n_vals * sizeof(double) + mr->ctx.scratch_bytes);
+        batch_bytes += (double)B * (mr->ctx.n_vals * sizeof(double) + mr->ctx.scratch_bytes) +
+                       (double)mr->ctx.state_bytes;
     }
     tmp_rows = bad_alloc ? NULL : malloc((size_t)B * max_count * sizeof *tmp_rows);
     if (bad_alloc || !tmp_rows) {
