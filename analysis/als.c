@@ -98,7 +98,7 @@ static as_status als_plan(analysis_ctx *c, as_error *err) {
                         "per head: derived/window", "", 2, dims, ax);
     analysis_output_add(c, "head_mean", "score averaged over the recorded heads", "", 1, dims, ax);
     if (R) snprintf(c->params, sizeof c->params, "window=%d", R);
-    else snprintf(c->params, sizeof c->params, "window=per head (a masked head's mask size, else 3)");
+    else snprintf(c->params, sizeof c->params, "window=own mask or 3");
     size_t u = strlen(c->params);
     snprintf(c->params + u, sizeof c->params - u, "; low=%g; high=%g", c->opt->als_low, c->opt->als_high);
     analysis_params_choices(c);

@@ -91,8 +91,8 @@ static as_status evo_plan(analysis_ctx *c, as_error *err) {
         analysis_note(c, "evolution: %ld images are too few for the image-example CKA (needs 4)", n_img);
     }
     int last = lay->layers[L - 1];
-    snprintf(c->params, sizeof c->params, "final=%d; cka_examples=tokens (cka, hsic) and images "
-             "(cka_images); hsic=unbiased; cka_batch=%d", last, m);
+    snprintf(c->params, sizeof c->params, "final=%d; cka_examples=tokens,images; hsic=unbiased; "
+             "cka_batch=%d", last, m);
     if (last != lay->cfg.depth - 1)
         analysis_note(c, "evolution: the final block (%d) was not recorded: cos_final compares with "
                       "block %d", lay->cfg.depth - 1, last);

@@ -53,9 +53,14 @@ static as_status qk_plan(analysis_ctx *c, as_error *err) {
     if (analysis_choice_of(c, ANALYSIS_CH_QK_SCALE) == QK_SCALED) {
         m = (int)strlen(c->params);
         m += snprintf(c->params + m, sizeof c->params - (size_t)m, "; q_scale=");
-        for (int li = 0; li < lay->n_layers && m < (int)sizeof c->params - 16; li++)
-            m += snprintf(c->params + m, sizeof c->params - (size_t)m, "%s%g", li ? "," : "",
-                          lay->qk_width[li] ? q_scale(c, lay->layers[li]) : 0.0);
+        /* per recorded layer (0: no q), runs written as value*count */
+        for (int li = 0, run; li < lay->n_layers && m < (int)sizeof c->params - 24; li += run) {
+            double v = lay->qk_width[li] ? q_scale(c, lay->layers[li]) : 0.0;
+            for (run = 1; li + run < lay->n_layers; run++)
+                if ((lay->qk_width[li + run] ? q_scale(c, lay->layers[li + run]) : 0.0) != v) break;
+            m += snprintf(c->params + m, sizeof c->params - (size_t)m, run > 1 ? "%s%g*%d" : "%s%g",
+                          li ? "," : "", v, run);
+        }
         for (int li = 0; li < lay->n_layers; li++) {
             const vit_attn *at = &lay->cfg.attn[lay->layers[li]];
             if (at->kind == VIT_ATTN_LSLA && at->dynamic_scale)

@@ -322,7 +322,7 @@ static void test_hand_qk_cka(void) {
             NEAR(qf[t], want[t], 1e-12, "scaled q fraction");
             NEAR(kf[2 * 4 + t], 0.5, 1e-12, "k fraction (never scaled)");
         }
-        CHECK(strstr(r.c.params, "q=scaled") && strstr(r.c.params, "q_scale=0.5"), "params: %s", r.c.params);
+        CHECK(strstr(r.c.params, "q=scaled") && strstr(r.c.params, "q_scale=0.5,0,0.5"), "params: %s", r.c.params);
         one_free(&r);
     }
 
@@ -413,7 +413,7 @@ static void test_hand_als(void) {
         NEAR(out_vals(&r, "score")[0], 0.0, 1e-12, "ALS one-hot class column, prefix excluded");
         NEAR(out_vals(&r, "score")[1 * H], 1.0, 1e-12, "ALS rows of 3, normalised");
         CHECK(strstr(r.c.params, "prefix_columns=exclude") && strstr(r.c.params, "rows=normalise") &&
-              strstr(r.c.params, "window=per head"), "params: %s", r.c.params);
+              strstr(r.c.params, "window=own mask or 3"), "params: %s", r.c.params);
         one_free(&r);
     }
     analysis_choice_set(&o, "als-prefix", "include", &err);

@@ -40,9 +40,9 @@ has "$T/err" "layer 5"; has "$T/err" "--als-map softmax"; one_line
 expect 0 "$A" analyze "$MC" --out "$T/d.h5" --threads 1
 has "$T/out" "MaiT search, step\|step 3 (calibration)"; has "$T/out" "suggested \"attention\" (MaiT search)"
 h5dump -A -g /analysis/als "$T/d.h5" >"$T/a" 2>&1
-has "$T/a" "prefix_columns=exclude; rows=normalise; map=attn; rule=search"; has "$T/a" "window=per head"
+has "$T/a" "prefix_columns=exclude; rows=normalise; map=attn; rule=search"; has "$T/a" "window=own mask or 3"
 h5dump -A -g /analysis/distance "$T/d.h5" >"$T/a" 2>&1; has "$T/a" "distance=pixel"; has "$T/a" "every pixel u of patch i"
-h5dump -A -g /analysis/qk "$T/d.h5" >"$T/a" 2>&1; has "$T/a" "q=scaled; q_scale=0.25,1,0.25"
+h5dump -A -g /analysis/qk "$T/d.h5" >"$T/a" 2>&1; has "$T/a" "q=scaled; q_scale=0.25,1,0.25,0\*2,0.25\*3,1"
 h5dump -A -g /analysis/diag "$T/d.h5" >"$T/a" 2>&1; has "$T/a" "map=scores"; has "$T/a" "less-attention"
 h5dump -A -g /analysis/rollout "$T/d.h5" >"$T/a" 2>&1; has "$T/a" "one entry fewer"
 h5dump -d /analysis/evolution/cka_images_final "$T/d.h5" >"$T/a" 2>&1; has "$T/a" "DATASPACE  SIMPLE { ( 9 ) / ( 9 ) }"
