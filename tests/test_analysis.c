@@ -514,6 +514,22 @@ static void test_hand_als(void) {
     free(sc);
 }
 
+/* Every choice id is declared by exactly one metric, with a default among its values. */
+static void test_choices_table(void) {
+    int seen[ANALYSIS_CH_COUNT] = {0};
+    for (int i = 0; analysis_choice_get(i); i++) {
+        const analysis_choice *c = analysis_choice_get(i);
+        CHECK(c->id >= 0 && c->id < ANALYSIS_CH_COUNT, "choice %s: id %d", c->option, (int)c->id);
+        if (c->id >= 0 && c->id < ANALYSIS_CH_COUNT) seen[c->id]++;
+        CHECK(c->def >= 0 && c->def < 4 && c->values[c->def], "choice %s: default %d", c->option, c->def);
+    }
+    for (int i = 0; i < ANALYSIS_CH_COUNT; i++) CHECK(seen[i] == 1, "choice id %d declared %d times", i, seen[i]);
+    analysis_opts o;
+    analysis_opts_default(&o);
+    as_error err = {0};
+    CHECK(analysis_choice_set(&o, "no-such-choice", "x", &err) == 0, "an unknown option is not a choice");
+}
+
 /* Rollout's discard: the floor(r T^2) smallest entries are chosen first, then [0,0] is spared,
  * so one entry fewer is zeroed when [0,0] is among them (vit-explain's rule). */
 static void test_hand_rollout_discard(void) {
@@ -824,6 +840,7 @@ int main(void) {
     test_hand_als();
     test_hand_rollout_discard();
     test_hand_cka_images();
+    test_choices_table();
     test_reference("mech_cls", 1);
     test_reference("deit_dist", 0);
     test_reference("vit_gap", 0);
