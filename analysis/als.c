@@ -1,78 +1,289 @@
-/* als.c: MaiT's attention locality score (its Eq. 3) and the mask placement built on it. */
+/* als.c: MaiT's attention locality score (its Eq. 3), its mask search (section 4.3, "quick
+ * empirical search") and a per-head mask placement rule. The choices Eq. 3 leaves open (the
+ * prefix columns, rows that do not sum to 1, which map) are named options (docs/analysis.md). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../io/trace.h"
 #include "metric.h"
 
 enum { OUT_SCORE, OUT_MEAN };
+enum { PREFIX_EXCLUDE, PREFIX_INCLUDE };
+enum { ROWS_NORMALISE, ROWS_RAW, ROWS_REFUSE };
+enum { MAP_ATTN, MAP_SOFTMAX };
+enum { RULE_SEARCH, RULE_PER_HEAD };
+
+static const analysis_choice als_choices[] = {
+    {ANALYSIS_CH_ALS_PREFIX, "als-prefix", "prefix_columns", {"exclude", "include"}, PREFIX_EXCLUDE,
+     "exclude: only the R x R patch neighbours count (MaiT 4.2: \"the probability of focusing on "
+     "local neighbors\"); include: also the prefix (class) columns, which attnscope's mask M keeps "
+     "for patch rows (Eq. 3 read literally as sum_i (M . A)_{n,i})"},
+    {ANALYSIS_CH_ALS_ROWS, "als-rows", "rows", {"normalise", "raw", "refuse"}, ROWS_NORMALISE,
+     "normalise: divide each row's window sum by the row's sum (Eq. 3 assumes rows of 1; Refiner "
+     "and LSLA's outer bias break it); raw: as recorded; refuse: stop on layers whose maps are "
+     "not row-stochastic (Refiner, LSLA outer bias) and name the map to analyse"},
+    {ANALYSIS_CH_ALS_MAP, "als-map", "map", {"attn", "softmax"}, MAP_ATTN,
+     "attn: the recorded map that multiplies the values; softmax: softmax of the recorded scores "
+     "(the map before Refiner's refinement or LSLA's outer bias; needs --record attn,scores)"},
+    {ANALYSIS_CH_ALS_RULE, "als-rule", "rule", {"search", "per-head"}, RULE_SEARCH,
+     "which recommendation the report prints: search (MaiT 4.3's quick empirical search, the step "
+     "this model is at) or per-head (mask every head whose ALS reaches the high threshold)"},
+};
+
+typedef struct {
+    int *window;    /* (n_layers, n_heads) R per recorded head */
+} als_state;
+
+/* Block l's maps are not row-stochastic by construction: what to analyse instead. */
+static const char *not_stochastic(const vit_config *cfg, int l) {
+    const vit_attn *at = &cfg->attn[l];
+    if (at->kind == VIT_ATTN_REFINER) return "Refiner refines the softmax maps, so rows sum to anything";
+    if (at->kind == VIT_ATTN_LSLA && at->outer_bias) return "LSLA adds its outer bias after the softmax";
+    return NULL;
+}
+
+static int head_mask(const vit_config *cfg, int l, int h) {
+    const vit_attn *at = &cfg->attn[l];
+    return at->kind == VIT_ATTN_MAIT && h < VIT_MAX_MASK_HEADS ? at->mask_size[h] : 0;
+}
 
 static as_status als_plan(analysis_ctx *c, as_error *err) {
     const analysis_layout *lay = c->lay;
     int R = c->opt->als_window;
-    if (R < 1 || R % 2 == 0)
+    if (R < 0 || (R && R % 2 == 0))
         return as_fail(err, AS_ERR_ARG, "--als-window %d: the window must be odd (3, 5, ...)", R);
     if (lay->q_rows != lay->tokens)
         return as_fail(err, AS_ERR_ARG, "als needs every query row, but the trace holds only the "
                        "prefix rows: record with --query-rows all");
     if (!(c->opt->als_low < c->opt->als_high))
         return as_fail(err, AS_ERR_ARG, "--als-thresholds: the low threshold must be below the high one");
+    int map = analysis_choice_of(c, ANALYSIS_CH_ALS_MAP), rows = analysis_choice_of(c, ANALYSIS_CH_ALS_ROWS);
+    if (map == MAP_SOFTMAX) {
+        if (!(lay->quantities & (1u << TRACE_Q_SCORES)))
+            return as_fail(err, AS_ERR_ARG, "als --als-map softmax needs the pre-softmax scores, "
+                           "which this trace lacks: record with --record attn,scores");
+        c->needs = 1u << TRACE_Q_SCORES;
+    } else if (rows == ROWS_REFUSE) {
+        for (int li = 0; li < lay->n_layers; li++) {
+            const char *why = not_stochastic(&lay->cfg, lay->layers[li]);
+            if (why)
+                return as_fail(err, AS_ERR_ARG, "als: layer %d: %s, but MaiT's Eq. 3 assumes rows "
+                               "summing to 1: analyse the softmax maps (--als-map softmax, with "
+                               "--record attn,scores) or use --als-rows normalise",
+                               lay->layers[li], why);
+        }
+    }
+    als_state *st = calloc(1, sizeof *st);
+    if (st) st->window = malloc((size_t)lay->n_layers * lay->n_heads * sizeof *st->window);
+    if (!st || !st->window) {
+        free(st);
+        return as_fail(err, AS_ERR_NOMEM, "out of memory");
+    }
+    c->state = st;
+    int own = 0, wmax = 0;
+    for (int li = 0; li < lay->n_layers; li++)
+        for (int hi = 0; hi < lay->n_heads; hi++) {
+            int m = head_mask(&lay->cfg, lay->layers[li], lay->heads[hi]);
+            int w = R ? R : m ? m : 3;
+            own += !R && m;
+            st->window[li * lay->n_heads + hi] = w;
+            if (w > wmax) wmax = w;
+        }
     int dims[2] = {lay->n_layers, lay->n_heads};
     analysis_axis ax[2] = {ANALYSIS_AX_LAYER, ANALYSIS_AX_HEAD};
     analysis_output_add(c, "score", "attention a patch query gives to its R x R patch "
-                        "neighbourhood (clipped at the grid edge), averaged over patch queries",
-                        "", 2, dims, ax);
+                        "neighbourhood (clipped at the grid edge), averaged over patch queries; R "
+                        "per head: derived/window", "", 2, dims, ax);
     analysis_output_add(c, "head_mean", "score averaged over the recorded heads", "", 1, dims, ax);
-    snprintf(c->params, sizeof c->params, "window=%d; low=%g; high=%g", R, c->opt->als_low,
-             c->opt->als_high);
-    if (R > lay->grid)
+    if (R) snprintf(c->params, sizeof c->params, "window=%d", R);
+    else snprintf(c->params, sizeof c->params, "window=own mask or 3");
+    size_t u = strlen(c->params);
+    snprintf(c->params + u, sizeof c->params - u, "; low=%g; high=%g", c->opt->als_low, c->opt->als_high);
+    analysis_params_choices(c);
+    if (own) analysis_note(c, "als: %d masked head%s scored with %s own mask size (--als-window "
+                           "overrides)", own, own == 1 ? "" : "s", own == 1 ? "its" : "their");
+    if (wmax > lay->grid)
         analysis_note(c, "als: window %d exceeds the %dx%d grid, so every patch is a neighbour",
-                      R, lay->grid, lay->grid);
+                      wmax, lay->grid, lay->grid);
+    if (map == MAP_ATTN && rows == ROWS_NORMALISE)
+        for (int li = 0; li < lay->n_layers; li++)
+            if (not_stochastic(&lay->cfg, lay->layers[li])) {
+                analysis_note(c, "als: layer %d: %s; each row's window sum is divided by the row's "
+                              "sum (--als-rows)", lay->layers[li], not_stochastic(&lay->cfg, lay->layers[li]));
+                break;
+            }
     return AS_OK;
 }
 
 static void als_image(const analysis_ctx *c, const analysis_image *im, double *vals, void *scratch) {
     const analysis_layout *lay = c->lay;
-    int T = lay->tokens, g = lay->grid, h = c->opt->als_window / 2, H = lay->n_heads;
+    const als_state *st = c->state;
+    int T = lay->tokens, g = lay->grid, H = lay->n_heads, p = lay->prefix;
+    int prefix = analysis_choice_of(c, ANALYSIS_CH_ALS_PREFIX) == PREFIX_INCLUDE;
+    int norm = analysis_choice_of(c, ANALYSIS_CH_ALS_ROWS) == ROWS_NORMALISE;
+    int soft = analysis_choice_of(c, ANALYSIS_CH_ALS_MAP) == MAP_SOFTMAX;
     double *score = vals + c->out[OUT_SCORE].offset, *hmean = vals + c->out[OUT_MEAN].offset;
+    (void)scratch;
     for (int li = 0; li < lay->n_layers; li++) {
         double hs = 0;
         for (int hi = 0; hi < H; hi++) {
-            const float *A = im->attn[li] + (size_t)hi * lay->q_rows * T;
+            const float *A = (soft ? im->scores[li] : im->attn[li]) + (size_t)hi * lay->q_rows * T;
+            int h = st->window[li * H + hi] / 2, n = 0;
             double s = 0;
             for (int r = 0; r < g; r++)
                 for (int col = 0; col < g; col++) {
                     const float *row = A + (size_t)analysis_patch_token(lay, r, col) * T;
+                    /* softmax of the scores: exp(s - max) / Z, so -inf (masked) scores give 0 */
+                    double mx = 0, z = 1, w = 0;
+                    if (soft) {
+                        mx = -INFINITY;
+                        for (int j = 0; j < T; j++) mx = fmax(mx, row[j]);
+                        z = 0;
+                        for (int j = 0; j < T; j++) z += exp(row[j] - mx);
+                    }
+#define ALS_ENTRY(j) (soft ? exp(row[j] - mx) : (double)row[j])
                     int r0 = r - h < 0 ? 0 : r - h, r1 = r + h >= g ? g - 1 : r + h;
                     int c0 = col - h < 0 ? 0 : col - h, c1 = col + h >= g ? g - 1 : col + h;
-                    for (int rr = r0; rr <= r1; rr++) {
-                        const float *seg = row + analysis_patch_token(lay, rr, 0);
-                        for (int cc = c0; cc <= c1; cc++) s += seg[cc];
+                    for (int rr = r0; rr <= r1; rr++)
+                        for (int cc = c0; cc <= c1; cc++) w += ALS_ENTRY(analysis_patch_token(lay, rr, cc));
+                    for (int j = 0; j < p && prefix; j++) w += ALS_ENTRY(j);
+#undef ALS_ENTRY
+                    if (soft) w /= z;
+                    else if (norm) {
+                        double tot = analysis_sum(row, T);
+                        if (!(tot > 0)) continue; /* a row without mass has no locality */
+                        w /= tot;
                     }
+                    s += w;
+                    n++;
                 }
-            score[li * H + hi] = s / lay->patches;
+            score[li * H + hi] = n ? s / n : NAN;
             hs += score[li * H + hi];
         }
         hmean[li] = hs / H;
     }
 }
 
-/* MaiT masks the heads that are local anyway: a head whose mean ALS reaches the high threshold
- * is masked with an R x R window, one at or below the low threshold stays global, and the heads
- * in between are candidates worth a trial. The suggestion is an "attention" entry for the
- * model config (docs/models.md) that masks the first kind. */
+/* Appends an "attention" config entry (docs/models.md) for the layers of masks (n_layers x
+ * num_heads mask sizes) that have any mask, one layer a line (the report stays within 100
+ * columns). */
+static void masks_json(const analysis_layout *lay, const int *masks, char *json, size_t n) {
+    size_t jn = 0;
+    json[0] = 0;
+    int NH = lay->cfg.num_heads;
+    for (int li = 0; li < lay->n_layers && jn < n - 256; li++) {
+        int any = 0;
+        for (int h = 0; h < NH; h++) any |= masks[li * NH + h] > 0;
+        if (!any) continue;
+        jn += (size_t)snprintf(json + jn, n - jn, "%s{\"blocks\": %d, \"type\": \"mait\", \"mask_size\": [",
+                               jn ? ",\n     " : "", lay->layers[li]);
+        for (int h = 0; h < NH && jn < n - 16; h++)
+            jn += (size_t)snprintf(json + jn, n - jn, "%s%d", h ? ", " : "", masks[li * NH + h]);
+        jn += (size_t)snprintf(json + jn, n - jn, "]");
+        const vit_attn *at = &lay->cfg.attn[lay->layers[li]];
+        if (at->kind == VIT_ATTN_MAIT) /* keep the layer's mask mode */
+            jn += (size_t)snprintf(json + jn, n - jn, ", \"mask_mode\": \"%s\"", vit_mask_mode_name(at->mask_mode));
+        jn += (size_t)snprintf(json + jn, n - jn, "}");
+    }
+}
+
+/* MaiT 4.3, quick empirical search, as one step from the masks this model has: step 1 (no mask
+ * anywhere) masks head 0 of every layer; step 2 (a layer with only head 0 masked) judges
+ * ALS^{0,l}: above high, mask every head (then step 3 after training); between, keep; below
+ * low, remove; step 3 (a layer with several masked heads) removes each mask whose head's ALS is
+ * below low. out: (n_layers, num_heads) mask sizes after the step. */
+static void mait_search(analysis_ctx *c, const double *score, int *out) {
+    const analysis_layout *lay = c->lay;
+    int H = lay->n_heads, NH = lay->cfg.num_heads, any = 0;
+    double lo = c->opt->als_low, high = c->opt->als_high;
+    int Rnew = c->opt->als_window ? c->opt->als_window : 3;
+    for (int l = 0; l < lay->cfg.depth; l++)
+        for (int h = 0; h < NH; h++) any |= head_mask(&lay->cfg, l, h) > 0;
+    int h0 = -1; /* position of model head 0 among the recorded heads */
+    for (int hi = 0; hi < H; hi++)
+        if (lay->heads[hi] == 0) h0 = hi;
+    if (!any) {
+        for (int li = 0; li < lay->n_layers; li++)
+            for (int h = 0; h < NH; h++) out[li * NH + h] = h == 0 ? Rnew : 0;
+        analysis_report_add(c, "  MaiT search, step 1 (initialisation): no head is masked, so mask head 0 of "
+                            "every layer\n  (%dx%d); train, record and analyse again for step 2\n",
+                            Rnew, Rnew);
+        return;
+    }
+    for (int li = 0; li < lay->n_layers; li++) {
+        int l = lay->layers[li], nm = 0;
+        for (int h = 0; h < NH; h++) {
+            out[li * NH + h] = head_mask(&lay->cfg, l, h);
+            nm += out[li * NH + h] > 0;
+        }
+        char line[1024];
+        int w = snprintf(line, sizeof line, "  layer %2d: ", l);
+        if (nm == 0) {
+            snprintf(line + w, sizeof line - (size_t)w, "no mask (removed at step 2c, or never set): stays unmasked");
+        } else if (nm == 1 && out[li * NH] > 0) {
+            double a = h0 < 0 ? NAN : score[li * H + h0];
+            if (isnan(a)) snprintf(line + w, sizeof line - (size_t)w, "step 2: head 0 was not recorded: unchanged");
+            else if (a > high) {
+                for (int h = 1; h < NH; h++) out[li * NH + h] = out[li * NH];
+                snprintf(line + w, sizeof line - (size_t)w, "step 2a: ALS^{0,%d} = %.3f > %g: mask every "
+                         "head (step 3 after training)", l, a, high);
+            } else if (a >= lo)
+                snprintf(line + w, sizeof line - (size_t)w, "step 2b: ALS^{0,%d} = %.3f in [%g, %g]: keep "
+                         "head 0's mask, add no more", l, a, lo, high);
+            else {
+                out[li * NH] = 0;
+                snprintf(line + w, sizeof line - (size_t)w, "step 2c: ALS^{0,%d} = %.3f < %g: remove the mask",
+                         l, a, lo);
+            }
+        } else {
+            int removed = 0, unknown = 0;
+            for (int h = 0; h < NH; h++) {
+                if (!out[li * NH + h]) continue;
+                int hi_pos = -1;
+                for (int k = 0; k < H; k++)
+                    if (lay->heads[k] == h) hi_pos = k;
+                double a = hi_pos < 0 ? NAN : score[li * H + hi_pos];
+                if (isnan(a)) unknown++;
+                else if (a < lo) {
+                    out[li * NH + h] = 0;
+                    removed++;
+                }
+            }
+            snprintf(line + w, sizeof line - (size_t)w, "step 3 (calibration): %d masked head%s, %d "
+                     "with ALS^{h,%d} < %g removed%s", nm, nm == 1 ? "" : "s", removed, l, lo,
+                     unknown ? "\n            (heads not recorded are kept)" : "");
+        }
+        analysis_report_add(c, "%s\n", line);
+    }
+}
+
+/* The per-head rule: a head whose mean ALS reaches the high threshold is local anyway and can
+ * take a mask of its window; one at or below the low threshold stays global; the heads in
+ * between are candidates worth a trial. */
 static as_status als_finish(analysis_ctx *c, const double *mean, as_error *err) {
     const analysis_layout *lay = c->lay;
-    int H = lay->n_heads, dims[2] = {lay->n_layers, H};
+    const als_state *st = c->state;
+    int H = lay->n_heads, NH = lay->cfg.num_heads, L = lay->n_layers, dims[2] = {L, H};
+    int sdims[2] = {L, NH};
     analysis_axis ax[2] = {ANALYSIS_AX_LAYER, ANALYSIS_AX_HEAD};
-    double *rec = analysis_derived_add(c, "recommendation", "2 = mask (mean ALS >= high), 1 = "
-                                       "candidate, 0 = keep global (mean ALS <= low)", "", 2,
-                                       dims, ax);
-    if (!rec) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+    double *rec = analysis_derived_add(c, "recommendation", "per-head rule: 2 = mask (mean ALS >= "
+                                       "high), 1 = candidate, 0 = keep global (mean ALS <= low)",
+                                       "", 2, dims, ax);
+    double *win = analysis_derived_add(c, "window", "R of each head's neighbourhood (its own mask "
+                                       "size for masked heads unless --als-window is given)", "",
+                                       2, dims, ax);
+    double *srch = analysis_derived_add(c, "search", "mask size of every model head (all heads, "
+                                        "0 = none) after this model's step of MaiT's quick "
+                                        "empirical search (section 4.3)", "", 2, sdims, ax);
+    int *rule = calloc((size_t)L * NH, sizeof *rule), *search = calloc((size_t)L * NH, sizeof *search);
+    if (!rec || !win || !srch || !rule || !search) {
+        free(rule);
+        free(search);
+        return as_fail(err, AS_ERR_NOMEM, "out of memory");
+    }
     const double *score = mean + c->out[OUT_SCORE].offset;
-    char json[2048] = "";
-    size_t jn = 0;
     analysis_report_add(c, "  ALS per head\n  layer ");
     for (int hi = 0; hi < H; hi++) { /* right-aligned over each head's value, before its mark */
         char h[16];
@@ -80,46 +291,68 @@ static as_status als_finish(analysis_ctx *c, const double *mean, as_error *err) 
         analysis_report_add(c, " %5s ", h);
     }
     analysis_report_add(c, "\n");
-    for (int li = 0; li < lay->n_layers; li++) {
+    for (int li = 0; li < L; li++) {
         char line[1024];
         int n = snprintf(line, sizeof line, "  %5d ", lay->layers[li]);
-        int any = 0, masks[1024] = {0};
         for (int hi = 0; hi < H && n < (int)sizeof line - 16; hi++) {
             double s = score[li * H + hi];
             int code = isnan(s) ? 0 : s >= c->opt->als_high ? 2 : s > c->opt->als_low ? 1 : 0;
             rec[li * H + hi] = code;
+            win[li * H + hi] = st->window[li * H + hi];
             n += snprintf(line + n, sizeof line - (size_t)n, " %5.3f%c", s, " ?*"[code]);
-            if (code == 2) {
-                masks[lay->heads[hi]] = c->opt->als_window;
-                any = 1;
-            }
+            if (code == 2 && lay->heads[hi] < NH) rule[li * NH + lay->heads[hi]] = st->window[li * H + hi];
         }
         analysis_report_add(c, "%s\n", line);
-        if (any && jn < sizeof json - 256) {
-            jn += (size_t)snprintf(json + jn, sizeof json - jn, "%s{\"blocks\": %d, \"type\": \"mait\", "
-                                   "\"mask_size\": [", jn ? ", " : "", lay->layers[li]);
-            for (int h = 0; h < lay->cfg.num_heads && jn < sizeof json - 16; h++)
-                jn += (size_t)snprintf(json + jn, sizeof json - jn, "%s%d", h ? ", " : "", masks[h]);
-            jn += (size_t)snprintf(json + jn, sizeof json - jn, "]}");
-        }
     }
-    analysis_report_add(c, "  (* mask: ALS >= %g; ? candidate; thresholds from MaiT)\n", c->opt->als_high);
-    if (jn) analysis_report_add(c, "  suggested \"attention\": [%s]\n", json);
-    else analysis_report_add(c, "  no head reaches ALS %g: no mask suggested\n", c->opt->als_high);
-    if (H < lay->cfg.num_heads)
-        analysis_note(c, "als: only heads of the recorded subset can be recommended");
+    /* the marks' key under the table, then the search's steps and the suggestion */
+    int by_search = analysis_choice_of(c, ANALYSIS_CH_ALS_RULE) == RULE_SEARCH;
+    if (by_search)
+        analysis_report_add(c, "  (* ALS >= %g, ? candidate: the per-head rule, --als-rule per-head)\n",
+                            c->opt->als_high);
+    else
+        analysis_report_add(c, "  (* mask: ALS >= %g; ? candidate; thresholds from MaiT; the "
+                            "paper's search: --als-rule search)\n", c->opt->als_high);
+    mait_search(c, score, search);
+    for (size_t i = 0; i < (size_t)L * NH; i++) srch[i] = search[i];
+    char json[4096];
+    if (by_search) {
+        masks_json(lay, search, json, sizeof json);
+        if (json[0]) analysis_report_add(c, "  suggested \"attention\" (MaiT search):\n    [%s]\n", json);
+        else analysis_report_add(c, "  MaiT search leaves no head masked: no mask suggested\n");
+    } else {
+        masks_json(lay, rule, json, sizeof json);
+        if (json[0]) analysis_report_add(c, "  suggested \"attention\" (per-head rule):\n    [%s]\n", json);
+        else analysis_report_add(c, "  no head reaches ALS %g: no mask suggested\n", c->opt->als_high);
+    }
+    if (H < NH) analysis_note(c, "als: only heads of the recorded subset can be recommended");
+    if (L < lay->cfg.depth) analysis_note(c, "als: the suggestion covers the recorded layers only");
+    free(rule);
+    free(search);
     return AS_OK;
+}
+
+static void als_release(analysis_ctx *c) {
+    als_state *st = c->state;
+    if (st) free(st->window);
+    free(st);
+    c->state = NULL;
 }
 
 const analysis_metric analysis_metric_als = {
     .name = "als",
-    .version = 1,
-    .summary = "attention locality score per layer and head (MaiT Eq. 3), mask placement",
-    .definition = "ALS(l,h) = (1/P) sum over patch queries i of sum over patches j in the R x R "
-                  "window centred on i (clipped at the grid edge) of A[i,j]; prefix tokens are "
-                  "neither queries nor neighbours; P = number of patches",
+    .version = 2,
+    .summary = "attention locality score per layer and head (MaiT Eq. 3), MaiT's mask search",
+    .definition = "ALS(l,h) = (1/P) sum over patch queries i of w_i, w_i = sum over patches j in "
+                  "the R x R window centred on i (clipped at the grid edge) of A[i,j], plus the "
+                  "prefix columns with prefix_columns=include; with rows=normalise w_i is divided "
+                  "by sum_j A[i,j] (rows without positive mass are left out); map=softmax uses "
+                  "softmax of the recorded scores; R = the head's own mask size for masked heads "
+                  "(unless --als-window), else 3; P = number of patches",
     .needs = 1u << TRACE_Q_ATTN,
     .plan = als_plan,
     .image = als_image,
     .finish = als_finish,
+    .release = als_release,
+    .choices = als_choices,
+    .n_choices = sizeof als_choices / sizeof als_choices[0],
 };

@@ -26,10 +26,34 @@
 
 typedef enum { ANALYSIS_FUSE_MEAN = 0, ANALYSIS_FUSE_MAX, ANALYSIS_FUSE_MIN } analysis_fusion;
 
+/* The named choices where the papers leave a definition open (docs/analysis.md says which
+ * setting reproduces which paper figure). Each metric declares its own in its file
+ * (analysis_metric.choices); analysis_choice_get lists them all for the command line, and the
+ * chosen value is part of every result's stored parameters. Values index the choice's names. */
+typedef enum {
+    ANALYSIS_CH_ALS_PREFIX = 0, /* als: prefix columns: exclude (neighbours only) | include (M of Eq. 3) */
+    ANALYSIS_CH_ALS_ROWS,       /* als: rows not summing to 1: normalise | raw | refuse */
+    ANALYSIS_CH_ALS_MAP,        /* als: attn (recorded map) | softmax (of the recorded scores) */
+    ANALYSIS_CH_ALS_RULE,       /* als: which recommendation is printed: search | per-head */
+    ANALYSIS_CH_DISTANCE,       /* distance: pixel (ViT) | centre (keras-io) */
+    ANALYSIS_CH_QK_SCALE,       /* qk: q as the product sees it (scaled) | as projected (raw) */
+    ANALYSIS_CH_DIAG_MAP,       /* diag: scores of less-attention layers | attn of every layer */
+    ANALYSIS_CH_COUNT
+} analysis_choice_id;
+
+typedef struct {
+    analysis_choice_id id;
+    const char *option;          /* command-line option without "--" */
+    const char *param;           /* its name in the stored parameters */
+    const char *values[4];       /* names; the stored value is the index */
+    int def;                     /* default index */
+    const char *help;            /* one line per value and the default's reason, for --help */
+} analysis_choice;
+
 typedef struct {
     unsigned metrics;            /* bit i = registry entry i; 0 = every metric the trace supports */
     int explicit_metrics;        /* 1: the user named them, so one that cannot run is an error */
-    int als_window;              /* R (odd), default 3 */
+    int als_window;              /* R (odd); 0 (default): a masked head's own mask size, else 3 */
     double als_low, als_high;    /* mask-placement thresholds, default 0.35 / 0.65 */
     int n_thresholds;            /* Q/K magnitudes, default 0.1 0.5 1 2 */
     double thresholds[ANALYSIS_MAX_THRESHOLDS];
@@ -37,6 +61,8 @@ typedef struct {
     double discard;              /* rollout discard ratio in [0, 1), default 0 */
     int entropy_normalize;       /* divide entropies by log T */
     int distance_renorm;         /* mean distance: renormalise over patch keys (default: drop prefix keys) */
+    int choice[ANALYSIS_CH_COUNT]; /* analysis_choice values (analysis_opts_default: each default) */
+    int cka_batch;               /* images per minibatch of the image-example CKA, default 8 */
     int per_image;               /* also store every image's values */
     int threads;                 /* images analysed at once; <= 0: all cores */
     const char *csv_dir;         /* NULL: no CSV */
@@ -69,13 +95,26 @@ int analysis_definition_parse(const char *s);
 
 /* The rollout metric's arithmetic, for callers that roll out from any start vector (the
  * viewer). layers: attn[l] (H, T, T) per layer -> a (L, T, T): heads fused, the floor(discard
- * T^2) smallest entries set to 0 (ties by flat index; [0,0] kept), identity added, rows
+ * T^2) smallest entries chosen (ties by flat index) and all of them but [0,0] set to 0 (one
+ * fewer when [0,0] is chosen, as vit-explain does), identity added, rows
  * renormalised; idx: T*T ints of scratch. rows: out (L, T) = e^T a_l ... a_0 for each l, with
  * e (T) the start vector; u, v: T doubles of scratch each. */
 void analysis_rollout_layers(double *a, const float *const *attn, int L, int H, int T,
                              analysis_fusion fusion, double discard, int *idx);
 void analysis_rollout_rows(double *out, const double *a, const double *e, int L, int T,
                            double *u, double *v);
+
+/* The similarity definition figures and the viewer use when none is named ("row"); recipes that
+ * mirror a paper default to that paper's (docs/analysis.md). */
+#define ANALYSIS_DEFAULT_DEFINITION 1
+
+/* Every metric's choices, for --help and the command line; NULL past the end. */
+const analysis_choice *analysis_choice_get(int i);
+/* The choice's values as users type them, "a, b, c", into buf. */
+void analysis_choice_values(const analysis_choice *c, char *buf, size_t n);
+/* Sets --OPTION VALUE if OPTION is a choice; returns 1 when set, 0 when OPTION is not a choice,
+ * -1 with err naming the values when VALUE is not one of them. */
+int analysis_choice_set(analysis_opts *o, const char *option, const char *value, as_error *err);
 
 /* The registry, for --help and docs. */
 int analysis_metric_count(void);

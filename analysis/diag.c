@@ -7,12 +7,37 @@
 #include "metric.h"
 
 enum { OUT_SYM, OUT_DIAG, OUT_SYM_MEAN, OUT_DIAG_MEAN };
+enum { DIAG_SCORES, DIAG_ATTN };
+
+static const analysis_choice diag_choices[] = {
+    {ANALYSIS_CH_DIAG_MAP, "diag-map", "map", {"scores", "attn"}, DIAG_SCORES,
+     "scores: LaViT's definition (3.2/3.4): the pre-softmax scores A^l of the less-attention "
+     "(transformation) layers, where its loss acts (other layers NaN; needs --record attn,scores); "
+     "attn: the softmax maps of every layer (a descriptive variant)"},
+};
+
+static int on_scores(const analysis_ctx *c) { return analysis_choice_of(c, ANALYSIS_CH_DIAG_MAP) == DIAG_SCORES; }
 
 static as_status diag_plan(analysis_ctx *c, as_error *err) {
     const analysis_layout *lay = c->lay;
     if (lay->q_rows != lay->tokens)
         return as_fail(err, AS_ERR_ARG, "diag needs square maps, but the trace holds only the prefix "
                        "query rows: record with --query-rows all");
+    if (on_scores(c)) {
+        int n = 0;
+        for (int li = 0; li < lay->n_layers; li++) n += lay->cfg.attn[lay->layers[li]].kind == VIT_ATTN_LESS;
+        if (!n)
+            return as_fail(err, AS_ERR_ARG, "diag: LaViT defines its terms on the pre-softmax scores "
+                           "of less-attention layers, and this trace records none: use --diag-map "
+                           "attn for the softmax-map variant");
+        if (!(lay->quantities & (1u << TRACE_Q_SCORES)))
+            return as_fail(err, AS_ERR_ARG, "diag needs the pre-softmax scores of the less-attention "
+                           "layers, which this trace lacks: record with --record attn,scores (or "
+                           "--diag-map attn for the softmax-map variant)");
+        c->needs = 1u << TRACE_Q_SCORES;
+        analysis_note(c, "diag: layers that are not less-attention are NaN (--diag-map attn "
+                      "measures every layer's map)");
+    }
     int dims[2] = {lay->n_layers, lay->n_heads};
     analysis_axis ax[2] = {ANALYSIS_AX_LAYER, ANALYSIS_AX_HEAD};
     analysis_output_add(c, "symmetry", "sum over i,j of |A[i,j] - A[j,i]| (0 = symmetric)", "", 2, dims, ax);
@@ -20,7 +45,8 @@ static as_status diag_plan(analysis_ctx *c, as_error *err) {
                         "(> 0: the diagonal dominates)", "", 2, dims, ax);
     analysis_output_add(c, "symmetry_head_mean", "symmetry averaged over heads", "", 1, dims, ax);
     analysis_output_add(c, "diagonality_head_mean", "diagonality averaged over heads", "", 1, dims, ax);
-    snprintf(c->params, sizeof c->params, "map=attn");
+    c->params[0] = 0;
+    analysis_params_choices(c);
     c->scratch_bytes = (size_t)lay->tokens * lay->tokens * sizeof(float); /* a transposed map */
     (void)err;
     return AS_OK;
@@ -29,10 +55,18 @@ static as_status diag_plan(analysis_ctx *c, as_error *err) {
 static void diag_image(const analysis_ctx *c, const analysis_image *im, double *vals, void *scratch) {
     const analysis_layout *lay = c->lay;
     int T = lay->tokens, H = lay->n_heads;
+    int sc = on_scores(c);
     for (int li = 0; li < lay->n_layers; li++) {
         double ms = 0, md = 0;
+        if (sc && lay->cfg.attn[lay->layers[li]].kind != VIT_ATTN_LESS) {
+            for (int hi = 0; hi < H; hi++)
+                vals[c->out[OUT_SYM].offset + (size_t)li * H + hi] =
+                    vals[c->out[OUT_DIAG].offset + (size_t)li * H + hi] = NAN;
+            vals[c->out[OUT_SYM_MEAN].offset + li] = vals[c->out[OUT_DIAG_MEAN].offset + li] = NAN;
+            continue;
+        }
         for (int hi = 0; hi < H; hi++) {
-            const float *A = im->attn[li] + (size_t)hi * T * T;
+            const float *A = (sc ? im->scores[li] : im->attn[li]) + (size_t)hi * T * T;
             float *At = scratch;
             for (int i0 = 0; i0 < T; i0 += 32) /* blocked transpose */
                 for (int j0 = 0; j0 < T; j0 += 32)
@@ -58,6 +92,7 @@ static as_status diag_finish(analysis_ctx *c, const double *mean, as_error *err)
     const analysis_layout *lay = c->lay;
     analysis_report_add(c, "  layer  symmetry  diagonality (head means)\n");
     for (int li = 0; li < lay->n_layers; li++)
+        if (!isnan(mean[c->out[OUT_SYM_MEAN].offset + li]))
         analysis_report_add(c, "  %5d  %8.3f  %11.3f\n", lay->layers[li],
                             mean[c->out[OUT_SYM_MEAN].offset + li], mean[c->out[OUT_DIAG_MEAN].offset + li]);
     (void)err;
@@ -66,12 +101,17 @@ static as_status diag_finish(analysis_ctx *c, const double *mean, as_error *err)
 
 const analysis_metric analysis_metric_diag = {
     .name = "diag",
-    .version = 1,
+    .version = 2,
     .summary = "LaViT's symmetry and diagonality terms (its Eq. 8/9) per layer and head",
-    .definition = "symmetry = sum_{i,j} |A[i,j] - A[j,i]|; diagonality = sum_i ((T-1) A[i,i] - "
-                  "sum_{j!=i} A[i,j]); over the T x T map that multiplies the values",
+    .definition = "symmetry = sum_{i,j} |S[i,j] - S[j,i]|; diagonality = sum_i ((T-1) S[i,i] - "
+                  "sum_{j!=i} S[i,j]) (> 0 when the diagonal dominates, the property of Eq. 8; "
+                  "this measures, it is not the training loss); S = the pre-softmax scores of "
+                  "the less-attention layers (map=scores; other layers NaN) or the T x T map that "
+                  "multiplies the values of every layer (map=attn)",
     .needs = 1u << TRACE_Q_ATTN,
     .plan = diag_plan,
     .image = diag_image,
     .finish = diag_finish,
+    .choices = diag_choices,
+    .n_choices = sizeof diag_choices / sizeof diag_choices[0],
 };

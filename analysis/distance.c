@@ -8,6 +8,25 @@
 #include "metric.h"
 
 enum { OUT_DIST, OUT_MEAN };
+enum { DIST_PIXEL, DIST_CENTRE };
+
+static const analysis_choice dist_choices[] = {
+    {ANALYSIS_CH_DISTANCE, "distance", "distance", {"pixel", "centre"}, DIST_PIXEL,
+     "pixel: ViT's definition (Fig. 7: the distance between the query pixel and all other pixels): the mean distance between every pixel of the "
+     "query patch and every pixel of the key patch (8.3 px for a 16 px patch and itself); centre: "
+     "the distance between patch centres (keras-io's; 0 for a patch and itself)"},
+};
+
+/* Mean Euclidean distance, in pixels, between the pixels of two p x p patches dy, dx patches
+ * apart: the pixel offsets (dy p + a, dx p + b) with a, b in -(p-1)..p-1 occur (p-|a|)(p-|b|)
+ * times among the p^4 pixel pairs, so the exact average is a (2p-1)^2 term sum. */
+static double pixel_mean_distance(int dy, int dx, int p) {
+    double s = 0;
+    for (int a = -(p - 1); a < p; a++)
+        for (int b = -(p - 1); b < p; b++)
+            s += (double)(p - abs(a)) * (p - abs(b)) * hypot((double)dy * p + a, (double)dx * p + b);
+    return s / ((double)p * p * p * p);
+}
 
 static as_status dist_plan(analysis_ctx *c, as_error *err) {
     const analysis_layout *lay = c->lay;
@@ -15,21 +34,31 @@ static as_status dist_plan(analysis_ctx *c, as_error *err) {
         return as_fail(err, AS_ERR_ARG, "distance needs the patch query rows, but the trace holds "
                        "only the prefix rows: record with --query-rows all");
     int P = lay->patches, g = lay->grid;
-    double *d = malloc((size_t)P * P * sizeof *d);
-    if (!d) return as_fail(err, AS_ERR_NOMEM, "out of memory for the distance table");
+    double *d = malloc((size_t)P * P * sizeof *d), *off = malloc((size_t)g * g * sizeof *off);
+    if (!d || !off) {
+        free(d);
+        free(off);
+        return as_fail(err, AS_ERR_NOMEM, "out of memory for the distance table");
+    }
+    int pixel = analysis_choice_of(c, ANALYSIS_CH_DISTANCE) == DIST_PIXEL;
+    for (int dy = 0; dy < g; dy++) /* by |offset| in patches: g^2 sums, not P^2 */
+        for (int dx = 0; dx < g; dx++)
+            off[dy * g + dx] = pixel ? pixel_mean_distance(dy, dx, lay->patch_px)
+                                     : lay->patch_px * hypot(dy, dx);
     for (int i = 0; i < P; i++)
-        for (int j = 0; j < P; j++) {
-            double dr = i / g - j / g, dc = i % g - j % g;
-            d[(size_t)i * P + j] = lay->patch_px * sqrt(dr * dr + dc * dc);
-        }
+        for (int j = 0; j < P; j++) d[(size_t)i * P + j] = off[abs(i / g - j / g) * g + abs(i % g - j % g)];
+    free(off);
     c->state = d;
     int dims[2] = {lay->n_layers, lay->n_heads};
     analysis_axis ax[2] = {ANALYSIS_AX_LAYER, ANALYSIS_AX_HEAD};
-    analysis_output_add(c, "distance", "attention-weighted distance between patch centres, "
-                        "averaged over patch queries", "pixels", 2, dims, ax);
+    analysis_output_add(c, "distance", pixel ? "attention-weighted mean pixel-to-pixel distance "
+                        "between query and key patches, averaged over patch queries" :
+                        "attention-weighted distance between patch centres, averaged over patch "
+                        "queries", "pixels", 2, dims, ax);
     analysis_output_add(c, "head_mean", "distance averaged over the recorded heads", "pixels", 1, dims, ax);
     snprintf(c->params, sizeof c->params, "prefix_keys=%s; patch_size=%d",
              c->opt->distance_renorm ? "renormalise" : "drop", lay->patch_px);
+    analysis_params_choices(c);
     return AS_OK;
 }
 
@@ -85,15 +114,18 @@ static void dist_release(analysis_ctx *c) {
 
 const analysis_metric analysis_metric_distance = {
     .name = "distance",
-    .version = 1,
+    .version = 2,
     .summary = "mean attention distance in pixels per layer and head (ViT Fig. 7)",
-    .definition = "for patch query i: sum over patch keys j of A[i,j] * patch_size * "
-                  "|centre(i) - centre(j)|; prefix keys are dropped (their weight counts for "
-                  "nothing) or, with renormalise, the patch weights are divided by their sum; "
-                  "averaged over patch queries",
+    .definition = "for patch query i: sum over patch keys j of A[i,j] * d(i,j); d(i,j) = the mean "
+                  "of |u - v| over every pixel u of patch i and pixel v of patch j "
+                  "(distance=pixel, ViT) or patch_size * |centre(i) - centre(j)| (distance=centre); "
+                  "prefix keys are dropped (their weight counts for nothing) or, with renormalise, "
+                  "the patch weights are divided by their sum; averaged over patch queries",
     .needs = 1u << TRACE_Q_ATTN,
     .plan = dist_plan,
     .image = dist_image,
     .finish = dist_finish,
     .release = dist_release,
+    .choices = dist_choices,
+    .n_choices = sizeof dist_choices / sizeof dist_choices[0],
 };

@@ -3,12 +3,49 @@
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../io/trace.h"
 #include "metric.h"
 
 enum { OUT_COS_FINAL, OUT_COS_PREV, OUT_CKA, OUT_HSIC };
+
+/* The image-example CKA (Kornblith et al. 2019, each image's whole block output as one example)
+ * streams: a minibatch of m images' features is kept, its unbiased HSICs (Song et al. 2012)
+ * are added up per layer pair, and the minibatch is dropped (Nguyen et al. 2021's minibatch
+ * CKA). Memory: m x layers x T x D floats + layers x m^2 doubles, whatever the image count. */
+typedef struct {
+    int m, filled, batches;
+    long dropped;
+    size_t feat;        /* T x D */
+    float *x;           /* (m, L, T*D) */
+    double *gram;       /* (L, m, m) */
+    double *rs, *tot;   /* (L, m) row sums, (L) totals */
+    double *hsum;       /* (L, L) sum over minibatches of HSIC1 */
+} cka_images;
+
+/* Unbiased HSIC1 of two n x n kernels with zero diagonals, from their row sums ra, rb and
+ * totals: [tr(KM) + 1'K1 1'M1 / ((n-1)(n-2)) - 2/(n-2) 1'KM1] / (n(n-3)). */
+static double hsic1(const double *Ka, const double *Kb, const double *ra, const double *rb,
+                    double ta, double tb, int n) {
+    double tr = 0, rr = 0, nn = n;
+    for (size_t i = 0; i < (size_t)n * n; i++) tr += Ka[i] * Kb[i];
+    for (int i = 0; i < n; i++) rr += ra[i] * rb[i];
+    return (tr + ta * tb / ((nn - 1) * (nn - 2)) - 2.0 * rr / (nn - 2)) / (nn * (nn - 3));
+}
+
+/* Zeroes K's diagonal and fills its row sums and total. */
+static void kernel_prepare(double *K, int n, double *rs, double *tot) {
+    *tot = 0;
+    for (int i = 0; i < n; i++) K[(size_t)i * n + i] = 0; /* the unbiased estimator's kernel */
+    for (int i = 0; i < n; i++) {
+        double s = 0;
+        for (int j = 0; j < n; j++) s += K[(size_t)i * n + j];
+        rs[i] = s;
+        *tot += s;
+    }
+}
 
 static as_status evo_plan(analysis_ctx *c, as_error *err) {
     const analysis_layout *lay = c->lay;
@@ -29,8 +66,33 @@ static as_status evo_plan(analysis_ctx *c, as_error *err) {
                         "", 2, d2, ax);
     c->scratch_bytes = ((size_t)lay->tokens * lay->dim + (size_t)L * lay->tokens * lay->tokens +
                         (size_t)L * (lay->tokens + 1)) * sizeof(double);
+    int m = c->opt->cka_batch;
+    long n_img = c->opt->max_images > 0 && c->opt->max_images < lay->n_images ? c->opt->max_images : lay->n_images;
+    if (m < 4) return as_fail(err, AS_ERR_ARG, "--cka-batch %d: the unbiased HSIC needs minibatches of "
+                              "at least 4 images", m);
+    if (m > n_img) m = (int)n_img; /* one minibatch of every image: the exact estimator */
+    cka_images *ck = calloc(1, sizeof *ck);
+    if (!ck) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+    c->state = ck;
+    ck->m = m;
+    ck->feat = (size_t)lay->tokens * lay->dim;
+    if (m >= 4) {
+        ck->x = malloc((size_t)m * L * ck->feat * sizeof *ck->x);
+        ck->gram = malloc((size_t)L * m * m * sizeof *ck->gram);
+        ck->rs = malloc((size_t)L * (m + 1) * sizeof *ck->rs);
+        ck->hsum = calloc((size_t)L * L, sizeof *ck->hsum);
+        if (!ck->x || !ck->gram || !ck->rs || !ck->hsum)
+            return as_fail(err, AS_ERR_NOMEM, "out of memory for the image-example CKA's minibatch "
+                           "of %d images (%.0f MB): use a smaller --cka-batch", m,
+                           (double)m * L * ck->feat * 4 / 1e6);
+        ck->tot = ck->rs + (size_t)L * m;
+        c->state_bytes = (size_t)m * L * ck->feat * sizeof *ck->x + (size_t)L * m * m * sizeof *ck->gram;
+    } else {
+        analysis_note(c, "evolution: %ld images are too few for the image-example CKA (needs 4)", n_img);
+    }
     int last = lay->layers[L - 1];
-    snprintf(c->params, sizeof c->params, "final=%d; cka_examples=tokens; hsic=unbiased", last);
+    snprintf(c->params, sizeof c->params, "final=%d; cka_examples=tokens,images; hsic=unbiased; "
+             "cka_batch=%d", last, m);
     if (last != lay->cfg.depth - 1)
         analysis_note(c, "evolution: the final block (%d) was not recorded: cos_final compares with "
                       "block %d", lay->cfg.depth - 1, last);
@@ -60,28 +122,15 @@ static void evo_image(const analysis_ctx *c, const analysis_image *im, double *v
         for (size_t i = 0; i < (size_t)T * D; i++) X[i] = x[i];
         double *Kl = K + li * TT;
         cblas_dsyrk(CblasRowMajor, CblasUpper, CblasNoTrans, T, D, 1.0, X, D, 0.0, Kl, T);
-        tot[li] = 0;
-        for (int i = 0; i < T; i++) {
-            Kl[(size_t)i * T + i] = 0; /* the unbiased estimator uses the kernel off its diagonal */
+        for (int i = 0; i < T; i++)
             for (int j = 0; j < i; j++) Kl[(size_t)i * T + j] = Kl[(size_t)j * T + i];
-        }
-        for (int i = 0; i < T; i++) {
-            double s = 0;
-            for (int j = 0; j < T; j++) s += Kl[(size_t)i * T + j];
-            rs[(size_t)li * T + i] = s;
-            tot[li] += s;
-        }
+        kernel_prepare(Kl, T, rs + (size_t)li * T, &tot[li]);
     }
-    double n = T, *hsic = vals + c->out[OUT_HSIC].offset, *cka = vals + c->out[OUT_CKA].offset;
+    double *hsic = vals + c->out[OUT_HSIC].offset, *cka = vals + c->out[OUT_CKA].offset;
     for (int a = 0; a < L; a++)
-        for (int b = 0; b <= a; b++) {
-            const double *Ka = K + a * TT, *Kb = K + b * TT, *ra = rs + (size_t)a * T, *rb = rs + (size_t)b * T;
-            double tr = 0, rr = 0;
-            for (size_t i = 0; i < TT; i++) tr += Ka[i] * Kb[i];
-            for (int i = 0; i < T; i++) rr += ra[i] * rb[i];
-            double h = (tr + tot[a] * tot[b] / ((n - 1) * (n - 2)) - 2.0 * rr / (n - 2)) / (n * (n - 3));
-            hsic[a * L + b] = hsic[b * L + a] = h;
-        }
+        for (int b = 0; b <= a; b++)
+            hsic[a * L + b] = hsic[b * L + a] = hsic1(K + a * TT, K + b * TT, rs + (size_t)a * T,
+                                                      rs + (size_t)b * T, tot[a], tot[b], T);
     for (int a = 0; a < L; a++)
         for (int b = 0; b < L; b++) {
             double ha = hsic[a * L + a], hb = hsic[b * L + b];
@@ -93,6 +142,45 @@ static void evo_image(const analysis_ctx *c, const analysis_image *im, double *v
         int prev = analysis_layer_pos(lay, lay->layers[li] - 1);
         cp[li] = prev < 0 ? NAN : token_cosine(lay, im->tokens[li], im->tokens[prev]);
     }
+}
+
+/* One minibatch of the image-example CKA: Gram matrices of the images' whole block outputs
+ * (float64 sums in a fixed order), their unbiased HSICs added per layer pair. */
+static void cka_flush(analysis_ctx *c) {
+    cka_images *ck = c->state;
+    int L = c->lay->n_layers, n = ck->filled;
+    if (n < 4) {
+        ck->dropped += n;
+        ck->filled = 0;
+        return;
+    }
+    for (int li = 0; li < L; li++) {
+        double *G = ck->gram + (size_t)li * n * n;
+        for (int a = 0; a < n; a++)
+            for (int b = 0; b <= a; b++) {
+                const float *xa = ck->x + ((size_t)a * L + li) * ck->feat, *xb = ck->x + ((size_t)b * L + li) * ck->feat;
+                double s = 0;
+                for (size_t k = 0; k < ck->feat; k++) s += (double)xa[k] * xb[k];
+                G[(size_t)a * n + b] = G[(size_t)b * n + a] = s;
+            }
+        kernel_prepare(G, n, ck->rs + (size_t)li * n, &ck->tot[li]);
+    }
+    for (int a = 0; a < L; a++)
+        for (int b = 0; b < L; b++)
+            ck->hsum[a * L + b] += hsic1(ck->gram + (size_t)a * n * n, ck->gram + (size_t)b * n * n,
+                                         ck->rs + (size_t)a * n, ck->rs + (size_t)b * n, ck->tot[a],
+                                         ck->tot[b], n);
+    ck->batches++;
+    ck->filled = 0;
+}
+
+static void evo_accumulate(analysis_ctx *c, const analysis_image *im) {
+    cka_images *ck = c->state;
+    if (!ck->x) return;
+    for (int li = 0; li < c->lay->n_layers; li++)
+        memcpy(ck->x + ((size_t)ck->filled * c->lay->n_layers + li) * ck->feat, im->tokens[li],
+               ck->feat * sizeof(float));
+    if (++ck->filled == ck->m) cka_flush(c);
 }
 
 /* Minibatch CKA (Nguyen et al. 2021): each image is one minibatch of T token examples; the
@@ -113,26 +201,66 @@ static as_status evo_finish(analysis_ctx *c, const double *mean, as_error *err) 
             double ha = h[a * L + a], hb = h[b * L + b];
             mb[a * L + b] = ha > 0 && hb > 0 ? h[a * L + b] / sqrt(ha * hb) : NAN;
         }
+    cka_images *ck = c->state;
+    double *ci = NULL, *cif = NULL;
+    if (ck->x) {
+        cka_flush(c);
+        if (ck->dropped)
+            analysis_note(c, "evolution: %ld image%s at the end (fewer than 4) %s left out of the "
+                          "image-example CKA", ck->dropped, ck->dropped == 1 ? "" : "s",
+                          ck->dropped == 1 ? "is" : "are");
+        ci = analysis_derived_add(c, "cka_images", "linear CKA with images as the examples "
+                                  "(Kornblith et al.): each image's block output flattened (T x D), "
+                                  "unbiased HSIC summed over minibatches of cka_batch images", "",
+                                  2, d2, ax);
+        cif = analysis_derived_add(c, "cka_images_final", "cka_images of each block with the final "
+                                   "block (Refiner Fig. 2/4)", "", 1, d1, ax);
+        if (!ci || !cif) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+        for (int a = 0; a < L; a++)
+            for (int b = 0; b < L; b++) {
+                double ha = ck->hsum[a * L + a], hb = ck->hsum[b * L + b];
+                ci[a * L + b] = ck->batches && ha > 0 && hb > 0 ? ck->hsum[a * L + b] / sqrt(ha * hb) : NAN;
+            }
+        for (int li = 0; li < L; li++) cif[li] = ci[li * L + L - 1];
+    }
     const double *cf = mean + c->out[OUT_COS_FINAL].offset, *cp = mean + c->out[OUT_COS_PREV].offset;
-    analysis_report_add(c, "  layer  cos to final  cos to previous  CKA to final (minibatch)\n");
+    analysis_report_add(c, "  layer  cos to final  cos to previous  CKA to final: tokens (minibatch)  images\n");
     for (int li = 0; li < L; li++) {
         fin[li] = mb[li * L + L - 1];
-        analysis_report_add(c, "  %5d  %12.4f  %15.4f  %12.4f\n", lay->layers[li], cf[li], cp[li], fin[li]);
+        analysis_report_add(c, "  %5d  %12.4f  %15.4f  %27.4f  %6.4f\n", lay->layers[li], cf[li],
+                            cp[li], fin[li], cif ? cif[li] : NAN);
     }
     return AS_OK;
 }
 
+static void evo_release(analysis_ctx *c) {
+    cka_images *ck = c->state;
+    if (ck) {
+        free(ck->x);
+        free(ck->gram);
+        free(ck->rs);
+        free(ck->hsum);
+    }
+    free(ck);
+    c->state = NULL;
+}
+
 const analysis_metric analysis_metric_evolution = {
     .name = "evolution",
-    .version = 1,
+    .version = 2,
     .summary = "feature evolution: token cosine to final/previous block, linear CKA (Refiner Fig. 2/4)",
     .definition = "cos_final[l] = mean_t cos(x_l[t], x_L[t]); cos_prev[l] = mean_t cos(x_l[t], "
                   "x_(l-1)[t]); with K = X X^T over one image's T tokens and its diagonal zeroed, "
                   "HSIC1(K,M) = [tr(KM) + 1'K1 1'M1/((T-1)(T-2)) - 2/(T-2) 1'KM1] / (T(T-3)); "
                   "cka = HSIC1(K,M)/sqrt(HSIC1(K,K) HSIC1(M,M)); cka_minibatch uses the HSICs "
-                  "averaged over images",
+                  "averaged over images; cka_images: images as the examples (K = X X^T over "
+                  "cka_batch images, each image's T x D output one vector), HSIC1 summed over "
+                  "consecutive minibatches (the last one kept if it has >= 4 images), then the "
+                  "ratio",
     .needs = 1u << TRACE_Q_TOKENS,
     .plan = evo_plan,
     .image = evo_image,
     .finish = evo_finish,
+    .accumulate = evo_accumulate,
+    .release = evo_release,
 };

@@ -32,6 +32,7 @@ typedef struct {
 typedef struct {
     long index;
     const float *attn[VIT_MAX_DEPTH];      /* per layer position: (n_heads, q_rows, tokens) */
+    const float *scores[VIT_MAX_DEPTH];    /* (n_heads, q_rows, tokens) pre-softmax scores */
     const float *q[VIT_MAX_DEPTH];         /* (n_heads, tokens, qk_width) */
     const float *k[VIT_MAX_DEPTH];
     const float *tokens[VIT_MAX_DEPTH];    /* (tokens, dim) */
@@ -74,10 +75,12 @@ typedef struct {
     int n_derived;
     analysis_output derived[ANALYSIS_MAX_OUTPUTS];
     size_t scratch_bytes;    /* per image in flight */
+    size_t state_bytes;      /* plan(): what the metric holds across images (its minibatch) */
     char params[512];        /* "window=3; ..." stored with the results */
     char notes[1024];        /* what was skipped and why, for the user */
     char report[4096];       /* finish(): a few lines for the terminal (stored as an attribute) */
-    void *state;             /* the metric's read-only tables, freed by release() */
+    void *state;             /* the metric's tables, freed by release() */
+    unsigned needs;          /* plan(): quantities this run reads (the metric's needs by default) */
 } analysis_ctx;
 
 struct analysis_metric {
@@ -91,10 +94,22 @@ struct analysis_metric {
     as_status (*plan)(analysis_ctx *c, as_error *err);
     /* One image: vals (n_vals) receives every output; scratch holds scratch_bytes. */
     void (*image)(const analysis_ctx *c, const analysis_image *im, double *vals, void *scratch);
+    /* Optional: called once per image in image order from one thread, after image(): for
+     * statistics across images (the image-example CKA). May use c->state. */
+    void (*accumulate)(analysis_ctx *c, const analysis_image *im);
     /* Optional: derived results from the means over images (mean, n_vals entries). */
     as_status (*finish)(analysis_ctx *c, const double *mean, as_error *err);
     void (*release)(analysis_ctx *c);   /* optional */
+    const analysis_choice *choices;     /* the metric's named choices (analysis.h), or NULL */
+    int n_choices;
 };
+
+/* "param=value; ..." of the metric's choices, appended to c->params. */
+void analysis_params_choices(analysis_ctx *c);
+/* The chosen value of choice id. */
+static inline int analysis_choice_of(const analysis_ctx *c, analysis_choice_id id) {
+    return c->opt->choice[id];
+}
 
 /* Declares an output of shape dims over axes; returns its index. */
 int analysis_output_add(analysis_ctx *c, const char *name, const char *description,

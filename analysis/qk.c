@@ -8,6 +8,23 @@
 #include "metric.h"
 
 enum { OUT_Q, OUT_K };
+enum { QK_SCALED, QK_RAW };
+
+static const analysis_choice qk_choices[] = {
+    {ANALYSIS_CH_QK_SCALE, "qk-scale", "q", {"scaled", "raw"}, QK_SCALED,
+     "scaled: q times the layer's score scale (1/sqrt(q/k width) unless set), the q that "
+     "meets k^T in Swin's attention (q = q * scale), on which LMSA measured its Fig. 4 (the "
+     "paper does not say which q it counted); raw: q as projected. Keys are never scaled"},
+};
+
+/* The factor q meets k^T with: the layer's scale, or 1 where LSLA's dynamic scale multiplies
+ * the product entrywise instead. */
+static float q_scale(const analysis_ctx *c, int l) {
+    const vit_attn *at = &c->lay->cfg.attn[l];
+    if (analysis_choice_of(c, ANALYSIS_CH_QK_SCALE) == QK_RAW) return 1.0f;
+    if (at->kind == VIT_ATTN_LSLA && at->dynamic_scale) return 1.0f;
+    return vit_attn_scale(&c->lay->cfg, l);
+}
 
 static as_status qk_plan(analysis_ctx *c, as_error *err) {
     const analysis_layout *lay = c->lay;
@@ -32,6 +49,25 @@ static as_status qk_plan(analysis_ctx *c, as_error *err) {
     for (int i = 0; i < c->opt->n_thresholds && m < (int)sizeof c->params - 24; i++)
         m += snprintf(c->params + m, sizeof c->params - (size_t)m, "%s%g", i ? "," : "",
                       c->opt->thresholds[i]);
+    analysis_params_choices(c);
+    if (analysis_choice_of(c, ANALYSIS_CH_QK_SCALE) == QK_SCALED) {
+        m = (int)strlen(c->params);
+        m += snprintf(c->params + m, sizeof c->params - (size_t)m, "; q_scale=");
+        /* per recorded layer (0: no q), runs written as value*count */
+        for (int li = 0, run; li < lay->n_layers && m < (int)sizeof c->params - 24; li += run) {
+            double v = lay->qk_width[li] ? q_scale(c, lay->layers[li]) : 0.0;
+            for (run = 1; li + run < lay->n_layers; run++)
+                if ((lay->qk_width[li + run] ? q_scale(c, lay->layers[li + run]) : 0.0) != v) break;
+            m += snprintf(c->params + m, sizeof c->params - (size_t)m, run > 1 ? "%s%g*%d" : "%s%g",
+                          li ? "," : "", v, run);
+        }
+        for (int li = 0; li < lay->n_layers; li++) {
+            const vit_attn *at = &lay->cfg.attn[lay->layers[li]];
+            if (at->kind == VIT_ATTN_LSLA && at->dynamic_scale)
+                analysis_note(c, "qk: layer %d scales q x^T entrywise (LSLA's dynamic scale), so "
+                              "its q is counted unscaled", lay->layers[li]);
+        }
+    }
     return AS_OK;
 }
 
@@ -43,6 +79,7 @@ static void qk_image(const analysis_ctx *c, const analysis_image *im, double *va
         for (int li = 0; li < lay->n_layers; li++) {
             const float *x = which == 0 ? im->q[li] : im->k[li];
             size_t n = (size_t)lay->n_heads * lay->tokens * lay->qk_width[li];
+            float sc = which == 0 && n ? q_scale(c, lay->layers[li]) : 1.0f;
             for (int ti = 0; ti < nt; ti++) {
                 if (!x || !n) {
                     out[li * nt + ti] = NAN;
@@ -50,7 +87,7 @@ static void qk_image(const analysis_ctx *c, const analysis_image *im, double *va
                 }
                 float th = (float)c->opt->thresholds[ti];
                 size_t cnt = 0;
-                for (size_t i = 0; i < n; i++) cnt += fabsf(x[i]) > th;
+                for (size_t i = 0; i < n; i++) cnt += fabsf(x[i] * sc) > th; /* float32, as the product */
                 out[li * nt + ti] = (double)cnt / (double)n;
             }
         }
@@ -80,13 +117,16 @@ static as_status qk_finish(analysis_ctx *c, const double *mean, as_error *err) {
 
 const analysis_metric analysis_metric_qk = {
     .name = "qk",
-    .version = 1,
+    .version = 2,
     .summary = "Q/K signal efficiency: fraction of |q|, |k| entries above thresholds (LMSA 3.3)",
     .definition = "for layer l and threshold tau: #{entries x of the recorded heads' q (or k) "
-                  "over all tokens and channels with |x| > tau} / #entries; NaN for blocks "
-                  "without q/k",
+                  "over all tokens and channels with |x| > tau} / #entries; with q=scaled each q "
+                  "entry is first multiplied (in float32) by the layer's score scale (1 for "
+                  "LSLA's dynamic scale); NaN for blocks without q/k",
     .needs = (1u << TRACE_Q_Q) | (1u << TRACE_Q_K),
     .plan = qk_plan,
     .image = qk_image,
     .finish = qk_finish,
+    .choices = qk_choices,
+    .n_choices = sizeof qk_choices / sizeof qk_choices[0],
 };

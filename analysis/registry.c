@@ -57,6 +57,51 @@ void analysis_opts_default(analysis_opts *o) {
     o->n_thresholds = 4;
     memcpy(o->thresholds, th, sizeof th);
     o->fusion = ANALYSIS_FUSE_MEAN;
+    o->als_window = 0;
+    o->cka_batch = 8;
+    for (int i = 0; analysis_choice_get(i); i++) o->choice[analysis_choice_get(i)->id] = analysis_choice_get(i)->def;
+}
+
+const analysis_choice *analysis_choice_get(int i) {
+    for (int m = 0; m < N_METRICS && i >= 0; m++) {
+        if (i < registry[m]->n_choices) return &registry[m]->choices[i];
+        i -= registry[m]->n_choices;
+    }
+    return NULL;
+}
+
+void analysis_choice_values(const analysis_choice *c, char *buf, size_t n) {
+    buf[0] = 0;
+    for (int v = 0; v < 4 && c->values[v]; v++) {
+        size_t u = strlen(buf);
+        snprintf(buf + u, n - u, "%s%s", v ? ", " : "", c->values[v]);
+    }
+}
+
+int analysis_choice_set(analysis_opts *o, const char *option, const char *value, as_error *err) {
+    for (int i = 0; analysis_choice_get(i); i++) {
+        const analysis_choice *c = analysis_choice_get(i);
+        if (strcmp(c->option, option) != 0) continue;
+        for (int v = 0; v < 4 && c->values[v]; v++)
+            if (strcmp(value, c->values[v]) == 0) {
+                o->choice[c->id] = v;
+                return 1;
+            }
+        char names[128];
+        analysis_choice_values(c, names, sizeof names);
+        as_fail(err, AS_ERR_ARG, "--%s %s: use one of %s", option, value, names);
+        return -1;
+    }
+    return 0;
+}
+
+void analysis_params_choices(analysis_ctx *c) {
+    for (int i = 0; i < c->metric->n_choices; i++) {
+        const analysis_choice *ch = &c->metric->choices[i];
+        size_t u = strlen(c->params);
+        snprintf(c->params + u, sizeof c->params - u, "%s%s=%s", u ? "; " : "", ch->param,
+                 ch->values[c->opt->choice[ch->id]]);
+    }
 }
 
 static size_t dims_count(int ndims, const int *dims) {

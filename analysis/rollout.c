@@ -82,7 +82,7 @@ void analysis_rollout_layers(double *a, const float *const *attn, int L, int H, 
         }
         if (fusion == ANALYSIS_FUSE_MEAN)
             for (size_t e = 0; e < TT; e++) F[e] /= H;
-        if (m > 0) { /* the discarded entries never include the first token's self-attention */
+        if (m > 0) { /* vit-explain: choose the m smallest, then spare [0,0] if chosen (m - 1 zeroed) */
             for (size_t e = 0; e < TT; e++) idx[e] = (int)e;
             select_smallest(F, idx, (int)TT, m);
             for (int k = 0; k < m; k++)
@@ -153,8 +153,10 @@ const analysis_metric analysis_metric_rollout = {
     .name = "rollout",
     .version = 1,
     .summary = "attention rollout through each layer (Abnar & Zuidema), per-image maps kept",
-    .definition = "F_l = fusion over recorded heads (mean/max/min) of A_l; the floor(r T^2) "
-                  "smallest entries of F_l (ties by flat index) are set to 0 except entry [0,0]; "
+    .definition = "F_l = fusion over recorded heads (mean/max/min) of A_l; the set S of the "
+                  "floor(r T^2) smallest entries of F_l (ties by flat index) is chosen first, then "
+                  "every entry of S except [0,0] is set to 0, so one entry fewer is zeroed when "
+                  "[0,0] is in S (vit-explain's rule; Abnar & Zuidema discard nothing, r = 0); "
                   "a_l = F_l + I with each row divided by its sum; map[l] = e^T a_l ... a_0 over "
                   "the patch columns, e = first prefix token (or the mean of all tokens)",
     .needs = 1u << TRACE_Q_ATTN,

@@ -83,11 +83,12 @@ static as_status layout_from_reader(analysis_layout *lay, const trace_reader *r,
         if (l < 0 || l >= r->cfg.depth)
             return as_fail(err, AS_ERR_FORMAT, "%s: layers attribute names layer %d of a %d-layer "
                            "model: the trace is corrupt", r->path, l, r->cfg.depth);
-        if (lay->quantities & (1u << TRACE_Q_ATTN)) {
-            snprintf(name, sizeof name, "layers/%02d/attn", l);
-            long want[3] = {lay->n_heads, lay->q_rows, lay->tokens};
-            if (check_dims(r, name, want, 3, err) != AS_OK) return err->status;
-        }
+        for (int q = TRACE_Q_ATTN; q <= TRACE_Q_SCORES; q++)
+            if (lay->quantities & (1u << q)) {
+                snprintf(name, sizeof name, "layers/%02d/%s", l, q == TRACE_Q_ATTN ? "attn" : "scores");
+                long want[3] = {lay->n_heads, lay->q_rows, lay->tokens};
+                if (check_dims(r, name, want, 3, err) != AS_OK) return err->status;
+            }
         if ((lay->quantities & (1u << TRACE_Q_Q)) && vit_has_keys(&r->cfg, l)) {
             lay->qk_width[li] = vit_qk_head_dim(&r->cfg, l);
             for (int w = 0; w < 2; w++) {
@@ -110,6 +111,7 @@ static size_t image_floats(const analysis_layout *lay, unsigned needs) {
     size_t n = 0;
     for (int li = 0; li < lay->n_layers; li++) {
         if (needs & (1u << TRACE_Q_ATTN)) n += (size_t)lay->n_heads * lay->q_rows * lay->tokens;
+        if (needs & (1u << TRACE_Q_SCORES)) n += (size_t)lay->n_heads * lay->q_rows * lay->tokens;
         if (needs & (1u << TRACE_Q_Q)) n += 2 * (size_t)lay->n_heads * lay->tokens * lay->qk_width[li];
         if (needs & (1u << TRACE_Q_TOKENS)) n += (size_t)lay->tokens * lay->dim;
     }
@@ -127,6 +129,12 @@ static as_status read_image(const trace_reader *r, const analysis_layout *lay, u
             snprintf(name, sizeof name, "layers/%02d/attn", l);
             if (trace_read_image_slab(r, name, image, buf, err) != AS_OK) return err->status;
             im->attn[li] = buf;
+            buf += (size_t)lay->n_heads * lay->q_rows * lay->tokens;
+        }
+        if (needs & (1u << TRACE_Q_SCORES)) {
+            snprintf(name, sizeof name, "layers/%02d/scores", l);
+            if (trace_read_image_slab(r, name, image, buf, err) != AS_OK) return err->status;
+            im->scores[li] = buf;
             buf += (size_t)lay->n_heads * lay->q_rows * lay->tokens;
         }
         if ((needs & (1u << TRACE_Q_Q)) && lay->qk_width[li]) {
@@ -534,12 +542,13 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
         mr->ctx.lay = &lay;
         mr->ctx.opt = opt;
         for (int o = 0; o < ANALYSIS_MAX_OUTPUTS; o++) mr->per_image[o] = -1;
+        mr->ctx.needs = mr->ctx.metric->needs;
         as_error e = {0};
         if (!(lay.quantities & (1u << TRACE_Q_ATTN)) && (mr->ctx.metric->needs & (1u << TRACE_Q_ATTN))) {
             as_fail(&e, AS_ERR_ARG, "%s needs attention maps, which this trace lacks: record with "
                     "--record attn", mr->ctx.metric->name);
         } else if (mr->ctx.metric->plan(&mr->ctx, &e) == AS_OK) {
-            needs |= mr->ctx.metric->needs;
+            needs |= mr->ctx.needs;
             /* each image's scratch starts on a 64-byte boundary (doubles, ints, vectors) */
             mr->ctx.scratch_bytes = (mr->ctx.scratch_bytes + 63) & ~(size_t)63;
             n_run++;
@@ -580,7 +589,8 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
         for (size_t v = 0; v < mr->ctx.n_vals && !bad_alloc; v++) bad_alloc |= !(mr->rs[v] = gsl_rstat_alloc());
         for (int o = 0; o < mr->ctx.n_out; o++)
             if (mr->ctx.out[o].count > max_count) max_count = mr->ctx.out[o].count;
-        batch_bytes += (double)B * (mr->ctx.n_vals * sizeof(double) + mr->ctx.scratch_bytes);
+        batch_bytes += (double)B * (mr->ctx.n_vals * sizeof(double) + mr->ctx.scratch_bytes) +
+                       (double)mr->ctx.state_bytes;
     }
     tmp_rows = bad_alloc ? NULL : malloc((size_t)B * max_count * sizeof *tmp_rows);
     if (bad_alloc || !tmp_rows) {
@@ -632,6 +642,7 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
         }
         for (int m = 0; m < n_run; m++) {
             metric_run *mr = &runs[m];
+            for (int b = 0; b < nb && mr->ctx.metric->accumulate; b++) mr->ctx.metric->accumulate(&mr->ctx, &ims[b]);
             for (int b = 0; b < nb; b++) {
                 const double *v = mr->vals + (size_t)b * mr->ctx.n_vals;
                 for (size_t k = 0; k < mr->ctx.n_vals; k++)

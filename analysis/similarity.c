@@ -115,6 +115,8 @@ static as_status sim_finish(analysis_ctx *c, const double *mean, as_error *err) 
     const analysis_layout *lay = c->lay;
     const double *adj = mean + c->out[OUT_ADJ].offset;
     int L = lay->n_layers;
+    analysis_report_add(c, "  (every definition is stored; plot similarity and view default to row, MaiT's\n"
+                           "  appendix; plot adjacent to map, LaViT Fig. 3; DeepViT: deepvit)\n");
     analysis_report_add(c, "  adjacent layers, head mean (layer against the layer before it):\n"
                            "  %5s  %7s  %7s  %7s\n", "layer", "deepvit", "row", "map");
     for (int li = 0; li < L; li++) {

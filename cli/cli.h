@@ -74,6 +74,10 @@ enum { CLI_END = -1, CLI_HELP = -2, CLI_USAGE = -3 };
 /* The next option's key (optarg holds its value), or CLI_END (optind: the first operand),
  * CLI_HELP (--help or --list-options printed) or CLI_USAGE (a one-line error printed). */
 int cli_opts_next(const cli_cmd *cmd, int argc, char **argv);
+/* For a table built at run time (analyze: its own options, then one per metric choice):
+ * appends o to the {0}-terminated table of cap entries, which stays terminated; returns the
+ * count. A table too small is a programmer error. */
+int cli_opts_add(cli_opt *table, int cap, cli_opt o);
 /* The exit code for a cli_opts_next result below 0 other than CLI_END: 0 or 2. */
 int cli_opts_exit(int ch);
 void cli_opts_help(const cli_cmd *cmd, FILE *f);

@@ -16,6 +16,8 @@ static void on_signal(int sig) {
     signal(sig, SIG_DFL);
 }
 
+/* analyze's own options; the metrics' named choices (analysis_choice, declared in each metric's
+ * file) follow them in analyze_table, built at run time, one option per choice. */
 static const cli_opt analyze_opts_table[] = {
     /* key alias name             ARG       values                       default      help */
     {'M', 0,   "metrics",         "LIST",   "comma-separated metric names (below), or all", "every metric the trace supports",
@@ -23,7 +25,8 @@ static const cli_opt analyze_opts_table[] = {
     {'o', 'o', "out",             "RESULTS.h5", NULL, "the trace's /analysis group",
      "write the results into a separate results file instead"},
     {'c', 0,   "csv",             "DIR",    NULL, "no CSV", "also write one long-format CSV table per result into DIR"},
-    {'w', 0,   "als-window",      "R",      "odd, 1..99", "3", "ALS: side of the R x R neighbourhood (MaiT Eq. 3)"},
+    {'w', 0,   "als-window",      "R",      "odd, 1..99", "a masked head's own mask size, else 3",
+     "ALS: side of the R x R neighbourhood (MaiT Eq. 3) for every head"},
     {'A', 0,   "als-thresholds",  "LOW,HIGH", NULL, "0.35,0.65", "ALS: candidate and mask thresholds for mask placement"},
     {'Q', 0,   "qk-thresholds",   "LIST",   "up to " CLI_STR(ANALYSIS_MAX_THRESHOLDS) " numbers", "0.1,0.5,1,2",
      "Q/K: magnitudes counted (fraction of |q|, |k| entries above each)"},
@@ -32,12 +35,19 @@ static const cli_opt analyze_opts_table[] = {
     {'e', 0,   "entropy-normalize", NULL,   NULL, NULL, "entropy: divide by log T (default: nats)"},
     {'p', 0,   "distance-prefix", "MODE",   "drop, renormalise", "drop",
      "mean distance: drop the prefix keys' share, or renormalise over patch keys"},
+    {'B', 0,   "cka-batch",       "N",      "4 or more", "8", "evolution: images per minibatch of the "
+     "image-example CKA (memory: N x layers x T x D floats, 14.5 MB for DeiT-Tiny)"},
     {'I', 0,   "per-image",       NULL,     NULL, NULL, "also store every image's values, not only mean, std and 95% "
      "interval (rollout always keeps them)"},
     {'n', 0,   "max-images",      "N",      "1 or more", "all images", "analyse only the first N images"},
     {'t', 0,   "threads",         "N",      "1..1024", "all cores", "threads (images analysed at once)"},
     {'q', 'q', "quiet",           NULL,     NULL, NULL, "no summaries and notes"},
     {0}};
+
+/* cli_opts_next's key for choice i: past every letter */
+enum { KEY_CHOICE = 0x1000, N_FIXED = sizeof analyze_opts_table / sizeof analyze_opts_table[0] - 1 };
+static cli_opt analyze_table[N_FIXED + ANALYSIS_CH_COUNT + 1];
+static char choice_values[ANALYSIS_CH_COUNT][128];
 
 /* The metric list goes after the option table: it comes from the registry. */
 static char analyze_notes[4096];
@@ -47,10 +57,22 @@ static const cli_cmd analyze_cmd = {
     "Computes metrics per image, then mean, standard deviation and 95% t interval over images. Results go "
     "to the trace's /analysis group (recorded data is never modified) or with --out to a results file; --csv "
     "also writes one long-format table per result. Without --metrics every metric the trace supports runs "
-    "and the others are skipped with the record flag they need. Exact definitions: docs/analysis.md.",
-    analyze_opts_table, analyze_notes};
+    "and the others are skipped with the record flag they need. Options from --als-prefix on name the "
+    "definitions the papers leave open; each is stored with the results. Exact definitions and the "
+    "passages they resolve: docs/analysis.md.",
+    analyze_table, analyze_notes};
 
-static void fill_notes(void) {
+/* analyze_table: the fixed options, then one per metric choice (values and default from its
+ * declaration); the metric list for the notes. */
+static void build_table(void) {
+    analyze_table[0] = (cli_opt){0};
+    for (int i = 0; i < N_FIXED; i++) cli_opts_add(analyze_table, N_FIXED + ANALYSIS_CH_COUNT + 1, analyze_opts_table[i]);
+    for (int i = 0; analysis_choice_get(i); i++) {
+        const analysis_choice *c = analysis_choice_get(i);
+        analysis_choice_values(c, choice_values[c->id], sizeof choice_values[c->id]);
+        cli_opts_add(analyze_table, N_FIXED + ANALYSIS_CH_COUNT + 1,
+                     (cli_opt){KEY_CHOICE + i, 0, c->option, "MODE", choice_values[c->id], c->values[c->def], c->help});
+    }
     int k = snprintf(analyze_notes, sizeof analyze_notes, "metrics:");
     for (int i = 0; i < analysis_metric_count() && k < (int)sizeof analyze_notes; i++)
         k += snprintf(analyze_notes + k, sizeof analyze_notes - (size_t)k, "\n  %-11s %s",
@@ -80,8 +102,13 @@ int cmd_analyze(int argc, char **argv) {
     as_error err = {0};
     int ch, threads = 0;
     optind = 1;
-    fill_notes();
+    build_table();
     while ((ch = cli_opts_next(&analyze_cmd, argc, argv)) >= 0) {
+        if (ch >= KEY_CHOICE) {
+            const analysis_choice *c = analysis_choice_get(ch - KEY_CHOICE);
+            if (analysis_choice_set(&o, c->option, optarg, &err) < 0) return cli_bad_value(&analyze_cmd, ch, optarg);
+            continue;
+        }
         switch (ch) {
         case 'M':
             if (!(o.metrics = analysis_metric_mask(optarg, &err))) return cli_error(&err), 2;
@@ -118,6 +145,9 @@ int cmd_analyze(int argc, char **argv) {
             if (strcmp(optarg, "drop") == 0) o.distance_renorm = 0;
             else if (strncmp(optarg, "renorm", 6) == 0) o.distance_renorm = 1;
             else return cli_bad_value(&analyze_cmd, ch, optarg);
+            break;
+        case 'B':
+            if (!cli_parse_int(optarg, 4, 1000000, &o.cka_batch)) return cli_bad_value(&analyze_cmd, ch, optarg);
             break;
         case 'I': o.per_image = 1; break;
         case 'n': {

@@ -319,6 +319,8 @@ int cmd_demo(int argc, char **argv) {
     ao.quiet = 1;
     ao.command_line = "attnscope demo";
     ao.threads = runtime_threads();
+    /* the demo's ViT has no less-attention layers, where LaViT's terms are defined: the map variant */
+    analysis_choice_set(&ao, "diag-map", "attn", &err);
     analysis_report rep;
     if (analysis_run(out, NULL, &ao, &rep, &err) != AS_OK) return cli_error(&err);
     step("  3. analyze %d metric%s over %ld images in %.2f s into %s:/analysis (docs/analysis.md)",

@@ -342,10 +342,21 @@ static as_status build_model(const exp_run *x, const exp_model *em, model *m, as
     return rc;
 }
 
-static void analyze_opts(const cJSON *a, analysis_opts *o) {
+static as_status analyze_opts(const cJSON *a, analysis_opts *o, const char *file, as_error *err) {
     analysis_opts_default(o);
-    if (!a) return;
+    if (!a) return AS_OK;
     o->als_window = jint(a, "als_window", o->als_window);
+    o->cka_batch = jint(a, "cka_batch", o->cka_batch);
+    /* the metrics' named choices, by their option name with '_' (als_prefix, distance, ...) */
+    for (int i = 0; analysis_choice_get(i); i++) {
+        char key[64];
+        snprintf(key, sizeof key, "%s", analysis_choice_get(i)->option);
+        for (char *c = key; *c; c++) *c = *c == '-' ? '_' : *c;
+        const char *v = jstr(a, key, NULL);
+        as_error e = {0};
+        if (v && analysis_choice_set(o, analysis_choice_get(i)->option, v, &e) < 0)
+            return as_fail(err, AS_ERR_CONFIG, "%s: analyze: %s: %s", file, key, e.msg);
+    }
     o->discard = jnum(a, "discard", o->discard);
     o->entropy_normalize = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "entropy_normalize"));
     o->distance_renorm = strncmp(jstr(a, "distance_prefix", "drop"), "renorm", 6) == 0;
@@ -363,6 +374,7 @@ static void analyze_opts(const cJSON *a, analysis_opts *o) {
         o->als_low = cJSON_GetArrayItem(al, 0)->valuedouble;
         o->als_high = cJSON_GetArrayItem(al, 1)->valuedouble;
     }
+    return AS_OK;
 }
 
 /* record and analyze one model, each only when its stamp changed */
@@ -428,7 +440,7 @@ static as_status run_model(exp_run *x, exp_model *em, const cJSON *root, const c
         return AS_OK;
     }
     analysis_opts ao;
-    analyze_opts(a, &ao);
+    if (analyze_opts(a, &ao, x->file, err) != AS_OK) return err->status;
     ao.quiet = 1;
     ao.command_line = "attnscope experiment";
     const char *ms = a ? jstr(a, "metrics", NULL) : NULL;

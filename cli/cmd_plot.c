@@ -16,7 +16,8 @@ static const cli_opt plot_opts_table[] = {
     {'I', 0,   "image",      "I",    "0..images-1", "0", "image of the map figures"},
     {'Q', 0,   "query",      "Q",    "a token index (0 = class token)", "the first prefix token, else the centre patch",
      "the query token whose attention row is drawn"},
-    {'D', 0,   "definition", "D",    "deepvit, row, map", "row", "cross-layer similarity definition (docs/analysis.md)"},
+    {'D', 0,   "definition", "D",    "deepvit, row, map", "the figure's paper's, as plot --list shows",
+     "cross-layer similarity definition (docs/analysis.md)"},
     {'l', 0,   "labels",     "A,B,...", NULL, "the inputs' file names", "legend labels, one per input"},
     {'c', 0,   "cmap",       "NAME", "viridis, magma, diverging", "viridis", "colour map"},
     {'R', 0,   "range",      "R",    "zero, minmax", "zero", "colour scale of the maps (attention, grid, rollout): zero "

@@ -109,9 +109,20 @@ static int count_opts(const cli_cmd *cmd) {
         assert(o->alias != 'h' && o->help);
         for (int j = 0; o->alias && cmd->opts[j].name; j++) /* -x must not read as another's key */
             assert(j == n || cmd->opts[j].key != o->alias);
+        for (int j = 0; j < n; j++) /* one option per name and key (tables built at run time too) */
+            assert(strcmp(cmd->opts[j].name, o->name) != 0 && cmd->opts[j].key != o->key);
     }
     assert(n <= MAX_OPTS);
     return n;
+}
+
+int cli_opts_add(cli_opt *table, int cap, cli_opt o) {
+    int n = 0;
+    while (table[n].name) n++;
+    assert(n + 1 < cap && o.name);
+    table[n] = o;
+    table[n + 1] = (cli_opt){0};
+    return n + 1;
 }
 
 static const cli_opt *find_key(const cli_cmd *cmd, int key) {

@@ -2,7 +2,23 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include <hdf5.h>
+#include <string.h>
+
+#include "../io/h5util.h"
 #include "figures.h"
+
+/* Which distance the analysis used (its stored parameters; results before v2 used centres). */
+static const char *distance_kind(const fig_source *s) {
+    char params[512] = "";
+    hid_t g = H5Lexists((hid_t)s->file, "analysis/distance", H5P_DEFAULT) > 0
+                  ? H5Gopen2((hid_t)s->file, "analysis/distance", H5P_DEFAULT) : -1;
+    if (g >= 0) {
+        h5u_attr_read_str(g, "parameters", params, sizeof params);
+        H5Gclose(g);
+    }
+    return strstr(params, "distance=pixel") ? "pixel" : "centre";
+}
 
 static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     double *m[FIG_MAX_SOURCES] = {0};
@@ -10,6 +26,12 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     int nd, layers[FIG_MAX_SOURCES][256];
     double lo = 0, hi = 0, lmax = 1;
     as_status rc = AS_OK;
+    const char *kind = o->n_sources ? distance_kind(&o->src[0]) : "pixel";
+    for (int i = 1; i < o->n_sources; i++)
+        if (strcmp(distance_kind(&o->src[i]), kind) != 0)
+            return as_fail(err, AS_ERR_ARG, "%s and %s were analysed with different --distance "
+                           "(%s, %s): analyse both with the same", o->src[0].path, o->src[i].path,
+                           kind, distance_kind(&o->src[i]));
     for (int i = 0; i < o->n_sources && rc == AS_OK; i++) {
         rc = fig_read(&o->src[i], "distance", "distance", "mean", &m[i], d[i], &nd, err);
         if (rc != AS_OK) break;
@@ -43,7 +65,9 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
                 plot_scatter(f, &a, x, y, L, cols[i], marks[i], 1.5);
             }
         }
-        plot_axes_draw(f, &a, "Mean attention distance per head", "layer", "distance (pixels)");
+        plot_axes_draw(f, &a, "Mean attention distance per head", "layer",
+                       strcmp(kind, "pixel") == 0 ? "pixel-to-pixel distance (pixels)"
+                                                  : "patch-centre distance (pixels)");
         if (o->n_sources > 1 || o->labels_set) /* one input: a legend only when --labels names it */
             plot_legend(f, &a, names, o->n_sources, cols, marks,
                         o->n_sources > 1 ? PLOT_LEGEND_OUTSIDE : PLOT_LEGEND_INSIDE_RIGHT);

@@ -1,5 +1,6 @@
 /* fig_evolution.c: feature evolution, several models (Refiner Fig. 2/4): token cosine of each
- * block to the final block with 95% bands, and minibatch CKA to the final block. */
+ * block to the final block with 95% bands, and CKA to the final block with images as the
+ * examples (the only CKA that compares ViT blocks with ResNet blocks, as Refiner's figures do). */
 #include <math.h>
 
 #include "figures.h"
@@ -11,8 +12,8 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     if (fig_layer_curves(f, &a, o, "evolution", "cos_final", 0, -1, 1, NAN, 1.0,
                          "Token cosine to the final block", "cosine", 0, err) != AS_OK)
         return err->status;
-    return fig_layer_curves(f, &b, o, "evolution", "cka_minibatch_final", 1, -1, 0, NAN, 1.0,
-                            "Linear CKA to the final block", "CKA (minibatch)", 1, err);
+    return fig_layer_curves(f, &b, o, "evolution", "cka_images_final", 1, -1, 0, NAN, 1.0,
+                            "Linear CKA to the final block", "CKA (images as examples)", 1, err);
 }
 
 const figure_recipe fig_evolution = {

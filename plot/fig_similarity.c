@@ -5,9 +5,11 @@
 #include "../analysis/analysis.h"
 #include "figures.h"
 
+extern const figure_recipe fig_similarity;
+
 static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     const fig_source *s = &o->src[0];
-    int di = fig_definition(o, err);
+    int di = fig_definition(o, &fig_similarity, err);
     if (di < 0) return err->status;
     double *m;
     long d[6];
@@ -30,7 +32,8 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
 }
 
 const figure_recipe fig_similarity = {
-    .name = "similarity", .options = FIG_OPT_DEFINITION | FIG_OPT_CMAP, .metric = "similarity", .mirrors = "DeepViT Fig. 2 / MaiT appendix: L x L attention similarity",
+    .name = "similarity", .options = FIG_OPT_DEFINITION | FIG_OPT_CMAP, .metric = "similarity", .definition = "row", /* MaiT appendix Eq. 4 */
+    .mirrors = "MaiT appendix Fig. 4-6 (rows, the default) / DeepViT (--definition deepvit): L x L attention similarity",
     .needs = "analysis/similarity (attnscope analyze --metrics similarity)",
     .summary = "L x L heatmap of cross-layer cosine similarity (--definition deepvit|row|map)",
     .width = PLOT_COLUMN, .height = 215, .max_sources = 1, .draw = draw};

@@ -303,8 +303,9 @@ as_status fig_layer_curves(plot_figure *f, plot_axes *a, const fig_opts *o, cons
     return rc;
 }
 
-int fig_definition(const fig_opts *o, as_error *err) {
-    if (!o->definition) return analysis_definition_parse("row");
+int fig_definition(const fig_opts *o, const figure_recipe *r, as_error *err) {
+    if (!o->definition)
+        return r->definition ? analysis_definition_parse(r->definition) : ANALYSIS_DEFAULT_DEFINITION;
     int d = analysis_definition_parse(o->definition);
     if (d < 0) as_fail(err, AS_ERR_ARG, "--definition %s: use deepvit, row or map", o->definition);
     return d;
@@ -327,8 +328,11 @@ static const struct { unsigned bit; const char *name; } fig_options[] = {
 void figure_options_text(const figure_recipe *r, char *buf, size_t n) {
     buf[0] = 0;
     for (size_t i = 0; i < N_FIG_OPTIONS; i++)
-        if (r->options & fig_options[i].bit)
+        if (r->options & fig_options[i].bit) {
             snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", buf[0] ? ", " : "", fig_options[i].name);
+            if (fig_options[i].bit == FIG_OPT_DEFINITION && r->definition) /* the paper's, not row */
+                snprintf(buf + strlen(buf), n - strlen(buf), " (default %s)", r->definition);
+        }
 }
 
 /* Refuses every option given that recipe r does not use, naming it and the ones r takes, and

@@ -23,7 +23,7 @@ typedef struct {
 
 typedef struct {
     int layer, head, image, query;  /* -1: the recipe's default */
-    const char *definition;         /* similarity: deepvit, row (default) or map */
+    const char *definition;         /* similarity: deepvit, row or map (default: the recipe's) */
     plot_cmap cmap;
     int cmap_set;
     mapscale_range range;           /* attention maps over the image: MAPSCALE_ZERO (default) */
@@ -49,6 +49,8 @@ typedef struct {
     const char *needs;        /* what the inputs must hold */
     const char *summary;
     const char *metric;       /* the analysis behind it (NULL: recorded data only) */
+    const char *definition;   /* similarity recipes: the paper's definition, the default of
+                                 --definition (NULL: ANALYSIS_DEFAULT_DEFINITION, row) */
     double width, height;     /* default size in points */
     int max_sources;          /* 1, or several models on one figure */
     /* Optional: the default height for this width and input (NULL: height). */
@@ -113,9 +115,9 @@ as_status fig_layer_curves(plot_figure *f, plot_axes *a, const fig_opts *o, cons
                            const char *output, int derived, int row, int band, double ylo,
                            double yhi, const char *title, const char *ylabel, int legend,
                            as_error *err);
-/* The similarity definition of o (--definition; default row) as its index, or -1 with err
+/* The similarity definition of o (--definition; default r's, else row) as its index, or -1 with err
  * filled for an unknown name. */
-int fig_definition(const fig_opts *o, as_error *err);
+int fig_definition(const fig_opts *o, const figure_recipe *r, as_error *err);
 /* The query token of o (default: the first prefix token, else the centre patch). */
 int fig_query(const fig_opts *o, const fig_source *s);
 /* The sequential colour map of o: --cmap, else PLOT_CMAP_DEFAULT. */

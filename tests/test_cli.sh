@@ -120,7 +120,7 @@ expect 1 "$A" info "$FX/inputs.npy.h5"; one_line
 # record flag to use; bad files give one line
 cp "$FX/analysis/vit_gap.h5" "$T/an.h5"
 expect 0 "$A" analyze "$T/an.h5" --csv "$T/csv" --threads 1
-has "$T/out" "als (4 images)"; has "$T/out" "analysed 4 images"; has "$T/out" "8 metrics"
+has "$T/out" "als (4 images)"; has "$T/out" "analysed 4 images"; has "$T/out" "7 metrics"; has "$T/err" "use --diag-map attn"
 has "$T/out" "suggested\|no head reaches"
 [ "$(head -1 "$T/csv/als.score.csv")" = "layer,head,mean,std,ci95_low,ci95_high,count" ] && ok || bad "als csv header"
 [ "$(wc -l <"$T/csv/als.score.csv")" -eq 9 ] && ok || bad "als csv has $(wc -l <"$T/csv/als.score.csv") lines, want 1 + 2 layers x 4 heads"
@@ -130,10 +130,10 @@ h5dump -A -g /analysis/similarity "$T/an.h5" >"$T/h5a" 2>&1; has "$T/h5a" "deepv
 has "$T/h5a" "ATTRIBUTE \"images\""; has "$T/h5a" "ATTRIBUTE \"version\""
 h5dump -d /analysis/als/score/mean "$T/an.h5" >"$T/h5d" 2>&1; has "$T/h5d" "DATASPACE  SIMPLE { ( 2, 4 ) / ( 2, 4 ) }"
 h5dump -A -d /layers/01/attn "$T/an.h5" >/dev/null 2>&1 && ok || bad "the recorded maps are still readable"
-expect 0 "$A" info "$T/an.h5"; has "$T/out" "analysis    als v1, 4 images"; has "$T/out" "rollout v1, 4 images"
+expect 0 "$A" info "$T/an.h5"; has "$T/out" "analysis    als v2, 4 images"; has "$T/out" "rollout v1, 4 images"
 expect 0 "$A" analyze "$T/y.h5" --out "$T/res.h5"          # attn only: qk and evolution skipped
 has "$T/err" "skipped"; has "$T/err" "record with --record attn,q,k"; has "$T/err" "record with --record attn,tokens"
-has "$T/out" "6 metrics -> $T/res.h5"
+has "$T/out" "5 metrics -> $T/res.h5"
 expect 0 "$A" info "$T/res.h5"; has "$T/out" "attnscope analyze --out"; has "$T/out" "similarity v1, 3 images"
 expect 1 "$A" analyze "$T/y.h5" --metrics qk --out "$T/res.h5"; has "$T/err" "\-\-record attn,q,k"; one_line
 expect 1 "$A" analyze "$T/y.h5" --metrics evolution; has "$T/err" "\-\-record attn,tokens"; one_line

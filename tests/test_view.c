@@ -137,6 +137,7 @@ static void test_query_view(const char *trace) {
         CHECK(strstr(v.status, "unlabelled") && !strstr(v.status, "label -1"), "unlabelled: %s", v.status);
     /* the status names the map shown, also after Tab */
     CHECK(strstr(v.status, "attn head") != NULL, "status names the map: %s", v.status);
+    long before_tab = v.reads; /* the other maps Tab shows (scores, in traces that hold them) */
     if (press(&v, VIEW_KEY_TAB) && v.ds != 0) {
         draw(&v, s);
         char want[64];
@@ -144,6 +145,7 @@ static void test_query_view(const char *trace) {
         CHECK(strstr(v.status, want) != NULL, "after Tab the status names %s: %s", want, v.status);
         while (v.ds != 0) press(&v, VIEW_KEY_TAB);
     }
+    const long tab_reads = v.reads - before_tab;
     /* the status line */
     char want[128];
     snprintf(want, sizeof want, "layer %d", layer);
@@ -160,7 +162,7 @@ static void test_query_view(const char *trace) {
     draw(&v, s);
     snprintf(want, sizeof want, "attn[5, 7]: %.4g", A[5 * T + 7]);
     CHECK(strstr(v.status, want) != NULL, "status over the map: %s (want %s)", v.status, want);
-    CHECK(v.reads == 1, "redraws read nothing again (%ld reads)", v.reads);
+    CHECK(v.reads - tab_reads == 1, "redraws read nothing again (%ld reads)", v.reads - tab_reads);
     /* global normalisation: over every head of the layer for this query */
     press(&v, 'o');
     draw(&v, s);
@@ -174,7 +176,7 @@ static void test_query_view(const char *trace) {
     }
     CHECK(fabs(v.cbars[0].lo - glo) < 1e-12 && fabs(v.cbars[0].hi - ghi) < 1e-12,
           "global colour bar [%g, %g], all heads [%g, %g]", v.cbars[0].lo, v.cbars[0].hi, glo, ghi);
-    CHECK(v.reads == r->n_heads, "global range reads each head once (%ld)", v.reads);
+    CHECK(v.reads - tab_reads == r->n_heads, "global range reads each head once (%ld)", v.reads - tab_reads);
     /* log scale: four decades below the maximum */
     press(&v, 'o');
     press(&v, 'l');

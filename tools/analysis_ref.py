@@ -22,11 +22,16 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "..", "tests", "fixtures")
 
-# The options of the variant run; tests/test_analysis.c sets the same.
-VARIANT = dict(window=5, low=0.3, high=0.5, thresholds=[0.25, 1.5], fusion="max", discard=0.3,
-               normalize=True, renorm=True)
-DEFAULT = dict(window=3, low=0.35, high=0.65, thresholds=[0.1, 0.5, 1.0, 2.0], fusion="mean",
-               discard=0.0, normalize=False, renorm=False)
+# The options of each run; tests/test_analysis.c sets the same. window None: a masked head's own
+# mask size, else 3. The named choices (docs/analysis.md) take their default in DEFAULT and the
+# other reading in VARIANT / ALS_SOFTMAX.
+DEFAULT = dict(window=None, low=0.35, high=0.65, thresholds=[0.1, 0.5, 1.0, 2.0], fusion="mean",
+               discard=0.0, normalize=False, renorm=False, prefix="exclude", rows="normalise",
+               map="attn", distance="pixel", qscale="scaled", diag="scores", cka_batch=8)
+VARIANT = dict(DEFAULT, window=5, low=0.3, high=0.5, thresholds=[0.25, 1.5], fusion="max",
+               discard=0.3, normalize=True, renorm=True, prefix="include", rows="raw",
+               distance="centre", qscale="raw", diag="attn", cka_batch=4)
+ALS_SOFTMAX = dict(DEFAULT, map="softmax", prefix="include")   # the als metric only
 DEFS = ["deepvit", "row", "map"]
 
 
@@ -49,24 +54,93 @@ class Trace:
         key = "layers/%02d/%s" % (layer, name)
         return self.f[key][i].astype(np.float64) if key in self.f else None
 
+    def attr(self, layer, name, default=None):
+        a = self.f["layers/%02d" % layer].attrs
+        return a[name] if name in a else default
+
+    def mask_size(self, layer, head):
+        """MaiT's R for a model head (0: unmasked), from the trace's layer attributes."""
+        if self.attr(layer, "mechanism") != "mait":
+            return 0
+        return int(np.atleast_1d(self.attr(layer, "mask_size"))[head])
+
+    def num_heads(self):
+        return int(self.f.attrs["num_heads"])
+
 
 # ---- metrics: each returns {output: array} for one image ------------------------------------
 
+def als_window(tr, l, h, o):
+    """R of MaiT's mask M for head h of layer l: its own mask, else 3, unless one R is given."""
+    return o["window"] or tr.mask_size(l, h) or 3
+
+
 def als(tr, i, o):
-    h = o["window"] // 2
-    g, p = tr.g, tr.p
+    """MaiT Eq. 3: ALS = mean over the N patch rows n of sum_i (M . A)[n, i], M the R x R
+    neighbourhood (plus the prefix columns, which the mask never removes, with prefix=include);
+    A the recorded map, or softmax(scores) with map=softmax; rows=normalise divides each row's
+    sum by the row's total mass."""
+    g, p, T = tr.g, tr.p, tr.T
     P = g * g
-    nb = []
-    for q in range(P):
-        r, c = divmod(q, g)
-        nb.append([p + k for k in range(P) if abs(k // g - r) <= h and abs(k % g - c) <= h])
     s = np.zeros((len(tr.layers), len(tr.heads)))
     for li, l in enumerate(tr.layers):
-        A = tr.get(l, "attn", i)
-        for q in range(P):
-            s[li] += A[:, p + q, nb[q]].sum(-1)
-    s /= P
+        if o["map"] == "softmax":
+            S = tr.get(l, "scores", i)
+            E = np.exp(S - S.max(-1, keepdims=True))
+            A = E / E.sum(-1, keepdims=True)
+        else:
+            A = tr.get(l, "attn", i)
+        for hi, h in enumerate(tr.heads):
+            half = als_window(tr, l, h, o) // 2
+            M = np.zeros((T, T))
+            for n in range(P):
+                r, c = divmod(n, g)
+                for k in range(P):
+                    if abs(k // g - r) <= half and abs(k % g - c) <= half:
+                        M[p + n, p + k] = 1
+                if o["prefix"] == "include":
+                    M[p + n, :p] = 1
+            rows = (M * A[hi]).sum(-1)[p:]
+            if o["rows"] == "normalise" and o["map"] == "attn":
+                tot = A[hi].sum(-1)[p:]
+                ok = tot > 0
+                s[li, hi] = np.mean(rows[ok] / tot[ok]) if ok.any() else np.nan
+            else:
+                s[li, hi] = rows.mean()
     return {"score": s, "head_mean": s.mean(1)}
+
+
+def mait_search(tr, score, o):
+    """MaiT section 4.3, quick empirical search, one step from the masks the model has.
+    1. no head masked anywhere: mask head 0 of every layer;
+    2. a layer with only head 0 masked: ALS^{0,l} above high: mask all heads; between low and
+       high: keep; below low: remove;
+    3. a layer with several masked heads (after 2a): remove the masks of heads below low.
+    Returns (layers, all model heads) mask sizes."""
+    NH = tr.num_heads()
+    R = o["window"] or 3
+    cur = np.array([[tr.mask_size(l, h) for h in range(NH)] for l in tr.layers])
+    everywhere = any(tr.mask_size(l, h) for l in range(tr.depth) for h in range(NH))
+    if not everywhere:
+        out = np.zeros_like(cur)
+        out[:, 0] = R
+        return out.astype(float)
+    out = cur.copy()
+    for li in range(len(tr.layers)):
+        masked = [h for h in range(NH) if cur[li, h] > 0]
+        if masked == [0]:
+            a = score[li, tr.heads.index(0)] if 0 in tr.heads else np.nan
+            if np.isnan(a):
+                continue
+            if a > o["high"]:
+                out[li, :] = cur[li, 0]
+            elif a < o["low"]:
+                out[li, 0] = 0
+        elif masked:
+            for h in masked:
+                if h in tr.heads and score[li, tr.heads.index(h)] < o["low"]:
+                    out[li, h] = 0
+    return out.astype(float)
 
 
 def cos(a, b):
@@ -100,6 +174,8 @@ def similarity(tr, i, o):
 
 
 def qk(tr, i, o):
+    """LMSA 3.3: the share of |q|, |k| entries above each threshold; with qscale=scaled, q is
+    the one that meets k^T in the product (q * scale, Swin's q = q * self.scale), in float32."""
     L, th = len(tr.layers), o["thresholds"]
     out = {}
     for w in ("q", "k"):
@@ -107,7 +183,10 @@ def qk(tr, i, o):
         for li, l in enumerate(tr.layers):
             x = tr.get(l, w, i)
             if x is not None:
-                r[li] = [np.mean(np.abs(x.astype(np.float32)) > np.float32(t)) for t in th]
+                x = x.astype(np.float32)
+                if w == "q" and o["qscale"] == "scaled" and tr.attr(l, "scale_mode") != "dynamic":
+                    x = x * np.float32(tr.attr(l, "scale"))
+                r[li] = [np.mean(np.abs(x) > np.float32(t)) for t in th]
         out[w + "_fraction"] = r
     return out
 
@@ -136,10 +215,34 @@ def evolution(tr, i, o):
     return {"cos_final": cf, "cos_prev": cp, "cka": cka, "hsic": hs}
 
 
+_pixel_tables = {}
+
+
+def patch_distances(tr, how):
+    """(P, P) distances in pixels: between patch centres, or ViT's: the mean over every pixel of
+    the query patch and every pixel of the key patch (brute force over all pixel pairs)."""
+    g, ps = tr.g, tr.patch
+    yy, xx = np.divmod(np.arange(g * g), g)
+    if how == "centre":
+        return ps * np.sqrt((yy[:, None] - yy[None]) ** 2 + (xx[:, None] - xx[None]) ** 2)
+    key = (g, ps)
+    if key not in _pixel_tables:
+        S = g * ps
+        py, px = np.divmod(np.arange(S * S), S)
+        Dpix = np.sqrt((py[:, None] - py[None]) ** 2 + (px[:, None] - px[None]) ** 2)
+        patch_of = (py // ps) * g + px // ps
+        D = np.zeros((g * g, g * g))
+        for a in range(g * g):
+            ra = Dpix[patch_of == a]
+            for b in range(g * g):
+                D[a, b] = ra[:, patch_of == b].mean()
+        _pixel_tables[key] = D
+    return _pixel_tables[key]
+
+
 def distance(tr, i, o):
     g, p = tr.g, tr.p
-    yy, xx = np.divmod(np.arange(g * g), g)
-    D = tr.patch * np.sqrt((yy[:, None] - yy[None]) ** 2 + (xx[:, None] - xx[None]) ** 2)
+    D = patch_distances(tr, o["distance"])
     out = np.zeros((len(tr.layers), len(tr.heads)))
     for li, l in enumerate(tr.layers):
         W = tr.get(l, "attn", i)[:, p:, p:]                   # (H, P, P) patch queries x keys
@@ -187,11 +290,20 @@ def rollout(tr, i, o):
 
 
 def diag(tr, i, o):
+    """LaViT Eq. 8/9's two terms, sum |A_ij - A_ji| and sum_i ((N-1) A_ii - sum_{j!=i} A_ij), on
+    the pre-softmax scores A^l of the less-attention layers (diag=scores; others NaN) or on
+    every layer's softmax map (diag=attn)."""
     T = tr.T
     sym = np.zeros((len(tr.layers), len(tr.heads)))
     dg = np.zeros_like(sym)
     for li, l in enumerate(tr.layers):
-        A = tr.get(l, "attn", i)
+        if o["diag"] == "scores":
+            if tr.attr(l, "mechanism") != "less":
+                sym[li] = dg[li] = np.nan
+                continue
+            A = tr.get(l, "scores", i)
+        else:
+            A = tr.get(l, "attn", i)
         sym[li] = np.abs(A - A.transpose(0, 2, 1)).sum((1, 2))
         d = np.diagonal(A, axis1=1, axis2=2)
         dg[li] = ((T - 1) * d - (A.sum(-1) - d)).sum(-1)
@@ -203,15 +315,39 @@ METRICS = {"als": als, "similarity": similarity, "qk": qk, "evolution": evolutio
            "distance": distance, "entropy": entropy, "rollout": rollout, "diag": diag}
 
 
+def cka_images(tr, o, n):
+    """Kornblith et al.'s linear CKA with images as the examples: image k's block output
+    flattened (T x D) is row k of X_l; consecutive minibatches of cka_batch images (the last one
+    if it has >= 4), unbiased HSIC per minibatch, summed, then the ratio (Nguyen et al.)."""
+    m = min(o["cka_batch"], n)
+    L = len(tr.layers)
+    hs = np.zeros((L, L))
+    for start in range(0, n, m):
+        idx = range(start, min(start + m, n))
+        if len(idx) < 4:
+            continue
+        X = [np.array([tr.get(l, "tokens", k).ravel() for k in idx]) for l in tr.layers]
+        G = [x @ x.T for x in X]
+        hs += np.array([[hsic1(G[a], G[b]) for b in range(L)] for a in range(L)])
+    d = np.sqrt(np.diag(hs))
+    c = hs / np.outer(d, d)
+    return {"cka_images": c, "cka_images_final": c[:, -1]}
+
+
 def derived(name, mean, tr, o):
     if name == "als":
         s = mean["score"]
-        return {"recommendation": np.where(s >= o["high"], 2, np.where(s > o["low"], 1, 0)).astype(float)}
+        win = np.array([[als_window(tr, l, h, o) for h in tr.heads] for l in tr.layers], float)
+        return {"recommendation": np.where(s >= o["high"], 2, np.where(s > o["low"], 1, 0)).astype(float),
+                "window": win, "search": mait_search(tr, s, o)}
     if name == "evolution":
         h = mean["hsic"]
         d = np.sqrt(np.diag(h))
         mb = h / np.outer(d, d)
-        return {"cka_minibatch": mb, "cka_minibatch_final": mb[:, -1]}
+        out = {"cka_minibatch": mb, "cka_minibatch_final": mb[:, -1]}
+        if tr.n >= 4:
+            out.update(cka_images(tr, o, tr.n))
+        return out
     return {}
 
 
@@ -273,6 +409,11 @@ def write_expected(path, groups):
                     f["%s/analysis/%s/%s" % (gname, name, k)] = v
 
 
+def mechanisms(path):
+    with h5py.File(path, "r") as f:
+        return [f["layers/%02d" % l].attrs["mechanism"] for l in np.atleast_1d(f.attrs["layers"])]
+
+
 def fixtures(exe):
     out = os.path.join(FIXTURES, "analysis")
     os.makedirs(out, exist_ok=True)
@@ -290,28 +431,41 @@ def fixtures(exe):
         np.save(npy, x)
         trace = os.path.join(out, model + ".h5")
         subprocess.run([exe, "record", "--model", os.path.join(FIXTURES, model), "--images", npy,
-                        "--out", trace, "--record", ",".join(["attn", "q", "k", "tokens"] + extra), "--dtype", "f16",
+                        "--out", trace, "--record", ",".join(["attn", "scores", "q", "k", "tokens"] + extra), "--dtype", "f16",
                         "--compress", "deflate:9", "--force", "-q", "--threads", "1"], check=True)
         os.remove(npy)
-        write_expected(os.path.join(out, model + ".expected.h5"),
-                       {"default": analyse(trace, DEFAULT), "variant": analyse(trace, VARIANT)})
+        groups = {"default": analyse(trace, DEFAULT), "variant": analyse(trace, VARIANT)}
+        groups["als_softmax"] = analyse(trace, ALS_SOFTMAX, metrics=["als"])
+        if not any(tr_attr == "less" for tr_attr in mechanisms(trace)):
+            del groups["default"]["diag"]   # no less-attention layer: diag=scores does not run
+        write_expected(os.path.join(out, model + ".expected.h5"), groups)
         print("wrote", trace, os.path.getsize(trace), "bytes")
 
 
 def compare(trace, results, o=DEFAULT):
+    """Checks a results file made with the default options (statistics and derived results)."""
     ref = analyse(trace, o)
     worst = 0.0
     with h5py.File(results, "r") as f:
         for name, (outs, st, der) in ref.items():
             if "analysis/" + name not in f:
                 continue
-            for k in outs:
-                for s, want in st[k].items():
-                    got = f["analysis/%s/%s/%s" % (name, k, s)][()]
-                    e = np.nanmax(np.abs(got - want) / np.maximum(1, np.abs(want))) if np.any(~np.isnan(want)) else 0
-                    assert np.array_equal(np.isnan(got), np.isnan(want)), (name, k, s, "NaN pattern")
-                    worst = max(worst, e)
-                    print("%-11s %-22s %-9s max rel err %.3g" % (name, k, s, e))
+            pairs = [("%s/%s" % (k, s), want) for k in outs for s, want in st[k].items()]
+            pairs += [(k, want) for k, want in der.items()]
+            for key, want in pairs:
+                path = "analysis/%s/%s" % (name, key)
+                if path not in f:
+                    print("%-11s %-32s missing" % (name, key))
+                    worst = np.inf
+                    continue
+                got = f[path][()]
+                if not np.array_equal(np.isnan(got), np.isnan(want)):
+                    print("%-11s %-32s NaN pattern differs" % (name, key))
+                    worst = np.inf
+                    continue
+                e = np.nanmax(np.abs(got - want) / np.maximum(1, np.abs(want))) if np.any(~np.isnan(want)) else 0
+                worst = max(worst, e)
+                print("%-11s %-32s max rel err %.3g" % (name, key, e))
     print("worst", worst)
     return worst < 1e-6
 

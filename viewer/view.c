@@ -238,7 +238,7 @@ as_status view_open(view *v, const char *path, as_error *err) {
     if (v->follow && v->n_images > 0) v->image = v->n_images - 1; /* live: start at the newest */
     v->rgb_image = v->rollout_image = -1;
     v->hover_panel = -1;
-    v->definition = 1; /* row: the default of analyze's similarity figure */
+    v->definition = ANALYSIS_DEFAULT_DEFINITION; /* row, as plot similarity */
     load_analysis(v);
     clamp_selection(v);
     read_image_info(v);
