@@ -142,6 +142,7 @@ int cmd_analyze(int argc, char **argv) {
     cli_command_line(argc, argv, cmdline, sizeof cmdline);
     o.command_line = cmdline;
     o.report = o.quiet ? NULL : stdout;
+    o.who = "attnscope analyze"; /* the library's notes start like every line of this command */
     progress pg;
     progress_init(&pg, "analyze", 0, 0);
     o.progress = progress_callback;

@@ -421,7 +421,7 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
         cli_wrap(stdout, 0, 7, line);
         fflush(stdout);
     }
-    if (rc == AS_OK && !o->quiet) runtime_warn("train");
+    if (rc == AS_OK) runtime_warn("train"); /* --quiet drops the summary, never a warning */
     /* the untrained model's attention, the start of the series; on a resume at an epoch's end
      * whose trace was due, that trace again (a stop during it leaves it incomplete) */
     if (rc == AS_OK && o->record_every > 0 && st.step == 0)
