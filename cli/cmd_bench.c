@@ -17,7 +17,7 @@ static const cli_opt bench_opts_table[] = {
      "the architecture timed (random weights unless --model)"},
     {'m', 0,   "model",        "PATH",  NULL, "random weights", "time this checkpoint instead of random weights"},
     {'b', 0,   "batch",        "N",     "1.." CLI_STR(TRACE_MAX_BATCH), "8", "images per forward pass"},
-    {'t', 0,   "threads",      "N",     "1..1024", "all cores", "threads"},
+    {'t', 0,   "threads",      "N",     "1..1024", "$OMP_NUM_THREADS, else all cores", "threads"},
     {'s', 0,   "seconds",      "S",     "0 < S < 3600", "5", "time measured per variant, over all rounds"},
     {'R', 0,   "rounds",       "R",     "1..16", "3", "alternating plain/recording rounds; medians are reported"},
     {'r', 0,   "record",       NULL,    NULL, NULL, "also time recording every attention map into a trace"},

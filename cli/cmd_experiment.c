@@ -338,7 +338,7 @@ static as_status run_figure(exp_run *x, const cJSON *fj, int idx, FILE *index, a
 static const cli_opt experiment_opts_table[] = {
     /* key alias name     ARG    values     default         help */
     {'o', 'o', "out",     "DIR", NULL,      "results/NAME", "the experiment's folder (NAME: the file's \"name\")"},
-    {'t', 0,   "threads", "N",   "1..1024", "all cores",    "threads"},
+    {'t', 0,   "threads", "N",   "1..1024", "$OMP_NUM_THREADS, else all cores",    "threads"},
     {0}};
 
 static const cli_cmd experiment_cmd = {

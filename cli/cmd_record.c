@@ -327,7 +327,7 @@ static const cli_opt record_opts_table[] = {
     {'c', 0,   "compress",  "C",     "none, lz4 (hdf5-filter-plugin), deflate[:1-9] (gzip+shuffle)", "none", "compression"},
     {'b', 0,   "batch",     "N",     "1.." CLI_STR(TRACE_MAX_BATCH), "8", "images per batch"},
     {'s', 0,   "img-size",  "N",     "1..16384", "the model's", "run at another input size (position embeddings resampled)"},
-    {'t', 0,   "threads",   "N",     "1..1024", "all cores", "threads"},
+    {'t', 0,   "threads",   "N",     "1..1024", "$OMP_NUM_THREADS, else all cores", "threads"},
     {'n', 0,   "limit",     "N",     "1 or more", "all images", "record only the first N images (skipped inputs do not count)"},
     {'u', 0,   "resume",    NULL,    NULL, NULL, "continue an interrupted trace"},
     {'f', 0,   "force",     NULL,    NULL, NULL, "overwrite an existing trace"},

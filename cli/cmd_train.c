@@ -609,7 +609,7 @@ static const cli_opt train_opts_table[] = {
     {K_RESUME,     0,   "resume",        NULL,   NULL, NULL, "continue the run in DIR exactly where it stopped"},
     {K_KEEP,       0,   "keep",          "K",    "0..100000 (0: all)", "2", "newest epoch checkpoints kept; older ones "
      "are deleted"},
-    {'t',          't', "threads",       "N",    "1..1024", "all cores", "threads"},
+    {'t',          't', "threads",       "N",    "1..1024", "$OMP_NUM_THREADS, else all cores", "threads"},
     {'q',          'q', "quiet",         NULL,   NULL, NULL, "no per-epoch lines"},
     {0}};
 

@@ -84,7 +84,7 @@ py 'import h5py, sys
 f = h5py.File(sys.argv[1], "r")
 assert [p.rsplit("/", 1)[1] for p in f["images/path"].asstr()[:]] == ["im1.png", "im2.png", "im4.png", "im5.png"]
 assert f.attrs["complete"] == 1 and f.attrs["num_skipped"] == 1' "$T/l.h5"
-expect 0 "$A" record --help; has "$T/out" "skipped inputs do not count"
+expect 0 "$A" record --help; has "$T/out" "skipped inputs do not count"; has "$T/out" "Default: \$OMP_NUM_THREADS, else all cores"
 
 # ---- 6. the viewer's title names the scale drawn ---------------------------------------------------
 expect 0 "$A" "${REC[@]}" --out "$T/v.h5" --record attn,scores --threads 1
