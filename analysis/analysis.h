@@ -68,6 +68,7 @@ typedef struct {
     const char *csv_dir;         /* NULL: no CSV */
     const char *command_line;
     int quiet;                   /* no notes on stderr */
+    const char *who;             /* starts each note on stderr ("attnscope analyze"); NULL: "attnscope" */
     long max_images;             /* 0: all */
     FILE *report;                /* each metric's short summary (stdout in the CLI), or NULL */
     void (*progress)(void *ud, long done, long total);  /* or NULL */

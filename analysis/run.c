@@ -528,7 +528,7 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
         goto fail;
     }
     if (!r.complete && opt->report)
-        fprintf(stderr, "attnscope: %s is %s: analysing its %ld complete images\n", trace_path,
+        fprintf(stderr, "%s: %s is %s: analysing its %ld complete images\n", opt->who ? opt->who : "attnscope", trace_path,
                 r.swmr ? "still being recorded (or was killed)" : "incomplete (interrupted run)", N);
 
     /* plan every metric */
@@ -567,7 +567,7 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
         rc = as_fail(err, AS_ERR_ARG, "%s: no metric can run on this trace: %s", trace_path, skipped);
         goto fail;
     }
-    if (skipped[0] && !opt->quiet) fprintf(stderr, "attnscope: skipped: %s\n", skipped);
+    if (skipped[0] && !opt->quiet) fprintf(stderr, "%s: skipped: %s\n", opt->who ? opt->who : "attnscope", skipped);
     if (!opt->quiet)
         for (int m = 0; m < n_run; m++)
             if (runs[m].ctx.notes[0]) fprintf(stderr, "  note: %s\n", runs[m].ctx.notes);

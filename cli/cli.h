@@ -121,7 +121,7 @@ void progress_finish(progress *p);
 void progress_callback(void *ud, long done, long total);
 
 /* threads and OpenBLAS */
-void runtime_set_threads(int n); /* n <= 0: all cores */
+void runtime_set_threads(int n); /* n <= 0: OMP_NUM_THREADS, else all cores */
 int runtime_threads(void);
 /* The kernel OpenBLAS chose; *warn set with advice when it is not the CPU's best. */
 void runtime_blas_info(char *core, size_t n, char *advice, size_t an, int *warn);
@@ -140,8 +140,9 @@ typedef struct {
 void runtime_get_info(runtime_info *ri);
 /* "OpenBLAS SkylakeX kernels, 2 threads" (with the forcing variable when one is set). */
 void runtime_describe(const runtime_info *ri, char *buf, size_t n);
-/* One warning line on stderr ("attnscope CMD: warning: ...") when the environment forces
- * OpenBLAS's kernels or they are not the CPU's fastest; nothing otherwise. */
+/* One warning ("attnscope CMD: warning: ...", wrapped at 100 columns) on stderr when OpenBLAS
+ * runs slower kernels than the CPU's best, forced by OPENBLAS_CORETYPE or not; nothing otherwise.
+ * Warnings are printed whatever --quiet says. */
 void runtime_warn(const char *cmd);
 /* Measured SGEMM GFLOP/s at the model's largest GEMM shape class, all threads. */
 double runtime_gemm_ceiling(int m, int n, int k, double seconds);

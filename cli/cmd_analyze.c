@@ -40,7 +40,7 @@ static const cli_opt analyze_opts_table[] = {
     {'I', 0,   "per-image",       NULL,     NULL, NULL, "also store every image's values, not only mean, std and 95% "
      "interval (rollout always keeps them)"},
     {'n', 0,   "max-images",      "N",      "1 or more", "all images", "analyse only the first N images"},
-    {'t', 0,   "threads",         "N",      "1..1024", "all cores", "threads (images analysed at once)"},
+    {'t', 0,   "threads",         "N",      "1..1024", "$OMP_NUM_THREADS, else all cores", "threads (images analysed at once)"},
     {'q', 'q', "quiet",           NULL,     NULL, NULL, "no summaries and notes"},
     {0}};
 
@@ -172,6 +172,7 @@ int cmd_analyze(int argc, char **argv) {
     cli_command_line(argc, argv, cmdline, sizeof cmdline);
     o.command_line = cmdline;
     o.report = o.quiet ? NULL : stdout;
+    o.who = "attnscope analyze"; /* the library's notes start like every line of this command */
     progress pg;
     progress_init(&pg, "analyze", 0, 0);
     o.progress = progress_callback;

@@ -17,7 +17,7 @@ static const cli_opt bench_opts_table[] = {
      "the architecture timed (random weights unless --model)"},
     {'m', 0,   "model",        "PATH",  NULL, "random weights", "time this checkpoint instead of random weights"},
     {'b', 0,   "batch",        "N",     "1.." CLI_STR(TRACE_MAX_BATCH), "8", "images per forward pass"},
-    {'t', 0,   "threads",      "N",     "1..1024", "all cores", "threads"},
+    {'t', 0,   "threads",      "N",     "1..1024", "$OMP_NUM_THREADS, else all cores", "threads"},
     {'s', 0,   "seconds",      "S",     "0 < S < 3600", "5", "time measured per variant, over all rounds"},
     {'R', 0,   "rounds",       "R",     "1..16", "3", "alternating plain/recording rounds; medians are reported"},
     {'r', 0,   "record",       NULL,    NULL, NULL, "also time recording every attention map into a trace"},
@@ -153,12 +153,6 @@ int cmd_bench(int argc, char **argv) {
         printf("OpenBLAS    kernel %s; SGEMM ceiling %.1f GFLOP/s (M=%d N=%d K=%d, measured now)\n",
                core, ceiling, B * T, c->mlp_hidden, c->embed_dim);
         if (warn) printf("WARNING     "), cli_wrap(stdout, 12, 12, advice);
-        if (ri.forced[0]) {
-            char line[400];
-            snprintf(line, sizeof line, "%s chose these kernels, not OpenBLAS; results (not only speed) match "
-                     "other runs bit for bit only with the same kernels and thread count", ri.forced);
-            printf("WARNING     "), cli_wrap(stdout, 12, 12, line);
-        }
         fflush(stdout);
     }
     /* Plain and recording runs alternate in short rounds and each reports its median: on a
@@ -245,6 +239,7 @@ int cmd_bench(int argc, char **argv) {
         printf("            %s of %d alternating round%s of %.1f s (spread: forward %.1f-%.1f img/s)\n",
                rounds == 1 ? "one measurement" : "medians", rounds, rounds == 1 ? "" : "s", per_round, min_of(plain_v, rounds), max_of(plain_v, rounds));
     if (json && !rc) {
+        runtime_warn("bench"); /* stdout is JSON: the warning goes to stderr */
         printf("{\"arch\": \"%s\", \"batch\": %d, \"threads\": %d, \"openblas_core\": \"%s\", "
                "\"openblas_forced_by\": \"%s\", \"openblas_suboptimal\": %s, \"gemm_ceiling_gflops\": %.2f, "
                "\"flops_per_image\": %.0f, \"forward\": {\"img_s\": %.3f, \"ms_img\": %.4f, "

@@ -182,7 +182,7 @@ static const cli_opt demo_opts_table[] = {
     {'e', 0,   "epochs",        "N",   "1..1000",       "12",             "training epochs"},
     {'n', 0,   "train-images",  "N",   "120..10000000", "8000",           "built-in shapes images to train on"},
     {'i', 0,   "images",        "N",   "1..10000",      "64",             "held-out images recorded and analysed"},
-    {'t', 0,   "threads",       "N",   "1..1024",       "all cores",      "threads"},
+    {'t', 0,   "threads",       "N",   "1..1024",       "$OMP_NUM_THREADS, else all cores",      "threads"},
     {'f', 0,   "force",         NULL,  NULL,            NULL,
      "replace an earlier demo's files in DIR (only the files a demo writes are removed; anything else in DIR stays)"},
     {0}};

@@ -579,7 +579,7 @@ static const cli_opt experiment_opts_table[] = {
     {'o', 'o', "out",     "DIR", NULL,      "results/NAME", "the experiment's folder (NAME: the file's \"name\")"},
     {'T', 0,   "trained", "TDIR", NULL,     "DIR/../trained", "where models marked \"train\" are trained, one "
      "folder per config and budget, shared by experiments"},
-    {'t', 0,   "threads", "N",   "1..1024", "all cores",    "threads"},
+    {'t', 0,   "threads", "N",   "1..1024", "$OMP_NUM_THREADS, else all cores", "threads"},
     {0}};
 
 static const cli_cmd experiment_cmd = {

@@ -91,7 +91,9 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
     s->n_class_names = ds->n_classes;
     s->class_names = ds->classes;
     const int B = s->batch, S = c->img_size;
-    const long total = o->max_images > 0 && o->max_images < ds->count ? o->max_images : ds->count;
+    /* --limit N: N images in the trace (those of a resumed run included), skipping bad inputs as
+     * needed; the loop reads inputs until it has them or the inputs run out */
+    const long total = ds->count, want = o->max_images > 0 ? o->max_images : -1;
 
     as_status rc = dataset_check(ds, c, err);
     if (rc != AS_OK) return rc;
@@ -136,15 +138,18 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
     sigaction(SIGTERM, &sa, &old_term);
 
     progress pg;
-    progress_init(&pg, "record", total, start);
+    /* with --limit, progress counts the images recorded; otherwise the inputs read */
+    progress_init(&pg, "record", want > 0 ? (want < total ? want : total) : total, want > 0 ? done : start);
     const double t0 = cli_now();
-    long i = start, skipped_before = sk.n;
+    long i = start, stored = 0;
     as_status loop_rc = AS_OK;
     const size_t img = (size_t)c->in_chans * S * S, img_rgb = (size_t)S * S * 3;
-    while (i < total && !record_signal) {
+    while (i < total && (want < 0 || done + stored < want) && !record_signal) {
         if (trace_writer_failed(w, NULL)) break;
         trace_slot *sl = trace_writer_acquire(w);
-        const int n = (int)(total - i < B ? total - i : B);
+        long n_ = total - i < B ? total - i : B;
+        if (want > 0 && want - done - stored < n_) n_ = want - done - stored;
+        const int n = (int)n_;
         /* decoding and resizing are independent per image: spread them over the threads */
 #pragma omp parallel for schedule(dynamic, 1)
         for (int b = 0; b < n; b++)
@@ -187,7 +192,8 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
         sl->n = kept;
         trace_writer_submit(w, sl);
         i += n;
-        progress_update(&pg, i);
+        stored += kept;
+        progress_update(&pg, want > 0 ? done + stored : i);
     }
     progress_finish(&pg);
     sigaction(SIGINT, &old_int, NULL);
@@ -197,12 +203,12 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
     const char *reason = interrupted ? (record_signal == SIGINT ? "SIGINT" : "SIGTERM")
                          : loop_rc != AS_OK ? "input error" : NULL;
     as_error close_err = {0};
-    const long stored = i - start - (sk.n - skipped_before);
-    as_status crc = trace_writer_close(w, reason == NULL && i == total, reason, &close_err);
+    const int finished = i == total || (want > 0 && done + stored >= want);
+    as_status crc = trace_writer_close(w, reason == NULL && finished, reason, &close_err);
     res->seconds = cli_now() - t0;
     res->recorded = stored;
     res->skipped = sk.n;
-    res->complete = reason == NULL && crc == AS_OK && i == total;
+    res->complete = reason == NULL && crc == AS_OK && finished;
     free(arena);
     free(x);
     free(item_errs);
@@ -212,7 +218,8 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
     else if (o->skip_bad && crc == AS_OK) crc = trace_write_skipped(o->out, sk.v, sk.n, &close_err);
     if (empty && crc == AS_OK && loop_rc == AS_OK && !interrupted && sk.n > 0) {
         loop_rc = as_fail(err, AS_ERR_FORMAT, "%s: none of the %ld inputs could be read (the first: "
-                          "%.600s)", o->out, sk.n, sk.v[0].reason);
+                          "%.600s); no trace was written: fix the files or point --images at readable "
+                          "images, then run again", o->out, sk.n, sk.v[0].reason);
         free(sk.v);
         return loop_rc;
     }
@@ -234,7 +241,7 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
         return loop_rc;
     }
     if (interrupted)
-        return as_fail(err, AS_ERR_INTERRUPTED, "%s: interrupted (%s) after %ld of %ld images; "
+        return as_fail(err, AS_ERR_INTERRUPTED, "%s: interrupted (%s) after reading %ld of %ld inputs; "
                        "the trace holds them and is marked incomplete: continue with --resume",
                        o->out, reason, i, total);
     return AS_OK;
@@ -320,8 +327,8 @@ static const cli_opt record_opts_table[] = {
     {'c', 0,   "compress",  "C",     "none, lz4 (hdf5-filter-plugin), deflate[:1-9] (gzip+shuffle)", "none", "compression"},
     {'b', 0,   "batch",     "N",     "1.." CLI_STR(TRACE_MAX_BATCH), "8", "images per batch"},
     {'s', 0,   "img-size",  "N",     "1..16384", "the model's", "run at another input size (position embeddings resampled)"},
-    {'t', 0,   "threads",   "N",     "1..1024", "all cores", "threads"},
-    {'n', 0,   "limit",     "N",     "1 or more", "all images", "record only the first N images"},
+    {'t', 0,   "threads",   "N",     "1..1024", "$OMP_NUM_THREADS, else all cores", "threads"},
+    {'n', 0,   "limit",     "N",     "1 or more", "all images", "record only the first N images (skipped inputs do not count)"},
     {'u', 0,   "resume",    NULL,    NULL, NULL, "continue an interrupted trace"},
     {'f', 0,   "force",     NULL,    NULL, NULL, "overwrite an existing trace"},
     {'S', 0,   "skip-bad",  NULL,    NULL, NULL, "skip inputs that cannot be read (listed with the reason in the "

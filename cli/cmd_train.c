@@ -472,7 +472,7 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
         cli_wrap(stdout, 0, 7, line);
         fflush(stdout);
     }
-    if (rc == AS_OK && !o->quiet) runtime_warn("train");
+    if (rc == AS_OK) runtime_warn("train"); /* --quiet drops the summary, never a warning */
     /* the untrained model's attention, the start of the series; on a resume at an epoch's end
      * whose trace was due, that trace again (a stop during it leaves it incomplete) */
     if (rc == AS_OK && o->record_every > 0 && st.step == 0)
@@ -695,7 +695,7 @@ static const cli_opt train_opts_table[] = {
     {K_RESUME,     0,   "resume",        NULL,   NULL, NULL, "continue the run in DIR exactly where it stopped"},
     {K_KEEP,       0,   "keep",          "K",    "0..100000 (0: all)", "2", "newest epoch checkpoints kept; older ones "
      "are deleted"},
-    {'t',          't', "threads",       "N",    "1..1024", "all cores", "threads"},
+    {'t',          't', "threads",       "N",    "1..1024", "$OMP_NUM_THREADS, else all cores", "threads"},
     {'q',          'q', "quiet",         NULL,   NULL, NULL, "no per-epoch lines"},
     {0}};
 

@@ -29,12 +29,30 @@ static int usable_cores(void) {
     return c > 0 ? (int)c : 1;
 }
 
+/* The thread count: --threads (n > 0), else OMP_NUM_THREADS (its first number, as OpenMP reads
+ * "4,2"), else every usable core. Bit-identical results need the same count, so the variable a
+ * user set is honoured, never overridden; one that is not a count is reported and not used. */
 void runtime_set_threads(int n) {
     const int cores = usable_cores();
+    const char *src = "--threads ";
+    if (n <= 0) {
+        const char *env = getenv("OMP_NUM_THREADS");
+        if (env && env[0]) {
+            char *end;
+            long v = strtol(env, &end, 10);
+            if (end != env && v > 0 && v <= 1 << 20 && (*end == 0 || *end == ',')) {
+                n = (int)v;
+                src = "OMP_NUM_THREADS=";
+            } else {
+                cli_fail(0, "warning: OMP_NUM_THREADS=%.40s is not a thread count: running all %d cores; "
+                         "set it to 1..%d or unset it", env, cores, cores);
+            }
+        }
+    }
     /* More threads than cores only slow OpenMP's barriers and OpenBLAS down (1000 threads on 2
      * cores took over 120 s for what 2 do in 0.2 s): cap, and say so. */
     if (n > cores) {
-        cli_fail(0, "--threads %d is more than the %d cores this process may use: running %d threads", n, cores,
+        cli_fail(0, "%s%d is more than the %d cores this process may use: running %d threads", src, n, cores,
                  cores);
         n = cores;
     }
@@ -45,24 +63,49 @@ void runtime_set_threads(int n) {
 
 int runtime_threads(void) { return omp_get_max_threads(); }
 
+/* Kernel sets by the widest vector unit they use: a set below the CPU's best runs SGEMM slower and
+ * rounds differently; sets of one class (SkylakeX, Cooperlake) share their SGEMM kernels. */
+static int kernel_class(const char *name) {
+    static const struct { const char *name; int cls; } k[] = {
+        {"skylakex", 3}, {"cooperlake", 3}, {"sapphirerapids", 3}, {"haswell", 2}, {"zen", 2},
+        {"sandybridge", 1}, {"bulldozer", 1}, {"piledriver", 1}, {"steamroller", 1}, {"excavator", 1},
+    };
+    for (size_t i = 0; name && i < sizeof k / sizeof k[0]; i++)
+        if (strcasecmp(name, k[i].name) == 0) return k[i].cls;
+    return 0;
+}
+
+/* The kernel set OpenBLAS's own detection picks for this CPU's vector units (OpenBLAS 0.3.21 on
+ * an AVX-512 Xeon: SkylakeX); NULL where that cannot be told. */
+static const char *cpu_best_kernel(void) {
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+    if (__builtin_cpu_supports("avx")) return "SandyBridge";
+#endif
+    return NULL;
+}
+
 void runtime_blas_info(char *core, size_t n, char *advice, size_t an, int *warn) {
     const char *name = openblas_get_corename();
     snprintf(core, n, "%s", name ? name : "unknown");
     *warn = 0;
     advice[0] = 0;
-#if defined(__x86_64__)
-    const char *env = getenv("OPENBLAS_CORETYPE");
-    int avx512 = __builtin_cpu_supports("avx512f");
-    int is512 = name && (strcasecmp(name, "skylakex") == 0 || strcasecmp(name, "cooperlake") == 0 ||
-                         strcasecmp(name, "sapphirerapids") == 0);
-    if (avx512 && !is512) {
-        *warn = 1;
-        snprintf(advice, an, "this CPU has AVX-512 but OpenBLAS runs its %s kernels%s%s%s: SGEMM "
-                 "runs at about half speed; unset OPENBLAS_CORETYPE (or set it to SkylakeX) for "
-                 "full speed", core, env ? " because OPENBLAS_CORETYPE=" : "", env ? env : "",
-                 env ? " is set" : "");
-    }
-#endif
+    const char *env = getenv("OPENBLAS_CORETYPE"), *best = cpu_best_kernel();
+    const int have = kernel_class(core), want = best ? kernel_class(best) : 0;
+    /* a forced kernel of the CPU's best class is what OpenBLAS would run anyway: nothing to say
+     * (the variable is still recorded in traces and checkpoints) */
+    if (!best || have >= want) return;
+    *warn = 1;
+    const char *cost = want == 3 && have == 2 ? "half-speed SGEMM" : "slower SGEMM";
+    if (env && env[0])
+        snprintf(advice, an, "OPENBLAS_CORETYPE=%.40s runs %s kernels, this CPU's best is %s: %s, "
+                 "other rounding; unset it", env, core, best, cost);
+    else
+        snprintf(advice, an, "OpenBLAS runs %s kernels, this CPU's best is %s: %s; try "
+                 "OPENBLAS_CORETYPE=%s", core, best, cost, best);
 }
 
 void runtime_get_info(runtime_info *ri) {
@@ -84,13 +127,10 @@ void runtime_describe(const runtime_info *ri, char *buf, size_t n) {
 void runtime_warn(const char *cmd) {
     runtime_info ri;
     runtime_get_info(&ri);
-    if (ri.forced[0])
-        fprintf(stderr, "attnscope %s: warning: %s makes OpenBLAS run its %s kernels instead of "
-                "choosing for this CPU; results match other runs bit for bit only with the same "
-                "kernels and thread count%s%s\n", cmd, ri.forced, ri.core, ri.slow ? "; " : "",
-                ri.slow ? ri.advice : "");
-    else if (ri.slow)
-        fprintf(stderr, "attnscope %s: warning: %s\n", cmd, ri.advice);
+    if (!ri.slow) return;
+    char line[700];
+    snprintf(line, sizeof line, "attnscope %s: warning: %s", cmd, ri.advice);
+    cli_wrap(stderr, 0, 4, line);
 }
 
 double runtime_gemm_ceiling(int m, int n, int k, double seconds) {

@@ -124,7 +124,10 @@ static void ratio_text(double r, char *buf, size_t n) {
 void mapscale_text(const mapscale *s, int compact, char *buf, size_t n) {
     char r[32];
     if (!s->probability) {
-        snprintf(buf, n, compact ? "min..max" : "not a probability map: colours span min..max");
+        /* from 0 when the range asks for it and nothing is below 0 (finish()) */
+        const char *span = s->zero ? "0..max" : "min..max";
+        if (compact) snprintf(buf, n, "%s", span);
+        else snprintf(buf, n, "not a probability map: colours span %s", span);
         return;
     }
     ratio_text(s->ratio, r, sizeof r);

@@ -85,7 +85,9 @@ has "$T/err" "sha256"; one_line
 expect 0 env OPENBLAS_CORETYPE=Haswell "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" \
     --out "$T/h.h5" --threads 1
 has "$T/out" "OpenBLAS Haswell kernels (OPENBLAS_CORETYPE=Haswell set), 1 thread"
-has "$T/err" "warning: OPENBLAS_CORETYPE=Haswell"; has "$T/err" "same kernels and thread count"
+# Haswell is slower than the best kernels only on an AVX-512 CPU: elsewhere it is no warning
+avx512=0; grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo && avx512=1
+if [ $avx512 = 1 ]; then has "$T/err" "warning: OPENBLAS_CORETYPE=Haswell runs Haswell kernels"; has "$T/err" "unset it"; fi
 expect 0 env -u OPENBLAS_CORETYPE "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" \
     --out "$T/n.h5" --threads 2
 lacks "$T/err" "OPENBLAS_CORETYPE"
@@ -97,12 +99,12 @@ assert n.attrs["blas_forced_by"] == "" and n.attrs["blas_core"] != ""
 assert "OpenBLAS" in n.attrs["blas_config"] and h.attrs["software"].startswith("attnscope ")' "$T/h.h5" "$T/n.h5"
 expect 0 "$A" info "$T/h.h5"; has "$T/out" "OpenBLAS Haswell kernels (forced by OPENBLAS_CORETYPE=Haswell), 1 thread"
 expect 0 env OPENBLAS_CORETYPE=Haswell "$A" bench --arch "$FX/vit_cls/config.json" --seconds 0.3 --rounds 1 --threads 1
-has "$T/out" "OPENBLAS_CORETYPE=Haswell chose these kernels"
+if [ $avx512 = 1 ]; then has "$T/out" "WARNING     OPENBLAS_CORETYPE=Haswell runs Haswell kernels"; fi
 # train: the header names the kernels; every epoch of state.json records them; the run records
 # what it started from; a built-in architecture takes record's model overrides
 expect 0 env OPENBLAS_CORETYPE=Haswell "$A" train --config deit_tiny_patch16_224 --num-classes 6 \
     --img-size 16 --data shapes:96:16 --out "$T/dt" --epochs 1 --batch 32 --threads 1
-has "$T/out" "OpenBLAS Haswell kernels"; has "$T/err" "warning: OPENBLAS_CORETYPE=Haswell"
+has "$T/out" "OpenBLAS Haswell kernels"; if [ $avx512 = 1 ]; then has "$T/err" "warning: OPENBLAS_CORETYPE=Haswell"; fi
 py 'import json, sys
 s = json.load(open(sys.argv[1]))
 h = s["history"][0]

@@ -192,6 +192,9 @@ static void test_mapscale(void) {
     mapscale_make(&s, row, 1, T, 1, 0, MAPSCALE_ZERO);
     CHECK(!s.probability && s.zero && s.lo == 0 && fabs(s.hi - 1.14) < 1e-12 && isnan(s.uniform), "expanded: [%g, %g]",
           s.lo, s.hi);
+    /* its note says what is drawn: 0..max, not min..max */
+    mapscale_text(&s, 0, t, sizeof t);
+    CHECK(strstr(t, "colours span 0..max") != NULL, "expanded text: %s", t);
     /* stored patches only (rollout): the prefix share is what they leave of 1 */
     double pt[64];
     for (int j = 0; j < 64; j++) pt[j] = 0.9 / 64;

@@ -925,6 +925,29 @@ static void build_status(view *v) {
 
 /* The frame; without chrome (export) only the panels: no background, title line, status or
  * message bar, help or hover. */
+/* The scale the title names: what this frame's map panels were drawn with. z asks for maps from
+ * 0, but mapscale.c spans min..max where a map goes below 0 (scores), and the log scale falls back
+ * to linear where a map has no positive values or negative ones. */
+static void scale_words(const view *v, char *buf, size_t n) {
+    int from0 = 0, span = 0, log = 0;
+    for (int i = 0; i < v->n_panels; i++) {
+        const view_panel *p = &v->panels[i];
+        if (p->kind != VIEW_PANEL_IMAGE && p->kind != VIEW_PANEL_MAP) continue;
+        if (v->log_scale && p->scale.min >= 0 && p->scale.max > 0) log = 1;
+        else if (v->range == MAPSCALE_ZERO && p->lo == 0) from0 = 1;
+        else span = 1;
+    }
+    if (!from0 && !span && !log) /* no map drawn: what z and l ask for */
+        snprintf(buf, n, "%s scale", v->log_scale ? "log" : v->range == MAPSCALE_ZERO ? "linear from 0" : "min-max");
+    else if (log)
+        snprintf(buf, n, "log scale%s", from0 || span ? " (linear on maps below 0)" : "");
+    else if (v->range == MAPSCALE_MINMAX)
+        snprintf(buf, n, "min-max scale");
+    else
+        snprintf(buf, n, "%s", !span ? "linear from 0 scale" : from0 ? "linear from 0 scale (min..max on maps below 0)"
+                                                                    : "min..max scale (maps below 0)");
+}
+
 static void draw_frame(view *v, cairo_t *cr, double width, double height, int chrome) {
     v->width = width;
     v->height = height;
@@ -983,11 +1006,12 @@ static void draw_frame(view *v, cairo_t *cr, double width, double height, int ch
     }
     /* title line */
     const char *base = strrchr(v->src.path, '/');
-    char title[1400];
-    snprintf(title, sizeof title, "%s  |  %s view  |  %s, %s scale, %s normalisation, opacity %.1f  |  ? help",
-             base ? base + 1 : v->src.path, mode_label(v), plot_cmap_name(v->cmap),
-             v->log_scale ? "log" : v->range == MAPSCALE_ZERO ? "linear from 0" : "min-max", v->norm == VIEW_NORM_MAP ? "per-map" : "global", v->opacity);
-    plot_text(f, 6, TITLE_Y, 7, 0, title);
+    char scale[96];
+    scale_words(v, scale, sizeof scale);
+    snprintf(v->title, sizeof v->title, "%.1024s  |  %s view  |  %s, %s, %s normalisation, opacity %.1f  |  ? help",
+             base ? base + 1 : v->src.path, mode_label(v), plot_cmap_name(v->cmap), scale,
+             v->norm == VIEW_NORM_MAP ? "per-map" : "global", v->opacity);
+    plot_text(f, 6, TITLE_Y, 7, 0, v->title);
     /* status bar */
     build_status(v);
     cairo_set_source_rgb(cr, 0.93, 0.93, 0.93);

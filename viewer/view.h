@@ -109,6 +109,7 @@ typedef struct {
     view_colorbar cbars[8];
     int hover_panel, hover_row, hover_col;
     char status[1600], message[AS_ERROR_MSG_MAX];
+    char title[1600];        /* the title line: file, mode, colour map, the scale drawn */
     /* image info of the current image */
     char image_path[1024];
     int label, pred;

@@ -277,12 +277,16 @@ static int script_step(win *w, view *v, FILE *fp, int *line, as_error *err) {
         if (frame(w, v, err) != AS_OK) return -1;
         printf("status: %s\n", v->status);
         fflush(stdout);
+    } else if (strcmp(cmd, "title") == 0) {
+        if (frame(w, v, err) != AS_OK) return -1;
+        printf("title: %s\n", v->title);
+        fflush(stdout);
     } else if (strcmp(cmd, "screenshot") == 0) {
         if (!w->surface || screenshot(w, a, err) != AS_OK) return -1;
         printf("screenshot: %s (%d x %d)\n", a, w->pw, w->ph);
     } else {
         return as_fail(err, AS_ERR_ARG, "script line %d: unknown command \"%s\" (key, move, click, "
-                       "move-cell, click-cell, wheel, resize, wait, status, screenshot)", *line, cmd), -1;
+                       "move-cell, click-cell, wheel, resize, wait, status, title, screenshot)", *line, cmd), -1;
     }
     return 0;
 }
