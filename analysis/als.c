@@ -102,18 +102,31 @@ static as_status als_plan(analysis_ctx *c, as_error *err) {
     size_t u = strlen(c->params);
     snprintf(c->params + u, sizeof c->params - u, "; low=%g; high=%g", c->opt->als_low, c->opt->als_high);
     analysis_params_choices(c);
+    if (lay->n_heads < lay->cfg.num_heads) analysis_note(c, "als: only heads of the recorded subset can be recommended");
+    if (lay->n_layers < lay->cfg.depth) analysis_note(c, "als: the suggestion covers the recorded layers only");
     if (own) analysis_note(c, "als: %d masked head%s scored with %s own mask size (--als-window "
                            "overrides)", own, own == 1 ? "" : "s", own == 1 ? "its" : "their");
-    if (wmax > lay->grid)
-        analysis_note(c, "als: window %d exceeds the %dx%d grid, so every patch is a neighbour",
-                      wmax, lay->grid, lay->grid);
-    if (map == MAP_ATTN && rows == ROWS_NORMALISE)
+    /* the window reaches every patch from every query (corners included) only when R/2 >= g-1 */
+    if (wmax >= 2 * lay->grid - 1)
+        analysis_note(c, "als: window %d covers the whole %dx%d grid from every patch, so every "
+                      "patch is a neighbour", wmax, lay->grid, lay->grid);
+    if (map == MAP_ATTN && rows == ROWS_NORMALISE) {
+        char which[256] = "";
+        int n_ns = 0, refiner = 0, lsla = 0;
         for (int li = 0; li < lay->n_layers; li++)
             if (not_stochastic(&lay->cfg, lay->layers[li])) {
-                analysis_note(c, "als: layer %d: %s; each row's window sum is divided by the row's "
-                              "sum (--als-rows)", lay->layers[li], not_stochastic(&lay->cfg, lay->layers[li]));
-                break;
+                size_t wn = strlen(which);
+                snprintf(which + wn, sizeof which - wn, "%s%d", n_ns++ ? ", " : "", lay->layers[li]);
+                refiner |= lay->cfg.attn[lay->layers[li]].kind == VIT_ATTN_REFINER;
+                lsla |= lay->cfg.attn[lay->layers[li]].kind == VIT_ATTN_LSLA;
             }
+        if (n_ns)
+            analysis_note(c, "als: layer%s %s: rows do not sum to 1 (%s%s%s); each row's window sum "
+                          "is divided by the row's sum, rows without positive sum are left out "
+                          "(--als-rows)", n_ns > 1 ? "s" : "", which,
+                          refiner ? "Refiner refines the softmax maps" : "", refiner && lsla ? ", " : "",
+                          lsla ? "LSLA adds its outer bias after the softmax" : "");
+    }
     return AS_OK;
 }
 
@@ -324,8 +337,6 @@ static as_status als_finish(analysis_ctx *c, const double *mean, as_error *err) 
         if (json[0]) analysis_report_add(c, "  suggested \"attention\" (per-head rule):\n    [%s]\n", json);
         else analysis_report_add(c, "  no head reaches ALS %g: no mask suggested\n", c->opt->als_high);
     }
-    if (H < NH) analysis_note(c, "als: only heads of the recorded subset can be recommended");
-    if (L < lay->cfg.depth) analysis_note(c, "als: the suggestion covers the recorded layers only");
     free(rule);
     free(search);
     return AS_OK;

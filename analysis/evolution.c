@@ -17,7 +17,7 @@ enum { OUT_COS_FINAL, OUT_COS_PREV, OUT_CKA, OUT_HSIC };
  * CKA). Memory: m x layers x T x D floats + layers x m^2 doubles, whatever the image count. */
 typedef struct {
     int m, filled, batches;
-    long dropped;
+    long dropped, planned; /* images left out of the last minibatch: counted, and foreseen at plan */
     size_t feat;        /* T x D */
     float *x;           /* (m, L, T*D) */
     double *gram;       /* (L, m, m) */
@@ -87,6 +87,11 @@ static as_status evo_plan(analysis_ctx *c, as_error *err) {
                            (double)m * L * ck->feat * 4 / 1e6);
         ck->tot = ck->rs + (size_t)L * m;
         c->state_bytes = (size_t)m * L * ck->feat * sizeof *ck->x + (size_t)L * m * m * sizeof *ck->gram;
+        ck->planned = n_img % m < 4 ? n_img % m : 0;
+        if (ck->planned) /* said here, where notes still reach the terminal */
+            analysis_note(c, "evolution: %ld image%s at the end (fewer than 4) %s left out of the "
+                          "image-example CKA", ck->planned, ck->planned == 1 ? "" : "s",
+                          ck->planned == 1 ? "is" : "are");
     } else {
         analysis_note(c, "evolution: %ld images are too few for the image-example CKA (needs 4)", n_img);
     }
@@ -205,7 +210,7 @@ static as_status evo_finish(analysis_ctx *c, const double *mean, as_error *err) 
     double *ci = NULL, *cif = NULL;
     if (ck->x) {
         cka_flush(c);
-        if (ck->dropped)
+        if (ck->dropped != ck->planned) /* fewer images than planned (an interrupted trace) */
             analysis_note(c, "evolution: %ld image%s at the end (fewer than 4) %s left out of the "
                           "image-example CKA", ck->dropped, ck->dropped == 1 ? "" : "s",
                           ck->dropped == 1 ? "is" : "are");

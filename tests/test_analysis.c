@@ -473,6 +473,13 @@ static void test_hand_als(void) {
         one_free_all(&r);
     }
     o.als_high = 0.65;
+    o.als_low = 0.6; /* ALS^{0,0} = 0.5625 < low: step 2c removes head 0's mask */
+    if (run_one(&r, &analysis_metric_als, &lm, &o, &im)) {
+        const double *srch = derived_of(&r, "search");
+        CHECK(srch[0] == 0 && srch[1] == 0 && strstr(r.c.report, "step 2c"), "search step 2c: %g %g", srch[0], srch[1]);
+        one_free_all(&r);
+    }
+    o.als_low = 0.35;
     o.als_window = 3;
     if (run_one(&r, &analysis_metric_als, &lm, &o, &im)) {
         NEAR(out_vals(&r, "score")[0], 4.0 / 16, 1e-12, "--als-window 3 overrides the mask size");

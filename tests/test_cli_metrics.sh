@@ -45,6 +45,15 @@ expect 1 "$A" analyze "$MC" --out "$T/r.h5" --metrics als --als-rows refuse
 has "$T/err" "layer 5"; has "$T/err" "--als-map softmax"; one_line
 [ ! -e "$T/r.h5" ] && ok || bad "a refused run leaves no results"
 
+# notes reach the terminal and say what is true: a 5x5 window on the 4x4 grid does not reach
+# every patch from a corner (only a 7x7 one does); every layer whose rows do not sum to 1 is
+# named (Refiner's 5 and LSLA's 8); the image-example CKA's left-out images (5 = 4 + 1) are said
+expect 0 "$A" analyze "$MC" --out "$T/n.h5" --metrics als,evolution --cka-batch 4 --threads 1
+if grep -q "every patch is a neighbour" "$T/err"; then bad "5x5 on 4x4 is not every patch: $(cat "$T/err")"; else ok; fi
+has "$T/err" "layers 5, 8:"; has "$T/err" "1 image at the end (fewer than 4) is left out"
+expect 0 "$A" analyze "$MC" --out "$T/n7.h5" --metrics als --als-window 7 --threads 1
+has "$T/err" "window 7 covers the whole 4x4 grid from every patch"
+
 # defaults and choices are stored with the results
 expect 0 "$A" analyze "$MC" --out "$T/d.h5" --threads 1
 has "$T/out" "MaiT search, step\|step 3 (calibration)"; has "$T/out" "suggested \"attention\" (MaiT search)"
