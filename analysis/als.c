@@ -102,6 +102,8 @@ static as_status als_plan(analysis_ctx *c, as_error *err) {
     size_t u = strlen(c->params);
     snprintf(c->params + u, sizeof c->params - u, "; low=%g; high=%g", c->opt->als_low, c->opt->als_high);
     analysis_params_choices(c);
+    if (!lay->prefix && analysis_choice_of(c, ANALYSIS_CH_ALS_PREFIX) == PREFIX_INCLUDE)
+        analysis_note(c, "als: the model has no prefix tokens, so --als-prefix include changes nothing");
     if (lay->n_heads < lay->cfg.num_heads) analysis_note(c, "als: only heads of the recorded subset can be recommended");
     if (lay->n_layers < lay->cfg.depth) analysis_note(c, "als: the suggestion covers the recorded layers only");
     if (own) analysis_note(c, "als: %d masked head%s scored with %s own mask size (--als-window "

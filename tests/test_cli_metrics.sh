@@ -54,6 +54,10 @@ has "$T/err" "layers 5, 8:"; has "$T/err" "1 image at the end (fewer than 4) is 
 expect 0 "$A" analyze "$MC" --out "$T/n7.h5" --metrics als --als-window 7 --threads 1
 has "$T/err" "window 7 covers the whole 4x4 grid from every patch"
 
+# a choice that cannot change anything says so: --als-prefix include on a model without prefix tokens
+expect 0 "$A" analyze "$FX/analysis/vit_gap.h5" --out "$T/g.h5" --metrics als --als-prefix include --threads 1
+has "$T/err" "no prefix tokens, so --als-prefix include changes nothing"
+
 # defaults and choices are stored with the results
 expect 0 "$A" analyze "$MC" --out "$T/d.h5" --threads 1
 has "$T/out" "MaiT search, step\|step 3 (calibration)"; has "$T/out" "suggested \"attention\" (MaiT search)"
