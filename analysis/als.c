@@ -49,6 +49,31 @@ static int head_mask(const vit_config *cfg, int l, int h) {
     return at->kind == VIT_ATTN_MAIT && h < VIT_MAX_MASK_HEADS ? at->mask_size[h] : 0;
 }
 
+/* A MaiT mask replaces the block's mechanism ("type": "mait"), so only plain and MaiT blocks can
+ * take one: suggesting it for LSLA, LMSA, Refiner or less-attention blocks would silently swap
+ * their mechanism. */
+static int maskable(const vit_config *cfg, int l) {
+    return cfg->attn[l].kind == VIT_ATTN_VANILLA || cfg->attn[l].kind == VIT_ATTN_MAIT;
+}
+
+/* Names the recorded blocks that cannot take a mask in the report, once. */
+static void report_unmaskable(analysis_ctx *c) {
+    const analysis_layout *lay = c->lay;
+    char ls[256] = "", kinds[512] = "";
+    int n = 0;
+    for (int li = 0; li < lay->n_layers; li++) {
+        int l = lay->layers[li];
+        if (maskable(&lay->cfg, l)) continue;
+        size_t a = strlen(ls), b = strlen(kinds);
+        snprintf(ls + a, sizeof ls - a, "%s%d", n ? ", " : "", l);
+        snprintf(kinds + b, sizeof kinds - b, "%s%s", n ? ", " : "", vit_attn_name(lay->cfg.attn[l].kind));
+        n++;
+    }
+    if (n)
+        analysis_report_add(c, "  layer%s %s (%s) cannot take a MaiT mask\n  (a block has one "
+                            "mechanism): left out of the suggestion\n", n > 1 ? "s" : "", ls, kinds);
+}
+
 static as_status als_plan(analysis_ctx *c, as_error *err) {
     const analysis_layout *lay = c->lay;
     int R = c->opt->als_window;
@@ -221,7 +246,8 @@ static void mait_search(analysis_ctx *c, const double *score, int *out) {
         if (lay->heads[hi] == 0) h0 = hi;
     if (!any) {
         for (int li = 0; li < lay->n_layers; li++)
-            for (int h = 0; h < NH; h++) out[li * NH + h] = h == 0 ? Rnew : 0;
+            for (int h = 0; h < NH; h++)
+                out[li * NH + h] = h == 0 && maskable(&lay->cfg, lay->layers[li]) ? Rnew : 0;
         analysis_report_add(c, "  MaiT search, step 1 (initialisation): no head is masked, so mask head 0 of "
                             "every layer\n  (%dx%d); train, record and analyse again for step 2\n",
                             Rnew, Rnew);
@@ -315,7 +341,7 @@ static as_status als_finish(analysis_ctx *c, const double *mean, as_error *err) 
             rec[li * H + hi] = code;
             win[li * H + hi] = st->window[li * H + hi];
             n += snprintf(line + n, sizeof line - (size_t)n, " %5.3f%c", s, " ?*"[code]);
-            if (code == 2 && lay->heads[hi] < NH) rule[li * NH + lay->heads[hi]] = st->window[li * H + hi];
+            if (code == 2 && lay->heads[hi] < NH && maskable(&lay->cfg, lay->layers[li])) rule[li * NH + lay->heads[hi]] = st->window[li * H + hi];
         }
         analysis_report_add(c, "%s\n", line);
     }
@@ -329,6 +355,7 @@ static as_status als_finish(analysis_ctx *c, const double *mean, as_error *err) 
                             "paper's search: --als-rule search)\n", c->opt->als_high);
     mait_search(c, score, search);
     for (size_t i = 0; i < (size_t)L * NH; i++) srch[i] = search[i];
+    report_unmaskable(c);
     char json[4096];
     if (by_search) {
         masks_json(lay, search, json, sizeof json);

@@ -58,6 +58,15 @@ has "$T/err" "window 7 covers the whole 4x4 grid from every patch"
 expect 0 "$A" analyze "$FX/analysis/vit_gap.h5" --out "$T/g.h5" --metrics als --als-prefix include --threads 1
 has "$T/err" "no prefix tokens, so --als-prefix include changes nothing"
 
+# the MaiT search's suggestion never turns another mechanism into MaiT: mech_gap's blocks are
+# LSLA, LSLA, LMSA, Refiner (one mechanism per block), so step 1 masks none of them and says so
+expect 0 "$A" record --model "$FX/mech_gap" --images "$FX/inputs.npy" --out "$T/gap.h5" --record attn --dtype f32 --threads 1
+expect 0 "$A" analyze "$T/gap.h5" --out "$T/gapr.h5" --metrics als --threads 1
+if grep -q '"type": "mait"' "$T/out"; then bad "suggestion replaces a mechanism: $(cat "$T/out")"; else ok; fi
+has "$T/out" "layers 0, 1, 2, 3 (lsla, lsla, lmsa, refiner) cannot take a MaiT mask"
+expect 0 "$A" analyze "$T/gap.h5" --out "$T/gapr2.h5" --metrics als --als-rule per-head --als-thresholds 0.1,0.2 --threads 1
+if grep -q '"type": "mait"' "$T/out"; then bad "per-head suggestion replaces a mechanism: $(cat "$T/out")"; else ok; fi
+
 # defaults and choices are stored with the results
 expect 0 "$A" analyze "$MC" --out "$T/d.h5" --threads 1
 has "$T/out" "MaiT search, step\|step 3 (calibration)"; has "$T/out" "suggested \"attention\" (MaiT search)"

@@ -123,7 +123,8 @@ def mait_search(tr, score, o):
     everywhere = any(tr.mask_size(l, h) for l in range(tr.depth) for h in range(NH))
     if not everywhere:
         out = np.zeros_like(cur)
-        out[:, 0] = R
+        # a mask makes the block MaiT: only plain and MaiT blocks can take one
+        out[:, 0] = [R if tr.attr(l, "mechanism") in ("vanilla", "mait") else 0 for l in tr.layers]
         return out.astype(float)
     out = cur.copy()
     for li in range(len(tr.layers)):
