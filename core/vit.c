@@ -1,7 +1,8 @@
 /* vit.c: the ViT/DeiT forward pass exactly as timm's VisionTransformer computes it in eval mode.
- * Large GEMMs are threaded inside OpenBLAS; per-head attention GEMMs run single-threaded with
- * the (image, head) pairs spread over OpenMP threads (OpenBLAS's OpenMP build runs serially
- * inside a parallel region), so the two never oversubscribe the cores. */
+ * Large GEMMs run in kernels_gemm's fixed tiles, one single-threaded GEMM per tile spread over
+ * OpenMP threads (the same bits for any thread count); per-head attention GEMMs run
+ * single-threaded with the (image, head) pairs spread over OpenMP threads (OpenBLAS's OpenMP
+ * build runs serially inside a parallel region), so the two never oversubscribe the cores. */
 #include "vit.h"
 
 #include <assert.h>
@@ -230,8 +231,7 @@ static void linear_ld(float *y, int ldy, const float *x, const float *w, const f
             for (int i = 0; i < N; i++) yr[i] = accumulate ? yr[i] + bias[i] : bias[i];
         }
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x, K, w, K,
-                (accumulate || bias) ? 1.0f : 0.0f, y, ldy);
+    kernels_gemm(0, 1, M, N, K, 1.0f, x, K, w, K, (accumulate || bias) ? 1.0f : 0.0f, y, ldy);
 }
 
 static void linear(float *y, const float *x, const float *w, const float *bias, int M, int N,
