@@ -351,14 +351,14 @@ void kernels_f32_to_f16_array(uint16_t *dst, const float *src, size_t n) {
 
 void kernels_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc) {
-    enum { TILE = KERNELS_GEMM_TILE };
-    const int tm = (M + TILE - 1) / TILE, tn = (N + TILE - 1) / TILE;
+    enum { TM = KERNELS_GEMM_ROWS, TN = KERNELS_GEMM_COLS };
+    const int tm = (M + TM - 1) / TM, tn = (N + TN - 1) / TN;
     /* inside the region OpenBLAS runs one thread per call (omp_in_parallel), as it does with a
      * team of one */
 #pragma omp parallel for schedule(dynamic, 1)
     for (int t = 0; t < tm * tn; t++) {
-        const int i0 = t / tn * TILE, j0 = t % tn * TILE;
-        const int m = M - i0 < TILE ? M - i0 : TILE, n = N - j0 < TILE ? N - j0 : TILE;
+        const int i0 = t / tn * TM, j0 = t % tn * TN;
+        const int m = M - i0 < TM ? M - i0 : TM, n = N - j0 < TN ? N - j0 : TN;
         const float *a = A + (transa ? (size_t)i0 : (size_t)i0 * lda);
         const float *b = B + (transb ? (size_t)j0 * ldb : (size_t)j0);
         cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, m, n,
