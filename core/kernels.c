@@ -2,6 +2,7 @@
  * without -ffast-math; OpenMP spreads rows over threads. */
 #include "kernels.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
@@ -346,4 +347,25 @@ void kernels_f32_to_f16_array(uint16_t *dst, const float *src, size_t n) {
     }
 #endif
     for (size_t i = 0; i < n; i++) dst[i] = kernels_f32_to_f16(src[i]);
+}
+
+void kernels_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
+                  const float *B, int ldb, float beta, float *C, int ldc) {
+    enum { TM = KERNELS_GEMM_ROWS, TN = KERNELS_GEMM_COLS };
+    const int tm = (M + TM - 1) / TM, tn = (N + TN - 1) / TN;
+    /* inside the region OpenBLAS runs one thread per call (omp_in_parallel), as it does with a
+     * team of one */
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int t = 0; t < tm * tn; t++) {
+        const int i0 = t / tn * TM, j0 = t % tn * TN;
+        const int m = M - i0 < TM ? M - i0 : TM, n = N - j0 < TN ? N - j0 : TN;
+        const float *a = A + (transa ? (size_t)i0 : (size_t)i0 * lda);
+        const float *b = B + (transb ? (size_t)j0 * ldb : (size_t)j0);
+        cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, m, n,
+                    K, alpha, a, lda, b, ldb, beta, C + (size_t)i0 * ldc + j0, ldc);
+    }
+}
+
+void kernels_colsum_add(float *out, const float *x, int M, int N, int ld, float alpha, const float *ones) {
+    kernels_gemm(0, 0, 1, N, M, alpha, ones, M, x, ld, 1.0f, out, N);
 }

@@ -53,4 +53,19 @@ void kernels_f32_to_f16_array(uint16_t *dst, const float *src, size_t n);
 /* dst[i] = float(src[i]) for i < n, exactly; F16C when the CPU has it. */
 void kernels_f16_to_f32_array(float *dst, const uint16_t *src, size_t n);
 
+/* C (M, N; rows ldc apart) = alpha op(A) op(B) + beta C, as cblas_sgemm in row-major order
+ * (transa/transb nonzero: op = transpose), in fixed tiles of C (KERNELS_GEMM_ROWS x
+ * KERNELS_GEMM_COLS, whatever the thread count), each one single-threaded GEMM over the whole
+ * inner dimension, the tiles spread over OpenMP threads. OpenBLAS's own threading changes its
+ * blocking of a long inner dimension (and a GEMV's split of a long reduction) with the thread
+ * count, so its rounding does too; this gives the same bits for any thread count. */
+#define KERNELS_GEMM_ROWS 128
+#define KERNELS_GEMM_COLS 256
+void kernels_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
+                  const float *B, int ldb, float beta, float *C, int ldc);
+
+/* out[j] += alpha sum_{r < M} x[r * ld + j] for j < N (ones: M floats of 1), the same bits for
+ * any thread count. */
+void kernels_colsum_add(float *out, const float *x, int M, int N, int ld, float alpha, const float *ones);
+
 #endif

@@ -1,11 +1,12 @@
 /* train.c: the backward pass of vit.c's forward, layer by layer in reverse, over the
  * activations a training forward keeps in its tape; the losses; AdamW, the schedule, clipping.
  *
- * Threads: big GEMMs are threaded inside OpenBLAS; the per-(image, head) work runs over
- * OpenMP threads with single-threaded GEMMs, as in the forward. Gradients of tensors shared by
- * images (every weight) are never summed by racing threads: either one GEMM over all rows, or
- * per-image partials summed afterwards in image order, so the result does not depend on the
- * thread count. */
+ * Threads: big GEMMs run in kernels_gemm's fixed tiles, one single-threaded GEMM per tile (never
+ * OpenBLAS's own threading, whose blocking of a long reduction depends on the thread count); the
+ * per-(image, head) work runs over OpenMP threads with single-threaded GEMMs, as in the forward.
+ * Gradients of tensors shared by images (every weight) are never summed by racing threads:
+ * either one GEMM tile over all rows, or per-image partials summed afterwards in image order, so
+ * the result does not depend on the thread count. */
 #include "train.h"
 
 #include <cblas.h>
@@ -84,21 +85,15 @@ size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws
 
 /* ---- small kernels ---- */
 
-/* out[j] += alpha sum_r x[r * ld + j] for j < N: a GEMV against ones (length >= M). */
-static void colsum_add(float *out, const float *x, int M, int N, int ld, float alpha, const float *ones) {
-    cblas_sgemv(CblasRowMajor, CblasTrans, M, N, alpha, x, ld, ones, 1, 1.0f, out, 1);
-}
-
 /* Backward of y (M, N; rows ldy apart) = x (M, K; rows ldx apart) W^T + b:
  * dW (N, K) += dy^T x, db += column sums of dy, dx (M, K) = (or +=) dy W. */
 static void linear_backward(float *dW, float *db, float *dx, int dx_accumulate, const float *dy,
                             int ldy, const float *x, int ldx, const float *W, int M, int N, int K,
                             const float *ones) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dy, ldy, x, ldx, 1.0f, dW, K);
-    if (db) colsum_add(db, dy, M, N, ldy, 1.0f, ones);
+    kernels_gemm(1, 0, N, K, M, 1.0f, dy, ldy, x, ldx, 1.0f, dW, K);
+    if (db) kernels_colsum_add(db, dy, M, N, ldy, 1.0f, ones);
     if (dx)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, dy, ldy, W, K,
-                    dx_accumulate ? 1.0f : 0.0f, dx, K);
+        kernels_gemm(0, 0, M, K, N, 1.0f, dy, ldy, W, K, dx_accumulate ? 1.0f : 0.0f, dx, K);
 }
 
 /* A bias table's gradient from the summed (T, T) gradient of head h (see vit_add_bias). */
@@ -422,8 +417,7 @@ static double attention_backward(const vit_config *c, int l, const vit_block_par
             WR(gb->psi)[i] += s;
         }
         /* dTheta += sum dA1^T prev: one GEMM over all (image, head) rows */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, T, n * H * T, 1.0f, ws->dA, T, prev, T,
-                    1.0f, WR(gb->theta), T);
+        kernels_gemm(1, 0, T, T, n * H * T, 1.0f, ws->dA, T, prev, T, 1.0f, WR(gb->theta), T);
     }
     if (mait && at->mask_mode == VIT_MASK_SOFT)
         for (int h = 0; h < H && h < VIT_MAX_MASK_HEADS; h++) {
@@ -502,11 +496,9 @@ double vit_backward(const vit_config *c, const vit_params *p, const vit_params *
         for (int i = 0; i < nout; i++) {
             const float *hw = i ? p->head_dist_w : p->head_w;
             float *ghw = WR(i ? g->head_dist_w : g->head_w), *ghb = WR(i ? g->head_dist_b : g->head_b);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, D, n, f, dlogits, C, a->pooled + (size_t)i * D,
-                        2 * D, 1.0f, ghw, D);
-            colsum_add(ghb, dlogits, n, C, C, f, ws->ones);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, D, C, f, dlogits, C, hw, D, 0.0f,
-                        ws->dpool + (size_t)i * D, 2 * D);
+            kernels_gemm(1, 0, C, D, n, f, dlogits, C, a->pooled + (size_t)i * D, 2 * D, 1.0f, ghw, D);
+            kernels_colsum_add(ghb, dlogits, n, C, C, f, ws->ones);
+            kernels_gemm(0, 0, n, D, C, f, dlogits, C, hw, D, 0.0f, ws->dpool + (size_t)i * D, 2 * D);
         }
     }
     /* pooling and the final norm, back to the last block's output */

@@ -1,7 +1,8 @@
 /* vit.c: the ViT/DeiT forward pass exactly as timm's VisionTransformer computes it in eval mode.
- * Large GEMMs are threaded inside OpenBLAS; per-head attention GEMMs run single-threaded with
- * the (image, head) pairs spread over OpenMP threads (OpenBLAS's OpenMP build runs serially
- * inside a parallel region), so the two never oversubscribe the cores. */
+ * Large GEMMs are threaded inside OpenBLAS (split over rows and columns, never over the
+ * reduction, so the bits do not depend on the thread count); per-head attention GEMMs run
+ * single-threaded with the (image, head) pairs spread over OpenMP threads (OpenBLAS's OpenMP
+ * build runs serially inside a parallel region), so the two never oversubscribe the cores. */
 #include "vit.h"
 
 #include <assert.h>
@@ -230,6 +231,10 @@ static void linear_ld(float *y, int ldy, const float *x, const float *w, const f
             for (int i = 0; i < N; i++) yr[i] = accumulate ? yr[i] + bias[i] : bias[i];
         }
     }
+    /* OpenBLAS splits a forward product over M and N only, never over K, so its threaded GEMM
+     * gives the same bits at any thread count here (tests/test_threads.c checks it); only the
+     * backward's reductions over the batch need kernels_gemm's fixed tiles, which cost the
+     * forward 8-11% (repacking the weights per tile). */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x, K, w, K,
                 (accumulate || bias) ? 1.0f : 0.0f, y, ldy);
 }
