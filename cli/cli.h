@@ -104,6 +104,8 @@ int cli_width_of(int fd); /* the same for another stream (progress lines: stderr
 /* text wrapped to cli_width() on f: the first line after `first` characters already printed,
  * the following ones indented by `indent` spaces; ends with a newline. */
 void cli_wrap(FILE *f, int first, int indent, const char *text);
+/* printf into a line, then cli_wrap(stdout, 0, indent, line) (a trailing newline is dropped). */
+void cli_printf_wrap(int indent, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* progress line on a terminal (stderr), silent in pipes */
 typedef struct {

@@ -7,7 +7,6 @@
 #include <getopt.h>
 #include <hdf5.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,14 +153,7 @@ static int demo_interrupted(const char *dir) {
 }
 
 /* One step of the summary, wrapped under its text column. */
-static void __attribute__((format(printf, 1, 2))) step(const char *fmt, ...) {
-    char buf[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    cli_wrap(stdout, 0, 13, buf);
-}
+#define step(...) cli_printf_wrap(13, __VA_ARGS__)
 
 /* A command to try and what it does: beside it when that fits, else below it. */
 static void next_line(const char *cmd, const char *what) {

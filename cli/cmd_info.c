@@ -3,7 +3,6 @@
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,16 +32,7 @@ static const cli_cmd info_cmd = {
     info_opts, NULL};
 
 /* One "key        value" line, wrapped to the terminal under its value column. */
-static void __attribute__((format(printf, 1, 2))) line(const char *fmt, ...) {
-    char buf[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    size_t L = strlen(buf);
-    if (L && buf[L - 1] == '\n') buf[L - 1] = 0;
-    cli_wrap(stdout, 0, 12, buf);
-}
+#define line(...) cli_printf_wrap(12, __VA_ARGS__)
 
 /* Attention per block, consecutive equal settings grouped. */
 static void print_attention(const vit_config *c) {

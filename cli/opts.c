@@ -84,6 +84,17 @@ void cli_wrap(FILE *f, int first, int indent, const char *text) {
     fputc('\n', f);
 }
 
+void cli_printf_wrap(int indent, const char *fmt, ...) {
+    char buf[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    size_t L = strlen(buf);
+    if (L && buf[L - 1] == '\n') buf[L - 1] = 0;
+    cli_wrap(stdout, 0, indent, buf);
+}
+
 const char *cli_closest(const char *word, const char *const *names, int n) {
     const char *best = NULL;
     int bd = 1 << 30;
