@@ -79,10 +79,14 @@ def als(tr, i, o):
     """MaiT Eq. 3: ALS = mean over the N patch rows n of sum_i (M . A)[n, i], M the R x R
     neighbourhood (plus the prefix columns, which the mask never removes, with prefix=include);
     A the recorded map, or softmax(scores) with map=softmax; rows=normalise divides each row's
-    sum by the row's total mass."""
+    sum by the row's total mass, leaving out (and counting) rows whose total is not positive.
+    Eq. 3 sums probabilities (MaiT 4.2: each row sums up to 1): a layer whose patch query rows
+    hold a negative entry in this image is left out (NaN) and flagged in negative_maps."""
     g, p, T = tr.g, tr.p, tr.T
     P = g * g
     s = np.zeros((len(tr.layers), len(tr.heads)))
+    drop = np.zeros_like(s)
+    neg = np.zeros(len(tr.layers))
     for li, l in enumerate(tr.layers):
         if o["map"] == "softmax":
             S = tr.get(l, "scores", i)
@@ -90,6 +94,10 @@ def als(tr, i, o):
             A = E / E.sum(-1, keepdims=True)
         else:
             A = tr.get(l, "attn", i)
+        if (A[:, p:, :] < 0).any():
+            neg[li] = 1
+            s[li] = drop[li] = np.nan
+            continue
         for hi, h in enumerate(tr.heads):
             half = als_window(tr, l, h, o) // 2
             M = np.zeros((T, T))
@@ -104,10 +112,11 @@ def als(tr, i, o):
             if o["rows"] == "normalise" and o["map"] == "attn":
                 tot = A[hi].sum(-1)[p:]
                 ok = tot > 0
+                drop[li, hi] = (~ok).sum()
                 s[li, hi] = np.mean(rows[ok] / tot[ok]) if ok.any() else np.nan
             else:
                 s[li, hi] = rows.mean()
-    return {"score": s, "head_mean": s.mean(1)}
+    return {"score": s, "head_mean": s.mean(1), "negative_maps": neg, "dropped_rows": drop}
 
 
 def mait_search(tr, score, o):
@@ -245,14 +254,22 @@ def distance(tr, i, o):
     g, p = tr.g, tr.p
     D = patch_distances(tr, o["distance"])
     out = np.zeros((len(tr.layers), len(tr.heads)))
+    drop = np.zeros_like(out)
+    neg = np.zeros(len(tr.layers))
     for li, l in enumerate(tr.layers):
-        W = tr.get(l, "attn", i)[:, p:, p:]                   # (H, P, P) patch queries x keys
+        A = tr.get(l, "attn", i)
+        if (A[:, p:, :] < 0).any():      # attention weights are probabilities (ViT Fig. 7)
+            neg[li] = 1
+            out[li] = drop[li] = np.nan
+            continue
+        W = A[:, p:, p:]                   # (H, P, P) patch queries x keys
         m = (W * D[None]).sum(-1)
         if o["renorm"]:
             s = W.sum(-1)
+            drop[li] = (s <= 0).sum(-1)
             m = np.where(s > 0, m / np.where(s > 0, s, 1), np.nan)
         out[li] = np.nanmean(m, axis=1)
-    return {"distance": out, "head_mean": out.mean(1)}
+    return {"distance": out, "head_mean": out.mean(1), "negative_maps": neg, "dropped_rows": drop}
 
 
 def entropy(tr, i, o):
