@@ -84,5 +84,22 @@ for m in ("als", "distance"):
     mean = f["analysis/%s/dropped_rows/mean" % m][()]
     assert mean[0, 1] == 0.25 and mean.sum() == 0.25, (m, mean)' "$T/z_res.h5"
 
+# ---- 3. the shipped experiments use the papers' defaults (the slow suite runs them) ------------
+EXP="$(dirname "$0")/../experiments"
+py 'import json, sys
+s = json.load(open(sys.argv[1] + "/saturation.json"))
+assert "scores" in s["record"].split(","), s["record"]      # LaViT: diag on the scores
+assert "diag_map" not in s.get("analyze", {}) and "metrics" not in s.get("analyze", {}), s.get("analyze")
+l = json.load(open(sys.argv[1] + "/locality.json"))
+assert "als_window" not in l["analyze"] or "als_window" in l["description"], l["analyze"]' "$EXP"
+
+# ---- 4. analysis_ref.py compare skips what the trace lacks (no block outputs: no evolution) -------
+expect 0 "$A" record --model "$FX/vit_gap" --images "$FX/inputs.npy" --record attn,scores --out "$T/noblk.h5"
+expect 0 "$A" analyze "$T/noblk.h5" --out "$T/noblk_res.h5"
+expect 0 "$PY" "$(dirname "$0")/../tools/analysis_ref.py" compare "$T/noblk.h5" "$T/noblk_res.h5"
+has "$T/out" "evolution   skipped: the trace lacks tokens"
+has "$T/out" "qk          skipped: the trace lacks q,k"
+has "$T/out" "^als .*score/mean"
+
 echo "cli_fix2: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

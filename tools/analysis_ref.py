@@ -333,6 +333,23 @@ METRICS = {"als": als, "similarity": similarity, "qk": qk, "evolution": evolutio
            "distance": distance, "entropy": entropy, "rollout": rollout, "diag": diag}
 
 
+def missing(tr, name, o):
+    """Why the trace cannot support metric name (what `attnscope analyze` skips), or None."""
+    need = {"qk": ["q", "k"], "evolution": ["tokens"]}.get(name, ["attn"])
+    if name == "diag" and o["diag"] == "scores":
+        if not any(tr.attr(l, "mechanism") == "less" for l in tr.layers):
+            return "no less-attention layer recorded"
+        need = ["scores"]
+    lack = [q for q in need if q not in tr.q]
+    if lack:
+        return "the trace lacks " + ",".join(lack)
+    if name in ("als", "distance", "diag") and not tr.rows_all:
+        return "only the prefix query rows recorded"
+    if name == "rollout" and tr.layers != list(range(tr.depth)):
+        return "not every layer recorded"
+    return None
+
+
 def cka_images(tr, o, n):
     """Kornblith et al.'s linear CKA with images as the examples: image k's block output
     flattened (T x D) is row k of X_l; consecutive minibatches of cka_batch images (the last one
@@ -404,7 +421,7 @@ def analyse(path, o, metrics=None, limit=None):
         tr.n = min(tr.n, limit)
     res = {}
     for name, fn in METRICS.items():
-        if metrics and name not in metrics:
+        if metrics and name not in metrics or missing(tr, name, o):
             continue
         per = [fn(tr, i, o) for i in range(tr.n)]
         outs = {k: np.array([p[k] for p in per]) for k in per[0]}
@@ -425,11 +442,6 @@ def write_expected(path, groups):
                         f[base + s] = a
                 for k, v in der.items():
                     f["%s/analysis/%s/%s" % (gname, name, k)] = v
-
-
-def mechanisms(path):
-    with h5py.File(path, "r") as f:
-        return [f["layers/%02d" % l].attrs["mechanism"] for l in np.atleast_1d(f.attrs["layers"])]
 
 
 def fixtures(exe):
@@ -454,8 +466,6 @@ def fixtures(exe):
         os.remove(npy)
         groups = {"default": analyse(trace, DEFAULT), "variant": analyse(trace, VARIANT)}
         groups["als_softmax"] = analyse(trace, ALS_SOFTMAX, metrics=["als"])
-        if not any(tr_attr == "less" for tr_attr in mechanisms(trace)):
-            del groups["default"]["diag"]   # no less-attention layer: diag=scores does not run
         write_expected(os.path.join(out, model + ".expected.h5"), groups)
         print("wrote", trace, os.path.getsize(trace), "bytes")
 
@@ -463,6 +473,10 @@ def fixtures(exe):
 def compare(trace, results, o=DEFAULT):
     """Checks a results file made with the default options (statistics and derived results)."""
     ref = analyse(trace, o)
+    tr = Trace(trace)
+    for name in METRICS:
+        if missing(tr, name, o):
+            print("%-11s skipped: %s" % (name, missing(tr, name, o)))
     worst = 0.0
     with h5py.File(results, "r") as f:
         for name, (outs, st, der) in ref.items():
