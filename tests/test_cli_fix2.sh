@@ -101,5 +101,17 @@ has "$T/out" "evolution   skipped: the trace lacks tokens"
 has "$T/out" "qk          skipped: the trace lacks q,k"
 has "$T/out" "^als .*score/mean"
 
+# ---- 5. --cka-hsic biased: Kornblith et al.'s centred HSIC, recorded in the parameters --------
+MC="$FX/analysis/mech_cls.h5"
+expect 0 "$A" analyze "$MC" --metrics evolution --cka-hsic biased --out "$T/hb.h5"
+expect 0 "$A" analyze "$MC" --metrics evolution --out "$T/hu.h5"
+py 'import h5py, numpy as np, sys
+b, u = (h5py.File(p, "r")["analysis/evolution"] for p in sys.argv[1:3])
+assert "hsic=biased" in b.attrs["parameters"] and "hsic=unbiased" in u.attrs["parameters"]
+cb, cu = b["cka/mean"][()], u["cka/mean"][()]
+assert np.allclose(np.diag(cb), 1) and not np.allclose(cb, cu), (cb, cu)' "$T/hb.h5" "$T/hu.h5"
+expect 2 "$A" analyze "$MC" --metrics evolution --cka-hsic centred --out "$T/hx.h5"
+one_line; has "$T/err" "cka-hsic"
+
 echo "cli_fix2: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

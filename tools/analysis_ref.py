@@ -27,10 +27,12 @@ FIXTURES = os.path.join(HERE, "..", "tests", "fixtures")
 # other reading in VARIANT / ALS_SOFTMAX.
 DEFAULT = dict(window=None, low=0.35, high=0.65, thresholds=[0.1, 0.5, 1.0, 2.0], fusion="mean",
                discard=0.0, normalize=False, renorm=False, prefix="exclude", rows="normalise",
-               map="attn", distance="pixel", qscale="scaled", diag="scores", cka_batch=8)
+               map="attn", distance="pixel", qscale="scaled", diag="scores", cka_batch=8,
+               hsic="unbiased")
 VARIANT = dict(DEFAULT, window=5, low=0.3, high=0.5, thresholds=[0.25, 1.5], fusion="max",
                discard=0.3, normalize=True, renorm=True, prefix="include", rows="raw",
-               distance="centre", qscale="raw", diag="attn", cka_batch=4)
+               distance="centre", qscale="raw", diag="attn", cka_batch=4,
+               hsic="biased")
 ALS_SOFTMAX = dict(DEFAULT, map="softmax", prefix="include")   # the als metric only
 DEFS = ["deepvit", "row", "map"]
 
@@ -211,11 +213,23 @@ def hsic1(K, M):
             - 2.0 / (n - 2) * (one @ K @ M @ one)) / (n * (n - 3))
 
 
+def hsic0(K, M):
+    """Kornblith et al. 2019's (biased) empirical HSIC, their Eq. 3: tr(K H M H) / (n-1)^2 with
+    the centring matrix H = I - 11'/n."""
+    n = K.shape[0]
+    H = np.eye(n) - np.ones((n, n)) / n
+    return np.trace(K @ H @ M @ H) / (n - 1) ** 2
+
+
+def hsic(o):
+    return hsic0 if o["hsic"] == "biased" else hsic1
+
+
 def evolution(tr, i, o):
     X = [tr.get(l, "tokens", i) for l in tr.layers]
     L = len(X)
     G = [x @ x.T for x in X]
-    hs = np.array([[hsic1(G[a], G[b]) for b in range(L)] for a in range(L)])
+    hs = np.array([[hsic(o)(G[a], G[b]) for b in range(L)] for a in range(L)])
     d = np.sqrt(np.diag(hs))
     cka = hs / np.outer(d, d)
     tc = lambda a, b: nanmean([cos(a[t], b[t]) for t in range(a.shape[0])])
@@ -353,7 +367,7 @@ def missing(tr, name, o):
 def cka_images(tr, o, n):
     """Kornblith et al.'s linear CKA with images as the examples: image k's block output
     flattened (T x D) is row k of X_l; consecutive minibatches of cka_batch images (the last one
-    if it has >= 4), unbiased HSIC per minibatch, summed, then the ratio (Nguyen et al.)."""
+    if it has >= 4), the chosen HSIC per minibatch, summed, then the ratio (Nguyen et al.)."""
     m = min(o["cka_batch"], n)
     L = len(tr.layers)
     hs = np.zeros((L, L))
@@ -363,7 +377,7 @@ def cka_images(tr, o, n):
             continue
         X = [np.array([tr.get(l, "tokens", k).ravel() for k in idx]) for l in tr.layers]
         G = [x @ x.T for x in X]
-        hs += np.array([[hsic1(G[a], G[b]) for b in range(L)] for a in range(L)])
+        hs += np.array([[hsic(o)(G[a], G[b]) for b in range(L)] for a in range(L)])
     d = np.sqrt(np.diag(hs))
     c = hs / np.outer(d, d)
     return {"cka_images": c, "cka_images_final": c[:, -1]}
