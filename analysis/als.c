@@ -9,7 +9,7 @@
 #include "../io/trace.h"
 #include "metric.h"
 
-enum { OUT_SCORE, OUT_MEAN };
+enum { OUT_SCORE, OUT_MEAN, OUT_NEG }; /* OUT_NEG + 1: dropped_rows */
 enum { PREFIX_EXCLUDE, PREFIX_INCLUDE };
 enum { ROWS_NORMALISE, ROWS_RAW, ROWS_REFUSE };
 enum { MAP_ATTN, MAP_SOFTMAX };
@@ -96,7 +96,8 @@ static as_status als_plan(analysis_ctx *c, as_error *err) {
             if (why)
                 return as_fail(err, AS_ERR_ARG, "als: layer %d: %s, but MaiT's Eq. 3 assumes rows "
                                "summing to 1: analyse the softmax maps (--als-map softmax, with "
-                               "--record attn,scores) or use --als-rows normalise",
+                               "--record attn,scores) or --als-rows normalise (layers with "
+                               "negative entries are then left out)",
                                lay->layers[li], why);
         }
     }
@@ -122,6 +123,7 @@ static as_status als_plan(analysis_ctx *c, as_error *err) {
                         "neighbourhood (clipped at the grid edge), averaged over patch queries; R "
                         "per head: derived/window", "", 2, dims, ax);
     analysis_output_add(c, "head_mean", "score averaged over the recorded heads", "", 1, dims, ax);
+    analysis_rows_outputs_add(c);
     if (R) snprintf(c->params, sizeof c->params, "window=%d", R);
     else snprintf(c->params, sizeof c->params, "window=own mask or 3");
     size_t u = strlen(c->params);
@@ -149,8 +151,8 @@ static as_status als_plan(analysis_ctx *c, as_error *err) {
             }
         if (n_ns)
             analysis_note(c, "als: layer%s %s: rows do not sum to 1 (%s%s%s); each row's window sum "
-                          "is divided by the row's sum, rows without positive sum are left out "
-                          "(--als-rows)", n_ns > 1 ? "s" : "", which,
+                          "is divided by the row's sum; layers with negative entries and rows without "
+                          "positive sum are left out (--als-rows)", n_ns > 1 ? "s" : "", which,
                           refiner ? "Refiner refines the softmax maps" : "", refiner && lsla ? ", " : "",
                           lsla ? "LSLA adds its outer bias after the softmax" : "");
     }
@@ -165,12 +167,20 @@ static void als_image(const analysis_ctx *c, const analysis_image *im, double *v
     int norm = analysis_choice_of(c, ANALYSIS_CH_ALS_ROWS) == ROWS_NORMALISE;
     int soft = analysis_choice_of(c, ANALYSIS_CH_ALS_MAP) == MAP_SOFTMAX;
     double *score = vals + c->out[OUT_SCORE].offset, *hmean = vals + c->out[OUT_MEAN].offset;
+    double *neg = vals + c->out[OUT_NEG].offset, *drop = vals + c->out[OUT_NEG + 1].offset;
     (void)scratch;
     for (int li = 0; li < lay->n_layers; li++) {
         double hs = 0;
+        /* Eq. 3 sums probabilities: a map with negative entries has none (softmax has none) */
+        neg[li] = !soft && analysis_layer_negative(lay, im->attn[li]);
         for (int hi = 0; hi < H; hi++) {
             const float *A = (soft ? im->scores[li] : im->attn[li]) + (size_t)hi * lay->q_rows * T;
-            int h = st->window[li * H + hi] / 2, n = 0;
+            int h = st->window[li * H + hi] / 2, n = 0, dropped = 0;
+            if (neg[li]) {
+                score[li * H + hi] = drop[li * H + hi] = NAN;
+                hs = NAN;
+                continue;
+            }
             double s = 0;
             for (int r = 0; r < g; r++)
                 for (int col = 0; col < g; col++) {
@@ -193,13 +203,17 @@ static void als_image(const analysis_ctx *c, const analysis_image *im, double *v
                     if (soft) w /= z;
                     else if (norm) {
                         double tot = analysis_sum(row, T);
-                        if (!(tot > 0)) continue; /* a row without mass has no locality */
+                        if (!(tot > 0)) { /* a row without mass has no locality */
+                            dropped++;
+                            continue;
+                        }
                         w /= tot;
                     }
                     s += w;
                     n++;
                 }
             score[li * H + hi] = n ? s / n : NAN;
+            drop[li * H + hi] = dropped;
             hs += score[li * H + hi];
         }
         hmean[li] = hs / H;
@@ -368,6 +382,8 @@ static as_status als_finish(analysis_ctx *c, const double *mean, as_error *err) 
     }
     free(rule);
     free(search);
+    analysis_rows_note(c, mean, OUT_NEG, "analyse the softmax of the recorded scores (--als-map "
+                       "softmax, needs --record attn,scores)");
     return AS_OK;
 }
 
@@ -380,12 +396,14 @@ static void als_release(analysis_ctx *c) {
 
 const analysis_metric analysis_metric_als = {
     .name = "als",
-    .version = 2,
+    .version = 3,
     .summary = "attention locality score per layer and head (MaiT Eq. 3), MaiT's mask search",
     .definition = "ALS(l,h) = (1/P) sum over patch queries i of w_i, w_i = sum over patches j in "
                   "the R x R window centred on i (clipped at the grid edge) of A[i,j], plus the "
-                  "prefix columns with prefix_columns=include; with rows=normalise w_i is divided "
-                  "by sum_j A[i,j] (rows without positive mass are left out); map=softmax uses "
+                  "prefix columns with prefix_columns=include; a layer whose patch query rows hold "
+                  "a negative entry (not probability rows) is left out for that image (NaN, "
+                  "negative_maps = 1); with rows=normalise w_i is divided by sum_j A[i,j] (rows "
+                  "without positive mass are left out and counted in dropped_rows); map=softmax uses "
                   "softmax of the recorded scores; R = the head's own mask size for masked heads "
                   "(unless --als-window), else 3; P = number of patches",
     .needs = 1u << TRACE_Q_ATTN,

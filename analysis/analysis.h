@@ -38,6 +38,7 @@ typedef enum {
     ANALYSIS_CH_DISTANCE,       /* distance: pixel (ViT) | centre (keras-io) */
     ANALYSIS_CH_QK_SCALE,       /* qk: q as the product sees it (scaled) | as projected (raw) */
     ANALYSIS_CH_DIAG_MAP,       /* diag: scores of less-attention layers | attn of every layer */
+    ANALYSIS_CH_CKA_HSIC,       /* evolution: unbiased (Song et al. 2012) | biased (Kornblith) HSIC */
     ANALYSIS_CH_COUNT
 } analysis_choice_id;
 

@@ -7,7 +7,7 @@
 #include "../io/trace.h"
 #include "metric.h"
 
-enum { OUT_DIST, OUT_MEAN };
+enum { OUT_DIST, OUT_MEAN, OUT_NEG }; /* OUT_NEG + 1: dropped_rows */
 enum { DIST_PIXEL, DIST_CENTRE };
 
 static const analysis_choice dist_choices[] = {
@@ -56,6 +56,7 @@ static as_status dist_plan(analysis_ctx *c, as_error *err) {
                         "attention-weighted distance between patch centres, averaged over patch "
                         "queries", "pixels", 2, dims, ax);
     analysis_output_add(c, "head_mean", "distance averaged over the recorded heads", "pixels", 1, dims, ax);
+    analysis_rows_outputs_add(c);
     snprintf(c->params, sizeof c->params, "prefix_keys=%s; patch_size=%d",
              c->opt->distance_renorm ? "renormalise" : "drop", lay->patch_px);
     analysis_params_choices(c);
@@ -67,24 +68,36 @@ static void dist_image(const analysis_ctx *c, const analysis_image *im, double *
     const double *dt = c->state;
     int T = lay->tokens, P = lay->patches, H = lay->n_heads, p = lay->prefix;
     double *out = vals + c->out[OUT_DIST].offset, *hm = vals + c->out[OUT_MEAN].offset;
+    double *neg = vals + c->out[OUT_NEG].offset, *drop = vals + c->out[OUT_NEG + 1].offset;
     for (int li = 0; li < lay->n_layers; li++) {
         double hs = 0;
+        /* Fig. 7 weights distances by attention: negative weights are none */
+        neg[li] = analysis_layer_negative(lay, im->attn[li]);
         for (int hi = 0; hi < H; hi++) {
             const float *A = im->attn[li] + (size_t)hi * lay->q_rows * T;
             double s = 0;
-            int n = 0;
+            int n = 0, dropped = 0;
+            if (neg[li]) {
+                out[li * H + hi] = drop[li * H + hi] = NAN;
+                hs = NAN;
+                continue;
+            }
             for (int i = 0; i < P; i++) {
                 const float *row = A + (size_t)(p + i) * T + p;
                 const double *di = dt + (size_t)i * P;
                 double w, m = analysis_dot_fd(row, di, P, &w);
                 if (c->opt->distance_renorm) {
-                    if (w <= 0) continue;
+                    if (w <= 0) {
+                        dropped++;
+                        continue;
+                    }
                     m /= w;
                 }
                 s += m;
                 n++;
             }
             out[li * H + hi] = n ? s / n : NAN;
+            drop[li * H + hi] = dropped;
             hs += out[li * H + hi];
         }
         hm[li] = hs / H;
@@ -101,8 +114,10 @@ static as_status dist_finish(analysis_ctx *c, const double *mean, as_error *err)
             lo = fmin(lo, d[li * lay->n_heads + h]);
             hi = fmax(hi, d[li * lay->n_heads + h]);
         }
-        analysis_report_add(c, "  %5d  %6.2f [%.2f, %.2f]\n", lay->layers[li], hm[li], lo, hi);
+        if (isnan(hm[li])) analysis_report_add(c, "  %5d  left out (negative map entries: notes)\n", lay->layers[li]);
+        else analysis_report_add(c, "  %5d  %6.2f [%.2f, %.2f]\n", lay->layers[li], hm[li], lo, hi);
     }
+    analysis_rows_note(c, mean, OUT_NEG, NULL);
     (void)err;
     return AS_OK;
 }
@@ -114,13 +129,16 @@ static void dist_release(analysis_ctx *c) {
 
 const analysis_metric analysis_metric_distance = {
     .name = "distance",
-    .version = 2,
+    .version = 3,
     .summary = "mean attention distance in pixels per layer and head (ViT Fig. 7)",
     .definition = "for patch query i: sum over patch keys j of A[i,j] * d(i,j); d(i,j) = the mean "
                   "of |u - v| over every pixel u of patch i and pixel v of patch j "
                   "(distance=pixel, ViT) or patch_size * |centre(i) - centre(j)| (distance=centre); "
                   "prefix keys are dropped (their weight counts for nothing) or, with renormalise, "
-                  "the patch weights are divided by their sum; averaged over patch queries",
+                  "the patch weights are divided by their sum (rows whose patch weights sum to 0 or "
+                  "less are left out, counted in dropped_rows); averaged over patch queries; a "
+                  "layer whose patch query rows hold a negative entry (not probability rows) is "
+                  "left out for that image (NaN, negative_maps = 1)",
     .needs = 1u << TRACE_Q_ATTN,
     .plan = dist_plan,
     .image = dist_image,

@@ -10,6 +10,14 @@
 #include "metric.h"
 
 enum { OUT_COS_FINAL, OUT_COS_PREV, OUT_CKA, OUT_HSIC };
+enum { HSIC_UNBIASED, HSIC_BIASED };
+
+static const analysis_choice evo_choices[] = {
+    {ANALYSIS_CH_CKA_HSIC, "cka-hsic", "hsic", {"unbiased", "biased"}, HSIC_UNBIASED,
+     "unbiased: Song et al. 2012's HSIC1 (diagonals zeroed; Nguyen et al. 2021's minibatch CKA "
+     "needs it); biased: tr(KHMH)/(n-1)^2, the centred HSIC of Kornblith et al. 2019 (their Eq. "
+     "3, the CKA of their figures)"},
+};
 
 /* The image-example CKA (Kornblith et al. 2019, each image's whole block output as one example)
  * streams: a minibatch of m images' features is kept, its unbiased HSICs (Song et al. 2012)
@@ -25,20 +33,23 @@ typedef struct {
     double *hsum;       /* (L, L) sum over minibatches of HSIC1 */
 } cka_images;
 
-/* Unbiased HSIC1 of two n x n kernels with zero diagonals, from their row sums ra, rb and
- * totals: [tr(KM) + 1'K1 1'M1 / ((n-1)(n-2)) - 2/(n-2) 1'KM1] / (n(n-3)). */
+/* HSIC of two symmetric n x n kernels from their row sums ra, rb and totals. Unbiased (HSIC1,
+ * diagonals zeroed): [tr(KM) + 1'K1 1'M1 / ((n-1)(n-2)) - 2/(n-2) 1'KM1] / (n(n-3)); biased:
+ * tr(KHMH) / (n-1)^2 = [tr(KM) - 2/n 1'KM1 + 1'K1 1'M1 / n^2] / (n-1)^2, H = I - 11'/n. */
 static double hsic1(const double *Ka, const double *Kb, const double *ra, const double *rb,
-                    double ta, double tb, int n) {
+                    double ta, double tb, int n, int biased) {
     double tr = 0, rr = 0, nn = n;
     for (size_t i = 0; i < (size_t)n * n; i++) tr += Ka[i] * Kb[i];
     for (int i = 0; i < n; i++) rr += ra[i] * rb[i];
+    if (biased) return (tr - 2.0 * rr / nn + ta * tb / (nn * nn)) / ((nn - 1) * (nn - 1));
     return (tr + ta * tb / ((nn - 1) * (nn - 2)) - 2.0 * rr / (nn - 2)) / (nn * (nn - 3));
 }
 
-/* Zeroes K's diagonal and fills its row sums and total. */
-static void kernel_prepare(double *K, int n, double *rs, double *tot) {
+/* Zeroes K's diagonal (the unbiased estimator's kernel; biased keeps it) and fills its row
+ * sums and total. */
+static void kernel_prepare(double *K, int n, double *rs, double *tot, int biased) {
     *tot = 0;
-    for (int i = 0; i < n; i++) K[(size_t)i * n + i] = 0; /* the unbiased estimator's kernel */
+    for (int i = 0; i < n && !biased; i++) K[(size_t)i * n + i] = 0;
     for (int i = 0; i < n; i++) {
         double s = 0;
         for (int j = 0; j < n; j++) s += K[(size_t)i * n + j];
@@ -61,9 +72,9 @@ static as_status evo_plan(analysis_ctx *c, as_error *err) {
     analysis_output_add(c, "cos_prev", "mean over tokens of cos(x_l[t], x_(l-1)[t]); NaN when "
                         "block l-1 was not recorded", "", 1, d1, ax);
     analysis_output_add(c, "cka", "linear CKA of one image's tokens (examples) between two "
-                        "blocks, unbiased HSIC", "", 2, d2, ax);
-    analysis_output_add(c, "hsic", "unbiased HSIC of the linear token kernels (Song et al. 2012)",
-                        "", 2, d2, ax);
+                        "blocks (HSIC: parameters)", "", 2, d2, ax);
+    analysis_output_add(c, "hsic", "HSIC of the linear token kernels (unbiased: Song et al. 2012; "
+                        "biased: Kornblith et al. 2019; parameters say which)", "", 2, d2, ax);
     c->scratch_bytes = ((size_t)lay->tokens * lay->dim + (size_t)L * lay->tokens * lay->tokens +
                         (size_t)L * (lay->tokens + 1)) * sizeof(double);
     int m = c->opt->cka_batch;
@@ -96,8 +107,9 @@ static as_status evo_plan(analysis_ctx *c, as_error *err) {
         analysis_note(c, "evolution: %ld images are too few for the image-example CKA (needs 4)", n_img);
     }
     int last = lay->layers[L - 1];
-    snprintf(c->params, sizeof c->params, "final=%d; cka_examples=tokens,images; hsic=unbiased; "
-             "cka_batch=%d", last, m);
+    snprintf(c->params, sizeof c->params, "final=%d; cka_examples=tokens,images; cka_batch=%d",
+             last, m);
+    analysis_params_choices(c);
     if (last != lay->cfg.depth - 1)
         analysis_note(c, "evolution: the final block (%d) was not recorded: cos_final compares with "
                       "block %d", lay->cfg.depth - 1, last);
@@ -121,6 +133,7 @@ static void evo_image(const analysis_ctx *c, const analysis_image *im, double *v
     const analysis_layout *lay = c->lay;
     int L = lay->n_layers, T = lay->tokens, D = lay->dim;
     size_t TT = (size_t)T * T;
+    int biased = analysis_choice_of(c, ANALYSIS_CH_CKA_HSIC) == HSIC_BIASED;
     double *X = scratch, *K = X + (size_t)T * D, *rs = K + (size_t)L * TT, *tot = rs + (size_t)L * T;
     for (int li = 0; li < L; li++) {
         const float *x = im->tokens[li];
@@ -129,13 +142,13 @@ static void evo_image(const analysis_ctx *c, const analysis_image *im, double *v
         cblas_dsyrk(CblasRowMajor, CblasUpper, CblasNoTrans, T, D, 1.0, X, D, 0.0, Kl, T);
         for (int i = 0; i < T; i++)
             for (int j = 0; j < i; j++) Kl[(size_t)i * T + j] = Kl[(size_t)j * T + i];
-        kernel_prepare(Kl, T, rs + (size_t)li * T, &tot[li]);
+        kernel_prepare(Kl, T, rs + (size_t)li * T, &tot[li], biased);
     }
     double *hsic = vals + c->out[OUT_HSIC].offset, *cka = vals + c->out[OUT_CKA].offset;
     for (int a = 0; a < L; a++)
         for (int b = 0; b <= a; b++)
             hsic[a * L + b] = hsic[b * L + a] = hsic1(K + a * TT, K + b * TT, rs + (size_t)a * T,
-                                                      rs + (size_t)b * T, tot[a], tot[b], T);
+                                                      rs + (size_t)b * T, tot[a], tot[b], T, biased);
     for (int a = 0; a < L; a++)
         for (int b = 0; b < L; b++) {
             double ha = hsic[a * L + a], hb = hsic[b * L + b];
@@ -153,7 +166,7 @@ static void evo_image(const analysis_ctx *c, const analysis_image *im, double *v
  * (float64 sums in a fixed order), their unbiased HSICs added per layer pair. */
 static void cka_flush(analysis_ctx *c) {
     cka_images *ck = c->state;
-    int L = c->lay->n_layers, n = ck->filled;
+    int L = c->lay->n_layers, n = ck->filled, biased = analysis_choice_of(c, ANALYSIS_CH_CKA_HSIC) == HSIC_BIASED;
     if (n < 4) {
         ck->dropped += n;
         ck->filled = 0;
@@ -168,13 +181,13 @@ static void cka_flush(analysis_ctx *c) {
                 for (size_t k = 0; k < ck->feat; k++) s += (double)xa[k] * xb[k];
                 G[(size_t)a * n + b] = G[(size_t)b * n + a] = s;
             }
-        kernel_prepare(G, n, ck->rs + (size_t)li * n, &ck->tot[li]);
+        kernel_prepare(G, n, ck->rs + (size_t)li * n, &ck->tot[li], biased);
     }
     for (int a = 0; a < L; a++)
         for (int b = 0; b < L; b++)
             ck->hsum[a * L + b] += hsic1(ck->gram + (size_t)a * n * n, ck->gram + (size_t)b * n * n,
                                          ck->rs + (size_t)a * n, ck->rs + (size_t)b * n, ck->tot[a],
-                                         ck->tot[b], n);
+                                         ck->tot[b], n, biased);
     ck->batches++;
     ck->filled = 0;
 }
@@ -216,7 +229,7 @@ static as_status evo_finish(analysis_ctx *c, const double *mean, as_error *err) 
                           ck->dropped == 1 ? "is" : "are");
         ci = analysis_derived_add(c, "cka_images", "linear CKA with images as the examples "
                                   "(Kornblith et al.): each image's block output flattened (T x D), "
-                                  "unbiased HSIC summed over minibatches of cka_batch images", "",
+                                  "HSIC summed over minibatches of cka_batch images", "",
                                   2, d2, ax);
         cif = analysis_derived_add(c, "cka_images_final", "cka_images of each block with the final "
                                    "block (Refiner Fig. 2/4)", "", 1, d1, ax);
@@ -256,7 +269,9 @@ const analysis_metric analysis_metric_evolution = {
     .summary = "feature evolution: token cosine to final/previous block, linear CKA (Refiner Fig. 2/4)",
     .definition = "cos_final[l] = mean_t cos(x_l[t], x_L[t]); cos_prev[l] = mean_t cos(x_l[t], "
                   "x_(l-1)[t]); with K = X X^T over one image's T tokens and its diagonal zeroed, "
-                  "HSIC1(K,M) = [tr(KM) + 1'K1 1'M1/((T-1)(T-2)) - 2/(T-2) 1'KM1] / (T(T-3)); "
+                  "HSIC1(K,M) = [tr(KM) + 1'K1 1'M1/((T-1)(T-2)) - 2/(T-2) 1'KM1] / (T(T-3)) "
+                  "(hsic=unbiased), or with hsic=biased and the diagonal kept, HSIC1(K,M) = "
+                  "tr(KHMH)/(T-1)^2, H = I - 11'/T; "
                   "cka = HSIC1(K,M)/sqrt(HSIC1(K,K) HSIC1(M,M)); cka_minibatch uses the HSICs "
                   "averaged over images; cka_images: images as the examples (K = X X^T over "
                   "cka_batch images, each image's T x D output one vector), HSIC1 summed over "
@@ -268,4 +283,6 @@ const analysis_metric analysis_metric_evolution = {
     .finish = evo_finish,
     .accumulate = evo_accumulate,
     .release = evo_release,
+    .choices = evo_choices,
+    .n_choices = sizeof evo_choices / sizeof evo_choices[0],
 };

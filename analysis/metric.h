@@ -144,8 +144,19 @@ double analysis_xlogx(const float *a, int n, double *sum);
 double analysis_absdiff(const float *a, const float *b, int n);
 /* sum_t a[t] */
 double analysis_sum(const float *a, int n);
+/* 1 when any a[t] < 0 (a map that is not a probability row) */
+int analysis_any_negative(const float *a, int n);
 /* y += a x */
 void analysis_axpy(double *y, double a, const double *x, int n);
+
+/* Metrics defined on probability rows (als, distance). Declares the outputs negative_maps
+ * (layer) and dropped_rows (layer, head) and returns the first's index; the second follows. */
+int analysis_rows_outputs_add(analysis_ctx *c);
+/* 1 when one of the layer's patch query rows (maps: n_heads x q_rows x tokens) has an entry < 0 */
+int analysis_layer_negative(const analysis_layout *lay, const float *maps);
+/* finish(): notes naming the layers left out for negative entries (with the fix) and the rows
+ * dropped, from the means of those outputs (out: analysis_rows_outputs_add's index). */
+void analysis_rows_note(analysis_ctx *c, const double *mean, int out, const char *fix);
 
 /* The registry (registry.c) */
 extern const analysis_metric analysis_metric_als, analysis_metric_similarity, analysis_metric_qk,

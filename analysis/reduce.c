@@ -128,3 +128,9 @@ CLONES double analysis_sum(const float *restrict a, int n) {
     for (; t < n; t++) acc[t % LANES] += a[t];
     return lanes_total(acc);
 }
+
+int analysis_any_negative(const float *a, int n) {
+    int neg = 0;
+    for (int t = 0; t < n; t++) neg |= a[t] < 0;
+    return neg;
+}

@@ -179,3 +179,53 @@ double analysis_cosine(const float *a, const float *b, size_t n) {
     }
     return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : NAN;
 }
+
+/* Metrics defined on probability rows (als, distance): the two outputs that say what was left
+ * out, and the note after the run (docs/analysis.md, "Maps that are not probability rows"). */
+int analysis_rows_outputs_add(analysis_ctx *c) {
+    int dims[2] = {c->lay->n_layers, c->lay->n_heads};
+    analysis_axis ax[2] = {ANALYSIS_AX_LAYER, ANALYSIS_AX_HEAD};
+    int o = analysis_output_add(c, "negative_maps", "1 where the layer's patch query rows hold a "
+                                "negative entry (not probability rows: the layer is left out, "
+                                "NaN), else 0", "", 1, dims, ax);
+    analysis_output_add(c, "dropped_rows", "patch query rows left out because their weights sum "
+                        "to 0 or less (NaN where the layer is left out)", "", 2, dims, ax);
+    return o;
+}
+
+int analysis_layer_negative(const analysis_layout *lay, const float *maps) {
+    int T = lay->tokens, neg = 0;
+    for (int hi = 0; hi < lay->n_heads && !neg; hi++)
+        for (int i = lay->prefix; i < T && !neg; i++)
+            neg = analysis_any_negative(maps + ((size_t)hi * lay->q_rows + i) * T, T);
+    return neg;
+}
+
+void analysis_rows_note(analysis_ctx *c, const double *mean, int out, const char *fix) {
+    const analysis_layout *lay = c->lay;
+    const double *neg = mean + c->out[out].offset, *drop = mean + c->out[out + 1].offset;
+    char ls[256] = "", ds[256] = "";
+    double frac = 0, rows = 0;
+    int n = 0, nd = 0;
+    for (int li = 0; li < lay->n_layers; li++) {
+        size_t u = strlen(ls), v = strlen(ds);
+        if (neg[li] > 0) {
+            snprintf(ls + u, sizeof ls - u, "%s%d", n++ ? ", " : "", lay->layers[li]);
+            frac = fmax(frac, neg[li]);
+        }
+        double d = 0;
+        for (int hi = 0; hi < lay->n_heads; hi++)
+            if (!isnan(drop[li * lay->n_heads + hi])) d += drop[li * lay->n_heads + hi];
+        if (d > 0) {
+            snprintf(ds + v, sizeof ds - v, "%s%d", nd++ ? ", " : "", lay->layers[li]);
+            rows += d;
+        }
+    }
+    if (n)
+        analysis_note(c, "%s: layer%s %s left out: maps with negative entries (in up to %.0f%% of "
+                      "the images) are not probability rows%s%s", c->metric->name, n > 1 ? "s" : "",
+                      ls, 100 * frac, fix ? ": " : "", fix ? fix : "");
+    if (nd)
+        analysis_note(c, "%s: %.3g patch query rows per image without positive weight left out "
+                      "(layer%s %s; dropped_rows)", c->metric->name, rows, nd > 1 ? "s" : "", ds);
+}

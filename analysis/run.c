@@ -37,6 +37,7 @@ typedef struct {
     double *vals;                 /* (batch, n_vals) */
     unsigned char *scratch;       /* (batch, scratch_bytes) */
     hid_t per_image[ANALYSIS_MAX_OUTPUTS];
+    size_t notes_shown;           /* length of ctx.notes printed after plan */
 } metric_run;
 
 static const char *const axis_names[] = {
@@ -571,6 +572,7 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
     if (!opt->quiet)
         for (int m = 0; m < n_run; m++)
             if (runs[m].ctx.notes[0]) fprintf(stderr, "  note: %s\n", runs[m].ctx.notes);
+    for (int m = 0; m < n_run; m++) runs[m].notes_shown = strlen(runs[m].ctx.notes);
 
     /* buffers for one batch */
     int threads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
@@ -723,6 +725,10 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
         if (rc != AS_OK) goto fail_closed;
     }
     rep->metrics_run = n_run;
+    for (int m = 0; m < n_run && !opt->quiet; m++) { /* the notes finish() added ("; " joined) */
+        const char *more = runs[m].ctx.notes + runs[m].notes_shown;
+        if (*more) fprintf(stderr, "  note: %s\n", more + (runs[m].notes_shown ? 2 : 0));
+    }
     if (opt->report)
         for (int m = 0; m < n_run; m++) { /* within 100 columns: a long summary goes below */
             char head[96];

@@ -671,6 +671,7 @@ static void variant_opts(analysis_opts *o) {
     analysis_choice_set(o, "distance", "centre", &err);
     analysis_choice_set(o, "qk-scale", "raw", &err);
     analysis_choice_set(o, "diag-map", "attn", &err);
+    analysis_choice_set(o, "cka-hsic", "biased", &err);
     o->cka_batch = 4;
 }
 

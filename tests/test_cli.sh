@@ -130,7 +130,7 @@ h5dump -A -g /analysis/similarity "$T/an.h5" >"$T/h5a" 2>&1; has "$T/h5a" "deepv
 has "$T/h5a" "ATTRIBUTE \"images\""; has "$T/h5a" "ATTRIBUTE \"version\""
 h5dump -d /analysis/als/score/mean "$T/an.h5" >"$T/h5d" 2>&1; has "$T/h5d" "DATASPACE  SIMPLE { ( 2, 4 ) / ( 2, 4 ) }"
 h5dump -A -d /layers/01/attn "$T/an.h5" >/dev/null 2>&1 && ok || bad "the recorded maps are still readable"
-expect 0 "$A" info "$T/an.h5"; has "$T/out" "analysis    als v2, 4 images"; has "$T/out" "rollout v1, 4 images"
+expect 0 "$A" info "$T/an.h5"; has "$T/out" "analysis    als v3, 4 images"; has "$T/out" "rollout v1, 4 images"
 expect 0 "$A" analyze "$T/y.h5" --out "$T/res.h5"          # attn only: qk and evolution skipped
 has "$T/err" "skipped"; has "$T/err" "record with --record attn,q,k"; has "$T/err" "record with --record attn,tokens"
 has "$T/out" "5 metrics -> $T/res.h5"

@@ -167,7 +167,7 @@ assert j["images"] == 2 and j["complete"] is True, j
 assert j["quantities"] == ["attn", "q", "k", "tokens"], j["quantities"]
 assert j["layers"] == [0, 1, 2] and j["heads"] == [0, 1, 2] and j["tokens"] == 17
 assert j["model"]["config"]["embed_dim"] == 48 and j["storage"]["dtype"] == "float16"
-assert len(j["analysis"]) == 7 and j["analysis"][0].startswith("als v2")
+assert len(j["analysis"]) == 7 and j["analysis"][0].startswith("als v3")
 # what the text shows since provenance (format 2): weights' hash, BLAS kernels, skipped inputs
 assert j["format_version"] == 2 and j["format"] == "attnscope-trace v2", j["format"]
 assert len(j["model"]["sha256"]) == 64 and j["skipped"] == 0, j["model"]
@@ -183,7 +183,7 @@ for co in "demo|--force" "record|--skip-bad" "train|--num-classes C" "train|--im
 done
 run 2 "$A" record --skip-badd; err_line record; has "$T/err" "did you mean --skip-bad?"
 run 0 "$A" analyze "$T/run.h5" --metrics als --out "$T/res.h5" -q
-run 0 "$A" info "$T/res.h5" --json; has "$T/out" '"results":'; has "$T/out" '"als v2'
+run 0 "$A" info "$T/res.h5" --json; has "$T/out" '"results":'; has "$T/out" '"als v3'
 run 0 "$A" info deit_tiny_patch16_224 --json; has "$T/out" '"embed_dim":	192'
 
 # the demo's summary: counts match what they list, units match the figures, within 100 columns

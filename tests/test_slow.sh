@@ -130,7 +130,7 @@ assert list(f["images"].attrs["class_names"]) == ["disc", "ring", "square", "tri
 r = h5py.File(sys.argv[2], "r")
 assert r.attrs["format"] == "attnscope-analysis"
 g = r["analysis/als"]
-assert g.attrs["metric"] == "als" and g.attrs["version"] == 2 and g.attrs["images"] == 16
+assert g.attrs["metric"] == "als" and g.attrs["version"] == 3 and g.attrs["images"] == 16
 assert "window=own mask or 3" in g.attrs["parameters"] and "ALS(l,h)" in g.attrs["definition"]
 s = g["score"]
 assert s["mean"].shape == (12, 3) and list(s.attrs["layer"]) == list(range(12)) and s.attrs["axes"] == "layer,head"

@@ -27,10 +27,12 @@ FIXTURES = os.path.join(HERE, "..", "tests", "fixtures")
 # other reading in VARIANT / ALS_SOFTMAX.
 DEFAULT = dict(window=None, low=0.35, high=0.65, thresholds=[0.1, 0.5, 1.0, 2.0], fusion="mean",
                discard=0.0, normalize=False, renorm=False, prefix="exclude", rows="normalise",
-               map="attn", distance="pixel", qscale="scaled", diag="scores", cka_batch=8)
+               map="attn", distance="pixel", qscale="scaled", diag="scores", cka_batch=8,
+               hsic="unbiased")
 VARIANT = dict(DEFAULT, window=5, low=0.3, high=0.5, thresholds=[0.25, 1.5], fusion="max",
                discard=0.3, normalize=True, renorm=True, prefix="include", rows="raw",
-               distance="centre", qscale="raw", diag="attn", cka_batch=4)
+               distance="centre", qscale="raw", diag="attn", cka_batch=4,
+               hsic="biased")
 ALS_SOFTMAX = dict(DEFAULT, map="softmax", prefix="include")   # the als metric only
 DEFS = ["deepvit", "row", "map"]
 
@@ -79,10 +81,14 @@ def als(tr, i, o):
     """MaiT Eq. 3: ALS = mean over the N patch rows n of sum_i (M . A)[n, i], M the R x R
     neighbourhood (plus the prefix columns, which the mask never removes, with prefix=include);
     A the recorded map, or softmax(scores) with map=softmax; rows=normalise divides each row's
-    sum by the row's total mass."""
+    sum by the row's total mass, leaving out (and counting) rows whose total is not positive.
+    Eq. 3 sums probabilities (MaiT 4.2: each row sums up to 1): a layer whose patch query rows
+    hold a negative entry in this image is left out (NaN) and flagged in negative_maps."""
     g, p, T = tr.g, tr.p, tr.T
     P = g * g
     s = np.zeros((len(tr.layers), len(tr.heads)))
+    drop = np.zeros_like(s)
+    neg = np.zeros(len(tr.layers))
     for li, l in enumerate(tr.layers):
         if o["map"] == "softmax":
             S = tr.get(l, "scores", i)
@@ -90,6 +96,10 @@ def als(tr, i, o):
             A = E / E.sum(-1, keepdims=True)
         else:
             A = tr.get(l, "attn", i)
+        if (A[:, p:, :] < 0).any():
+            neg[li] = 1
+            s[li] = drop[li] = np.nan
+            continue
         for hi, h in enumerate(tr.heads):
             half = als_window(tr, l, h, o) // 2
             M = np.zeros((T, T))
@@ -104,10 +114,11 @@ def als(tr, i, o):
             if o["rows"] == "normalise" and o["map"] == "attn":
                 tot = A[hi].sum(-1)[p:]
                 ok = tot > 0
+                drop[li, hi] = (~ok).sum()
                 s[li, hi] = np.mean(rows[ok] / tot[ok]) if ok.any() else np.nan
             else:
                 s[li, hi] = rows.mean()
-    return {"score": s, "head_mean": s.mean(1)}
+    return {"score": s, "head_mean": s.mean(1), "negative_maps": neg, "dropped_rows": drop}
 
 
 def mait_search(tr, score, o):
@@ -202,11 +213,23 @@ def hsic1(K, M):
             - 2.0 / (n - 2) * (one @ K @ M @ one)) / (n * (n - 3))
 
 
+def hsic0(K, M):
+    """Kornblith et al. 2019's (biased) empirical HSIC, their Eq. 3: tr(K H M H) / (n-1)^2 with
+    the centring matrix H = I - 11'/n."""
+    n = K.shape[0]
+    H = np.eye(n) - np.ones((n, n)) / n
+    return np.trace(K @ H @ M @ H) / (n - 1) ** 2
+
+
+def hsic(o):
+    return hsic0 if o["hsic"] == "biased" else hsic1
+
+
 def evolution(tr, i, o):
     X = [tr.get(l, "tokens", i) for l in tr.layers]
     L = len(X)
     G = [x @ x.T for x in X]
-    hs = np.array([[hsic1(G[a], G[b]) for b in range(L)] for a in range(L)])
+    hs = np.array([[hsic(o)(G[a], G[b]) for b in range(L)] for a in range(L)])
     d = np.sqrt(np.diag(hs))
     cka = hs / np.outer(d, d)
     tc = lambda a, b: nanmean([cos(a[t], b[t]) for t in range(a.shape[0])])
@@ -245,14 +268,22 @@ def distance(tr, i, o):
     g, p = tr.g, tr.p
     D = patch_distances(tr, o["distance"])
     out = np.zeros((len(tr.layers), len(tr.heads)))
+    drop = np.zeros_like(out)
+    neg = np.zeros(len(tr.layers))
     for li, l in enumerate(tr.layers):
-        W = tr.get(l, "attn", i)[:, p:, p:]                   # (H, P, P) patch queries x keys
+        A = tr.get(l, "attn", i)
+        if (A[:, p:, :] < 0).any():      # attention weights are probabilities (ViT Fig. 7)
+            neg[li] = 1
+            out[li] = drop[li] = np.nan
+            continue
+        W = A[:, p:, p:]                   # (H, P, P) patch queries x keys
         m = (W * D[None]).sum(-1)
         if o["renorm"]:
             s = W.sum(-1)
+            drop[li] = (s <= 0).sum(-1)
             m = np.where(s > 0, m / np.where(s > 0, s, 1), np.nan)
         out[li] = np.nanmean(m, axis=1)
-    return {"distance": out, "head_mean": out.mean(1)}
+    return {"distance": out, "head_mean": out.mean(1), "negative_maps": neg, "dropped_rows": drop}
 
 
 def entropy(tr, i, o):
@@ -316,10 +347,27 @@ METRICS = {"als": als, "similarity": similarity, "qk": qk, "evolution": evolutio
            "distance": distance, "entropy": entropy, "rollout": rollout, "diag": diag}
 
 
+def missing(tr, name, o):
+    """Why the trace cannot support metric name (what `attnscope analyze` skips), or None."""
+    need = {"qk": ["q", "k"], "evolution": ["tokens"]}.get(name, ["attn"])
+    if name == "diag" and o["diag"] == "scores":
+        if not any(tr.attr(l, "mechanism") == "less" for l in tr.layers):
+            return "no less-attention layer recorded"
+        need = ["scores"]
+    lack = [q for q in need if q not in tr.q]
+    if lack:
+        return "the trace lacks " + ",".join(lack)
+    if name in ("als", "distance", "diag") and not tr.rows_all:
+        return "only the prefix query rows recorded"
+    if name == "rollout" and tr.layers != list(range(tr.depth)):
+        return "not every layer recorded"
+    return None
+
+
 def cka_images(tr, o, n):
     """Kornblith et al.'s linear CKA with images as the examples: image k's block output
     flattened (T x D) is row k of X_l; consecutive minibatches of cka_batch images (the last one
-    if it has >= 4), unbiased HSIC per minibatch, summed, then the ratio (Nguyen et al.)."""
+    if it has >= 4), the chosen HSIC per minibatch, summed, then the ratio (Nguyen et al.)."""
     m = min(o["cka_batch"], n)
     L = len(tr.layers)
     hs = np.zeros((L, L))
@@ -329,7 +377,7 @@ def cka_images(tr, o, n):
             continue
         X = [np.array([tr.get(l, "tokens", k).ravel() for k in idx]) for l in tr.layers]
         G = [x @ x.T for x in X]
-        hs += np.array([[hsic1(G[a], G[b]) for b in range(L)] for a in range(L)])
+        hs += np.array([[hsic(o)(G[a], G[b]) for b in range(L)] for a in range(L)])
     d = np.sqrt(np.diag(hs))
     c = hs / np.outer(d, d)
     return {"cka_images": c, "cka_images_final": c[:, -1]}
@@ -387,7 +435,7 @@ def analyse(path, o, metrics=None, limit=None):
         tr.n = min(tr.n, limit)
     res = {}
     for name, fn in METRICS.items():
-        if metrics and name not in metrics:
+        if metrics and name not in metrics or missing(tr, name, o):
             continue
         per = [fn(tr, i, o) for i in range(tr.n)]
         outs = {k: np.array([p[k] for p in per]) for k in per[0]}
@@ -408,11 +456,6 @@ def write_expected(path, groups):
                         f[base + s] = a
                 for k, v in der.items():
                     f["%s/analysis/%s/%s" % (gname, name, k)] = v
-
-
-def mechanisms(path):
-    with h5py.File(path, "r") as f:
-        return [f["layers/%02d" % l].attrs["mechanism"] for l in np.atleast_1d(f.attrs["layers"])]
 
 
 def fixtures(exe):
@@ -437,8 +480,6 @@ def fixtures(exe):
         os.remove(npy)
         groups = {"default": analyse(trace, DEFAULT), "variant": analyse(trace, VARIANT)}
         groups["als_softmax"] = analyse(trace, ALS_SOFTMAX, metrics=["als"])
-        if not any(tr_attr == "less" for tr_attr in mechanisms(trace)):
-            del groups["default"]["diag"]   # no less-attention layer: diag=scores does not run
         write_expected(os.path.join(out, model + ".expected.h5"), groups)
         print("wrote", trace, os.path.getsize(trace), "bytes")
 
@@ -446,6 +487,10 @@ def fixtures(exe):
 def compare(trace, results, o=DEFAULT):
     """Checks a results file made with the default options (statistics and derived results)."""
     ref = analyse(trace, o)
+    tr = Trace(trace)
+    for name in METRICS:
+        if missing(tr, name, o):
+            print("%-11s skipped: %s" % (name, missing(tr, name, o)))
     worst = 0.0
     with h5py.File(results, "r") as f:
         for name, (outs, st, der) in ref.items():

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# test_cli_fix2.sh: defects a review of issue 15 left open. Maps with negative entries (LSLA's
+# outer bias, Refiner) are not probability rows: als and distance leave such layers out with a
+# note naming them and the fix, and count the rows they drop; notes added in a metric's finish()
+# reach the terminal; the experiments' pinned choices; analysis_ref.py compare on a trace
+# without block outputs.
+set -u
+A=${ATTNSCOPE:-build/attnscope}
+FX=${FIXTURES:-tests/fixtures}
+PY=/usr/bin/python3
+T=$(mktemp -d "${TMPDIR:-/tmp}/attnscope-fix2.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+expect() {
+    local want=$1; shift
+    "$@" >"$T/out" 2>"$T/err"
+    local got=$?
+    if [ "$got" -eq "$want" ]; then ok; else bad "exit $got (want $want): $* :: $(head -c 400 "$T/err")"; fi
+}
+has() { if grep -q -- "$2" "$1"; then ok; else bad "$1 lacks '$2': $(head -c 600 "$1")"; fi; }
+lacks() { if grep -q -- "$2" "$1"; then bad "$1 has '$2': $(head -c 400 "$1")"; else ok; fi; }
+one_line() { if [ "$(wc -l <"$T/err")" -eq 1 ]; then ok; else bad "error is not one line: $(cat "$T/err")"; fi; }
+py() { if "$PY" -c "$@" >"$T/py" 2>&1; then ok; else bad "python: $(tail -3 "$T/py")"; fi; }
+MECH="$FX/analysis/mech_cls.h5"   # layer 5 Refiner, layer 8 LSLA with outer bias: negative entries
+
+# ---- 1. negative entries: the layer is left out, named with the fix; ALS and distance stay in range
+expect 0 "$A" analyze "$MECH" --metrics als,distance --out "$T/n.h5"
+has "$T/err" "note: als: layers 5, 8 left out: maps with negative entries"
+has "$T/err" "als: layers 5, 8 left out.*--als-map softmax"
+has "$T/err" "note: distance: layers 5, 8 left out: maps with negative entries"
+has "$T/out" "8  left out (negative map entries"
+py 'import h5py, numpy as np, sys
+f = h5py.File(sys.argv[1], "r")
+for m, v in (("als", "score"), ("distance", "distance")):
+    g = f["analysis/" + m]
+    assert g.attrs["version"] == 3, (m, g.attrs["version"])
+    s = g[v + "/mean"][()]
+    assert np.isnan(s[[5, 8]]).all() and not np.isnan(np.delete(s, [5, 8], 0)).any(), (m, s)
+    assert list(g["negative_maps/mean"][()]) == [0, 0, 0, 0, 0, 1, 0, 0, 1], m
+    assert (g["negative_maps/count"][()] == 5).all() and (g[v + "/count"][()][[5, 8]] == 0).all()
+    assert np.nansum(g["dropped_rows/mean"][()]) == 0, m
+    assert "negative" in g.attrs["definition"] and "left out" in g.attrs["notes"]
+s = f["analysis/als/score/mean"][()]
+assert np.nanmin(s) >= 0 and np.nanmax(s) <= 1, s
+d = f["analysis/distance/distance/mean"][()]
+assert np.nanmax(d) <= 4 * 8 * 2 ** 0.5, d   # within the diagonal of the 4 x 4 grid of 8 px patches
+' "$T/n.h5"
+# raw and distance renormalise leave them out too; refuse stops at plan
+expect 0 "$A" analyze "$MECH" --metrics als,distance --als-rows raw --distance-prefix renormalise --out "$T/r.h5"
+has "$T/err" "note: als: layers 5, 8 left out"
+has "$T/err" "note: distance: layers 5, 8 left out"
+py 'import h5py, numpy as np, sys
+f = h5py.File(sys.argv[1], "r")
+assert np.isnan(f["analysis/als/score/mean"][()][[5, 8]]).all()
+assert np.isnan(f["analysis/distance/distance/mean"][()][[5, 8]]).all()' "$T/r.h5"
+expect 1 "$A" analyze "$MECH" --metrics als --als-rows refuse --out "$T/x.h5"
+one_line; has "$T/err" "als: layer 5: Refiner"; has "$T/err" "--als-map softmax"
+# the softmax of the scores is a probability row: every layer is scored, no note
+expect 0 "$A" analyze "$MECH" --metrics als --als-map softmax --out "$T/s.h5"
+lacks "$T/err" "left out"
+py 'import h5py, numpy as np, sys
+g = h5py.File(sys.argv[1], "r")["analysis/als"]
+s = g["score/mean"][()]
+assert not np.isnan(s).any() and s.min() >= 0 and s.max() <= 1, s
+assert (g["negative_maps/mean"][()] == 0).all()' "$T/s.h5"
+
+# a patch row without mass (zeroed here) is dropped and counted, in the results and a note
+cp "$FX/analysis/vit_gap.h5" "$T/z.h5"
+py 'import h5py, sys
+with h5py.File(sys.argv[1], "r+") as f:
+    d = f["layers/00/attn"]
+    a = d[0]
+    a[1, 5, :] = 0
+    d[0] = a' "$T/z.h5"
+expect 0 "$A" analyze "$T/z.h5" --metrics als,distance --distance-prefix renormalise --out "$T/z_res.h5"
+has "$T/err" "note: als: 0.25 patch query rows per image without positive weight left out (layer 0; dropped_rows)"
+has "$T/err" "note: distance: 0.25 patch query rows per image without positive weight left out (layer 0"
+py 'import h5py, numpy as np, sys
+f = h5py.File(sys.argv[1], "r")
+for m in ("als", "distance"):
+    d = f["analysis/%s/dropped_rows/per_image" % m][()] if "analysis/%s/dropped_rows/per_image" % m in f else None
+    mean = f["analysis/%s/dropped_rows/mean" % m][()]
+    assert mean[0, 1] == 0.25 and mean.sum() == 0.25, (m, mean)' "$T/z_res.h5"
+
+# ---- 3. the shipped experiments use the papers' defaults (the slow suite runs them) ------------
+EXP="$(dirname "$0")/../experiments"
+py 'import json, sys
+s = json.load(open(sys.argv[1] + "/saturation.json"))
+assert "scores" in s["record"].split(","), s["record"]      # LaViT: diag on the scores
+assert "diag_map" not in s.get("analyze", {}) and "metrics" not in s.get("analyze", {}), s.get("analyze")
+l = json.load(open(sys.argv[1] + "/locality.json"))
+assert "als_window" not in l["analyze"] or "als_window" in l["description"], l["analyze"]' "$EXP"
+
+# ---- 4. analysis_ref.py compare skips what the trace lacks (no block outputs: no evolution) -------
+expect 0 "$A" record --model "$FX/vit_gap" --images "$FX/inputs.npy" --record attn,scores --out "$T/noblk.h5"
+expect 0 "$A" analyze "$T/noblk.h5" --out "$T/noblk_res.h5"
+expect 0 "$PY" "$(dirname "$0")/../tools/analysis_ref.py" compare "$T/noblk.h5" "$T/noblk_res.h5"
+has "$T/out" "evolution   skipped: the trace lacks tokens"
+has "$T/out" "qk          skipped: the trace lacks q,k"
+has "$T/out" "^als .*score/mean"
+
+# ---- 5. --cka-hsic biased: Kornblith et al.'s centred HSIC, recorded in the parameters --------
+MC="$FX/analysis/mech_cls.h5"
+expect 0 "$A" analyze "$MC" --metrics evolution --cka-hsic biased --out "$T/hb.h5"
+expect 0 "$A" analyze "$MC" --metrics evolution --out "$T/hu.h5"
+py 'import h5py, numpy as np, sys
+b, u = (h5py.File(p, "r")["analysis/evolution"] for p in sys.argv[1:3])
+assert "hsic=biased" in b.attrs["parameters"] and "hsic=unbiased" in u.attrs["parameters"]
+cb, cu = b["cka/mean"][()], u["cka/mean"][()]
+assert np.allclose(np.diag(cb), 1) and not np.allclose(cb, cu), (cb, cu)' "$T/hb.h5" "$T/hu.h5"
+expect 2 "$A" analyze "$MC" --metrics evolution --cka-hsic centred --out "$T/hx.h5"
+one_line; has "$T/err" "cka-hsic"
+
+echo "cli_fix2: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
