@@ -2,22 +2,8 @@
 # test_cli.sh: attnscope as a user runs it: help, info, record on an ImageFolder, errors with
 # one-line messages and non-zero exits, a trace that h5dump reads with no help from our code.
 set -u
-A=${ATTNSCOPE:-build/attnscope}
-FX=${FIXTURES:-tests/fixtures}
-T=$(mktemp -d "${TMPDIR:-/tmp}/attnscope-cli.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-# expect CODE CMD...: exit status CODE; output in $T/out, $T/err
-expect() {
-    local want=$1; shift
-    "$@" >"$T/out" 2>"$T/err"
-    local got=$?
-    if [ "$got" -eq "$want" ]; then ok; else bad "exit $got (want $want): $* :: $(head -c 400 "$T/err")"; fi
-}
-has() { if grep -q -- "$2" "$1"; then ok; else bad "$1 lacks '$2': $(head -c 400 "$1")"; fi; }
-one_line() { if [ "$(wc -l <"$T/err")" -eq 1 ]; then ok; else bad "error is not one line: $(cat "$T/err")"; fi; }
+. "$(dirname "$0")/lib.sh"
+t_init cli cli
 
 expect 0 "$A" --help;                     has "$T/out" "record"
 expect 2 "$A";                            has "$T/err" "usage"
@@ -289,5 +275,4 @@ small 32 6
 expect 0 "$A" train --config "$T/small.json" --data "$T/tr/heldout" --out "$T/if" --epochs 1 --batch 4 --val-fraction 0.25
 has "$T/out" "imagefolder (9 train, 3 held out"
 
-echo "cli: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+t_done

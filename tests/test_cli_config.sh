@@ -2,22 +2,8 @@
 # test_cli_config.sh: configs and names as a user gives them (issue 14 items 6-10, issue 21's
 # hostile numbers and --threads): refused in one line naming the key, nothing written.
 set -u
-A=${ATTNSCOPE:-build/attnscope}
-FX=${FIXTURES:-tests/fixtures}
-T=$(mktemp -d "${TMPDIR:-/tmp}/attnscope-cfg.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-expect() {
-    local want=$1; shift
-    "$@" >"$T/out" 2>"$T/err"
-    local got=$?
-    if [ "$got" -eq "$want" ]; then ok; else bad "exit $got (want $want): $* :: $(head -c 400 "$T/err")"; fi
-}
-has() { if grep -q -- "$2" "$1"; then ok; else bad "$1 lacks '$2': $(head -c 400 "$1")"; fi; }
-lacks() { if grep -q -- "$2" "$1"; then bad "$1 has '$2': $(head -c 400 "$1")"; else ok; fi; }
-one_line() { if [ "$(wc -l <"$T/err")" -eq 1 ]; then ok; else bad "error is not one line: $(cat "$T/err")"; fi; }
+. "$(dirname "$0")/lib.sh"
+t_init test_cli_config cfg
 
 # item 10: a tag's own classes and mean/std; unknown names list the known ones and the families
 # not supported yet instead of "no such file or folder"
@@ -54,5 +40,4 @@ if [ -e "$T/inf.h5" ]; then bad "a trace was written with an infinite std"; else
 expect 0 timeout 60 "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" --out "$T/t.h5" --threads 1000
 has "$T/err" "more than the"
 
-echo "test_cli_config: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+t_done

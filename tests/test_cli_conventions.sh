@@ -4,22 +4,10 @@
 # line with "did you mean", a missing argument is named, every error line starts with
 # "attnscope CMD:", and help and summaries fit 100 columns with tables aligned under their headers.
 set -u
-A=${ATTNSCOPE:-build/attnscope}
-FX=${FIXTURES:-tests/fixtures}
-T=$(mktemp -d "${TMPDIR:-/tmp}/attnscope-conv.XXXXXX")
-trap 'rm -rf "$T"' EXIT
+. "$(dirname "$0")/lib.sh"
+t_init test_cli_conventions conv
+T_SHOW_ERR=300 T_SHOW_HAS=300
 export COLUMNS=100 # a terminal's width must not matter in a pipe; this is what one would say
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-# run CODE CMD...: exit status CODE; output in $T/out, $T/err
-run() {
-    local want=$1; shift
-    "$@" >"$T/out" 2>"$T/err"
-    local got=$?
-    if [ "$got" -eq "$want" ]; then ok; else bad "exit $got (want $want): $* :: $(head -c 300 "$T/err")"; fi
-}
-has() { if grep -q -- "$2" "$1"; then ok; else bad "$1 lacks '$2': $(head -c 300 "$1")"; fi; }
 # err_line CMD: stderr is one line that starts with "attnscope CMD: "
 err_line() {
     if [ "$(wc -l <"$T/err")" -eq 1 ]; then ok; else bad "$1: error is not one line: $(head -c 600 "$T/err")"; fi
@@ -48,16 +36,16 @@ aligned() {
 
 cmds="record info analyze plot view train experiment bench demo"
 for c in $cmds; do
-    run 0 "$A" $c --help
+    expect 0 "$A" $c --help
     has "$T/out" "^usage: attnscope $c "
     has "$T/out" "^options:"
     narrow "$T/out" "$c --help"
     cp "$T/out" "$T/help"
-    run 0 "$A" help $c
+    expect 0 "$A" help $c
     if cmp -s "$T/out" "$T/help"; then ok; else bad "attnscope help $c differs from attnscope $c --help"; fi
 
     # every option the command accepts is in --help, with its values and default
-    run 0 "$A" $c --list-options
+    expect 0 "$A" $c --list-options
     cp "$T/out" "$T/list"
     [ "$(wc -l <"$T/list")" -ge 2 ] && ok || bad "$c --list-options lists nothing"
     while read -r name arg; do
@@ -86,23 +74,23 @@ for c in $cmds; do
     name=$(grep -v -- "--help" "$T/list" | awk '{ sub(/^--/, "", $1); if (length($1) >= 5) { print $1; exit } }')
     if [ -n "$name" ]; then
         typo=${name:0:1}${name:2:1}${name:1:1}${name:3}
-        run 2 "$A" $c --$typo
+        expect 2 "$A" $c --$typo
         err_line $c; has "$T/err" "did you mean --$name?"
     else
         bad "$c: no option to misspell"
     fi
-    run 2 "$A" $c --zzzzzzzz
+    expect 2 "$A" $c --zzzzzzzz
     err_line $c; has "$T/err" "unknown option --zzzzzzzz"
     # a misspelt command
     typo=${c:0:1}${c:2:1}${c:1:1}${c:3}
-    run 2 "$A" $typo --help
+    expect 2 "$A" $typo --help
     has "$T/err" "did you mean $c?"; [ "$(wc -l <"$T/err")" -eq 1 ] && ok || bad "$typo: not one line"
-    run 2 "$A" help $typo
+    expect 2 "$A" help $typo
     has "$T/err" "did you mean $c?"
     # an option without its value names the option and what it wants
     name=$(awk '$2 != "" { print $1; exit }' "$T/list")
     if [ -n "$name" ]; then # (bench and demo would run without one)
-        run 2 "$A" $c $name
+        expect 2 "$A" $c $name
         err_line $c; has "$T/err" "^attnscope $c: $name needs "
     else
         bad "$c: no option with a value"
@@ -114,50 +102,50 @@ for spec in "record|--model PATH is required" "info|missing MODEL" "analyze|miss
             "plot|missing FIGURE: one of als" "view|missing TRACE.h5" "train|--config MODEL.json|ARCH is required" \
             "experiment|missing EXPERIMENT.json"; do
     c=${spec%%|*}
-    run 2 "$A" $c
+    expect 2 "$A" $c
     err_line $c; has "$T/err" "${spec#*|}"
 done
-run 2 "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy"; err_line record; has "$T/err" "\-\-out FILE is required"
-run 2 "$A" train --config x.json --out "$T/tr"; err_line train; has "$T/err" "\-\-data DATA is required"
-run 2 "$A" plot als "$T/x.h5"; err_line plot; has "$T/err" "\-\-out FIG is required"
-run 2 "$A" analyze "$T/a.h5" "$T/b.h5"; err_line analyze; has "$T/err" "unexpected argument"
-run 2 "$A" record --force=1; err_line record; has "$T/err" "takes no value"
-run 2 "$A" train --rec x; err_line train; has "$T/err" "\-\-rec is ambiguous: did you mean .*--record-every"
-run 2 "$A" record --batch 0 --model a --images b --out c; err_line record; has "$T/err" "\-\-batch \"0\": give 1..256"
-run 2 "$A" demo --epochs 0; err_line demo; has "$T/err" "\-\-epochs \"0\""
+expect 2 "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy"; err_line record; has "$T/err" "\-\-out FILE is required"
+expect 2 "$A" train --config x.json --out "$T/tr"; err_line train; has "$T/err" "\-\-data DATA is required"
+expect 2 "$A" plot als "$T/x.h5"; err_line plot; has "$T/err" "\-\-out FIG is required"
+expect 2 "$A" analyze "$T/a.h5" "$T/b.h5"; err_line analyze; has "$T/err" "unexpected argument"
+expect 2 "$A" record --force=1; err_line record; has "$T/err" "takes no value"
+expect 2 "$A" train --rec x; err_line train; has "$T/err" "\-\-rec is ambiguous: did you mean .*--record-every"
+expect 2 "$A" record --batch 0 --model a --images b --out c; err_line record; has "$T/err" "\-\-batch \"0\": give 1..256"
+expect 2 "$A" demo --epochs 0; err_line demo; has "$T/err" "\-\-epochs \"0\""
 
 # failures past the options start with the command too
-run 1 "$A" info "$T/nosuch.h5"; err_line info
-run 1 "$A" analyze "$T/nosuch.h5"; err_line analyze
-run 1 "$A" plot als "$T/nosuch.h5" -o "$T/x.pdf"; err_line plot
-SDL_VIDEODRIVER=dummy run 1 "$A" view "$T/nosuch.h5"; err_line view
-run 1 "$A" experiment "$T/nosuch.json"; err_line experiment
-run 1 "$A" train --config "$T/nosuch.json" --data shapes --out "$T/tr"; err_line train
-run 1 "$A" record --model "$T/nosuch" --images "$FX/inputs.npy" --out "$T/x.h5"; err_line record
-run 1 "$A" bench --arch nosuch_arch --seconds 0.1; err_line bench
+expect 1 "$A" info "$T/nosuch.h5"; err_line info
+expect 1 "$A" analyze "$T/nosuch.h5"; err_line analyze
+expect 1 "$A" plot als "$T/nosuch.h5" -o "$T/x.pdf"; err_line plot
+SDL_VIDEODRIVER=dummy expect 1 "$A" view "$T/nosuch.h5"; err_line view
+expect 1 "$A" experiment "$T/nosuch.json"; err_line experiment
+expect 1 "$A" train --config "$T/nosuch.json" --data shapes --out "$T/tr"; err_line train
+expect 1 "$A" record --model "$T/nosuch" --images "$FX/inputs.npy" --out "$T/x.h5"; err_line record
+expect 1 "$A" bench --arch nosuch_arch --seconds 0.1; err_line bench
 mkdir -p "$T/ro" && touch "$T/ro/file"
-run 1 "$A" demo --out "$T/ro/file/sub" --epochs 1; has "$T/err" "^attnscope demo: "
-run 2 "$A" frobnicate; has "$T/err" "^attnscope: unknown command"
+expect 1 "$A" demo --out "$T/ro/file/sub" --epochs 1; has "$T/err" "^attnscope demo: "
+expect 2 "$A" frobnicate; has "$T/err" "^attnscope: unknown command"
 
 # help and summaries within 100 columns
-run 0 "$A" --help; narrow "$T/out" "attnscope --help"
-run 0 "$A" plot --list; narrow "$T/out" "plot --list"
-run 0 "$A" info --list-archs; narrow "$T/out" "info --list-archs"
+expect 0 "$A" --help; narrow "$T/out" "attnscope --help"
+expect 0 "$A" plot --list; narrow "$T/out" "plot --list"
+expect 0 "$A" info --list-archs; narrow "$T/out" "info --list-archs"
 aligned "$T/out" "^architecture" 3 2 3
-run 0 "$A" info deit_base_distilled_patch16_224; narrow "$T/out" "info deit_base_distilled_patch16_224"
+expect 0 "$A" info deit_base_distilled_patch16_224; narrow "$T/out" "info deit_base_distilled_patch16_224"
 aligned "$T/out" "^component" 11 2 4
-run 0 "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" --out "$T/run.h5" --record attn,qk,tokens
+expect 0 "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" --out "$T/run.h5" --record attn,qk,tokens
 narrow "$T/out" "record"
-run 0 "$A" analyze "$T/run.h5"; narrow "$T/out" "analyze" "$T/"
+expect 0 "$A" analyze "$T/run.h5"; narrow "$T/out" "analyze" "$T/"
 aligned "$T/out" "^  layer  deepvit" 2 1 4
 # Q/K fractions under their thresholds (the "|q| >" labels blanked); ALS values under their heads
 # (the ? and * marks after the values blanked)
 sed 's/|[qk]| >/     /g' "$T/out" >"$T/qk.txt"; aligned "$T/qk.txt" "^  layer   *0.1  *0.5  *1  *2  *0.1" 3 1 9
 sed '/^  layer  *h0/,/^  (/ s/[?*]/ /g' "$T/out" >"$T/als.txt"; aligned "$T/als.txt" "^  layer  *h0  *h1  *h2" 3 1 4
-run 0 "$A" info "$T/run.h5"; narrow "$T/out" "info TRACE" "$T/"
+expect 0 "$A" info "$T/run.h5"; narrow "$T/out" "info TRACE" "$T/"
 
 # info --json: machine-readable, for a trace (with its analysis), a results file and a model
-run 0 "$A" info "$T/run.h5" --json
+expect 0 "$A" info "$T/run.h5" --json
 cp "$T/out" "$T/info.json"
 if command -v python3 >/dev/null; then
     python3 - "$T/info.json" <<'EOF' && ok || bad "info TRACE --json: $(head -c 400 "$T/info.json")"
@@ -179,12 +167,12 @@ fi
 # the options other branches added, in the tables (so in --help, --list-options, did-you-mean)
 for co in "demo|--force" "record|--skip-bad" "train|--num-classes C" "train|--img-size S" "plot|--range R" \
           "view|--range R"; do
-    run 0 "$A" "${co%%|*}" --list-options; has "$T/out" "^${co#*|}\$"
+    expect 0 "$A" "${co%%|*}" --list-options; has "$T/out" "^${co#*|}\$"
 done
-run 2 "$A" record --skip-badd; err_line record; has "$T/err" "did you mean --skip-bad?"
-run 0 "$A" analyze "$T/run.h5" --metrics als --out "$T/res.h5" -q
-run 0 "$A" info "$T/res.h5" --json; has "$T/out" '"results":'; has "$T/out" '"als v3'
-run 0 "$A" info deit_tiny_patch16_224 --json; has "$T/out" '"embed_dim":	192'
+expect 2 "$A" record --skip-badd; err_line record; has "$T/err" "did you mean --skip-bad?"
+expect 0 "$A" analyze "$T/run.h5" --metrics als --out "$T/res.h5" -q
+expect 0 "$A" info "$T/res.h5" --json; has "$T/out" '"results":'; has "$T/out" '"als v3'
+expect 0 "$A" info deit_tiny_patch16_224 --json; has "$T/out" '"embed_dim":	192'
 
 # the demo's summary: counts match what they list, units match the figures, within 100 columns
 # (the lines naming the program's path, commands to copy, aside)
@@ -200,5 +188,4 @@ if [ -n "$n" ] && [ "$n" = "$listed" ] && [ "$n" = "$files" ]; then ok; else bad
 has "$T/demo.out" "attention entropy .* nats"
 if grep -q "log T *$\|/ log T" "$T/demo.out"; then bad "demo prints entropy per log T: $(grep 'log T' "$T/demo.out")"; else ok; fi
 
-echo "test_cli_conventions: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+t_done

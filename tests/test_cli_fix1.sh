@@ -5,24 +5,9 @@
 # best; an all-bad --skip-bad run names the fix; --limit counts recorded images; the viewer's
 # title names the scale drawn; analyze's library notes start with "attnscope analyze:".
 set -u
-A=${ATTNSCOPE:-build/attnscope}
-FX=${FIXTURES:-tests/fixtures}
-PY=/usr/bin/python3
-T=$(mktemp -d "${TMPDIR:-/tmp}/attnscope-fix1.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-expect() {
-    local want=$1; shift
-    "$@" >"$T/out" 2>"$T/err"
-    local got=$?
-    if [ "$got" -eq "$want" ]; then ok; else bad "exit $got (want $want): $* :: $(head -c 400 "$T/err")"; fi
-}
-has() { if grep -q -- "$2" "$1"; then ok; else bad "$1 lacks '$2': $(head -c 600 "$1")"; fi; }
-lacks() { if grep -q -- "$2" "$1"; then bad "$1 has '$2': $(head -c 400 "$1")"; else ok; fi; }
-one_line() { if [ "$(wc -l <"$T/err")" -eq 1 ]; then ok; else bad "error is not one line: $(cat "$T/err")"; fi; }
-py() { if "$PY" -c "$@" >"$T/py" 2>&1; then ok; else bad "python: $(tail -3 "$T/py")"; fi; }
+. "$(dirname "$0")/lib.sh"
+t_init cli_fix1 fix1
+T_SHOW_HAS=600 T_SHOW_PY=3
 cores=$(nproc)
 avx512=0; grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo && avx512=1
 REC=(record --model "$FX/vit_cls" --images "$FX/inputs.npy")
@@ -102,5 +87,4 @@ if grep -v -e '^attnscope analyze: ' -e '^  note: ' "$T/err" | grep -q .; then
     bad "analyze lines without its prefix: $(grep -v '^attnscope analyze: ' "$T/err")"
 else ok; fi
 
-echo "cli_fix1: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+t_done

@@ -3,21 +3,8 @@
 # with its name; --range; the viewer's export command carries the colour map and range it shows
 # and draws as given.
 set -u
-A=${ATTNSCOPE:-build/attnscope}
-FX=${FIXTURES:-tests/fixtures}
-T=$(mktemp -d "${TMPDIR:-/tmp}/attnscope-maps.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-expect() {
-    local want=$1; shift
-    "$@" >"$T/out" 2>"$T/err"
-    local got=$?
-    if [ "$got" -eq "$want" ]; then ok; else bad "exit $got (want $want): $* :: $(head -c 400 "$T/err")"; fi
-}
-has() { if grep -q -- "$2" "$1"; then ok; else bad "$1 lacks '$2': $(head -c 400 "$1")"; fi; }
-one_line() { if [ "$(wc -l <"$T/err")" -eq 1 ]; then ok; else bad "error is not one line: $(cat "$T/err")"; fi; }
+. "$(dirname "$0")/lib.sh"
+t_init cli_maps maps
 
 cp "$FX/analysis/mech_cls.h5" "$T/m.h5"
 expect 0 "$A" analyze "$T/m.h5" --quiet
@@ -51,5 +38,4 @@ case "$cmd" in *"--cmap magma --range minmax"*) ok ;; *) bad "export command: $c
 expect 0 eval "\"$A\" ${cmd#attnscope }"
 expect 2 env SDL_VIDEODRIVER=dummy "$A" view "$T/m.h5" --range full; has "$T/err" "give zero, minmax"
 
-echo "cli_maps: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+t_done

@@ -3,21 +3,8 @@
 # analyze --help with their defaults, refused with the values when misspelt, stored with the
 # results, and the figures' default similarity definitions.
 set -u
-A=${ATTNSCOPE:-build/attnscope}
-FX=${FIXTURES:-tests/fixtures}
-T=$(mktemp -d "${TMPDIR:-/tmp}/attnscope-metrics.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-expect() {
-    local want=$1; shift
-    "$@" >"$T/out" 2>"$T/err"
-    local got=$?
-    if [ "$got" -eq "$want" ]; then ok; else bad "exit $got (want $want): $* :: $(head -c 400 "$T/err")"; fi
-}
-has() { if grep -q -- "$2" "$1"; then ok; else bad "$1 lacks '$2': $(head -c 400 "$1")"; fi; }
-one_line() { if [ "$(wc -l <"$T/err")" -eq 1 ]; then ok; else bad "error is not one line: $(cat "$T/err")"; fi; }
+. "$(dirname "$0")/lib.sh"
+t_init cli_metrics metrics
 MC="$FX/analysis/mech_cls.h5"
 
 # every choice with its values and default in --help (the option's block: its label line and
@@ -106,5 +93,4 @@ h5dump -A -g /analysis/als "$T/exp/a.h5" >"$T/a" 2>&1; has "$T/a" "rule=per-head
 exp pixels; expect 1 "$A" experiment "$T/exp.json" --out "$T/exp2"
 has "$T/err" "exp.json: analyze: distance: --distance pixels: use one of pixel, centre"; one_line
 
-echo "cli_metrics: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+t_done

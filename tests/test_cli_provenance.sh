@@ -6,32 +6,9 @@
 # traces still open everywhere. ATTNSCOPE_OLD (default /work/old/attnscope, when present) writes
 # format 1 traces the way attnscope did before.
 set -u
-A=${ATTNSCOPE:-build/attnscope}
-FX=${FIXTURES:-tests/fixtures}
+. "$(dirname "$0")/lib.sh"
+t_init cli_provenance prov
 OLD=${ATTNSCOPE_OLD:-/work/old/attnscope}
-PY=/usr/bin/python3
-T=$(mktemp -d "${TMPDIR:-/tmp}/attnscope-prov.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-expect() {
-    local want=$1; shift
-    "$@" >"$T/out" 2>"$T/err"
-    local got=$?
-    if [ "$got" -eq "$want" ]; then ok; else bad "exit $got (want $want): $* :: $(head -c 400 "$T/err")"; fi
-}
-# has FILE PATTERN: PATTERN in FILE, a line wrapped to the terminal (cli_wrap) read as one
-has() {
-    if sed -z 's/\n  */ /g' "$1" | grep -q -- "$2"; then ok; else bad "$1 lacks '$2': $(head -c 600 "$1")"; fi
-}
-lacks() { if grep -q -- "$2" "$1"; then bad "$1 has '$2': $(head -c 400 "$1")"; else ok; fi; }
-one_line() { if [ "$(wc -l <"$T/err")" -eq 1 ]; then ok; else bad "error is not one line: $(cat "$T/err")"; fi; }
-# py 'python code' ARGS...: exit 0 and no output means every assert held
-py() {
-    local code=$1; shift
-    if "$PY" -c "$code" "$@" >"$T/py" 2>&1; then ok; else bad "python: $(tail -5 "$T/py")"; fi
-}
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 FXA=$(cd "$FX" && pwd)
 
@@ -39,15 +16,15 @@ FXA=$(cd "$FX" && pwd)
 D="$T/demo"
 DEMO=(--epochs 2 --train-images 240 --images 8 --threads 1)
 expect 0 "$A" demo --out "$D" "${DEMO[@]}"
-has "$T/out" "checkpoint $D/train/epoch-002"; has "$T/out" "OpenBLAS [A-Za-z0-9]* kernels"
+has_wrapped "$T/out" "checkpoint $D/train/epoch-002"; has_wrapped "$T/out" "OpenBLAS [A-Za-z0-9]* kernels"
 before=$(sha "$D/train/epoch-002/model.safetensors"); run_before=$(sha "$D/run.h5")
 echo "my notes" >"$D/notes.txt"; echo "mine" >"$D/train/mine.txt"
 expect 1 "$A" demo --out "$D" --epochs 1 --train-images 240 --images 8 --threads 1
-has "$T/err" "\-\-force"; has "$T/err" "\-\-out DIR"; one_line
+has_wrapped "$T/err" "\-\-force"; has_wrapped "$T/err" "\-\-out DIR"; one_line
 [ "$(sha "$D/train/epoch-002/model.safetensors")" = "$before" ] && [ "$(sha "$D/run.h5")" = "$run_before" ] \
     && ok || bad "a refused demo changed the earlier run"
 expect 0 "$A" demo --out "$D" --epochs 1 --train-images 240 --images 8 --threads 1 --force
-has "$T/out" "stay as they were"
+has_wrapped "$T/out" "stay as they were"
 [ -f "$D/notes.txt" ] && [ -f "$D/train/mine.txt" ] && ok || bad "demo --force removed the user's files"
 [ ! -e "$D/train/epoch-002" ] && [ ! -e "$D/train/trace-epoch-002.h5" ] && ok \
     || bad "demo --force left the earlier run's files: $(ls "$D/train")"
@@ -62,7 +39,7 @@ timeout -s INT 3 "$A" demo --out "$T/demo2" --epochs 40 --train-images 4000 --im
     >"$T/int.out" 2>"$T/int.err"; rc=$?
 [ "$rc" -ne 0 ] && [ -e "$T/demo2/model.json" ] && ok || bad "interrupted demo: rc $rc, $(ls "$T/demo2" 2>&1)"
 expect 1 "$A" demo --out "$T/demo2" --epochs 1 --train-images 240 --images 8 --threads 1
-has "$T/err" "\-\-force"; one_line
+has_wrapped "$T/err" "\-\-force"; one_line
 
 # ---- 2. traces name the weights by resolved path and sha256, whatever link was given --------
 ln -s "$FXA/vit_cls" "$T/link"
@@ -72,22 +49,22 @@ py 'import h5py, sys, os
 f = h5py.File(sys.argv[1], "r")
 assert f.attrs["model_source"] == os.path.realpath(sys.argv[2]), f.attrs["model_source"]
 assert f.attrs["model_sha256"] == sys.argv[3]' "$T/p.h5" "$W" "$(sha "$W")"
-expect 0 "$A" info "$T/p.h5"; has "$T/out" "sha256 $(sha "$W")"; has "$T/out" "$(readlink -f "$W")"
+expect 0 "$A" info "$T/p.h5"; has_wrapped "$T/out" "sha256 $(sha "$W")"; has_wrapped "$T/out" "$(readlink -f "$W")"
 # a resume with other weights of the same shape is refused (same config is not the same model)
 mkdir -p "$T/other"; cp "$FX/vit_cls/config.json" "$T/other/"
 "$PY" -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[-1] ^= 1; open(sys.argv[2], "wb").write(b)' \
     "$W" "$T/other/model.safetensors"
 expect 0 "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" --out "$T/r.h5" --limit 2 --threads 1
 expect 1 "$A" record --model "$T/other" --images "$FX/inputs.npy" --out "$T/r.h5" --resume --threads 1
-has "$T/err" "sha256"; one_line
+has_wrapped "$T/err" "sha256"; one_line
 
 # ---- 3. the BLAS kernels and threads: printed, warned about when forced, recorded -------------
 expect 0 env OPENBLAS_CORETYPE=Haswell "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" \
     --out "$T/h.h5" --threads 1
-has "$T/out" "OpenBLAS Haswell kernels (OPENBLAS_CORETYPE=Haswell set), 1 thread"
+has_wrapped "$T/out" "OpenBLAS Haswell kernels (OPENBLAS_CORETYPE=Haswell set), 1 thread"
 # Haswell is slower than the best kernels only on an AVX-512 CPU: elsewhere it is no warning
 avx512=0; grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo && avx512=1
-if [ $avx512 = 1 ]; then has "$T/err" "warning: OPENBLAS_CORETYPE=Haswell runs Haswell kernels"; has "$T/err" "unset it"; fi
+if [ $avx512 = 1 ]; then has_wrapped "$T/err" "warning: OPENBLAS_CORETYPE=Haswell runs Haswell kernels"; has_wrapped "$T/err" "unset it"; fi
 expect 0 env -u OPENBLAS_CORETYPE "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" \
     --out "$T/n.h5" --threads 2
 lacks "$T/err" "OPENBLAS_CORETYPE"
@@ -97,14 +74,14 @@ assert h.attrs["blas_core"] == "Haswell" and h.attrs["blas_forced_by"] == "OPENB
 assert h.attrs["threads"] == 1 and n.attrs["threads"] == 2
 assert n.attrs["blas_forced_by"] == "" and n.attrs["blas_core"] != ""
 assert "OpenBLAS" in n.attrs["blas_config"] and h.attrs["software"].startswith("attnscope ")' "$T/h.h5" "$T/n.h5"
-expect 0 "$A" info "$T/h.h5"; has "$T/out" "OpenBLAS Haswell kernels (forced by OPENBLAS_CORETYPE=Haswell), 1 thread"
+expect 0 "$A" info "$T/h.h5"; has_wrapped "$T/out" "OpenBLAS Haswell kernels (forced by OPENBLAS_CORETYPE=Haswell), 1 thread"
 expect 0 env OPENBLAS_CORETYPE=Haswell "$A" bench --arch "$FX/vit_cls/config.json" --seconds 0.3 --rounds 1 --threads 1
-if [ $avx512 = 1 ]; then has "$T/out" "WARNING     OPENBLAS_CORETYPE=Haswell runs Haswell kernels"; fi
+if [ $avx512 = 1 ]; then has_wrapped "$T/out" "WARNING     OPENBLAS_CORETYPE=Haswell runs Haswell kernels"; fi
 # train: the header names the kernels; every epoch of state.json records them; the run records
 # what it started from; a built-in architecture takes record's model overrides
 expect 0 env OPENBLAS_CORETYPE=Haswell "$A" train --config deit_tiny_patch16_224 --num-classes 6 \
     --img-size 16 --data shapes:96:16 --out "$T/dt" --epochs 1 --batch 32 --threads 1
-has "$T/out" "OpenBLAS Haswell kernels"; if [ $avx512 = 1 ]; then has "$T/err" "warning: OPENBLAS_CORETYPE=Haswell"; fi
+has_wrapped "$T/out" "OpenBLAS Haswell kernels"; if [ $avx512 = 1 ]; then has_wrapped "$T/err" "warning: OPENBLAS_CORETYPE=Haswell"; fi
 py 'import json, sys
 s = json.load(open(sys.argv[1]))
 h = s["history"][0]
@@ -114,7 +91,7 @@ assert s["trained_from"]["init"] == "random(seed=0)" and s["trained_from"]["data
 c = json.load(open(sys.argv[2]))
 assert c["num_classes"] == 6 and c["img_size"] == 16, c' "$T/dt/epoch-001/state.json" "$T/dt/epoch-001/config.json"
 expect 1 "$A" train --config deit_tiny_patch16_224 --img-size 16 --data shapes:96:16 --out "$T/dt2" --threads 1
-has "$T/err" "\-\-num-classes 6"; one_line
+has_wrapped "$T/err" "\-\-num-classes 6"; one_line
 # the traces train writes name their checkpoint by path and hash, the first its seed
 expect 0 "$A" train --config "$FX/vit_cls/config.json" --num-classes 6 --img-size 32 --data shapes:96 \
     --out "$T/tr" --epochs 1 --batch 32 --threads 1 --record-every 1 --record-images 4 --quiet
@@ -129,9 +106,9 @@ mkdir -p "$T/imgs"
 for i in 1 2 4 5; do cp "$FX/img.png" "$T/imgs/im$i.png"; done
 echo "not an image" >"$T/imgs/im3.png"; head -c 300 "$FX/img.jpg" >"$T/imgs/im6.jpg"
 expect 1 "$A" record --model "$FX/vit_cls" --images "$T/imgs" --out "$T/s.h5" --batch 2 --threads 1
-has "$T/err" "im3.png"; has "$T/err" "\-\-skip-bad"; one_line
+has_wrapped "$T/err" "im3.png"; has_wrapped "$T/err" "\-\-skip-bad"; one_line
 expect 0 "$A" record --model "$FX/vit_cls" --images "$T/imgs" --out "$T/s1.h5" --batch 2 --threads 1 --skip-bad
-has "$T/out" "recorded 4 images"; has "$T/out" "skipped 2 unreadable inputs"
+has_wrapped "$T/out" "recorded 4 images"; has_wrapped "$T/out" "skipped 2 unreadable inputs"
 py 'import h5py, sys
 f = h5py.File(sys.argv[1], "r")
 assert f.attrs["num_skipped"] == 2 and f.attrs["complete"] == 1
@@ -140,11 +117,11 @@ assert list(f["skipped/input_index"][:]) == [2, 5]
 r = list(f["skipped/reason"].asstr()[:])
 assert "im3.png" in r[0] and "JPEG" in r[1], r
 assert [p.rsplit("/", 1)[1] for p in f["images/path"].asstr()[:]] == ["im1.png", "im2.png", "im4.png", "im5.png"]' "$T/s1.h5"
-expect 0 "$A" info "$T/s1.h5"; has "$T/out" "skipped     2 unreadable inputs"
+expect 0 "$A" info "$T/s1.h5"; has_wrapped "$T/out" "skipped     2 unreadable inputs"
 # a resume re-derives the list: the skipped inputs between stored ones still fail to load
 expect 0 "$A" record --model "$FX/vit_cls" --images "$T/imgs" --out "$T/s2.h5" --batch 2 --threads 1 --skip-bad --limit 4
 expect 0 "$A" record --model "$FX/vit_cls" --images "$T/imgs" --out "$T/s2.h5" --batch 2 --threads 1 --skip-bad --resume
-has "$T/out" "skipped 2 unreadable inputs"
+has_wrapped "$T/out" "skipped 2 unreadable inputs"
 py 'import h5py, sys
 f = h5py.File(sys.argv[1], "r")
 assert f["images/path"].shape == (4,) and list(f["skipped/input_index"][:]) == [2, 5]' "$T/s2.h5"
@@ -180,13 +157,13 @@ assert str(ims["path"].values[0]).endswith("inputs.npy[0]"), ims["path"].values[
 # format 1 traces (the committed fixtures were written before format 2) open everywhere
 V1="$T/v1.h5"; cp "$FX/analysis/vit_gap.h5" "$V1"
 v1_check() {
-    expect 0 "$A" info "$1"; has "$T/out" "attnscope-trace v1"
+    expect 0 "$A" info "$1"; has_wrapped "$T/out" "attnscope-trace v1"
     expect 0 "$A" analyze "$1" --metrics entropy,distance
     expect 0 "$A" plot attention "$1" --image 0 --layer 0 --head 0 -o "$T/v1att.png"
     [ -s "$T/v1att.png" ] && ok || bad "plot wrote nothing for $1"
     printf 'status\n' >"$T/v1.txt"
     expect 0 env SDL_VIDEODRIVER=dummy "$A" view "$1" --script "$T/v1.txt" --screenshot "$T/v1.png"
-    has "$T/out" "status: image 0/"; [ -s "$T/v1.png" ] && ok || bad "no screenshot of $1"
+    has_wrapped "$T/out" "status: image 0/"; [ -s "$T/v1.png" ] && ok || bad "no screenshot of $1"
 }
 v1_check "$V1"
 if [ -x "$OLD" ]; then
@@ -196,12 +173,11 @@ if [ -x "$OLD" ]; then
     mkdir -p "$T/few"; for i in 1 2 4; do cp "$T/imgs/im$i.png" "$T/few/"; done
     expect 0 "$OLD" record --model "$FX/vit_cls" --images "$T/few" --out "$T/old2.h5" --limit 1
     expect 0 "$A" record --model "$FX/vit_cls" --images "$T/few" --out "$T/old2.h5" --resume
-    expect 0 env SDL_VIDEODRIVER=dummy "$A" view "$T/old2.h5" --script "$T/v1.txt" --image 2; has "$T/out" "status: image 2/"
+    expect 0 env SDL_VIDEODRIVER=dummy "$A" view "$T/old2.h5" --script "$T/v1.txt" --image 2; has_wrapped "$T/out" "status: image 2/"
     py 'import h5py, sys
 f = h5py.File(sys.argv[1], "r")
 assert f.attrs["format_version"] == 1 and f["images/path"].dtype.kind == "S"
 assert [p.decode().rsplit("/", 1)[1] for p in f["images/path"][:]] == ["im1.png", "im2.png", "im4.png"]' "$T/old2.h5"
 fi
 
-echo "cli_provenance: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+t_done

@@ -4,23 +4,9 @@
 # so on the terminal; /skipped opens in xarray; train's model overrides refuse bad values with a
 # message; the demo refuses an --out that is a file; a key that does not apply says what to do.
 set -u
-A=${ATTNSCOPE:-build/attnscope}
-FX=${FIXTURES:-tests/fixtures}
-PY=/usr/bin/python3
-T=$(mktemp -d "${TMPDIR:-/tmp}/attnscope-review.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-expect() {
-    local want=$1; shift
-    "$@" >"$T/out" 2>"$T/err"
-    local got=$?
-    if [ "$got" -eq "$want" ]; then ok; else bad "exit $got (want $want): $* :: $(head -c 400 "$T/err")"; fi
-}
-has() { if grep -q -- "$2" "$1"; then ok; else bad "$1 lacks '$2': $(head -c 600 "$1")"; fi; }
-lacks() { if grep -q -- "$2" "$1"; then bad "$1 has '$2': $(head -c 400 "$1")"; else ok; fi; }
-one_line() { if [ "$(wc -l <"$T/err")" -eq 1 ]; then ok; else bad "error is not one line: $(cat "$T/err")"; fi; }
+. "$(dirname "$0")/lib.sh"
+t_init test_cli_review review
+T_SHOW_HAS=600
 view() { SDL_VIDEODRIVER=dummy "$A" view "$@"; }
 
 # ---- viewer: the status names what is drawn ------------------------------------------------------
@@ -76,5 +62,4 @@ printf '{"architecture": "custom", "img_size": 32, "patch_size": 8, "embed_dim":
 expect 1 "$A" info "$T/typ.json"
 has "$T/err" "typ.json: attention: unknown key \"typ\": did you mean \"type\"?"; one_line
 
-echo "test_cli_review: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+t_done

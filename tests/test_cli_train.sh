@@ -4,23 +4,10 @@
 # reading in state.json and in the traces it writes), and experiments that train their models
 # first (budget, reuse, held-out images, index page). Tiny runs: seconds in all.
 set -u
-A=${ATTNSCOPE:-build/attnscope}
-FX=${FIXTURES:-tests/fixtures}
+. "$(dirname "$0")/lib.sh"
+t_init cli-train cli-train
+T_SHOW_HAS=600 T_SHOW_LACKS=600
 M=$FX/../../experiments/models
-T=$(mktemp -d "${TMPDIR:-/tmp}/attnscope-cli-train.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-expect() {
-    local want=$1; shift
-    "$@" >"$T/out" 2>"$T/err"
-    local got=$?
-    if [ "$got" -eq "$want" ]; then ok; else bad "exit $got (want $want): $* :: $(head -c 400 "$T/err")"; fi
-}
-has() { if grep -q -- "$2" "$1"; then ok; else bad "$1 lacks '$2': $(head -c 600 "$1")"; fi; }
-lacks() { if grep -q -- "$2" "$1"; then bad "$1 has '$2': $(head -c 600 "$1")"; else ok; fi; }
-one_line() { if [ "$(wc -l <"$T/err")" -eq 1 ]; then ok; else bad "error is not one line: $(cat "$T/err")"; fi; }
 TINY=(--data shapes:60 --batch 16 --threads 1)
 
 # the option and its help
@@ -111,5 +98,4 @@ sed 's/"train": true}/"train": "yes"}/' "$T/e/x.json" >"$T/e/bad3.json"
 expect 1 "$A" experiment "$T/e/bad3.json" --out "$T/e/out/bad"
 has "$T/err" "must be true or false"; one_line
 
-echo "cli-train: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+t_done
