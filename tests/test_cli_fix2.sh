@@ -5,24 +5,9 @@
 # reach the terminal; the experiments' pinned choices; analysis_ref.py compare on a trace
 # without block outputs.
 set -u
-A=${ATTNSCOPE:-build/attnscope}
-FX=${FIXTURES:-tests/fixtures}
-PY=/usr/bin/python3
-T=$(mktemp -d "${TMPDIR:-/tmp}/attnscope-fix2.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-expect() {
-    local want=$1; shift
-    "$@" >"$T/out" 2>"$T/err"
-    local got=$?
-    if [ "$got" -eq "$want" ]; then ok; else bad "exit $got (want $want): $* :: $(head -c 400 "$T/err")"; fi
-}
-has() { if grep -q -- "$2" "$1"; then ok; else bad "$1 lacks '$2': $(head -c 600 "$1")"; fi; }
-lacks() { if grep -q -- "$2" "$1"; then bad "$1 has '$2': $(head -c 400 "$1")"; else ok; fi; }
-one_line() { if [ "$(wc -l <"$T/err")" -eq 1 ]; then ok; else bad "error is not one line: $(cat "$T/err")"; fi; }
-py() { if "$PY" -c "$@" >"$T/py" 2>&1; then ok; else bad "python: $(tail -3 "$T/py")"; fi; }
+. "$(dirname "$0")/lib.sh"
+t_init cli_fix2 fix2
+T_SHOW_HAS=600
 MECH="$FX/analysis/mech_cls.h5"   # layer 5 Refiner, layer 8 LSLA with outer bias: negative entries
 
 # ---- 1. negative entries: the layer is left out, named with the fix; ALS and distance stay in range
@@ -113,5 +98,4 @@ assert np.allclose(np.diag(cb), 1) and not np.allclose(cb, cu), (cb, cu)' "$T/hb
 expect 2 "$A" analyze "$MC" --metrics evolution --cka-hsic centred --out "$T/hx.h5"
 one_line; has "$T/err" "cka-hsic"
 
-echo "cli_fix2: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+t_done
