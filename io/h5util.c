@@ -41,6 +41,20 @@ int h5u_attr_write(hid_t loc, const char *name, hid_t type, hid_t space, const v
     H5Aclose(a);
     return e < 0 ? -1 : 0;
 }
+int h5u_attr_overwrite(hid_t loc, const char *name, hid_t mtype, const void *v) {
+    if (H5Aexists(loc, name) <= 0) return -1;
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    if (a < 0) return -1;
+    herr_t e = H5Awrite(a, mtype, v);
+    H5Aclose(a);
+    return e < 0 ? -1 : 0;
+}
+int h5u_attr_overwrite_str(hid_t loc, const char *name, const char *v) {
+    hid_t t = h5u_str_type(0);
+    int rc = h5u_attr_overwrite(loc, name, t, &v);
+    H5Tclose(t);
+    return rc;
+}
 /* a 1-D attribute of n values, or a scalar when n == 1 */
 static int attr_array(hid_t loc, const char *name, hid_t type, const void *v, int n) {
     hsize_t d = (hsize_t)n;

@@ -18,6 +18,11 @@ int h5u_attr_int64(hid_t loc, const char *name, long long v);
 int h5u_attr_floats(hid_t loc, const char *name, const float *v, int n);
 int h5u_attr_doubles(hid_t loc, const char *name, const double *v, int n);
 int h5u_attr_strs(hid_t loc, const char *name, const char *const *v, int n);
+/* Overwrites the value of an existing attribute in place (mtype: the value's memory type; for a
+ * variable-length string, v points to the char *). Unlike the writers above it neither deletes
+ * nor creates, so it works in SWMR-write mode. 0, or -1 when missing or on failure. */
+int h5u_attr_overwrite(hid_t loc, const char *name, hid_t mtype, const void *v);
+int h5u_attr_overwrite_str(hid_t loc, const char *name, const char *v);
 /* Reads up to n ints; returns the count, or -1 when missing or longer than n. */
 int h5u_attr_read_int(hid_t loc, const char *name, int *out, int n);
 /* String attribute (variable or fixed length) into out; "" when missing. */
