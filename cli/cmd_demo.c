@@ -23,11 +23,11 @@ static const char demo_model[] =
     " \"embed_dim\": 64, \"depth\": 4, \"num_heads\": 4, \"mlp_ratio\": 2,\n"
     " \"num_classes\": 6, \"qkv_bias\": true, \"class_token\": true, \"global_pool\": \"token\"}\n";
 
-/* /analysis/METRIC/head_mean/mean of a trace (one value per layer); 0 when absent. */
+/* /analysis/METRIC/head_mean/mean of a trace's results (one value per layer); 0 when absent. */
 static int head_means(const char *trace, const char *metric, double *out, int max) {
     char name[128];
     snprintf(name, sizeof name, "/analysis/%s/head_mean/mean", metric);
-    hid_t f = H5Fopen(trace, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t f = (hid_t)analysis_results_open(trace);
     if (f < 0) return 0;
     int n = 0;
     hid_t d = H5Dopen2(f, name, H5P_DEFAULT);

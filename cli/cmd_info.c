@@ -127,6 +127,10 @@ static int info_trace(const char *path) {
     printf("command     %s\n", buf);
     char *an = malloc(16384);
     if (an && analysis_list(r.path, an, 16384) > 0) {
+        char where[1100];
+        analysis_results_where(r.path, where, sizeof where);
+        printf("results in  %s\n", strcmp(where, r.path) != 0 ? where
+               : "the trace itself (analysed by an older attnscope)");
         printf("analysis    ");
         for (char *line = an, *nl; line; line = nl) {
             nl = strchr(line, '\n');
