@@ -86,5 +86,42 @@ expect 0 "$A" "${REC[@]}" --out "$T/empty.h5" --force
 expect 0 "$A" "${REC[@]}" --out "$T/t.h5" --force
 [ "$(opens "$T/t.h5")" = "12 1" ] && ok || bad "--force over a trace: $(opens "$T/t.h5")"
 
+# ---- item 1: analyze never writes the trace: killed anywhere, the trace is byte for byte what
+# record left, earlier results stay whole, and the next run leaves no temporary behind
+cp "$FX/analysis/vit_gap.h5" "$T/an.h5"
+cp "$T/an.h5" "$T/an.orig"
+expect 0 "$A" analyze "$T/an.h5" --metrics entropy --threads 1
+if [ -n "$SHIM" ]; then
+    shim an. 0 "$A" analyze "$T/an.h5" --metrics als --threads 1
+    N=$(cat "$T/count")
+    for K in 1 $((N / 3)) $((N / 2)) $((N - 3)) $((N - 1)) $N; do
+        shim an. $K "$A" analyze "$T/an.h5" --metrics als,distance --threads 1
+        cmp -s "$T/an.h5" "$T/an.orig" && ok || bad "analyze killed at write $K of $N changed the trace"
+        expect 0 "$A" info "$T/an.h5"; has "$T/out" "entropy v1, 4 images"
+    done
+fi
+expect 0 "$A" analyze "$T/an.h5" --metrics als --threads 1
+ls "$T" | grep -q 'analysis-tmp' && bad "analyze left temporaries: $(ls "$T")" || ok
+expect 0 "$A" info "$T/an.h5"; has "$T/out" "results in  .*an.analysis.h5"; has "$T/out" "als v1"; has "$T/out" "entropy v1"
+expect 0 "$A" plot als "$T/an.h5" -o "$T/als.svg"
+cmp -s "$T/an.h5" "$T/an.orig" && ok || bad "analyze changed the trace"
+# a trace analysed by an older attnscope holds its results inside: still read, and carried over
+cp "$T/an.orig" "$T/old.h5"
+$PY -c "
+import h5py, sys
+with h5py.File(sys.argv[1], 'r') as s, h5py.File(sys.argv[2], 'a') as t:
+    t.copy(s['analysis'], 'analysis')" "$T/an.analysis.h5" "$T/old.h5"
+expect 0 "$A" info "$T/old.h5"; has "$T/out" "results in  the trace itself"; has "$T/out" "als v1"
+expect 0 "$A" plot als "$T/old.h5" -o "$T/als-old.svg"
+expect 0 "$A" analyze "$T/old.h5" --metrics distance --threads 1
+expect 0 "$A" info "$T/old.h5"; has "$T/out" "old.analysis.h5"; has "$T/out" "als v1"; has "$T/out" "distance v1"
+# a trace recorded again under the same name does not inherit the old trace's results
+expect 0 "$A" "${REC[@]}" --out "$T/t2.h5"
+expect 0 "$A" analyze "$T/t2.h5" --metrics entropy --threads 1
+sleep 1
+expect 0 "$A" "${REC[@]}" --out "$T/t2.h5" --force
+expect 0 "$A" info "$T/t2.h5"
+grep -q "entropy v1" "$T/out" && bad "a new trace shows the old trace's results" || ok
+
 echo "robust: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
