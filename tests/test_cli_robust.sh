@@ -123,5 +123,30 @@ expect 0 "$A" "${REC[@]}" --out "$T/t2.h5" --force
 expect 0 "$A" info "$T/t2.h5"
 grep -q "entropy v1" "$T/out" && bad "a new trace shows the old trace's results" || ok
 
+# ---- item 4: a full disk (here RLIMIT_FSIZE, ulimit -f, in KiB) gives one line and leaves
+# nothing that looks complete: figures, a new trace, --force over a trace, a trace mid-run
+fulldisk() { local kb=$1; shift; ( ulimit -f "$kb"; "$@" ) >"$T/out" 2>"$T/err"; echo $? >"$T/rc"; }
+for ext in pdf svg png; do
+    fulldisk 8 "$A" plot als "$T/an.h5" -o "$T/full.$ext"
+    [ "$(cat "$T/rc")" = 1 ] && ok || bad "plot .$ext on a full disk: exit $(cat "$T/rc")"
+    has "$T/err" "full.$ext"; one_line
+    ls "$T" | grep -q "^full\.$ext" && bad "plot .$ext on a full disk left $(ls "$T" | grep full)" || ok
+done
+fulldisk 4 "$A" "${REC[@]}" --out "$T/full.h5"
+[ "$(cat "$T/rc")" = 1 ] && ok || bad "record on a full disk: exit $(cat "$T/rc")"
+has "$T/err" "full.h5.*disk full"; one_line
+ls "$T" | grep -q "^full\.h5" && bad "record on a full disk left $(ls "$T" | grep full)" || ok
+fulldisk 4 "$A" "${REC[@]}" --out "$T/t.h5" --force
+has "$T/err" "disk full"; one_line
+[ "$(opens "$T/t.h5")" = "12 1" ] && ok || bad "--force on a full disk damaged the old trace"
+ls "$T" | grep -q "^t\.h5\.tmp" && bad "--force on a full disk left $(ls "$T" | grep t.h5)" || ok
+fulldisk 200 "$A" "${REC[@]}" --out "$T/half.h5"
+[ "$(cat "$T/rc")" = 1 ] && ok || bad "record filling the disk: exit $(cat "$T/rc")"
+has "$T/err" "File too large"; has "$T/err" "\-\-resume"; one_line
+expect 0 "$A" info "$T/half.h5"
+fulldisk 50 "$A" train --config "$(dirname "$FX")/../experiments/models/vit_shapes.json" --data shapes:256 --out "$T/trainfull" --epochs 1 --batch 32 --threads 1 --quiet
+[ "$(cat "$T/rc")" = 1 ] && ok || bad "train on a full disk: exit $(cat "$T/rc") $(cat "$T/err")"
+one_line
+
 echo "robust: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
