@@ -36,6 +36,10 @@ static as_status alloc_rgb(image *im, long w, long h, const char *name, as_error
         !as_mul_size((size_t)w, (size_t)h, &n) || !as_mul_size(n, 3, &n))
         return as_fail(err, AS_ERR_FORMAT, "%s: image size %ldx%ld is out of range (1..%d): "
                        "corrupt header", name, w, h, IMAGE_MAX_SIDE);
+    if (w * h > IMAGE_MAX_PIXELS)
+        return as_fail(err, AS_ERR_FORMAT, "%s: %ldx%ld = %ld pixels is above the decompression-bomb "
+                       "limit of %ld pixels (PIL's): resize the image first", name, w, h, w * h,
+                       IMAGE_MAX_PIXELS);
     im->rgb = malloc(n);
     if (!im->rgb) return as_fail(err, AS_ERR_NOMEM, "%s: out of memory for %ldx%ld", name, w, h);
     im->w = (int)w;

@@ -21,6 +21,10 @@ typedef struct {
 } image;
 
 #define IMAGE_MAX_SIDE 32768 /* refuse anything larger: a corrupt header, or an attack */
+/* The decompression-bomb limit: PIL (whose decoding attnscope matches) raises
+ * DecompressionBombError above 2 x Image.MAX_IMAGE_PIXELS = 2 x 89,478,485 pixels; attnscope
+ * refuses the same images, before allocating anything for them. */
+#define IMAGE_MAX_PIXELS 178956970L
 
 as_status image_load(image *im, const char *path, as_error *err);
 /* Decodes from memory (the fuzz entry point). name is for messages. */

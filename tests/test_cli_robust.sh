@@ -148,5 +148,33 @@ fulldisk 50 "$A" train --config "$(dirname "$FX")/../experiments/models/vit_shap
 [ "$(cat "$T/rc")" = 1 ] && ok || bad "train on a full disk: exit $(cat "$T/rc") $(cat "$T/err")"
 one_line
 
+# ---- item 5 (part): hostile image inputs
+mkdir -p "$T/loop/sub"
+cp "$FX/img.png" "$T/loop/1.png"; cp "$FX/img.jpg" "$T/loop/sub/2.jpg"
+ln -s . "$T/loop/a"; ln -s . "$T/loop/b"; ln -s .. "$T/loop/sub/up"
+timeout 60 "$A" record --model "$FX/vit_cls" --images "$T/loop" --out "$T/loop.h5" -q >"$T/out" 2>"$T/err"
+[ $? = 0 ] && ok || bad "symlink loops: $(cat "$T/err")"
+expect 0 "$A" info "$T/loop.h5"; has "$T/out" "images      2 complete"
+expect 1 timeout 20 "$A" record --model "$FX/vit_cls" --images /dev/zero --out "$T/z.h5"; has "$T/err" "not a regular file"; one_line
+mkfifo "$T/list.txt"
+expect 1 timeout 20 "$A" record --model "$FX/vit_cls" --images "$T/list.txt" --out "$T/z.h5"; has "$T/err" "not a regular file"; one_line
+mkfifo "$T/loop/f.png"
+expect 1 timeout 20 "$A" record --model "$FX/vit_cls" --images "$T/loop" --out "$T/z.h5"; has "$T/err" "f.png: not a regular file"; one_line
+rm "$T/loop/f.png"
+# a 3 kB PNG declaring 20000 x 20000 pixels: refused before any allocation (PIL's limit)
+mkdir "$T/bomb"
+$PY -c "
+import zlib, struct, sys
+def chunk(t, d): return struct.pack('>I', len(d)) + t + d + struct.pack('>I', zlib.crc32(t + d) & 0xffffffff)
+w = h = 20000
+raw = zlib.compress(b''.join(b'\\0' + b'\\0' * (w * 3) for _ in range(50)), 9)
+open(sys.argv[1], 'wb').write(b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 2, 0, 0, 0)) + chunk(b'IDAT', raw) + chunk(b'IEND', b''))" "$T/bomb/b.png"
+expect 1 "$A" record --model "$FX/vit_cls" --images "$T/bomb" --out "$T/z.h5"; has "$T/err" "decompression-bomb limit of 178956970"; one_line
+if [ "$(id -u)" != 0 ]; then   # root reads any folder
+    mkdir -p "$T/locked/a"; cp "$FX/img.png" "$T/locked/1.png"; chmod 000 "$T/locked/a"
+    expect 1 "$A" record --model "$FX/vit_cls" --images "$T/locked" --out "$T/z.h5"; has "$T/err" "locked/a: cannot"; has "$T/err" "ermission"; one_line
+    chmod 755 "$T/locked/a"
+fi
+
 echo "robust: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
