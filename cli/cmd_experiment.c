@@ -219,6 +219,16 @@ static as_status run_model(exp_run *x, exp_model *em, const cJSON *root, const c
     return stamp_write(x, key, em->stamp, err);
 }
 
+/* Experiment, model and figure names become file and folder names under the output folder:
+ * one path component each, so no name can write outside it ("../../x", "/etc/x") or onto the
+ * folder's own state (".state"). */
+static int exp_name_ok(const char *s, size_t max) {
+    if (!s || !s[0] || strlen(s) >= max || s[0] == '.') return 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p == '/' || *p == '\\' || *p < 0x20 || *p == 0x7f) return 0;
+    return 1;
+}
+
 static const exp_model *find_model(const exp_run *x, const char *name) {
     for (int i = 0; i < x->n_models; i++)
         if (strcmp(x->models[i].name, name) == 0) return &x->models[i];
@@ -260,6 +270,10 @@ static as_status run_figure(exp_run *x, const cJSON *fj, int idx, FILE *index, a
         o.cmap_set = 1;
     }
     char base[96];
+    if (!exp_name_ok(jstr(fj, "name", fname), sizeof base))
+        return as_fail(err, AS_ERR_CONFIG, "%s: figures[%d]: name \"%s\" is not a plain file name: "
+                       "use letters, digits, '-' or '_' (no '/', no leading '.')", x->file, idx,
+                       jstr(fj, "name", fname));
     snprintf(base, sizeof base, "%s", jstr(fj, "name", fname));
     char *fjs = cJSON_PrintUnformatted(fj);
     char fstamp[16384];
@@ -380,6 +394,12 @@ int cmd_experiment(int argc, char **argv) {
         cJSON_Delete(root);
         return 1;
     }
+    if (!exp_name_ok(name, 256)) {
+        fprintf(stderr, "attnscope: %s: \"name\": \"%s\" is not a plain folder name: use letters, "
+                "digits, '-' or '_' (no '/', no leading '.')\n", x.file, name);
+        cJSON_Delete(root);
+        return 1;
+    }
     if (out) snprintf(x.out, sizeof x.out, "%s", out);
     else snprintf(x.out, sizeof x.out, "results/%s", name);
     char state[1100];
@@ -390,8 +410,9 @@ int cmd_experiment(int argc, char **argv) {
     }
     cJSON_ArrayForEach(m, models) {
         const char *mn = jstr(m, "name", NULL);
-        if (!mn || strlen(mn) >= 64 || strchr(mn, '/') || x.n_models == EXP_MAX_MODELS || find_model(&x, mn)) {
-            fprintf(stderr, "attnscope: %s: every model needs a unique \"name\" without '/' (at most %d models)\n",
+        if (!exp_name_ok(mn, 64) || x.n_models == EXP_MAX_MODELS || find_model(&x, mn)) {
+            fprintf(stderr, "attnscope: %s: every model needs a unique \"name\" that is a plain file "
+                    "name (no '/', no leading '.', under 64 bytes; at most %d models)\n",
                     x.file, EXP_MAX_MODELS);
             cJSON_Delete(root);
             return 1;

@@ -176,5 +176,24 @@ if [ "$(id -u)" != 0 ]; then   # root reads any folder
     chmod 755 "$T/locked/a"
 fi
 
+# experiment, model and figure names are single path components: nothing lands outside OUT
+mkdir -p "$T/ex/a/b"
+AA=$(readlink -f "$A")
+exp_json() {
+    cat >"$T/ex/a/b/e.json" <<JSON
+{"name": "$1", "images": {"synthetic": 2, "size": 32, "seed": 7}, "record": "attn",
+ "models": [{"name": "$2", "config": {"architecture": "custom", "img_size": 32, "patch_size": 8,
+   "embed_dim": 16, "depth": 2, "num_heads": 2, "num_classes": 3}, "seed": 1}],
+ "analyze": {"metrics": "entropy"}, "figures": [{"figure": "entropy", "models": ["$2"], "name": "$3"}]}
+JSON
+}
+for names in "../../escaped m f" "ok ../m2 f" "ok .state f" "ok m ../../fig-escaped" "ok m /tmp/fig-escaped"; do
+    exp_json $names
+    ( cd "$T/ex/a/b" && "$AA" experiment e.json ) >"$T/out" 2>"$T/err"
+    [ $? = 1 ] && ok || bad "experiment names $names were accepted"
+    has "$T/err" "plain"; one_line
+    [ -z "$(find "$T" /tmp/fig-escaped.pdf -name '*escaped*' 2>/dev/null)" ] && ok || bad "names $names wrote outside the output folder"
+done
+
 echo "robust: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
