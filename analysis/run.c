@@ -451,8 +451,7 @@ static hid_t open_ro(const char *path) {
     if (H5Fis_hdf5(path) <= 0) return -1;
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f >= 0) return f;
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_file_locking(fapl, 0, 1);
+    hid_t fapl = h5u_swmr_read_fapl();
     f = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
     H5Pclose(fapl);
     return f;

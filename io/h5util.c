@@ -14,6 +14,19 @@ void h5u_quiet(void) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 }
 
+/* A SWMR reader retries a metadata read whose checksum fails, since the writer may be rewriting
+ * it at that moment; HDF5's default is 100 attempts with a growing sleep between them, so one
+ * flipped byte in a superblock kept info, view and analyze waiting for minutes. A writer
+ * rewrites a piece of metadata in one write call, so a few attempts see it whole. */
+#define H5U_SWMR_READ_ATTEMPTS 8
+
+hid_t h5u_swmr_read_fapl(void) {
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_file_locking(fapl, 0, 1);
+    H5Pset_metadata_read_attempts(fapl, H5U_SWMR_READ_ATTEMPTS);
+    return fapl;
+}
+
 /* The IEEE half type, as h5py and numpy's float16 read it. */
 hid_t h5u_f16_type(void) {
     hid_t t = H5Tcopy(H5T_IEEE_F32LE);

@@ -8,6 +8,9 @@
 #include <stddef.h>
 
 void h5u_quiet(void);                       /* no HDF5 error stacks on stderr */
+/* File access for a SWMR reader (close with H5Pclose): no file lock (a reader's lock would stop
+ * the writer from stamping its end state), and a bounded metadata retry loop (see h5util.c). */
+hid_t h5u_swmr_read_fapl(void);
 hid_t h5u_f16_type(void);                   /* IEEE binary16, as numpy's float16 */
 hid_t h5u_str_type(size_t n);               /* UTF-8 string of n bytes, 0 = variable length */
 int h5u_attr_write(hid_t loc, const char *name, hid_t type, hid_t space, const void *v);

@@ -845,8 +845,7 @@ static as_status check_replaceable(const char *path, const struct stat *sb, trac
     if (sb->st_size == 0 && mode == TRACE_FORCE) return AS_OK;
     int is_trace = 0;
     if (H5Fis_hdf5(path) > 0) {
-        hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-        H5Pset_file_locking(fapl, 0, 1);
+        hid_t fapl = h5u_swmr_read_fapl();
         hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
         if (f < 0) f = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
         H5Pclose(fapl);
@@ -1131,8 +1130,7 @@ as_status trace_reader_open(trace_reader *r, const char *path, as_error *err) {
         /* being written now, or left by a killed run: SWMR read still sees every flushed batch */
         /* Without a file lock: a lock held by this reader would stop the writer from reopening
          * the file to record its end state when the run finishes. SWMR readers need no lock. */
-        hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-        H5Pset_file_locking(fapl, 0, 1);
+        hid_t fapl = h5u_swmr_read_fapl();
         f = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
         H5Pclose(fapl);
         r->swmr = 1;
