@@ -7,6 +7,8 @@ set -u
 A=${ATTNSCOPE:-build/attnscope}
 FX=${FIXTURES:-tests/fixtures}
 SHIM=${KILLSHIM:-}
+# under ASan the shim comes first in the preload list; its calls pass on to ASan's and libc's
+export ASAN_OPTIONS="${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}verify_asan_link_order=0"
 PY=/usr/bin/python3
 T=$(mktemp -d "${TMPDIR:-/tmp}/attnscope-robust.XXXXXX")
 trap 'rm -rf "$T"' EXIT
