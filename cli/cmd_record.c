@@ -179,6 +179,8 @@ static void usage(FILE *f) {
 "  --img-size N       run at another input size (position embeddings resampled)\n"
 "  --threads N        threads (default: all cores)\n"
 "  --limit N          record only the first N images\n"
+"  --max-image-pixels N  refuse images of more than N pixels (default 178956970, PIL's\n"
+"                     decompression-bomb limit: 2 x Image.MAX_IMAGE_PIXELS)\n"
 "  --resume           continue an interrupted trace\n"
 "  --force            overwrite an existing trace\n"
 "  -q, --quiet        no summary\n"
@@ -258,8 +260,10 @@ int cmd_record(int argc, char **argv) {
         {"threads", required_argument, 0, 't'}, {"img-size", required_argument, 0, 's'},
         {"limit", required_argument, 0, 'n'}, {"query-rows", required_argument, 0, 'R'},
         {"resume", no_argument, 0, 'u'}, {"force", no_argument, 0, 'f'},
-        {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
+        {"max-image-pixels", required_argument, 0, 'P'}, {0, 0, 0, 0}};
     const char *model_path = NULL, *arch = NULL, *images = NULL, *out = NULL, *what = "attn";
+    int max_pixels = 0;
     const char *layers = "all", *heads = "all", *dtype = "f16", *compress = "none", *rows = "all";
     int batch = 8, threads = 0, img_size = 0, limit = 0, resume = 0, force = 0, quiet = 0, ch;
     optind = 1;
@@ -280,6 +284,7 @@ int cmd_record(int argc, char **argv) {
         case 't': ok = cli_parse_int(optarg, 1, 1024, &threads); break;
         case 's': ok = cli_parse_int(optarg, 1, 16384, &img_size); break;
         case 'n': ok = cli_parse_int(optarg, 1, 1 << 30, &limit); break;
+        case 'P': ok = cli_parse_int(optarg, 1, 1 << 30, &max_pixels); break;
         case 'u': resume = 1; break;
         case 'f': force = 1; break;
         case 'q': quiet = 1; break;
@@ -310,6 +315,7 @@ int cmd_record(int argc, char **argv) {
         model_free(&m);
         return cli_error(&err);
     }
+    ds.max_pixels = max_pixels;
     record_opts o;
     memset(&o, 0, sizeof o);
     char cmdline[4096];

@@ -410,7 +410,7 @@ as_status dataset_load(const dataset *ds, int i, float *x, unsigned char *rgb,
         return AS_OK;
     }
     image im;
-    as_status rc = image_load(&im, ds->paths[i], err);
+    as_status rc = image_load_max(&im, ds->paths[i], ds->max_pixels > 0 ? ds->max_pixels : IMAGE_MAX_PIXELS, err);
     if (rc != AS_OK) return rc;
     rc = image_preprocess(x, rgb, &im, cfg, err);
     image_free(&im);

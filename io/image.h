@@ -30,6 +30,10 @@ as_status image_load(image *im, const char *path, as_error *err);
 /* Decodes from memory (the fuzz entry point). name is for messages. */
 as_status image_decode(image *im, const unsigned char *buf, size_t len, const char *name,
                        as_error *err);
+/* The same with another pixel limit than IMAGE_MAX_PIXELS (record --max-image-pixels). */
+as_status image_load_max(image *im, const char *path, long max_pixels, as_error *err);
+as_status image_decode_max(image *im, const unsigned char *buf, size_t len, const char *name,
+                           long max_pixels, as_error *err);
 void image_free(image *im);
 int image_is_supported_name(const char *path); /* .png .jpg .jpeg (any case) */
 

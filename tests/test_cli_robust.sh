@@ -172,6 +172,11 @@ w = h = 20000
 raw = zlib.compress(b''.join(b'\\0' + b'\\0' * (w * 3) for _ in range(50)), 9)
 open(sys.argv[1], 'wb').write(b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 2, 0, 0, 0)) + chunk(b'IDAT', raw) + chunk(b'IEND', b''))" "$T/bomb/b.png"
 expect 1 "$A" record --model "$FX/vit_cls" --images "$T/bomb" --out "$T/z.h5"; has "$T/err" "decompression-bomb limit of 178956970"; one_line
+# the limit is an option: lowered below the fixture's 45 x 37 = 1665 pixels it refuses it
+mkdir "$T/small"; cp "$FX/img.png" "$T/small/"
+expect 1 "$A" record --model "$FX/vit_cls" --images "$T/small" --out "$T/z.h5" --max-image-pixels 1000
+has "$T/err" "limit of 1000 pixels"; has "$T/err" "\-\-max-image-pixels"; one_line
+expect 0 "$A" record --model "$FX/vit_cls" --images "$T/small" --out "$T/z.h5" --max-image-pixels 1665
 if [ "$(id -u)" != 0 ]; then   # root reads any folder
     mkdir -p "$T/locked/a"; cp "$FX/img.png" "$T/locked/1.png"; chmod 000 "$T/locked/a"
     expect 1 "$A" record --model "$FX/vit_cls" --images "$T/locked" --out "$T/z.h5"; has "$T/err" "locked/a: cannot"; has "$T/err" "ermission"; one_line
