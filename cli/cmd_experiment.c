@@ -229,6 +229,54 @@ static int exp_name_ok(const char *s, size_t max) {
     return 1;
 }
 
+as_status experiment_check(const char *text, const char *file, as_error *err) {
+    cJSON *root = cJSON_Parse(text);
+    as_status rc = AS_OK;
+    const cJSON *models = cJSON_GetObjectItemCaseSensitive(root, "models"), *m, *f;
+    const char *name = cJSON_IsObject(root) ? jstr(root, "name", NULL) : NULL;
+    if (!cJSON_IsObject(root)) {
+        rc = as_fail(err, AS_ERR_CONFIG, "%s: not valid JSON: see docs/experiments.md", file);
+    } else if (!name || !cJSON_IsArray(models) || cJSON_GetArraySize(models) < 1) {
+        rc = as_fail(err, AS_ERR_CONFIG, "%s: needs \"name\" and a non-empty \"models\" list: see "
+                     "docs/experiments.md", file);
+    } else if (!exp_name_ok(name, 256)) {
+        rc = as_fail(err, AS_ERR_CONFIG, "%s: \"name\": \"%s\" is not a plain folder name: use "
+                     "letters, digits, '-' or '_' (no '/', no leading '.')", file, name);
+    }
+    int i = 0;
+    const cJSON *mlist = rc == AS_OK ? models : NULL;
+    cJSON_ArrayForEach(m, mlist) {
+        const char *mn = jstr(m, "name", NULL);
+        int dup = 0, j = 0;
+        for (const cJSON *o = models->child; o && j < i; o = o->next, j++) dup |= mn && strcmp(jstr(o, "name", ""), mn) == 0;
+        if (!exp_name_ok(mn, 64) || dup || i >= EXP_MAX_MODELS) {
+            rc = as_fail(err, AS_ERR_CONFIG, "%s: models[%d]: every model needs a unique \"name\" that "
+                         "is a plain file name (no '/', no leading '.', under 64 bytes; at most %d "
+                         "models)", file, i, EXP_MAX_MODELS);
+            break;
+        }
+        i++;
+    }
+    const cJSON *figs = rc == AS_OK ? cJSON_GetObjectItemCaseSensitive(root, "figures") : NULL;
+    int k = 0;
+    if (!cJSON_IsArray(figs)) figs = NULL;
+    cJSON_ArrayForEach(f, figs) {
+        const char *fname = jstr(f, "figure", "");
+        const char *base = jstr(f, "name", fname);
+        if (!figure_find(fname)) {
+            rc = as_fail(err, AS_ERR_CONFIG, "%s: figures[%d]: unknown figure \"%s\" (attnscope plot "
+                         "--list)", file, k, fname);
+        } else if (!exp_name_ok(base, 96)) {
+            rc = as_fail(err, AS_ERR_CONFIG, "%s: figures[%d]: name \"%s\" is not a plain file name: "
+                         "use letters, digits, '-' or '_' (no '/', no leading '.')", file, k, base);
+        }
+        if (rc != AS_OK) break;
+        k++;
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
 static const exp_model *find_model(const exp_run *x, const char *name) {
     for (int i = 0; i < x->n_models; i++)
         if (strcmp(x->models[i].name, name) == 0) return &x->models[i];
@@ -382,6 +430,12 @@ int cmd_experiment(int argc, char **argv) {
         free(text);
         cJSON_Delete(root);
         return 1;
+    }
+    /* every name and reference checked before anything is recorded or written */
+    if (experiment_check(text, x.file, &err) != AS_OK) {
+        free(text);
+        cJSON_Delete(root);
+        return cli_error(&err);
     }
     free(text);
     const char *slash = strrchr(x.file, '/');
