@@ -1230,15 +1230,18 @@ static int index_of(const int *v, int n, int x) {
 }
 
 /* Reads a hyperslab [image, (head)] of a dataset as float, converting float16 itself. */
+/* want: the floats the caller's buffer holds for this read, as the trace's attributes promise
+ * (0: the caller sized it from the dataset itself); a dataset of another shape is refused, so a
+ * hostile trace cannot write past the buffer. */
 static as_status read_slab(const trace_reader *r, const char *name, long image, int head_pos,
-                           float *out, as_error *err) {
+                           size_t want, float *out, as_error *err) {
     hid_t d = H5Dopen2((hid_t)r->file_id, name, H5P_DEFAULT);
     if (d < 0) return as_fail(err, AS_ERR_ARG, "%s: no dataset %s in this trace: record it (see "
                               "attnscope info %s)", r->path, name, r->path);
     hid_t fs = H5Dget_space(d);
-    hsize_t dims[5], off[5] = {0}, cnt[5];
-    int nd = H5Sget_simple_extent_dims(fs, dims, NULL);
-    if (r->swmr && image >= 0 && (hsize_t)image >= dims[0]) {
+    hsize_t dims[H5S_MAX_RANK], off[5] = {0}, cnt[5];
+    int nd = H5Sget_simple_extent_dims(fs, dims, NULL); /* at most H5S_MAX_RANK */
+    if (nd >= 1 && r->swmr && image >= 0 && (hsize_t)image >= dims[0]) {
         /* a live trace: see what the writer added since the open (refreshing costs a metadata
          * reload, so only when the image lies beyond what this handle knows) */
         H5Sclose(fs);
@@ -1247,7 +1250,17 @@ static as_status read_slab(const trace_reader *r, const char *name, long image, 
         nd = H5Sget_simple_extent_dims(fs, dims, NULL);
     }
     as_status rc = AS_OK;
-    if (image < 0 || (hsize_t)image >= dims[0] || image >= r->n_images) {
+    size_t have = 1;
+    for (int i = 1; i < nd && i < 5; i++) have *= (head_pos >= 0 && i == 1) ? 1 : (size_t)dims[i];
+    if (nd < 1 || nd > 5) {
+        rc = as_fail(err, AS_ERR_FORMAT, "%s: %s has %d dimensions: the file is corrupt", r->path, name, nd);
+    } else if (want && have != want) {
+        rc = as_fail(err, AS_ERR_FORMAT, "%s: %s holds %zu values per image where its attributes "
+                     "promise %zu: the file is corrupt", r->path, name, have, want);
+    } else if (head_pos >= 0 && (nd < 2 || (hsize_t)head_pos >= dims[1])) {
+        rc = as_fail(err, AS_ERR_FORMAT, "%s: %s has no head position %d: the file is corrupt",
+                     r->path, name, head_pos);
+    } else if (image < 0 || (hsize_t)image >= dims[0] || image >= r->n_images) {
         rc = as_fail(err, AS_ERR_ARG, "%s: image %ld out of range (%ld complete images)", r->path,
                      image, r->n_images);
     } else {
@@ -1294,7 +1307,11 @@ as_status trace_read_head(const trace_reader *r, trace_quantity q, long image, i
                        r->path, trace_q_names[q], trace_q_names[q]);
     char name[64];
     snprintf(name, sizeof name, "layers/%02d/%s", layer, trace_q_names[q]);
-    return read_slab(r, name, image, hp, out, err);
+    const size_t T = (size_t)r->num_tokens;
+    const size_t want = is_map(q) ? (size_t)r->q_rows * T
+                      : q == TRACE_Q_TOKENS ? T * (size_t)r->cfg.embed_dim
+                                            : T * (size_t)vit_qk_head_dim(&r->cfg, layer);
+    return read_slab(r, name, image, hp, want, out, err);
 }
 
 as_status trace_read_map(const trace_reader *r, const char *name, long image, int layer,
@@ -1312,12 +1329,12 @@ as_status trace_read_map(const trace_reader *r, const char *name, long image, in
     int hp = index_of(heads, nh, head);
     if (hp < 0) return as_fail(err, AS_ERR_ARG, "%s: head %d of %s in layer %d was not recorded",
                                r->path, head, name, layer);
-    return read_slab(r, path, image, hp, out, err);
+    return read_slab(r, path, image, hp, 0, out, err);
 }
 
 as_status trace_read_image_slab(const trace_reader *r, const char *name, long image, float *out,
                                 as_error *err) {
-    return read_slab(r, name, image, -1, out, err);
+    return read_slab(r, name, image, -1, 0, out, err);
 }
 
 int trace_dataset_dims(const trace_reader *r, const char *name, long *dims, int max) {
@@ -1345,7 +1362,7 @@ as_status trace_read_tokens(const trace_reader *r, long image, int layer, float 
                        "--record tokens", r->path);
     char name[64];
     snprintf(name, sizeof name, "layers/%02d/tokens", layer);
-    return read_slab(r, name, image, -1, out, err);
+    return read_slab(r, name, image, -1, (size_t)r->num_tokens * (size_t)r->cfg.embed_dim, out, err);
 }
 
 as_status trace_read_image_info(const trace_reader *r, long image, char *path, size_t path_n,
@@ -1388,7 +1405,7 @@ as_status trace_read_image_info(const trace_reader *r, long image, char *path, s
         }
         snprintf(path, path_n, "%s", buf);
     }
-    if (logits && r->cfg.num_classes > 0) return read_slab(r, "images/logits", image, -1, logits, err);
+    if (logits && r->cfg.num_classes > 0) return read_slab(r, "images/logits", image, -1, (size_t)r->cfg.num_classes, logits, err);
     return AS_OK;
 }
 
