@@ -1184,7 +1184,9 @@ as_status trace_reader_open(trace_reader *r, const char *path, as_error *err) {
         trace_reader_close(r);
         return as_fail(err, AS_ERR_FORMAT, "%s: layers/heads attributes missing", path);
     }
-    return trace_reader_refresh(r, err);
+    as_status rc = trace_reader_refresh(r, err);
+    if (rc != AS_OK) trace_reader_close(r); /* found by fuzz_trace: it leaked the open trace */
+    return rc;
 }
 
 as_status trace_reader_refresh(trace_reader *r, as_error *err) {
