@@ -24,9 +24,10 @@ static void usage(FILE *f) {
 "                         [--entropy-normalize] [--distance-prefix drop|renormalise]\n"
 "                         [--per-image] [--max-images N] [--threads N] [--quiet]\n"
 "Computes metrics per image, then mean, standard deviation and 95%% t interval over images.\n"
-"Results go to the trace's /analysis group (recorded data is never modified) or with --out to\n"
-"a results file; --csv also writes one long-format table per result. Without --metrics every\n"
-"metric the trace supports runs and the others are skipped with the record flag they need.\n"
+"Results go to a results file beside the trace (run.h5 -> run.analysis.h5; the trace itself is\n"
+"never written) or with --out to another; --csv also writes one long-format table per result.\n"
+"Without --metrics every metric the trace supports runs and the others are skipped with the\n"
+"record flag they need.\n"
 "Exact definitions: docs/analysis.md. Metrics:\n");
     for (int i = 0; i < analysis_metric_count(); i++)
         fprintf(f, "  %-11s %s\n", analysis_metric_name(i), analysis_metric_summary(i));
@@ -161,13 +162,15 @@ int cmd_analyze(int argc, char **argv) {
     sigaction(SIGTERM, &old_term, NULL);
     progress_finish(&pg);
     if (rc != AS_OK) return cli_error(&err);
+    char side[1100];
+    if (!out) analysis_results_path(trace, side, sizeof side);
     if (!o.quiet) {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
         printf("analysed %ld images in %.2f s (%.1f images/s, %d threads); %d metric%s -> %s%s; "
                "batch working set %.1f MB, peak memory %.1f MB\n", rep.images, rep.seconds,
                rep.images / (rep.seconds > 1e-9 ? rep.seconds : 1e-9), o.threads, rep.metrics_run,
-               rep.metrics_run == 1 ? "" : "s", out ? out : trace, out ? "" : " (/analysis)",
+               rep.metrics_run == 1 ? "" : "s", out ? out : side, "",
                rep.batch_bytes / 1e6, ru.ru_maxrss / 1024.0);
     }
     return 0;

@@ -28,9 +28,10 @@ void atomic_sweep(const char *path, const char *suffix) {
         if (strncmp(e->d_name, base, bl) != 0 || !e->d_name[bl]) continue;
         char *end;
         long pid = strtol(e->d_name + bl, &end, 10);
-        if (*end || pid <= 0 || pid == (long)getpid()) continue;
-        /* a live process with that id may be the writer (or reuse the id): leave it alone */
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        if (*end || pid <= 0) continue;
+        /* a live process with that id may be the writer (or reuse the id): leave it alone; our
+         * own id is a dead run's too, as this process sweeps before it makes its temporaries */
+        if (pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno != ESRCH)) continue;
         char full[2100];
         snprintf(full, sizeof full, "%s%s", dir, e->d_name);
         struct stat sb;
