@@ -621,13 +621,10 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
     atomic_sweep(out_path, ".analysis-tmp");
     atomic_sweep(trace_path, ".analysis-tmp");
     atomic_tmp_name(tmp, sizeof tmp, out_path, ".analysis-tmp");
-    /* the latest format, as traces: every piece of metadata carries a checksum, so a damaged
-     * results file is refused by HDF5 rather than walked (fuzz_trace crashed HDF5 1.10.8's
-     * H5Gget_info on a corrupt old-format group) */
-    hid_t res_fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_libver_bounds(res_fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
-    res = H5Fcreate(tmp, H5F_ACC_EXCL, H5P_DEFAULT, res_fapl);
-    H5Pclose(res_fapl);
+    /* HDF5's default (oldest) format, on purpose: in the latest one a metric's many attributes
+     * go to dense storage, and HDF5 1.10.8's H5Ocopy of dense variable-length string attributes
+     * (which keeping earlier metrics needs) calls a null conversion function */
+    res = H5Fcreate(tmp, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
     if (res < 0) {
         rc = as_fail(err, AS_ERR_IO, "%s: cannot create a results file next to it (%s): check the "
                      "folder is writable", tmp, strerror(errno));
