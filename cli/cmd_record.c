@@ -316,8 +316,6 @@ static const cli_opt record_opts_table[] = {
      "architecture; needed for a bare .safetensors without config.json"},
     {'i', 'i', "images",    "PATH",  NULL, "required", "an image, a folder (recursive), an ImageFolder tree (class sub-folders give "
      "labels), a .txt list (one path [label] per line), or a .npy / .safetensors tensor (N,3,H,W) of preprocessed float32 images"},
-    {'P', 0,   "max-image-pixels", "N", "1..1073741824", "178956970",
-     "refuse images of more than N pixels (PIL's decompression-bomb limit, 2 x Image.MAX_IMAGE_PIXELS)"},
     {'o', 'o', "out",       "FILE",  NULL, "required", "the trace (HDF5); never overwritten without --force"},
     {'r', 0,   "record",    "LIST",  "attn, scores, qk, q, k, tokens, internals, all (comma-separated)", "attn",
      "what to record: attention maps, pre-softmax scores, queries/keys, block outputs; internals: a mechanism's "
@@ -331,6 +329,8 @@ static const cli_opt record_opts_table[] = {
     {'s', 0,   "img-size",  "N",     "1..16384", "the model's", "run at another input size (position embeddings resampled)"},
     {'t', 0,   "threads",   "N",     "1..1024", "$OMP_NUM_THREADS, else all cores", "threads"},
     {'n', 0,   "limit",     "N",     "1 or more", "all images", "record only the first N images (skipped inputs do not count)"},
+    {'P', 0,   "max-image-pixels", "N", "1..1073741824", "178956970",
+     "refuse images of more than N pixels (PIL's decompression-bomb limit, 2 x Image.MAX_IMAGE_PIXELS)"},
     {'u', 0,   "resume",    NULL,    NULL, NULL, "continue an interrupted trace"},
     {'f', 0,   "force",     NULL,    NULL, NULL, "replace an existing trace (only a regular file that is a "
      "trace, or an empty file: never a folder, a device or a symlink's target)"},
