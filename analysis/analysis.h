@@ -6,7 +6,7 @@
  *     analysis_opts_default(&o);
  *     o.metrics = analysis_metric_mask("als,similarity", &err);   // 0 on a bad name
  *     analysis_report rep;
- *     if (analysis_run("run.h5", NULL, &o, &rep, &err) != AS_OK) ... // NULL: into run.h5's /analysis
+ *     if (analysis_run("run.h5", NULL, &o, &rep, &err) != AS_OK) ... // NULL: into run.analysis.h5
  *
  * The run streams the trace one batch of images at a time (the batch is --threads images), so
  * memory stays at about batch x one image's recorded data in float32, whatever the trace size.
@@ -17,6 +17,7 @@
 #define AS_ANALYSIS_H
 
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "../core/config.h"
@@ -123,11 +124,20 @@ int analysis_metric_count(void);
 const char *analysis_metric_name(int i);
 const char *analysis_metric_summary(int i);
 
-/* Analyses trace_path; results go into its /analysis group (out_path NULL) or into out_path
- * (a new results file, or one written before: its other metrics are kept). Recorded data is
- * never modified, and results appear only once complete. */
+/* Analyses trace_path; results go to the trace's results file beside it (out_path NULL:
+ * analysis_results_path) or into out_path (a new results file, or one written before: its other
+ * metrics are kept). The trace is never written, and results appear only once complete. */
 as_status analysis_run(const char *trace_path, const char *out_path, const analysis_opts *o,
                        analysis_report *rep, as_error *err);
+
+/* The results file beside a trace: "run.h5" -> "run.analysis.h5" (else PATH.analysis.h5). */
+void analysis_results_path(const char *trace, char *out, size_t n);
+/* An HDF5 file id (hid_t) whose /analysis holds path's results, or -1: path itself when it is a
+ * results file, else the results file beside the trace when it belongs to this trace, else the
+ * trace (older attnscope stored results inside it). Close it with H5Fclose. */
+int64_t analysis_results_open(const char *path);
+/* The name of that file into out ("" when there is none). */
+void analysis_results_where(const char *path, char *out, size_t n);
 
 /* One line per metric stored under path's /analysis ("als v1, 16 images, DATE (params)") into
  * buf; returns how many there are (0 when none or unreadable). */

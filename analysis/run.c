@@ -1,12 +1,14 @@
 /* run.c: the analysis driver. Reads the trace one batch of images at a time (HDF5 from this
  * thread only), runs every metric on every image of the batch in parallel, then folds the
  * values into GSL running statistics in image order. Results are built in a temporary HDF5
- * file and only then moved into place: renamed to --out, or copied into the trace's /analysis
- * group with signals blocked, so an interrupted or failed run leaves no partial results. */
+ * file and only then renamed into place: to --out, or to the trace's results file beside it
+ * (RUN.analysis.h5). The trace itself is never opened for writing, so no kill, crash or full
+ * disk during analyze can damage what was recorded; results appear whole or not at all. */
 #define _POSIX_C_SOURCE 200809L
 #include "analysis.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <gsl/gsl_cdf.h>
 #include <gsl/gsl_errno.h>
 #include <gsl/gsl_rstat.h>
@@ -443,43 +445,72 @@ static herr_t copy_old(hid_t g, const char *name, const H5L_info_t *info, void *
     return 0;
 }
 
-/* Copies the results' /analysis/METRIC groups into the trace, replacing earlier ones. */
-static as_status commit_into_trace(const char *trace, const char *tmp, const metric_run *runs,
-                                   int n_run, as_error *err) {
-    sigset_t block, old;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    sigprocmask(SIG_BLOCK, &block, &old);
-    as_status rc = AS_OK;
-    hid_t src = H5Fopen(tmp, H5F_ACC_RDONLY, H5P_DEFAULT);
-    hid_t dst = H5Fopen(trace, H5F_ACC_RDWR, H5P_DEFAULT);
-    if (src < 0 || dst < 0) {
-        rc = as_fail(err, AS_ERR_IO, "%s: cannot open it for writing the results (in use by a "
-                     "recording, or read-only?): use --out results.h5", trace);
-    } else {
-        if (H5Lexists(dst, "analysis", H5P_DEFAULT) <= 0) {
-            hid_t g = group_create(dst, "analysis");
-            if (g >= 0) {
-                h5u_attr_str(g, "description", "results of attnscope analyze (docs/analysis.md)");
-                H5Gclose(g);
-            }
-        }
-        int bad = 0;
-        for (int i = 0; i < n_run && !bad; i++) {
-            char name[96];
-            snprintf(name, sizeof name, "analysis/%s", runs[i].ctx.metric->name);
-            if (H5Lexists(dst, name, H5P_DEFAULT) > 0) bad |= H5Ldelete(dst, name, H5P_DEFAULT) < 0;
-            bad |= H5Ocopy(src, name, dst, name, H5P_DEFAULT, H5P_DEFAULT) < 0;
-        }
-        bad |= H5Fflush(dst, H5F_SCOPE_GLOBAL) < 0;
-        if (bad) rc = as_fail(err, AS_ERR_HDF5, "%s: copying the results into the trace failed "
-                              "(disk full?); its recorded data is untouched", trace);
+/* Where results of path live: path itself when it is a results file; else the trace's results
+ * file beside it when that belongs to this very trace (same start_time: a trace recorded again
+ * under the same name does not inherit the old one's results); else the trace itself (traces
+ * analysed before results moved out held them in their own /analysis group). */
+void analysis_results_path(const char *trace, char *out, size_t n) {
+    size_t L = strlen(trace);
+    if (L > 3 && strcmp(trace + L - 3, ".h5") == 0) snprintf(out, n, "%.*s.analysis.h5", (int)(L - 3), trace);
+    else snprintf(out, n, "%s.analysis.h5", trace);
+}
+
+/* As trace_reader_open opens (so a second open of a file this process holds is compatible). */
+static hid_t open_ro(const char *path) {
+    if (H5Fis_hdf5(path) <= 0) return -1;
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f >= 0) return f;
+    hid_t fapl = h5u_swmr_read_fapl();
+    f = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
+    H5Pclose(fapl);
+    return f;
+}
+
+/* The sidecar of trace t (open) when it belongs to t, else -1. */
+static hid_t open_sidecar(const char *trace, hid_t t) {
+    char side[1100], want[64], have[64], fmt[64];
+    analysis_results_path(trace, side, sizeof side);
+    hid_t f = access(side, F_OK) == 0 ? open_ro(side) : -1;
+    if (f < 0) return -1;
+    h5u_attr_read_str(f, "format", fmt, sizeof fmt);
+    h5u_attr_read_str(t, "start_time", want, sizeof want);
+    h5u_attr_read_str(f, "trace_start_time", have, sizeof have);
+    if (strcmp(fmt, ANALYSIS_RESULTS_FORMAT) != 0 || strcmp(want, have) != 0) {
+        H5Fclose(f);
+        return -1;
     }
-    if (src >= 0) H5Fclose(src);
-    if (dst >= 0 && H5Fclose(dst) < 0 && rc == AS_OK)
-        rc = as_fail(err, AS_ERR_IO, "%s: closing after writing the results failed (disk full?)", trace);
-    sigprocmask(SIG_SETMASK, &old, NULL);
+    return f;
+}
+
+int64_t analysis_results_open(const char *path) {
+    h5u_quiet();
+    hid_t f = open_ro(path);
+    if (f < 0) return -1;
+    char fmt[64];
+    h5u_attr_read_str(f, "format", fmt, sizeof fmt);
+    if (strcmp(fmt, ANALYSIS_RESULTS_FORMAT) == 0) return f;
+    hid_t side = open_sidecar(path, f);
+    if (side >= 0) {
+        H5Fclose(f);
+        return side;
+    }
+    return f;
+}
+
+void analysis_results_where(const char *path, char *out, size_t n) {
+    out[0] = 0;
+    hid_t f = (hid_t)analysis_results_open(path);
+    if (f < 0) return;
+    if (H5Fget_name(f, out, n) < 0) out[0] = 0;
+    H5Fclose(f);
+}
+
+/* Data on disk before the rename makes the name point at it (a power cut keeps old or new). */
+static int fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
     return rc;
 }
 
@@ -505,19 +536,14 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
     memset(runs, 0, sizeof runs);
 
     if ((rc = layout_from_reader(&lay, &r, err)) != AS_OK) goto fail;
-    if (!out_path) {
-        if (r.swmr) {
-            rc = as_fail(err, AS_ERR_ARG, "%s: the trace is open for recording (or its recording was "
-                         "killed), so results cannot go into it: use --out results.h5, or run "
-                         "h5clear -s %s once no recording runs", trace_path, trace_path);
-            goto fail;
-        }
-        if (access(trace_path, W_OK) != 0) {
-            rc = as_fail(err, AS_ERR_IO, "%s: not writable (%s): use --out results.h5", trace_path,
-                         strerror(errno));
-            goto fail;
-        }
-    } else if (access(out_path, F_OK) == 0 && !is_results_file(out_path)) {
+    /* results of the trace itself go to the results file beside it */
+    char side[1100];
+    const int beside = !out_path;
+    if (beside) {
+        analysis_results_path(trace_path, side, sizeof side);
+        out_path = side;
+    }
+    if (access(out_path, F_OK) == 0 && !is_results_file(out_path)) {
         rc = as_fail(err, AS_ERR_EXISTS, "%s: exists and is not an attnscope analysis file: "
                      "choose another --out (a trace's results go into it without --out)", out_path);
         goto fail;
@@ -603,9 +629,14 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
     rep->batch_bytes = batch_bytes;
 
     /* the results file, built under a temporary name */
-    const char *base = out_path ? out_path : trace_path;
-    snprintf(tmp, sizeof tmp, "%s.analysis-tmp%ld", base, (long)getpid());
-    res = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    /* a killed run's temporaries (named after a process that no longer runs) go first */
+    atomic_sweep(out_path, ".analysis-tmp");
+    atomic_sweep(trace_path, ".analysis-tmp");
+    atomic_tmp_name(tmp, sizeof tmp, out_path, ".analysis-tmp");
+    /* HDF5's default (oldest) format, on purpose: in the latest one a metric's many attributes
+     * go to dense storage, and HDF5 1.10.8's H5Ocopy of dense variable-length string attributes
+     * (which keeping earlier metrics needs) calls a null conversion function */
+    res = H5Fcreate(tmp, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
     if (res < 0) {
         rc = as_fail(err, AS_ERR_IO, "%s: cannot create a results file next to it (%s): check the "
                      "folder is writable", tmp, strerror(errno));
@@ -670,8 +701,10 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
     rep->images = N;
 
     /* results */
+    char start[64];
+    trace_read_attr_string(&r, "start_time", start, sizeof start);
     if (h5u_attr_str(res, "format", ANALYSIS_RESULTS_FORMAT) | h5u_attr_int(res, "format_version", ANALYSIS_RESULTS_VERSION) |
-        h5u_attr_str(res, "source_trace", trace_path) |
+        h5u_attr_str(res, "source_trace", trace_path) | h5u_attr_str(res, "trace_start_time", start) |
         h5u_attr_str(res, "software", "attnscope " ATTNSCOPE_VERSION)) {
         rc = as_fail(err, AS_ERR_HDF5, "%s: cannot write results (disk full?)", tmp);
         goto fail;
@@ -691,9 +724,13 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
     H5Gclose(scratch_g);
     scratch_g = -1;
     H5Ldelete(res, "per_image_scratch", H5P_DEFAULT);
-    if (out_path && access(out_path, F_OK) == 0) {
-        /* keep the metrics an earlier run wrote into this results file */
-        hid_t old = H5Fopen(out_path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    {
+        /* keep the metrics an earlier run wrote: into this results file, or (results beside a
+         * trace) into the trace's own /analysis by attnscope before results moved out */
+        hid_t old = -1;
+        if (beside) old = open_sidecar(trace_path, (hid_t)r.file_id);
+        else if (access(out_path, F_OK) == 0) old = open_ro(out_path);
+        if (old < 0 && beside) old = open_ro(trace_path);
         copy_ctx cc = {.dst = res, .n_run = n_run, .runs = runs};
         if (old >= 0 && H5Lexists(old, "analysis", H5P_DEFAULT) > 0) {
             hid_t g = H5Gopen2(old, "analysis", H5P_DEFAULT);
@@ -713,16 +750,11 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
         goto fail;
     }
     trace_reader_close(&r);
-    if (out_path) {
-        if (rename(tmp, out_path) != 0) {
-            rc = as_fail(err, AS_ERR_IO, "%s: cannot move the results into place (%s)", out_path, strerror(errno));
-            remove(tmp);
-            goto fail_closed;
-        }
-    } else {
-        rc = commit_into_trace(trace_path, tmp, runs, n_run, err);
+    if (fsync_path(tmp) != 0 || rename(tmp, out_path) != 0) {
+        rc = as_fail(err, AS_ERR_IO, "%s: cannot move the results into place (%s): free space or "
+                     "choose another --out", out_path, strerror(errno));
         remove(tmp);
-        if (rc != AS_OK) goto fail_closed;
+        goto fail_closed;
     }
     rep->metrics_run = n_run;
     for (int m = 0; m < n_run && !opt->quiet; m++) { /* the notes finish() added ("; " joined) */
@@ -792,8 +824,7 @@ static herr_t list_one(hid_t g, const char *name, const H5L_info_t *info, void *
 int analysis_list(const char *path, char *buf, size_t n) {
     h5u_quiet();
     buf[0] = 0;
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) f = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT);
+    hid_t f = (hid_t)analysis_results_open(path);
     if (f < 0) return 0;
     int count = 0;
     if (H5Lexists(f, "analysis", H5P_DEFAULT) > 0) {
@@ -812,7 +843,7 @@ int analysis_list(const char *path, char *buf, size_t n) {
 int analysis_report_text(const char *path, const char *metric, char *buf, size_t n) {
     h5u_quiet();
     buf[0] = 0;
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t f = (hid_t)analysis_results_open(path);
     if (f < 0) return 0;
     char name[128];
     snprintf(name, sizeof name, "analysis/%s", metric);

@@ -19,6 +19,9 @@ int cmd_demo(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_experiment(int argc, char **argv);
+/* Checks an experiment file's text (JSON, names, references) without running anything: the
+ * fuzz entry point, and cmd_experiment's first step. file is for messages. */
+as_status experiment_check(const char *text, const char *file, as_error *err);
 int cmd_view(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 

@@ -22,8 +22,8 @@ static const cli_opt analyze_opts_table[] = {
     /* key alias name             ARG       values                       default      help */
     {'M', 0,   "metrics",         "LIST",   "comma-separated metric names (below), or all", "every metric the trace supports",
      "the metrics to compute; a named metric the trace cannot support is an error"},
-    {'o', 'o', "out",             "RESULTS.h5", NULL, "the trace's /analysis group",
-     "write the results into a separate results file instead"},
+    {'o', 'o', "out",             "RESULTS.h5", NULL, "TRACE.analysis.h5 beside the trace",
+     "write the results into another results file"},
     {'c', 0,   "csv",             "DIR",    NULL, "no CSV", "also write one long-format CSV table per result into DIR"},
     {'w', 0,   "als-window",      "R",      "odd, 1..99", "a masked head's own mask size, else 3",
      "ALS: side of the R x R neighbourhood (MaiT Eq. 3) for every head"},
@@ -55,8 +55,8 @@ static char analyze_notes[4096];
 static const cli_cmd analyze_cmd = {
     "analyze", "TRACE.h5 [options]",
     "Computes metrics per image, then mean, standard deviation and 95% t interval over images. Results go "
-    "to the trace's /analysis group (recorded data is never modified) or with --out to a results file; --csv "
-    "also writes one long-format table per result. Without --metrics every metric the trace supports runs "
+    "to a results file beside the trace (run.h5 -> run.analysis.h5; the trace itself is never written, and "
+    "results appear whole or not at all) or with --out to another; --csv also writes one long-format table per result. Without --metrics every metric the trace supports runs "
     "and the others are skipped with the record flag they need. Options from --als-prefix on name the "
     "definitions the papers leave open; each is stored with the results. Exact definitions and the "
     "passages they resolve: docs/analysis.md.",
@@ -191,6 +191,8 @@ int cmd_analyze(int argc, char **argv) {
     sigaction(SIGTERM, &old_term, NULL);
     progress_finish(&pg);
     if (rc != AS_OK) return cli_error(&err);
+    char side[1100];
+    if (!out) analysis_results_path(trace, side, sizeof side);
     if (!o.quiet) {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
@@ -199,8 +201,7 @@ int cmd_analyze(int argc, char **argv) {
                rep.images / (rep.seconds > 1e-9 ? rep.seconds : 1e-9), o.threads);
         printf("  batch working set %.1f MB, peak memory %.1f MB\n", rep.batch_bytes / 1e6, ru.ru_maxrss / 1024.0);
         /* the destination on a line of its own: a path is not broken */
-        printf("%d metric%s -> %s%s\n", rep.metrics_run, rep.metrics_run == 1 ? "" : "s", out ? out : trace,
-               out ? "" : " (/analysis)");
+        printf("%d metric%s -> %s\n", rep.metrics_run, rep.metrics_run == 1 ? "" : "s", out ? out : side);
     }
     return 0;
 }

@@ -26,11 +26,11 @@ static const char demo_model[] =
     " \"embed_dim\": 64, \"depth\": 4, \"num_heads\": 4, \"mlp_ratio\": 2,\n"
     " \"num_classes\": 6, \"qkv_bias\": true, \"class_token\": true, \"global_pool\": \"token\"}\n";
 
-/* /analysis/METRIC/head_mean/mean of a trace (one value per layer); 0 when absent. */
+/* /analysis/METRIC/head_mean/mean of a trace's results (one value per layer); 0 when absent. */
 static int head_means(const char *trace, const char *metric, double *out, int max) {
     char name[128];
     snprintf(name, sizeof name, "/analysis/%s/head_mean/mean", metric);
-    hid_t f = H5Fopen(trace, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t f = (hid_t)analysis_results_open(trace);
     if (f < 0) return 0;
     int n = 0;
     hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
@@ -107,7 +107,9 @@ static void demo_remove_matching(const char *dir, int (*match)(const char *)) {
     closedir(d);
 }
 
-static int demo_top_file(const char *e) { return demo_is(e, "model.json") || demo_is(e, "run.h5"); }
+static int demo_top_file(const char *e) {
+    return demo_is(e, "model.json") || demo_is(e, "run.h5") || demo_is(e, "run.analysis.h5");
+}
 static int demo_figure(const char *e) {
     char name[128];
     for (int i = 0; i < figure_count(); i++) {
@@ -121,7 +123,7 @@ static int demo_train_file(const char *e) {
     if (demo_is_numbered(e, "epoch-", 3, ".tmp") || demo_is_numbered(e, "epoch-", 3, ".old") ||
         demo_is_numbered(e, "step-", 7, ".tmp") || demo_is_numbered(e, "step-", 7, ".old")) return 2;
     return demo_is(e, "latest") || demo_is(e, ".latest.tmp") || demo_is(e, "log.csv") ||
-           demo_is_numbered(e, "trace-epoch-", 3, ".h5");
+           demo_is_numbered(e, "trace-epoch-", 3, ".h5") || demo_is_numbered(e, "trace-epoch-", 3, ".analysis.h5");
 }
 static int demo_heldout_class(const char *e) {
     static const char *const classes[] = {"circle", "square", "triangle", "cross", "ring", "diamond"};
@@ -304,7 +306,7 @@ int cmd_demo(int argc, char **argv) {
          r.n_layers, r.n_heads, r.num_tokens, r.num_tokens, fb / 1e6, res.recorded / res.seconds, out);
     trace_reader_close(&r);
 
-    /* 3. the analyses, into the trace's /analysis group; distance and entropy also over the
+    /* 3. the analyses, into the results file beside each trace (run.analysis.h5); distance and entropy also over the
      *    traces taken during training, to show what training changed */
     analysis_opts ao;
     analysis_opts_default(&ao);
@@ -315,8 +317,10 @@ int cmd_demo(int argc, char **argv) {
     analysis_choice_set(&ao, "diag-map", "attn", &err);
     analysis_report rep;
     if (analysis_run(out, NULL, &ao, &rep, &err) != AS_OK) return cli_error(&err);
-    step("  3. analyze %d metric%s over %ld images in %.2f s into %s:/analysis (docs/analysis.md)",
-         rep.metrics_run, rep.metrics_run == 1 ? "" : "s", rep.images, rep.seconds, out);
+    char side[1200];
+    analysis_results_path(out, side, sizeof side);
+    step("  3. analyze %d metric%s over %ld images in %.2f s into %s (docs/analysis.md)",
+         rep.metrics_run, rep.metrics_run == 1 ? "" : "s", rep.images, rep.seconds, side);
     char first[1200], last[1200];
     snprintf(first, sizeof first, "%s/trace-epoch-000.h5", train_dir);
     snprintf(last, sizeof last, "%s/trace-epoch-%03d.h5", train_dir, epochs);

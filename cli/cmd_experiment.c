@@ -435,7 +435,9 @@ static as_status run_model(exp_run *x, exp_model *em, const cJSON *root, const c
     snprintf(em->stamp, sizeof em->stamp, "%sanalyze %s\n", rstamp, aj ? aj : "{}");
     free(aj);
     snprintf(key, sizeof key, "%s.analyze", em->name);
-    if (up_to_date(x, key, em->stamp, em->trace)) {
+    char results[1100]; /* analyze writes MODEL.analysis.h5 beside the trace */
+    analysis_results_path(em->trace, results, sizeof results);
+    if (up_to_date(x, key, em->stamp, results)) {
         printf("  analyze    %-12s up to date\n", em->name);
         return AS_OK;
     }
@@ -456,6 +458,64 @@ static as_status run_model(exp_run *x, exp_model *em, const cJSON *root, const c
     if (rc != AS_OK) return rc;
     printf("  analyze    %-12s %d metrics over %ld images in %.2f s\n", em->name, rep.metrics_run, rep.images, rep.seconds);
     return stamp_write(x, key, em->stamp, err);
+}
+
+/* Experiment, model and figure names become file and folder names under the output folder:
+ * one path component each, so no name can write outside it ("../../x", "/etc/x") or onto the
+ * folder's own state (".state"). */
+static int exp_name_ok(const char *s, size_t max) {
+    if (!s || !s[0] || strlen(s) >= max || s[0] == '.') return 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p == '/' || *p == '\\' || *p < 0x20 || *p == 0x7f) return 0;
+    return 1;
+}
+
+as_status experiment_check(const char *text, const char *file, as_error *err) {
+    cJSON *root = cJSON_Parse(text);
+    as_status rc = AS_OK;
+    const cJSON *models = cJSON_GetObjectItemCaseSensitive(root, "models"), *m, *f;
+    const char *name = cJSON_IsObject(root) ? jstr(root, "name", NULL) : NULL;
+    if (!cJSON_IsObject(root)) {
+        rc = as_fail(err, AS_ERR_CONFIG, "%s: not valid JSON: see docs/experiments.md", file);
+    } else if (!name || !cJSON_IsArray(models) || cJSON_GetArraySize(models) < 1) {
+        rc = as_fail(err, AS_ERR_CONFIG, "%s: needs \"name\" and a non-empty \"models\" list: see "
+                     "docs/experiments.md", file);
+    } else if (!exp_name_ok(name, 256)) {
+        rc = as_fail(err, AS_ERR_CONFIG, "%s: \"name\": \"%s\" is not a plain folder name: use "
+                     "letters, digits, '-' or '_' (no '/', no leading '.')", file, name);
+    }
+    int i = 0;
+    const cJSON *mlist = rc == AS_OK ? models : NULL;
+    cJSON_ArrayForEach(m, mlist) {
+        const char *mn = jstr(m, "name", NULL);
+        int dup = 0, j = 0;
+        for (const cJSON *o = models->child; o && j < i; o = o->next, j++) dup |= mn && strcmp(jstr(o, "name", ""), mn) == 0;
+        if (!exp_name_ok(mn, 64) || dup || i >= EXP_MAX_MODELS) {
+            rc = as_fail(err, AS_ERR_CONFIG, "%s: models[%d]: every model needs a unique \"name\" that "
+                         "is a plain file name (no '/', no leading '.', under 64 bytes; at most %d "
+                         "models)", file, i, EXP_MAX_MODELS);
+            break;
+        }
+        i++;
+    }
+    const cJSON *figs = rc == AS_OK ? cJSON_GetObjectItemCaseSensitive(root, "figures") : NULL;
+    int k = 0;
+    if (!cJSON_IsArray(figs)) figs = NULL;
+    cJSON_ArrayForEach(f, figs) {
+        const char *fname = jstr(f, "figure", "");
+        const char *base = jstr(f, "name", fname);
+        if (!figure_find(fname)) {
+            rc = as_fail(err, AS_ERR_CONFIG, "%s: figures[%d]: unknown figure \"%s\" (attnscope plot "
+                         "--list)", file, k, fname);
+        } else if (!exp_name_ok(base, 96)) {
+            rc = as_fail(err, AS_ERR_CONFIG, "%s: figures[%d]: name \"%s\" is not a plain file name: "
+                         "use letters, digits, '-' or '_' (no '/', no leading '.')", file, k, base);
+        }
+        if (rc != AS_OK) break;
+        k++;
+    }
+    cJSON_Delete(root);
+    return rc;
 }
 
 static const exp_model *find_model(const exp_run *x, const char *name) {
@@ -509,6 +569,10 @@ static as_status run_figure(exp_run *x, const cJSON *fj, int idx, FILE *index, a
         o.range_set = 1;
     }
     char base[96];
+    if (!exp_name_ok(jstr(fj, "name", fname), sizeof base))
+        return as_fail(err, AS_ERR_CONFIG, "%s: figures[%d]: name \"%s\" is not a plain file name: "
+                       "use letters, digits, '-' or '_' (no '/', no leading '.')", x->file, idx,
+                       jstr(fj, "name", fname));
     snprintf(base, sizeof base, "%s", jstr(fj, "name", fname));
     char *fjs = cJSON_PrintUnformatted(fj);
     char fstamp[65536];
@@ -622,6 +686,12 @@ int cmd_experiment(int argc, char **argv) {
         cJSON_Delete(root);
         return 1;
     }
+    /* every name and reference checked before anything is recorded or written */
+    if (experiment_check(text, x.file, &err) != AS_OK) {
+        free(text);
+        cJSON_Delete(root);
+        return cli_error(&err);
+    }
     free(text);
     const char *slash = strrchr(x.file, '/');
     if (slash) snprintf(x.dir, sizeof x.dir, "%.*s", (int)(slash - x.file), x.file);
@@ -630,6 +700,12 @@ int cmd_experiment(int argc, char **argv) {
     const cJSON *models = cJSON_GetObjectItemCaseSensitive(root, "models"), *m;
     if (!name || !cJSON_IsArray(models) || cJSON_GetArraySize(models) < 1) {
         cli_fail(1, "%s: needs \"name\" and a non-empty \"models\" list: see docs/experiments.md", x.file);
+        cJSON_Delete(root);
+        return 1;
+    }
+    if (!exp_name_ok(name, 256)) {
+        cli_fail(1, "%s: \"name\": \"%s\" is not a plain folder name: use letters, digits, '-' or '_' "
+                 "(no '/', no leading '.')", x.file, name);
         cJSON_Delete(root);
         return 1;
     }
@@ -654,16 +730,16 @@ int cmd_experiment(int argc, char **argv) {
         if (abs) snprintf(x.trained_root, sizeof x.trained_root, "%s", abs);
         free(abs);
         if (!abs) {
-            fprintf(stderr, "attnscope: %s: cannot create the folder for trained models; pass --trained DIR\n", t);
+            cli_fail(1, "%s: cannot create the folder for trained models; pass --trained DIR", t);
             cJSON_Delete(root);
             return 1;
         }
     }
     cJSON_ArrayForEach(m, models) {
         const char *mn = jstr(m, "name", NULL);
-        if (!mn || strlen(mn) >= 64 || strchr(mn, '/') || x.n_models == EXP_MAX_MODELS || find_model(&x, mn)) {
-            cli_fail(1, "%s: every model needs a unique \"name\" without '/' (at most %d models)", x.file,
-                     EXP_MAX_MODELS);
+        if (!exp_name_ok(mn, 64) || x.n_models == EXP_MAX_MODELS || find_model(&x, mn)) {
+            cli_fail(1, "%s: every model needs a unique \"name\" that is a plain file name (no '/', no "
+                     "leading '.', under 64 bytes; at most %d models)", x.file, EXP_MAX_MODELS);
             cJSON_Delete(root);
             return 1;
         }
@@ -678,7 +754,7 @@ int cmd_experiment(int argc, char **argv) {
         else if (em->train && !x.train) why = "\"train\": true needs the experiment's \"train\" budget";
         else if (em->train && jstr(m, "model", NULL)) why = "\"train\": true trains a \"config\", not a \"model\"";
         if (why) {
-            fprintf(stderr, "attnscope: %s: model \"%s\": %s (docs/experiments.md)\n", x.file, mn, why);
+            cli_fail(1, "%s: model \"%s\": %s (docs/experiments.md)", x.file, mn, why);
             cJSON_Delete(root);
             return 1;
         }
@@ -686,8 +762,8 @@ int cmd_experiment(int argc, char **argv) {
     int trains = 0;
     for (int i = 0; i < x.n_models; i++) trains += x.models[i].train;
     if (x.train && !trains) {
-        fprintf(stderr, "attnscope: %s: a \"train\" budget but no model with \"train\": true; mark the models "
-                "to train or remove the budget (docs/experiments.md)\n", x.file);
+        cli_fail(1, "%s: a \"train\" budget but no model with \"train\": true; mark the models "
+                 "to train or remove the budget (docs/experiments.md)", x.file);
         cJSON_Delete(root);
         return 1;
     }

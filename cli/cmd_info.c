@@ -229,6 +229,10 @@ static int info_trace_json(trace_reader *r, const char *path, const char *analys
     if (p.core[0]) cJSON_AddNumberToObject(comp, "threads", p.threads);
     else cJSON_AddNullToObject(comp, "threads");
     json_string_or_null(comp, "resumed_with", p.resumed);
+    /* where the results live: RUN.analysis.h5 beside the trace, or the trace itself (older analyze) */
+    char where[1100] = "";
+    if (analysis && analysis[0]) analysis_results_where(r->path, where, sizeof where);
+    json_string_or_null(j, "results_in", where);
     cJSON_AddItemToObject(j, "analysis", json_lines(analysis));
     return print_json(j);
 }
@@ -300,6 +304,10 @@ static int info_trace(const char *path, int json) {
     line("command     %s\n", buf);
     char *an = malloc(16384);
     if (an && analysis_list(r.path, an, 16384) > 0) {
+        char where[1100];
+        analysis_results_where(r.path, where, sizeof where);
+        line("results in  %s", strcmp(where, r.path) != 0 ? where
+             : "the trace itself (analysed by an older attnscope)");
         for (char *l = an, *nl; l && *l; l = nl) {
             nl = strchr(l, '\n');
             if (nl) *nl++ = 0;

@@ -33,7 +33,7 @@ static const cli_opt plot_opts_table[] = {
 
 static const cli_cmd plot_cmd = {
     "plot", "FIGURE INPUT.h5 [INPUT.h5 ...] -o FIG.pdf|.svg|.png [options]  |  --list",
-    "INPUTs are traces (their /analysis results, maps and images) or results files of attnscope analyze "
+    "INPUTs are traces (their maps, images and analysis results, read from RUN.analysis.h5 beside them) or results files of attnscope analyze "
     "--out; several inputs are several models on one figure (one legend entry each). Sizes are in points. "
     "PDF and SVG are vector with the font embedded (DejaVu Sans); PNG is rendered at --dpi.",
     plot_opts_table, NULL};

@@ -329,8 +329,11 @@ static const cli_opt record_opts_table[] = {
     {'s', 0,   "img-size",  "N",     "1..16384", "the model's", "run at another input size (position embeddings resampled)"},
     {'t', 0,   "threads",   "N",     "1..1024", "$OMP_NUM_THREADS, else all cores", "threads"},
     {'n', 0,   "limit",     "N",     "1 or more", "all images", "record only the first N images (skipped inputs do not count)"},
+    {'P', 0,   "max-image-pixels", "N", "1..1073741824", "178956970",
+     "refuse images of more than N pixels (PIL's decompression-bomb limit, 2 x Image.MAX_IMAGE_PIXELS)"},
     {'u', 0,   "resume",    NULL,    NULL, NULL, "continue an interrupted trace"},
-    {'f', 0,   "force",     NULL,    NULL, NULL, "overwrite an existing trace"},
+    {'f', 0,   "force",     NULL,    NULL, NULL, "replace an existing trace (only a regular file that is a "
+     "trace, or an empty file: never a folder, a device or a symlink's target)"},
     {'S', 0,   "skip-bad",  NULL,    NULL, NULL, "skip inputs that cannot be read (listed with the reason in the "
      "trace's /skipped group and counted in the summary); without it the first bad input stops the run"},
     {'q', 'q', "quiet",     NULL,    NULL, NULL, "no summary"},
@@ -345,6 +348,7 @@ static const cli_cmd record_cmd = {
 
 int cmd_record(int argc, char **argv) {
     const char *model_path = NULL, *arch = NULL, *images = NULL, *out = NULL, *what = "attn";
+    int max_pixels = 0;
     const char *layers = "all", *heads = "all", *dtype = "f16", *compress = "none", *rows = "all";
     int batch = 8, threads = 0, img_size = 0, limit = 0, resume = 0, force = 0, quiet = 0, skip_bad = 0, ch;
     optind = 1;
@@ -365,6 +369,7 @@ int cmd_record(int argc, char **argv) {
         case 't': ok = cli_parse_int(optarg, 1, 1024, &threads); break;
         case 's': ok = cli_parse_int(optarg, 1, 16384, &img_size); break;
         case 'n': ok = cli_parse_int(optarg, 1, 1 << 30, &limit); break;
+        case 'P': ok = cli_parse_int(optarg, 1, 1 << 30, &max_pixels); break;
         case 'u': resume = 1; break;
         case 'f': force = 1; break;
         case 'S': skip_bad = 1; break;
@@ -387,6 +392,7 @@ int cmd_record(int argc, char **argv) {
         model_free(&m);
         return cli_error(&err);
     }
+    ds.max_pixels = max_pixels;
     record_opts o;
     memset(&o, 0, sizeof o);
     char cmdline[4096];

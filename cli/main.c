@@ -1,4 +1,5 @@
 /* main.c: attnscope, git-style: attnscope COMMAND [options]. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -47,6 +48,9 @@ static int find_command(const char *name) {
 }
 
 int main(int argc, char **argv) {
+    /* A file-size limit (ulimit -f) must fail the write with EFBIG, which every writer reports
+     * in one line, rather than kill the process silently half-way through a file. */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         (strcmp(argv[1], "help") == 0 && argc == 2)) {
         usage(argc < 2 ? stderr : stdout);

@@ -43,26 +43,33 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Lists dir's entries (sorted), excluding dot files. */
+/* Lists dir's entries (sorted), excluding dot files; NULL with errno on failure. */
 static char **list_dir(const char *dir, int *n) {
     *n = 0;
     DIR *d = opendir(dir);
     if (!d) return NULL;
-    char **v = NULL;
-    int cap = 0;
+    char **v = malloc(sizeof *v);
+    int cap = 1, ok = v != NULL;
     struct dirent *e;
-    while ((e = readdir(d))) {
+    while (ok && (e = readdir(d))) {
         if (e->d_name[0] == '.') continue;
         if (*n == cap) {
-            cap = cap ? 2 * cap : 64;
+            cap = 2 * cap;
             char **nv = realloc(v, (size_t)cap * sizeof *v);
-            if (!nv) break;
-            v = nv;
+            if (!nv) ok = 0;
+            else v = nv;
         }
-        v[(*n)++] = strdup(e->d_name);
+        if (ok && !(v[*n] = strdup(e->d_name))) ok = 0;
+        if (ok) (*n)++;
     }
     closedir(d);
-    if (!v) v = malloc(sizeof *v);
+    if (!ok) {
+        for (int i = 0; v && i < *n; i++) free(v[i]);
+        free(v);
+        *n = 0;
+        errno = ENOMEM;
+        return NULL;
+    }
     if (*n > 1) qsort(v, (size_t)*n, sizeof *v, cmp_str);
     return v;
 }
@@ -72,21 +79,67 @@ static void free_list(char **v, int n) {
     free(v);
 }
 
+/* The folders a walk has entered, by device and inode: each is followed once, so symlink loops
+ * (a -> .) end and a link to a folder already listed adds nothing twice. */
+typedef struct {
+    dev_t *dev;
+    ino_t *ino;
+    int n, cap;
+} walk_seen;
+
+/* 1 if (dev, ino) is new (and now recorded), 0 if seen, -1 out of memory. */
+static int seen_add(walk_seen *ws, const struct stat *sb) {
+    for (int i = 0; i < ws->n; i++)
+        if (ws->dev[i] == sb->st_dev && ws->ino[i] == sb->st_ino) return 0;
+    if (ws->n == ws->cap) {
+        int nc = ws->cap ? 2 * ws->cap : 16;
+        dev_t *nd = realloc(ws->dev, (size_t)nc * sizeof *nd);
+        if (nd) ws->dev = nd;
+        ino_t *ni = nd ? realloc(ws->ino, (size_t)nc * sizeof *ni) : NULL;
+        if (!ni) return -1;
+        ws->ino = ni;
+        ws->cap = nc;
+    }
+    ws->dev[ws->n] = sb->st_dev;
+    ws->ino[ws->n++] = sb->st_ino;
+    return 1;
+}
+
 /* Adds every supported image below dir, in sorted order, with the given label. */
-static int walk(pathvec *pv, const char *dir, int label, int depth) {
-    if (depth > 64) return 1; /* symlink loops */
+static as_status walk(pathvec *pv, walk_seen *ws, const char *dir, int label, as_error *err) {
+    struct stat sb;
+    if (stat(dir, &sb) != 0)
+        return as_fail(err, AS_ERR_IO, "%s: cannot read (%s): fix its permissions or remove it",
+                       dir, strerror(errno));
+    int fresh = seen_add(ws, &sb);
+    if (fresh < 0) return as_fail(err, AS_ERR_NOMEM, "%s: out of memory listing images", dir);
+    if (!fresh) return AS_OK;
     int n;
     char **names = list_dir(dir, &n);
-    if (!names) return 0;
-    int ok = 1;
-    for (int i = 0; i < n && ok; i++) {
+    if (!names)
+        return errno == ENOMEM ? as_fail(err, AS_ERR_NOMEM, "%s: out of memory listing images", dir)
+                               : as_fail(err, AS_ERR_IO, "%s: cannot list the folder (%s): fix its "
+                                         "permissions or remove it", dir, strerror(errno));
+    as_status rc = AS_OK;
+    for (int i = 0; i < n && rc == AS_OK; i++) {
         char p[4096];
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);
-        if (path_is_dir(p)) ok = walk(pv, p, label, depth + 1);
-        else if (image_is_supported_name(p)) ok = pv_push(pv, p, label);
+        struct stat eb;
+        if (stat(p, &eb) != 0) {
+            if (image_is_supported_name(p))
+                rc = as_fail(err, AS_ERR_IO, "%s: cannot read (%s): fix or remove it", p, strerror(errno));
+        } else if (S_ISDIR(eb.st_mode)) {
+            rc = walk(pv, ws, p, label, err);
+        } else if (image_is_supported_name(p)) {
+            if (!S_ISREG(eb.st_mode))
+                rc = as_fail(err, AS_ERR_ARG, "%s: not a regular file (a device, FIFO or socket): "
+                             "remove it from the folder", p);
+            else if (!pv_push(pv, p, label))
+                rc = as_fail(err, AS_ERR_NOMEM, "%s: out of memory listing images", dir);
+        }
     }
     free_list(names, n);
-    return ok;
+    return rc;
 }
 
 static as_status open_list(pathvec *pv, const char *path, as_error *err) {
@@ -274,7 +327,11 @@ as_status dataset_open(dataset *ds, const char *path, as_error *err) {
         return rc;
     }
     pathvec pv = {0};
-    if (S_ISDIR(sb.st_mode)) {
+    walk_seen ws = {0};
+    if (!S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode)) {
+        rc = as_fail(err, AS_ERR_ARG, "%s: not a regular file or folder (a device, FIFO or socket): "
+                     "give an image, a folder, a .txt list or a .npy/.safetensors tensor", path);
+    } else if (S_ISDIR(sb.st_mode)) {
         /* ImageFolder when the top level has sub-folders and no images of its own */
         int n, images_here = 0, dirs = 0;
         char **names = list_dir(path, &n);
@@ -286,26 +343,32 @@ as_status dataset_open(dataset *ds, const char *path, as_error *err) {
             else if (image_is_supported_name(p)) images_here++;
         }
         if (dirs > 0 && images_here == 0) {
+            struct stat top;
             ds->classes = calloc((size_t)dirs, sizeof *ds->classes);
-            for (int i = 0; ds->classes && i < n; i++) {
+            if (!ds->classes) rc = as_fail(err, AS_ERR_NOMEM, "%s: out of memory listing images", path);
+            /* the top folder counts as entered: a class folder linking back to it adds nothing */
+            if (rc == AS_OK && stat(path, &top) == 0 && seen_add(&ws, &top) < 0)
+                rc = as_fail(err, AS_ERR_NOMEM, "%s: out of memory listing images", path);
+            for (int i = 0; rc == AS_OK && i < n; i++) {
                 char p[4096];
                 snprintf(p, sizeof p, "%s/%s", path, names[i]);
                 if (!path_is_dir(p)) continue;
-                ds->classes[ds->n_classes] = strdup(names[i]);
-                if (!walk(&pv, p, ds->n_classes, 0)) rc = AS_ERR_NOMEM;
-                ds->n_classes++;
+                if (!(ds->classes[ds->n_classes] = strdup(names[i])))
+                    rc = as_fail(err, AS_ERR_NOMEM, "%s: out of memory listing images", path);
+                else
+                    rc = walk(&pv, &ws, p, ds->n_classes++, err);
             }
-            if (!ds->classes) rc = AS_ERR_NOMEM;
-        } else if (!walk(&pv, path, -1, 0)) {
-            rc = AS_ERR_NOMEM;
+        } else {
+            rc = walk(&pv, &ws, path, -1, err);
         }
         free_list(names, n);
-        if (rc != AS_OK) as_fail(err, rc, "%s: out of memory listing images", path);
     } else if (image_is_supported_name(path)) {
         if (!pv_push(&pv, path, -1)) rc = as_fail(err, AS_ERR_NOMEM, "out of memory");
     } else {
         rc = open_list(&pv, path, err);
     }
+    free(ws.dev);
+    free(ws.ino);
     ds->paths = pv.v;
     ds->labels = pv.lab;
     ds->count = pv.n;
@@ -347,7 +410,7 @@ as_status dataset_load(const dataset *ds, int i, float *x, unsigned char *rgb,
         return AS_OK;
     }
     image im;
-    as_status rc = image_load(&im, ds->paths[i], err);
+    as_status rc = image_load_max(&im, ds->paths[i], ds->max_pixels > 0 ? ds->max_pixels : IMAGE_MAX_PIXELS, err);
     if (rc != AS_OK) return rc;
     rc = image_preprocess(x, rgb, &im, cfg, err);
     image_free(&im);

@@ -31,6 +31,7 @@ typedef struct {
     void *npy_map;
     size_t npy_size;
     float *tensor_copy;      /* when the mapped data is not aligned or not F32 */
+    long max_pixels;         /* images above this are refused; 0: IMAGE_MAX_PIXELS (PIL's) */
 } dataset;
 
 as_status dataset_open(dataset *ds, const char *path, as_error *err);

@@ -14,6 +14,19 @@ void h5u_quiet(void) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 }
 
+/* A SWMR reader retries a metadata read whose checksum fails, since the writer may be rewriting
+ * it at that moment; HDF5's default is 100 attempts with a growing sleep between them, so one
+ * flipped byte in a superblock kept info, view and analyze waiting for minutes. A writer
+ * rewrites a piece of metadata in one write call, so a few attempts see it whole. */
+#define H5U_SWMR_READ_ATTEMPTS 8
+
+hid_t h5u_swmr_read_fapl(void) {
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_file_locking(fapl, 0, 1);
+    H5Pset_metadata_read_attempts(fapl, H5U_SWMR_READ_ATTEMPTS);
+    return fapl;
+}
+
 /* The IEEE half type, as h5py and numpy's float16 read it. */
 hid_t h5u_f16_type(void) {
     hid_t t = H5Tcopy(H5T_IEEE_F32LE);
@@ -40,6 +53,20 @@ int h5u_attr_write(hid_t loc, const char *name, hid_t type, hid_t space, const v
     herr_t e = H5Awrite(a, type, v);
     H5Aclose(a);
     return e < 0 ? -1 : 0;
+}
+int h5u_attr_overwrite(hid_t loc, const char *name, hid_t mtype, const void *v) {
+    if (H5Aexists(loc, name) <= 0) return -1;
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    if (a < 0) return -1;
+    herr_t e = H5Awrite(a, mtype, v);
+    H5Aclose(a);
+    return e < 0 ? -1 : 0;
+}
+int h5u_attr_overwrite_str(hid_t loc, const char *name, const char *v) {
+    hid_t t = h5u_str_type(0);
+    int rc = h5u_attr_overwrite(loc, name, t, &v);
+    H5Tclose(t);
+    return rc;
 }
 /* a 1-D attribute of n values, or a scalar when n == 1 */
 static int attr_array(hid_t loc, const char *name, hid_t type, const void *v, int n) {

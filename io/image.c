@@ -30,12 +30,16 @@ void image_free(image *im) {
     memset(im, 0, sizeof *im);
 }
 
-static as_status alloc_rgb(image *im, long w, long h, const char *name, as_error *err) {
+static as_status alloc_rgb(image *im, long w, long h, long max_pixels, const char *name, as_error *err) {
     size_t n;
     if (w <= 0 || h <= 0 || w > IMAGE_MAX_SIDE || h > IMAGE_MAX_SIDE ||
         !as_mul_size((size_t)w, (size_t)h, &n) || !as_mul_size(n, 3, &n))
         return as_fail(err, AS_ERR_FORMAT, "%s: image size %ldx%ld is out of range (1..%d): "
                        "corrupt header", name, w, h, IMAGE_MAX_SIDE);
+    if (w * h > max_pixels)
+        return as_fail(err, AS_ERR_FORMAT, "%s: %ldx%ld = %ld pixels is above the decompression-bomb "
+                       "limit of %ld pixels: resize the image, or raise the limit with "
+                       "--max-image-pixels if you trust it", name, w, h, w * h, max_pixels);
     im->rgb = malloc(n);
     if (!im->rgb) return as_fail(err, AS_ERR_NOMEM, "%s: out of memory for %ldx%ld", name, w, h);
     im->w = (int)w;
@@ -44,7 +48,7 @@ static as_status alloc_rgb(image *im, long w, long h, const char *name, as_error
 }
 
 static as_status decode_png(image *im, const unsigned char *buf, size_t len, const char *name,
-                            as_error *err) {
+                            long max_pixels, as_error *err) {
     png_image p;
     memset(&p, 0, sizeof p);
     p.version = PNG_IMAGE_VERSION;
@@ -54,7 +58,7 @@ static as_status decode_png(image *im, const unsigned char *buf, size_t len, con
     /* PIL's convert("RGB") drops alpha without compositing: read RGBA and drop it the same */
     int alpha = (p.format & PNG_FORMAT_FLAG_ALPHA) != 0;
     p.format = alpha ? PNG_FORMAT_RGBA : PNG_FORMAT_RGB;
-    as_status rc = alloc_rgb(im, (long)p.width, (long)p.height, name, err);
+    as_status rc = alloc_rgb(im, (long)p.width, (long)p.height, max_pixels, name, err);
     if (rc != AS_OK) {
         png_image_free(&p);
         return rc;
@@ -98,7 +102,7 @@ static void jpeg_on_warning(j_common_ptr cinfo, int level) {
 }
 
 static as_status decode_jpeg(image *im, const unsigned char *buf, size_t len, const char *name,
-                             as_error *err) {
+                             long max_pixels, as_error *err) {
     struct jpeg_decompress_struct cinfo;
     jpeg_err je;
     volatile int created = 0;
@@ -124,7 +128,7 @@ static as_status decode_jpeg(image *im, const unsigned char *buf, size_t len, co
     cinfo.out_color_space = JCS_RGB;
     /* PIL decodes with libjpeg's default (islow DCT, fancy upsampling): keep them */
     jpeg_start_decompress(&cinfo);
-    as_status rc = alloc_rgb(im, (long)cinfo.output_width, (long)cinfo.output_height, name, err);
+    as_status rc = alloc_rgb(im, (long)cinfo.output_width, (long)cinfo.output_height, max_pixels, name, err);
     if (rc != AS_OK) {
         jpeg_destroy_decompress(&cinfo);
         return rc;
@@ -140,16 +144,25 @@ static as_status decode_jpeg(image *im, const unsigned char *buf, size_t len, co
 
 as_status image_decode(image *im, const unsigned char *buf, size_t len, const char *name,
                        as_error *err) {
+    return image_decode_max(im, buf, len, name, IMAGE_MAX_PIXELS, err);
+}
+
+as_status image_decode_max(image *im, const unsigned char *buf, size_t len, const char *name,
+                           long max_pixels, as_error *err) {
     memset(im, 0, sizeof *im);
     static const unsigned char png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-    if (len >= 8 && memcmp(buf, png_sig, 8) == 0) return decode_png(im, buf, len, name, err);
+    if (len >= 8 && memcmp(buf, png_sig, 8) == 0) return decode_png(im, buf, len, name, max_pixels, err);
     if (len >= 3 && buf[0] == 0xff && buf[1] == 0xd8 && buf[2] == 0xff)
-        return decode_jpeg(im, buf, len, name, err);
+        return decode_jpeg(im, buf, len, name, max_pixels, err);
     return as_fail(err, AS_ERR_FORMAT, "%s: neither PNG nor JPEG (%zu bytes): attnscope reads "
                    "PNG and JPEG images, or preprocessed .npy/.safetensors tensors", name, len);
 }
 
 as_status image_load(image *im, const char *path, as_error *err) {
+    return image_load_max(im, path, IMAGE_MAX_PIXELS, err);
+}
+
+as_status image_load_max(image *im, const char *path, long max_pixels, as_error *err) {
     memset(im, 0, sizeof *im);
     FILE *f = fopen(path, "rb");
     if (!f) return as_fail(err, AS_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
@@ -171,7 +184,7 @@ as_status image_load(image *im, const char *path, as_error *err) {
         free(buf);
         return as_fail(err, AS_ERR_IO, "%s: short read (%zu of %ld bytes)", path, got, len);
     }
-    as_status rc = image_decode(im, buf, (size_t)len, path, err);
+    as_status rc = image_decode_max(im, buf, (size_t)len, path, max_pixels, err);
     free(buf);
     return rc;
 }

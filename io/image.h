@@ -21,11 +21,19 @@ typedef struct {
 } image;
 
 #define IMAGE_MAX_SIDE 32768 /* refuse anything larger: a corrupt header, or an attack */
+/* The decompression-bomb limit: PIL (whose decoding attnscope matches) raises
+ * DecompressionBombError above 2 x Image.MAX_IMAGE_PIXELS = 2 x 89,478,485 pixels; attnscope
+ * refuses the same images, before allocating anything for them. */
+#define IMAGE_MAX_PIXELS 178956970L
 
 as_status image_load(image *im, const char *path, as_error *err);
 /* Decodes from memory (the fuzz entry point). name is for messages. */
 as_status image_decode(image *im, const unsigned char *buf, size_t len, const char *name,
                        as_error *err);
+/* The same with another pixel limit than IMAGE_MAX_PIXELS (record --max-image-pixels). */
+as_status image_load_max(image *im, const char *path, long max_pixels, as_error *err);
+as_status image_decode_max(image *im, const unsigned char *buf, size_t len, const char *name,
+                           long max_pixels, as_error *err);
 void image_free(image *im);
 int image_is_supported_name(const char *path); /* .png .jpg .jpeg (any case) */
 

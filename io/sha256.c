@@ -9,6 +9,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define SHA256_HAVE_NI 1
 #endif
@@ -88,7 +89,13 @@ __attribute__((target("sha,sse4.1,ssse3"))) static void blocks_ni(uint32_t h[8],
 
 static int have_ni(void) {
 #ifdef SHA256_HAVE_NI
-    return __builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1");
+    /* CPUID itself: clang before 15 knows no "sha" feature string for __builtin_cpu_supports
+     * (the fuzz build uses clang). SHA: leaf 7 EBX bit 29; SSE4.1: leaf 1 ECX bit 19. */
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 19))) return 0;
+    if (__get_cpuid_max(0, NULL) < 7) return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    return (b >> 29) & 1u;
 #else
     return 0;
 #endif

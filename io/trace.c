@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "../core/kernels.h"
+#include "atomic.h"
 #include "h5util.h"
 #include "model.h"
 
@@ -645,6 +646,7 @@ struct trace_writer {
     void *stage;
     size_t stage_bytes;
     size_t image_bytes; /* upper bound of the bytes one image adds to the file */
+    int lock_fd;        /* the claim on the output (atomic_lock_fd) for the run's duration */
 };
 
 /* Space for the next batch is allocated in the file before anything of it is written. Why: a
@@ -1009,13 +1011,126 @@ static void writer_free(trace_writer *w) {
     if (w->file >= 0) H5Fclose(w->file);
     for (int i = 0; i < TRACE_SLOTS; i++) free(w->slot_mem[i]);
     free(w->stage);
+    if (w->lock_fd >= 0) close(w->lock_fd);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     free(w);
 }
 
+/* --force replaces only what a run of ours wrote: a regular file (not a symlink, device or
+ * folder) that is an attnscope trace, or an empty one; --resume needs a regular file too. */
+static as_status check_replaceable(const char *path, const struct stat *sb, trace_mode mode,
+                                   as_error *err) {
+    if (!S_ISREG(sb->st_mode))
+        return as_fail(err, AS_ERR_EXISTS, "%s: is %s, not a trace: attnscope %s only regular "
+                       "files; choose another --out", path,
+                       S_ISLNK(sb->st_mode) ? "a symbolic link" : S_ISDIR(sb->st_mode) ? "a folder"
+                       : "a device, FIFO or socket", mode == TRACE_RESUME ? "resumes" : "replaces");
+    if (sb->st_size == 0 && mode == TRACE_FORCE) return AS_OK;
+    int is_trace = 0;
+    if (H5Fis_hdf5(path) > 0) {
+        hid_t fapl = h5u_swmr_read_fapl();
+        hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+        if (f < 0) f = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
+        H5Pclose(fapl);
+        if (f >= 0) {
+            char fmt[64];
+            h5u_attr_read_str(f, "format", fmt, sizeof fmt);
+            is_trace = strcmp(fmt, TRACE_FORMAT) == 0;
+            H5Fclose(f);
+        }
+    }
+    if (!is_trace && mode == TRACE_FORCE)
+        return as_fail(err, AS_ERR_EXISTS, "%s: exists and is not an attnscope trace (or cannot be "
+                       "read): --force replaces only traces; remove it yourself or choose another "
+                       "--out", path);
+    return AS_OK;
+}
+
+static as_status busy(const char *path, as_error *err) {
+    return as_fail(err, AS_ERR_EXISTS, "%s: in use by another attnscope run writing it: wait for "
+                   "it to finish (or stop it), or choose another --out", path);
+}
+
+/* --resume: claim the existing trace for this run. */
+static as_status claim_existing(trace_writer *w, as_error *err) {
+    w->lock_fd = atomic_lock_path(w->path);
+    if (w->lock_fd >= 0) return AS_OK;
+    if (errno == EWOULDBLOCK) return busy(w->path, err);
+    return as_fail(err, AS_ERR_IO, "%s: cannot open (%s)", w->path, strerror(errno));
+}
+
+/* A new trace is laid out and switched to SWMR writing under a temporary name (PATH.tmpPID),
+ * then put in place in one step: link(2) for a new path, which fails if another run got there
+ * first, or rename(2) over the old trace for --force, under the old trace's lock. So the path
+ * never names a half-made file, and two runs never both believe they own it. */
+static as_status create_and_claim(trace_writer *w, const trace_spec *spec, trace_mode mode,
+                                  as_error *err) {
+    const char *path = w->path;
+    char tmp[1100];
+    atomic_sweep(path, ".tmp");
+    atomic_tmp_name(tmp, sizeof tmp, path, ".tmp");
+    /* create it ourselves, exclusively: HDF5's H5F_ACC_EXCL would not say why it failed */
+    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return as_fail(err, AS_ERR_IO, "%s: cannot create (%s): check the folder exists and is "
+                       "writable", path, strerror(errno));
+    w->lock_fd = fd;
+    atomic_lock_fd(fd); /* new and unnamed to others: cannot be held elsewhere */
+    as_status rc = AS_OK;
+    hid_t fapl = fapl_latest(0);
+    w->file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    H5Pclose(fapl);
+    if (w->file < 0) {
+        rc = as_fail(err, AS_ERR_IO, "%s: cannot create the trace (disk full or not writable?): "
+                     "free space or choose another --out", path);
+    } else if (write_root_attrs(w->file, spec) != 0 || layout(w->file, spec, &w->d, 1) != 0) {
+        rc = as_fail(err, AS_ERR_IO, "%s: cannot lay out the trace (disk full?): free space or "
+                     "choose another --out", path);
+    } else if (H5Fstart_swmr_write(w->file) < 0) {
+        rc = as_fail(err, AS_ERR_IO, "%s: cannot write the new trace's metadata (disk full?): "
+                     "free space or choose another --out", path);
+    }
+    /* link first: exclusive, so a path that appeared meanwhile is never replaced unlocked */
+    for (int attempt = 0; rc == AS_OK && attempt < 3; attempt++) {
+        if (link(tmp, path) == 0) {
+            unlink(tmp);
+            return AS_OK;
+        }
+        if (errno != EEXIST) {
+            rc = as_fail(err, AS_ERR_IO, "%s: cannot create (%s)", path, strerror(errno));
+        } else if (mode != TRACE_FORCE) {
+            rc = as_fail(err, AS_ERR_EXISTS, "%s: already exists (another run created it "
+                         "meanwhile); pass --force to overwrite it or --resume to continue it", path);
+        } else {
+            int old = atomic_lock_path(path);
+            struct stat sb;
+            if (old < 0 && errno == ENOENT) continue; /* removed meanwhile: link again */
+            if (old < 0) rc = errno == EWOULDBLOCK ? busy(path, err)
+                                                    : as_fail(err, AS_ERR_IO, "%s: cannot open (%s)",
+                                                              path, strerror(errno));
+            else if (lstat(path, &sb) == 0 && check_replaceable(path, &sb, mode, err) != AS_OK)
+                rc = err->status;
+            else if (rename(tmp, path) != 0)
+                rc = as_fail(err, AS_ERR_IO, "%s: cannot move the new trace into place (%s)", path,
+                             strerror(errno));
+            if (old >= 0) close(old);
+            if (rc == AS_OK) return AS_OK;
+        }
+    }
+    if (rc == AS_OK) rc = busy(path, err);
+    if (rc != AS_OK) {
+        dsets_close(&w->d);
+        if (w->file >= 0) H5Fclose(w->file);
+        w->file = -1;
+        unlink(tmp);
+    }
+    return rc;
+}
+
 as_status trace_writer_open(trace_writer **out, const char *path, const trace_spec *spec,
                             trace_mode mode, int *done, char (**done_paths)[1024], as_error *err) {
+    as_status rc0;
     h5u_quiet();
     *out = NULL;
     if (done) *done = 0;
@@ -1025,16 +1140,19 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
                        "apt-get install hdf5-filter-plugin (and set HDF5_PLUGIN_PATH=%s), or use "
                        "--compress none|deflate", path, "/usr/lib/x86_64-linux-gnu/hdf5/serial/plugins");
     struct stat sb;
-    int exists = stat(path, &sb) == 0;
+    int exists = lstat(path, &sb) == 0;
     if (exists && mode == TRACE_CREATE)
         return as_fail(err, AS_ERR_EXISTS, "%s: already exists; pass --force to overwrite it or "
                        "--resume to continue it", path);
     if (!exists && mode == TRACE_RESUME) mode = TRACE_CREATE;
+    if (exists && mode != TRACE_CREATE && (rc0 = check_replaceable(path, &sb, mode, err)) != AS_OK)
+        return rc0;
     trace_writer *w = calloc(1, sizeof *w);
     if (!w) return as_fail(err, AS_ERR_NOMEM, "out of memory");
     w->spec = *spec;
     w->spec.class_names = NULL; /* only needed while creating */
     w->file = -1;
+    w->lock_fd = -1;
     dsets_init(&w->d);
     snprintf(w->path, sizeof w->path, "%s", path);
     pthread_mutex_init(&w->mu, NULL);
@@ -1079,14 +1197,19 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
     }
 
     if (mode == TRACE_RESUME) {
+        if ((rc = claim_existing(w, err)) != AS_OK) {
+            writer_free(w);
+            return rc;
+        }
+        /* SWMR-write from the start: a reader (h5py swmr=True) opens the file at every moment of
+         * the resume, a kill included; clear_status_flags drops a killed run's mark. */
         hid_t fapl = fapl_latest(1);
-        w->file = H5Fopen(path, H5F_ACC_RDWR, fapl);
+        w->file = H5Fopen(path, H5F_ACC_RDWR | H5F_ACC_SWMR_WRITE, fapl);
         H5Pclose(fapl);
         if (w->file < 0) {
             writer_free(w);
-            return as_fail(err, AS_ERR_HDF5, "%s: cannot reopen for --resume (corrupt, not HDF5, "
-                           "or open in another writer); try h5clear -s %s, or write a new trace",
-                           path, path);
+            return as_fail(err, AS_ERR_HDF5, "%s: cannot reopen for --resume (corrupt or not "
+                           "HDF5); try h5clear -s %s, or write a new trace", path, path);
         }
         /* A writer killed mid-batch can leave chunks allocated (their addresses flushed, as SWMR
          * orders metadata) past the end-of-allocation its superblock recorded; HDF5 would then
@@ -1113,36 +1236,16 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
                 *done_paths = NULL;
             }
         }
-        h5u_attr_int(w->file, "complete", 0);
-        h5u_attr_str(w->file, "interrupted", "");
-    } else {
-        /* Build the new trace under a temporary name so an existing one (with --force) is only
-         * replaced once the new file is set up. */
-        char tmp[1100];
-        snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
-        hid_t fapl = fapl_latest(0);
-        w->file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-        H5Pclose(fapl);
-        if (w->file < 0) {
+        int zero = 0;
+        if (h5u_attr_overwrite(w->file, "complete", H5T_NATIVE_INT, &zero) < 0 ||
+            h5u_attr_overwrite_str(w->file, "interrupted", "") < 0 || H5Fflush(w->file, H5F_SCOPE_GLOBAL) < 0) {
             writer_free(w);
-            return as_fail(err, AS_ERR_IO, "%s: cannot create (%s): check the folder exists and "
-                           "is writable", path, strerror(errno));
+            return as_fail(err, AS_ERR_IO, "%s: cannot mark the trace as being resumed (disk "
+                           "full?); it is unchanged: free space and run again", path);
         }
-        if (write_root_attrs(w->file, spec) != 0 || layout(w->file, spec, &w->d, 1) != 0) {
-            writer_free(w);
-            remove(tmp);
-            return as_fail(err, AS_ERR_HDF5, "%s: cannot lay out the trace (disk full?)", path);
-        }
-        if (rename(tmp, path) != 0) {
-            int e = errno;
-            writer_free(w);
-            remove(tmp);
-            return as_fail(err, AS_ERR_IO, "%s: cannot move the new trace into place (%s)", path, strerror(e));
-        }
-    }
-    if (H5Fstart_swmr_write(w->file) < 0) {
+    } else if ((rc = create_and_claim(w, spec, mode, err)) != AS_OK) {
         writer_free(w);
-        return as_fail(err, AS_ERR_HDF5, "%s: cannot start SWMR writing (HDF5 >= 1.10 needed)", path);
+        return rc;
     }
     if (done) *done = (int)w->done;
     if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
@@ -1169,34 +1272,26 @@ as_status trace_writer_close(trace_writer *w, int complete, const char *reason, 
     }
     long done = w->done;
     dsets_close(&w->d);
-    herr_t ce = H5Fclose(w->file);
+    /* The end state is written in SWMR mode, in place into the attributes made at creation
+     * (HDF5 1.10 allows that, not creating or deleting them): a reader (h5py swmr=True) opens
+     * the trace at every moment, a kill in the middle included. Reopening without SWMR would
+     * mark the file "open for writing" and lock every reader out until h5clear. */
+    char now[32];
+    h5u_iso_now(now, sizeof now);
+    long long n64 = done;
+    int bad = h5u_attr_overwrite_str(w->file, "end_time", now) < 0 ||
+              h5u_attr_overwrite(w->file, "complete", H5T_NATIVE_INT, &complete) < 0 ||
+              h5u_attr_overwrite_str(w->file, "interrupted", complete ? "" : (reason ? reason : "interrupted")) < 0 ||
+              h5u_attr_overwrite(w->file, "num_images", H5T_NATIVE_LLONG, &n64) < 0;
+    haddr_t eoa = 0;
+    bad |= H5Fflush(w->file, H5F_SCOPE_GLOBAL) < 0 || H5Fget_eoa(w->file, &eoa) < 0;
+    bad |= H5Fclose(w->file) < 0;
     w->file = -1;
-    if (ce < 0 && rc == AS_OK)
-        rc = as_fail(err, AS_ERR_IO, "%s: closing the trace failed (disk full?); its %ld "
-                     "completed images stay readable", w->path, done);
-    /* The end state goes into attributes, which SWMR mode cannot change: reopen briefly. */
-    hid_t fapl = fapl_latest(0);
-    hid_t f = H5Fopen(w->path, H5F_ACC_RDWR, fapl);
-    H5Pclose(fapl);
-    if (f >= 0) {
-        char now[32];
-        h5u_iso_now(now, sizeof now);
-        int bad = h5u_attr_str(f, "end_time", now) | h5u_attr_int(f, "complete", complete) |
-                  h5u_attr_str(f, "interrupted", complete ? "" : (reason ? reason : "interrupted")) |
-                  h5u_attr_int64(f, "num_images", done);
-        haddr_t eoa = 0;
-        bad |= H5Fflush(f, H5F_SCOPE_GLOBAL) < 0 || H5Fget_eoa(f, &eoa) < 0;
-        bad |= H5Fclose(f) < 0;
-        /* give back the space reserved for a next batch */
-        if (!bad && eoa > 0) bad |= truncate(w->path, (off_t)eoa) != 0;
-        if (bad)
-            if (rc == AS_OK)
-                rc = as_fail(err, AS_ERR_IO, "%s: could not record the end state (disk full?); "
-                             "the %ld images are stored", w->path, done);
-    } else if (rc == AS_OK) {
-        rc = as_fail(err, AS_ERR_IO, "%s: could not reopen to record the end state; the %ld "
-                     "images are stored", w->path, done);
-    }
+    /* give back the space reserved for a next batch */
+    if (!bad && eoa > 0) bad |= truncate(w->path, (off_t)eoa) != 0;
+    if (bad && rc == AS_OK)
+        rc = as_fail(err, AS_ERR_IO, "%s: could not record the end state (disk full?); the %ld "
+                     "images are stored and readable", w->path, done);
     writer_free(w);
     return rc;
 }
@@ -1273,8 +1368,7 @@ as_status trace_reader_open(trace_reader *r, const char *path, as_error *err) {
         /* being written now, or left by a killed run: SWMR read still sees every flushed batch */
         /* Without a file lock: a lock held by this reader would stop the writer from reopening
          * the file to record its end state when the run finishes. SWMR readers need no lock. */
-        hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-        H5Pset_file_locking(fapl, 0, 1);
+        hid_t fapl = h5u_swmr_read_fapl();
         f = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
         H5Pclose(fapl);
         r->swmr = 1;
@@ -1328,7 +1422,9 @@ as_status trace_reader_open(trace_reader *r, const char *path, as_error *err) {
         trace_reader_close(r);
         return as_fail(err, AS_ERR_FORMAT, "%s: layers/heads attributes missing", path);
     }
-    return trace_reader_refresh(r, err);
+    as_status rc = trace_reader_refresh(r, err);
+    if (rc != AS_OK) trace_reader_close(r); /* found by fuzz_trace: it leaked the open trace */
+    return rc;
 }
 
 as_status trace_reader_refresh(trace_reader *r, as_error *err) {
@@ -1374,15 +1470,18 @@ static int index_of(const int *v, int n, int x) {
 }
 
 /* Reads a hyperslab [image, (head)] of a dataset as float, converting float16 itself. */
+/* want: the floats the caller's buffer holds for this read, as the trace's attributes promise
+ * (0: the caller sized it from the dataset itself); a dataset of another shape is refused, so a
+ * hostile trace cannot write past the buffer. */
 static as_status read_slab(const trace_reader *r, const char *name, long image, int head_pos,
-                           float *out, as_error *err) {
+                           size_t want, float *out, as_error *err) {
     hid_t d = H5Dopen2((hid_t)r->file_id, name, H5P_DEFAULT);
     if (d < 0) return as_fail(err, AS_ERR_ARG, "%s: no dataset %s in this trace: record it (see "
                               "attnscope info %s)", r->path, name, r->path);
     hid_t fs = H5Dget_space(d);
-    hsize_t dims[5], off[5] = {0}, cnt[5];
-    int nd = H5Sget_simple_extent_dims(fs, dims, NULL);
-    if (r->swmr && image >= 0 && (hsize_t)image >= dims[0]) {
+    hsize_t dims[H5S_MAX_RANK], off[5] = {0}, cnt[5];
+    int nd = H5Sget_simple_extent_dims(fs, dims, NULL); /* at most H5S_MAX_RANK */
+    if (nd >= 1 && r->swmr && image >= 0 && (hsize_t)image >= dims[0]) {
         /* a live trace: see what the writer added since the open (refreshing costs a metadata
          * reload, so only when the image lies beyond what this handle knows) */
         H5Sclose(fs);
@@ -1391,7 +1490,17 @@ static as_status read_slab(const trace_reader *r, const char *name, long image, 
         nd = H5Sget_simple_extent_dims(fs, dims, NULL);
     }
     as_status rc = AS_OK;
-    if (image < 0 || (hsize_t)image >= dims[0] || image >= r->n_images) {
+    size_t have = 1;
+    for (int i = 1; i < nd && i < 5; i++) have *= (head_pos >= 0 && i == 1) ? 1 : (size_t)dims[i];
+    if (nd < 1 || nd > 5) {
+        rc = as_fail(err, AS_ERR_FORMAT, "%s: %s has %d dimensions: the file is corrupt", r->path, name, nd);
+    } else if (want && have != want) {
+        rc = as_fail(err, AS_ERR_FORMAT, "%s: %s holds %zu values per image where its attributes "
+                     "promise %zu: the file is corrupt", r->path, name, have, want);
+    } else if (head_pos >= 0 && (nd < 2 || (hsize_t)head_pos >= dims[1])) {
+        rc = as_fail(err, AS_ERR_FORMAT, "%s: %s has no head position %d: the file is corrupt",
+                     r->path, name, head_pos);
+    } else if (image < 0 || (hsize_t)image >= dims[0] || image >= r->n_images) {
         rc = as_fail(err, AS_ERR_ARG, "%s: image %ld out of range (%ld complete images)", r->path,
                      image, r->n_images);
     } else {
@@ -1438,7 +1547,11 @@ as_status trace_read_head(const trace_reader *r, trace_quantity q, long image, i
                        r->path, trace_q_names[q], trace_q_names[q]);
     char name[64];
     snprintf(name, sizeof name, "layers/%02d/%s", layer, trace_q_names[q]);
-    return read_slab(r, name, image, hp, out, err);
+    const size_t T = (size_t)r->num_tokens;
+    const size_t want = is_map(q) ? (size_t)r->q_rows * T
+                      : q == TRACE_Q_TOKENS ? T * (size_t)r->cfg.embed_dim
+                                            : T * (size_t)vit_qk_head_dim(&r->cfg, layer);
+    return read_slab(r, name, image, hp, want, out, err);
 }
 
 as_status trace_read_map(const trace_reader *r, const char *name, long image, int layer,
@@ -1456,12 +1569,12 @@ as_status trace_read_map(const trace_reader *r, const char *name, long image, in
     int hp = index_of(heads, nh, head);
     if (hp < 0) return as_fail(err, AS_ERR_ARG, "%s: head %d of %s in layer %d was not recorded",
                                r->path, head, name, layer);
-    return read_slab(r, path, image, hp, out, err);
+    return read_slab(r, path, image, hp, 0, out, err);
 }
 
 as_status trace_read_image_slab(const trace_reader *r, const char *name, long image, float *out,
                                 as_error *err) {
-    return read_slab(r, name, image, -1, out, err);
+    return read_slab(r, name, image, -1, 0, out, err);
 }
 
 int trace_dataset_dims(const trace_reader *r, const char *name, long *dims, int max) {
@@ -1489,7 +1602,7 @@ as_status trace_read_tokens(const trace_reader *r, long image, int layer, float 
                        "--record tokens", r->path);
     char name[64];
     snprintf(name, sizeof name, "layers/%02d/tokens", layer);
-    return read_slab(r, name, image, -1, out, err);
+    return read_slab(r, name, image, -1, (size_t)r->num_tokens * (size_t)r->cfg.embed_dim, out, err);
 }
 
 as_status trace_read_image_info(const trace_reader *r, long image, char *path, size_t path_n,
@@ -1527,7 +1640,7 @@ as_status trace_read_image_info(const trace_reader *r, long image, char *path, s
         }
         snprintf(path, path_n, "%s", buf[0]);
     }
-    if (logits && r->cfg.num_classes > 0) return read_slab(r, "images/logits", image, -1, logits, err);
+    if (logits && r->cfg.num_classes > 0) return read_slab(r, "images/logits", image, -1, (size_t)r->cfg.num_classes, logits, err);
     return AS_OK;
 }
 

@@ -11,8 +11,8 @@
 /* Which distance the analysis used (its stored parameters; results before v2 used centres). */
 static const char *distance_kind(const fig_source *s) {
     char params[512] = "";
-    hid_t g = H5Lexists((hid_t)s->file, "analysis/distance", H5P_DEFAULT) > 0
-                  ? H5Gopen2((hid_t)s->file, "analysis/distance", H5P_DEFAULT) : -1;
+    hid_t g = s->results >= 0 && H5Lexists((hid_t)s->results, "analysis/distance", H5P_DEFAULT) > 0
+                  ? H5Gopen2((hid_t)s->results, "analysis/distance", H5P_DEFAULT) : -1;
     if (g >= 0) {
         h5u_attr_read_str(g, "parameters", params, sizeof params);
         H5Gclose(g);

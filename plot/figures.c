@@ -37,6 +37,7 @@ static void basename_noext(const char *path, char *out, size_t n) {
 
 as_status fig_source_open(fig_source *s, const char *path, const char *label, as_error *err) {
     memset(s, 0, sizeof *s);
+    s->results = -1;
     snprintf(s->path, sizeof s->path, "%s", path);
     as_error terr = {0};
     if (trace_reader_open(&s->tr, path, &terr) == AS_OK) {
@@ -48,6 +49,7 @@ as_status fig_source_open(fig_source *s, const char *path, const char *label, as
         if (label) snprintf(s->label, sizeof s->label, "%s", label);
         else if (arch[0] && strcmp(arch, "custom") != 0) snprintf(s->label, sizeof s->label, "%s", arch);
         else basename_noext(path, s->label, sizeof s->label);
+        s->results = analysis_results_open(path); /* beside the trace, or (older) inside it */
         return AS_OK;
     }
     h5u_quiet();
@@ -58,7 +60,7 @@ as_status fig_source_open(fig_source *s, const char *path, const char *label, as
         if (f >= 0) H5Fclose(f);
         return as_fail(err, terr.status ? terr.status : AS_ERR_FORMAT, "%s", terr.msg);
     }
-    s->file = f;
+    s->file = s->results = f;
     char src[1024];
     h5u_attr_read_str(f, "source_trace", src, sizeof src);
     s->label_given = label != NULL;
@@ -68,6 +70,7 @@ as_status fig_source_open(fig_source *s, const char *path, const char *label, as
 }
 
 void fig_source_close(fig_source *s) {
+    if (s->is_trace && s->results > 0) H5Fclose((hid_t)s->results);
     if (s->is_trace) trace_reader_close(&s->tr);
     else if (s->file > 0) H5Fclose((hid_t)s->file);
     memset(s, 0, sizeof *s);
@@ -76,9 +79,8 @@ void fig_source_close(fig_source *s) {
 /* H5Lexists fails (negative) when an intermediate group is missing: that too means "absent". */
 static int path_exists(hid_t f, const char *name) { return H5Lexists(f, name, H5P_DEFAULT) > 0; }
 
-static as_status read_whole(const fig_source *s, const char *name, double **data, long *dims,
+static as_status read_whole(const fig_source *s, hid_t f, const char *name, double **data, long *dims,
                             int *nd, as_error *err) {
-    hid_t f = (hid_t)s->file;
     hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
     hid_t sp = H5Dget_space(d);
     hsize_t hd[8];
@@ -109,17 +111,17 @@ static as_status read_whole(const fig_source *s, const char *name, double **data
 
 static as_status read_doubles(const fig_source *s, const char *name, const char *metric,
                               double **data, long *dims, int *nd, as_error *err) {
-    if (!path_exists((hid_t)s->file, name))
+    if (s->results < 0 || !path_exists((hid_t)s->results, name))
         return as_fail(err, AS_ERR_ARG, "%s has no %s: run attnscope analyze %s --metrics %s first",
                        s->path, name, s->path, metric);
-    return read_whole(s, name, data, dims, nd, err);
+    return read_whole(s, (hid_t)s->results, name, data, dims, nd, err);
 }
 
 as_status fig_read_any(const fig_source *s, const char *name, const char *what, double **data,
                        long *dims, int *nd, as_error *err) {
     if (!path_exists((hid_t)s->file, name))
         return as_fail(err, AS_ERR_ARG, "%s has no %s: %s", s->path, name, what);
-    return read_whole(s, name, data, dims, nd, err);
+    return read_whole(s, (hid_t)s->file, name, data, dims, nd, err);
 }
 
 as_status fig_read(const fig_source *s, const char *metric, const char *output, const char *what,
@@ -140,8 +142,8 @@ int fig_labels(const fig_source *s, const char *metric, const char *output, cons
                int *out, int max) {
     char name[256];
     snprintf(name, sizeof name, "analysis/%s/%s", metric, output);
-    hid_t f = (hid_t)s->file;
-    if (!path_exists(f, name)) return 0;
+    hid_t f = (hid_t)s->results;
+    if (f < 0 || !path_exists(f, name)) return 0;
     hid_t o = H5Oopen(f, name, H5P_DEFAULT);
     int n = h5u_attr_read_int(o, axis, out, max);
     H5Oclose(o);
@@ -152,8 +154,8 @@ int fig_label_doubles(const fig_source *s, const char *metric, const char *outpu
                       const char *axis, double *out, int max) {
     char name[256];
     snprintf(name, sizeof name, "analysis/%s/%s", metric, output);
-    hid_t f = (hid_t)s->file;
-    if (!path_exists(f, name)) return 0;
+    hid_t f = (hid_t)s->results;
+    if (f < 0 || !path_exists(f, name)) return 0;
     hid_t o = H5Oopen(f, name, H5P_DEFAULT);
     int n = 0;
     if (H5Aexists(o, axis) > 0) {

@@ -16,7 +16,8 @@ typedef struct {
     char label[128];          /* legend entry: --labels, else the model name, else the file name
                                  (figure_draw makes equal ones distinct: fig_sources_distinct) */
     int label_given;          /* label came from the caller (--labels) */
-    int64_t file;             /* hid_t of the results (the trace's own handle for a trace) */
+    int64_t file;             /* hid_t of the file given (the trace's own handle for a trace) */
+    int64_t results;          /* hid_t of its analysis results (analysis_results_open), or -1 */
     int is_trace;
     trace_reader tr;          /* when is_trace */
 } fig_source;

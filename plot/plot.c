@@ -70,6 +70,8 @@ struct plot_figure {
     cairo_matrix_t base, base_inv;  /* the figure's points -> device, and back */
     plot_box *boxes;                /* every drawn string's ink box, in figure points */
     int n_boxes, cap_boxes;
+    FILE *fp;      /* PDF/SVG: the temporary, written by cairo through stream_write */
+    int write_err; /* errno of the first failed write or close, 0 if none */
 };
 
 /* The current transformation as the figure's own coordinates (text is kept inside them). */
@@ -77,6 +79,24 @@ static void base_set(plot_figure *f) {
     cairo_get_matrix(f->cr, &f->base);
     f->base_inv = f->base;
     if (cairo_matrix_invert(&f->base_inv) != CAIRO_STATUS_SUCCESS) cairo_matrix_init_identity(&f->base_inv);
+}
+
+/* Why our own stream: cairo's file output did not report every failed write (a PDF on a full
+ * disk came out truncated with a success status); here every fwrite, the flush, the fsync and
+ * the close are checked. */
+static cairo_status_t stream_write(void *closure, const unsigned char *data, unsigned int length) {
+    struct plot_figure *f = closure;
+    if (!f->write_err && fwrite(data, 1, length, f->fp) != length) f->write_err = errno ? errno : EIO;
+    return f->write_err ? CAIRO_STATUS_WRITE_ERROR : CAIRO_STATUS_SUCCESS;
+}
+
+/* Closes the temporary; 0, or the errno of the first failure. */
+static int stream_close(struct plot_figure *f) {
+    if (!f->fp) return f->write_err;
+    if (!f->write_err && (fflush(f->fp) != 0 || fsync(fileno(f->fp)) != 0)) f->write_err = errno ? errno : EIO;
+    if (fclose(f->fp) != 0 && !f->write_err) f->write_err = errno ? errno : EIO;
+    f->fp = NULL;
+    return f->write_err;
 }
 
 /* Files are written under PATH.tmpPID and renamed into place only once complete. */
@@ -112,11 +132,18 @@ as_status plot_figure_begin(plot_figure **out, const char *path, double width, d
     f->dpi = dpi;
     snprintf(f->path, sizeof f->path, "%s", path);
     tmp_name(f->tmp, sizeof f->tmp, path);
+    if (k != KIND_PNG && !(f->fp = fopen(f->tmp, "wbx"))) {
+        as_status rc = as_fail(err, AS_ERR_IO, "%s: cannot create the figure (%s): check the folder "
+                               "exists and is writable", path, strerror(errno));
+        f->tmp[0] = 0;
+        plot_figure_abort(f);
+        return rc;
+    }
     if (k == KIND_PDF) {
-        f->surface = cairo_pdf_surface_create(f->tmp, width, height);
+        f->surface = cairo_pdf_surface_create_for_stream(stream_write, f, width, height);
         cairo_pdf_surface_set_metadata(f->surface, CAIRO_PDF_METADATA_CREATOR, "attnscope");
     } else if (k == KIND_SVG) {
-        f->surface = cairo_svg_surface_create(f->tmp, width, height);
+        f->surface = cairo_svg_surface_create_for_stream(stream_write, f, width, height);
         cairo_svg_surface_set_document_unit(f->surface, CAIRO_SVG_UNIT_PT);
     } else {
         f->surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, (int)ceil(width * dpi / 72),
@@ -176,7 +203,8 @@ void plot_figure_abort(plot_figure *f) {
         cairo_surface_finish(f->surface);
         cairo_surface_destroy(f->surface);
     }
-    remove(f->tmp);
+    stream_close(f);
+    if (f->tmp[0]) remove(f->tmp);
     free(f);
 }
 
@@ -188,8 +216,12 @@ as_status plot_figure_end(plot_figure *f, as_error *err) {
         cairo_surface_finish(f->surface);
         if (st == CAIRO_STATUS_SUCCESS) st = cairo_surface_status(f->surface);
     }
+    int e = stream_close(f);
     as_status rc = AS_OK;
-    if (st != CAIRO_STATUS_SUCCESS)
+    if (e)
+        rc = as_fail(err, AS_ERR_IO, "%s: writing failed (%s): free disk space or choose another "
+                     "folder; nothing was written", f->path, strerror(e));
+    else if (st != CAIRO_STATUS_SUCCESS)
         rc = as_fail(err, AS_ERR_IO, "%s: drawing or writing failed (%s; disk full?)", f->path,
                      cairo_status_to_string(st));
     else

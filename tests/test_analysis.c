@@ -776,16 +776,18 @@ static void test_run(void) {
     analysis_opts_default(&o);
     o.quiet = 1;
     o.metrics = analysis_metric_mask("als,entropy", &err);
-    CHECK(analysis_run(copy, NULL, &o, &rep, &err) == AS_OK, "into the trace: %s", err.msg);
+    CHECK(analysis_run(copy, NULL, &o, &rep, &err) == AS_OK, "beside the trace: %s", err.msg);
     double als1[9 * 3], ent[9 * 3];
-    CHECK(read_all(copy, "analysis/als/score/mean", als1, 27) && read_all(copy, "analysis/entropy/entropy/mean", ent, 27),
-          "results in /analysis");
+    char side[1100];
+    analysis_results_path(copy, side, sizeof side);
+    CHECK(read_all(side, "analysis/als/score/mean", als1, 27) && read_all(side, "analysis/entropy/entropy/mean", ent, 27),
+          "results in %s /analysis", side);
     o.metrics = analysis_metric_mask("als", &err);
     o.als_window = 5;
     CHECK(analysis_run(copy, NULL, &o, &rep, &err) == AS_OK, "again: %s", err.msg);
     double als2[9 * 3];
-    CHECK(read_all(copy, "analysis/als/score/mean", als2, 27) && als2[0] > als1[0], "ALS R=5 %g > R=3 %g", als2[0], als1[0]);
-    CHECK(read_all(copy, "analysis/entropy/entropy/mean", ent, 27), "the other metric's results stay");
+    CHECK(read_all(side, "analysis/als/score/mean", als2, 27) && als2[0] > als1[0], "ALS R=5 %g > R=3 %g", als2[0], als1[0]);
+    CHECK(read_all(side, "analysis/entropy/entropy/mean", ent, 27), "the other metric's results stay");
     if (trace_reader_open(&r, copy, &err) == AS_OK) {
         trace_read_image_slab(&r, "layers/04/attn", 2, after, &err);
         CHECK(memcmp(before, after, sizeof before) == 0 && r.n_images == 5 && r.complete,

@@ -102,7 +102,7 @@ expect 0 "$A" record --model "$FX/vit_cls" --images "$FX/inputs48.npy" --out "$T
 expect 1 "$A" info "$FX/img.png"; one_line
 expect 1 "$A" info "$FX/inputs.npy.h5"; one_line
 
-# analyze: results into the trace and as CSV; what a trace lacks is skipped or refused with the
+# analyze: results beside the trace (an.analysis.h5) and as CSV; what a trace lacks is skipped or refused with the
 # record flag to use; bad files give one line
 cp "$FX/analysis/vit_gap.h5" "$T/an.h5"
 expect 0 "$A" analyze "$T/an.h5" --csv "$T/csv" --threads 1
@@ -112,9 +112,9 @@ has "$T/out" "suggested\|no head reaches"
 [ "$(wc -l <"$T/csv/als.score.csv")" -eq 9 ] && ok || bad "als csv has $(wc -l <"$T/csv/als.score.csv") lines, want 1 + 2 layers x 4 heads"
 [ "$(wc -l <"$T/csv/rollout.map.csv")" -eq 33 ] && ok || bad "rollout csv: 1 + 2 layers x 16 patches lines"
 head -1 "$T/csv/rollout.map.csv" | grep -q "layer,patch,patch_row,patch_col,mean" && ok || bad "rollout csv header"
-h5dump -A -g /analysis/similarity "$T/an.h5" >"$T/h5a" 2>&1; has "$T/h5a" "deepvit = mean over key columns"
+h5dump -A -g /analysis/similarity "$T/an.analysis.h5" >"$T/h5a" 2>&1; has "$T/h5a" "deepvit = mean over key columns"
 has "$T/h5a" "ATTRIBUTE \"images\""; has "$T/h5a" "ATTRIBUTE \"version\""
-h5dump -d /analysis/als/score/mean "$T/an.h5" >"$T/h5d" 2>&1; has "$T/h5d" "DATASPACE  SIMPLE { ( 2, 4 ) / ( 2, 4 ) }"
+h5dump -d /analysis/als/score/mean "$T/an.analysis.h5" >"$T/h5d" 2>&1; has "$T/h5d" "DATASPACE  SIMPLE { ( 2, 4 ) / ( 2, 4 ) }"
 h5dump -A -d /layers/01/attn "$T/an.h5" >/dev/null 2>&1 && ok || bad "the recorded maps are still readable"
 expect 0 "$A" info "$T/an.h5"; has "$T/out" "analysis    als v3, 4 images"; has "$T/out" "rollout v1, 4 images"
 expect 0 "$A" analyze "$T/y.h5" --out "$T/res.h5"          # attn only: qk and evolution skipped

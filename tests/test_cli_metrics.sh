@@ -88,8 +88,8 @@ cat >"$T/exp.json" <<JSON
 JSON
 }
 exp centre; expect 0 "$A" experiment "$T/exp.json" --out "$T/exp"
-h5dump -A -g /analysis/distance "$T/exp/a.h5" >"$T/a" 2>&1; has "$T/a" "distance=centre"
-h5dump -A -g /analysis/als "$T/exp/a.h5" >"$T/a" 2>&1; has "$T/a" "rule=per-head"
+h5dump -A -g /analysis/distance "$T/exp/a.analysis.h5" >"$T/a" 2>&1; has "$T/a" "distance=centre"
+h5dump -A -g /analysis/als "$T/exp/a.analysis.h5" >"$T/a" 2>&1; has "$T/a" "rule=per-head"
 exp pixels; expect 1 "$A" experiment "$T/exp.json" --out "$T/exp2"
 has "$T/err" "exp.json: analyze: distance: --distance pixels: use one of pixel, centre"; one_line
 

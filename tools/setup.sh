@@ -15,7 +15,8 @@ packages=(meson ninja-build pkg-config gcc libc6-dev
           libopenblas-openmp-dev libpng-dev libjpeg62-turbo-dev libcjson-dev fonts-dejavu-core
           xvfb xauth python3 python3-h5py python3-numpy
           python3-xarray python3-h5netcdf  # tests/test_cli_provenance.sh reads traces with xarray
-          python3-mpmath)  # tests/test_cli_fix2.sh runs tools/analysis_ref.py compare
+          python3-mpmath   # tests/test_cli_fix2.sh runs tools/analysis_ref.py compare
+          clang libclang-rt-dev)           # fuzz/: libFuzzer harnesses (-Dfuzz=true)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -43,7 +44,14 @@ test)
         meson setup build-asan --buildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false >&2
     ninja -C build-asan >&2
     meson test -C build-asan --print-errorlogs --num-processes 2 --suite unit --suite reference
-    python3 tools/test_summary.py build/meson-logs/testlog.json build-asan/meson-logs/testlog.json
+    # the fuzz harnesses (clang + libFuzzer, ASan+UBSan): seeds, then a fixed number of mutations each (seconds)
+    [ -f build-fuzz/build.ninja ] ||
+        CC=clang meson setup build-fuzz -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false \
+            --buildtype=debugoptimized >&2
+    ninja -C build-fuzz >&2
+    meson test -C build-fuzz --print-errorlogs --num-processes 2 --suite fuzz
+    python3 tools/test_summary.py build/meson-logs/testlog.json build-asan/meson-logs/testlog.json \
+        build-fuzz/meson-logs/testlog.json
     ;;
 *)
     echo "usage: tools/setup.sh demo|test|build" >&2
