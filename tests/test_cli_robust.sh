@@ -62,7 +62,9 @@ fi
 # ---- item 3: two runs never silently replace each other; --force replaces only traces
 if [ -n "$SHIM" ]; then
     rm -f "$T/r.h5"
-    ( SHIM_MATCH=r.h5 SHIM_STALL_AT=40 LD_PRELOAD=$SHIM "$A" "${REC[@]}" --out "$T/r.h5" >"$T/first" 2>&1 ) &
+    # the first run stalls half-way through its writes (N, counted above), well after it has
+    # claimed the name: a fixed write number fell before the claim once the trace gained writes
+    ( SHIM_MATCH=r.h5 SHIM_STALL_AT=$((N / 2)) LD_PRELOAD=$SHIM "$A" "${REC[@]}" --out "$T/r.h5" >"$T/first" 2>&1 ) &
     first=$!
     for _ in $(seq 50); do [ -e "$T/r.h5" ] && break; sleep 0.1; done
     expect 1 "$A" "${REC[@]}" --out "$T/r.h5";          has "$T/err" "already exists"; one_line
@@ -104,7 +106,7 @@ if [ -n "$SHIM" ]; then
 fi
 expect 0 "$A" analyze "$T/an.h5" --metrics als --threads 1
 ls "$T" | grep -q 'analysis-tmp' && bad "analyze left temporaries: $(ls "$T")" || ok
-expect 0 "$A" info "$T/an.h5"; has "$T/out" "results in  .*an.analysis.h5"; has "$T/out" "als v2"; has "$T/out" "entropy v1"
+expect 0 "$A" info "$T/an.h5"; has "$T/out" "results in  .*an.analysis.h5"; has "$T/out" "als v3"; has "$T/out" "entropy v1"
 expect 0 "$A" info --json "$T/an.h5"; has "$T/out" '"results_in":.*an.analysis.h5'
 expect 0 "$A" plot als "$T/an.h5" -o "$T/als.svg"
 cmp -s "$T/an.h5" "$T/an.orig" && ok || bad "analyze changed the trace"
@@ -114,11 +116,11 @@ $PY -c "
 import h5py, sys
 with h5py.File(sys.argv[1], 'r') as s, h5py.File(sys.argv[2], 'a') as t:
     t.copy(s['analysis'], 'analysis')" "$T/an.analysis.h5" "$T/old.h5"
-expect 0 "$A" info "$T/old.h5"; has "$T/out" "results in  the trace itself"; has "$T/out" "als v2"
+expect 0 "$A" info "$T/old.h5"; has "$T/out" "results in  the trace itself"; has "$T/out" "als v3"
 expect 0 "$A" info --json "$T/old.h5"; has "$T/out" '"results_in":.*old.h5"'
 expect 0 "$A" plot als "$T/old.h5" -o "$T/als-old.svg"
 expect 0 "$A" analyze "$T/old.h5" --metrics distance --threads 1
-expect 0 "$A" info "$T/old.h5"; has "$T/out" "old.analysis.h5"; has "$T/out" "als v2"; has "$T/out" "distance v2"
+expect 0 "$A" info "$T/old.h5"; has "$T/out" "old.analysis.h5"; has "$T/out" "als v3"; has "$T/out" "distance v3"
 # a trace recorded again under the same name does not inherit the old trace's results
 expect 0 "$A" "${REC[@]}" --out "$T/t2.h5"
 expect 0 "$A" analyze "$T/t2.h5" --metrics entropy --threads 1
