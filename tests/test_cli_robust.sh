@@ -4,25 +4,11 @@
 # not traces, full disks (RLIMIT_FSIZE), hostile inputs made here. The exhaustive kill sweep over
 # every write call is tools/kill_sweep.sh (minutes; run it by hand after changing the writers).
 set -u
-A=${ATTNSCOPE:-build/attnscope}
-FX=${FIXTURES:-tests/fixtures}
+. "$(dirname "$0")/lib.sh"
+t_init robust robust
 SHIM=${KILLSHIM:-}
 # under ASan the shim comes first in the preload list; its calls pass on to ASan's and libc's
 export ASAN_OPTIONS="${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}verify_asan_link_order=0"
-PY=/usr/bin/python3
-T=$(mktemp -d "${TMPDIR:-/tmp}/attnscope-robust.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-expect() {
-    local want=$1; shift
-    "$@" >"$T/out" 2>"$T/err"
-    local got=$?
-    if [ "$got" -eq "$want" ]; then ok; else bad "exit $got (want $want): $* :: $(head -c 400 "$T/err")"; fi
-}
-has() { if grep -q -- "$2" "$1"; then ok; else bad "$1 lacks '$2': $(head -c 400 "$1")"; fi; }
-one_line() { if [ "$(wc -l <"$T/err")" -eq 1 ]; then ok; else bad "error is not one line: $(cat "$T/err")"; fi; }
 # shim MATCH KILL_AT CMD...: run CMD under the shim, killed at write call KILL_AT (0: never)
 shim() {
     local m=$1 k=$2; shift 2
@@ -228,5 +214,4 @@ for names in "../../escaped m f" "ok ../m2 f" "ok .state f" "ok m ../../fig-esca
     [ -z "$(find "$T" /tmp/fig-escaped.pdf -name '*escaped*' 2>/dev/null)" ] && ok || bad "names $names wrote outside the output folder"
 done
 
-echo "robust: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+t_done
