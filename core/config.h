@@ -64,6 +64,38 @@ typedef struct {
 } vit_attn;
 typedef enum { VIT_INTERP_BICUBIC = 0, VIT_INTERP_BILINEAR, VIT_INTERP_COUNT } vit_interp;
 
+/* ---- Stages: a model is a stem, stages of blocks and a head ----
+ * A monolithic ViT/DeiT has n_stages = 0: the top-level embed_dim, depth, num_heads and
+ * mlp_hidden describe its one GLOBAL stage, so every existing config, checkpoint and trace keeps
+ * its meaning. A staged model (Swin) lists its stages; then depth is the total block count, and
+ * embed_dim, num_heads and mlp_hidden are stage 0's. Block l (0..depth-1) is counted over all
+ * stages; attn[l] is its mechanism and vit_block_geom(c, l) its derived geometry (never stored). */
+#define VIT_MAX_STAGES 4
+typedef enum { VIT_FAMILY_VIT = 0, VIT_FAMILY_SWIN, VIT_FAMILY_COUNT } vit_family;
+/* How a block's tokens are grouped into independent attention problems: GLOBAL, one T x T
+ * problem per image; WINDOW, Swin's M x M windows (shifted on odd blocks of a stage). The next
+ * scopes (SRA for PVT v2, CLASS for CaiT) are additions to this enum and to vit_block_geom. */
+typedef enum { VIT_SCOPE_GLOBAL = 0, VIT_SCOPE_WINDOW, VIT_SCOPE_COUNT } vit_scope;
+/* What runs before a stage's blocks (stage > 0): Swin's PatchMerging (2x2 gather in the order
+ * (0,0),(1,0),(0,1),(1,1), LayerNorm(4C), Linear(4C, 2C) without bias). */
+typedef enum { VIT_DOWN_NONE = 0, VIT_DOWN_MERGE, VIT_DOWN_COUNT } vit_down;
+/* Grids the window does not divide: PAD_FIRST pads, then rolls (torchvision and the official
+ * segmentation code: the shift mask separates the wrapped rows, the correct behaviour and the
+ * default); ROLL_FIRST rolls, then pads (timm, whose mask misses the wrap:
+ * huggingface/pytorch-image-models#2438). Identical when the window divides every grid. */
+typedef enum { VIT_PAD_FIRST = 0, VIT_PAD_ROLL_FIRST, VIT_PAD_COUNT } vit_pad_order;
+/* A grid no larger than the window: TIMM shrinks the window to the grid and does not shift
+ * (_calc_window_shift); TORCHVISION keeps M, pads, and does not shift when M >= padded grid.
+ * Identical at 224 (the last Swin stage is one 7 x 7 window that never shifts). */
+typedef enum { VIT_CLAMP_TIMM = 0, VIT_CLAMP_TORCHVISION, VIT_CLAMP_COUNT } vit_window_clamp;
+
+typedef struct {
+    int depth, embed_dim, num_heads, mlp_hidden;
+    vit_scope scope;
+    int window;     /* WINDOW: M as configured (before the clamp) */
+    vit_down down;  /* before this stage's blocks; NONE for stage 0 */
+} vit_stage;
+
 typedef struct {
     char name[64];      /* timm architecture name, or "custom" */
     int img_size;       /* input side in pixels (square inputs) */
@@ -85,6 +117,14 @@ typedef struct {
     float crop_pct;
     vit_interp interpolation;
     vit_attn attn[VIT_MAX_DEPTH]; /* per block; all zero (vanilla) in the built-in table */
+    /* stages (see "Stages" above); all zero for a monolithic ViT */
+    vit_family family;
+    int n_stages;
+    vit_stage stage[VIT_MAX_STAGES];
+    int patch_norm;             /* LayerNorm after the patch embedding (Swin) */
+    int shift_windows;          /* WINDOW stages shift odd blocks by M/2 (Swin: 1) */
+    vit_pad_order pad_order;
+    vit_window_clamp window_clamp;
 } vit_config;
 
 /* Compute and parameter counts of one forward pass for one image, per component. FLOPs count a
@@ -159,6 +199,40 @@ float vit_attn_scale(const vit_config *c, int l);
 /* Block l's mechanism and settings in a line ("mait R=[3,3,0] zero"); same text for equal
  * settings, so consecutive blocks can be grouped. */
 void vit_attn_describe(const vit_config *c, int l, char *buf, size_t n);
+
+/* One block's derived geometry. Token centres are in input pixels, pixel i spanning [i, i+1):
+ * patch embedding k = s = P puts grid index y at P y + P/2; a 2x2 merge takes its children's
+ * mean (stride doubles, offset grows by half the old stride). */
+typedef struct {
+    int stage, j;        /* stage and block within the stage */
+    vit_scope scope;
+    int gh, gw;          /* token grid (rows, columns), prefix tokens not counted */
+    int prefix;          /* class/distillation tokens ahead of the grid (0 in staged models) */
+    int T;               /* tokens per image: prefix + gh * gw */
+    int D, H, Hm;        /* width, heads, MLP hidden of the block */
+    int M, shift;        /* WINDOW: window side and cyclic shift after the clamp (else 0) */
+    int ph, pw;          /* WINDOW: padded grid, multiples of M (else gh, gw) */
+    int nwh, nww;        /* WINDOW: windows down and across the padded grid (else 1, 1) */
+    int problems;        /* independent attention problems per image: 1, or nwh * nww */
+    int Tq, Tk;          /* queries and keys of one problem: T and T, or M^2 and M^2 */
+    float stride_px, offset_px; /* centre of grid index i along an axis: offset + stride * i */
+} vit_geom;
+int vit_num_stages(const vit_config *c);      /* n_stages, or 1 for a monolithic ViT */
+int vit_stage_first_block(const vit_config *c, int s);
+void vit_block_geom(const vit_config *c, int l, vit_geom *g);
+/* WINDOW: tok[w * M^2 + r] = the flat grid token (y * gw + x, prefix not counted) at row r
+ * (row-major inside the window) of window w (row-major over the shifted, padded grid), or -1
+ * for a pad slot; roll and pad folded in per c->pad_order. tok has problems * M^2 entries. */
+void vit_window_tokens(const vit_config *c, const vit_geom *g, int *tok);
+/* WINDOW: Swin's shift mask, mask[(w * M^2 + i) * M^2 + j] = 0 when rows i and j of window w
+ * come from the same region of the shifted, padded grid, else -100 (Swin's value, not -inf);
+ * all 0 without a shift. */
+#define VIT_SHIFT_MASK_VALUE (-100.0f)
+void vit_shift_mask(const vit_config *c, const vit_geom *g, float *mask);
+const char *vit_family_name(vit_family f);          /* "vit", "swin" */
+const char *vit_scope_name(vit_scope s);            /* "global", "window" */
+const char *vit_pad_order_name(vit_pad_order p);    /* "pad_first", "roll_first" */
+const char *vit_window_clamp_name(vit_window_clamp k); /* "timm", "torchvision" */
 
 /* Every constraint a forward pass relies on; the message says what to change. */
 as_status vit_config_validate(const vit_config *c, as_error *err);
