@@ -1,0 +1,302 @@
+"""Plain-PyTorch Swin Transformer v1 (eval), written from the paper's equations and the order in
+the design note (hierarchical.md 3.1), with timm's parameter names so that timm state dicts load
+as they are. Independent of attnscope's C code; the reference of tools/make_swin_fixtures.py and
+tools/check_swin_ref.py. Needs only torch.
+
+    z   = LN(conv_P(x))                                   patch_embed.proj, patch_embed.norm
+    stage s >= 1 starts with a 2x2 merge: concat of the children (dy,dx) in the order
+          (0,0),(1,0),(0,1),(1,1), LN(4C), Linear(4C -> 2C, no bias)     layers.s.downsample
+    block: x = x + W-MSA(LN1(x));  x = x + fc2(GELU(fc1(LN2(x))))        shift M/2 on odd blocks
+    W-MSA: windows of M x M tokens, S = (q d^-1/2) k^T + B_rel [+ mask], softmax, A v, proj
+    head:  LN, mean over the grid, head.fc
+
+Choices that differ between implementations are options:
+  pad_order   "pad_first": pad the grid to multiples of M, then roll (torchvision, official
+              segmentation code); "roll_first": roll the unpadded grid, then pad (timm, whose
+              shift mask then misses the wrap: huggingface/pytorch-image-models#2438).
+  window_clamp "timm": a grid <= M makes the window the grid and never shifts (the relative
+              table is then (2g-1)^2 rows, as timm builds it); "torchvision": keep M, pad, and
+              do not shift when M >= the padded grid.
+LayerNorm eps is 1e-5 everywhere, GELU is exact (erf), the shift mask value is -100 (not -inf)
+and is added after the relative bias; pad tokens are zeros after LN1 and are not masked.
+
+forward(x, record=list) appends one dict per block (global index l over the stages):
+  attn, scores  (N, H, nW, M^2, M^2)  windows row-major over the shifted, padded grid, tokens
+                                      row-major inside a window; scores enter the softmax
+  q, k          (N, H, T, d)          unshifted grid order (token y * gw + x), pad slots dropped
+  tokens        (N, T, D)             the block output
+  input         (N, T, D)             the block input (for checks; not written to fixtures)
+  window_token  (nW, M^2) int64       flat grid token of each window slot, -1 for a pad slot
+  geom          dict(gh, gw, M, shift, ph, pw)
+"""
+import math
+import re
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+EPS = 1e-5
+MASK_VALUE = -100.0
+
+
+def block_window(grid, M0, odd, clamp):
+    """(M, shift) of a block on a grid x grid map; odd = the block is a shifted one."""
+    if clamp == "timm":
+        if grid <= M0:
+            return grid, 0
+        return M0, (M0 // 2 if odd else 0)
+    if clamp == "torchvision":
+        padded = -(-grid // M0) * M0
+        return M0, (M0 // 2 if odd and M0 < padded else 0)
+    raise ValueError(f"window_clamp {clamp!r}: use 'timm' or 'torchvision'")
+
+
+def relative_index(M):
+    """(M^2, M^2): idx[a, b] = (ya - yb + M - 1)(2M - 1) + (xa - xb + M - 1), tokens row-major."""
+    y = torch.arange(M).repeat_interleave(M)
+    x = torch.arange(M).repeat(M)
+    return (y[:, None] - y[None, :] + M - 1) * (2 * M - 1) + (x[:, None] - x[None, :] + M - 1)
+
+
+def shift_regions(n, M, s):
+    """Region 0, 1, 2 of each coordinate of a padded axis of length n: Swin's slices
+    [0, n - M), [n - M, n - s), [n - s, n)."""
+    p = torch.arange(n)
+    return (p >= n - M).long() + (p >= n - s).long()
+
+
+def shift_mask(ph, pw, M, s):
+    """(nW, M^2, M^2): 0 where two slots of a window lie in the same region of the shifted,
+    padded grid, else -100; zeros without a shift."""
+    nwh, nww = ph // M, pw // M
+    if s == 0:
+        return torch.zeros(nwh * nww, M * M, M * M)
+    label = 3 * shift_regions(ph, M, s)[:, None] + shift_regions(pw, M, s)[None, :]
+    lw = label.view(nwh, M, nww, M).permute(0, 2, 1, 3).reshape(nwh * nww, M * M)
+    return (lw[:, :, None] != lw[:, None, :]).float() * MASK_VALUE
+
+
+def shift_and_pad(t, M, s, pad_order, fill):
+    """t (B, H, W, ...) -> the shifted, padded grid (B, ph, pw, ...) in the given order; pad
+    slots hold fill."""
+    H, W = t.shape[1], t.shape[2]
+    ph, pw = -(-H // M) * M, -(-W // M) * M
+    extra = t.dim() - 3
+
+    def pad(u):
+        return F.pad(u, (0, 0) * extra + (0, pw - W, 0, ph - H), value=fill)
+
+    if pad_order == "pad_first":
+        u = pad(t)
+        return torch.roll(u, (-s, -s), (1, 2)) if s else u
+    if pad_order == "roll_first":
+        u = torch.roll(t, (-s, -s), (1, 2)) if s else t
+        return pad(u)
+    raise ValueError(f"pad_order {pad_order!r}: use 'pad_first' or 'roll_first'")
+
+
+def unshift_and_crop(u, H, W, s, pad_order):
+    """Inverse of shift_and_pad on (B, ph, pw, C)."""
+    if pad_order == "pad_first":
+        u = torch.roll(u, (s, s), (1, 2)) if s else u
+        return u[:, :H, :W]
+    u = u[:, :H, :W]
+    return torch.roll(u, (s, s), (1, 2)) if s else u
+
+
+def to_windows(u, M):
+    """(B, ph, pw, C) -> (B, nW, M^2, C), windows row-major, slots row-major in a window."""
+    B, ph, pw, C = u.shape
+    return u.view(B, ph // M, M, pw // M, M, C).permute(0, 1, 3, 2, 4, 5).reshape(B, -1, M * M, C)
+
+
+def from_windows(w, ph, pw, M):
+    B, nW, N, C = w.shape
+    return w.view(B, ph // M, pw // M, M, M, C).permute(0, 1, 3, 2, 4, 5).reshape(B, ph, pw, C)
+
+
+class WindowAttention(nn.Module):
+    def __init__(self, dim, heads, table_side, qkv_bias=True):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * table_side - 1) ** 2, heads))
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, xn, M, s, pad_order, rec):
+        """xn (B, H, W, C) after LN1 -> attention output (B, H, W, C) before the residual."""
+        B, H, W, C = xn.shape
+        h, d = self.heads, C // self.heads
+        if self.relative_position_bias_table.shape[0] != (2 * M - 1) ** 2:
+            raise ValueError(f"relative table of {self.relative_position_bias_table.shape[0]} rows "
+                             f"for a window of {M}: needs {(2 * M - 1) ** 2}")
+        u = shift_and_pad(xn, M, s, pad_order, 0.0)
+        ph, pw = u.shape[1], u.shape[2]
+        win = to_windows(u, M)                                         # (B, nW, N, C)
+        nW, N = win.shape[1], M * M
+        qkv = self.qkv(win).view(B, nW, N, 3, h, d).permute(3, 0, 4, 1, 2, 5)
+        q, k, v = qkv[0], qkv[1], qkv[2]                               # (B, h, nW, N, d)
+        bias = self.relative_position_bias_table[relative_index(M).reshape(-1)]
+        bias = bias.view(N, N, h).permute(2, 0, 1)                     # (h, N, N)
+        scores = (q * d ** -0.5) @ k.transpose(-2, -1) + bias[None, :, None]
+        scores = scores + shift_mask(ph, pw, M, s)[None, None]
+        attn = scores.softmax(dim=-1)
+        o = (attn @ v).permute(0, 2, 3, 1, 4).reshape(B, nW, N, C)
+        o = from_windows(self.proj(o), ph, pw, M)
+        if rec is not None:
+            idx = torch.arange(H * W).view(1, H, W)
+            wt = to_windows(shift_and_pad(idx[..., None], M, s, pad_order, -1), M)[0, :, :, 0]
+            valid = wt >= 0
+            order = wt[valid]                                          # grid token of each slot
+            qg = torch.empty(B, h, H * W, d)
+            kg = torch.empty(B, h, H * W, d)
+            qg[:, :, order] = q[:, :, valid]
+            kg[:, :, order] = k[:, :, valid]
+            assert torch.equal(order.sort().values, torch.arange(H * W)), "every token in one slot"
+            rec.update(attn=attn, scores=scores, q=qg, k=kg, window_token=wt,
+                       geom=dict(gh=H, gw=W, M=M, shift=s, ph=ph, pw=pw))
+        return unshift_and_crop(o, H, W, s, pad_order)
+
+
+class Mlp(nn.Module):
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads, table_side, mlp_ratio, qkv_bias):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=EPS)
+        self.attn = WindowAttention(dim, heads, table_side, qkv_bias)
+        self.norm2 = nn.LayerNorm(dim, eps=EPS)
+        self.mlp = Mlp(dim, int(mlp_ratio * dim))
+
+    def forward(self, x, M, s, pad_order, rec):
+        x = x + self.attn(self.norm1(x), M, s, pad_order, rec)
+        return x + self.mlp(self.norm2(x))
+
+
+class PatchMerging(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.norm = nn.LayerNorm(4 * dim, eps=EPS)
+        self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
+
+    def forward(self, x):
+        B, H, W, C = x.shape
+        x = F.pad(x, (0, 0, 0, W % 2, 0, H % 2))  # an odd side gets one zero row or column
+        # children (dy, dx) in the order (0,0), (1,0), (0,1), (1,1)
+        x = torch.cat([x[:, dy::2, dx::2] for dx in (0, 1) for dy in (0, 1)], dim=-1)
+        return self.reduction(self.norm(x))
+
+
+class PatchEmbed(nn.Module):
+    def __init__(self, patch, in_chans, dim, norm):
+        super().__init__()
+        self.proj = nn.Conv2d(in_chans, dim, kernel_size=patch, stride=patch)
+        self.norm = nn.LayerNorm(dim, eps=EPS) if norm else nn.Identity()
+
+    def forward(self, x):
+        return self.norm(self.proj(x).permute(0, 2, 3, 1))
+
+
+class Stage(nn.Module):
+    def __init__(self, dim_in, dim, depth, heads, table_side, mlp_ratio, qkv_bias, merge):
+        super().__init__()
+        self.downsample = PatchMerging(dim_in) if merge else None
+        self.blocks = nn.ModuleList(Block(dim, heads, table_side, mlp_ratio, qkv_bias)
+                                    for _ in range(depth))
+
+
+class Head(nn.Module):
+    def __init__(self, dim, classes):
+        super().__init__()
+        self.fc = nn.Linear(dim, classes)
+
+
+class SwinRef(nn.Module):
+    """cfg: the model_args of config.json (img_size, patch_size, in_chans, embed_dim, depths,
+    num_heads, window_size, mlp_ratio, qkv_bias, patch_norm, pad_order, window_clamp) plus
+    num_classes."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        c = dict(cfg)
+        self.c = c
+        self.pad_order = c.get("pad_order", "pad_first")
+        self.clamp = c.get("window_clamp", "timm")
+        D, M0 = c["embed_dim"], c["window_size"]
+        self.patch_embed = PatchEmbed(c["patch_size"], c.get("in_chans", 3), D, c.get("patch_norm", True))
+        grid = c["img_size"] // c["patch_size"]
+        stages = []
+        for s, (depth, heads) in enumerate(zip(c["depths"], c["num_heads"])):
+            if s:
+                grid = (grid + 1) // 2
+            side = block_window(grid, M0, False, self.clamp)[0]  # the table timm builds
+            stages.append(Stage(D // 2 if s else D, D, depth, heads, side, c.get("mlp_ratio", 4),
+                                c.get("qkv_bias", True), s > 0))
+            D *= 2
+        self.layers = nn.ModuleList(stages)
+        D //= 2
+        self.norm = nn.LayerNorm(D, eps=EPS)
+        self.head = Head(D, c["num_classes"])
+
+    def forward(self, x, record=None):
+        x = self.patch_embed(x)
+        M0 = self.c["window_size"]
+        for s, stage in enumerate(self.layers):
+            if stage.downsample is not None:
+                x = stage.downsample(x)
+            B, H, W, C = x.shape
+            for j, blk in enumerate(stage.blocks):
+                M, sh = block_window(H, M0, j % 2 == 1, self.clamp)
+                rec = {} if record is not None else None
+                x_in = x
+                x = blk(x, M, sh, self.pad_order, rec)
+                if rec is not None:
+                    rec["input"] = x_in.reshape(B, H * W, C)
+                    rec["tokens"] = x.reshape(B, H * W, C)
+                    rec["geom"].update(stage=s, j=j)
+                    record.append(rec)
+        x = self.norm(x).mean(dim=(1, 2))
+        return self.head.fc(x)
+
+
+def perturb(sd, seed, table_std=1.0):
+    """Returns a copy of the timm-named state dict sd with its weights moved away from a (seeded)
+    init, so that maps are far from uniform: relative tables get large distinct values (a
+    transposed index shows), LayerNorm scales spread, every other weight gets noise of its own
+    size."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name in sorted(sd):
+        p = sd[name].detach().clone().float()
+        ln = re.search(r"(^|\.)norm\d?\.weight$", name) is not None
+        if "relative_position_bias_table" in name:
+            p = table_std * torch.randn(p.shape, generator=g)
+        elif ln:
+            p = 1.0 + 0.2 * torch.randn(p.shape, generator=g)
+        elif name.endswith("bias"):
+            p = p + 0.1 * torch.randn(p.shape, generator=g)
+        else:
+            p = p + 1.0 / math.sqrt(p[0].numel()) * torch.randn(p.shape, generator=g)
+        out[name] = p
+    return out
+
+
+def load_torchvision(tv, sd_timm):
+    """Loads timm-named weights into a torchvision SwinTransformer (index buffers kept)."""
+    from swin_names import from_torchvision
+    tv_sd = tv.state_dict()
+    new = {}
+    for k, v in tv_sd.items():
+        r = from_torchvision({k: v})
+        new[k] = sd_timm[next(iter(r))] if r else v
+    tv.load_state_dict(new, strict=True)
+    return tv
