@@ -12,6 +12,8 @@
    coordinates and the shift mask from regions, the slot's source token found by modular
    arithmetic instead of roll/pad/view. Run at 224 and 256 in both pad orders, and on tiny
    models that exercise both clamps.
+4. swin_t, swin_s and swin_b renamed from torchvision's and from the official layout agree,
+   load strictly into SwinRef, and have the published parameter counts.
 Exits 1 with one line per failure."""
 import os
 import sys
@@ -21,7 +23,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import swin_ref  # noqa: E402
-from swin_names import from_torchvision  # noqa: E402
+from swin_names import from_official, from_torchvision  # noqa: E402
 
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 FAIL = []
@@ -142,8 +144,53 @@ def run_dense(label, m, x):
     return worst
 
 
+def official_layout(tv_sd):
+    """microsoft/Swin-Transformer's names for a torchvision state dict, written from the
+    official model's module tree (merge at the end of stage i, head.*, attn_mask buffers)."""
+    out = {}
+    for k, v in tv_sd.items():
+        p = k.split(".")
+        if p[0] == "features" and p[1] == "0":
+            out[f"patch_embed.{'proj' if p[2] == '0' else 'norm'}.{p[3]}"] = v
+        elif p[0] == "features" and int(p[1]) % 2 == 1:
+            i, rest = (int(p[1]) - 1) // 2, ".".join(p[3:])
+            rest = rest.replace("mlp.0.", "mlp.fc1.").replace("mlp.3.", "mlp.fc2.")
+            out[f"layers.{i}.blocks.{p[2]}.{rest}"] = v
+            if rest == "norm1.weight" and int(p[2]) % 2 == 1:
+                out[f"layers.{i}.blocks.{p[2]}.attn_mask"] = torch.zeros(1)
+        elif p[0] == "features":
+            out[f"layers.{int(p[1]) // 2 - 1}.downsample.{'.'.join(p[2:])}"] = v
+        else:
+            out[k] = v
+    return out
+
+
+def check_names():
+    """swin_t/s/b: torchvision and official layouts give the same timm state dict, which loads
+    strictly into SwinRef with the published parameter counts."""
+    from torchvision.models import swin_b, swin_s, swin_t
+    for name, make, C, depths, heads, want in (
+            ("swin_t", swin_t, 96, [2, 2, 6, 2], [3, 6, 12, 24], 28.29),
+            ("swin_s", swin_s, 96, [2, 2, 18, 2], [3, 6, 12, 24], 49.61),
+            ("swin_b", swin_b, 128, [2, 2, 18, 2], [4, 8, 16, 32], 87.77)):
+        tv_sd = make().state_dict()
+        a, b = from_torchvision(tv_sd), from_official(official_layout(tv_sd))
+        check(sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a),
+              f"{name}: torchvision and official renames disagree")
+        m = swin_ref.SwinRef(dict(img_size=224, patch_size=4, embed_dim=C, depths=depths, num_heads=heads,
+                                  window_size=7, num_classes=1000))
+        try:
+            m.load_state_dict(a, strict=True)
+        except RuntimeError as e:
+            check(False, f"{name}: renamed state dict does not load: {str(e).splitlines()[0]}")
+        n = sum(v.numel() for v in a.values()) / 1e6
+        print(f"{name}: {len(a)} tensors renamed, {n:.2f} M parameters (published {want})")
+        check(round(n, 2) == want, f"{name}: {n:.2f} M parameters, published {want}")
+
+
 def main():
     quick = "--quick" in sys.argv
+    check_names()
     T_CFG = dict(img_size=224, patch_size=4, in_chans=3, embed_dim=96, depths=[2, 2, 6, 2],
                  num_heads=[3, 6, 12, 24], window_size=7, mlp_ratio=4, qkv_bias=True, patch_norm=True,
                  num_classes=1000)
