@@ -154,28 +154,38 @@ def span(v):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arch", default="deit_tiny_patch16_224")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--arch", default="deit_tiny_patch16_224",
+                    help="an attnscope architecture name or CONFIG.json (ViT family), or a Swin name: "
+                         + ", ".join(TORCHVISION))
+    ap.add_argument("--batch", type=int, default=8, help="images per forward pass, every side")
+    ap.add_argument("--threads", type=int, default=os.cpu_count(), help="threads, every side")
     ap.add_argument("--seconds", type=float, default=4,
                     help="per attnscope variant per round; half that for PyTorch and ONNX Runtime")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--attnscope", default=os.path.join(ROOT, "build", "attnscope"))
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians and ranges over them")
+    ap.add_argument("--attnscope", default=os.path.join(ROOT, "build", "attnscope"), help="the binary timed")
     ap.add_argument("--ort-dir", default=os.environ.get("ORT_DIR", ""),
                     help="folder whose node_modules holds onnxruntime-node")
-    ap.add_argument("--opset", type=int, default=17, help="ONNX opset of the export (torch 1.13: 7-17)")
+    ap.add_argument("--opset", type=int, help="ONNX opset of the export, with --ort-dir (torch 1.13: "
+                    "7-17; Swin needs 11 or later: its pad amounts are traced values). Default: 17")
     ap.add_argument("--openblas-coretype", default="inherit", metavar="inherit|unset|NAME",
                     help="OPENBLAS_CORETYPE for attnscope and PyTorch (both run OpenBLAS's SGEMM; "
                          "ONNX Runtime has its own kernels): inherit the environment's (default), "
                          "unset it (OpenBLAS picks the CPU's best), or set NAME, e.g. SkylakeX")
-    ap.add_argument("--python", default="/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable)
+    ap.add_argument("--python", default="/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable,
+                    help="the Python with torch (and torchvision) that runs the PyTorch side")
     a = ap.parse_args()
     if a.rounds < 1 or a.seconds <= 0 or a.batch < 1 or a.threads < 1:
         sys.exit("compare.py: --rounds, --batch and --threads must be >= 1 and --seconds > 0")
+    if a.opset is not None and not a.ort_dir:
+        sys.exit("compare.py: --opset is the ONNX export's, which runs only for ONNX Runtime: give --ort-dir too")
+    a.opset = 17 if a.opset is None else a.opset
     if a.ort_dir and not os.path.isdir(os.path.join(a.ort_dir, "node_modules", "onnxruntime-node")):
         sys.exit(f"compare.py: --ort-dir {a.ort_dir}: no node_modules/onnxruntime-node there; "
                  f"run `npm install --ignore-scripts onnxruntime-node` in it")
 
+    if not os.access(a.attnscope, os.X_OK):
+        sys.exit(f"compare.py: no attnscope binary at {a.attnscope}: build it (meson setup build "
+                 f"--buildtype=release && ninja -C build) or give --attnscope")
     spec = torch_spec(a)
     env = blas_env(a)
     core_env = env.get("OPENBLAS_CORETYPE")
