@@ -99,7 +99,9 @@ const f32 = (p) => { const b = fs.readFileSync(p); return new Float32Array(b.buf
 
 
 class Failed(Exception):
-    pass
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        self.status = status  # exit status; negative: killed by that signal; None: not started
 
 
 def run(cmd, env=None):
@@ -110,9 +112,10 @@ def run(cmd, env=None):
         raise Failed(f"{cmd[0]}: not found")
     if r.returncode != 0:
         lines = [l for l in r.stderr.strip().splitlines() if l.strip()]
-        why = lines[-1] if lines else f"exit status {r.returncode}, nothing on stderr"
+        why = lines[-1] if lines else "nothing on stderr"
         why = why if len(why) <= 400 else why[:400] + " ..."
-        raise Failed(f"{os.path.basename(cmd[0])} exited {r.returncode}: {why}")
+        how = f"was killed by signal {-r.returncode}" if r.returncode < 0 else f"exited {r.returncode}"
+        raise Failed(f"{os.path.basename(cmd[0])} {how}: {why}", r.returncode)
     return r.stdout
 
 
@@ -204,15 +207,15 @@ def main():
     names = {"fwd": "attnscope forward", "rec": "attnscope recording every map",
              "torch": torch_name, "ort": ort_name}
     samples = {k: [] for k in names}
-    overheads, ours, cores, ort_err = [], None, {}, 0.0
+    overheads, ours, ours_why, cores, ort_err = [], None, "", {}, 0.0
     ours_ok, torch_ok = True, True
     with tempfile.TemporaryDirectory() as tmp:
         ort_ok = bool(a.ort_dir)
         if ort_ok:
             try:
                 print(f"exporting to ONNX (opset {a.opset}) ...", flush=True)
-                r = last_json(run([a.python, "-c", TORCH_CODE, json.dumps(spec), str(a.batch),
-                                   str(a.threads), "export", tmp], env=env))
+                run([a.python, "-c", TORCH_CODE, json.dumps(spec), str(a.batch), str(a.threads),
+                     "export", tmp], env=env)
             except Failed as e:
                 print(f"ONNX Runtime: not run: the ONNX export failed: {e}")
                 ort_ok = False
@@ -231,8 +234,10 @@ def main():
                     overheads.append(100 * (ours["forward"]["img_s"] / ours["recording"]["img_s"] - 1))
                     cores["attnscope"] = ours.get("openblas_core", "?")
                 except Failed as e:
-                    print(f"attnscope cannot run {a.arch} yet ({e})" if r == 0 else
-                          f"attnscope: stopped in round {r + 1}: {e}")
+                    # a refusal is a one-line error and exit 1; anything else is a failure to report
+                    ours_why = (f"attnscope cannot run {a.arch} yet ({e})" if r == 0 and e.status == 1
+                                else f"attnscope bench failed in round {r + 1}: {e}")
+                    print(ours_why)
                     ours_ok = False
             if torch_ok:
                 try:
@@ -286,6 +291,8 @@ def main():
         print(f"\nrecording every map costs {100 * (med['fwd'] / med['rec'] - 1):.1f}% over attnscope's "
               f"plain forward (ratio of medians; per round from {min(overheads):.1f}% to {max(overheads):.1f}%)")
     print(f"medians of {a.rounds} alternating rounds; ranges are min-max over the rounds")
+    if ours_why:
+        print(ours_why)
 
 
 if __name__ == "__main__":
