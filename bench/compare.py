@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
-"""attnscope against PyTorch (and ONNX Runtime where installed) on the same architecture, batch
-and thread count, in one invocation; prints img/s and the ratios. Benchmarks are not tests:
-nothing here asserts a time.
+"""attnscope against PyTorch and ONNX Runtime on the same architecture, batch and thread count,
+in one invocation: rounds of (attnscope plain + recording every map, PyTorch, ONNX Runtime),
+img/s medians and ranges, and the ratios. Benchmarks are not tests: nothing here asserts a time.
 
-    python3 bench/compare.py --arch deit_tiny_patch16_224 --batch 8 --threads 2
-    python3 bench/compare.py --arch vit_base_patch16_224 --batch 8 --ort-dir /tmp/ort
+    python3 bench/compare.py --arch deit_tiny_patch16_224 --batch 8 --threads 2 --ort-dir /tmp/ort
+    python3 bench/compare.py --arch swin_tiny_patch4_window7_224 --batch 1 --threads 2 --ort-dir /tmp/ort
 
-Needs python3-torch. ONNX Runtime: `npm install --ignore-scripts onnxruntime-node` in a folder
-given as --ort-dir (its install script fetches GPU extras from the internet; the CPU binary is
-in the package). All runs use random weights and inputs: speed does not depend on the values.
+Families: ViT/DeiT names (and CONFIG.json) run in PyTorch as tools/vit_ref.py built from
+`attnscope info --json`; swin_{tiny,small,base}_patch4_window7_224 as torchvision's swin_t/s/b.
+Both are exported to ONNX (--opset, default 17) for ONNX Runtime, which must reproduce PyTorch's
+logits (checked every round). Where the attnscope binary refuses the architecture, its line says
+so and the PyTorch and ONNX Runtime figures are still measured.
+
+Needs python3-torch (python3-torchvision for Swin). ONNX Runtime: `npm install --ignore-scripts
+onnxruntime-node` in a folder given as --ort-dir (its install script fetches GPU extras from the
+internet; the CPU binary is in the package). All runs use random weights and inputs: speed does not
+depend on the values. OPENBLAS_CORETYPE: see --openblas-coretype and docs/performance.md.
 """
 import argparse
 import json
@@ -17,124 +24,275 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
+# attnscope names -> torchvision builders (random weights). torchvision pads before it rolls;
+# at 224 every Swin grid divides by the window, so pad order does not arise.
+TORCHVISION = {
+    "swin_tiny_patch4_window7_224": ("swin_t", 224),
+    "swin_small_patch4_window7_224": ("swin_s", 224),
+    "swin_base_patch4_window7_224": ("swin_b", 224),
+}
+
+# One PyTorch program for every family: build the model, then "export" (ONNX + the input and the
+# logits, raw float32, for ONNX Runtime's check) or "time" (img/s over SECONDS). It also reports the
+# OpenBLAS kernels its GEMMs ran: Debian's torch takes SGEMM from OpenBLAS (libblas.so.3), so
+# OPENBLAS_CORETYPE moves PyTorch as it moves attnscope.
 TORCH_CODE = r"""
-import json, sys, time, torch
-sys.path.insert(0, sys.argv[1])
-from vit_ref import ViT, init_random
-cfg, B, threads, seconds, onnx_out = json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
+import ctypes, json, os, sys, time, torch
+spec, B, threads, mode, arg = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 torch.set_num_threads(threads)
-m = init_random(ViT(cfg).eval(), 0)
-x = torch.randn(B, cfg["in_chans"], cfg["img_size"], cfg["img_size"])
-with torch.inference_mode():
-    m(x)
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        m(x); n += B
-    dt = time.perf_counter() - t0
-if onnx_out:
-    torch.onnx.export(m, x, onnx_out, opset_version=14, input_names=["x"], output_names=["y"])
-print(json.dumps({"img_s": n / dt}))
+torch.manual_seed(0)
+if spec["builder"] == "vit_ref":
+    sys.path.insert(0, spec["tools"])
+    from vit_ref import ViT, init_random
+    m = init_random(ViT(spec["cfg"]).eval(), 0)
+else:
+    import torchvision
+    m = getattr(torchvision.models, spec["builder"])().eval()
+x = torch.randn(B, spec["in_chans"], spec["img_size"], spec["img_size"])
+try:
+    lib = ctypes.CDLL("libopenblas.so.0")
+    lib.openblas_get_corename.restype = ctypes.c_char_p
+    core = lib.openblas_get_corename().decode()
+except (OSError, AttributeError):
+    core = "(not OpenBLAS)"
+out = {"openblas_core": core}
+if mode == "export":
+    with torch.inference_mode():
+        y = m(x)
+    torch.onnx.export(m, x, os.path.join(arg, "model.onnx"), opset_version=spec["opset"],
+                      input_names=["x"], output_names=["y"])
+    x.numpy().tofile(os.path.join(arg, "x.f32"))
+    y.numpy().tofile(os.path.join(arg, "y.f32"))
+else:
+    seconds = float(arg)
+    with torch.inference_mode():
+        m(x)
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            m(x); n += B
+        out["img_s"] = n / (time.perf_counter() - t0)
+print(json.dumps(out))
 """
 
+# ONNX Runtime's plain forward on the exported input; its first run's logits are compared with
+# PyTorch's (the export is only worth timing if it computes the same thing).
 ORT_CODE = r"""
-const ort = require('onnxruntime-node');
-const [model, B, C, S, threads, seconds] = process.argv.slice(1);  // node -e: no script path
+const ort = require('onnxruntime-node'), fs = require('fs');
+const [dir, B, C, S, threads, seconds] = process.argv.slice(1);  // node -e: no script path
+const f32 = (p) => { const b = fs.readFileSync(p); return new Float32Array(b.buffer, b.byteOffset, b.length / 4); };
 (async () => {
-  const sess = await ort.InferenceSession.create(model, {intraOpNumThreads: +threads,
+  const sess = await ort.InferenceSession.create(dir + '/model.onnx', {intraOpNumThreads: +threads,
       interOpNumThreads: 1, graphOptimizationLevel: 'all', executionMode: 'sequential'});
-  const n = +B * +C * +S * +S, data = new Float32Array(n);
-  for (let i = 0; i < n; i++) data[i] = Math.random() - 0.5;
-  const feeds = {x: new ort.Tensor('float32', data, [+B, +C, +S, +S])};
-  await sess.run(feeds);
-  let k = 0; const t0 = process.hrtime.bigint();
-  let dt = 0;
+  const feeds = {x: new ort.Tensor('float32', f32(dir + '/x.f32'), [+B, +C, +S, +S])};
+  const y = (await sess.run(feeds)).y.data, ref = f32(dir + '/y.f32');
+  let err = y.length == ref.length ? 0 : Infinity;
+  for (let i = 0; i < y.length && err < Infinity; i++) err = Math.max(err, Math.abs(y[i] - ref[i]));
+  let k = 0, dt = 0; const t0 = process.hrtime.bigint();
   while (dt < +seconds) { await sess.run(feeds); k += +B; dt = Number(process.hrtime.bigint() - t0) / 1e9; }
-  console.log(JSON.stringify({img_s: k / dt}));
-})();
+  console.log(JSON.stringify({img_s: k / dt, max_abs_err: err}));
+})().catch((e) => { console.error(String(e)); process.exit(1); });
 """
+
+
+class Failed(Exception):
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        self.status = status  # exit status; negative: killed by that signal; None: not started
 
 
 def run(cmd, env=None):
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    """stdout of cmd; Failed with its last stderr line (the tool's own one-line reason) if not 0."""
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    except FileNotFoundError:
+        raise Failed(f"{cmd[0]}: not found")
     if r.returncode != 0:
-        raise RuntimeError(f"{cmd[0]} failed: {r.stderr.strip()[-500:]}")
+        lines = [l for l in r.stderr.strip().splitlines() if l.strip()]
+        why = lines[-1] if lines else "nothing on stderr"
+        why = why if len(why) <= 400 else why[:400] + " ..."
+        how = f"was killed by signal {-r.returncode}" if r.returncode < 0 else f"exited {r.returncode}"
+        raise Failed(f"{os.path.basename(cmd[0])} {how}: {why}", r.returncode)
     return r.stdout
+
+
+def last_json(text):
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def torch_spec(a):
+    """What the PyTorch side builds for --arch: torchvision's Swin or tools/vit_ref.py's ViT."""
+    if a.arch in TORCHVISION:
+        builder, size = TORCHVISION[a.arch]
+        return {"builder": builder, "img_size": size, "in_chans": 3, "opset": a.opset}
+    if a.arch.startswith("swin_"):
+        sys.exit(f"compare.py: {a.arch} has no torchvision counterpart; use one of "
+                 f"{', '.join(TORCHVISION)}")
+    try:
+        cfg = json.loads(run([a.attnscope, "info", "--json", a.arch]))
+    except Failed as e:
+        sys.exit(f"compare.py: attnscope info cannot describe {a.arch} ({e}); build attnscope "
+                 f"(ninja -C build) or give --attnscope")
+    return {"builder": "vit_ref", "cfg": cfg, "tools": os.path.join(ROOT, "tools"),
+            "img_size": cfg["img_size"], "in_chans": cfg["in_chans"], "opset": a.opset}
+
+
+def blas_env(a):
+    """The environment of the OpenBLAS users (attnscope, PyTorch) under --openblas-coretype."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(a.threads), OMP_NUM_THREADS=str(a.threads),
+               OMP_WAIT_POLICY="PASSIVE")
+    if a.openblas_coretype == "unset":
+        env.pop("OPENBLAS_CORETYPE", None)
+    elif a.openblas_coretype != "inherit":
+        env["OPENBLAS_CORETYPE"] = a.openblas_coretype
+    return env
+
+
+def span(v):
+    return f"{min(v):.1f}-{max(v):.1f}" if len(v) > 1 else "-"
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arch", default="deit_tiny_patch16_224")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--seconds", type=float, default=4, help="per attnscope run; half that for the others")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--attnscope", default=os.path.join(ROOT, "build", "attnscope"))
+    ap.add_argument("--arch", default="deit_tiny_patch16_224",
+                    help="an attnscope architecture name or CONFIG.json (ViT family), or a Swin name: "
+                         + ", ".join(TORCHVISION))
+    ap.add_argument("--batch", type=int, default=8, help="images per forward pass, every side")
+    ap.add_argument("--threads", type=int, default=os.cpu_count(), help="threads, every side")
+    ap.add_argument("--seconds", type=float, default=4,
+                    help="per attnscope variant per round; half that for PyTorch and ONNX Runtime")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians and ranges over them")
+    ap.add_argument("--attnscope", default=os.path.join(ROOT, "build", "attnscope"), help="the binary timed")
     ap.add_argument("--ort-dir", default=os.environ.get("ORT_DIR", ""),
                     help="folder whose node_modules holds onnxruntime-node")
-    ap.add_argument("--python", default="/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable)
+    ap.add_argument("--opset", type=int, help="ONNX opset of the export, with --ort-dir (torch 1.13: "
+                    "7-17; Swin needs 11 or later: its pad amounts are traced values). Default: 17")
+    ap.add_argument("--openblas-coretype", default="inherit", metavar="inherit|unset|NAME",
+                    help="OPENBLAS_CORETYPE for attnscope and PyTorch (both run OpenBLAS's SGEMM; "
+                         "ONNX Runtime has its own kernels): inherit the environment's (default), "
+                         "unset it (OpenBLAS picks the CPU's best), or set NAME, e.g. SkylakeX")
+    ap.add_argument("--python", default="/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable,
+                    help="the Python with torch (and torchvision) that runs the PyTorch side")
     a = ap.parse_args()
+    if a.rounds < 1 or a.seconds <= 0 or a.batch < 1 or a.threads < 1:
+        sys.exit("compare.py: --rounds, --batch and --threads must be >= 1 and --seconds > 0")
+    if a.opset is not None and not a.ort_dir:
+        sys.exit("compare.py: --opset is the ONNX export's, which runs only for ONNX Runtime: give --ort-dir too")
+    a.opset = 17 if a.opset is None else a.opset
+    if a.ort_dir and not os.path.isdir(os.path.join(a.ort_dir, "node_modules", "onnxruntime-node")):
+        sys.exit(f"compare.py: --ort-dir {a.ort_dir}: no node_modules/onnxruntime-node there; "
+                 f"run `npm install --ignore-scripts onnxruntime-node` in it")
 
-    cfg = json.loads(run([a.attnscope, "info", "--json", a.arch]))
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(a.threads), OMP_NUM_THREADS=str(a.threads),
-               OMP_WAIT_POLICY="PASSIVE")
-    print(f"{a.arch}, batch {a.batch}, {a.threads} threads, float32, {a.rounds} rounds")
-    core = os.environ.get("OPENBLAS_CORETYPE")
-    if core:
-        print(f"note: OPENBLAS_CORETYPE={core} is set; it slows attnscope's OpenBLAS (and any "
-              "OpenBLAS-based run) on AVX-512 CPUs; PyTorch and ONNX Runtime use their own kernels")
+    if not os.access(a.attnscope, os.X_OK):
+        sys.exit(f"compare.py: no attnscope binary at {a.attnscope}: build it (meson setup build "
+                 f"--buildtype=release && ninja -C build) or give --attnscope")
+    spec = torch_spec(a)
+    env = blas_env(a)
+    core_env = env.get("OPENBLAS_CORETYPE")
+    print(f"{a.arch}, batch {a.batch}, {a.threads} threads, float32, {a.rounds} rounds, "
+          f"OPENBLAS_CORETYPE{'=' + core_env if core_env else ' unset'} for attnscope and PyTorch")
+    if core_env and a.openblas_coretype == "inherit":
+        print(f"note: OPENBLAS_CORETYPE={core_env} comes from the environment; on an AVX-512 CPU a "
+              f"value such as Haswell halves OpenBLAS's SGEMM (attnscope's and PyTorch's). Measure "
+              f"with the CPU's best kernels: --openblas-coretype unset (or SkylakeX)")
 
-    # Rounds of (attnscope, PyTorch, ONNX Runtime), medians reported: on a shared machine the
-    # speed drifts by tens of percent within a minute, and ratios of runs minutes apart would
-    # measure the drift.
-    samples = {}
     torch_name = "PyTorch " + run([a.python, "-c", "import torch; print(torch.__version__)"]).strip()
-    ort_name = "ONNX Runtime (onnxruntime-node)"
+    ort_name = "ONNX Runtime"
+    if a.ort_dir:
+        with open(os.path.join(a.ort_dir, "node_modules", "onnxruntime-node", "package.json")) as f:
+            ort_name += " " + json.load(f)["version"]
+    names = {"fwd": "attnscope forward", "rec": "attnscope recording every map",
+             "torch": torch_name, "ort": ort_name}
+    samples = {k: [] for k in names}
+    overheads, ours, ours_why, cores, ort_err = [], None, "", {}, 0.0
+    ours_ok, torch_ok = True, True
     with tempfile.TemporaryDirectory() as tmp:
-        onnx = os.path.join(tmp, "model.onnx") if a.ort_dir else ""
-        for r in range(a.rounds):
-            ours = json.loads(run([a.attnscope, "bench", "--arch", a.arch, "--batch", str(a.batch),
-                                   "--threads", str(a.threads), "--seconds", str(a.seconds),
-                                   "--rounds", "1", "--record", "--json"]))
-            samples.setdefault("attnscope forward", []).append(ours["forward"]["img_s"])
-            samples.setdefault("attnscope recording every map", []).append(ours["recording"]["img_s"])
+        ort_ok = bool(a.ort_dir)
+        if ort_ok:
             try:
-                t = json.loads(run([a.python, "-c", TORCH_CODE, os.path.join(ROOT, "tools"), json.dumps(cfg),
-                                    str(a.batch), str(a.threads), str(a.seconds / 2), onnx if r == 0 else ""],
-                                   env=env).strip().splitlines()[-1])
-                samples.setdefault(torch_name, []).append(t["img_s"])
-            except RuntimeError as e:
-                print("PyTorch: not run:", e)
-                onnx = ""
-            if onnx and os.path.exists(onnx):
+                print(f"exporting to ONNX (opset {a.opset}) ...", flush=True)
+                run([a.python, "-c", TORCH_CODE, json.dumps(spec), str(a.batch), str(a.threads),
+                     "export", tmp], env=env)
+            except Failed as e:
+                print(f"ONNX Runtime: not run: the ONNX export failed: {e}")
+                ort_ok = False
+        node_env = dict(env, NODE_PATH=os.path.join(a.ort_dir, "node_modules"))
+        # Rounds of (attnscope, PyTorch, ONNX Runtime), medians reported: on a shared machine the
+        # speed drifts by tens of percent within a minute, and ratios of runs minutes apart would
+        # measure the drift.
+        for r in range(a.rounds):
+            if ours_ok:
                 try:
-                    node_env = dict(env, NODE_PATH=os.path.join(a.ort_dir, "node_modules"))
-                    o = json.loads(run(["node", "-e", ORT_CODE, onnx, str(a.batch), str(cfg["in_chans"]),
-                                        str(cfg["img_size"]), str(a.threads), str(a.seconds / 2)], env=node_env))
-                    samples.setdefault(ort_name, []).append(o["img_s"])
-                except RuntimeError as e:
-                    print("ONNX Runtime: not run:", e)
-                    onnx = ""
-        if not a.ort_dir:
-            print("ONNX Runtime: not run (give --ort-dir with onnxruntime-node installed)")
-    rows = [(name, statistics.median(v)) for name, v in samples.items()]
-    print(f"OpenBLAS kernel {ours['openblas_core']}"
-          f"{' (SUBOPTIMAL for this CPU)' if ours['openblas_suboptimal'] else ''}; "
-          f"SGEMM ceiling {ours['gemm_ceiling_gflops']:.0f} GFLOP/s; "
-          f"forward at {ours['forward']['pct_ceiling']:.0f}% of it")
-    base = {name: v for name, v in rows}
-    print(f"\n{'':34s} {'img/s':>8s} {'ms/img':>8s}  ratios")
-    refs = [n for n, _ in rows[2:]]
-    for name, v in rows:
-        ratio = "  ".join(f"{v / base[r]:.2f}x {r.split()[0]}" for r in refs if r != name)
-        print(f"{name:34s} {v:8.1f} {1000 / v:8.2f}  {ratio}")
-    print(f"recording costs {100 * (base['attnscope forward'] / base['attnscope recording every map'] - 1):.1f}% "
-          f"over attnscope's plain forward (medians of {a.rounds} rounds; attnscope's forward "
-          f"ranged {min(samples['attnscope forward']):.1f}-{max(samples['attnscope forward']):.1f} img/s)")
+                    ours = json.loads(run([a.attnscope, "bench", "--arch", a.arch, "--batch", str(a.batch),
+                                           "--threads", str(a.threads), "--seconds", str(a.seconds),
+                                           "--rounds", "1", "--record", "--json"], env=env))
+                    samples["fwd"].append(ours["forward"]["img_s"])
+                    samples["rec"].append(ours["recording"]["img_s"])
+                    overheads.append(100 * (ours["forward"]["img_s"] / ours["recording"]["img_s"] - 1))
+                    cores["attnscope"] = ours.get("openblas_core", "?")
+                except Failed as e:
+                    # a refusal is a one-line error and exit 1; anything else is a failure to report
+                    ours_why = (f"attnscope cannot run {a.arch} yet ({e})" if r == 0 and e.status == 1
+                                else f"attnscope bench failed in round {r + 1}: {e}")
+                    print(ours_why)
+                    ours_ok = False
+            if torch_ok:
+                try:
+                    t = last_json(run([a.python, "-c", TORCH_CODE, json.dumps(spec), str(a.batch),
+                                       str(a.threads), "time", str(a.seconds / 2)], env=env))
+                    samples["torch"].append(t["img_s"])
+                    cores["PyTorch"] = t["openblas_core"]
+                except Failed as e:
+                    print(f"PyTorch: not run: {e}")
+                    torch_ok = False
+            if ort_ok:
+                try:
+                    o = json.loads(run(["node", "-e", ORT_CODE, tmp, str(a.batch), str(spec["in_chans"]),
+                                        str(spec["img_size"]), str(a.threads), str(a.seconds / 2)],
+                                       env=node_env))
+                    samples["ort"].append(o["img_s"])
+                    ort_err = max(ort_err, o["max_abs_err"] if o["max_abs_err"] is not None else float("inf"))
+                except Failed as e:
+                    print(f"ONNX Runtime: not run: {e}")
+                    ort_ok = False
+            print(f"round {r + 1}/{a.rounds}: " + ", ".join(f"{names[k].split()[0] if k != 'rec' else 'recording'} "
+                                                          f"{v[-1]:.1f}" for k, v in samples.items()
+                                                          if len(v) == r + 1), flush=True)
+    if not a.ort_dir:
+        print("ONNX Runtime: not run (give --ort-dir with onnxruntime-node installed)")
+
+    if cores:
+        print("OpenBLAS kernels: " + ", ".join(f"{k} {v}" for k, v in cores.items())
+              + ("; attnscope finds them SUBOPTIMAL for this CPU: rerun with --openblas-coretype unset"
+                 if ours and ours.get("openblas_suboptimal") else ""))
+        want = env.get("OPENBLAS_CORETYPE")
+        if want and any(v.lower() != want.lower() for v in cores.values()):
+            print(f"note: OPENBLAS_CORETYPE={want} asked for, OpenBLAS ran other kernels (a name it "
+                  f"does not know, or one this CPU cannot run)")
+    if ours and "gemm_ceiling_gflops" in ours:
+        print(f"SGEMM ceiling {ours['gemm_ceiling_gflops']:.0f} GFLOP/s; attnscope's forward at "
+              f"{ours['forward']['pct_ceiling']:.0f}% of it (last round)")
+    if samples["ort"]:
+        print(f"ONNX export (opset {a.opset}) checked: ONNX Runtime's logits within {ort_err:.1e} of PyTorch's")
+        if not ort_err <= 1e-3:
+            print("WARNING: ONNX Runtime does not compute PyTorch's model (logits differ by more than "
+                  "1e-3): its figures are not comparable; try another --opset")
+    med = {k: statistics.median(v) for k, v in samples.items() if v}
+    refs = [k for k in ("ort", "torch") if k in med]
+    print(f"\n{'':34s} {'img/s':>8s} {'range':>12s} {'ms/img':>8s}  "
+          + "  ".join(f"{'vs ' + names[k].split()[0]:>12s}" for k in refs))
+    for k, v in med.items():
+        ratio = "  ".join(f"{(f'{v / med[r]:.2f}x' if r != k else ''):>12s}" for r in refs)
+        print(f"{names[k]:34s} {v:8.1f} {span(samples[k]):>12s} {1000 / v:8.2f}  {ratio}")
+    if "fwd" in med:
+        print(f"\nrecording every map costs {100 * (med['fwd'] / med['rec'] - 1):.1f}% over attnscope's "
+              f"plain forward (ratio of medians; per round from {min(overheads):.1f}% to {max(overheads):.1f}%)")
+    print(f"medians of {a.rounds} alternating rounds; ranges are min-max over the rounds")
+    if ours_why:
+        print(ours_why)
 
 
 if __name__ == "__main__":
