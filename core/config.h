@@ -29,6 +29,10 @@ typedef enum { VIT_POOL_TOKEN = 0, VIT_POOL_AVG, VIT_POOL_COUNT } vit_pool;
 #define VIT_MAX_STD 10.0
 #define VIT_MIN_MEAN -1.0          /* mean in [-1, 2] (pixels are scaled to [0, 1] first) */
 #define VIT_MAX_MEAN 2.0
+/* WINDOW scope: the largest window side M. A window's maps are M^2 x M^2 per head (1024 x 1024,
+ * 4 MB in float32, at 32) and its relative position table has (2M-1)^2 rows; timm's largest
+ * Swin v1 window is 12 (24 in Swin v2). A larger window is a global scope in all but name. */
+#define VIT_MAX_WINDOW 32
 
 /* The attention mechanism of one block (docs/models.md gives each one's equations and weight
  * names). A zeroed vit_attn is timm's multi-head attention. */
@@ -140,6 +144,8 @@ typedef enum {
     VIT_COMP_ATTN_VALUES, /* A V */
     VIT_COMP_PROJ,
     VIT_COMP_MLP,
+    VIT_COMP_DOWNSAMPLE,  /* staged models: Swin's patch merging (2x2 gather, Linear 4C -> 2C);
+                             its LayerNorm counts under VIT_COMP_NORM */
     VIT_COMP_HEAD,
     VIT_COMP_COUNT
 } vit_component;
@@ -152,6 +158,18 @@ typedef struct {
     double flops[VIT_COMP_COUNT];
     double macs[VIT_COMP_COUNT];
     double params_total, flops_total, macs_total;
+} vit_cost_part;
+/* The whole model's counts, and the same split into its parts: the stem (patch embedding, its
+ * norm, class tokens and position embedding), each stage (its downsample and its blocks; a
+ * monolithic ViT has one) and the head (final norm, pooling, classifier). The parts add up to
+ * the whole. */
+typedef struct {
+    double params[VIT_COMP_COUNT];
+    double flops[VIT_COMP_COUNT];
+    double macs[VIT_COMP_COUNT];
+    double params_total, flops_total, macs_total;
+    int n_stages; /* vit_num_stages */
+    vit_cost_part stem, stage[VIT_MAX_STAGES], head;
 } vit_cost;
 
 const char *vit_component_name(vit_component c);

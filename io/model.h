@@ -7,6 +7,7 @@
 
 #include "../core/config.h"
 #include "../core/vit.h"
+#include "layout.h"
 #include "safetensors.h"
 
 /* Usage:
@@ -27,6 +28,8 @@ typedef struct {
     char sha256[65];         /* SHA-256 of the weights file (hex); "" for random weights */
     char weights_dtype[8];   /* F32, F16, BF16 or mixed */
     size_t n_tensors;
+    layout_kind layout;      /* the names the file used (Swin: official and torchvision renamed) */
+    int n_ignored;           /* buffers dropped (relative_position_index, attn_mask): computed */
 } model;
 
 as_status model_load(model *m, const char *path, const char *arch, int img_size, as_error *err);
