@@ -180,6 +180,7 @@ static const model_key model_keys[] = {
     FIXED("embed_layer", "null", "the patch embedding module"),
     FIXED_V("block_fn", "null", "the block module"),
     FIXED_V("mlp_layer", "null", "the MLP module"),
+    META("cost", MK_MODEL), /* attnscope info --json's counts */
     META("label_names", MK_MODEL),
     META("label_descriptions", MK_MODEL),
     {"input_size", MK_PRETRAINED, MK_OWN, 1, VIT_MAX_IMG, -1, "[C, S, S], C 1..64, S 1..16384", NULL,
@@ -420,16 +421,25 @@ void model_config_keys_markdown(FILE *f) {
             case MK_CHOICE: list_quoted(list, sizeof list, k->values); snprintf(val, sizeof val, "%s", list); break;
             default: snprintf(val, sizeof val, "%s", k->values); break;
             }
-            fprintf(f, "| `%s` | %s | %s |\n", k->name, val, k->doc);
+            fprintf(f, "| `%s` | %s | %s%s |\n", k->name, val,
+                    k->fam == MF_VIT ? "ViT: " : k->fam == MF_SWIN ? "Swin: " : "", k->doc);
         }
-        fprintf(f, "\n%s accepted only at timm's default (another value is refused as \"not "
-                "supported yet\"):", place ? "Inside `pretrained_cfg`," : "timm options");
         int first = 1;
-        for (int i = 0; i < MODEL_KEY_N; i++)
-            if ((model_keys[i].where & where) && model_keys[i].type == MK_FIXED) {
-                fprintf(f, "%s `%s` %s", first ? "" : ",", model_keys[i].name, model_keys[i].values);
-                first = 0;
-            }
+        /* the options of both families, then each family's own */
+        static const unsigned fams[3] = {0, MF_VIT, MF_SWIN};
+        for (int g = 0; g < (place ? 1 : 3); g++) {
+            fprintf(f, "%s%s accepted only at timm's default (another value is refused as \"not "
+                    "supported yet\"):", g ? ".\n" : "\n", place ? "Inside `pretrained_cfg`," :
+                    g == 0 ? "timm options of both families" : g == 1 ?
+                    "timm's VisionTransformer options" : "timm's SwinTransformer options");
+            first = 1;
+            for (int i = 0; i < MODEL_KEY_N; i++)
+                if ((model_keys[i].where & where) && model_keys[i].type == MK_FIXED &&
+                    model_keys[i].fam == fams[g]) {
+                    fprintf(f, "%s `%s` %s", first ? "" : ",", model_keys[i].name, model_keys[i].values);
+                    first = 0;
+                }
+        }
         fprintf(f, ".\nMetadata, accepted and not used:");
         first = 1;
         for (int i = 0; i < MODEL_KEY_N; i++)
@@ -1503,6 +1513,14 @@ as_status model_init_random(model *m, const vit_config *cfg, unsigned long long 
     snprintf(m->source, sizeof m->source, "random(seed=%llu)", seed);
     snprintf(m->weights_dtype, sizeof m->weights_dtype, "F32");
     return AS_OK;
+}
+
+void model_layout_note(const model *m, char *buf, size_t n) {
+    if (n) buf[0] = 0;
+    if (m->cfg.n_stages == 0 || !m->source[0] || strncmp(m->source, "random", 6) == 0) return;
+    snprintf(buf, n, "%s; %d buffer%s ignored%s", layout_describe(m->layout), m->n_ignored,
+             m->n_ignored == 1 ? "" : "s", m->n_ignored ? " (relative_position_index, attn_mask: "
+             "attnscope computes them)" : "");
 }
 
 void model_free(model *m) {
