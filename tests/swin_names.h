@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../io/safetensors.h"
+
 typedef struct {
     char name[128];
     int ndim;
@@ -105,6 +107,54 @@ static inline void swin_other_name(int layout, const char *timm, char *out, size
     } else {
         snprintf(out, n, "%s", timm);
     }
+}
+
+/* Writes the tiny arch's tensors under the names of `layout` (0 timm, 1 official, 2
+ * torchvision), with the buffers each layout carries, values a function of the timm index.
+ * table_rows > 0 replaces stage 1's relative table rows. Returns the count written, or -1. */
+static inline int swin_write_layout(const char *path, int layout, const swin_arch *a, long long table_rows) {
+    static swin_tensor ts[64];
+    static safetensors_entry e[96];
+    static char names[96][128];
+    static float data[96][8192];
+    const int n = swin_timm_tensors(a, ts);
+    int m = 0;
+    for (int i = 0; i < n; i++, m++) {
+        swin_other_name(layout, ts[i].name, names[m], sizeof names[m]);
+        e[m].name = names[m];
+        e[m].ndim = ts[i].ndim;
+        size_t numel = 1;
+        for (int d = 0; d < ts[i].ndim; d++) {
+            e[m].shape[d] = ts[i].shape[d];
+            if (table_rows > 0 && d == 0 && strstr(ts[i].name, "layers.1.") &&
+                strstr(ts[i].name, "relative_position_bias_table"))
+                e[m].shape[0] = table_rows;
+            numel *= (size_t)e[m].shape[d];
+        }
+        if (numel > 8192) return -1; /* the buffers are for tiny configs */
+        for (size_t k = 0; k < numel && k < 8192; k++) data[m][k] = (float)i + 0.001f * (float)k;
+        e[m].data = data[m];
+    }
+    /* the buffers each layout's exports hold: every block's index, the official masks */
+    for (int s = 0; s < a->n_stages; s++)
+        for (int j = 0; j < a->depths[s]; j++) {
+            const int M = swin_stage_window(a, s);
+            snprintf(names[m], sizeof names[m], layout == 2 ? "features.%d.%d.attn.relative_position_index"
+                     : "layers.%d.blocks.%d.attn.relative_position_index", layout == 2 ? 2 * s + 1 : s, j);
+            e[m] = (safetensors_entry){.name = names[m], .ndim = 2, .shape = {M * M, M * M}, .data = data[m]};
+            m++;
+            if (layout == 1 && j % 2 == 1) {
+                snprintf(names[m], sizeof names[m], "layers.%d.blocks.%d.attn_mask", s, j);
+                e[m] = (safetensors_entry){.name = names[m], .ndim = 3, .shape = {1, M * M, M * M}, .data = data[m]};
+                m++;
+            }
+        }
+    as_error err = {0};
+    if (safetensors_write(path, e, m, SAFETENSORS_F32, &err) != AS_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    return m;
 }
 
 #endif

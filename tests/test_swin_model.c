@@ -326,50 +326,6 @@ static void test_validate(void) {
 
 static char tmp[256];
 
-/* Writes the tiny arch's tensors under the names of `layout` (0 timm, 1 official, 2
- * torchvision), with the buffers each layout carries, values a function of the timm index.
- * table_rows > 0 replaces stage 1's relative table rows. Returns the count written. */
-static int write_layout(const char *path, int layout, const swin_arch *a, long long table_rows) {
-    static swin_tensor ts[64];
-    static safetensors_entry e[96];
-    static char names[96][128];
-    static float data[96][8192];
-    const int n = swin_timm_tensors(a, ts);
-    int m = 0;
-    for (int i = 0; i < n; i++, m++) {
-        swin_other_name(layout, ts[i].name, names[m], sizeof names[m]);
-        e[m].name = names[m];
-        e[m].ndim = ts[i].ndim;
-        size_t numel = 1;
-        for (int d = 0; d < ts[i].ndim; d++) {
-            e[m].shape[d] = ts[i].shape[d];
-            if (table_rows > 0 && d == 0 && strstr(ts[i].name, "layers.1.") &&
-                strstr(ts[i].name, "relative_position_bias_table"))
-                e[m].shape[0] = table_rows;
-            numel *= (size_t)e[m].shape[d];
-        }
-        CHECK(numel <= 8192, "tensor %s too large for the test's buffer", ts[i].name);
-        for (size_t k = 0; k < numel && k < 8192; k++) data[m][k] = (float)i + 0.001f * (float)k;
-        e[m].data = data[m];
-    }
-    /* the buffers each layout's exports hold: every block's index, the official masks */
-    for (int s = 0; s < a->n_stages; s++)
-        for (int j = 0; j < a->depths[s]; j++) {
-            const int M = swin_stage_window(a, s);
-            snprintf(names[m], sizeof names[m], layout == 2 ? "features.%d.%d.attn.relative_position_index"
-                     : "layers.%d.blocks.%d.attn.relative_position_index", layout == 2 ? 2 * s + 1 : s, j);
-            e[m] = (safetensors_entry){.name = names[m], .ndim = 2, .shape = {M * M, M * M}, .data = data[m]};
-            m++;
-            if (layout == 1 && j % 2 == 1) {
-                snprintf(names[m], sizeof names[m], "layers.%d.blocks.%d.attn_mask", s, j);
-                e[m] = (safetensors_entry){.name = names[m], .ndim = 3, .shape = {1, M * M, M * M}, .data = data[m]};
-                m++;
-            }
-        }
-    CHECK(safetensors_write(path, e, m, SAFETENSORS_F32, &err) == AS_OK, "%s: %s", path, err.msg);
-    return m;
-}
-
 static void test_layouts(void) {
     vit_config cfg;
     CHECK(apply(&cfg, FIXTURE_JSON) == AS_OK, "%s", err.msg);
@@ -380,7 +336,8 @@ static void test_layouts(void) {
     for (int layout = 0; layout < 3; layout++) {
         char path[320];
         snprintf(path, sizeof path, "%s/%s.safetensors", tmp, lname[layout]);
-        const int written = write_layout(path, layout, &tiny_arch, 0);
+        const int written = swin_write_layout(path, layout, &tiny_arch, 0);
+        CHECK(written > 0, "%s: write failed", path);
         CHECK(safetensors_open(&st[layout], path, &err) == AS_OK, "%s", err.msg);
         layout_info li;
         CHECK(layout_to_timm(&st[layout], &cfg, &li, &err) == AS_OK, "%s: %s", lname[layout], err.msg);
@@ -434,7 +391,7 @@ static void test_wrong_table(void) {
     FILE *f = fopen(path, "w");
     if (f) fputs(FIXTURE_JSON, f), fclose(f);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    write_layout(path, 0, &tiny_arch, 169); /* stage 1 saved with 7x7 windows */
+    CHECK(swin_write_layout(path, 0, &tiny_arch, 169) > 0, "write"); /* stage 1 saved with 7x7 windows */
     model m;
     memset(&err, 0, sizeof err);
     CHECK(model_load(&m, dir, NULL, 0, &err) == AS_ERR_SHAPE && strstr(err.msg, "layers.1.blocks.0.attn.relative_position_bias_table") &&
@@ -442,7 +399,7 @@ static void test_wrong_table(void) {
               strstr(err.msg, "set \"window_size\": 7") && !strchr(err.msg, '\n'),
           "wrong table: %s", err.msg);
     /* the torchvision layout says the same under timm's name */
-    write_layout(path, 2, &tiny_arch, 169);
+    CHECK(swin_write_layout(path, 2, &tiny_arch, 169) > 0, "write");
     CHECK(model_load(&m, dir, NULL, 0, &err) == AS_ERR_SHAPE && strstr(err.msg, "a 7x7 window"),
           "wrong table (torchvision): %s", err.msg);
     /* window 8 at img 24: stage 1 is a 6x6 grid, which timm's clamp makes one 6x6 window */
@@ -455,7 +412,7 @@ static void test_wrong_table(void) {
                  "\"img_size\": 24, \"patch_size\": 2, \"embed_dim\": 16, \"depths\": [2, 2], \"num_heads\": "
                  "[2, 4], \"window_size\": 8}}", f), fclose(f);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    write_layout(path, 0, &a, 225); /* saved with the unclamped 8x8 table */
+    CHECK(swin_write_layout(path, 0, &a, 225) > 0, "write"); /* saved with the unclamped 8x8 table */
     CHECK(model_load(&m, dir, NULL, 0, &err) == AS_ERR_SHAPE && strstr(err.msg, "an 8x8 window") == NULL &&
               strstr(err.msg, "a 8x8 window") && strstr(err.msg, "clamped to the 6x6 grid") &&
               strstr(err.msg, "\"window_clamp\": \"torchvision\""),
