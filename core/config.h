@@ -29,10 +29,6 @@ typedef enum { VIT_POOL_TOKEN = 0, VIT_POOL_AVG, VIT_POOL_COUNT } vit_pool;
 #define VIT_MAX_STD 10.0
 #define VIT_MIN_MEAN -1.0          /* mean in [-1, 2] (pixels are scaled to [0, 1] first) */
 #define VIT_MAX_MEAN 2.0
-/* WINDOW scope: the largest window side M. A window's maps are M^2 x M^2 per head (1024 x 1024,
- * 4 MB in float32, at 32) and its relative position table has (2M-1)^2 rows; timm's largest
- * Swin v1 window is 12 (24 in Swin v2). A larger window is a global scope in all but name. */
-#define VIT_MAX_WINDOW 32
 
 /* The attention mechanism of one block (docs/models.md gives each one's equations and weight
  * names). A zeroed vit_attn is timm's multi-head attention. */
@@ -75,6 +71,7 @@ typedef enum { VIT_INTERP_BICUBIC = 0, VIT_INTERP_BILINEAR, VIT_INTERP_COUNT } v
  * embed_dim, num_heads and mlp_hidden are stage 0's. Block l (0..depth-1) is counted over all
  * stages; attn[l] is its mechanism and vit_block_geom(c, l) its derived geometry (never stored). */
 #define VIT_MAX_STAGES 4
+#define VIT_MAX_WINDOW 64  /* window side M: a problem's M^2 x M^2 maps stay per-thread sized */
 typedef enum { VIT_FAMILY_VIT = 0, VIT_FAMILY_SWIN, VIT_FAMILY_COUNT } vit_family;
 /* How a block's tokens are grouped into independent attention problems: GLOBAL, one T x T
  * problem per image; WINDOW, Swin's M x M windows (shifted on odd blocks of a stage). The next

@@ -60,7 +60,7 @@ py 'import json, sys; a, b = (json.load(open(p)) for p in sys.argv[1:]); assert 
 refuse() { echo "$1" >"$T/bad.json"; expect 1 "$A" info "$T/bad.json"; has "$T/err" "$2"; one_line; }
 refuse '{"architecture": "swin_tiny_patch4_window7_224", "depth": 12}' '"depth" is a ViT key.*use "depths"'
 refuse '{"architecture": "deit_tiny_patch16_224", "depths": [2, 2]}' '"depths" is a Swin key.*"family": "swin"'
-refuse '{"architecture": "swin_tiny_patch4_window7_224", "window_size": 40}' 'window_size" 40 is outside 1..32'
+refuse '{"architecture": "swin_tiny_patch4_window7_224", "window_size": 70}' 'window_size" 70 is outside 1..64'
 refuse '{"architecture": "swin_tiny_patch4_window7_224", "attention": {"blocks": [3], "type": "lsla"}}' 'block 3 (stage 1, block 1 there): lsla attention cannot run in window scope'
 refuse '{"architecture": "swin_tiny_patch4_window7_224", "global_pool": "token"}' 'use "avg"'
 refuse '{"architecture": "swin_tiny_patch4_window7_224", "num_heads": [3, 6, 12, 25]}' 'num_heads"\[3\] = 25 does not divide'

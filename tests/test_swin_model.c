@@ -292,8 +292,8 @@ static void invalid(vit_config c, const char *want, const char *what) {
 static void test_validate(void) {
     const vit_config base = *vit_arch_find("swin_tiny_patch4_window7_224");
     vit_config c = base;
-    for (int s = 0; s < 4; s++) c.stage[s].window = 33;
-    invalid(c, "\"window_size\" 33 is outside 1..32", "window over the limit");
+    for (int s = 0; s < 4; s++) c.stage[s].window = 65;
+    invalid(c, "\"window_size\" 65 is outside 1..64", "window over the limit");
     invalid(c, "M^2 x M^2", "the limit's reason");
     c = base;
     c.stage[2].num_heads = 5;
@@ -318,8 +318,8 @@ static void test_validate(void) {
     invalid(c, "\"family\": \"swin\"", "stages without the family");
     /* windows larger than the grid are fine: the clamp makes one window */
     c = base;
-    for (int s = 0; s < 4; s++) c.stage[s].window = 32;
-    CHECK(vit_config_validate(&c, &err) == AS_OK, "window 32: %s", err.msg);
+    for (int s = 0; s < 4; s++) c.stage[s].window = 64;
+    CHECK(vit_config_validate(&c, &err) == AS_OK, "window 64: %s", err.msg);
 }
 
 /* ---- checkpoint layouts ---- */
