@@ -564,20 +564,19 @@ static as_status validate_stages(const vit_config *c, as_error *err) {
             return as_fail(err, AS_ERR_CONFIG, "%s: \"depths\"[%d] = %d: each stage needs 1..%d "
                            "blocks", n, s, st->depth, VIT_MAX_DEPTH);
         total += st->depth;
-        const long long want = (long long)c->embed_dim << s;
-        if (want > VIT_MAX_DIM)
-            return as_fail(err, AS_ERR_CONFIG, "%s: embed_dim %d doubles at each merge to %lld in "
-                           "stage %d, over attnscope's limit of %d: use a smaller embed_dim or "
-                           "fewer stages", n, c->embed_dim, want, s, VIT_MAX_DIM);
-        if (st->embed_dim != want || (s == 0) != (st->down == VIT_DOWN_NONE) ||
-            (st->down != VIT_DOWN_NONE && st->down != VIT_DOWN_MERGE) || st->scope != VIT_SCOPE_WINDOW)
-            return as_fail(err, AS_ERR_CONFIG, "%s: stage %d is not a Swin stage (width embed_dim "
-                           "x 2^s after a patch merging, window attention): describe it with the "
-                           "Swin keys of docs/models.md", n, s);
+        if (st->embed_dim < 1 || st->embed_dim > VIT_MAX_DIM)
+            return as_fail(err, AS_ERR_CONFIG, "%s: stage %d's width %d (\"embed_dim\", doubled by "
+                           "every merge) is outside 1..%d, attnscope's limit: use a smaller "
+                           "embed_dim or fewer stages", n, s, st->embed_dim, VIT_MAX_DIM);
+        if ((s == 0) != (st->down == VIT_DOWN_NONE) || (st->down != VIT_DOWN_NONE && st->down != VIT_DOWN_MERGE) ||
+            st->scope != VIT_SCOPE_WINDOW)
+            return as_fail(err, AS_ERR_CONFIG, "%s: stage %d is not a Swin stage (a patch merging "
+                           "before every stage but the first, window attention): describe it with "
+                           "the Swin keys of docs/models.md", n, s);
         if (st->num_heads < 1 || st->num_heads > VIT_MAX_DIM || st->embed_dim % st->num_heads)
-            return as_fail(err, AS_ERR_CONFIG, "%s: \"num_heads\"[%d] = %d does not divide stage "
-                           "%d's width %d (embed_dim %d x 2^%d): choose a divisor of %d", n, s,
-                           st->num_heads, s, st->embed_dim, c->embed_dim, s, st->embed_dim);
+            return as_fail(err, AS_ERR_CONFIG, "%s: \"num_heads\"[%d] = %d: stage %d's width %d is "
+                           "not divisible by it: choose a divisor of %d", n, s, st->num_heads, s,
+                           st->embed_dim, st->embed_dim);
         if (st->mlp_hidden < 1 || st->mlp_hidden > VIT_MAX_HIDDEN)
             return as_fail(err, AS_ERR_CONFIG, "%s: stage %d's MLP width %d (mlp_ratio x %d) is "
                            "outside 1..%d: change \"mlp_ratio\"", n, s, st->mlp_hidden,

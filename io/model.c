@@ -112,7 +112,9 @@ static const model_key model_keys[] = {
     {"img_size", MK_MODEL, MK_INT, 1, VIT_MAX_IMG, OFF(img_size), NULL, NULL, "input side in pixels", 0},
     {"patch_size", MK_MODEL, MK_INT, 1, VIT_MAX_IMG, OFF(patch_size), NULL, NULL, "patch side", 0},
     {"in_chans", MK_MODEL, MK_INT, 1, VIT_MAX_CHANS, OFF(in_chans), NULL, NULL, "input channels", 0},
-    {"embed_dim", MK_MODEL, MK_INT, 1, VIT_MAX_DIM, OFF(embed_dim), NULL, NULL, "D", 0},
+    {"embed_dim", MK_MODEL, MK_INT, 1, VIT_MAX_DIM, OFF(embed_dim), NULL, NULL, "D", MF_VIT},
+    {"embed_dim", MK_MODEL, MK_OWN, 1, VIT_MAX_DIM, -1, "integer 1..65536, or one per stage", NULL,
+     "stage 0's width, doubled by every merge as in timm; or a list of the stage widths", MF_SWIN},
     {"depth", MK_MODEL, MK_INT, 1, VIT_MAX_DEPTH, OFF(depth), NULL, NULL, "blocks", MF_VIT},
     {"num_heads", MK_MODEL, MK_INT, 1, VIT_MAX_DIM, OFF(num_heads), NULL, NULL, "H, dividing D", MF_VIT},
     {"mlp_ratio", MK_MODEL, MK_OWN, 1.0 / 64, 64, -1, "number in [1/64, 64]", NULL,
@@ -816,14 +818,38 @@ static int swin_from_json(vit_config *c, const cJSON *root, const cJSON *ma, int
         snprintf(msg, n, "\"mlp_ratio\" must be a finite number in [%g, %g]", rk->lo, rk->hi);
         return 0;
     }
-    if (c->embed_dim < 1 || c->embed_dim > VIT_MAX_DIM || base_dim < 1) {
+    /* stage widths: embed_dim doubled at every merge, a list of widths, or the base's */
+    long long widths[VIT_MAX_STAGES];
+    const cJSON *je = model_value(root, ma, "embed_dim");
+    int ne = 0, wl[VIT_MAX_STAGES];
+    if (je && !cJSON_IsNull(je) && cJSON_IsArray(je)) {
+        if (!(ne = int_list(je, "embed_dim", VIT_MAX_STAGES, 1, VIT_MAX_DIM, wl, msg, n))) return 0;
+        if (ne != ns) {
+            snprintf(msg, n, "\"embed_dim\" lists %d widths and \"depths\" %d stages: give one width "
+                     "per stage, or one number (doubled by every merge)", ne, ns);
+            return 0;
+        }
+        for (int s = 0; s < ns; s++) widths[s] = wl[s];
+    } else if (je && !cJSON_IsNull(je)) {
+        int e0;
+        if (!cJSON_IsNumber(je) || !as_double_to_int(je->valuedouble, 1, VIT_MAX_DIM, &e0)) {
+            snprintf(msg, n, "\"embed_dim\" must be an integer in 1..%d, or a list of one per stage",
+                     VIT_MAX_DIM);
+            return 0;
+        }
+        for (int s = 0; s < ns; s++) widths[s] = (long long)e0 << s;
+    } else {
+        for (int s = 0; s < ns; s++)
+            widths[s] = ns == c->n_stages ? c->stage[s].embed_dim : (long long)c->stage[0].embed_dim << s;
+    }
+    if (base_dim < 1) {
         snprintf(msg, n, "\"embed_dim\" must be an integer in 1..%d", VIT_MAX_DIM);
         return 0;
     }
     int depth = 0;
     for (int s = 0; s < ns; s++) {
         vit_stage *st = &c->stage[s];
-        const long long C = (long long)c->embed_dim << s;
+        const long long C = widths[s];
         const double w = has_ratio ? floor(jr->valuedouble * (double)C) : (double)base_hidden * (double)C / base_dim;
         int width;
         if (!as_double_to_int(floor(w), 1, VIT_MAX_HIDDEN, &width)) {
@@ -839,12 +865,13 @@ static int swin_from_json(vit_config *c, const cJSON *root, const cJSON *ma, int
     for (int s = ns; s < VIT_MAX_STAGES; s++) memset(&c->stage[s], 0, sizeof c->stage[s]);
     c->n_stages = ns;
     c->depth = depth;
+    c->embed_dim = c->stage[0].embed_dim;
     c->num_heads = heads[0];
     c->mlp_hidden = c->stage[0].mlp_hidden;
-    const long long last = (long long)c->embed_dim << (ns - 1);
+    const long long last = widths[ns - 1];
     if (nf && !cJSON_IsNull(nf) && !(cJSON_IsNumber(nf) && nf->valuedouble == (double)last)) {
-        snprintf(msg, n, "\"num_features\" must equal the last stage's width %lld (embed_dim %d x "
-                 "2^%d, timm's feature width)", last, c->embed_dim, ns - 1);
+        snprintf(msg, n, "\"num_features\" must equal the last stage's width %lld (timm's feature "
+                 "width)", last);
         return 0;
     }
     return 1;
@@ -1083,7 +1110,16 @@ static void swin_to_json(const vit_config *c, cJSON *o) {
     cJSON_AddNumberToObject(o, "img_size", c->img_size);
     cJSON_AddNumberToObject(o, "patch_size", c->patch_size);
     cJSON_AddNumberToObject(o, "in_chans", c->in_chans);
-    cJSON_AddNumberToObject(o, "embed_dim", c->embed_dim);
+    int doubling = 1;
+    for (int s = 1; s < c->n_stages && s < VIT_MAX_STAGES; s++)
+        doubling &= c->stage[s].embed_dim == c->stage[s - 1].embed_dim * 2;
+    if (doubling) {
+        cJSON_AddNumberToObject(o, "embed_dim", c->embed_dim);
+    } else {
+        cJSON *e = cJSON_AddArrayToObject(o, "embed_dim");
+        for (int s = 0; s < c->n_stages && s < VIT_MAX_STAGES; s++)
+            cJSON_AddItemToArray(e, cJSON_CreateNumber(c->stage[s].embed_dim));
+    }
     cJSON *d = cJSON_AddArrayToObject(o, "depths"), *h = cJSON_AddArrayToObject(o, "num_heads");
     for (int s = 0; s < c->n_stages && s < VIT_MAX_STAGES; s++) {
         cJSON_AddItemToArray(d, cJSON_CreateNumber(c->stage[s].depth));

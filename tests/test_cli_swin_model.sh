@@ -63,7 +63,7 @@ refuse '{"architecture": "deit_tiny_patch16_224", "depths": [2, 2]}' '"depths" i
 refuse '{"architecture": "swin_tiny_patch4_window7_224", "window_size": 70}' 'window_size" 70 is outside 1..64'
 refuse '{"architecture": "swin_tiny_patch4_window7_224", "attention": {"blocks": [3], "type": "lsla"}}' 'block 3 (stage 1, block 1 there): lsla attention cannot run in window scope'
 refuse '{"architecture": "swin_tiny_patch4_window7_224", "global_pool": "token"}' 'use "avg"'
-refuse '{"architecture": "swin_tiny_patch4_window7_224", "num_heads": [3, 6, 12, 25]}' 'num_heads"\[3\] = 25 does not divide'
+refuse '{"architecture": "swin_tiny_patch4_window7_224", "num_heads": [3, 6, 12, 25]}' 'num_heads"\[3\] = 25: stage 3.s width 768 is not divisible'
 refuse '{"architecture": "swin_tiny_patch4_window7_224", "pad_ordr": "roll_first"}' 'did you mean "pad_order"'
 expect 1 "$A" info swinv2_tiny_window8_256; has "$T/err" "Swin Transformer V2"; one_line
 

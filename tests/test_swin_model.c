@@ -217,6 +217,9 @@ static void test_json(void) {
         "\"num_heads\": [1, 2, 4], \"window_size\": 5, \"mlp_ratio\": 4.3, \"img_size\": 60, "
         "\"patch_size\": 3, \"pad_order\": \"roll_first\", \"window_clamp\": \"torchvision\", "
         "\"patch_norm\": false, \"qkv_bias\": false, \"global_pool\": \"avg\", \"num_classes\": 0}",
+        /* timm's per-stage widths (embed_dim as a list), not doubling */
+        "{\"family\": \"swin\", \"img_size\": 40, \"patch_size\": 4, \"embed_dim\": [8, 24], "
+        "\"depths\": [1, 2], \"num_heads\": [2, 3], \"window_size\": 3, \"num_classes\": 5}",
     };
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
         CHECK(apply(&c, variants[v]) == AS_OK, "variant %zu: %s", v, err.msg);
@@ -237,6 +240,10 @@ static void test_json(void) {
     CHECK(apply(&c, variants[2]) == AS_OK && c.stage[0].mlp_hidden == 103 && c.stage[1].mlp_hidden == 206 &&
               c.stage[2].mlp_hidden == 412 && c.depth == 6 && c.stage[2].embed_dim == 96,
           "mlp_ratio 4.3: %d %d %d", c.stage[0].mlp_hidden, c.stage[1].mlp_hidden, c.stage[2].mlp_hidden);
+    CHECK(apply(&c, variants[3]) == AS_OK && c.stage[1].embed_dim == 24 && c.stage[1].mlp_hidden == 96 &&
+              c.embed_dim == 8, "embed_dim list: %s", err.msg);
+    refused("{\"family\": \"swin\", \"embed_dim\": [8, 16, 32], \"depths\": [1, 1], \"num_heads\": [1, 1]}",
+            "\"embed_dim\" lists 3 widths", NULL);
     /* an architecture's keys override it; timm's Hugging Face config.json for Swin */
     CHECK(apply(&c, "{\"architecture\": \"swin_tiny_patch4_window7_224\", \"num_classes\": 1000, "
                     "\"num_features\": 768, \"global_pool\": \"avg\", \"pretrained_cfg\": {\"tag\": "
@@ -297,7 +304,7 @@ static void test_validate(void) {
     invalid(c, "M^2 x M^2", "the limit's reason");
     c = base;
     c.stage[2].num_heads = 5;
-    invalid(c, "\"num_heads\"[2] = 5 does not divide stage 2's width 384", "heads");
+    invalid(c, "\"num_heads\"[2] = 5: stage 2's width 384 is not divisible by it", "heads");
     c = base;
     c.attn[4].kind = VIT_ATTN_MAIT;
     invalid(c, "block 4 (stage 2, block 0 there): mait attention cannot run in window scope", "mait in a window");
