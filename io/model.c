@@ -140,7 +140,7 @@ static const model_key model_keys[] = {
      "blocks per stage; a patch merging starts every stage after the first", MF_SWIN},
     {"num_heads", MK_MODEL, MK_OWN, 1, VIT_MAX_DIM, -1, "integers, one per stage", NULL,
      "heads per stage, each dividing that stage's width", MF_SWIN},
-    {"window_size", MK_MODEL, MK_OWN, 1, VIT_MAX_WINDOW, -1, "integer 1..32 (or [M, M])", NULL,
+    {"window_size", MK_MODEL, MK_OWN, 1, VIT_MAX_WINDOW, -1, "integer 1..64 (or [M, M])", NULL,
      "window side M of every stage (limit: M^2 x M^2 maps per head, (2M-1)^2 table rows)", MF_SWIN},
     {"patch_norm", MK_MODEL, MK_BOOL, 0, 1, OFF(patch_norm), NULL, NULL,
      "a LayerNorm after the patch embedding (`patch_embed.norm`)", MF_SWIN},
