@@ -49,32 +49,84 @@ static void print_attention(const vit_config *c) {
     }
 }
 
+/* A staged model's stages: one row per stage with its geometry and cost, between the stem and
+ * the head rows; the parts add up to the total. */
+static void print_stages(const vit_config *c, const vit_cost *cost) {
+    printf("\n%-8s %-7s %5s %5s %6s %-17s %11s %9s %9s\n", "stage", "grid", "dim", "heads", "blocks",
+           "window", "params", "GFLOPs", "GMACs");
+    const char *row = "%-8s %-7s %5s %5s %6s %-17s %11.0f %9.4f %9.4f\n";
+    printf(row, "stem", "", "", "", "", c->patch_norm ? "patch_embed+norm" : "patch_embed",
+           cost->stem.params_total, cost->stem.flops_total / 1e9, cost->stem.macs_total / 1e9);
+    for (int s = 0; s < c->n_stages; s++) {
+        vit_geom g, g1;
+        const int l = vit_stage_first_block(c, s);
+        vit_block_geom(c, l, &g);
+        vit_block_geom(c, l + (c->stage[s].depth > 1), &g1); /* the shifted block, if any */
+        char grid[32], dim[16], heads[16], blocks[16], win[64], name[24];
+        snprintf(name, sizeof name, "%d%s", s, c->stage[s].down == VIT_DOWN_MERGE ? "+merge" : "");
+        snprintf(grid, sizeof grid, "%dx%d", g.gh, g.gw);
+        snprintf(dim, sizeof dim, "%d", g.D);
+        snprintf(heads, sizeof heads, "%d", g.H);
+        snprintf(blocks, sizeof blocks, "%d", c->stage[s].depth);
+        if (g.M < c->stage[s].window) snprintf(win, sizeof win, "%dx%d (clamped)", g.M, g.M);
+        else if (g1.shift) snprintf(win, sizeof win, "%dx%d, shift %d", g.M, g.M, g1.shift);
+        else snprintf(win, sizeof win, "%dx%d, no shift", g.M, g.M);
+        printf(row, name, grid, dim, heads, blocks, win, cost->stage[s].params_total,
+               cost->stage[s].flops_total / 1e9, cost->stage[s].macs_total / 1e9);
+    }
+    printf(row, "head", "", "", "", "", "norm+pool+fc", cost->head.params_total,
+           cost->head.flops_total / 1e9, cost->head.macs_total / 1e9);
+}
+
 static void print_model(const vit_config *c, const char *source, const char *dtype, size_t ntensors) {
     vit_cost cost;
     vit_config_cost(c, &cost);
     const int g = vit_grid(c), pre = vit_num_prefix(c);
     printf("model       %s\n", c->name);
     if (source) line("weights     %s (%s, %zu tensors)\n", source, dtype, ntensors);
-    line("input       %dx%dx%d, patch %d -> %dx%d grid = %d patches + %d prefix token%s (%s%s) = %d tokens\n",
-           c->in_chans, c->img_size, c->img_size, c->patch_size, g, g, g * g, pre, pre == 1 ? "" : "s",
-           c->class_token ? "cls" : "none", c->distilled ? ",dist" : "", vit_num_tokens(c));
-    line("blocks      %d x (dim %d, %d heads x %d, mlp %d), qkv bias %s, LayerNorm eps %g\n",
-           c->depth, c->embed_dim, c->num_heads, vit_head_dim(c), c->mlp_hidden,
-           c->qkv_bias ? "yes" : "no", (double)c->ln_eps);
-    printf("head        %d classes, pool %s%s%s\n", c->num_classes, vit_pool_name(c->global_pool),
-           c->fc_norm ? " + fc_norm" : "", c->distilled ? ", mean of head and head_dist" : "");
+    if (c->n_stages > 0) {
+        char list[4][96] = {"", "", "", ""};
+        for (int s = 0; s < c->n_stages; s++) {
+            const int v[4] = {c->stage[s].depth, c->stage[s].embed_dim, c->stage[s].num_heads,
+                              c->stage[s].mlp_hidden};
+            for (int k = 0; k < 4; k++)
+                snprintf(list[k] + strlen(list[k]), sizeof list[k] - strlen(list[k]), "%s%d", s ? "," : "", v[k]);
+        }
+        line("input       %dx%dx%d, patch %d -> %dx%d grid, halved by a 2x2 patch merging before "
+             "each stage after the first\n", c->in_chans, c->img_size, c->img_size, c->patch_size, g, g);
+        line("blocks      %d in %d %s stages: depths %s, dims %s, heads %s, mlp %s; window %d, "
+             "shifted by %d on odd blocks (pad order %s, window clamp %s); qkv bias %s, patch norm "
+             "%s, LayerNorm eps %g\n", c->depth, c->n_stages, vit_family_name(c->family), list[0],
+             list[1], list[2], list[3], c->stage[0].window, c->shift_windows ? c->stage[0].window / 2 : 0,
+             vit_pad_order_name(c->pad_order), vit_window_clamp_name(c->window_clamp),
+             c->qkv_bias ? "yes" : "no", c->patch_norm ? "yes" : "no", (double)c->ln_eps);
+        printf("head        %d classes, final norm, pool %s\n", c->num_classes, vit_pool_name(c->global_pool));
+    } else {
+        line("input       %dx%dx%d, patch %d -> %dx%d grid = %d patches + %d prefix token%s (%s%s) = %d tokens\n",
+               c->in_chans, c->img_size, c->img_size, c->patch_size, g, g, g * g, pre, pre == 1 ? "" : "s",
+               c->class_token ? "cls" : "none", c->distilled ? ",dist" : "", vit_num_tokens(c));
+        line("blocks      %d x (dim %d, %d heads x %d, mlp %d), qkv bias %s, LayerNorm eps %g\n",
+               c->depth, c->embed_dim, c->num_heads, vit_head_dim(c), c->mlp_hidden,
+               c->qkv_bias ? "yes" : "no", (double)c->ln_eps);
+        printf("head        %d classes, pool %s%s%s\n", c->num_classes, vit_pool_name(c->global_pool),
+               c->fc_norm ? " + fc_norm" : "", c->distilled ? ", mean of head and head_dist" : "");
+    }
     line("preprocess  resize shorter side to %d (%s), centre crop %d, mean (%.3f, %.3f, %.3f), "
          "std (%.3f, %.3f, %.3f)", (int)floor((double)c->img_size / c->crop_pct), /* validated: fits */
            vit_interp_name(c->interpolation), c->img_size, (double)c->mean[0], (double)c->mean[1],
            (double)c->mean[2], (double)c->std[0], (double)c->std[1], (double)c->std[2]);
     print_attention(c);
     printf("\n%-18s %14s %12s %12s %7s\n", "component", "params", "GFLOPs", "GMACs", "share");
-    for (int i = 0; i < VIT_COMP_COUNT; i++)
+    for (int i = 0; i < VIT_COMP_COUNT; i++) {
+        /* the rows a family has: no tokens in Swin, no downsample in a ViT */
+        if (c->n_stages > 0 ? i == VIT_COMP_TOKENS : i == VIT_COMP_DOWNSAMPLE) continue;
         printf("%-18s %14.0f %12.4f %12.4f %6.1f%%\n", vit_component_name((vit_component)i),
                cost.params[i], cost.flops[i] / 1e9, cost.macs[i] / 1e9,
                100.0 * cost.flops[i] / cost.flops_total);
+    }
     printf("%-18s %14.0f %12.4f %12.4f\n", "total", cost.params_total, cost.flops_total / 1e9,
            cost.macs_total / 1e9);
+    if (c->n_stages > 0) print_stages(c, &cost);
     printf("\n");
     char sum[512];
     snprintf(sum, sizeof sum, "%.2f M parameters; %.2f GMACs per image, what papers print as \"FLOPs\" "
@@ -83,17 +135,62 @@ static void print_model(const vit_config *c, const char *source, const char *dty
     cli_wrap(stdout, 0, 0, sum);
 }
 
-/* The model as text, or with --json its full config (what traces record). */
+static cJSON *cost_part_json(const vit_cost_part *p) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "params", p->params_total);
+    cJSON_AddNumberToObject(o, "macs", p->macs_total);
+    cJSON_AddNumberToObject(o, "flops", p->flops_total);
+    return o;
+}
+
+/* info --json's "cost": totals, per component, and per part (stem, stages, head). A config
+ * read back ignores it (docs/models.md: metadata). */
+static cJSON *cost_json(const vit_config *c) {
+    vit_cost cost;
+    vit_config_cost(c, &cost);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "params", cost.params_total);
+    cJSON_AddNumberToObject(o, "macs", cost.macs_total);
+    cJSON_AddNumberToObject(o, "flops", cost.flops_total);
+    cJSON *comp = cJSON_AddObjectToObject(o, "components");
+    for (int i = 0; i < VIT_COMP_COUNT; i++) {
+        cJSON *e = cJSON_AddObjectToObject(comp, vit_component_name((vit_component)i));
+        cJSON_AddNumberToObject(e, "params", cost.params[i]);
+        cJSON_AddNumberToObject(e, "macs", cost.macs[i]);
+        cJSON_AddNumberToObject(e, "flops", cost.flops[i]);
+    }
+    cJSON_AddItemToObject(o, "stem", cost_part_json(&cost.stem));
+    cJSON *st = cJSON_AddArrayToObject(o, "stages");
+    for (int s = 0; s < cost.n_stages; s++) {
+        vit_geom g;
+        vit_block_geom(c, vit_stage_first_block(c, s), &g);
+        cJSON *e = cost_part_json(&cost.stage[s]);
+        cJSON_AddNumberToObject(e, "blocks", c->n_stages ? c->stage[s].depth : c->depth);
+        cJSON_AddNumberToObject(e, "grid", g.gh);
+        cJSON_AddNumberToObject(e, "dim", g.D);
+        cJSON_AddNumberToObject(e, "heads", g.H);
+        cJSON_AddStringToObject(e, "scope", vit_scope_name(g.scope));
+        if (g.scope == VIT_SCOPE_WINDOW) cJSON_AddNumberToObject(e, "window", g.M);
+        cJSON_AddItemToArray(st, e);
+    }
+    cJSON_AddItemToObject(o, "head", cost_part_json(&cost.head));
+    return o;
+}
+
+static int print_json(cJSON *j);
+
+/* The model as text, or with --json its full config (what traces record) and its cost. */
 static int print_config(const vit_config *c, const char *source, const char *dtype, size_t n, int json) {
     if (!json) {
         print_model(c, source, dtype, n);
         return 0;
     }
     char *s = model_config_to_json(c);
-    if (!s) return 1;
-    printf("%s\n", s);
+    cJSON *j = s ? cJSON_Parse(s) : NULL;
     free(s);
-    return 0;
+    if (!j) return cli_fail(1, "out of memory");
+    cJSON_AddItemToObject(j, "cost", cost_json(c));
+    return print_json(j);
 }
 
 /* What the trace was made from: the weights (resolved path and sha256; format 1 traces have the
@@ -329,8 +426,8 @@ static void list_archs(void) {
         const vit_config *c = vit_arch_get(i);
         vit_cost cost;
         vit_config_cost(c, &cost);
-        printf("%-34s %7.1fM %7.2f  %s%s\n", c->name, cost.params_total / 1e6, cost.macs_total / 1e9,
-               c->distilled ? "distilled, " : "",
+        printf("%-34s %7.1fM %7.2f  %s%s%s\n", c->name, cost.params_total / 1e6, cost.macs_total / 1e9,
+               c->n_stages ? "swin, " : "", c->distilled ? "distilled, " : "",
                c->mean[0] > 0.49f ? "inception mean/std" : "imagenet mean/std");
     }
 }
@@ -388,6 +485,9 @@ int cmd_info(int argc, char **argv) {
     model m;
     if (model_load_report(&m, target, arch, img_size, stdout, &err) != AS_OK) return cli_error(&err);
     int rc = print_config(&m.cfg, m.source, m.weights_dtype, m.n_tensors, json);
+    char note[512];
+    model_layout_note(&m, note, sizeof note);
+    if (!json && note[0]) line("layout      %s", note);
     if (!json && m.sha256[0]) line("sha256      %s (of the weights file, as traces record it)", m.sha256);
     model_free(&m);
     return rc;

@@ -20,6 +20,24 @@
      .ln_eps = 1e-6f, .mean = mean_, .std = std_, .crop_pct = crop,                           \
      .interpolation = VIT_INTERP_BICUBIC}
 
+/* timm's SwinTransformer (timm/models/swin_transformer.py): patch 4 with a LayerNorm, stages
+ * of shifted-window blocks whose width doubles at every 2x2 patch merging (the merge sits at the
+ * start of stages 1.., as in timm), mlp_ratio 4, qkv bias, every LayerNorm eps 1e-5, final norm
+ * then average pooling; ImageNet mean/std, crop 0.9 at 224 and 1.0 at 384, bicubic. */
+#define SWIN_STAGE(s, d, h, c0, m)                                                            \
+    {.depth = d, .embed_dim = (c0) << (s), .num_heads = h, .mlp_hidden = 4 * ((c0) << (s)),  \
+     .scope = VIT_SCOPE_WINDOW, .window = m, .down = (s) ? VIT_DOWN_MERGE : VIT_DOWN_NONE}
+#define SWIN(nm, img, c0, d2, h0, m, crop)                                                    \
+    {.name = nm, .img_size = img, .patch_size = 4, .in_chans = 3, .embed_dim = c0,            \
+     .depth = 2 + 2 + (d2) + 2, .num_heads = h0, .mlp_hidden = 4 * (c0), .num_classes = 1000, \
+     .qkv_bias = 1, .global_pool = VIT_POOL_AVG, .ln_eps = 1e-5f, .mean = IMAGENET_MEAN,     \
+     .std = IMAGENET_STD, .crop_pct = crop, .interpolation = VIT_INTERP_BICUBIC,             \
+     .family = VIT_FAMILY_SWIN, .n_stages = 4,                                                \
+     .stage = {SWIN_STAGE(0, 2, h0, c0, m), SWIN_STAGE(1, 2, 2 * (h0), c0, m),              \
+               SWIN_STAGE(2, d2, 4 * (h0), c0, m), SWIN_STAGE(3, 2, 8 * (h0), c0, m)},       \
+     .patch_norm = 1, .shift_windows = 1, .pad_order = VIT_PAD_FIRST,                         \
+     .window_clamp = VIT_CLAMP_TIMM}
+
 static const vit_config vit_archs[] = {
     VIT("vit_tiny_patch16_224", 224, 16, 192, 12, 3, INCEPTION_MEAN, INCEPTION_STD, 0.9f, 0),
     VIT("vit_tiny_patch16_384", 384, 16, 192, 12, 3, INCEPTION_MEAN, INCEPTION_STD, 1.0f, 0),
@@ -45,6 +63,10 @@ static const vit_config vit_archs[] = {
         0.9f, 1),
     VIT("deit_base_distilled_patch16_384", 384, 16, 768, 12, 12, IMAGENET_MEAN, IMAGENET_STD,
         1.0f, 1),
+    SWIN("swin_tiny_patch4_window7_224", 224, 96, 6, 3, 7, 0.9f),
+    SWIN("swin_small_patch4_window7_224", 224, 96, 18, 3, 7, 0.9f),
+    SWIN("swin_base_patch4_window7_224", 224, 128, 18, 4, 7, 0.9f),
+    SWIN("swin_base_patch4_window12_384", 384, 128, 18, 4, 12, 1.0f),
 };
 #define VIT_ARCH_N ((int)(sizeof vit_archs / sizeof vit_archs[0]))
 
@@ -54,7 +76,7 @@ static const char *const vit_component_names[] = {
     [VIT_COMP_ATTN_SCORES] = "attn.scores", [VIT_COMP_ATTN_MAPS] = "attn.maps",
     [VIT_COMP_ATTN_VALUES] = "attn.values",
     [VIT_COMP_PROJ] = "attn.proj",          [VIT_COMP_MLP] = "mlp",
-    [VIT_COMP_HEAD] = "head",
+    [VIT_COMP_DOWNSAMPLE] = "downsample",   [VIT_COMP_HEAD] = "head",
 };
 _Static_assert(sizeof vit_component_names / sizeof vit_component_names[0] == VIT_COMP_COUNT,
                "every component needs a name");
@@ -184,6 +206,19 @@ static const vit_tag vit_tags[] = {
     {"deit_small_distilled_patch16_224", "fb_in1k", 1000, 1, 0.9f},
     {"deit_base_distilled_patch16_224", "fb_in1k", 1000, 1, 0.9f},
     {"deit_base_distilled_patch16_384", "fb_in1k", 1000, 1, 1.0f},
+    /* timm/models/swin_transformer.py default_cfgs: ImageNet mean/std; in22k heads 21841 */
+    {"swin_tiny_patch4_window7_224", "ms_in1k", 1000, 1, 0.9f},
+    {"swin_tiny_patch4_window7_224", "ms_in22k_ft_in1k", 1000, 1, 0.9f},
+    {"swin_tiny_patch4_window7_224", "ms_in22k", 21841, 1, 0.9f},
+    {"swin_small_patch4_window7_224", "ms_in22k_ft_in1k", 1000, 1, 0.9f},
+    {"swin_small_patch4_window7_224", "ms_in1k", 1000, 1, 0.9f},
+    {"swin_small_patch4_window7_224", "ms_in22k", 21841, 1, 0.9f},
+    {"swin_base_patch4_window7_224", "ms_in22k_ft_in1k", 1000, 1, 0.9f},
+    {"swin_base_patch4_window7_224", "ms_in1k", 1000, 1, 0.9f},
+    {"swin_base_patch4_window7_224", "ms_in22k", 21841, 1, 0.9f},
+    {"swin_base_patch4_window12_384", "ms_in22k_ft_in1k", 1000, 1, 1.0f},
+    {"swin_base_patch4_window12_384", "ms_in1k", 1000, 1, 1.0f},
+    {"swin_base_patch4_window12_384", "ms_in22k", 21841, 1, 1.0f},
 };
 #define VIT_TAG_N ((int)(sizeof vit_tags / sizeof vit_tags[0]))
 
@@ -197,7 +232,8 @@ static const struct {
     {"clip", "CLIP image towers", "a pre-norm and QuickGELU variants"},
     {"siglip", "SigLIP", "attention pooling (global_pool \"map\")"},
     {"deit3", "DeiT III", "LayerScale and position embeddings without the class token"},
-    {"swin", "Swin Transformer", "shifted windows and hierarchical stages"},
+    {"swinv2", "Swin Transformer V2", "scaled cosine attention and a log-spaced continuous position bias"},
+    {"swin_s3", "Swin S3 (AutoFormerV2)", "a different window size per stage"},
     {"cait", "CaiT", "class-attention layers and LayerScale"},
     {"pvt_v2", "PVT v2", "spatial-reduction attention and hierarchical stages"},
     {"beit", "BEiT", "relative position biases and LayerScale"},
@@ -231,7 +267,7 @@ static as_status arch_unknown(const char *name, as_error *err) {
         if (strstr(name, vit_families_later[i].pattern))
             return as_fail(err, AS_ERR_UNSUPPORTED,
                            "\"%.96s\" looks like %s, which attnscope does not support yet (it needs "
-                           "%s); the ViT/DeiT family runs: %s; or describe a ViT with a JSON model "
+                           "%s); these run: %s; or describe a ViT or Swin with a JSON model "
                            "config (docs/models.md)", name, vit_families_later[i].family,
                            vit_families_later[i].needs, list);
     const char *names[VIT_ARCH_N];
@@ -248,7 +284,7 @@ static as_status arch_unknown(const char *name, as_error *err) {
     }
     return as_fail(err, AS_ERR_CONFIG, "unknown architecture \"%.96s\"; known: %s (and timm's "
                    "pretrained tags of them, e.g. vit_base_patch16_224.augreg_in21k); not supported "
-                   "yet: %s; or describe a ViT with a JSON model config (docs/models.md)", name, list,
+                   "yet: %s; or describe a ViT or Swin with a JSON model config (docs/models.md)", name, list,
                    later);
 }
 
@@ -488,6 +524,101 @@ static as_status validate_attn(const vit_config *c, int l, as_error *err) {
     return AS_OK;
 }
 
+/* A staged model (Swin): the stages, their windows and the mechanisms in them. Each message
+ * names the JSON key to change (docs/models.md, "Swin"). */
+static as_status validate_swin_head(const vit_config *c, as_error *err) {
+    const char *n = c->name[0] ? c->name : "model";
+    if (c->class_token || c->distilled)
+        return as_fail(err, AS_ERR_CONFIG, "%s: a Swin model has no class or distillation token: "
+                       "remove \"class_token\" and \"distilled\"", n);
+    if (c->global_pool != VIT_POOL_AVG)
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"global_pool\": \"%s\" needs a class token, which "
+                       "Swin has not: use \"avg\" (timm's Swin averages the final tokens)", n,
+                       vit_pool_name(c->global_pool));
+    if (c->fc_norm)
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"fc_norm\": Swin normalises before pooling (its "
+                       "final \"norm\"): remove the key", n);
+    return AS_OK;
+}
+
+static as_status validate_stages(const vit_config *c, as_error *err) {
+    const char *n = c->name[0] ? c->name : "model";
+    if ((unsigned)c->family >= VIT_FAMILY_COUNT || c->family == VIT_FAMILY_VIT)
+        return as_fail(err, AS_ERR_CONFIG, "%s: stages are given but the family is not one with "
+                       "stages: set \"family\": \"swin\" (the only staged family so far)", n);
+    if (c->n_stages < 1 || c->n_stages > VIT_MAX_STAGES)
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"depths\" lists %d stages: give 1 to %d (one "
+                       "block count per stage)", n, c->n_stages, VIT_MAX_STAGES);
+    if ((unsigned)c->pad_order >= VIT_PAD_COUNT || (unsigned)c->window_clamp >= VIT_CLAMP_COUNT)
+        return as_fail(err, AS_ERR_CONFIG, "%s: unknown pad_order or window_clamp", n);
+    const int G = c->img_size / c->patch_size;
+    if (G < 1 << (c->n_stages - 1))
+        return as_fail(err, AS_ERR_CONFIG, "%s: img_size %d / patch_size %d is a %dx%d grid, too "
+                       "small for %d patch mergings (each halves it): use img_size >= %d, or fewer "
+                       "stages in \"depths\"", n, c->img_size, c->patch_size, G, G,
+                       c->n_stages - 1, c->patch_size << (c->n_stages - 1));
+    int total = 0;
+    for (int s = 0; s < c->n_stages; s++) {
+        const vit_stage *st = &c->stage[s];
+        if (st->depth < 1 || st->depth > VIT_MAX_DEPTH)
+            return as_fail(err, AS_ERR_CONFIG, "%s: \"depths\"[%d] = %d: each stage needs 1..%d "
+                           "blocks", n, s, st->depth, VIT_MAX_DEPTH);
+        total += st->depth;
+        if (st->embed_dim < 1 || st->embed_dim > VIT_MAX_DIM)
+            return as_fail(err, AS_ERR_CONFIG, "%s: stage %d's width %d (\"embed_dim\", doubled by "
+                           "every merge) is outside 1..%d, attnscope's limit: use a smaller "
+                           "embed_dim or fewer stages", n, s, st->embed_dim, VIT_MAX_DIM);
+        if ((s == 0) != (st->down == VIT_DOWN_NONE) || (st->down != VIT_DOWN_NONE && st->down != VIT_DOWN_MERGE) ||
+            st->scope != VIT_SCOPE_WINDOW)
+            return as_fail(err, AS_ERR_CONFIG, "%s: stage %d is not a Swin stage (a patch merging "
+                           "before every stage but the first, window attention): describe it with "
+                           "the Swin keys of docs/models.md", n, s);
+        if (st->num_heads < 1 || st->num_heads > VIT_MAX_DIM || st->embed_dim % st->num_heads)
+            return as_fail(err, AS_ERR_CONFIG, "%s: \"num_heads\"[%d] = %d: stage %d's width %d is "
+                           "not divisible by it: choose a divisor of %d", n, s, st->num_heads, s,
+                           st->embed_dim, st->embed_dim);
+        if (st->mlp_hidden < 1 || st->mlp_hidden > VIT_MAX_HIDDEN)
+            return as_fail(err, AS_ERR_CONFIG, "%s: stage %d's MLP width %d (mlp_ratio x %d) is "
+                           "outside 1..%d: change \"mlp_ratio\"", n, s, st->mlp_hidden,
+                           st->embed_dim, VIT_MAX_HIDDEN);
+        if (st->window < 1 || st->window > VIT_MAX_WINDOW)
+            return as_fail(err, AS_ERR_CONFIG, "%s: \"window_size\" %d is outside 1..%d, attnscope's "
+                           "limit: a window's maps are M^2 x M^2 per head (%d x %d at M = %d) and its "
+                           "relative position table has (2M-1)^2 rows; use a window of at most %d",
+                           n, st->window, VIT_MAX_WINDOW, VIT_MAX_WINDOW * VIT_MAX_WINDOW,
+                           VIT_MAX_WINDOW * VIT_MAX_WINDOW, VIT_MAX_WINDOW, VIT_MAX_WINDOW);
+    }
+    if (total != c->depth)
+        return as_fail(err, AS_ERR_CONFIG, "%s: depth %d is not the sum %d of \"depths\": give the "
+                       "blocks per stage in \"depths\" only", n, c->depth, total);
+    if (c->embed_dim != c->stage[0].embed_dim || c->num_heads != c->stage[0].num_heads ||
+        c->mlp_hidden != c->stage[0].mlp_hidden)
+        return as_fail(err, AS_ERR_CONFIG, "%s: embed_dim, num_heads and the MLP width must be "
+                       "stage 0's", n);
+    for (int l = 0; l < c->depth; l++) {
+        vit_geom g;
+        vit_block_geom(c, l, &g);
+        const vit_attn *a = &c->attn[l];
+        /* window attention runs the vanilla mechanism only, until mechanisms declare scopes */
+        if (g.scope == VIT_SCOPE_WINDOW && a->kind != VIT_ATTN_VANILLA)
+            return as_fail(err, AS_ERR_CONFIG, "%s: block %d (stage %d, block %d there): %s "
+                           "attention cannot run in window scope yet (only vanilla does): use "
+                           "\"type\": \"vanilla\" for blocks 0-%d in \"attention\"", n, l, g.stage,
+                           g.j, vit_attn_name(a->kind), c->depth - 1);
+        if (!(a->scale >= 0.0f) || isinf(a->scale))
+            return as_fail(err, AS_ERR_CONFIG, "%s: block %d: scale must be a positive number, or "
+                           "absent for 1/sqrt(head width)", n, l);
+        /* every size product of a block fits an int: the activations (T x MLP width) and the
+         * maps of all windows of an image */
+        const double maps = (double)g.problems * g.Tq * g.Tk * g.H;
+        if ((double)g.ph * g.pw * g.Hm > 2e9 || maps > 2e9)
+            return as_fail(err, AS_ERR_CONFIG, "%s: block %d: a %dx%d grid of width %d (%.3g map "
+                           "entries) is too large for one image: use a smaller img_size", n, l,
+                           g.gh, g.gw, g.Hm, maps);
+    }
+    return AS_OK;
+}
+
 as_status vit_config_validate(const vit_config *c, as_error *err) {
     const char *n = c->name[0] ? c->name : "model";
     if (c->img_size <= 0 || c->patch_size <= 0 || c->in_chans <= 0 || c->embed_dim <= 0 ||
@@ -534,6 +665,10 @@ as_status vit_config_validate(const vit_config *c, as_error *err) {
         return as_fail(err, AS_ERR_CONFIG,
                        "%s: embed_dim %d is not divisible by num_heads %d: choose a head count "
                        "that divides it", n, c->embed_dim, c->num_heads);
+    if (c->family == VIT_FAMILY_SWIN) {
+        as_status st = validate_swin_head(c, err);
+        if (st != AS_OK) return st;
+    }
     if (c->distilled && !c->class_token)
         return as_fail(err, AS_ERR_CONFIG,
                        "%s: a distilled model needs a class token: set class_token true", n);
@@ -559,6 +694,7 @@ as_status vit_config_validate(const vit_config *c, as_error *err) {
                            "to [0, 1] first; got %g)", n, i, VIT_MIN_MEAN, VIT_MAX_MEAN,
                            (double)c->mean[i]);
     }
+    if (c->family != VIT_FAMILY_VIT || c->n_stages != 0) return validate_stages(c, err);
     /* A limit that keeps every activation size in int range for BLAS calls. */
     if ((double)vit_num_tokens(c) * vit_num_tokens(c) * c->num_heads > 2e9)
         return as_fail(err, AS_ERR_CONFIG, "%s: %d tokens x %d heads is too large for one image",
@@ -575,14 +711,14 @@ as_status vit_config_validate(const vit_config *c, as_error *err) {
 
 /* Closed-form counts. Each entry adds params, MACs (products and convolutions only) and the
  * remaining elementwise flops of one piece of the forward pass. */
-static void cost_add(vit_cost *o, vit_component k, double params, double macs, double other) {
+static void cost_add(vit_cost_part *o, vit_component k, double params, double macs, double other) {
     o->params[k] += params;
     o->macs[k] += macs;
     o->flops[k] += 2 * macs + other;
 }
 
 /* One block's attention: projections, scores, map work, values, output projection. */
-static void cost_attn(const vit_config *c, int l, vit_cost *o) {
+static void cost_attn(const vit_config *c, int l, vit_cost_part *o) {
     const vit_attn *a = &c->attn[l];
     const double D = c->embed_dim, H = c->num_heads, T = vit_num_tokens(c), Hd = D / H;
     const double bias = c->qkv_bias ? 1 : 0, maps = H * T * T, softmax = 5 * maps;
@@ -633,20 +769,83 @@ static void cost_attn(const vit_config *c, int l, vit_cost *o) {
     if (!(a->kind == VIT_ATTN_LSLA && a->no_proj)) cost_add(o, VIT_COMP_PROJ, D * D + D, T * D * D, T * D);
 }
 
+/* A staged model's stage s: its patch merging and blocks, over the windows each block runs in
+ * (padded windows count in full, as timm computes them: q/k/v and proj over every window slot,
+ * the MLP over the real tokens). */
+static void cost_stage(const vit_config *c, int s, vit_cost_part *o) {
+    const vit_stage *st = &c->stage[s];
+    const int first = vit_stage_first_block(c, s);
+    vit_geom g;
+    vit_block_geom(c, first, &g);
+    const double C = g.D, T = (double)g.gh * g.gw, bias = c->qkv_bias ? 1 : 0;
+    if (st->down == VIT_DOWN_MERGE) {
+        /* LayerNorm(4C') then Linear(4C' -> C) without bias, on the merged grid */
+        const double Cin = c->stage[s - 1].embed_dim;
+        cost_add(o, VIT_COMP_NORM, 2 * 4 * Cin, 0, 8 * T * 4 * Cin);
+        cost_add(o, VIT_COMP_DOWNSAMPLE, 4 * Cin * C, T * 4 * Cin * C, 0);
+    }
+    for (int l = first; l < first + st->depth; l++) {
+        vit_block_geom(c, l, &g);
+        const double H = g.H, hd = C / H, N = (double)g.M * g.M, P = g.problems * N;
+        const double Hm = g.Hm, maps = g.problems * H * N * N, W = 2.0 * g.M - 1;
+        cost_add(o, VIT_COMP_NORM, 2 * 2 * C, 0, 2 * 8 * T * C);
+        cost_add(o, VIT_COMP_QKV, 3 * C * (C + bias), P * C * 3 * C, P * 3 * C * bias);
+        /* q k^T, the scale, the relative position bias, the shift mask, the softmax */
+        cost_add(o, VIT_COMP_ATTN_SCORES, W * W * H, maps * hd,
+                 maps + maps + (g.shift ? maps : 0) + 5 * maps);
+        cost_add(o, VIT_COMP_ATTN_VALUES, 0, maps * hd, 0);
+        cost_add(o, VIT_COMP_PROJ, C * C + C, P * C * C, P * C);
+        cost_add(o, VIT_COMP_MLP, 2 * C * Hm + Hm + C, 2 * T * C * Hm,
+                 T * Hm + T * C + 8 * T * Hm + 2 * T * C);
+    }
+}
+
+static void cost_sum(vit_cost_part *p) {
+    p->params_total = p->flops_total = p->macs_total = 0;
+    for (int i = 0; i < VIT_COMP_COUNT; i++) {
+        p->params_total += p->params[i];
+        p->flops_total += p->flops[i];
+        p->macs_total += p->macs[i];
+    }
+}
+
 void vit_config_cost(const vit_config *c, vit_cost *out) {
     const double D = c->embed_dim, L = c->depth, Hm = c->mlp_hidden, T = vit_num_tokens(c);
     const double Np = vit_num_patches(c), K = (double)c->in_chans * c->patch_size * c->patch_size;
     const double C = c->num_classes, heads = c->distilled ? 2 : 1;
     memset(out, 0, sizeof *out);
-    cost_add(out, VIT_COMP_PATCH_EMBED, K * D + D, Np * K * D, Np * D);
-    cost_add(out, VIT_COMP_TOKENS, vit_num_prefix(c) * D + T * D, 0, T * D);
-    /* two norms per block plus the final norm; ~8 flops per element (mean, var, scale, shift) */
-    cost_add(out, VIT_COMP_NORM, (2 * L + 1) * 2 * D, 0, (2 * L + 1) * 8 * T * D);
-    for (int l = 0; l < c->depth; l++) cost_attn(c, l, out);
-    /* two GEMMs, their biases, GELU (~8 flops per element) and the two residual adds */
-    cost_add(out, VIT_COMP_MLP, L * (2 * D * Hm + Hm + D), L * 2 * T * D * Hm,
-             L * (T * Hm + T * D + 8 * T * Hm + 2 * T * D));
-    if (C > 0) cost_add(out, VIT_COMP_HEAD, heads * (D * C + C), heads * D * C, heads * C);
+    out->n_stages = vit_num_stages(c);
+    cost_add(&out->stem, VIT_COMP_PATCH_EMBED, K * D + D, Np * K * D, Np * D);
+    if (c->n_stages > 0) {
+        if (c->patch_norm) cost_add(&out->stem, VIT_COMP_NORM, 2 * D, 0, 8 * Np * D);
+        for (int s = 0; s < c->n_stages; s++) cost_stage(c, s, &out->stage[s]);
+        /* final norm and average pooling over the last grid, then the classifier */
+        vit_geom g;
+        vit_block_geom(c, c->depth - 1, &g);
+        const double Cl = g.D, Tl = (double)g.gh * g.gw;
+        cost_add(&out->head, VIT_COMP_NORM, 2 * Cl, 0, 8 * Tl * Cl);
+        cost_add(&out->head, VIT_COMP_HEAD, C > 0 ? Cl * C + C : 0, C * Cl, Tl * Cl + C);
+    } else {
+        cost_add(&out->stem, VIT_COMP_TOKENS, vit_num_prefix(c) * D + T * D, 0, T * D);
+        /* two norms per block plus the final norm; ~8 flops per element (mean, var, scale, shift) */
+        cost_add(&out->stage[0], VIT_COMP_NORM, 2 * L * 2 * D, 0, 2 * L * 8 * T * D);
+        cost_add(&out->head, VIT_COMP_NORM, 2 * D, 0, 8 * T * D);
+        for (int l = 0; l < c->depth; l++) cost_attn(c, l, &out->stage[0]);
+        /* two GEMMs, their biases, GELU (~8 flops per element) and the two residual adds */
+        cost_add(&out->stage[0], VIT_COMP_MLP, L * (2 * D * Hm + Hm + D), L * 2 * T * D * Hm,
+                 L * (T * Hm + T * D + 8 * T * Hm + 2 * T * D));
+        if (C > 0) cost_add(&out->head, VIT_COMP_HEAD, heads * (D * C + C), heads * D * C, heads * C);
+    }
+    vit_cost_part *parts[VIT_MAX_STAGES + 2] = {&out->stem, &out->head};
+    for (int s = 0; s < out->n_stages; s++) parts[2 + s] = &out->stage[s];
+    for (int p = 0; p < 2 + out->n_stages; p++) {
+        cost_sum(parts[p]);
+        for (int i = 0; i < VIT_COMP_COUNT; i++) {
+            out->params[i] += parts[p]->params[i];
+            out->flops[i] += parts[p]->flops[i];
+            out->macs[i] += parts[p]->macs[i];
+        }
+    }
     for (int i = 0; i < VIT_COMP_COUNT; i++) {
         out->params_total += out->params[i];
         out->flops_total += out->flops[i];

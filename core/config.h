@@ -71,6 +71,7 @@ typedef enum { VIT_INTERP_BICUBIC = 0, VIT_INTERP_BILINEAR, VIT_INTERP_COUNT } v
  * embed_dim, num_heads and mlp_hidden are stage 0's. Block l (0..depth-1) is counted over all
  * stages; attn[l] is its mechanism and vit_block_geom(c, l) its derived geometry (never stored). */
 #define VIT_MAX_STAGES 4
+#define VIT_MAX_WINDOW 64  /* window side M: a problem's M^2 x M^2 maps stay per-thread sized */
 typedef enum { VIT_FAMILY_VIT = 0, VIT_FAMILY_SWIN, VIT_FAMILY_COUNT } vit_family;
 /* How a block's tokens are grouped into independent attention problems: GLOBAL, one T x T
  * problem per image; WINDOW, Swin's M x M windows (shifted on odd blocks of a stage). The next
@@ -140,6 +141,8 @@ typedef enum {
     VIT_COMP_ATTN_VALUES, /* A V */
     VIT_COMP_PROJ,
     VIT_COMP_MLP,
+    VIT_COMP_DOWNSAMPLE,  /* staged models: Swin's patch merging (2x2 gather, Linear 4C -> 2C);
+                             its LayerNorm counts under VIT_COMP_NORM */
     VIT_COMP_HEAD,
     VIT_COMP_COUNT
 } vit_component;
@@ -152,6 +155,18 @@ typedef struct {
     double flops[VIT_COMP_COUNT];
     double macs[VIT_COMP_COUNT];
     double params_total, flops_total, macs_total;
+} vit_cost_part;
+/* The whole model's counts, and the same split into its parts: the stem (patch embedding, its
+ * norm, class tokens and position embedding), each stage (its downsample and its blocks; a
+ * monolithic ViT has one) and the head (final norm, pooling, classifier). The parts add up to
+ * the whole. */
+typedef struct {
+    double params[VIT_COMP_COUNT];
+    double flops[VIT_COMP_COUNT];
+    double macs[VIT_COMP_COUNT];
+    double params_total, flops_total, macs_total;
+    int n_stages; /* vit_num_stages */
+    vit_cost_part stem, stage[VIT_MAX_STAGES], head;
 } vit_cost;
 
 const char *vit_component_name(vit_component c);

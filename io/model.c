@@ -88,86 +88,115 @@ typedef struct {
     long off; /* offsetof(vit_config, field), -1 when MK_OWN/MK_FIXED/MK_META */
     const char *values, *later;
     const char *doc;
+    unsigned fam; /* the families the key applies to (MF_*); 0: every family */
 } model_key;
 
+/* Families a key applies to: keys of one family given to another are refused with the reason. */
+enum { MF_VIT = 1u << VIT_FAMILY_VIT, MF_SWIN = 1u << VIT_FAMILY_SWIN };
+
 #define OFF(f) ((long)offsetof(vit_config, f))
-#define FIXED(k, v, doc) {k, MK_MODEL, MK_FIXED, 0, 0, -1, v, NULL, doc}
-#define META(k, w) {k, w, MK_META, 0, 0, -1, NULL, NULL, NULL}
+#define FIXED(k, v, doc) {k, MK_MODEL, MK_FIXED, 0, 0, -1, v, NULL, doc, 0}
+#define FIXED_V(k, v, doc) {k, MK_MODEL, MK_FIXED, 0, 0, -1, v, NULL, doc, MF_VIT}
+#define FIXED_S(k, v, doc) {k, MK_MODEL, MK_FIXED, 0, 0, -1, v, NULL, doc, MF_SWIN}
+#define META(k, w) {k, w, MK_META, 0, 0, -1, NULL, NULL, NULL, 0}
 static const model_key model_keys[] = {
     {"architecture", MK_MODEL, MK_OWN, 0, 0, -1, "string", NULL,
      "a built-in name, one of timm's pretrained tags of it (`vit_small_patch16_224.dino`), or "
-     "`\"custom\"`; the other keys override it"},
-    {"arch", MK_MODEL, MK_OWN, 0, 0, -1, "string", NULL, "the same as `architecture`"},
+     "`\"custom\"`; the other keys override it", 0},
+    {"arch", MK_MODEL, MK_OWN, 0, 0, -1, "string", NULL, "the same as `architecture`", 0},
     {"model_args", MK_MODEL, MK_OWN, 0, 0, -1, "object", NULL,
      "an object holding any key of this table (timm's keyword arguments); a key given here and "
-     "at the top level must have the same value"},
-    {"pretrained_cfg", MK_MODEL, MK_OWN, 0, 0, -1, "object", NULL, "the eval transform (table below)"},
-    {"attention", MK_MODEL, MK_OWN, 0, 0, -1, "object or array", NULL, "per-block mechanisms (see below)"},
-    {"img_size", MK_MODEL, MK_INT, 1, VIT_MAX_IMG, OFF(img_size), NULL, NULL, "input side in pixels"},
-    {"patch_size", MK_MODEL, MK_INT, 1, VIT_MAX_IMG, OFF(patch_size), NULL, NULL, "patch side"},
-    {"in_chans", MK_MODEL, MK_INT, 1, VIT_MAX_CHANS, OFF(in_chans), NULL, NULL, "input channels"},
-    {"embed_dim", MK_MODEL, MK_INT, 1, VIT_MAX_DIM, OFF(embed_dim), NULL, NULL, "D"},
-    {"depth", MK_MODEL, MK_INT, 1, VIT_MAX_DEPTH, OFF(depth), NULL, NULL, "blocks"},
-    {"num_heads", MK_MODEL, MK_INT, 1, VIT_MAX_DIM, OFF(num_heads), NULL, NULL, "H, dividing D"},
+     "at the top level must have the same value", 0},
+    {"pretrained_cfg", MK_MODEL, MK_OWN, 0, 0, -1, "object", NULL, "the eval transform (table below)", 0},
+    {"attention", MK_MODEL, MK_OWN, 0, 0, -1, "object or array", NULL, "per-block mechanisms (see below)", 0},
+    {"img_size", MK_MODEL, MK_INT, 1, VIT_MAX_IMG, OFF(img_size), NULL, NULL, "input side in pixels", 0},
+    {"patch_size", MK_MODEL, MK_INT, 1, VIT_MAX_IMG, OFF(patch_size), NULL, NULL, "patch side", 0},
+    {"in_chans", MK_MODEL, MK_INT, 1, VIT_MAX_CHANS, OFF(in_chans), NULL, NULL, "input channels", 0},
+    {"embed_dim", MK_MODEL, MK_INT, 1, VIT_MAX_DIM, OFF(embed_dim), NULL, NULL, "D", MF_VIT},
+    {"embed_dim", MK_MODEL, MK_OWN, 1, VIT_MAX_DIM, -1, "integer 1..65536, or one per stage", NULL,
+     "stage 0's width, doubled by every merge as in timm; or a list of the stage widths", MF_SWIN},
+    {"depth", MK_MODEL, MK_INT, 1, VIT_MAX_DEPTH, OFF(depth), NULL, NULL, "blocks", MF_VIT},
+    {"num_heads", MK_MODEL, MK_INT, 1, VIT_MAX_DIM, OFF(num_heads), NULL, NULL, "H, dividing D", MF_VIT},
     {"mlp_ratio", MK_MODEL, MK_OWN, 1.0 / 64, 64, -1, "number in [1/64, 64]", NULL,
-     "MLP width int(mlp_ratio x D) as timm; default 4 (the base architecture's ratio)"},
+     "MLP width int(mlp_ratio x D) as timm; default 4 (the base architecture's ratio)", 0},
     {"mlp_hidden", MK_MODEL, MK_INT, 1, VIT_MAX_HIDDEN, OFF(mlp_hidden), NULL, NULL,
-     "MLP width directly (with `mlp_ratio` too, they must agree)"},
+     "MLP width directly (with `mlp_ratio` too, they must agree)", MF_VIT},
     {"num_classes", MK_MODEL, MK_INT, 0, VIT_MAX_CLASSES, OFF(num_classes), NULL, NULL,
-     "classifier outputs, 0 = no head; a checkpoint's own head size wins"},
-    {"qkv_bias", MK_MODEL, MK_BOOL, 0, 1, OFF(qkv_bias), NULL, NULL, "bias of the q/k/v projections"},
-    {"class_token", MK_MODEL, MK_BOOL, 0, 1, OFF(class_token), NULL, NULL, "prepend a class token"},
+     "classifier outputs, 0 = no head; a checkpoint's own head size wins", 0},
+    {"qkv_bias", MK_MODEL, MK_BOOL, 0, 1, OFF(qkv_bias), NULL, NULL, "bias of the q/k/v projections", 0},
+    {"class_token", MK_MODEL, MK_BOOL, 0, 1, OFF(class_token), NULL, NULL, "prepend a class token", MF_VIT},
     {"distilled", MK_MODEL, MK_BOOL, 0, 1, OFF(distilled), NULL, NULL,
-     "DeiT distillation token and `head_dist`"},
+     "DeiT distillation token and `head_dist`", MF_VIT},
     {"global_pool", MK_MODEL, MK_CHOICE, 0, 0, OFF(global_pool), "token|avg", "|avgmax|max|map|prr",
-     "pooling before the head"},
+     "pooling before the head", 0},
     {"fc_norm", MK_MODEL, MK_BOOL, 0, 1, OFF(fc_norm), NULL, NULL,
-     "final norm after pooling; null or absent: true exactly for `avg` (timm)"},
-    {"ln_eps", MK_MODEL, MK_FLOAT, 1e-12, 1, OFF(ln_eps), NULL, NULL, "LayerNorm epsilon"},
+     "final norm after pooling; null or absent: true exactly for `avg` (timm)", MF_VIT},
+    {"ln_eps", MK_MODEL, MK_FLOAT, 1e-12, 1, OFF(ln_eps), NULL, NULL, "LayerNorm epsilon", 0},
     {"num_features", MK_MODEL, MK_OWN, 0, 0, -1, "integer", NULL,
-     "timm's feature width; checked to equal `embed_dim`"},
-    FIXED("qk_norm", "false", "LayerNorm of q and k"),
-    FIXED("scale_attn_norm", "false", "a norm inside attention"),
-    FIXED("scale_mlp_norm", "false", "a norm inside the MLP"),
-    FIXED("proj_bias", "true", "biases of the projections and the MLP"),
-    FIXED("init_values", "null", "LayerScale"),
-    FIXED("pos_embed", "\"learn\"", "the kind of position embedding"),
-    FIXED("no_embed_class", "false", "position embeddings without the prefix tokens (DeiT III)"),
-    FIXED("reg_tokens", "0", "register tokens"),
-    FIXED("pre_norm", "false", "a norm before the blocks (CLIP)"),
-    FIXED("final_norm", "true", "the final norm"),
-    FIXED("pool_include_prefix", "false", "prefix tokens in avg pooling"),
-    FIXED("dynamic_img_size", "false", "per-batch input sizes"),
-    FIXED("dynamic_img_pad", "false", "padding to whole patches"),
+     "timm's feature width; checked to equal `embed_dim` (Swin: the last stage's width)", 0},
+    {"family", MK_MODEL, MK_CHOICE, 0, 0, OFF(family), "vit|swin", NULL,
+     "the model family; a custom Swin needs `\"swin\"`, an architecture name implies it", 0},
+    {"depths", MK_MODEL, MK_OWN, 1, VIT_MAX_DEPTH, -1, "1 to 4 integers", NULL,
+     "blocks per stage; a patch merging starts every stage after the first", MF_SWIN},
+    {"num_heads", MK_MODEL, MK_OWN, 1, VIT_MAX_DIM, -1, "integers, one per stage", NULL,
+     "heads per stage, each dividing that stage's width", MF_SWIN},
+    {"window_size", MK_MODEL, MK_OWN, 1, VIT_MAX_WINDOW, -1, "integer 1..64 (or [M, M])", NULL,
+     "window side M of every stage (limit: M^2 x M^2 maps per head, (2M-1)^2 table rows)", MF_SWIN},
+    {"patch_norm", MK_MODEL, MK_BOOL, 0, 1, OFF(patch_norm), NULL, NULL,
+     "a LayerNorm after the patch embedding (`patch_embed.norm`)", MF_SWIN},
+    {"pad_order", MK_MODEL, MK_CHOICE, 0, 0, OFF(pad_order), "pad_first|roll_first", NULL,
+     "grids the window does not divide: `pad_first` (correct, torchvision; default) or "
+     "`roll_first` (timm exactly, with its mask bug pytorch-image-models#2438)", MF_SWIN},
+    {"window_clamp", MK_MODEL, MK_CHOICE, 0, 0, OFF(window_clamp), "timm|torchvision", NULL,
+     "a grid no larger than the window: `timm` shrinks the window to the grid (default), "
+     "`torchvision` keeps it and pads", MF_SWIN},
+    FIXED_S("head_dim", "null", "a head width other than the stage width / num_heads"),
+    FIXED_S("always_partition", "false", "window partition of grids smaller than the window"),
+    FIXED_S("strict_img_size", "true", "inputs of other sizes"),
+    FIXED_S("ape", "false", "an absolute position embedding"),
+    FIXED_V("qk_norm", "false", "LayerNorm of q and k"),
+    FIXED_V("scale_attn_norm", "false", "a norm inside attention"),
+    FIXED_V("scale_mlp_norm", "false", "a norm inside the MLP"),
+    FIXED_V("proj_bias", "true", "biases of the projections and the MLP"),
+    FIXED_V("init_values", "null", "LayerScale"),
+    FIXED_V("pos_embed", "\"learn\"", "the kind of position embedding"),
+    FIXED_V("no_embed_class", "false", "position embeddings without the prefix tokens (DeiT III)"),
+    FIXED_V("reg_tokens", "0", "register tokens"),
+    FIXED_V("pre_norm", "false", "a norm before the blocks (CLIP)"),
+    FIXED_V("final_norm", "true", "the final norm"),
+    FIXED_V("pool_include_prefix", "false", "prefix tokens in avg pooling"),
+    FIXED_V("dynamic_img_size", "false", "per-batch input sizes"),
+    FIXED_V("dynamic_img_pad", "false", "padding to whole patches"),
     FIXED("drop_rate", "0", "dropout (training)"),
-    FIXED("pos_drop_rate", "0", "dropout (training)"),
-    FIXED("patch_drop_rate", "0", "patch dropout (training)"),
+    FIXED_V("pos_drop_rate", "0", "dropout (training)"),
+    FIXED_V("patch_drop_rate", "0", "patch dropout (training)"),
     FIXED("proj_drop_rate", "0", "dropout (training)"),
     FIXED("attn_drop_rate", "0", "dropout (training)"),
     FIXED("drop_path_rate", "0", "stochastic depth (training)"),
     FIXED("weight_init", "\"\"", "timm's init schemes (attnscope's own init is used)"),
-    FIXED("fix_init", "false", "timm's init rescaling"),
-    FIXED("act_layer", "\"gelu\"", "the MLP activation"),
+    FIXED_V("fix_init", "false", "timm's init rescaling"),
+    FIXED_V("act_layer", "\"gelu\"", "the MLP activation"),
     FIXED("norm_layer", "\"layernorm\"", "the norm layer"),
-    FIXED("embed_norm_layer", "null", "a norm in the patch embedding"),
-    FIXED("attn_layer", "\"attn\"", "the attention module (attnscope's is `attention`)"),
+    FIXED_V("embed_norm_layer", "null", "a norm in the patch embedding"),
+    FIXED_V("attn_layer", "\"attn\"", "the attention module (attnscope's is `attention`)"),
     FIXED("embed_layer", "null", "the patch embedding module"),
-    FIXED("block_fn", "null", "the block module"),
-    FIXED("mlp_layer", "null", "the MLP module"),
+    FIXED_V("block_fn", "null", "the block module"),
+    FIXED_V("mlp_layer", "null", "the MLP module"),
+    META("cost", MK_MODEL), /* attnscope info --json's counts */
     META("label_names", MK_MODEL),
     META("label_descriptions", MK_MODEL),
     {"input_size", MK_PRETRAINED, MK_OWN, 1, VIT_MAX_IMG, -1, "[C, S, S], C 1..64, S 1..16384", NULL,
-     "[C, S, S]: in_chans and img_size (square inputs; must agree with them when both are given)"},
+     "[C, S, S]: in_chans and img_size (square inputs; must agree with them when both are given)", 0},
     {"mean", MK_PRETRAINED, MK_VEC3, VIT_MIN_MEAN, VIT_MAX_MEAN, OFF(mean), NULL, NULL,
-     "per channel, of pixels scaled to [0, 1]"},
-    {"std", MK_PRETRAINED, MK_VEC3, VIT_MIN_STD, VIT_MAX_STD, OFF(std), NULL, NULL, "per channel"},
+     "per channel, of pixels scaled to [0, 1]", 0},
+    {"std", MK_PRETRAINED, MK_VEC3, VIT_MIN_STD, VIT_MAX_STD, OFF(std), NULL, NULL, "per channel", 0},
     {"crop_pct", MK_PRETRAINED, MK_FLOAT, VIT_MIN_CROP, 1, OFF(crop_pct), NULL, NULL,
-     "resize the shorter side to floor(img_size / crop_pct), centre crop"},
+     "resize the shorter side to floor(img_size / crop_pct), centre crop", 0},
     {"interpolation", MK_PRETRAINED, MK_CHOICE, 0, 0, OFF(interpolation), "bicubic|bilinear",
-     "nearest|random", "the resize filter (PIL's)"},
-    {"crop_mode", MK_PRETRAINED, MK_FIXED, 0, 0, -1, "\"center\"", NULL, "timm's crop mode"},
+     "nearest|random", "the resize filter (PIL's)", 0},
+    {"crop_mode", MK_PRETRAINED, MK_FIXED, 0, 0, -1, "\"center\"", NULL, "timm's crop mode", 0},
     {"num_classes", MK_PRETRAINED, MK_OWN, 0, VIT_MAX_CLASSES, -1, "integer 0..16777216", NULL,
-     "used when the model keys give none"},
+     "used when the model keys give none", 0},
     META("url", MK_PRETRAINED), META("file", MK_PRETRAINED), META("state_dict", MK_PRETRAINED),
     META("hf_hub_id", MK_PRETRAINED), META("hf_hub_filename", MK_PRETRAINED),
     META("source", MK_PRETRAINED), META("architecture", MK_PRETRAINED), META("tag", MK_PRETRAINED),
@@ -182,14 +211,44 @@ static const model_key model_keys[] = {
     META("paper_ids", MK_PRETRAINED), META("notes", MK_PRETRAINED),
 };
 #undef FIXED
+#undef FIXED_V
+#undef FIXED_S
 #undef META
 #define MODEL_KEY_N ((int)(sizeof model_keys / sizeof model_keys[0]))
 
-static const model_key *key_find(const char *name, unsigned where) {
+/* The key `name` at `where` for a model of the families in fam (MF_VIT | MF_SWIN: any). */
+static const model_key *key_find_fam(const char *name, unsigned where, unsigned fam) {
     for (int i = 0; i < MODEL_KEY_N; i++)
-        if ((model_keys[i].where & where) && strcmp(model_keys[i].name, name) == 0)
+        if ((model_keys[i].where & where) && strcmp(model_keys[i].name, name) == 0 &&
+            (!model_keys[i].fam || (model_keys[i].fam & fam)))
             return &model_keys[i];
     return NULL;
+}
+static const model_key *key_find(const char *name, unsigned where) {
+    return key_find_fam(name, where, MF_VIT | MF_SWIN);
+}
+
+/* Why a key of one family does not apply to the other, and what to do instead. */
+static void key_other_family(char *msg, size_t n, const char *prefix, const char *key, unsigned fam) {
+    static const struct {
+        const char *key, *why;
+    } swin_why[] = {
+        {"depth", "Swin gives its blocks per stage: use \"depths\""},
+        {"mlp_hidden", "each Swin stage's MLP is mlp_ratio x its width: use \"mlp_ratio\""},
+        {"class_token", "Swin has no class token (it averages the final tokens)"},
+        {"distilled", "Swin has no distillation token"},
+        {"fc_norm", "Swin normalises before its average pooling (\"norm\")"},
+    };
+    if (fam & MF_SWIN) {
+        const char *why = "timm's SwinTransformer has no such option";
+        for (size_t i = 0; i < sizeof swin_why / sizeof swin_why[0]; i++)
+            if (strcmp(swin_why[i].key, key) == 0) why = swin_why[i].why;
+        snprintf(msg, n, "\"%s%.48s\" is a ViT key and this is a Swin model: %s; remove it", prefix,
+                 key, why);
+    } else {
+        snprintf(msg, n, "\"%s%.48s\" is a Swin key and this is a ViT model: add \"family\": "
+                 "\"swin\" (or name a Swin architecture) for a Swin, or remove it", prefix, key);
+    }
 }
 
 /* Index of s in a "|"-separated list ("" is a valid entry), or -1. */
@@ -220,11 +279,14 @@ static void list_quoted(char *buf, size_t n, const char *list) {
 
 /* The error for a key that is not in the table at `where`: a "did you mean" from the keys of
  * that place, or where the key belongs instead. */
-static void key_unknown(char *msg, size_t n, const char *prefix, const char *key, unsigned where) {
+static void key_unknown(char *msg, size_t n, const char *prefix, const char *key, unsigned where,
+                        unsigned fam) {
     const char *names[MODEL_KEY_N];
     int count = 0;
     for (int i = 0; i < MODEL_KEY_N; i++)
-        if ((model_keys[i].where & where) && model_keys[i].type != MK_META) names[count++] = model_keys[i].name;
+        if ((model_keys[i].where & where) && model_keys[i].type != MK_META &&
+            (!model_keys[i].fam || (model_keys[i].fam & fam)))
+            names[count++] = model_keys[i].name;
     const int near = vit_closest_name(key, names, count);
     const unsigned other = where == MK_PRETRAINED ? MK_MODEL : MK_PRETRAINED;
     if (near >= 0)
@@ -237,8 +299,9 @@ static void key_unknown(char *msg, size_t n, const char *prefix, const char *key
                  "every key it reads)", prefix, key);
 }
 
-/* Every key of object o is in the table at `where`. */
-static int keys_known(const cJSON *o, unsigned where, const char *prefix, char *msg, size_t n) {
+/* Every key of object o is in the table at `where`, for a model of family bit fam. */
+static int keys_known(const cJSON *o, unsigned where, unsigned fam, const char *prefix, char *msg,
+                      size_t n) {
     const cJSON *j;
     cJSON_ArrayForEach(j, o) {
         for (const cJSON *p = o->child; p != j; p = p->next)
@@ -246,13 +309,17 @@ static int keys_known(const cJSON *o, unsigned where, const char *prefix, char *
                 snprintf(msg, n, "\"%s%.48s\" is given twice: keep one", prefix, j->string);
                 return 0;
             }
-        const model_key *k = key_find(j->string, where);
-        if (!k) {
-            key_unknown(msg, n, prefix, j->string, where);
+        const model_key *k = key_find_fam(j->string, where, fam);
+        if (!k && key_find(j->string, where)) {
+            key_other_family(msg, n, prefix, j->string, fam);
             return 0;
         }
-        if (where == MK_MODEL && prefix[0] && (k->off < 0 && k->type == MK_OWN) &&
-            strcmp(k->name, "attention") && strcmp(k->name, "mlp_ratio") && strcmp(k->name, "num_features")) {
+        if (!k) {
+            key_unknown(msg, n, prefix, j->string, where, fam);
+            return 0;
+        }
+        if (where == MK_MODEL && prefix[0] && (!strcmp(k->name, "architecture") || !strcmp(k->name, "arch") ||
+            !strcmp(k->name, "model_args") || !strcmp(k->name, "pretrained_cfg"))) {
             snprintf(msg, n, "\"%s%s\" belongs at the top level, not in \"model_args\"", prefix, k->name);
             return 0;
         }
@@ -356,16 +423,25 @@ void model_config_keys_markdown(FILE *f) {
             case MK_CHOICE: list_quoted(list, sizeof list, k->values); snprintf(val, sizeof val, "%s", list); break;
             default: snprintf(val, sizeof val, "%s", k->values); break;
             }
-            fprintf(f, "| `%s` | %s | %s |\n", k->name, val, k->doc);
+            fprintf(f, "| `%s` | %s | %s%s |\n", k->name, val,
+                    k->fam == MF_VIT ? "ViT: " : k->fam == MF_SWIN ? "Swin: " : "", k->doc);
         }
-        fprintf(f, "\n%s accepted only at timm's default (another value is refused as \"not "
-                "supported yet\"):", place ? "Inside `pretrained_cfg`," : "timm options");
         int first = 1;
-        for (int i = 0; i < MODEL_KEY_N; i++)
-            if ((model_keys[i].where & where) && model_keys[i].type == MK_FIXED) {
-                fprintf(f, "%s `%s` %s", first ? "" : ",", model_keys[i].name, model_keys[i].values);
-                first = 0;
-            }
+        /* the options of both families, then each family's own */
+        static const unsigned fams[3] = {0, MF_VIT, MF_SWIN};
+        for (int g = 0; g < (place ? 1 : 3); g++) {
+            fprintf(f, "%s%s accepted only at timm's default (another value is refused as \"not "
+                    "supported yet\"):", g ? ".\n" : "\n", place ? "Inside `pretrained_cfg`," :
+                    g == 0 ? "timm options of both families" : g == 1 ?
+                    "timm's VisionTransformer options" : "timm's SwinTransformer options");
+            first = 1;
+            for (int i = 0; i < MODEL_KEY_N; i++)
+                if ((model_keys[i].where & where) && model_keys[i].type == MK_FIXED &&
+                    model_keys[i].fam == fams[g]) {
+                    fprintf(f, "%s `%s` %s", first ? "" : ",", model_keys[i].name, model_keys[i].values);
+                    first = 0;
+                }
+        }
         fprintf(f, ".\nMetadata, accepted and not used:");
         first = 1;
         for (int i = 0; i < MODEL_KEY_N; i++)
@@ -673,6 +749,134 @@ static const cJSON *model_value(const cJSON *root, const cJSON *ma, const char *
     return j ? j : cJSON_GetObjectItemCaseSensitive(root, key);
 }
 
+static int vit_mlp_from_json(vit_config *c, const cJSON *root, const cJSON *ma, int base_dim,
+                             int base_hidden, char *msg, size_t n);
+static int pretrained_from_json(vit_config *c, const cJSON *root, const cJSON *ma, const cJSON *pc,
+                                char *msg, size_t n);
+
+/* A JSON array of 1..max integers in [lo, hi] into v; the count, or 0 with a message. */
+static int int_list(const cJSON *j, const char *key, int max, int lo, int hi, int *v, char *msg, size_t n) {
+    int count = 0;
+    const cJSON *e;
+    if (cJSON_IsArray(j) && cJSON_GetArraySize(j) >= 1 && cJSON_GetArraySize(j) <= max)
+        cJSON_ArrayForEach(e, j) {
+            if (!cJSON_IsNumber(e) || !as_double_to_int(e->valuedouble, lo, hi, &v[count])) break;
+            count++;
+        }
+    if (count >= 1 && count == cJSON_GetArraySize(j)) return count;
+    snprintf(msg, n, "\"%s\" must be an array of 1 to %d integers in %d..%d, one per stage", key,
+             max, lo, hi);
+    return 0;
+}
+
+/* Swin's stage keys into c: depths, num_heads, window_size and mlp_ratio, with the stages rebuilt
+ * from embed_dim, which doubles at every merge. What is not given keeps c's (the architecture's
+ * or timm's defaults); without mlp_ratio the MLP keeps the base's ratio (base_hidden / base_dim,
+ * 4 for every Swin), so it follows embed_dim. */
+static int swin_from_json(vit_config *c, const cJSON *root, const cJSON *ma, int base_dim,
+                          int base_hidden, char *msg, size_t n) {
+    int ns = c->n_stages, depths[VIT_MAX_STAGES], heads[VIT_MAX_STAGES], M = c->stage[0].window;
+    for (int s = 0; s < ns; s++) {
+        depths[s] = c->stage[s].depth;
+        heads[s] = c->stage[s].num_heads;
+    }
+    const cJSON *jd = model_value(root, ma, "depths"), *jh = model_value(root, ma, "num_heads");
+    const cJSON *jw = model_value(root, ma, "window_size"), *jr = model_value(root, ma, "mlp_ratio");
+    const cJSON *nf = model_value(root, ma, "num_features");
+    if (jd && !cJSON_IsNull(jd) && !(ns = int_list(jd, "depths", VIT_MAX_STAGES, 1, VIT_MAX_DEPTH, depths, msg, n)))
+        return 0;
+    if (jh && !cJSON_IsNull(jh)) {
+        int nh = int_list(jh, "num_heads", VIT_MAX_STAGES, 1, VIT_MAX_DIM, heads, msg, n);
+        if (!nh) return 0;
+        if (nh != ns) {
+            snprintf(msg, n, "\"num_heads\" has %d entries and \"depths\" %d: give one head count "
+                     "per stage", nh, ns);
+            return 0;
+        }
+    } else if (ns != c->n_stages) {
+        snprintf(msg, n, "\"depths\" gives %d stages: give \"num_heads\" too, one per stage", ns);
+        return 0;
+    }
+    if (jw && !cJSON_IsNull(jw)) {
+        int w[2] = {0, 0}, ok = 0;
+        if (cJSON_IsNumber(jw)) ok = as_double_to_int(jw->valuedouble, 1, VIT_MAX_IMG, &w[0]);
+        else if (cJSON_IsArray(jw) && cJSON_GetArraySize(jw) == 2)
+            ok = cJSON_IsNumber(cJSON_GetArrayItem(jw, 0)) && cJSON_IsNumber(cJSON_GetArrayItem(jw, 1)) &&
+                 as_double_to_int(cJSON_GetArrayItem(jw, 0)->valuedouble, 1, VIT_MAX_IMG, &w[0]) &&
+                 as_double_to_int(cJSON_GetArrayItem(jw, 1)->valuedouble, 1, VIT_MAX_IMG, &w[1]) &&
+                 w[0] == w[1];
+        if (!ok) {
+            snprintf(msg, n, "\"window_size\" must be an integer 1..%d (attnscope's limit), or [M, M]: "
+                     "only square windows", VIT_MAX_WINDOW);
+            return 0;
+        }
+        M = w[0];
+    }
+    const model_key *rk = key_find("mlp_ratio", MK_MODEL);
+    const int has_ratio = jr && !cJSON_IsNull(jr);
+    if (has_ratio && (!cJSON_IsNumber(jr) || !as_double_in(jr->valuedouble, rk->lo, rk->hi))) {
+        snprintf(msg, n, "\"mlp_ratio\" must be a finite number in [%g, %g]", rk->lo, rk->hi);
+        return 0;
+    }
+    /* stage widths: embed_dim doubled at every merge, a list of widths, or the base's */
+    long long widths[VIT_MAX_STAGES];
+    const cJSON *je = model_value(root, ma, "embed_dim");
+    int ne = 0, wl[VIT_MAX_STAGES];
+    if (je && !cJSON_IsNull(je) && cJSON_IsArray(je)) {
+        if (!(ne = int_list(je, "embed_dim", VIT_MAX_STAGES, 1, VIT_MAX_DIM, wl, msg, n))) return 0;
+        if (ne != ns) {
+            snprintf(msg, n, "\"embed_dim\" lists %d widths and \"depths\" %d stages: give one width "
+                     "per stage, or one number (doubled by every merge)", ne, ns);
+            return 0;
+        }
+        for (int s = 0; s < ns; s++) widths[s] = wl[s];
+    } else if (je && !cJSON_IsNull(je)) {
+        int e0;
+        if (!cJSON_IsNumber(je) || !as_double_to_int(je->valuedouble, 1, VIT_MAX_DIM, &e0)) {
+            snprintf(msg, n, "\"embed_dim\" must be an integer in 1..%d, or a list of one per stage",
+                     VIT_MAX_DIM);
+            return 0;
+        }
+        for (int s = 0; s < ns; s++) widths[s] = (long long)e0 << s;
+    } else {
+        for (int s = 0; s < ns; s++)
+            widths[s] = ns == c->n_stages ? c->stage[s].embed_dim : (long long)c->stage[0].embed_dim << s;
+    }
+    if (base_dim < 1) {
+        snprintf(msg, n, "\"embed_dim\" must be an integer in 1..%d", VIT_MAX_DIM);
+        return 0;
+    }
+    int depth = 0;
+    for (int s = 0; s < ns; s++) {
+        vit_stage *st = &c->stage[s];
+        const long long C = widths[s];
+        const double w = has_ratio ? floor(jr->valuedouble * (double)C) : (double)base_hidden * (double)C / base_dim;
+        int width;
+        if (!as_double_to_int(floor(w), 1, VIT_MAX_HIDDEN, &width)) {
+            snprintf(msg, n, "\"mlp_ratio\" x stage %d's width %lld gives an MLP width outside 1..%d",
+                     s, C, VIT_MAX_HIDDEN);
+            return 0;
+        }
+        *st = (vit_stage){.depth = depths[s], .embed_dim = (int)(C < INT_MAX ? C : INT_MAX),
+                          .num_heads = heads[s], .mlp_hidden = width, .scope = VIT_SCOPE_WINDOW,
+                          .window = M, .down = s ? VIT_DOWN_MERGE : VIT_DOWN_NONE};
+        depth += depths[s];
+    }
+    for (int s = ns; s < VIT_MAX_STAGES; s++) memset(&c->stage[s], 0, sizeof c->stage[s]);
+    c->n_stages = ns;
+    c->depth = depth;
+    c->embed_dim = c->stage[0].embed_dim;
+    c->num_heads = heads[0];
+    c->mlp_hidden = c->stage[0].mlp_hidden;
+    const long long last = widths[ns - 1];
+    if (nf && !cJSON_IsNull(nf) && !(cJSON_IsNumber(nf) && nf->valuedouble == (double)last)) {
+        snprintf(msg, n, "\"num_features\" must equal the last stage's width %lld (timm's feature "
+                 "width)", last);
+        return 0;
+    }
+    return 1;
+}
+
 /* Everything of the config into *c (which holds the base); 0 with a message on error. The keys
  * are checked before any value, so a typo is reported as a typo and not as what its default
  * did to some other key. */
@@ -687,8 +891,10 @@ static int config_from_json(vit_config *c, const cJSON *root, char *msg, size_t 
         snprintf(msg, n, "\"pretrained_cfg\" must be an object");
         return 0;
     }
-    if (!keys_known(root, MK_MODEL, "", msg, n) || (ma && !keys_known(ma, MK_MODEL, "model_args.", msg, n)) ||
-        (pc && !keys_known(pc, MK_PRETRAINED, "pretrained_cfg.", msg, n)))
+    const unsigned fam = 1u << c->family;
+    if (!keys_known(root, MK_MODEL, fam, "", msg, n) ||
+        (ma && !keys_known(ma, MK_MODEL, fam, "model_args.", msg, n)) ||
+        (pc && !keys_known(pc, MK_PRETRAINED, fam, "pretrained_cfg.", msg, n)))
         return 0;
     const cJSON *j;
     if (ma)
@@ -704,12 +910,25 @@ static int config_from_json(vit_config *c, const cJSON *root, char *msg, size_t 
     for (int i = 0; i < MODEL_KEY_N; i++) {
         const model_key *k = &model_keys[i];
         const int pre = k->where == MK_PRETRAINED;
-        if (k->type == MK_OWN || k->type == MK_META) continue;
+        if (k->type == MK_OWN || k->type == MK_META || (k->fam && !(k->fam & fam))) continue;
         if (!(j = pre ? (pc ? cJSON_GetObjectItemCaseSensitive(pc, k->name) : NULL) : model_value(root, ma, k->name)))
             continue;
         if (cJSON_IsNull(j) && k->type != MK_FIXED) continue; /* timm's None: the default */
         if (!key_apply(c, k, j, pre ? "pretrained_cfg." : "", msg, n)) return 0;
     }
+    if (c->family == VIT_FAMILY_SWIN) {
+        if (!swin_from_json(c, root, ma, base_dim, base_hidden, msg, n)) return 0;
+    } else if (!vit_mlp_from_json(c, root, ma, base_dim, base_hidden, msg, n)) {
+        return 0;
+    }
+    if (!pretrained_from_json(c, root, ma, pc, msg, n)) return 0;
+    const cJSON *att = model_value(root, ma, "attention");
+    return !att || cJSON_IsNull(att) || apply_attention(c, att, msg, n);
+}
+
+/* A ViT's MLP width and feature width. */
+static int vit_mlp_from_json(vit_config *c, const cJSON *root, const cJSON *ma, int base_dim,
+                             int base_hidden, char *msg, size_t n) {
     /* timm: fc_norm None means true exactly for the averaging pools */
     const cJSON *fc = model_value(root, ma, "fc_norm");
     if ((!fc || cJSON_IsNull(fc)) && model_value(root, ma, "global_pool"))
@@ -747,6 +966,12 @@ static int config_from_json(vit_config *c, const cJSON *root, char *msg, size_t 
         snprintf(msg, n, "\"num_features\" must equal embed_dim %d (timm's feature width)", c->embed_dim);
         return 0;
     }
+    return 1;
+}
+
+/* pretrained_cfg's input size and classes. */
+static int pretrained_from_json(vit_config *c, const cJSON *root, const cJSON *ma, const cJSON *pc,
+                                char *msg, size_t n) {
     if (pc) {
         const cJSON *is = cJSON_GetObjectItemCaseSensitive(pc, "input_size");
         if (is && !cJSON_IsNull(is)) {
@@ -786,8 +1011,26 @@ static int config_from_json(vit_config *c, const cJSON *root, char *msg, size_t 
             if (!top || cJSON_IsNull(top)) c->num_classes = v;
         }
     }
-    const cJSON *att = model_value(root, ma, "attention");
-    return !att || cJSON_IsNull(att) || apply_attention(c, att, msg, n);
+    return 1;
+}
+
+/* The "family" key (top level or model_args) into *family, -1 when absent. */
+static as_status json_family(const cJSON *root, const char *name, int *family, as_error *err) {
+    const cJSON *ma = cJSON_GetObjectItemCaseSensitive(root, "model_args");
+    const cJSON *f = model_value(root, cJSON_IsObject(ma) ? ma : NULL, "family");
+    *family = -1;
+    if (!f || cJSON_IsNull(f)) return AS_OK;
+    for (int i = 0; cJSON_IsString(f) && i < VIT_FAMILY_COUNT; i++)
+        if (strcmp(f->valuestring, vit_family_name((vit_family)i)) == 0) {
+            *family = i;
+            return AS_OK;
+        }
+    char list[64] = "";
+    for (int i = 0; i < VIT_FAMILY_COUNT; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"", i ? ", " : "",
+                 vit_family_name((vit_family)i));
+    return as_fail(err, AS_ERR_CONFIG, "%s: \"family\" must be one of %s (the others are not "
+                   "supported yet)", name, list);
 }
 
 as_status model_config_apply_json(vit_config *cfg, const char *json, const char *name,
@@ -800,6 +1043,7 @@ as_status model_config_apply_json(vit_config *cfg, const char *json, const char 
                        cJSON_GetErrorPtr() ? (long)(cJSON_GetErrorPtr() - json) : 0L);
     }
     vit_config c = *cfg;
+    int family = -1;
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architecture");
     if (!arch) arch = cJSON_GetObjectItemCaseSensitive(root, "arch");
     as_status rc = AS_OK;
@@ -808,12 +1052,28 @@ as_status model_config_apply_json(vit_config *cfg, const char *json, const char 
         rc = as_fail(err, AS_ERR_CONFIG, "%s: \"arch\" and \"architecture\" are the same key: keep one", name);
     } else if (arch && !cJSON_IsString(arch)) {
         rc = as_fail(err, AS_ERR_CONFIG, "%s: \"architecture\" must be a string", name);
+    } else if ((rc = json_family(root, name, &family, err)) != AS_OK) {
+        /* err names the key */
     } else if (cJSON_IsString(arch) && strcmp(arch->valuestring, "custom") != 0) {
         as_error aerr = {0};
         if ((rc = vit_arch_resolve(arch->valuestring, &c, &aerr)) != AS_OK)
             as_fail(err, rc, "%s: %s", name, aerr.msg);
-    } else if (cJSON_IsString(arch) || cJSON_GetObjectItemCaseSensitive(root, "embed_dim")) {
-        if (!cfg->name[0] || strcmp(cfg->name, "custom") != 0) c = custom_defaults;
+        else if (family >= 0 && family != (int)c.family)
+            rc = as_fail(err, AS_ERR_CONFIG, "%s: \"family\": \"%s\" disagrees with \"architecture\" "
+                         "%s, a %s: remove \"family\"", name, vit_family_name((vit_family)family),
+                         arch->valuestring, vit_family_name(c.family));
+    } else if (cJSON_IsString(arch) || cJSON_GetObjectItemCaseSensitive(root, "embed_dim") ||
+               (family >= 0 && family != (int)c.family)) {
+        /* a custom model starts from timm's defaults of its family (a custom base stays) */
+        const vit_family f = family >= 0 ? (vit_family)family : VIT_FAMILY_VIT;
+        if (!cfg->name[0] || strcmp(cfg->name, "custom") != 0 || cfg->family != f) {
+            if (f == VIT_FAMILY_SWIN) {
+                c = *vit_arch_find("swin_tiny_patch4_window7_224");
+                snprintf(c.name, sizeof c.name, "custom");
+            } else {
+                c = custom_defaults;
+            }
+        }
     }
     if (rc == AS_OK && !config_from_json(&c, root, msg, sizeof msg))
         rc = as_fail(err, AS_ERR_CONFIG, "%s: %s", name, msg);
@@ -827,9 +1087,57 @@ as_status model_config_apply_json(vit_config *cfg, const char *json, const char 
     return AS_OK;
 }
 
-char *model_config_to_json(const vit_config *c) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "architecture", c->name);
+/* The mlp_ratio that gives every stage's MLP width back through floor(r x width): the smallest
+ * ratio of the stages, nudged up past rounding. 0 when no single ratio does. */
+static double swin_mlp_ratio(const vit_config *c) {
+    double r = 0;
+    for (int s = 0; s < c->n_stages; s++) {
+        const double q = (double)c->stage[s].mlp_hidden / c->stage[s].embed_dim;
+        if (q > r) r = q;
+    }
+    for (int tries = 0; tries < 4; tries++, r = nextafter(r, INFINITY)) {
+        int ok = 1;
+        for (int s = 0; s < c->n_stages; s++)
+            ok &= floor(r * c->stage[s].embed_dim) == c->stage[s].mlp_hidden;
+        if (ok) return r;
+    }
+    return 0;
+}
+
+/* Swin's own keys (model_config_to_json). */
+static void swin_to_json(const vit_config *c, cJSON *o) {
+    cJSON_AddStringToObject(o, "family", vit_family_name(c->family));
+    cJSON_AddNumberToObject(o, "img_size", c->img_size);
+    cJSON_AddNumberToObject(o, "patch_size", c->patch_size);
+    cJSON_AddNumberToObject(o, "in_chans", c->in_chans);
+    int doubling = 1;
+    for (int s = 1; s < c->n_stages && s < VIT_MAX_STAGES; s++)
+        doubling &= c->stage[s].embed_dim == c->stage[s - 1].embed_dim * 2;
+    if (doubling) {
+        cJSON_AddNumberToObject(o, "embed_dim", c->embed_dim);
+    } else {
+        cJSON *e = cJSON_AddArrayToObject(o, "embed_dim");
+        for (int s = 0; s < c->n_stages && s < VIT_MAX_STAGES; s++)
+            cJSON_AddItemToArray(e, cJSON_CreateNumber(c->stage[s].embed_dim));
+    }
+    cJSON *d = cJSON_AddArrayToObject(o, "depths"), *h = cJSON_AddArrayToObject(o, "num_heads");
+    for (int s = 0; s < c->n_stages && s < VIT_MAX_STAGES; s++) {
+        cJSON_AddItemToArray(d, cJSON_CreateNumber(c->stage[s].depth));
+        cJSON_AddItemToArray(h, cJSON_CreateNumber(c->stage[s].num_heads));
+    }
+    cJSON_AddNumberToObject(o, "window_size", c->stage[0].window);
+    cJSON_AddNumberToObject(o, "mlp_ratio", swin_mlp_ratio(c));
+    cJSON_AddNumberToObject(o, "num_classes", c->num_classes);
+    cJSON_AddBoolToObject(o, "qkv_bias", c->qkv_bias);
+    cJSON_AddBoolToObject(o, "patch_norm", c->patch_norm);
+    cJSON_AddStringToObject(o, "global_pool", vit_pool_name(c->global_pool));
+    cJSON_AddNumberToObject(o, "ln_eps", c->ln_eps);
+    cJSON_AddStringToObject(o, "pad_order", vit_pad_order_name(c->pad_order));
+    cJSON_AddStringToObject(o, "window_clamp", vit_window_clamp_name(c->window_clamp));
+}
+
+/* A ViT's keys (model_config_to_json). */
+static void vit_to_json(const vit_config *c, cJSON *o) {
     cJSON_AddNumberToObject(o, "img_size", c->img_size);
     cJSON_AddNumberToObject(o, "patch_size", c->patch_size);
     cJSON_AddNumberToObject(o, "in_chans", c->in_chans);
@@ -844,6 +1152,13 @@ char *model_config_to_json(const vit_config *c) {
     cJSON_AddStringToObject(o, "global_pool", vit_pool_name(c->global_pool));
     cJSON_AddBoolToObject(o, "fc_norm", c->fc_norm);
     cJSON_AddNumberToObject(o, "ln_eps", c->ln_eps);
+}
+
+char *model_config_to_json(const vit_config *c) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "architecture", c->name);
+    if (c->family != VIT_FAMILY_VIT) swin_to_json(c, o);
+    else vit_to_json(c, o);
     int mixed = 0;
     for (int l = 0; l < c->depth && l < VIT_MAX_DEPTH; l++) mixed |= c->attn[l].kind != VIT_ATTN_VANILLA;
     if (mixed) cJSON_AddItemToObject(o, "attention", attention_to_json(c));
@@ -926,6 +1241,7 @@ static int count_mismatches(const vit_config *cfg, const safetensors *st) {
 static void arch_hint(char *buf, size_t n, const vit_config *cfg, const safetensors *st) {
     buf[0] = 0;
     const safetensors_tensor *head = safetensors_find(st, "head.weight");
+    if (!head) head = safetensors_find(st, "head.fc.weight"); /* Swin */
     for (int i = 0; i < vit_arch_count(); i++) {
         vit_config c = *vit_arch_get(i);
         if (strcmp(c.name, cfg->name) == 0) continue;
@@ -1146,12 +1462,25 @@ as_status model_load_report(model *m, const char *path, const char *arch, int im
     }
     if ((rc = vit_config_validate(&cfg, err)) != AS_OK) return rc;
     if ((rc = safetensors_open(&m->st, weights, err)) != AS_OK) return rc;
+    if (cfg.n_stages > 0) { /* Swin: the official and torchvision names, renamed to timm's */
+        layout_info li;
+        if ((rc = layout_to_timm(&m->st, &cfg, &li, err)) != AS_OK) {
+            model_free(m);
+            return rc;
+        }
+        m->layout = li.layout;
+        m->n_ignored = li.n_ignored;
+    }
     /* a checkpoint's own head size wins over the table's 1000 (fine-tuned models) */
-    const safetensors_tensor *head = safetensors_find(&m->st, "head.weight");
-    if (head && head->ndim == 2 && head->shape[1] == cfg.embed_dim && head->shape[0] > 0 &&
+    vit_geom last;
+    vit_block_geom(&cfg, cfg.depth - 1, &last);
+    const char *hw = cfg.n_stages > 0 ? "head.fc.weight" : "head.weight";
+    const char *hb = cfg.n_stages > 0 ? "head.fc.bias" : "head.bias";
+    const safetensors_tensor *head = safetensors_find(&m->st, hw);
+    if (head && head->ndim == 2 && head->shape[1] == last.D && head->shape[0] > 0 &&
         head->shape[0] < (1 << 24))
         cfg.num_classes = (int)head->shape[0];
-    else if (!head && !safetensors_find(&m->st, "head.bias"))
+    else if (!head && !safetensors_find(&m->st, hb))
         cfg.num_classes = 0;
     m->cfg = cfg;
     model_identify(m, weights);
@@ -1220,6 +1549,14 @@ as_status model_init_random(model *m, const vit_config *cfg, unsigned long long 
     snprintf(m->source, sizeof m->source, "random(seed=%llu)", seed);
     snprintf(m->weights_dtype, sizeof m->weights_dtype, "F32");
     return AS_OK;
+}
+
+void model_layout_note(const model *m, char *buf, size_t n) {
+    if (n) buf[0] = 0;
+    if (m->cfg.n_stages == 0 || !m->source[0] || strncmp(m->source, "random", 6) == 0) return;
+    snprintf(buf, n, "%s; %d buffer%s ignored%s", layout_describe(m->layout), m->n_ignored,
+             m->n_ignored == 1 ? "" : "s", m->n_ignored ? " (relative_position_index, attn_mask: "
+             "attnscope computes them)" : "");
 }
 
 void model_free(model *m) {

@@ -7,6 +7,7 @@
 
 #include "../core/config.h"
 #include "../core/vit.h"
+#include "layout.h"
 #include "safetensors.h"
 
 /* Usage:
@@ -27,6 +28,8 @@ typedef struct {
     char sha256[65];         /* SHA-256 of the weights file (hex); "" for random weights */
     char weights_dtype[8];   /* F32, F16, BF16 or mixed */
     size_t n_tensors;
+    layout_kind layout;      /* the names the file used (Swin: official and torchvision renamed) */
+    int n_ignored;           /* buffers dropped (relative_position_index, attn_mask): computed */
 } model;
 
 as_status model_load(model *m, const char *path, const char *arch, int img_size, as_error *err);
@@ -36,6 +39,10 @@ as_status model_load_report(model *m, const char *path, const char *arch, int im
 /* Deterministic random weights (timm-like init scale) for benchmarks and tests. */
 as_status model_init_random(model *m, const vit_config *cfg, unsigned long long seed, as_error *err);
 void model_free(model *m);
+/* What the loader did to the checkpoint's names, in a line for info and logs ("torchvision's
+ * names (features.*), renamed to timm's; 12 buffers ignored (relative_position_index,
+ * attn_mask): attnscope computes them"); "" for a ViT. */
+void model_layout_note(const model *m, char *buf, size_t n);
 
 /* Applies a JSON config (timm config.json or attnscope's own; see docs/models.md) on top of
  * *cfg. name is the file name for messages. */

@@ -135,8 +135,8 @@ static void test_tags(void) {
               fabsf(c.mean[1] - 0.456f) < 1e-6f, "deit: crop %g", (double)c.crop_pct);
     CHECK(vit_arch_resolve("vit_small_patch16_224.made_up", &c, &err) == AS_ERR_CONFIG &&
               strstr(err.msg, "made_up") && strstr(err.msg, "dino"), "unknown tag: %s", err.msg);
-    CHECK(vit_arch_resolve("swin_tiny_patch4_window7_224", &c, &err) == AS_ERR_UNSUPPORTED &&
-              strstr(err.msg, "Swin") && strstr(err.msg, "deit_tiny_patch16_224"), "swin: %s", err.msg);
+    CHECK(vit_arch_resolve("swinv2_tiny_window8_256", &c, &err) == AS_ERR_UNSUPPORTED &&
+              strstr(err.msg, "Swin Transformer V2") && strstr(err.msg, "deit_tiny_patch16_224"), "swinv2: %s", err.msg);
     CHECK(vit_arch_resolve("deit3_small_patch16_224.fb_in1k", &c, &err) == AS_ERR_UNSUPPORTED &&
               strstr(err.msg, "DeiT III"), "deit3: %s", err.msg);
     CHECK(vit_arch_resolve("vit_base_patch14_dinov2", &c, &err) == AS_ERR_UNSUPPORTED &&
