@@ -407,6 +407,7 @@ const analysis_metric analysis_metric_als = {
                   "softmax of the recorded scores; R = the head's own mask size for masked heads "
                   "(unless --als-window), else 3; P = number of patches",
     .needs = 1u << TRACE_Q_ATTN,
+    .traces = ANALYSIS_TRACES_SINGLE_GRID,
     .plan = als_plan,
     .image = als_image,
     .finish = als_finish,

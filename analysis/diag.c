@@ -109,6 +109,7 @@ const analysis_metric analysis_metric_diag = {
                   "the less-attention layers (map=scores; other layers NaN) or the T x T map that "
                   "multiplies the values of every layer (map=attn)",
     .needs = 1u << TRACE_Q_ATTN,
+    .traces = ANALYSIS_TRACES_SINGLE_GRID,
     .plan = diag_plan,
     .image = diag_image,
     .finish = diag_finish,

@@ -140,6 +140,7 @@ const analysis_metric analysis_metric_distance = {
                   "layer whose patch query rows hold a negative entry (not probability rows) is "
                   "left out for that image (NaN, negative_maps = 1)",
     .needs = 1u << TRACE_Q_ATTN,
+    .traces = ANALYSIS_TRACES_SINGLE_GRID,
     .plan = dist_plan,
     .image = dist_image,
     .finish = dist_finish,

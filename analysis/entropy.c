@@ -65,6 +65,7 @@ const analysis_metric analysis_metric_entropy = {
     .definition = "for each recorded query row a: p = max(a,0) / sum max(a,0), H = -sum p log p "
                   "(0 log 0 = 0); averaged over rows; divided by log T when normalised",
     .needs = 1u << TRACE_Q_ATTN,
+    .traces = ANALYSIS_TRACES_SINGLE_GRID,
     .plan = ent_plan,
     .image = ent_image,
     .finish = ent_finish,

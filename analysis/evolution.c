@@ -278,6 +278,7 @@ const analysis_metric analysis_metric_evolution = {
                   "consecutive minibatches (the last one kept if it has >= 4 images), then the "
                   "ratio",
     .needs = 1u << TRACE_Q_TOKENS,
+    .traces = ANALYSIS_TRACES_SINGLE_GRID,
     .plan = evo_plan,
     .image = evo_image,
     .finish = evo_finish,

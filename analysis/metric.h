@@ -65,6 +65,10 @@ typedef struct {
 
 typedef struct analysis_metric analysis_metric;
 
+/* What a metric can read (analysis_metric.traces): single-grid traces (ViT/DeiT, format 1 and
+ * 2), and/or staged ones (format 3: stages, windows); analyze refuses the others in one line. */
+enum { ANALYSIS_TRACES_SINGLE_GRID = 1, ANALYSIS_TRACES_STAGED = 2 };
+
 typedef struct {
     const analysis_metric *metric;
     const analysis_layout *lay;
@@ -89,6 +93,7 @@ struct analysis_metric {
     const char *summary;     /* one line for --help */
     const char *definition;  /* stored with the results: the exact formula in words */
     unsigned needs;          /* quantities read per image: bit (1 << trace_quantity) */
+    unsigned traces;         /* the traces it reads: ANALYSIS_TRACES_* (every metric says) */
     /* Checks the layout; declares outputs with analysis_output_add; fills params and notes.
      * AS_ERR_ARG (message in err) when the trace cannot support the metric. */
     as_status (*plan)(analysis_ctx *c, as_error *err);

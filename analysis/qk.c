@@ -124,6 +124,7 @@ const analysis_metric analysis_metric_qk = {
                   "entry is first multiplied (in float32) by the layer's score scale (1 for "
                   "LSLA's dynamic scale); NaN for blocks without q/k",
     .needs = (1u << TRACE_Q_Q) | (1u << TRACE_Q_K),
+    .traces = ANALYSIS_TRACES_SINGLE_GRID,
     .plan = qk_plan,
     .image = qk_image,
     .finish = qk_finish,

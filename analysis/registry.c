@@ -16,7 +16,10 @@ static const analysis_metric *const registry[] = {
 #define N_METRICS ((int)(sizeof registry / sizeof registry[0]))
 _Static_assert(sizeof registry / sizeof registry[0] <= 32, "metric masks are 32-bit");
 
-int analysis_metric_count(void) { return N_METRICS; }
+int analysis_metric_count(void) {
+    for (int i = 0; i < N_METRICS; i++) assert(registry[i]->traces); /* each says what it reads */
+    return N_METRICS;
+}
 const analysis_metric *analysis_metric_get(int i) { return i >= 0 && i < N_METRICS ? registry[i] : NULL; }
 const char *analysis_metric_name(int i) { return i >= 0 && i < N_METRICS ? registry[i]->name : "?"; }
 const char *analysis_metric_summary(int i) { return i >= 0 && i < N_METRICS ? registry[i]->summary : "?"; }

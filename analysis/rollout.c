@@ -160,6 +160,7 @@ const analysis_metric analysis_metric_rollout = {
                   "a_l = F_l + I with each row divided by its sum; map[l] = e^T a_l ... a_0 over "
                   "the patch columns, e = first prefix token (or the mean of all tokens)",
     .needs = 1u << TRACE_Q_ATTN,
+    .traces = ANALYSIS_TRACES_SINGLE_GRID,
     .plan = roll_plan,
     .image = roll_image,
     .finish = roll_finish,

@@ -516,6 +516,26 @@ static int fsync_path(const char *path) {
 
 /* ---- the run --------------------------------------------------------------------------------- */
 
+/* A staged trace (format 3): the metrics in mask that declare single-grid traces only
+ * (analysis_metric.traces) are refused together, in one line. Why all of analyze: the layout
+ * above is one grid for every layer; a stage-aware metric comes with a stage-aware layout. */
+static as_status staged_refusal(const trace_reader *r, unsigned mask, as_error *err) {
+    char names[512] = "", what[1200];
+    int n = 0;
+    for (int i = 0; i < analysis_metric_count(); i++) {
+        const analysis_metric *m = analysis_metric_get(i);
+        if (!(mask & (1u << i)) || (m->traces & ANALYSIS_TRACES_STAGED)) continue;
+        size_t u = strlen(names);
+        snprintf(names + u, sizeof names - u, "%s%s", n++ ? ", " : "", m->name);
+    }
+    if (!n) return AS_OK;
+    trace_describe_staged(r, what, sizeof what);
+    return as_fail(err, AS_ERR_UNSUPPORTED, "stage-aware support is not there yet for the metric%s "
+                   "%s: %s, and %s single-grid (ViT/DeiT) traces only; docs/trace-format.md shows "
+                   "how to read its window maps with h5py", n == 1 ? "" : "s", names, what,
+                   n == 1 ? "it reads" : "they read");
+}
+
 as_status analysis_run(const char *trace_path, const char *out_path, const analysis_opts *opt,
                        analysis_report *rep, as_error *err) {
     gsl_set_error_handler_off();
@@ -535,6 +555,8 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
     char tmp[1200] = "";
     memset(runs, 0, sizeof runs);
 
+    unsigned mask = opt->metrics ? opt->metrics : (1u << analysis_metric_count()) - 1;
+    if (r.staged && (rc = staged_refusal(&r, mask, err)) != AS_OK) goto fail;
     if ((rc = layout_from_reader(&lay, &r, err)) != AS_OK) goto fail;
     /* results of the trace itself go to the results file beside it */
     char side[1100];
@@ -559,7 +581,6 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
                 r.swmr ? "still being recorded (or was killed)" : "incomplete (interrupted run)", N);
 
     /* plan every metric */
-    unsigned mask = opt->metrics ? opt->metrics : (1u << analysis_metric_count()) - 1;
     unsigned needs = 0;
     char skipped[2048] = "";
     for (int i = 0; i < analysis_metric_count(); i++) {

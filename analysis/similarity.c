@@ -137,6 +137,7 @@ const analysis_metric analysis_metric_similarity = {
                   "cos(vec A_p, vec A_q); zero vectors are left out of the means; head_mean "
                   "averages the heads; adjacent[l] = head_mean(l, l-1)",
     .needs = 1u << TRACE_Q_ATTN,
+    .traces = ANALYSIS_TRACES_SINGLE_GRID,
     .plan = sim_plan,
     .image = sim_image,
     .finish = sim_finish,

@@ -175,6 +175,8 @@ typedef struct {
 int record_parse_selection(record_opts *o, const vit_config *c, const char *what,
                            const char *layers, const char *heads, const char *dtype,
                            const char *compress, const char *rows, as_error *err);
+/* --windows LIST into spec (after record_parse_selection chose the layers); 0, or 2 refused. */
+int record_parse_windows(trace_spec *s, const vit_config *c, const char *list, as_error *err);
 as_status record_run(const model *m, const dataset *ds, record_opts *o, record_result *res,
                      as_error *err);
 

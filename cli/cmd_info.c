@@ -218,12 +218,32 @@ static void read_provenance(const trace_reader *r, trace_provenance *p) {
 static void info_provenance(const trace_reader *r, const trace_provenance *p) {
     line("model       %s from %s", r->cfg.name, p->src);
     if (p->sha[0]) printf("weights     sha256 %s\n", p->sha);
-    else if (strncmp(p->src, "random", 6) != 0) printf("weights     (no hash recorded: a trace from before format 2)\n");
+    else if (strncmp(p->src, "random", 6) != 0 && p->version < 2)
+        printf("weights     (no hash recorded: a trace from before format 2)\n");
     if (p->core[0]) {
         line("computed    %s, OpenBLAS %s kernels%s%s%s, %d thread%s (%s)", p->sw, p->core,
              p->forced[0] ? " (forced by " : "", p->forced, p->forced[0] ? ")" : "", p->threads,
              p->threads == 1 ? "" : "s", p->cfg);
         if (p->resumed[0]) line("resumed     %s", p->resumed);
+    }
+}
+
+/* A staged trace (format 3): each recorded layer's own grid, heads and windows, in place of
+ * the one grid of a ViT trace. */
+static void info_staged_layers(const trace_reader *r) {
+    char fam[32] = "";
+    trace_read_attr_string(r, "model_family", fam, sizeof fam);
+    line("model       staged (%s): every layer has its own grid, width and heads (format 3)", fam);
+    for (int li = 0; li < r->n_layers; li++) {
+        const trace_layer_geom *t = &r->geom[li];
+        char win[160] = "global attention";
+        if (t->scope == VIT_SCOPE_WINDOW)
+            snprintf(win, sizeof win, "windows %dx%d of %dx%d tokens (padded grid %dx%d), shift %d, "
+                     "%d window%s recorded", t->nwh, t->nww, t->M, t->M, t->ph, t->pw, t->shift,
+                     t->n_problems, t->n_problems == 1 ? "" : "s");
+        line("%-11s layer %d: stage %d, %dx%d tokens every %g px, width %d, heads %d; %s",
+             li == 0 ? "geometry" : "", t->layer, t->stage, t->gh, t->gw, (double)t->stride_px, t->D,
+             t->H, win);
     }
 }
 
@@ -286,9 +306,34 @@ static int info_trace_json(trace_reader *r, const char *path, const char *analys
         vit_attn_describe(&r->cfg, l, buf, sizeof buf);
         cJSON_AddItemToArray(att, cJSON_CreateString(buf));
     }
-    cJSON_AddNumberToObject(j, "tokens", r->num_tokens);
+    if (r->staged) { /* one grid per layer: tokens and grid are per layer */
+        cJSON_AddNullToObject(j, "tokens");
+        cJSON_AddNullToObject(j, "grid");
+        cJSON *ls = cJSON_AddArrayToObject(j, "layer_geometry");
+        for (int li = 0; li < r->n_layers; li++) {
+            const trace_layer_geom *t = &r->geom[li];
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddItemToArray(ls, e);
+            const int grid[2] = {t->gh, t->gw}, nw[2] = {t->nwh, t->nww};
+            cJSON_AddNumberToObject(e, "layer", t->layer);
+            cJSON_AddNumberToObject(e, "stage", t->stage);
+            cJSON_AddStringToObject(e, "scope", vit_scope_name(t->scope));
+            cJSON_AddItemToObject(e, "grid", json_ints(grid, 2));
+            cJSON_AddNumberToObject(e, "tokens", t->T);
+            cJSON_AddNumberToObject(e, "embed_dim", t->D);
+            cJSON_AddNumberToObject(e, "num_heads", t->H);
+            cJSON_AddNumberToObject(e, "token_stride_px", t->stride_px);
+            if (t->scope == VIT_SCOPE_WINDOW) {
+                cJSON_AddNumberToObject(e, "window", t->M);
+                cJSON_AddNumberToObject(e, "shift", t->shift);
+                cJSON_AddItemToObject(e, "window_grid", json_ints(nw, 2));
+            }
+        }
+    } else {
+        cJSON_AddNumberToObject(j, "tokens", r->num_tokens);
+        cJSON_AddNumberToObject(j, "grid", vit_grid(&r->cfg));
+    }
     cJSON_AddNumberToObject(j, "prefix_tokens", r->num_prefix);
-    cJSON_AddNumberToObject(j, "grid", vit_grid(&r->cfg));
     cJSON_AddNumberToObject(j, "patch_size", r->cfg.patch_size);
     cJSON_AddNumberToObject(j, "images", (double)r->n_images);
     cJSON_AddBoolToObject(j, "complete", r->complete);
@@ -309,7 +354,9 @@ static int info_trace_json(trace_reader *r, const char *path, const char *analys
     cJSON_AddStringToObject(j, "query_rows", r->prefix_rows_only ? "prefix" : "all");
     cJSON_AddItemToObject(j, "layers", json_ints(r->layers, r->n_layers));
     cJSON_AddNumberToObject(j, "depth", r->cfg.depth);
-    cJSON_AddItemToObject(j, "heads", json_ints(r->heads, r->n_heads));
+    if (r->heads_all) cJSON_AddStringToObject(j, "heads", "all");
+    else cJSON_AddItemToObject(j, "heads", json_ints(r->heads, r->n_heads));
+    if (r->n_windows > 0) cJSON_AddItemToObject(j, "windows", json_ints(r->windows, r->n_windows));
     cJSON_AddNumberToObject(j, "num_heads", r->cfg.num_heads);
     cJSON *st = cJSON_AddObjectToObject(j, "storage");
     cJSON_AddStringToObject(st, "dtype", r->f16 ? "float16" : "float32");
@@ -368,8 +415,9 @@ static int info_trace(const char *path, int json) {
     read_provenance(&r, &p);
     line("trace       %s (format attnscope-trace v%d)", path, p.version);
     info_provenance(&r, &p);
-    printf("tokens      %d (%d prefix + %dx%d patches of %d px)\n", r.num_tokens, r.num_prefix,
-           vit_grid(&r.cfg), vit_grid(&r.cfg), r.cfg.patch_size);
+    if (r.staged) info_staged_layers(&r);
+    else printf("tokens      %d (%d prefix + %dx%d patches of %d px)\n", r.num_tokens, r.num_prefix,
+                vit_grid(&r.cfg), vit_grid(&r.cfg), r.cfg.patch_size);
     printf("images      %ld complete%s\n", r.n_images,
            r.complete ? "" : r.swmr ? " (being written now, or its writer was killed)" : "");
     if (p.skipped > 0)
@@ -388,12 +436,19 @@ static int info_trace(const char *path, int json) {
         if ((r.quantities & (1u << i)) && i != TRACE_Q_X1)
             printf("%s%s", q++ ? "," : "", trace_quantity_name((trace_quantity)i));
     printf("  (query rows: %s)\n", r.prefix_rows_only ? "prefix tokens only" : "all");
-    print_attention(&r.cfg);
+    if (!r.staged) print_attention(&r.cfg); /* its config holds one grid (format 3: above) */
     printf("layers      ");
     for (int i = 0; i < r.n_layers; i++) printf("%s%d", i ? "," : "", r.layers[i]);
     printf(" of %d\nheads       ", r.cfg.depth);
     for (int i = 0; i < r.n_heads; i++) printf("%s%d", i ? "," : "", r.heads[i]);
-    printf(" of %d\n", r.cfg.num_heads);
+    if (r.heads_all) printf("all of each layer's\n");
+    else if (r.staged) printf("\n");
+    else printf(" of %d\n", r.cfg.num_heads);
+    if (r.n_windows > 0) {
+        printf("windows     ");
+        for (int i = 0; i < r.n_windows; i++) printf("%s%d", i ? "," : "", r.windows[i]);
+        printf(" (of each window layer)\n");
+    }
     line("storage     %s, compression %s; %.1f MB of records in a %.1f MB file (ratio %.2f)\n",
            r.f16 ? "float16" : "float32", r.compression, dbytes / 1e6, fbytes / 1e6,
            fbytes > 0 ? dbytes / fbytes : 0.0);

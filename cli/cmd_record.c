@@ -247,6 +247,62 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
     return AS_OK;
 }
 
+/* Staged models: head counts differ between stages. "all" keeps each layer's own heads; a list
+ * must name heads that every recorded layer has. */
+static int record_parse_staged_heads(trace_spec *s, const vit_config *c, const char *heads,
+                                     as_error *err) {
+    s->heads_all = strcmp(heads, "all") == 0;
+    s->n_heads = 0;
+    if (s->heads_all) return 0;
+    if ((s->n_heads = cli_parse_list(heads, 1024, s->heads, 1024, "--heads", err)) < 0) return 1;
+    for (int li = 0; li < s->n_layers; li++) {
+        vit_geom g;
+        vit_block_geom(c, s->layers[li], &g);
+        if (s->heads[s->n_heads - 1] >= g.H) {
+            as_fail(err, AS_ERR_ARG, "--heads %s: layer %d (stage %d) has %d heads (0..%d): name "
+                    "heads every recorded layer has, record the stages apart with --layers, or "
+                    "give --heads all (each layer's own)", heads, s->layers[li], g.stage, g.H, g.H - 1);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* --windows: the windows a WINDOW layer records (indices row-major over its shifted, padded
+ * window grid); they must exist in every recorded window layer. "all" records every one. */
+int record_parse_windows(trace_spec *s, const vit_config *c, const char *list, as_error *err) {
+    s->n_windows = 0;
+    if (strcmp(list, "all") == 0) return 0;
+    int fewest = -1, at = -1;
+    for (int li = 0; li < s->n_layers; li++) {
+        vit_geom g;
+        vit_block_geom(c, s->layers[li], &g);
+        if (g.scope == VIT_SCOPE_WINDOW && (fewest < 0 || g.problems < fewest)) fewest = g.problems, at = li;
+    }
+    if (fewest < 0) {
+        as_fail(err, AS_ERR_ARG, "--windows %s: no recorded layer uses window attention (%s): "
+                "leave --windows out%s", list, c->n_stages > 0 ? "the --layers chosen are global"
+                : "this model's attention is global", c->n_stages > 0 ? " or record window layers" : "");
+        return 2;
+    }
+    if ((s->n_windows = cli_parse_list(list, TRACE_MAX_WINDOWS, s->windows, TRACE_MAX_WINDOWS,
+                                       "--windows", err)) < 0) {
+        s->n_windows = 0;
+        return 2;
+    }
+    if (s->windows[s->n_windows - 1] >= fewest) {
+        vit_geom g;
+        vit_block_geom(c, s->layers[at], &g);
+        as_fail(err, AS_ERR_ARG, "--windows %s: layer %d (stage %d) has %d window%s (0..%d, "
+                "%dx%d): name windows every recorded window layer has, or record the stages apart "
+                "with --layers", list, s->layers[at], g.stage, fewest, fewest == 1 ? "" : "s",
+                fewest - 1, g.nwh, g.nww);
+        s->n_windows = 0;
+        return 2;
+    }
+    return 0;
+}
+
 int record_parse_selection(record_opts *o, const vit_config *c, const char *what,
                                   const char *layers, const char *heads, const char *dtype,
                                   const char *compress, const char *rows, as_error *err) {
@@ -274,7 +330,11 @@ int record_parse_selection(record_opts *o, const vit_config *c, const char *what
         return 2;
     }
     if ((s->n_layers = cli_parse_list(layers, c->depth, s->layers, VIT_MAX_DEPTH, "--layers", err)) < 0) return 2;
-    if ((s->n_heads = cli_parse_list(heads, c->num_heads, s->heads, 1024, "--heads", err)) < 0) return 2;
+    if (c->n_stages > 0) {
+        if (record_parse_staged_heads(s, c, heads, err)) return 2;
+    } else if ((s->n_heads = cli_parse_list(heads, c->num_heads, s->heads, 1024, "--heads", err)) < 0) {
+        return 2;
+    }
     if (strcmp(dtype, "f16") == 0 || strcmp(dtype, "float16") == 0) s->f16 = 1;
     else if (strcmp(dtype, "f32") == 0 || strcmp(dtype, "float32") == 0) s->f16 = 0;
     else {
@@ -321,7 +381,11 @@ static const cli_opt record_opts_table[] = {
      "what to record: attention maps, pre-softmax scores, queries/keys, block outputs; internals: a mechanism's "
      "intermediate maps (LSLA's softmax before the outer bias, Refiner's expanded and convolved maps); all: every one"},
     {'L', 0,   "layers",    "LIST",  "0-11, 0,5,11 or all", "all", "layers to record"},
-    {'H', 0,   "heads",     "LIST",  "0-2, 0,2 or all", "all", "heads to record"},
+    {'H', 0,   "heads",     "LIST",  "0-2, 0,2 or all", "all", "heads to record (staged models: all keeps each "
+     "layer's own heads; a list must name heads every recorded layer has)"},
+    {'W', 0,   "windows",   "LIST",  "0-63, 0,5-7 or all", "all", "windows to record in window-attention layers "
+     "(Swin): indices row-major over the layer's shifted, padded window grid (attnscope info TRACE shows "
+     "it); every recorded window layer must have them; refused for models without window layers"},
     {'R', 0,   "query-rows", "R",    "all, prefix", "all", "query rows recorded: every token's, or prefix: only the class/distillation tokens'"},
     {'d', 0,   "dtype",     "T",     "f16, f32", "f16", "storage precision of the records"},
     {'c', 0,   "compress",  "C",     "none, lz4 (hdf5-filter-plugin), deflate[:1-9] (gzip+shuffle)", "none", "compression"},
@@ -350,6 +414,7 @@ int cmd_record(int argc, char **argv) {
     const char *model_path = NULL, *arch = NULL, *images = NULL, *out = NULL, *what = "attn";
     int max_pixels = 0;
     const char *layers = "all", *heads = "all", *dtype = "f16", *compress = "none", *rows = "all";
+    const char *windows = "all";
     int batch = 8, threads = 0, img_size = 0, limit = 0, resume = 0, force = 0, quiet = 0, skip_bad = 0, ch;
     optind = 1;
     while ((ch = cli_opts_next(&record_cmd, argc, argv)) >= 0) {
@@ -362,6 +427,7 @@ int cmd_record(int argc, char **argv) {
         case 'r': what = optarg; break;
         case 'L': layers = optarg; break;
         case 'H': heads = optarg; break;
+        case 'W': windows = optarg; break;
         case 'd': dtype = optarg; break;
         case 'c': compress = optarg; break;
         case 'R': rows = optarg; break;
@@ -405,6 +471,7 @@ int cmd_record(int argc, char **argv) {
     o.quiet = quiet;
     o.skip_bad = skip_bad;
     int rc = record_parse_selection(&o, &m.cfg, what, layers, heads, dtype, compress, rows, &err);
+    if (!rc) rc = record_parse_windows(&o.spec, &m.cfg, windows, &err);
     if (rc) {
         dataset_free(&ds);
         model_free(&m);

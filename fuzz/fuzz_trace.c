@@ -26,11 +26,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (trace_reader_open(&r, path, &err) == AS_OK) {
         const long T = r.num_tokens, rows = r.q_rows;
         if (r.n_images > 0 && T > 0 && T <= 4096 && rows <= T) {
-            float *map = malloc((size_t)rows * (size_t)T * sizeof *map);
-            for (int li = 0; map && li < r.n_layers; li++)
-                for (int hi = 0; hi < r.n_heads; hi++)
-                    trace_read_head(&r, TRACE_Q_ATTN, 0, r.layers[li], r.heads[hi], map, &err);
-            free(map);
+            for (int li = 0; li < r.n_layers; li++) {
+                /* one head's map as the layer's geometry says (format 3: per-window maps) */
+                const trace_layer_geom *t = &r.geom[li];
+                const size_t n = (size_t)t->n_problems * t->Tq * t->Tk;
+                int ids[4096];
+                const int nh = trace_layer_heads(&r, r.layers[li], ids);
+                float *map = n <= (1u << 24) ? malloc((n ? n : 1) * sizeof *map) : NULL;
+                for (int hi = 0; map && hi < nh; hi++)
+                    trace_read_head(&r, TRACE_Q_ATTN, 0, r.layers[li], ids[hi], map, &err);
+                free(map);
+            }
             char p[1024], cls[64];
             int label, pred;
             trace_read_image_info(&r, 0, p, sizeof p, &label, &pred, NULL, &err);

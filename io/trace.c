@@ -25,6 +25,7 @@
 
 #define TRACE_FORMAT "attnscope-trace"
 #define TRACE_FORMAT_VERSION 2 /* 2: dimension scales, variable-length paths, provenance */
+#define TRACE_FORMAT_VERSION_STAGED 3 /* 3: staged models: per-layer geometry, window maps */
 #define TRACE_SLOTS 2
 #define TRACE_PATH_LEN 1024
 #define TRACE_LZ4_FILTER 32004 /* registered id of the HDF5 LZ4 filter (hdf5-filter-plugin) */
@@ -53,9 +54,32 @@ const char *trace_compress_name(trace_compress c) {
 
 /* ---- layout --------------------------------------------------------------------------------- */
 
-/* Query rows kept per map: all T, or the prefix tokens' rows only. */
-static int spec_q_rows(const trace_spec *s) {
-    return s->prefix_rows_only ? vit_num_prefix(&s->cfg) : vit_num_tokens(&s->cfg);
+/* Staged models (Swin) write format version 3; monolithic ViTs keep writing version 2 exactly,
+ * so every older reader still opens what they write. */
+static int spec_version(const trace_spec *s) {
+    return s->cfg.n_stages > 0 ? TRACE_FORMAT_VERSION_STAGED : TRACE_FORMAT_VERSION;
+}
+
+/* q/k width per head of block l: a staged block's own width (vit_qk_head_dim knows the
+ * top-level one only), else the mechanism's. */
+static int layer_qk_dim(const vit_config *c, int l, const vit_geom *g) {
+    if (!vit_has_keys(c, l)) return 0;
+    if (c->n_stages > 0 && c->attn[l].kind == VIT_ATTN_VANILLA) return g->H > 0 ? g->D / g->H : 0;
+    return vit_qk_head_dim(c, l);
+}
+
+/* Block l as the spec records it: the model's geometry with the selected rows and windows. */
+static void spec_geom(const trace_spec *s, int l, trace_layer_geom *t) {
+    vit_geom g;
+    vit_block_geom(&s->cfg, l, &g);
+    *t = (trace_layer_geom){.layer = l, .stage = g.stage, .scope = g.scope, .gh = g.gh, .gw = g.gw,
+                            .prefix = g.prefix, .T = g.T, .D = g.D, .H = g.H, .M = g.M,
+                            .shift = g.shift, .ph = g.ph, .pw = g.pw, .nwh = g.nwh, .nww = g.nww,
+                            .n_problems = g.problems, .Tq = g.Tq, .Tk = g.Tk,
+                            .qk_dim = layer_qk_dim(&s->cfg, l, &g), .stride_px = g.stride_px,
+                            .offset_px = g.offset_px};
+    if (g.scope == VIT_SCOPE_WINDOW && s->n_windows > 0) t->n_problems = s->n_windows;
+    if (s->prefix_rows_only && g.scope == VIT_SCOPE_GLOBAL) t->Tq = g.prefix;
 }
 
 static int is_map(trace_quantity q) {
@@ -76,43 +100,88 @@ static const char *q_dset_name(const vit_config *c, trace_quantity q, int l) {
     return trace_q_names[q];
 }
 
-/* The heads a record of q in block l keeps: the --heads selection, or (Refiner's expanded maps,
- * which are not the model's heads) all of them. Returns the count; ids receives them. */
+/* The heads a record of q in block l keeps: the --heads selection, every head of the block
+ * (heads_all), or (Refiner's expanded maps, which are not the model's heads) all of them.
+ * Returns the count; ids receives them. */
 static int q_heads(const trace_spec *s, trace_quantity q, int l, int *ids) {
     vit_extra x;
+    int n = s->n_heads;
     if ((q == TRACE_Q_X0 || q == TRACE_Q_X1) && vit_extra_info(&s->cfg, l, q - TRACE_Q_X0, &x) &&
         s->cfg.attn[l].kind == VIT_ATTN_REFINER) {
-        if (ids)
-            for (int h = 0; h < x.heads; h++) ids[h] = h;
-        return x.heads;
+        n = x.heads;
+    } else if (s->heads_all) {
+        vit_geom g;
+        vit_block_geom(&s->cfg, l, &g);
+        n = g.H;
+    } else {
+        if (ids) memcpy(ids, s->heads, (size_t)s->n_heads * sizeof(int));
+        return n;
     }
-    if (ids) memcpy(ids, s->heads, (size_t)s->n_heads * sizeof(int));
-    return s->n_heads;
+    for (int h = 0; ids && h < n; h++) ids[h] = h;
+    return n;
 }
 
-/* Shape of one image's record of quantity q in block l (without the image axis). */
-static int q_shape(const trace_spec *s, trace_quantity q, int l, hsize_t dims[3]) {
-    const int T = vit_num_tokens(&s->cfg);
+/* Shape of one image's record of quantity q in block l (without the image axis): tokens
+ * (T, D); q/k (heads, T, dq); maps (heads, Q, T), or (heads, windows, M^2, M^2) in a WINDOW
+ * block. */
+static int q_shape(const trace_spec *s, trace_quantity q, int l, hsize_t dims[4]) {
+    trace_layer_geom t;
+    spec_geom(s, l, &t);
     if (q == TRACE_Q_TOKENS) {
-        dims[0] = (hsize_t)T, dims[1] = (hsize_t)s->cfg.embed_dim;
+        dims[0] = (hsize_t)t.T, dims[1] = (hsize_t)t.D;
         return 2;
     }
     dims[0] = (hsize_t)q_heads(s, q, l, NULL);
-    dims[1] = is_map(q) ? (hsize_t)spec_q_rows(s) : (hsize_t)T;
-    dims[2] = is_map(q) ? (hsize_t)T : (hsize_t)vit_qk_head_dim(&s->cfg, l);
+    if (!is_map(q)) {
+        dims[1] = (hsize_t)t.T, dims[2] = (hsize_t)t.qk_dim;
+        return 3;
+    }
+    if (t.scope == VIT_SCOPE_WINDOW) {
+        dims[1] = (hsize_t)t.n_problems, dims[2] = (hsize_t)t.Tq, dims[3] = (hsize_t)t.Tk;
+        return 4;
+    }
+    dims[1] = (hsize_t)t.Tq, dims[2] = (hsize_t)t.Tk;
     return 3;
 }
 
-/* A stored record of q is chunks_per_image chunks (one per recorded head; one for tokens) of
- * record_chunk_bytes each. */
-static int record_chunks_per_image(const trace_spec *s, trace_quantity q, int l) {
-    return q == TRACE_Q_TOKENS ? 1 : q_heads(s, q, l, NULL);
+/* Chunks: one head of one image per chunk (tokens: one image), so one map is one read. Why the
+ * split: a head's record above TRACE_SPLIT_ABOVE (a global map of a big grid: 20 MB for a
+ * 3136-token stage) is chunked along its first axis after the head (query rows, windows,
+ * tokens) into pieces of about TRACE_SPLIT_BYTES, still read in one call. */
+#define TRACE_SPLIT_ABOVE (4u << 20)
+#define TRACE_SPLIT_BYTES (1u << 20)
+
+static size_t q_elt(const trace_spec *s) { return s->f16 ? 2 : 4; }
+
+/* Bytes of one head's record of one image (tokens: the image's). */
+static size_t record_chunk_bytes(const trace_spec *s, trace_quantity q, int l) {
+    hsize_t dims[4];
+    const int nd = q_shape(s, q, l, dims);
+    size_t b = q_elt(s);
+    for (int i = nd == 2 ? 0 : 1; i < nd; i++) b *= (size_t)dims[i];
+    return b;
 }
 
-static size_t record_chunk_bytes(const trace_spec *s, trace_quantity q, int l) {
-    hsize_t dims[3];
-    int nd = q_shape(s, q, l, dims);
-    return (s->f16 ? 2 : 4) * (size_t)dims[nd - 1] * (size_t)dims[nd - 2];
+/* Extent of the split axis in one chunk: all of it, or the pieces described above. */
+static hsize_t record_split(const trace_spec *s, trace_quantity q, int l) {
+    hsize_t dims[4];
+    const int nd = q_shape(s, q, l, dims), axis = nd == 2 ? 0 : 1;
+    const size_t whole = record_chunk_bytes(s, q, l), unit = whole / (dims[axis] ? dims[axis] : 1);
+    if (whole <= TRACE_SPLIT_ABOVE || unit == 0) return dims[axis];
+    const hsize_t k = TRACE_SPLIT_BYTES / unit;
+    return k < 1 ? 1 : k;
+}
+
+static int record_is_split(const trace_spec *s, trace_quantity q, int l) {
+    hsize_t dims[4];
+    const int nd = q_shape(s, q, l, dims);
+    return record_split(s, q, l) != dims[nd == 2 ? 0 : 1];
+}
+
+/* A stored record of q is chunks_per_image chunks (one per recorded head; one for tokens) of
+ * record_chunk_bytes each, unless split. */
+static int record_chunks_per_image(const trace_spec *s, trace_quantity q, int l) {
+    return q == TRACE_Q_TOKENS ? 1 : q_heads(s, q, l, NULL);
 }
 
 /* Heads in the engine's buffer of q in block l (all of them, before any selection). */
@@ -120,18 +189,29 @@ static size_t q_engine_heads(const vit_config *c, trace_quantity q, int l) {
     vit_extra x;
     if (q == TRACE_Q_X0 || q == TRACE_Q_X1)
         return vit_extra_info(c, l, q - TRACE_Q_X0, &x) ? (size_t)x.heads : 0;
-    return (size_t)c->num_heads;
+    vit_geom g;
+    vit_block_geom(c, l, &g);
+    return (size_t)g.H;
 }
 
-/* Floats per image the engine writes for q in block l (all heads, all rows). */
+/* Floats per image the engine writes for q in block l (all heads, problems and rows). */
 static size_t q_engine_floats(const vit_config *c, trace_quantity q, int l) {
-    const size_t T = (size_t)vit_num_tokens(c);
-    if (q == TRACE_Q_TOKENS) return T * (size_t)c->embed_dim;
-    return q_engine_heads(c, q, l) * T * (is_map(q) ? T : (size_t)vit_qk_head_dim(c, l));
+    vit_geom g;
+    vit_block_geom(c, l, &g);
+    if (q == TRACE_Q_TOKENS) return (size_t)g.T * (size_t)g.D;
+    if (is_map(q)) return q_engine_heads(c, q, l) * (size_t)g.problems * (size_t)g.Tq * (size_t)g.Tk;
+    return q_engine_heads(c, q, l) * (size_t)g.T * (size_t)layer_qk_dim(c, l, &g);
 }
 
-static const char *q_axes(trace_quantity q) {
-    if (is_map(q)) return "image,head,query,key";
+/* Block l has windowed maps. */
+static int layer_windowed(const vit_config *c, int l) {
+    vit_geom g;
+    vit_block_geom(c, l, &g);
+    return g.scope == VIT_SCOPE_WINDOW;
+}
+
+static const char *q_axes(const vit_config *c, trace_quantity q, int l) {
+    if (is_map(q)) return layer_windowed(c, l) ? "image,head,window,query,key" : "image,head,query,key";
     return q == TRACE_Q_TOKENS ? "image,token,channel" : "image,head,token,channel";
 }
 
@@ -188,8 +268,10 @@ static hid_t dset_access(int many_images_per_chunk) {
 }
 
 /* Creates an extendible dataset of (0, dims...) with chunks of chunk0 images. */
+/* split (records): the chunk's extent along the first axis after the image and head (0: all). */
 static hid_t make_dset(hid_t loc, const char *name, hid_t type, int nd, const hsize_t *dims,
-                       hsize_t chunk0, const trace_spec *s, int compress, int per_head) {
+                       hsize_t chunk0, const trace_spec *s, int compress, int per_head,
+                       hsize_t split) {
     hsize_t cur[5] = {0}, max[5] = {H5S_UNLIMITED}, chunk[5] = {chunk0};
     for (int i = 0; i < nd; i++) {
         cur[i + 1] = max[i + 1] = dims[i];
@@ -197,6 +279,7 @@ static hid_t make_dset(hid_t loc, const char *name, hid_t type, int nd, const hs
     }
     /* maps, q and k are chunked one head of one image per chunk: one map is one read */
     if (per_head) chunk[1] = 1;
+    if (split) chunk[per_head ? 2 : 1] = split;
     hid_t space = H5Screate_simple(nd + 1, cur, max);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_chunk(dcpl, nd + 1, chunk);
@@ -225,6 +308,79 @@ static hid_t open_dset(hid_t loc, const char *name, hsize_t chunk0) {
 
 static void layer_group_name(char *buf, size_t n, int layer) { snprintf(buf, n, "layers/%02d", layer); }
 
+/* A float32 or int32 dataset of the params group, with its description. */
+static int params_dset(hid_t pg, const char *name, int is_int, int nd, const hsize_t *dims,
+                       const void *v, const char *desc) {
+    hid_t sp = H5Screate_simple(nd, dims, NULL);
+    hid_t d = H5Dcreate2(pg, name, is_int ? H5T_STD_I32LE : H5T_IEEE_F32LE, sp, H5P_DEFAULT,
+                         H5P_DEFAULT, H5P_DEFAULT);
+    int rc = d < 0 || H5Dwrite(d, is_int ? H5T_NATIVE_INT : H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL,
+                               H5P_DEFAULT, v) < 0;
+    if (d >= 0) rc |= h5u_attr_str(d, "description", desc) != 0;
+    if (d >= 0) H5Dclose(d);
+    H5Sclose(sp);
+    return rc ? -1 : 0;
+}
+
+/* A WINDOW layer's static tables (derived from the config, so written with or without weights):
+ * window_token (nW, M^2) and shift_mask (nW, M^2, M^2), over every window of the padded grid. */
+static int window_params(hid_t pg, const trace_spec *s, int l) {
+    vit_geom g;
+    vit_block_geom(&s->cfg, l, &g);
+    const size_t N = (size_t)g.M * g.M, W = (size_t)g.problems;
+    int *tok = malloc(W * N * sizeof *tok);
+    float *mask = malloc(W * N * N * sizeof *mask);
+    int rc = -1;
+    if (tok && mask) {
+        vit_window_tokens(&s->cfg, &g, tok);
+        vit_shift_mask(&s->cfg, &g, mask);
+        const hsize_t dt[2] = {W, N}, dm[3] = {W, N, N};
+        rc = params_dset(pg, "window_token", 1, 2, dt, tok, "window_token[w, i]: the flat grid token "
+                         "(y * gw + x, prefix not counted) at row i (row-major in the window) of "
+                         "window w (row-major over the shifted, padded grid); -1 for a pad slot");
+        rc |= params_dset(pg, "shift_mask", 0, 3, dm, mask, "added to the scores of window w: 0 "
+                          "where rows i and j come from the same region of the shifted, padded "
+                          "grid, else mask_value (-100); all 0 without a shift");
+    }
+    /* TODO(integrator, issue 16): relative_position_bias (H, M^2, M^2) float32, the block's
+     * ((2M-1)^2, H) table expanded by Swin's relative_position_index (bias[h, i, j] =
+     * table[(yi - yj + M - 1) * (2M - 1) + (xi - xj + M - 1), h] for rows i = yi * M + xi),
+     * written here when s->params holds the engine's table (vit_block_params.rpb_table from the
+     * swin-engine branch, not in this branch). Until then the trace has no bias tables. */
+    free(tok);
+    free(mask);
+    return rc;
+}
+
+/* Version 3: where layer l's tokens are and how they group into attention problems. */
+static int layer_geom_attrs(hid_t g, const trace_spec *s, const trace_layer_geom *t) {
+    const vit_config *c = &s->cfg;
+    int rc = 0;
+    const int grid[2] = {t->gh, t->gw};
+    rc |= h5u_attr_int(g, "stage", t->stage);
+    rc |= h5u_attr_str(g, "scope", vit_scope_name(t->scope));
+    rc |= h5u_attr_ints(g, "grid", grid, 2);
+    rc |= h5u_attr_int(g, "embed_dim", t->D);
+    rc |= h5u_attr_int(g, "num_heads", t->H);
+    rc |= h5u_attr_int(g, "num_queries", t->Tq);
+    rc |= h5u_attr_int(g, "num_keys", t->Tk);
+    rc |= h5u_attr_int(g, "prefix_tokens", t->prefix);
+    rc |= h5u_attr_floats(g, "token_stride_px", &t->stride_px, 1);
+    rc |= h5u_attr_floats(g, "token_offset_px", &t->offset_px, 1);
+    if (t->scope != VIT_SCOPE_WINDOW) return rc;
+    const int padded[2] = {t->ph, t->pw}, nw[2] = {t->nwh, t->nww};
+    const float mv = VIT_SHIFT_MASK_VALUE;
+    rc |= h5u_attr_int(g, "window", t->M);
+    rc |= h5u_attr_int(g, "shift", t->shift);
+    rc |= h5u_attr_int(g, "num_windows", t->nwh * t->nww);
+    rc |= h5u_attr_ints(g, "window_grid", nw, 2);
+    rc |= h5u_attr_ints(g, "padded_grid", padded, 2);
+    rc |= h5u_attr_str(g, "pad_order", vit_pad_order_name(c->pad_order));
+    rc |= h5u_attr_str(g, "window_clamp", vit_window_clamp_name(c->window_clamp));
+    rc |= h5u_attr_floats(g, "mask_value", &mv, 1);
+    return rc;
+}
+
 /* The layer group's attributes: its mechanism and every setting of it; with the model's weights,
  * the mechanism's learnt maps under params/ (full tables, as vit_static_fill gives them). */
 static int layer_attrs(hid_t g, const trace_spec *s, int l) {
@@ -233,12 +389,18 @@ static int layer_attrs(hid_t g, const trace_spec *s, int l) {
     int rc = 0;
     rc |= h5u_attr_int(g, "layer", l);
     rc |= h5u_attr_str(g, "mechanism", vit_attn_name(a->kind));
-    rc |= h5u_attr_int(g, "num_tokens", vit_num_tokens(c));
-    rc |= h5u_attr_ints(g, "heads", s->heads, s->n_heads);
+    trace_layer_geom t;
+    spec_geom(s, l, &t);
+    int ids[4096];
+    rc |= h5u_attr_int(g, "num_tokens", t.T);
+    rc |= h5u_attr_ints(g, "heads", ids, q_heads(s, TRACE_Q_ATTN, l, ids));
+    if (spec_version(s) >= TRACE_FORMAT_VERSION_STAGED) rc |= layer_geom_attrs(g, s, &t);
     if (a->kind != VIT_ATTN_LESS) {
-        const float scale = vit_attn_scale(c, l);
+        /* staged blocks: 1/sqrt of the block's own q/k width */
+        const float scale = c->n_stages > 0 && a->scale <= 0.0f && t.qk_dim > 0
+                            ? 1.0f / sqrtf((float)t.qk_dim) : vit_attn_scale(c, l);
         if (!(a->kind == VIT_ATTN_LSLA && a->dynamic_scale)) rc |= h5u_attr_floats(g, "scale", &scale, 1);
-        rc |= h5u_attr_int(g, "qk_head_dim", vit_qk_head_dim(c, l));
+        rc |= h5u_attr_int(g, "qk_head_dim", t.qk_dim);
     }
     switch (a->kind) {
     case VIT_ATTN_LMSA: rc |= h5u_attr_int(g, "qk_dim", a->qk_dim); break;
@@ -268,10 +430,12 @@ static int layer_attrs(hid_t g, const trace_spec *s, int l) {
     default: break;
     }
     vit_static st;
-    if (!s->params || !vit_static_info(c, l, 0, NULL)) return rc;
+    const int learnt = s->params && vit_static_info(c, l, 0, NULL);
+    if (!learnt && t.scope != VIT_SCOPE_WINDOW) return rc;
     hid_t pg = H5Gcreate2(g, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (pg < 0) return -1;
-    for (int i = 0; vit_static_info(c, l, i, &st); i++) {
+    if (t.scope == VIT_SCOPE_WINDOW) rc |= window_params(pg, s, l);
+    for (int i = 0; learnt && vit_static_info(c, l, i, &st); i++) {
         hsize_t dims[3];
         size_t count = 1;
         for (int d = 0; d < st.ndim; d++) count *= (size_t)(dims[d] = (hsize_t)st.shape[d]);
@@ -305,9 +469,10 @@ static int layer_attrs(hid_t g, const trace_spec *s, int l) {
 static const char *q_dims(const vit_config *c, trace_quantity q, int l) {
     if (q == TRACE_Q_TOKENS) return "image,token,channel";
     if (q == TRACE_Q_Q || q == TRACE_Q_K) return "image,head,token,qk_channel";
+    const int win = layer_windowed(c, l);
     if ((q == TRACE_Q_X0 || q == TRACE_Q_X1) && c->attn[l].kind == VIT_ATTN_REFINER)
-        return "image,expanded_head,query,key";
-    return "image,head,query,key";
+        return win ? "image,expanded_head,window,query,key" : "image,expanded_head,query,key";
+    return win ? "image,head,window,query,key" : "image,head,query,key";
 }
 
 /* The named dimensions of the per-image datasets under /images. */
@@ -377,8 +542,10 @@ static int dims_attach(hid_t g, hid_t d, const char *dims) {
             rc = -1;
             break;
         }
-        int heads[4096], *values = NULL;
-        if (strstr(name, "head") && h5u_attr_read_int(d, "heads", heads, 4096) == (int)ext[axis]) values = heads;
+        int ids[TRACE_MAX_WINDOWS > 4096 ? TRACE_MAX_WINDOWS : 4096], *values = NULL;
+        if (strstr(name, "head") && h5u_attr_read_int(d, "heads", ids, 4096) == (int)ext[axis]) values = ids;
+        if (strcmp(name, "window") == 0 && h5u_attr_read_int(d, "windows", ids, TRACE_MAX_WINDOWS) == (int)ext[axis])
+            values = ids;
         hid_t s = dim_scale(g, name, ext[axis], axis == 0, values);
         rc = s < 0 || H5DSattach_scale(d, s, (unsigned)axis) < 0 || H5DSset_label(d, (unsigned)axis, name) < 0 ? -1 : 0;
         if (s >= 0) H5Dclose(s);
@@ -452,14 +619,21 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
             if (!(s->quantities & (1u << q)) || !q_in_layer(c, (trace_quantity)q, l)) continue;
             const char *dn = q_dset_name(c, (trace_quantity)q, l);
             if (create) {
-                hsize_t dims[3];
+                hsize_t dims[4];
                 int nd = q_shape(s, (trace_quantity)q, l, dims), ids[4096];
-                d->q[q][li] = make_dset(g, dn, store, nd, dims, 1, s, 1, nd == 3);
+                d->q[q][li] = make_dset(g, dn, store, nd, dims, 1, s, 1, q != TRACE_Q_TOKENS,
+                                        record_split(s, (trace_quantity)q, l));
                 if (d->q[q][li] >= 0) {
-                    h5u_attr_str(d->q[q][li], "axes", q_axes((trace_quantity)q));
+                    h5u_attr_str(d->q[q][li], "axes", q_axes(c, (trace_quantity)q, l));
                     h5u_attr_str(d->q[q][li], "description", q_description(c, (trace_quantity)q, l));
                     if (q != TRACE_Q_TOKENS)
                         h5u_attr_ints(d->q[q][li], "heads", ids, q_heads(s, (trace_quantity)q, l, ids));
+                    if (is_map((trace_quantity)q) && nd == 4) {
+                        trace_layer_geom t;
+                        spec_geom(s, l, &t);
+                        for (int k = 0; k < t.n_problems && k < 4096; k++) ids[k] = s->n_windows ? s->windows[k] : k;
+                        h5u_attr_ints(d->q[q][li], "windows", ids, t.n_problems);
+                    }
                     ok &= dims_attach(g, d->q[q][li], q_dims(c, (trace_quantity)q, l)) == 0;
                 }
             } else {
@@ -501,7 +675,7 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
             if (!tab[i].present) continue;
             if (create) {
                 *tab[i].id = make_dset(g, tab[i].name, tab[i].type, tab[i].nd, tab[i].dims,
-                                       tab[i].chunk0, s, 0, 0);
+                                       tab[i].chunk0, s, 0, 0, 0);
                 if (*tab[i].id >= 0) h5u_attr_str(*tab[i].id, "description", tab[i].desc);
                 if (*tab[i].id >= 0) ok &= dims_attach(g, *tab[i].id, images_dims(tab[i].name)) == 0;
             } else {
@@ -573,6 +747,37 @@ static as_status resume_provenance(hid_t f, const trace_spec *s, const char *pat
            : as_fail(err, AS_ERR_HDF5, "%s: cannot update its attributes for --resume", path);
 }
 
+/* Version 3's root: the model's stages, one entry per stage (stage_grid: rows, columns each). */
+static int stage_root_attrs(hid_t f, const trace_spec *s) {
+    const vit_config *c = &s->cfg;
+    const int S = vit_num_stages(c);
+    int of_layer[VIT_MAX_DEPTH], grid[2 * VIT_MAX_STAGES], dim[VIT_MAX_STAGES], heads[VIT_MAX_STAGES];
+    float stride[VIT_MAX_STAGES];
+    for (int l = 0; l < c->depth && l < VIT_MAX_DEPTH; l++) {
+        vit_geom g;
+        vit_block_geom(c, l, &g);
+        of_layer[l] = g.stage;
+    }
+    for (int st = 0; st < S; st++) {
+        vit_geom g;
+        vit_block_geom(c, vit_stage_first_block(c, st), &g);
+        grid[2 * st] = g.gh, grid[2 * st + 1] = g.gw;
+        dim[st] = g.D, heads[st] = g.H, stride[st] = g.stride_px;
+    }
+    int rc = 0;
+    rc |= h5u_attr_str(f, "model_family", vit_family_name(c->family));
+    rc |= h5u_attr_int(f, "num_stages", S);
+    rc |= h5u_attr_ints(f, "stage_of_layer", of_layer, c->depth);
+    hsize_t gd[2] = {(hsize_t)S, 2};
+    hid_t sp = H5Screate_simple(2, gd, NULL);
+    rc |= h5u_attr_write(f, "stage_grid", H5T_NATIVE_INT, sp, grid);
+    H5Sclose(sp);
+    rc |= h5u_attr_ints(f, "stage_dim", dim, S);
+    rc |= h5u_attr_ints(f, "stage_heads", heads, S);
+    rc |= h5u_attr_floats(f, "stage_stride_px", stride, S);
+    return rc;
+}
+
 static int write_root_attrs(hid_t f, const trace_spec *s) {
     const vit_config *c = &s->cfg;
     char q[128] = "", now[32], *json = NULL;
@@ -589,7 +794,7 @@ static int write_root_attrs(hid_t f, const trace_spec *s) {
     else snprintf(comp, sizeof comp, "%s", trace_c_names[s->compress]);
     int rc = 0;
     rc |= h5u_attr_str(f, "format", TRACE_FORMAT);
-    rc |= h5u_attr_int(f, "format_version", TRACE_FORMAT_VERSION);
+    rc |= h5u_attr_int(f, "format_version", spec_version(s));
     rc |= h5u_attr_str(f, "software", "attnscope " ATTNSCOPE_VERSION);
     rc |= h5u_attr_str(f, "command_line", s->command_line ? s->command_line : "");
     if (s->training) rc |= h5u_attr_str(f, "training", s->training);
@@ -604,20 +809,27 @@ static int write_root_attrs(hid_t f, const trace_spec *s) {
     rc |= h5u_attr_str(f, "weights_dtype", s->weights_dtype ? s->weights_dtype : "");
     rc |= h5u_attr_int(f, "img_size", c->img_size);
     rc |= h5u_attr_int(f, "patch_size", c->patch_size);
-    rc |= h5u_attr_ints(f, "grid", grid, 2);
-    rc |= h5u_attr_int(f, "num_tokens", vit_num_tokens(c));
+    if (spec_version(s) >= TRACE_FORMAT_VERSION_STAGED) {
+        /* no grid, num_tokens, embed_dim, num_heads or head_dim: they differ between layers, and
+         * a version 2 reader must refuse this trace rather than take stage 0's for all */
+        rc |= stage_root_attrs(f, s);
+    } else {
+        rc |= h5u_attr_ints(f, "grid", grid, 2);
+        rc |= h5u_attr_int(f, "num_tokens", vit_num_tokens(c));
+        rc |= h5u_attr_int(f, "embed_dim", c->embed_dim);
+        rc |= h5u_attr_int(f, "num_heads", c->num_heads);
+        rc |= h5u_attr_int(f, "head_dim", vit_head_dim(c));
+    }
     rc |= h5u_attr_int(f, "num_prefix_tokens", vit_num_prefix(c));
     rc |= h5u_attr_str(f, "prefix_tokens", prefix);
-    rc |= h5u_attr_int(f, "embed_dim", c->embed_dim);
     rc |= h5u_attr_int(f, "depth", c->depth);
-    rc |= h5u_attr_int(f, "num_heads", c->num_heads);
-    rc |= h5u_attr_int(f, "head_dim", vit_head_dim(c));
     rc |= h5u_attr_int(f, "num_classes", c->num_classes);
     rc |= h5u_attr_floats(f, "mean", c->mean, 3);
     rc |= h5u_attr_floats(f, "std", c->std, 3);
     rc |= h5u_attr_str(f, "quantities", q);
     rc |= h5u_attr_ints(f, "layers", s->layers, s->n_layers);
-    rc |= h5u_attr_ints(f, "heads", s->heads, s->n_heads);
+    if (!s->heads_all) rc |= h5u_attr_ints(f, "heads", s->heads, s->n_heads);
+    if (s->n_windows > 0) rc |= h5u_attr_ints(f, "windows", s->windows, s->n_windows);
     rc |= h5u_attr_str(f, "query_rows", s->prefix_rows_only ? "prefix" : "all");
     rc |= h5u_attr_str(f, "dtype", s->f16 ? "float16" : "float32");
     rc |= h5u_attr_str(f, "compression", comp);
@@ -727,30 +939,45 @@ static int slot_alloc(trace_writer *w, int i) {
     return off <= bytes + 63 * 64;
 }
 
-/* Converts block l's quantity for n images into the staging buffer, selecting heads/rows. */
+/* Copies (f32) or converts (f16) count floats to position o (in values) of the staging buffer. */
+static void stage_put(trace_writer *w, size_t o, const float *src, size_t count) {
+    if (w->spec.f16) kernels_f32_to_f16_array((uint16_t *)w->stage + o, src, count);
+    else memcpy((float *)w->stage + o, src, count * 4);
+}
+
+/* Converts block l's quantity for n images into the staging buffer, selecting heads, query
+ * rows (prefix rows of a GLOBAL block) and windows (WINDOW blocks). The engine's buffer holds
+ * every head: maps (n, H, problems, Tq, Tk), q/k (n, H, T, dq), tokens (n, T, D). */
 static void stage_layer(trace_writer *w, trace_quantity q, int l, const float *src, int n) {
     const trace_spec *s = &w->spec;
     const vit_config *c = &s->cfg;
-    const size_t T = (size_t)vit_num_tokens(c);
+    vit_geom g;
+    vit_block_geom(c, l, &g);
     if (q == TRACE_Q_TOKENS) {
-        size_t nf = (size_t)n * T * c->embed_dim;
-        if (s->f16) kernels_f32_to_f16_array(w->stage, src, nf);
-        else memcpy(w->stage, src, nf * 4);
+        stage_put(w, 0, src, (size_t)n * g.T * g.D);
         return;
     }
     int ids[4096];
     const int nh = q_heads(s, q, l, ids);
     const size_t H = q_engine_heads(c, q, l);
-    const size_t row_floats = is_map(q) ? T : (size_t)vit_qk_head_dim(c, l);
-    const size_t rows = is_map(q) ? (size_t)spec_q_rows(s) : T;
-    const size_t per_head_src = T * row_floats;
-    const size_t block = rows * row_floats; /* contiguous: the first `rows` rows of a head */
+    const size_t problem = (size_t)g.Tq * g.Tk; /* one window's map, or the whole global map */
+    const size_t per_head_src = is_map(q) ? (size_t)g.problems * problem
+                                          : (size_t)g.T * layer_qk_dim(c, l, &g);
+    const int windows = is_map(q) && g.scope == VIT_SCOPE_WINDOW;
+    /* contiguous in a head: the first rows (global maps), or all of q/k */
+    const size_t block = !is_map(q) ? per_head_src : (size_t)(s->prefix_rows_only ? g.prefix : g.Tq) * g.Tk;
     size_t o = 0;
     for (int b = 0; b < n; b++)
-        for (int hi = 0; hi < nh; hi++, o += block) {
+        for (int hi = 0; hi < nh; hi++) {
             const float *hsrc = src + ((size_t)b * H + (size_t)ids[hi]) * per_head_src;
-            if (s->f16) kernels_f32_to_f16_array((uint16_t *)w->stage + o, hsrc, block);
-            else memcpy((float *)w->stage + o, hsrc, block * 4);
+            if (!windows) {
+                stage_put(w, o, hsrc, block);
+                o += block;
+                continue;
+            }
+            const int nw = s->n_windows > 0 ? s->n_windows : g.problems;
+            for (int k = 0; k < nw; k++, o += problem)
+                stage_put(w, o, hsrc + (size_t)(s->n_windows > 0 ? s->windows[k] : k) * problem, problem);
         }
 }
 
@@ -849,8 +1076,10 @@ static int write_batch(trace_writer *w, trace_slot *sl, int *err_no) {
             const int per_image = record_chunks_per_image(s, (trace_quantity)q, l);
             const size_t chunk = record_chunk_bytes(s, (trace_quantity)q, l);
             stage_layer(w, (trace_quantity)q, l, (*arrs[q])[l], n);
+            /* split records are several chunks per head: HDF5 cuts them */
             bad |= write_chunks(w->d.q[q][li], store, start, n, per_image, chunk, w->stage,
-                                s->compress != TRACE_COMPRESS_NONE) < 0;
+                                s->compress != TRACE_COMPRESS_NONE ||
+                                    record_is_split(s, (trace_quantity)q, l)) < 0;
         }
     }
     H5Tclose(store);
@@ -979,14 +1208,20 @@ static as_status resume_check(trace_writer *w, as_error *err) {
     int nh = h5u_attr_read_int(w->file, "heads", heads, 1024);
     char rows[16];
     h5u_attr_read_str(w->file, "query_rows", rows, sizeof rows);
+    /* version 3: no root heads when each layer kept all of its own; windows only when chosen */
+    int wins[TRACE_MAX_WINDOWS];
+    int nw = h5u_attr_read_int(w->file, "windows", wins, TRACE_MAX_WINDOWS);
+    int same_heads = s->heads_all ? nh < 0
+                   : nh == s->n_heads && memcmp(heads, s->heads, (size_t)nh * sizeof(int)) == 0;
+    int same_windows = s->n_windows == 0 ? nw < 0
+                     : nw == s->n_windows && memcmp(wins, s->windows, (size_t)nw * sizeof(int)) == 0;
     int same = same_model && strcmp(q, qhave) == 0 && strcmp(dt, s->f16 ? "float16" : "float32") == 0 &&
-               nl == s->n_layers && nh == s->n_heads &&
+               nl == s->n_layers && same_heads && same_windows &&
                memcmp(layers, s->layers, (size_t)nl * sizeof(int)) == 0 &&
-               memcmp(heads, s->heads, (size_t)nh * sizeof(int)) == 0 &&
                strcmp(rows, s->prefix_rows_only ? "prefix" : "all") == 0;
     if (!same)
         return as_fail(err, AS_ERR_ARG, "%s: recorded with another model or other --record/"
-                       "--layers/--heads/--dtype options (%s, %s); resume with the same ones "
+                       "--layers/--heads/--windows/--dtype options (%s, %s); resume with the same ones "
                        "(attnscope info %s shows them) or write a new trace", w->path,
                        same_model ? "same model" : "different model", qhave, w->path);
     return AS_OK;
@@ -1177,7 +1412,9 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
                 if (!q_in_layer(c, (trace_quantity)q, l)) continue;
                 /* compressed chunks can exceed raw size slightly; an index entry per chunk */
                 const size_t k = (size_t)record_chunks_per_image(spec, (trace_quantity)q, l);
-                ib += k * (record_chunk_bytes(spec, (trace_quantity)q, l) * 11 / 10 + 64);
+                const size_t bytes = record_chunk_bytes(spec, (trace_quantity)q, l);
+                const size_t pieces = record_is_split(spec, (trace_quantity)q, l) ? bytes / TRACE_SPLIT_BYTES + 2 : 1;
+                ib += k * (bytes * 11 / 10 + 64 * pieces);
             }
         w->image_bytes = ib;
     }
@@ -1353,6 +1590,80 @@ long trace_num_skipped(const trace_reader *r) {
 
 /* ---- reader --------------------------------------------------------------------------------- */
 
+/* Versions 1 and 2: one grid for every layer, from the model config. */
+static as_status layer_geom_model(trace_reader *r, int li, as_error *err) {
+    const int l = r->layers[li];
+    if (l >= r->cfg.depth)
+        return as_fail(err, AS_ERR_FORMAT, "%s: the layers attribute names layer %d of a %d-layer "
+                       "model: the file is corrupt", r->path, l, r->cfg.depth);
+    trace_spec *s = calloc(1, sizeof *s); /* spec_geom's view of this trace */
+    if (!s) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+    s->cfg = r->cfg;
+    s->prefix_rows_only = r->prefix_rows_only;
+    spec_geom(s, l, &r->geom[li]);
+    free(s);
+    return AS_OK;
+}
+
+/* Version 3: layer li's geometry from its group's attributes, checked for consistency (a
+ * hostile file must not make a reader size buffers wrong). */
+static as_status layer_geom_read(trace_reader *r, int li, as_error *err) {
+    const int l = r->layers[li];
+    char gname[32], scope[32] = "";
+    layer_group_name(gname, sizeof gname, l);
+    hid_t g = H5Gopen2((hid_t)r->file_id, gname, H5P_DEFAULT);
+    if (g < 0) return as_fail(err, AS_ERR_FORMAT, "%s: no group %s although the layers attribute "
+                              "names it: the file is corrupt", r->path, gname);
+    trace_layer_geom *t = &r->geom[li];
+    memset(t, 0, sizeof *t);
+    t->layer = l;
+    int grid[2] = {0, 0}, padded[2] = {0, 0}, nw[2] = {1, 1}, ok = 1;
+    h5u_attr_read_str(g, "scope", scope, sizeof scope);
+    ok &= h5u_attr_read_int(g, "stage", &t->stage, 1) == 1;
+    ok &= h5u_attr_read_int(g, "grid", grid, 2) == 2;
+    ok &= h5u_attr_read_int(g, "embed_dim", &t->D, 1) == 1;
+    ok &= h5u_attr_read_int(g, "num_heads", &t->H, 1) == 1;
+    ok &= h5u_attr_read_int(g, "num_tokens", &t->T, 1) == 1;
+    ok &= h5u_attr_read_int(g, "num_queries", &t->Tq, 1) == 1;
+    ok &= h5u_attr_read_int(g, "num_keys", &t->Tk, 1) == 1;
+    ok &= h5u_attr_read_int(g, "prefix_tokens", &t->prefix, 1) == 1;
+    ok &= h5u_attr_read_floats(g, "token_stride_px", &t->stride_px, 1) == 1;
+    ok &= h5u_attr_read_floats(g, "token_offset_px", &t->offset_px, 1) == 1;
+    if (h5u_attr_read_int(g, "qk_head_dim", &t->qk_dim, 1) != 1) t->qk_dim = 0;
+    t->gh = grid[0], t->gw = grid[1];
+    t->ph = t->gh, t->pw = t->gw;
+    t->nwh = t->nww = t->n_problems = 1;
+    if (strcmp(scope, "window") == 0) {
+        t->scope = VIT_SCOPE_WINDOW;
+        ok &= h5u_attr_read_int(g, "window", &t->M, 1) == 1;
+        ok &= h5u_attr_read_int(g, "shift", &t->shift, 1) == 1;
+        ok &= h5u_attr_read_int(g, "padded_grid", padded, 2) == 2;
+        ok &= h5u_attr_read_int(g, "window_grid", nw, 2) == 2;
+        t->ph = padded[0], t->pw = padded[1], t->nwh = nw[0], t->nww = nw[1];
+        t->n_problems = r->n_windows > 0 ? r->n_windows : nw[0] * nw[1];
+        for (int k = 0; ok && k < r->n_windows; k++)
+            ok = r->windows[k] >= 0 && r->windows[k] < nw[0] * nw[1] &&
+                 (k == 0 || r->windows[k] > r->windows[k - 1]);
+    } else {
+        ok &= strcmp(scope, "global") == 0;
+    }
+    H5Gclose(g);
+    const long cells = (long)t->gh * t->gw;
+    ok = ok && t->gh >= 1 && t->gw >= 1 && t->gh <= VIT_MAX_IMG && t->gw <= VIT_MAX_IMG &&
+         t->stage >= 0 && t->stage < VIT_MAX_STAGES && t->prefix >= 0 && t->prefix <= 2 &&
+         t->T == t->prefix + cells && t->D >= 1 && t->D <= VIT_MAX_DIM && t->H >= 1 &&
+         t->H <= 1024 && t->qk_dim >= 0 && t->qk_dim <= VIT_MAX_DIM && t->Tk >= 1 && t->Tq >= 0;
+    if (ok && t->scope == VIT_SCOPE_WINDOW)
+        ok = t->M >= 1 && t->M <= 64 && t->shift >= 0 && t->shift < t->M && t->ph % t->M == 0 &&
+             t->pw % t->M == 0 && t->ph >= t->gh && t->pw >= t->gw && t->nwh == t->ph / t->M &&
+             t->nww == t->pw / t->M && t->Tq == t->M * t->M && t->Tk == t->Tq && t->prefix == 0;
+    else if (ok)
+        ok = t->Tk == t->T && t->Tq <= t->T;
+    if (!ok) return as_fail(err, AS_ERR_FORMAT, "%s: %s's geometry attributes (stage, scope, grid, "
+                            "window, ...) are missing or inconsistent: the file is corrupt", r->path, gname);
+    return AS_OK;
+}
+
 as_status trace_reader_open(trace_reader *r, const char *path, as_error *err) {
     h5u_quiet();
     memset(r, 0, sizeof *r);
@@ -1386,11 +1697,13 @@ as_status trace_reader_open(trace_reader *r, const char *path, as_error *err) {
     }
     int v = 0;
     h5u_attr_read_int(f, "format_version", &v, 1);
-    if (v > TRACE_FORMAT_VERSION) {
+    if (v > TRACE_FORMAT_VERSION_STAGED) {
         trace_reader_close(r);
         return as_fail(err, AS_ERR_UNSUPPORTED, "%s: trace format version %d is newer than this "
-                       "attnscope reads (%d): update attnscope", path, v, TRACE_FORMAT_VERSION);
+                       "attnscope reads (%d): update attnscope", path, v, TRACE_FORMAT_VERSION_STAGED);
     }
+    r->version = v;
+    r->staged = v >= TRACE_FORMAT_VERSION_STAGED;
     r->model_config = h5u_attr_read_str_alloc(f, "model_config");
     vit_config c = {0};
     if (!r->model_config || model_config_apply_json(&c, r->model_config, path, err) != AS_OK) {
@@ -1409,6 +1722,9 @@ as_status trace_reader_open(trace_reader *r, const char *path, as_error *err) {
     if (r->quantities & (1u << TRACE_Q_X0)) r->quantities |= 1u << TRACE_Q_X1;
     r->n_layers = h5u_attr_read_int(f, "layers", r->layers, VIT_MAX_DEPTH);
     r->n_heads = h5u_attr_read_int(f, "heads", r->heads, 1024);
+    if (r->staged && r->n_heads < 0) r->heads_all = 1, r->n_heads = 0; /* each layer's own */
+    r->n_windows = h5u_attr_read_int(f, "windows", r->windows, TRACE_MAX_WINDOWS);
+    if (r->n_windows < 0) r->n_windows = 0;
     h5u_attr_read_str(f, "query_rows", rows, sizeof rows);
     h5u_attr_read_str(f, "dtype", dt, sizeof dt);
     h5u_attr_read_str(f, "compression", r->compression, sizeof r->compression);
@@ -1422,7 +1738,24 @@ as_status trace_reader_open(trace_reader *r, const char *path, as_error *err) {
         trace_reader_close(r);
         return as_fail(err, AS_ERR_FORMAT, "%s: layers/heads attributes missing", path);
     }
-    as_status rc = trace_reader_refresh(r, err);
+    as_status rc = AS_OK;
+    for (int li = 0; li < r->n_layers && rc == AS_OK; li++) {
+        const int l = r->layers[li];
+        if (l < 0 || l >= VIT_MAX_DEPTH)
+            rc = as_fail(err, AS_ERR_FORMAT, "%s: the layers attribute names layer %d: the file "
+                         "is corrupt", path, l);
+        else rc = r->staged ? layer_geom_read(r, li, err) : layer_geom_model(r, li, err);
+    }
+    if (rc == AS_OK && r->staged && r->n_layers > 0) { /* the first recorded layer's, for messages */
+        r->num_tokens = r->geom[0].T;
+        r->num_prefix = r->geom[0].prefix;
+        r->q_rows = r->geom[0].Tq;
+    }
+    if (rc != AS_OK) {
+        trace_reader_close(r);
+        return rc;
+    }
+    rc = trace_reader_refresh(r, err);
     if (rc != AS_OK) trace_reader_close(r); /* found by fuzz_trace: it leaked the open trace */
     return rc;
 }
@@ -1537,9 +1870,61 @@ static as_status read_slab(const trace_reader *r, const char *name, long image, 
     return rc;
 }
 
+const trace_layer_geom *trace_layer(const trace_reader *r, int layer) {
+    const int li = index_of(r->layers, r->n_layers, layer);
+    return li < 0 ? NULL : &r->geom[li];
+}
+
+int trace_layer_heads(const trace_reader *r, int layer, int *ids) {
+    const trace_layer_geom *t = trace_layer(r, layer);
+    if (!t) return 0;
+    if (!r->heads_all) {
+        memcpy(ids, r->heads, (size_t)r->n_heads * sizeof *ids);
+        return r->n_heads;
+    }
+    for (int h = 0; h < t->H; h++) ids[h] = h;
+    return t->H;
+}
+
+as_status trace_read_window_tokens(const trace_reader *r, int layer, int *tok, as_error *err) {
+    const trace_layer_geom *t = trace_layer(r, layer);
+    if (!t || t->scope != VIT_SCOPE_WINDOW)
+        return as_fail(err, AS_ERR_ARG, "%s: layer %d is %s: window tokens exist for recorded "
+                       "window layers only", r->path, layer, t ? "not a window layer" : "not recorded");
+    char name[64];
+    snprintf(name, sizeof name, "layers/%02d/params/window_token", layer);
+    hid_t d = H5Dopen2((hid_t)r->file_id, name, H5P_DEFAULT);
+    if (d < 0) return as_fail(err, AS_ERR_FORMAT, "%s: %s is missing: the file is corrupt", r->path, name);
+    hid_t sp = H5Dget_space(d);
+    hsize_t dims[2] = {0, 0};
+    const int nd = H5Sget_simple_extent_ndims(sp);
+    if (nd == 2) H5Sget_simple_extent_dims(sp, dims, NULL);
+    H5Sclose(sp);
+    const size_t W = (size_t)t->nwh * t->nww, N = (size_t)t->M * t->M;
+    herr_t e = nd == 2 && dims[0] == W && dims[1] == N
+               ? H5Dread(d, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, tok) : -1;
+    H5Dclose(d);
+    for (size_t i = 0; e >= 0 && i < W * N; i++)
+        if (tok[i] < -1 || tok[i] >= t->gh * t->gw) e = -1;
+    return e < 0 ? as_fail(err, AS_ERR_FORMAT, "%s: %s is not a (%zu, %zu) table of grid tokens: "
+                           "the file is corrupt", r->path, name, W, N) : AS_OK;
+}
+
+void trace_describe_staged(const trace_reader *r, char *buf, size_t n) {
+    char family[32] = "";
+    int stages = 0, windows = 0;
+    h5u_attr_read_str((hid_t)r->file_id, "model_family", family, sizeof family);
+    h5u_attr_read_int((hid_t)r->file_id, "num_stages", &stages, 1);
+    for (int li = 0; li < r->n_layers; li++) windows |= r->geom[li].scope == VIT_SCOPE_WINDOW;
+    snprintf(buf, n, "%s is a staged trace (%s, %d stage%s%s; format %d)", r->path,
+             family[0] ? family : "?", stages, stages == 1 ? "" : "s",
+             windows ? ", window layers" : "", r->version);
+}
+
 as_status trace_read_head(const trace_reader *r, trace_quantity q, long image, int layer,
                           int head, float *out, as_error *err) {
-    int hp = index_of(r->heads, r->n_heads, head);
+    int ids[4096];
+    int hp = index_of(ids, trace_layer_heads(r, layer, ids), head);
     if (index_of(r->layers, r->n_layers, layer) < 0 || hp < 0)
         return as_fail(err, AS_ERR_ARG, "%s: layer %d head %d was not recorded", r->path, layer, head);
     if (!(r->quantities & (1u << q)))
@@ -1547,10 +1932,9 @@ as_status trace_read_head(const trace_reader *r, trace_quantity q, long image, i
                        r->path, trace_q_names[q], trace_q_names[q]);
     char name[64];
     snprintf(name, sizeof name, "layers/%02d/%s", layer, trace_q_names[q]);
-    const size_t T = (size_t)r->num_tokens;
-    const size_t want = is_map(q) ? (size_t)r->q_rows * T
-                      : q == TRACE_Q_TOKENS ? T * (size_t)r->cfg.embed_dim
-                                            : T * (size_t)vit_qk_head_dim(&r->cfg, layer);
+    const trace_layer_geom *t = trace_layer(r, layer);
+    const size_t want = is_map(q) ? (size_t)t->n_problems * t->Tq * t->Tk
+                      : q == TRACE_Q_TOKENS ? (size_t)t->T * t->D : (size_t)t->T * t->qk_dim;
     return read_slab(r, name, image, hp, want, out, err);
 }
 
@@ -1602,7 +1986,9 @@ as_status trace_read_tokens(const trace_reader *r, long image, int layer, float 
                        "--record tokens", r->path);
     char name[64];
     snprintf(name, sizeof name, "layers/%02d/tokens", layer);
-    return read_slab(r, name, image, -1, (size_t)r->num_tokens * (size_t)r->cfg.embed_dim, out, err);
+    const trace_layer_geom *t = trace_layer(r, layer);
+    if (!t) return as_fail(err, AS_ERR_ARG, "%s: layer %d was not recorded", r->path, layer);
+    return read_slab(r, name, image, -1, (size_t)t->T * (size_t)t->D, out, err);
 }
 
 as_status trace_read_image_info(const trace_reader *r, long image, char *path, size_t path_n,

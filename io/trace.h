@@ -22,13 +22,17 @@
  */
 
 #define TRACE_MAX_BATCH 256
+#define TRACE_MAX_WINDOWS 4096 /* windows a --windows list can name (Swin-T stage 1: 64 at 224 px) */
 
+/* Engine buffers (vit_record) per block l, with g = vit_block_geom(cfg, l): maps are
+ * (B, g.H, g.problems, g.Tq, g.Tk), which is (B, H, T, T) for a GLOBAL block; q/k (B, g.H, g.T,
+ * dq) in unshifted grid order; tokens (B, g.T, g.D). */
 typedef enum {
-    TRACE_Q_ATTN = 0, /* softmax probabilities (B, H, Tq, T) */
-    TRACE_Q_SCORES,   /* scaled pre-softmax scores (B, H, Tq, T) */
-    TRACE_Q_Q,        /* per-head queries (B, H, T, hd) */
-    TRACE_Q_K,        /* per-head keys (B, H, T, hd) */
-    TRACE_Q_TOKENS,   /* block outputs (B, T, D) */
+    TRACE_Q_ATTN = 0, /* softmax probabilities */
+    TRACE_Q_SCORES,   /* scaled pre-softmax scores */
+    TRACE_Q_Q,        /* per-head queries */
+    TRACE_Q_K,        /* per-head keys */
+    TRACE_Q_TOKENS,   /* block outputs */
     TRACE_Q_X0,       /* the mechanism's intermediate maps (vit_extra_info), */
     TRACE_Q_X1,       /* selected together as "internals" */
     TRACE_Q_COUNT
@@ -56,6 +60,10 @@ typedef struct {
     unsigned quantities;         /* bit (1 << trace_quantity) */
     int n_layers, layers[VIT_MAX_DEPTH];  /* recorded layers, ascending */
     int n_heads, heads[1024];             /* recorded heads, ascending */
+    int heads_all;               /* staged models: every head of each layer (their counts differ);
+                                    n_heads/heads are then unused */
+    int n_windows, windows[TRACE_MAX_WINDOWS]; /* WINDOW layers: recorded windows, ascending;
+                                                  0: all of them */
     int prefix_rows_only;        /* attn/scores: only the prefix-token query rows */
     int f16;                     /* store maps/scores/q/k/tokens as float16 */
     trace_compress compress;
@@ -108,6 +116,24 @@ as_status trace_write_skipped(const char *path, const trace_skipped *items, long
 
 /* ---- reading -------------------------------------------------------------------------------- */
 
+/* One recorded layer as the trace describes it (version 3: its attributes; versions 1 and 2: the
+ * one grid of the model). Maps of a layer are (n_problems, Tq, Tk) per head and image. */
+typedef struct {
+    int layer;              /* model block index */
+    int stage;              /* 0 in monolithic traces */
+    vit_scope scope;
+    int gh, gw;             /* token grid (rows, columns), prefix tokens not counted */
+    int prefix;             /* class/distillation tokens ahead of the grid */
+    int T, D, H;            /* tokens, width, model heads of the block */
+    int M, shift;           /* WINDOW: window side and cyclic shift (else 0) */
+    int ph, pw;             /* WINDOW: padded grid (else gh, gw) */
+    int nwh, nww;           /* WINDOW: windows down and across (else 1, 1) */
+    int n_problems;         /* recorded problems per head and image: 1, or the recorded windows */
+    int Tq, Tk;             /* recorded query rows and keys of one problem */
+    int qk_dim;             /* q/k width per head (0: none) */
+    float stride_px, offset_px; /* centre of grid index i along an axis: offset + stride * i */
+} trace_layer_geom;
+
 typedef struct {
     int64_t file_id;       /* hid_t */
     char path[1024];
@@ -120,8 +146,14 @@ typedef struct {
     int n_layers, layers[VIT_MAX_DEPTH];
     int n_heads, heads[1024];
     int prefix_rows_only, f16;
-    int num_tokens, num_prefix, q_rows;
+    int num_tokens, num_prefix, q_rows; /* staged traces: those of the first recorded layer */
     char compression[64];
+    int version;           /* format_version: 1, 2, or 3 (staged) */
+    int staged;            /* version 3: layers differ in grid, width or heads, or are windowed;
+                              analysis/, plot/ and viewer/ read single-grid traces only so far */
+    int heads_all;         /* staged: each layer recorded all its heads (n_heads/heads unused) */
+    int n_windows, windows[TRACE_MAX_WINDOWS]; /* recorded windows of WINDOW layers; 0: all */
+    trace_layer_geom geom[VIT_MAX_DEPTH]; /* per position in layers */
 } trace_reader;
 
 as_status trace_reader_open(trace_reader *r, const char *path, as_error *err);
@@ -132,9 +164,22 @@ void trace_reader_close(trace_reader *r);
  * and reopens briefly to stamp the end state, so see 1 twice, a moment apart, before reopening. */
 int trace_writer_finished(const char *path);
 
+/* The geometry of recorded layer `layer` (model index), or NULL when it was not recorded. */
+const trace_layer_geom *trace_layer(const trace_reader *r, int layer);
+/* The model heads recorded in layer `layer` (ids: up to 1024); returns their count, 0 if none. */
+int trace_layer_heads(const trace_reader *r, int layer, int *ids);
+/* A WINDOW layer's token table (layers/LL/params/window_token): tok[w * M^2 + i] = the flat grid
+ * token (y * gw + x, prefix not counted) at row i of window w, or -1 for a pad slot; all
+ * nwh * nww windows, whichever were recorded. */
+as_status trace_read_window_tokens(const trace_reader *r, int layer, int *tok, as_error *err);
+/* One line for refusing a staged trace: "PATH is a staged trace (swin, 4 stages, window
+ * layers; format 3)". */
+void trace_describe_staged(const trace_reader *r, char *buf, size_t n);
+
 /* Re-reads the image count of a live trace. */
 as_status trace_reader_refresh(trace_reader *r, as_error *err);
-/* One head's map of one image and layer, as float: attn or scores (q_rows, T), q/k (T, hd).
+/* One head's map of one image and layer, as float: attn or scores (q_rows, T), q/k (T, hd);
+ * in a staged trace (n_problems, Tq, Tk) and (T, qk_dim) of trace_layer(r, layer).
  * layer and head are model indices; they must have been recorded. */
 as_status trace_read_head(const trace_reader *r, trace_quantity q, long image, int layer,
                           int head, float *out, as_error *err);

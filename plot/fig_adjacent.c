@@ -23,4 +23,5 @@ const figure_recipe fig_adjacent = {
     .mirrors = "LaViT Fig. 3: adjacent-layer attention similarity (whole-map cosine)",
     .needs = "analysis/similarity of each input",
     .summary = "curve of layer l vs l-1 similarity with 95% bands, one line per model",
-    .width = PLOT_COLUMN, .height = 170, .max_sources = FIG_MAX_SOURCES, .draw = draw};
+    .width = PLOT_COLUMN, .height = 170, .max_sources = FIG_MAX_SOURCES,
+    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};

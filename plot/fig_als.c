@@ -51,4 +51,5 @@ const figure_recipe fig_als = {
     .name = "als", .options = FIG_OPT_CMAP, .metric = "als", .mirrors = "MaiT Fig. 2 (ALS per layer/head) and its mask placement",
     .needs = "analysis/als (attnscope analyze --metrics als)",
     .summary = "heatmap of ALS, layers x heads, dots on the heads to mask",
-    .width = PLOT_COLUMN, .height = 220, .max_sources = 1, .draw = draw};
+    .width = PLOT_COLUMN, .height = 220, .max_sources = 1,
+    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};

@@ -99,4 +99,5 @@ const figure_recipe fig_attention = {
     .mirrors = "the attention map of one query over the image (ViT Fig. 6)",
     .needs = "a trace with attn (--layer, --head, --image, --query: token index, 0 = class)",
     .summary = "one query's attention over the input image with the patch grid",
-    .width = PLOT_COLUMN, .height = 200, .max_sources = 1, .draw = draw};
+    .width = PLOT_COLUMN, .height = 200, .max_sources = 1,
+    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};

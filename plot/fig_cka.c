@@ -27,4 +27,5 @@ const figure_recipe fig_cka = {
     .name = "cka", .options = FIG_OPT_CMAP, .metric = "evolution", .mirrors = "Refiner / Raghu et al. Fig. 1: CKA between layers",
     .needs = "analysis/evolution (record with --record attn,tokens)",
     .summary = "L x L heatmap of minibatch linear CKA between block outputs",
-    .width = PLOT_COLUMN, .height = 215, .max_sources = 1, .draw = draw};
+    .width = PLOT_COLUMN, .height = 215, .max_sources = 1,
+    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};

@@ -80,4 +80,5 @@ const figure_recipe fig_distance = {
     .name = "distance", .options = FIG_OPT_LABELS, .metric = "distance", .mirrors = "ViT Fig. 7 (right): mean attention distance per head vs depth",
     .needs = "analysis/distance of each input",
     .summary = "every head's mean attention distance in pixels against its layer",
-    .width = PLOT_COLUMN, .height = 180, .max_sources = FIG_MAX_SOURCES, .draw = draw};
+    .width = PLOT_COLUMN, .height = 180, .max_sources = FIG_MAX_SOURCES,
+    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};

@@ -13,4 +13,5 @@ const figure_recipe fig_entropy = {
     .name = "entropy", .options = FIG_OPT_LABELS, .metric = "entropy", .mirrors = "attention entropy per layer (as in DeepViT/LaViT analyses)",
     .needs = "analysis/entropy of each input",
     .summary = "entropy per layer, head mean with 95% bands, one line per model",
-    .width = PLOT_COLUMN, .height = 170, .max_sources = FIG_MAX_SOURCES, .draw = draw};
+    .width = PLOT_COLUMN, .height = 170, .max_sources = FIG_MAX_SOURCES,
+    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};

@@ -20,4 +20,5 @@ const figure_recipe fig_evolution = {
     .name = "evolution", .options = FIG_OPT_LABELS, .metric = "evolution", .mirrors = "Refiner Fig. 2/4: feature evolution with depth",
     .needs = "analysis/evolution of each input (record with --record attn,tokens)",
     .summary = "token cosine and CKA of each block to the final block, one line per model",
-    .width = PLOT_DOUBLE, .height = 170, .max_sources = FIG_MAX_SOURCES, .draw = draw};
+    .width = PLOT_DOUBLE, .height = 170, .max_sources = FIG_MAX_SOURCES,
+    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};

@@ -148,4 +148,5 @@ const figure_recipe fig_grid = {
     .needs = "a trace with attn (--image, --query)",
     .summary = "the query's attention over the image for every recorded layer (columns) and head "
                "(rows), one colour scale",
-    .width = PLOT_DOUBLE, .height = 150, .height_for = height_for, .max_sources = 1, .draw = draw};
+    .width = PLOT_DOUBLE, .height = 150, .height_for = height_for, .max_sources = 1,
+    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};

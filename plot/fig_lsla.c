@@ -103,5 +103,6 @@ const figure_recipe fig_lsla = {
     .name = "lsla", .options = FIG_OPT_LAYER | FIG_OPT_HEAD | FIG_OPT_IMAGE | FIG_OPT_QUERY, .mirrors = "ViT-LSLA Fig. 3/4: DS, inner bias and outer bias for one query",
     .needs = "a trace of an LSLA model recorded with --record attn,internals (--layer, --head, --query)",
     .summary = "DS and inner bias against key distance; weights without and with the outer bias",
-    .width = PLOT_DOUBLE, .height = 180, .max_sources = 1, .draw = draw,
+    .width = PLOT_DOUBLE, .height = 180, .max_sources = 1,
+    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw,
     .applies = applies};

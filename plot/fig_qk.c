@@ -51,4 +51,5 @@ const figure_recipe fig_qk = {
     .name = "qk", .options = FIG_OPT_LABELS, .metric = "qk", .mirrors = "LMSA Fig. 4: Q/K signal efficiency per threshold and layer",
     .needs = "analysis/qk of each input (record with --record attn,q,k)",
     .summary = "bars of the fraction of |q| and |k| above each threshold per layer, models side by side",
-    .width = PLOT_DOUBLE, .height = 250, .max_sources = 4, .draw = draw};
+    .width = PLOT_DOUBLE, .height = 250, .max_sources = 4,
+    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};

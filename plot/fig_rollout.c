@@ -53,4 +53,5 @@ const figure_recipe fig_rollout = {
     .metric = "rollout", .mirrors = "Abnar & Zuidema 2020 Fig. 3: attention rollout over the image",
     .needs = "a trace analysed with --metrics rollout (--image, --layer)",
     .summary = "the rollout map through a layer (default the last) over the input image",
-    .width = PLOT_COLUMN, .height = 200, .max_sources = 1, .draw = draw};
+    .width = PLOT_COLUMN, .height = 200, .max_sources = 1,
+    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};

@@ -36,4 +36,5 @@ const figure_recipe fig_similarity = {
     .mirrors = "MaiT appendix Fig. 4-6 (rows, the default) / DeepViT (--definition deepvit): L x L attention similarity",
     .needs = "analysis/similarity (attnscope analyze --metrics similarity)",
     .summary = "L x L heatmap of cross-layer cosine similarity (--definition deepvit|row|map)",
-    .width = PLOT_COLUMN, .height = 215, .max_sources = 1, .draw = draw};
+    .width = PLOT_COLUMN, .height = 215, .max_sources = 1,
+    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};

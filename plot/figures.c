@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "figures.h"
 
+#include <assert.h>
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -457,8 +458,23 @@ void figure_size(const figure_recipe *r, const fig_opts *o, double *width, doubl
     *height = o->height > 0 ? o->height : r->height_for ? r->height_for(o, *width) : r->height;
 }
 
+/* Refuses a staged trace (format 3) as an input of a recipe that draws single-grid traces only. */
+static as_status check_traces(const figure_recipe *r, const fig_opts *o, as_error *err) {
+    assert(r->traces); /* each recipe says what it draws from */
+    for (int i = 0; i < o->n_sources; i++) {
+        const fig_source *s = &o->src[i];
+        if (!s->is_trace || !s->tr.staged || (r->traces & FIG_TRACES_STAGED)) continue;
+        char what[1200];
+        trace_describe_staged(&s->tr, what, sizeof what);
+        return as_fail(err, AS_ERR_UNSUPPORTED, "stage-aware support is not there yet for the %s "
+                       "figure: %s, and it draws single-grid (ViT/DeiT) traces only; "
+                       "docs/trace-format.md shows how to read its window maps with h5py", r->name, what);
+    }
+    return AS_OK;
+}
+
 as_status figure_draw(const figure_recipe *r, const fig_opts *o, plot_figure *f, as_error *err) {
-    if (check_options(r, o, NULL, err) != AS_OK) return err->status;
+    if (check_options(r, o, NULL, err) != AS_OK || check_traces(r, o, err) != AS_OK) return err->status;
     if (o->n_sources < 1)
         return as_fail(err, AS_ERR_ARG, "the %s figure needs a trace or results file", r->name);
     if (o->n_sources > r->max_sources)
@@ -482,7 +498,7 @@ as_status figure_draw(const figure_recipe *r, const fig_opts *o, plot_figure *f,
 as_status figure_render(const figure_recipe *r, const fig_opts *o, const char *path, as_error *err) {
     /* options are refused before a file is begun; figure_draw checks the inputs, and a failure
      * removes the file begun */
-    if (check_options(r, o, path, err) != AS_OK) return err->status;
+    if (check_options(r, o, path, err) != AS_OK || check_traces(r, o, err) != AS_OK) return err->status;
     plot_figure *f;
     double w, h;
     figure_size(r, o, &w, &h);

@@ -43,6 +43,11 @@ enum {
     FIG_OPT_LABELS = 1 << 7
 };
 
+/* What a recipe can draw from (figure_recipe.traces): single-grid traces (ViT/DeiT, format 1
+ * and 2) and their results, and/or staged traces (format 3: stages, windows); figure_render
+ * refuses the others in one line. */
+enum { FIG_TRACES_SINGLE_GRID = 1, FIG_TRACES_STAGED = 2 };
+
 typedef struct {
     const char *name;
     unsigned options;         /* FIG_OPT_* it uses */
@@ -54,6 +59,7 @@ typedef struct {
                                  --definition (NULL: ANALYSIS_DEFAULT_DEFINITION, row) */
     double width, height;     /* default size in points */
     int max_sources;          /* 1, or several models on one figure */
+    unsigned traces;          /* the traces it draws from: FIG_TRACES_* (every recipe says) */
     /* Optional: the default height for this width and input (NULL: height). */
     double (*height_for)(const fig_opts *o, double width);
     /* Optional: whether the figure can be drawn from this input at all (NULL: always). */

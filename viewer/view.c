@@ -214,6 +214,14 @@ as_status view_open(view *v, const char *path, as_error *err) {
         return as_fail(err, AS_ERR_ARG, "%s is an analysis results file: view the trace it was "
                        "made from", path);
     }
+    if (r->staged) { /* every panel assumes one grid of tokens (docs/trace-format.md, version 3) */
+        char what[1200];
+        trace_describe_staged(r, what, sizeof what);
+        fig_source_close(&v->src);
+        return as_fail(err, AS_ERR_UNSUPPORTED, "stage-aware support is not there yet in the viewer: "
+                       "%s, and it shows single-grid (ViT/DeiT) traces only; docs/trace-format.md "
+                       "shows how to read its window maps with h5py", what);
+    }
     v->cache = calloc(1, sizeof *v->cache);
     if (!v->cache) {
         fig_source_close(&v->src);

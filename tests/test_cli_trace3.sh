@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# test_cli_trace3.sh: staged traces (format 3, issue 16) as a user meets them: info shows each
+# layer's geometry; every metric, every figure and the viewer either work on them or refuse in
+# one line that names it, the trace and that stage-aware support is not there yet, leaving no
+# file behind; --windows is refused where it cannot apply; version 2 traces work as before.
+# The staged trace comes from $MKTRACE3 (tests/staged.h: closed forms through the real writer).
+set -u
+. "$(dirname "$0")/lib.sh"
+t_init cli_trace3 trace3
+MK=${MKTRACE3:-build/tests/mktrace3}
+
+expect 0 "$MK" "$T/s.h5"
+# info: per-layer geometry instead of one grid
+expect 0 "$A" info "$T/s.h5"
+has "$T/out" "format attnscope-trace v3"
+has "$T/out" "staged (swin)"
+has_wrapped "$T/out" "layer 1: stage 0, 14x14 tokens every 2 px, width 8, heads 1; windows 4x4 of 4x4 tokens (padded grid 16x16), shift 2"
+has_wrapped "$T/out" "layer 4: stage 2, 4x4 tokens every 8 px"
+has "$T/out" "heads       all of each layer's"
+lacks "$T/out" "^tokens"
+expect 0 "$A" info --json "$T/s.h5"
+py 'import json,sys; j=json.load(open(sys.argv[1])); g=j["layer_geometry"]
+assert j["format_version"] == 3 and j["tokens"] is None and j["heads"] == "all", j
+assert [x["stage"] for x in g] == [0, 0, 1, 1, 2, 2] and g[1]["shift"] == 2 and g[2]["grid"] == [7, 7], g
+assert g[0]["window_grid"] == [4, 4] and g[5]["num_heads"] == 4, g' "$T/out"
+
+# every metric refuses in one line naming it and the trace; no results file appears
+for m in als similarity qk evolution distance entropy rollout diag; do
+    expect 1 "$A" analyze "$T/s.h5" --metrics $m
+    has "$T/err" "stage-aware support is not there yet for the metric $m: $T/s.h5 is a staged trace (swin, 3 stages, window layers; format 3)"
+    one_line
+done
+expect 1 "$A" analyze "$T/s.h5"
+has "$T/err" "for the metrics als, similarity, qk, evolution, distance, entropy, rollout, diag: $T/s.h5"
+one_line
+[ ! -e "$T/s.analysis.h5" ] && ok || bad "a refused analyze left s.analysis.h5"
+# every figure likewise, writing nothing
+figs=$("$A" plot --list | awk 'NR > 1 && /^[a-z]/ {print $1}')
+[ "$(echo "$figs" | wc -w)" -ge 12 ] && ok || bad "plot --list gave: $figs"
+for f in $figs; do
+    expect 1 "$A" plot $f "$T/s.h5" -o "$T/f.pdf"
+    has "$T/err" "stage-aware support is not there yet for the $f figure: $T/s.h5 is a staged trace"
+    one_line
+    [ ! -e "$T/f.pdf" ] && ok || bad "refused figure $f left f.pdf"
+done
+# the viewer
+expect 1 env SDL_VIDEODRIVER=dummy "$A" view "$T/s.h5"
+has "$T/err" "stage-aware support is not there yet in the viewer: $T/s.h5 is a staged trace"
+one_line
+
+# --windows: refused with the fix where no recorded layer is windowed
+expect 2 "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" --out "$T/w.h5" --windows 0
+has "$T/err" "--windows 0: no recorded layer uses window attention (this model's attention is global): leave --windows out"
+one_line
+[ ! -e "$T/w.h5" ] && ok || bad "a refused record left w.h5"
+expect 0 "$A" record --help; has_wrapped "$T/out" "--windows LIST"
+
+# version 2 traces: written and read as before
+expect 0 "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" --out "$T/v.h5" --windows all --threads 1 --quiet
+py 'import h5py,sys; f=h5py.File(sys.argv[1]); a=f.attrs
+assert a["format_version"] == 2 and list(a["grid"]) and "num_tokens" in a, dict(a)
+assert "scope" not in f["layers/00"].attrs and f["layers/00/attn"].ndim == 4' "$T/v.h5"
+expect 0 "$A" analyze "$T/v.h5" --metrics entropy,distance --quiet
+expect 0 "$A" plot attention "$T/v.h5" -o "$T/v.png" --dpi 40
+expect 0 "$A" info "$T/v.h5"; has "$T/out" "^tokens"
+printf 'key q\n' >"$T/v.txt"
+expect 0 env SDL_VIDEODRIVER=dummy "$A" view "$T/v.h5" --script "$T/v.txt"
+t_done
