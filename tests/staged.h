@@ -36,8 +36,10 @@ static inline void staged_config(vit_config *c, vit_pad_order pad) {
     c->patch_norm = 1, c->shift_windows = 1, c->pad_order = pad, c->window_clamp = VIT_CLAMP_TIMM;
 }
 
-/* One stage, GLOBAL, over a grid of side `grid` (2 px patches): the big maps that are chunked by
- * query rows. */
+/* One stage, GLOBAL, over a grid of side `grid` (2 px patches). Not a model vit_config_validate
+ * accepts (a Swin stage is windowed, and the config keys have no scope), so no trace can be
+ * written for it: it only feeds record_parse_windows the staged model with global layers that
+ * later scopes (PVT, CaiT) will bring. */
 static inline void staged_config_global(vit_config *c, int grid) {
     staged_config(c, VIT_PAD_FIRST);
     c->img_size = 2 * grid;
@@ -45,6 +47,17 @@ static inline void staged_config_global(vit_config *c, int grid) {
     c->stage[0] = (vit_stage){.depth = 1, .embed_dim = 8, .num_heads = 1, .mlp_hidden = 32,
                               .scope = VIT_SCOPE_GLOBAL};
     c->depth = 1;
+}
+
+/* A monolithic ViT without a class token over a grid of side `grid` (2 px patches): one global
+ * map of grid^2 tokens per head, the big maps that are chunked by query rows. */
+static inline void staged_config_flat(vit_config *c, int grid) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "custom");
+    c->img_size = 2 * grid, c->patch_size = 2, c->in_chans = 3, c->num_classes = 5, c->qkv_bias = 1;
+    c->global_pool = VIT_POOL_AVG, c->ln_eps = 1e-6f, c->crop_pct = 0.9f;
+    for (int i = 0; i < 3; i++) c->mean[i] = 0.5f, c->std[i] = 0.25f;
+    c->depth = 1, c->embed_dim = 8, c->num_heads = 1, c->mlp_hidden = 32;
 }
 
 /* The logit of query token t over key token u (flat grid indices of a gw-wide grid; -1: a pad
