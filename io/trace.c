@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "../core/kernels.h"
+#include "../core/mech.h"
 #include "atomic.h"
 #include "h5util.h"
 #include "model.h"
@@ -81,7 +82,7 @@ static const char *q_dset_name(const vit_config *c, trace_quantity q, int l) {
 static int q_heads(const trace_spec *s, trace_quantity q, int l, int *ids) {
     vit_extra x;
     if ((q == TRACE_Q_X0 || q == TRACE_Q_X1) && vit_extra_info(&s->cfg, l, q - TRACE_Q_X0, &x) &&
-        s->cfg.attn[l].kind == VIT_ATTN_REFINER) {
+        vit_mech_of(&s->cfg, l)->maps) { /* map work's extras run over its own heads */
         if (ids)
             for (int h = 0; h < x.heads; h++) ids[h] = h;
         return x.heads;
@@ -136,21 +137,13 @@ static const char *q_axes(trace_quantity q) {
 }
 
 static const char *q_description(const vit_config *c, trace_quantity q, int l) {
-    const vit_attn_kind k = c->attn[l].kind;
+    const vit_mech *m = vit_mech_of(c, l);
     vit_extra x;
     switch (q) {
-    case TRACE_Q_ATTN:
-        return k == VIT_ATTN_LSLA ? "softmax(scores) + outer bias: the map that multiplies x (or v)"
-             : k == VIT_ATTN_REFINER ? "the reduced maps (H after expansion and convolution): the map that multiplies the values"
-             : "softmax(scores): the map that multiplies the values";
-    case TRACE_Q_SCORES:
-        return k == VIT_ATTN_LSLA ? "(q x^T) * DS (or scale) + inner bias, before the softmax"
-             : k == VIT_ATTN_LESS ? "Psi(Theta(previous scores)^T)^T, before the softmax"
-             : k == VIT_ATTN_MAIT ? "mask applied to q k^T * scale (see mask_mode), before the softmax"
-             : "q k^T * scale before the softmax";
+    case TRACE_Q_ATTN: return m->attn_doc ? m->attn_doc : "softmax(scores): the map that multiplies the values";
+    case TRACE_Q_SCORES: return m->scores_doc ? m->scores_doc : "q k^T * scale before the softmax";
     case TRACE_Q_Q: return "per-head queries after the projection";
-    case TRACE_Q_K: return k == VIT_ATTN_LSLA ? "per-head keys: the normalised block input x itself"
-                                             : "per-head keys after the projection";
+    case TRACE_Q_K: return m->k_doc ? m->k_doc : "per-head keys after the projection";
     case TRACE_Q_TOKENS: return "block output (residual stream after the MLP)";
     default: return vit_extra_info(c, l, q - TRACE_Q_X0, &x) ? x.description : "";
     }
@@ -225,6 +218,27 @@ static hid_t open_dset(hid_t loc, const char *name, hsize_t chunk0) {
 
 static void layer_group_name(char *buf, size_t n, int layer) { snprintf(buf, n, "layers/%02d", layer); }
 
+/* A mechanism's trace attributes as HDF5 attributes of the layer group (ctx: its hid_t). */
+typedef struct {
+    vit_mech_writer w;
+} attr_writer;
+static hid_t attr_group(vit_mech_writer *w) { return *(const hid_t *)w->ctx; }
+static void attr_num(vit_mech_writer *w, const char *key, double v) { w->failed |= h5u_attr_int(attr_group(w), key, (int)v) != 0; }
+static void attr_bool(vit_mech_writer *w, const char *key, int v) { w->failed |= h5u_attr_int(attr_group(w), key, v) != 0; }
+static void attr_str(vit_mech_writer *w, const char *key, const char *v) { w->failed |= h5u_attr_str(attr_group(w), key, v) != 0; }
+static void attr_floats(vit_mech_writer *w, const char *key, const float *v, int n) {
+    w->failed |= h5u_attr_floats(attr_group(w), key, v, n) != 0;
+}
+static void attr_nums(vit_mech_writer *w, const char *key, const double *v, int n) {
+    int iv[VIT_MAX_MASK_HEADS];
+    if (n > VIT_MAX_MASK_HEADS) { /* integer lists are per head */
+        w->failed = 1;
+        return;
+    }
+    for (int i = 0; i < n; i++) iv[i] = (int)v[i];
+    w->failed |= h5u_attr_ints(attr_group(w), key, iv, n) != 0;
+}
+
 /* The layer group's attributes: its mechanism and every setting of it; with the model's weights,
  * the mechanism's learnt maps under params/ (full tables, as vit_static_fill gives them). */
 static int layer_attrs(hid_t g, const trace_spec *s, int l) {
@@ -235,38 +249,17 @@ static int layer_attrs(hid_t g, const trace_spec *s, int l) {
     rc |= h5u_attr_str(g, "mechanism", vit_attn_name(a->kind));
     rc |= h5u_attr_int(g, "num_tokens", vit_num_tokens(c));
     rc |= h5u_attr_ints(g, "heads", s->heads, s->n_heads);
-    if (a->kind != VIT_ATTN_LESS) {
+    const vit_mech *m = vit_mech_of(c, l);
+    if (vit_has_keys(c, l)) {
         const float scale = vit_attn_scale(c, l);
-        if (!(a->kind == VIT_ATTN_LSLA && a->dynamic_scale)) rc |= h5u_attr_floats(g, "scale", &scale, 1);
+        /* a mechanism with its own product scale (LSLA's DS) states it in its attributes */
+        if (!m->product_scale) rc |= h5u_attr_floats(g, "scale", &scale, 1);
         rc |= h5u_attr_int(g, "qk_head_dim", vit_qk_head_dim(c, l));
     }
-    switch (a->kind) {
-    case VIT_ATTN_LMSA: rc |= h5u_attr_int(g, "qk_dim", a->qk_dim); break;
-    case VIT_ATTN_LSLA:
-        rc |= h5u_attr_str(g, "scale_mode", a->dynamic_scale ? "dynamic" : "fixed");
-        rc |= h5u_attr_str(g, "inner_bias", vit_bias_name(a->inner_bias));
-        rc |= h5u_attr_str(g, "outer_bias", vit_bias_name(a->outer_bias));
-        rc |= h5u_attr_str(g, "values", a->value_proj ? "v (QXV)" : "x (QXX)");
-        rc |= h5u_attr_int(g, "proj", !a->no_proj);
-        break;
-    case VIT_ATTN_LESS: rc |= h5u_attr_int(g, "scores_from_layer", l - 1); break;
-    case VIT_ATTN_MAIT: {
-        int ms[VIT_MAX_MASK_HEADS];
-        for (int h = 0; h < c->num_heads; h++) ms[h] = a->mask_size[h];
-        rc |= h5u_attr_ints(g, "mask_size", ms, c->num_heads);
-        rc |= h5u_attr_str(g, "mask_mode", vit_mask_mode_name(a->mask_mode));
-        rc |= h5u_attr_str(g, "mask_rule", "patch rows and columns outside the R x R neighbourhood; "
-                       "prefix-token rows and columns are never masked");
-        if (a->mask_mode == VIT_MASK_SOFT && s->params && s->params->blocks[l].mask_alpha)
-            rc |= h5u_attr_floats(g, "mask_alpha", s->params->blocks[l].mask_alpha, c->num_heads);
-        break;
-    }
-    case VIT_ATTN_REFINER:
-        rc |= h5u_attr_int(g, "expanded_heads", a->expanded_heads);
-        rc |= h5u_attr_int(g, "kernel_size", a->kernel_size);
-        break;
-    default: break;
-    }
+    attr_writer w = {{.ctx = &g, .num = attr_num, .floats = attr_floats, .boolean = attr_bool,
+                      .str = attr_str, .nums = attr_nums}};
+    if (m->trace_attrs) m->trace_attrs(c, s->params, l, &w.w);
+    rc |= w.w.failed;
     vit_static st;
     if (!s->params || !vit_static_info(c, l, 0, NULL)) return rc;
     hid_t pg = H5Gcreate2(g, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -305,7 +298,7 @@ static int layer_attrs(hid_t g, const trace_spec *s, int l) {
 static const char *q_dims(const vit_config *c, trace_quantity q, int l) {
     if (q == TRACE_Q_TOKENS) return "image,token,channel";
     if (q == TRACE_Q_Q || q == TRACE_Q_K) return "image,head,token,qk_channel";
-    if ((q == TRACE_Q_X0 || q == TRACE_Q_X1) && c->attn[l].kind == VIT_ATTN_REFINER)
+    if ((q == TRACE_Q_X0 || q == TRACE_Q_X1) && vit_mech_of(c, l)->maps)
         return "image,expanded_head,query,key";
     return "image,head,query,key";
 }

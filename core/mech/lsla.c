@@ -250,6 +250,8 @@ static void static_fill(const vit_config *c, const vit_params *p, int l, int i, 
 
 static void trace_attrs(const vit_config *c, const vit_params *p, int l, vit_mech_writer *w) {
     const vit_attn *a = &c->attn[l];
+    const float scale = vit_attn_scale(c, l);
+    if (!a->dynamic_scale) w->floats(w, "scale", &scale, 1);
     w->str(w, "scale_mode", a->dynamic_scale ? "dynamic" : "fixed");
     w->str(w, "inner_bias", vit_bias_name(a->inner_bias));
     w->str(w, "outer_bias", vit_bias_name(a->outer_bias));
