@@ -14,7 +14,7 @@
 
 static as_status validate(const vit_config *c, int l, const vit_geom *g, as_error *err) {
     const char *n = vit_mech_model_name(c);
-    const int H = c->num_heads;
+    const int H = g->H;
     if (g->j == 0)
         return as_fail(err, AS_ERR_CONFIG,
                        "%s: block %d is a less-attention block, but no vanilla block comes "

@@ -29,7 +29,7 @@ static void write(const vit_config *c, int l, vit_mech_writer *w) {
 
 static as_status validate(const vit_config *c, int l, const vit_geom *g, as_error *err) {
     const vit_attn *a = &c->attn[l];
-    const int H = c->num_heads;
+    const int H = g->H;
     if (a->qk_dim < H || a->qk_dim % H != 0)
         return as_fail(err, AS_ERR_CONFIG,
                        "%s: block %d: lmsa qk_dim %d is not a positive multiple of num_heads "

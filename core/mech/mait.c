@@ -71,7 +71,7 @@ static void write(const vit_config *c, int l, vit_mech_writer *w) {
 static as_status validate(const vit_config *c, int l, const vit_geom *g, as_error *err) {
     const vit_attn *a = &c->attn[l];
     const char *n = vit_mech_model_name(c);
-    const int H = c->num_heads, G = g->gw;
+    const int H = g->H, G = g->gw;
     if (H > VIT_MAX_MASK_HEADS)
         return as_fail(err, AS_ERR_CONFIG, "%s: block %d: mait masks describe at most %d "
                        "heads, the model has %d", n, l, VIT_MAX_MASK_HEADS, H);
