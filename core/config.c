@@ -501,11 +501,11 @@ as_status vit_config_validate(const vit_config *c, as_error *err) {
  * A v and output projection. */
 static void cost_attn(const vit_config *c, int l, vit_cost *o) {
     const vit_mech *m = vit_mech_of(c, l);
-    const double D = c->embed_dim, H = c->num_heads, T = vit_num_tokens(c), Hd = D / H;
     vit_geom g;
     vit_block_geom(c, l, &g);
+    const double D = g.D, H = g.H, T = g.T, Hd = D / H;
     m->cost(c, l, &g, o);
-    vit_cost_add(o, VIT_COMP_ATTN_VALUES, 0, H * T * T * Hd, 0);
+    vit_cost_add(o, VIT_COMP_ATTN_VALUES, 0, H * vit_mech_score_entries(&g) * Hd, 0);
     if (!m->has_proj || m->has_proj(&c->attn[l])) vit_cost_add(o, VIT_COMP_PROJ, D * D + D, T * D * D, T * D);
 }
 

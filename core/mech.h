@@ -217,7 +217,18 @@ static inline void vit_mech_problem_grid(const vit_geom *g, int *gh, int *gw) {
     *gw = g->scope == VIT_SCOPE_WINDOW ? g->M : g->gw;
 }
 
+/* ---- the frame's per-problem step (any scope) -------------------------------------------------
+ * One problem from q, k to the map that multiplies the values, in A (Tq, Tk): the scaled q k^T
+ * (when the mechanism has keys; p->scale), the mechanism's scores hook, a copy to p->keep, the
+ * pre-softmax scores to `scores` when not NULL, the softmax, the after_softmax hook. GLOBAL
+ * blocks call it per (image, head); WINDOW blocks per (window, head) on gathered rows. */
+void vit_mech_problem_forward(const vit_mech *m, const vit_mech_block *b, const vit_attn_problem *p,
+                              float *A, float *scores);
+
 /* ---- shared pieces the modules use (the frame's, written once) ------------------------------ */
+/* Score entries of one head over all problems of an image (T^2 in GLOBAL scope): what costs
+ * per map entry multiply. */
+static inline double vit_mech_score_entries(const vit_geom *g) { return (double)g->problems * g->Tq * g->Tk; }
 /* o[k] += params, macs; flops += 2 macs + other. */
 void vit_cost_add(vit_cost *o, vit_component k, double params, double macs, double other);
 /* The fused qkv projection: its layout, specs and cost (vanilla, MaiT, Refiner). */

@@ -296,10 +296,9 @@ typedef struct {
     float *ao;             /* (n, T, D) output before proj */
 } attn_job;
 
-/* One attention problem of image b, head h: scores to softmax, leaving the map that multiplies
- * the values in A. The mechanism's hooks run per problem; everything per element is here or in
- * the hook, never an indirect call per element. Single-threaded BLAS: the problems are spread
- * over OpenMP threads. */
+/* GLOBAL scope: the problem of image b, head h (all T tokens), its q/k records, then the
+ * frame's per-problem step. The mechanism's hooks run per problem, never per element.
+ * Single-threaded BLAS: the problems are spread over OpenMP threads. */
 static void attn_head(const attn_job *j, int b, int h) {
     const vit_mech *m = j->m;
     const int T = j->T, H = j->H, dq = j->dq;
@@ -315,20 +314,12 @@ static void attn_head(const attn_job *j, int b, int h) {
     if (j->q.base) {
         p.q = head_at(&j->q, T, b, h);
         p.k = head_at(&j->k, T, b, h);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, dq, j->scale, p.q, p.ldq, p.k,
-                    p.ldk, 0.0f, A, T);
-        if (m->scores) m->scores(j->mb, &p, A);
-        if (p.keep) memcpy(p.keep, A, TT * sizeof(float));
         for (int t = 0; t < T && (j->q_out || j->k_out); t++) {
             if (j->q_out) memcpy(j->q_out + (bh * T + t) * dq, p.q + (size_t)t * p.ldq, (size_t)dq * sizeof(float));
             if (j->k_out) memcpy(j->k_out + (bh * T + t) * dq, p.k + (size_t)t * p.ldk, (size_t)dq * sizeof(float));
         }
-    } else {
-        m->scores(j->mb, &p, A); /* no keys: the mechanism makes the scores */
     }
-    if (j->scores) memcpy(j->scores + bh * TT, A, TT * sizeof(float));
-    kernels_softmax_rows(A, T, T);
-    if (m->after_softmax) m->after_softmax(j->mb, &p, A);
+    vit_mech_problem_forward(m, j->mb, &p, A, j->scores ? j->scores + bh * TT : NULL);
 }
 
 static void attn_values(const attn_job *j, int b, int h) {

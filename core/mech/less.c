@@ -108,11 +108,11 @@ static void params_backward(const vit_mech_block *b, const vit_block_params *gb,
 }
 
 static void cost(const vit_config *c, int l, const vit_geom *g, vit_cost *o) {
-    const double D = c->embed_dim, H = c->num_heads, T = vit_num_tokens(c);
-    const double bias = c->qkv_bias ? 1 : 0, softmax = 5 * H * T * T;
+    const double D = g->D, H = g->H, T = g->T, P = vit_mech_score_entries(g), N = g->Tq;
+    const double bias = c->qkv_bias ? 1 : 0, softmax = 5 * H * P;
     vit_cost_add(o, VIT_COMP_QKV, D * (D + bias), T * D * D, T * D * bias);
-    /* Theta then Psi: two (T x T) @ (T x T) products per head */
-    vit_cost_add(o, VIT_COMP_ATTN_MAPS, 2 * T * T, 2 * H * T * T * T, 0);
+    /* Theta then Psi: two (N x N) @ (N x N) products per head */
+    vit_cost_add(o, VIT_COMP_ATTN_MAPS, 2 * N * N, 2 * H * P * N, 0);
     vit_cost_add(o, VIT_COMP_ATTN_SCORES, 0, 0, softmax);
 }
 

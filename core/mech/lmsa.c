@@ -68,10 +68,10 @@ static void specs(const vit_mech_block *b, vit_block_params *bp, vit_spec_sink *
 }
 
 static void cost(const vit_config *c, int l, const vit_geom *g, vit_cost *o) {
-    const double D = c->embed_dim, H = c->num_heads, T = vit_num_tokens(c), Q = c->attn[l].qk_dim;
-    const double bias = c->qkv_bias ? 1 : 0, maps = H * T * T, softmax = 5 * maps;
+    const double D = g->D, H = g->H, T = g->T, P = vit_mech_score_entries(g), Q = c->attn[l].qk_dim;
+    const double bias = c->qkv_bias ? 1 : 0, maps = H * P, softmax = 5 * maps;
     vit_cost_add(o, VIT_COMP_QKV, (2 * Q + D) * (D + bias), T * D * (2 * Q + D), T * (2 * Q + D) * bias);
-    vit_cost_add(o, VIT_COMP_ATTN_SCORES, 0, T * T * Q, maps + softmax);
+    vit_cost_add(o, VIT_COMP_ATTN_SCORES, 0, P * Q, maps + softmax);
 }
 
 static void trace_attrs(const vit_config *c, const vit_params *p, int l, vit_mech_writer *w) {

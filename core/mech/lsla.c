@@ -199,17 +199,20 @@ static void params_backward(const vit_mech_block *b, const vit_block_params *gb,
 
 static void cost(const vit_config *c, int l, const vit_geom *g, vit_cost *o) {
     const vit_attn *a = &c->attn[l];
-    const double D = c->embed_dim, H = c->num_heads, T = vit_num_tokens(c);
-    const double bias = c->qkv_bias ? 1 : 0, maps = H * T * T, softmax = 5 * maps;
-    const double W = g->prefix == 0 ? 2.0 * g->gw - 1 : 0; /* relative table side */
+    const double D = g->D, H = g->H, T = g->T, P = vit_mech_score_entries(g), N2 = (double)g->Tq * g->Tk;
+    const double bias = c->qkv_bias ? 1 : 0, maps = H * P, softmax = 5 * maps;
+    int gh, gw;
+    vit_mech_problem_grid(g, &gh, &gw);
+    const double W = g->prefix == 0 ? 2.0 * gw - 1 : 0; /* relative table side */
     vit_cost_add(o, VIT_COMP_QKV, D * (D + bias), T * D * D, T * D * bias);
     if (a->value_proj) vit_cost_add(o, VIT_COMP_QKV, D * (D + bias), T * D * D, T * D * bias);
-    /* q x^T, then DS (T x T, shared by the heads) or the fixed scale, then the inner bias */
-    vit_cost_add(o, VIT_COMP_ATTN_SCORES, a->dynamic_scale ? T * T : 0, T * T * D, maps + softmax);
+    /* q x^T, then DS (one problem's N x N, shared by the heads) or the fixed scale, then the
+     * inner bias */
+    vit_cost_add(o, VIT_COMP_ATTN_SCORES, a->dynamic_scale ? N2 : 0, P * D, maps + softmax);
     const vit_bias_kind b[2] = {a->inner_bias, a->outer_bias};
     for (int i = 0; i < 2; i++) {
         if (b[i] == VIT_BIAS_NONE) continue;
-        const double p = b[i] == VIT_BIAS_FULL ? maps : W * W * H;
+        const double p = b[i] == VIT_BIAS_FULL ? H * N2 : W * W * H;
         vit_cost_add(o, i == 0 ? VIT_COMP_ATTN_SCORES : VIT_COMP_ATTN_MAPS, p, 0, maps);
     }
 }

@@ -154,11 +154,11 @@ static void params_backward(const vit_mech_block *b, const vit_block_params *gb,
 
 static void cost(const vit_config *c, int l, const vit_geom *g, vit_cost *o) {
     const vit_attn *a = &c->attn[l];
-    const double H = c->num_heads, T = vit_num_tokens(c);
+    const double H = g->H, P = vit_mech_score_entries(g);
     vit_mech_fused_cost(c, l, g, o);
     double masked = 0;
     for (int h = 0; h < H && h < VIT_MAX_MASK_HEADS; h++) masked += a->mask_size[h] > 0;
-    vit_cost_add(o, VIT_COMP_ATTN_SCORES, a->mask_mode == VIT_MASK_SOFT ? H : 0, 0, masked * T * T);
+    vit_cost_add(o, VIT_COMP_ATTN_SCORES, a->mask_mode == VIT_MASK_SOFT ? H : 0, 0, masked * P);
 }
 
 static int statics(const vit_config *c, int l, vit_static *v) {

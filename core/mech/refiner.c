@@ -165,9 +165,9 @@ static void maps_backward(const vit_mech_block *b, const vit_block_params *gb, c
 
 static void cost(const vit_config *c, int l, const vit_geom *g, vit_cost *o) {
     const vit_attn *a = &c->attn[l];
-    const double H = c->num_heads, T = vit_num_tokens(c), E = a->expanded_heads, k = a->kernel_size;
+    const double H = g->H, P = vit_mech_score_entries(g), E = a->expanded_heads, k = a->kernel_size;
     vit_mech_fused_cost(c, l, g, o);
-    vit_cost_add(o, VIT_COMP_ATTN_MAPS, E * H + E * k * k + H * E, (E * H + E * k * k + H * E) * T * T, 0);
+    vit_cost_add(o, VIT_COMP_ATTN_MAPS, E * H + E * k * k + H * E, (E * H + E * k * k + H * E) * P, 0);
 }
 
 static int extra(const vit_config *c, int l, int i, vit_extra *out) {

@@ -2,8 +2,11 @@
  * the pieces every module shares: spec naming, the fused qkv projection, cost bookkeeping. */
 #include "../mech.h"
 
+#include <cblas.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "../kernels.h"
 
 extern const vit_mech vit_mech_vanilla, vit_mech_lmsa, vit_mech_lsla, vit_mech_less, vit_mech_mait,
     vit_mech_refiner;
@@ -80,6 +83,22 @@ void vit_mech_spec(vit_spec_sink *s, const float **slot, const char *suffix, int
     (*s->n)++;
 }
 
+void vit_mech_problem_forward(const vit_mech *m, const vit_mech_block *b, const vit_attn_problem *p,
+                              float *A, float *scores) {
+    const size_t TT = (size_t)p->Tq * p->Tk;
+    if (p->q) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->Tq, p->Tk, p->dq, p->scale, p->q,
+                    p->ldq, p->k, p->ldk, 0.0f, A, p->Tk);
+        if (m->scores) m->scores(b, p, A);
+        if (p->keep) memcpy(p->keep, A, TT * sizeof(float));
+    } else {
+        m->scores(b, p, A); /* no keys: the mechanism makes the scores */
+    }
+    if (scores) memcpy(scores, A, TT * sizeof(float));
+    kernels_softmax_rows(A, p->Tq, p->Tk);
+    if (m->after_softmax) m->after_softmax(b, p, A);
+}
+
 void vit_cost_add(vit_cost *o, vit_component k, double params, double macs, double other) {
     o->params[k] += params;
     o->macs[k] += macs;
@@ -104,8 +123,8 @@ void vit_mech_fused_specs(const vit_mech_block *b, vit_block_params *bp, vit_spe
 }
 
 void vit_mech_fused_cost(const vit_config *c, int l, const vit_geom *g, vit_cost *o) {
-    const double D = c->embed_dim, H = c->num_heads, T = vit_num_tokens(c), Hd = D / H;
-    const double bias = c->qkv_bias ? 1 : 0, maps = H * T * T, softmax = 5 * maps;
+    const double D = g->D, H = g->H, T = g->T, P = vit_mech_score_entries(g), Hd = D / H;
+    const double bias = c->qkv_bias ? 1 : 0, maps = H * P, softmax = 5 * maps;
     vit_cost_add(o, VIT_COMP_QKV, 3 * D * (D + bias), T * D * 3 * D, T * 3 * D * bias);
-    vit_cost_add(o, VIT_COMP_ATTN_SCORES, 0, H * T * T * Hd, maps + softmax);
+    vit_cost_add(o, VIT_COMP_ATTN_SCORES, 0, H * P * Hd, maps + softmax);
 }
