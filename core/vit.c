@@ -258,30 +258,6 @@ void vit_add_bias(float *A, const float *bias, vit_bias_kind kind, int H, int h,
     }
 }
 
-/* MaiT: applies head h's mask to its (T, T) scores, row by row: for the query patch (qy, qx),
- * key rows of the grid more than r away are masked whole, the others outside [qx - r, qx + r].
- * Prefix tokens' rows and columns are never masked (the class token aggregates globally; a
- * covering mask equals no mask). alpha is read in soft mode only. */
-void vit_mait_apply(float *A, const vit_attn *at, const float *alpha, int h, int T, int prefix,
-                       int G) {
-    const int r = at->mask_size[h] / 2;
-    const int neg = at->mask_mode == VIT_MASK_NEG_INF;
-    const float out = at->mask_mode == VIT_MASK_SOFT ? alpha[h] : 0.0f;
-    for (int i = prefix; i < T; i++) {
-        const int qy = (i - prefix) / G, qx = (i - prefix) % G;
-        float *row = A + (size_t)i * T + prefix;
-        for (int ky = 0; ky < G; ky++) {
-            float *seg = row + (size_t)ky * G;
-            const int near = ky >= qy - r && ky <= qy + r;
-            const int x0 = near ? (qx - r > 0 ? qx - r : 0) : G, x1 = near ? (qx + r < G ? qx + r + 1 : G) : G;
-            for (int kx = 0; kx < G; kx++) {
-                if (kx >= x0 && kx < x1) continue;
-                seg[kx] = neg ? -INFINITY : seg[kx] * out;
-            }
-        }
-    }
-}
-
 /* Everything one block's attention needs besides its weights. */
 typedef struct {
     const vit_mech *m;

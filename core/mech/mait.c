@@ -4,13 +4,35 @@
 #include "../mech.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "../attn_ops.h"
-
 #define WR(ptr) ((float *)(uintptr_t)(ptr))
+
+/* MaiT: applies head h's mask to its (T, T) scores, row by row: for the query patch (qy, qx),
+ * key rows of the grid more than r away are masked whole, the others outside [qx - r, qx + r].
+ * Prefix tokens' rows and columns are never masked (the class token aggregates globally; a
+ * covering mask equals no mask). alpha is read in soft mode only. */
+static void mait_apply(float *A, const vit_attn *at, const float *alpha, int h, int T, int prefix, int G) {
+    const int r = at->mask_size[h] / 2;
+    const int neg = at->mask_mode == VIT_MASK_NEG_INF;
+    const float out = at->mask_mode == VIT_MASK_SOFT ? alpha[h] : 0.0f;
+    for (int i = prefix; i < T; i++) {
+        const int qy = (i - prefix) / G, qx = (i - prefix) % G;
+        float *row = A + (size_t)i * T + prefix;
+        for (int ky = 0; ky < G; ky++) {
+            float *seg = row + (size_t)ky * G;
+            const int near = ky >= qy - r && ky <= qy + r;
+            const int x0 = near ? (qx - r > 0 ? qx - r : 0) : G, x1 = near ? (qx + r < G ? qx + r + 1 : G) : G;
+            for (int kx = 0; kx < G; kx++) {
+                if (kx >= x0 && kx < x1) continue;
+                seg[kx] = neg ? -INFINITY : seg[kx] * out;
+            }
+        }
+    }
+}
 
 static const vit_mech_key keys[] = {
     {"mask_size", "an odd R for every head (or the heads listed in \"heads\"), or an array with one per head (0 = unmasked)"},
@@ -113,7 +135,7 @@ static void specs(const vit_mech_block *b, vit_block_params *bp, vit_spec_sink *
 
 static void scores(const vit_mech_block *b, const vit_attn_problem *p, float *A) {
     if (p->h < VIT_MAX_MASK_HEADS && b->at->mask_size[p->h])
-        vit_mait_apply(A, b->at, b->bp->mask_alpha, p->h, p->Tq, p->prefix, p->gw);
+        mait_apply(A, b->at, b->bp->mask_alpha, p->h, p->Tq, p->prefix, p->gw);
 }
 
 static void head_backward(const vit_mech_block *b, vit_mech_head_bwd *x) {
@@ -130,13 +152,13 @@ static void head_backward(const vit_mech_block *b, vit_mech_head_bwd *x) {
         for (size_t i = 0; i < TT; i++) all += (double)(x->X[i] *= x->dS[i]);
         vit_attn z = *at;
         z.mask_mode = VIT_MASK_ZERO;
-        vit_mait_apply(x->X, &z, NULL, h, T, p->prefix, p->gw);
+        mait_apply(x->X, &z, NULL, h, T, p->prefix, p->gw);
         for (size_t i = 0; i < TT; i++) kept += x->X[i];
         *x->scal = all - kept;
     }
     vit_attn m = *at;
     if (m.mask_mode == VIT_MASK_NEG_INF) m.mask_mode = VIT_MASK_ZERO;
-    vit_mait_apply(x->dS, &m, b->bp->mask_alpha, h, T, p->prefix, p->gw);
+    mait_apply(x->dS, &m, b->bp->mask_alpha, h, T, p->prefix, p->gw);
 }
 
 static void params_backward(const vit_mech_block *b, const vit_block_params *gb, const vit_tape *tape,
@@ -183,7 +205,7 @@ static void static_fill(const vit_config *c, const vit_params *p, int l, int i, 
     zero.mask_mode = VIT_MASK_ZERO;
     for (size_t e = 0; e < (size_t)H * TT; e++) out[e] = 1.0f;
     for (int h = 0; h < H && h < VIT_MAX_MASK_HEADS; h++)
-        if (at->mask_size[h]) vit_mait_apply(out + (size_t)h * TT, &zero, NULL, h, T, vit_num_prefix(c), vit_grid(c));
+        if (at->mask_size[h]) mait_apply(out + (size_t)h * TT, &zero, NULL, h, T, vit_num_prefix(c), vit_grid(c));
 }
 
 static int check(const vit_config *c, const vit_params *p, int l, char *msg, size_t n) {

@@ -8,9 +8,18 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../attn_ops.h"
-
 #define WR(ptr) ((float *)(uintptr_t)(ptr))
+
+/* Refiner's k x k convolution of a (T, T) map with zero padding k / 2, one tap (u, v) at a
+ * time: out[i][j] += w[u][v] * in[i + dy][j + dx] for i in [i0, i1), j in [j0, j1). */
+typedef struct {
+    int dy, dx, i0, i1, j0, j1;
+} conv_tap;
+
+static conv_tap conv_tap_at(int T, int k, int u, int v) {
+    const int dy = u - k / 2, dx = v - k / 2;
+    return (conv_tap){dy, dx, dy < 0 ? -dy : 0, dy > 0 ? T - dy : T, dx < 0 ? -dx : 0, dx > 0 ? T - dx : T};
+}
 
 static const vit_mech_key keys[] = {
     {"expanded_heads", "H', the heads after expansion (1..4096; required)"},
@@ -87,7 +96,7 @@ static void maps(const vit_mech_block *b, float *A, float *const *ext, int Tq, i
         for (int u = 0; u < k; u++)
             for (int v = 0; v < k; v++) {
                 const float wt = w[u * k + v];
-                const vit_conv_tap c = vit_conv_tap_at(T, k, u, v);
+                const conv_tap c = conv_tap_at(T, k, u, v);
                 for (int i = c.i0; i < c.i1; i++) {
                     float *orow = o + (size_t)i * T;
                     const float *irow = in + (size_t)(i + c.dy) * T + c.dx;
@@ -122,7 +131,7 @@ static void refine_backward(float *dA, float *dEx, float *dCv, float *part, cons
         for (int u = 0; u < k; u++)
             for (int v = 0; v < k; v++) {
                 const float wt = w[u * k + v];
-                const vit_conv_tap c = vit_conv_tap_at(T, k, u, v);
+                const conv_tap c = conv_tap_at(T, k, u, v);
                 double acc = 0;
                 for (int i = c.i0; i < c.i1; i++) {
                     const float *orow = go + (size_t)i * T;
