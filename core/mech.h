@@ -140,7 +140,7 @@ enum {
 
 typedef struct vit_mech {
     const char *name;    /* as in configs and traces: "lsla" */
-    const char *summary; /* one line for docs and `info` */
+    const char *summary; /* one line: what it computes (docs, and the frame's messages) */
     unsigned flags;
     unsigned scopes;     /* bit (1 << vit_scope) for each scope it can run in */
     const vit_mech_key *keys; /* its own config keys ("type", "blocks", "scale" are the frame's) */
