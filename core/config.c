@@ -1,5 +1,6 @@
 /* config.c: the built-in timm architecture table, validation and closed-form cost counts. */
 #include "config.h"
+#include "mech.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -88,10 +89,6 @@ static const char *const vit_interp_names[] = {[VIT_INTERP_BICUBIC] = "bicubic",
 _Static_assert(sizeof vit_interp_names / sizeof vit_interp_names[0] == VIT_INTERP_COUNT,
                "interpolation names");
 
-static const char *const vit_attn_names[] = {
-    [VIT_ATTN_VANILLA] = "vanilla", [VIT_ATTN_LMSA] = "lmsa", [VIT_ATTN_LSLA] = "lsla",
-    [VIT_ATTN_LESS] = "less",       [VIT_ATTN_MAIT] = "mait", [VIT_ATTN_REFINER] = "refiner"};
-_Static_assert(sizeof vit_attn_names / sizeof vit_attn_names[0] == VIT_ATTN_COUNT, "attn names");
 static const char *const vit_bias_names[] = {
     [VIT_BIAS_NONE] = "none", [VIT_BIAS_FULL] = "full", [VIT_BIAS_RELATIVE] = "relative"};
 _Static_assert(sizeof vit_bias_names / sizeof vit_bias_names[0] == VIT_BIAS_COUNT, "bias names");
@@ -106,7 +103,8 @@ static int name_index(const char *const *names, int n, const char *s) {
 }
 
 const char *vit_attn_name(vit_attn_kind k) {
-    return (unsigned)k < VIT_ATTN_COUNT ? vit_attn_names[k] : "?";
+    const vit_mech *m = vit_mech_get_kind(k);
+    return m ? m->name : "?";
 }
 const char *vit_bias_name(vit_bias_kind b) {
     return (unsigned)b < VIT_BIAS_COUNT ? vit_bias_names[b] : "?";
@@ -114,7 +112,11 @@ const char *vit_bias_name(vit_bias_kind b) {
 const char *vit_mask_mode_name(vit_mask_mode m) {
     return (unsigned)m < VIT_MASK_COUNT ? vit_mask_names[m] : "?";
 }
-int vit_attn_parse(const char *s) { return name_index(vit_attn_names, VIT_ATTN_COUNT, s); }
+int vit_attn_parse(const char *s) {
+    for (int k = 0; s && k < vit_mech_count(); k++)
+        if (strcmp(vit_mech_get_kind((vit_attn_kind)k)->name, s) == 0) return k;
+    return -1;
+}
 int vit_bias_parse(const char *s) { return name_index(vit_bias_names, VIT_BIAS_COUNT, s); }
 int vit_mask_mode_parse(const char *s) { return name_index(vit_mask_names, VIT_MASK_COUNT, s); }
 
@@ -373,17 +375,33 @@ int vit_num_prefix(const vit_config *c) { return (c->class_token ? 1 : 0) + (c->
 int vit_num_tokens(const vit_config *c) { return vit_num_prefix(c) + vit_num_patches(c); }
 int vit_head_dim(const vit_config *c) { return c->embed_dim / c->num_heads; }
 
-int vit_has_keys(const vit_config *c, int l) { return c->attn[l].kind != VIT_ATTN_LESS; }
+int vit_has_keys(const vit_config *c, int l) {
+    const vit_mech *m = vit_mech_of(c, l);
+    vit_mech_layout lay;
+    if (!m) return 0; /* an unknown kind: vit_config_validate refuses it */
+    m->layout(c, l, &lay);
+    return lay.src[0] != VIT_SRC_NONE;
+}
+
+/* The block's own head width D / H (a staged block's stage width and heads). */
+static int block_head_dim(const vit_config *c, int l) {
+    vit_geom g;
+    vit_block_geom(c, l, &g);
+    return g.H > 0 ? g.D / g.H : 0;
+}
 
 int vit_qk_head_dim(const vit_config *c, int l) {
     if (!vit_has_keys(c, l)) return 0;
-    return c->attn[l].kind == VIT_ATTN_LMSA ? c->attn[l].qk_dim / c->num_heads : vit_head_dim(c);
+    const vit_mech *m = vit_mech_of(c, l);
+    return m->qk_head_dim ? m->qk_head_dim(c, l) : block_head_dim(c, l); /* has keys: m is known */
 }
 
 int vit_attn_heads(const vit_config *c, int l) {
-    const vit_attn *a = &c->attn[l];
-    return a->kind == VIT_ATTN_REFINER && a->expanded_heads > c->num_heads ? a->expanded_heads
-                                                                          : c->num_heads;
+    const vit_mech *m = vit_mech_of(c, l);
+    if (m && m->map_heads) return m->map_heads(c, l);
+    vit_geom g;
+    vit_block_geom(c, l, &g);
+    return g.H;
 }
 
 int vit_any_attn(const vit_config *c, vit_attn_kind k) {
@@ -395,133 +413,51 @@ int vit_any_attn(const vit_config *c, vit_attn_kind k) {
 float vit_attn_scale(const vit_config *c, int l) {
     if (c->attn[l].scale > 0.0f) return c->attn[l].scale;
     const int d = vit_qk_head_dim(c, l);
-    return 1.0f / sqrtf((float)(d > 0 ? d : vit_head_dim(c)));
+    return 1.0f / sqrtf((float)(d > 0 ? d : block_head_dim(c, l)));
 }
 
 void vit_attn_describe(const vit_config *c, int l, char *buf, size_t n) {
     const vit_attn *a = &c->attn[l];
+    const vit_mech *m = vit_mech_of(c, l);
     int w = snprintf(buf, n, "%s", vit_attn_name(a->kind));
     size_t u = w > 0 ? (size_t)w : 0;
-#define PUT(...) do { if (u < n) { w = snprintf(buf + u, n - u, __VA_ARGS__); u += w > 0 ? (size_t)w : 0; } } while (0)
-    switch (a->kind) {
-    case VIT_ATTN_LMSA: PUT(" qk_dim=%d (%d per head)", a->qk_dim, a->qk_dim / c->num_heads); break;
-    case VIT_ATTN_LSLA:
-        PUT(" %s, inner %s, outer %s, %s%s", a->dynamic_scale ? "DS" : "fixed scale",
-            vit_bias_name(a->inner_bias), vit_bias_name(a->outer_bias), a->value_proj ? "QXV" : "QXX",
-            a->no_proj ? ", NP" : "");
-        break;
-    case VIT_ATTN_LESS: PUT(" (reuses the previous block's scores)"); break;
-    case VIT_ATTN_MAIT:
-        PUT(" R=[");
-        for (int h = 0; h < c->num_heads && h < VIT_MAX_MASK_HEADS; h++) PUT("%s%d", h ? "," : "", a->mask_size[h]);
-        PUT("] %s", vit_mask_mode_name(a->mask_mode));
-        break;
-    case VIT_ATTN_REFINER: PUT(" H'=%d k=%d", a->expanded_heads, a->kernel_size); break;
-    default: break;
+    if (m && m->describe && u < n) {
+        m->describe(c, l, buf + u, n - u);
+        u += strlen(buf + u);
     }
-    if (a->scale > 0) PUT(" scale=%g", (double)a->scale);
-#undef PUT
+    if (a->scale > 0 && u < n) snprintf(buf + u, n - u, " scale=%g", (double)a->scale);
 }
 
-/* The square side of the token set, or 0 when the tokens do not form an M x M window. */
-static int token_window(const vit_config *c) {
-    return vit_num_prefix(c) == 0 ? vit_grid(c) : 0;
-}
-
+/* The frame's checks of block l's attention (kind, scope, scale), then the mechanism's own. */
 static as_status validate_attn(const vit_config *c, int l, as_error *err) {
     const char *n = c->name[0] ? c->name : "model";
     const vit_attn *a = &c->attn[l];
-    const int H = c->num_heads, G = vit_grid(c);
-    if ((unsigned)a->kind >= VIT_ATTN_COUNT)
+    const vit_mech *m = vit_mech_get_kind(a->kind);
+    if (!m)
         return as_fail(err, AS_ERR_CONFIG, "%s: block %d: unknown attention kind %d", n, l, (int)a->kind);
+    vit_geom g;
+    vit_block_geom(c, l, &g);
+    if (!(m->scopes & (1u << g.scope))) {
+        char ok[128] = "";
+        size_t u = 0;
+        for (int k = 0; k < vit_mech_count() && u < sizeof ok; k++)
+            if (vit_mech_get_kind((vit_attn_kind)k)->scopes & (1u << g.scope)) {
+                int w = snprintf(ok + u, sizeof ok - u, "%s%s", u ? ", " : "", vit_attn_name((vit_attn_kind)k));
+                u += w > 0 ? (size_t)w : 0;
+            }
+        char where[64] = "";
+        if (c->n_stages > 0) snprintf(where, sizeof where, " (stage %d, block %d there)", g.stage, g.j);
+        return as_fail(err, AS_ERR_CONFIG, "%s: block %d%s: %s attention cannot run in %s scope: "
+                       "use one of %s there (\"type\" in \"attention\")", n, l, where, m->name,
+                       vit_scope_name(g.scope), ok);
+    }
     if (!(a->scale >= 0.0f) || isinf(a->scale))
         return as_fail(err, AS_ERR_CONFIG, "%s: block %d: scale must be a positive number, or "
                        "absent for 1/sqrt(head width)", n, l);
-    if (a->scale > 0.0f && (a->kind == VIT_ATTN_LESS || (a->kind == VIT_ATTN_LSLA && a->dynamic_scale)))
-        return as_fail(err, AS_ERR_CONFIG, "%s: block %d: \"scale\" has no effect on %s: %s", n,
-                       l, a->kind == VIT_ATTN_LESS ? "less-attention (it reuses the previous "
-                       "block's scores)" : "lsla with a dynamic scale (the learnable DS replaces it)",
-                       a->kind == VIT_ATTN_LESS ? "remove it" : "remove it, or set \"dynamic_scale\": "
-                       "false to use it as the fixed scale");
-    switch (a->kind) {
-    case VIT_ATTN_LMSA:
-        if (a->qk_dim < H || a->qk_dim % H != 0)
-            return as_fail(err, AS_ERR_CONFIG,
-                           "%s: block %d: lmsa qk_dim %d is not a positive multiple of num_heads "
-                           "%d: use a multiple of %d (%d is the extreme setting, 1 per head)",
-                           n, l, a->qk_dim, H, H, H);
-        break;
-    case VIT_ATTN_LSLA:
-        if ((unsigned)a->inner_bias >= VIT_BIAS_COUNT || (unsigned)a->outer_bias >= VIT_BIAS_COUNT)
-            return as_fail(err, AS_ERR_CONFIG, "%s: block %d: unknown lsla bias kind", n, l);
-        if ((a->inner_bias == VIT_BIAS_RELATIVE || a->outer_bias == VIT_BIAS_RELATIVE) &&
-            !token_window(c))
-            return as_fail(err, AS_ERR_CONFIG,
-                           "%s: block %d: relative position biases need the %d tokens to form a "
-                           "square M x M window, but %d of them are class/distillation tokens: "
-                           "use \"full\" bias tables, or class_token false with global_pool "
-                           "\"avg\"", n, l, vit_num_tokens(c), vit_num_prefix(c));
-        break;
-    case VIT_ATTN_LESS: {
-        const vit_attn_kind prev = l > 0 ? c->attn[l - 1].kind : VIT_ATTN_COUNT;
-        if (l == 0)
-            return as_fail(err, AS_ERR_CONFIG,
-                           "%s: block 0 is a less-attention block, but no vanilla block comes "
-                           "before it in its stage to compute the scores it reuses: make block 0 "
-                           "vanilla", n);
-        if (prev == VIT_ATTN_LSLA || prev == VIT_ATTN_REFINER)
-            return as_fail(err, AS_ERR_CONFIG,
-                           "%s: block %d: a less-attention block transforms the previous block's "
-                           "q k^T scores, but block %d is %s, which has none of that shape: put a "
-                           "vanilla (or lmsa, mait, less) block before it", n, l, l - 1,
-                           vit_attn_name(prev));
-        /* Theta and Psi mix the entries of a row: one -inf makes the whole row NaN */
-        if (prev == VIT_ATTN_MAIT && c->attn[l - 1].mask_mode == VIT_MASK_NEG_INF)
-            for (int h = 0; h < H && h < VIT_MAX_MASK_HEADS; h++)
-                if (c->attn[l - 1].mask_size[h])
-                    return as_fail(err, AS_ERR_CONFIG,
-                                   "%s: block %d: a less-attention block transforms the previous "
-                                   "block's scores, but block %d is mait in \"neg_inf\" mode, whose "
-                                   "masked scores are -inf (Theta and Psi would make them NaN): use "
-                                   "mask_mode \"zero\" or \"soft\" there, or put a vanilla block "
-                                   "between", n, l, l - 1);
-        break;
-    }
-    case VIT_ATTN_MAIT:
-        if (H > VIT_MAX_MASK_HEADS)
-            return as_fail(err, AS_ERR_CONFIG, "%s: block %d: mait masks describe at most %d "
-                           "heads, the model has %d", n, l, VIT_MAX_MASK_HEADS, H);
-        if ((unsigned)a->mask_mode >= VIT_MASK_COUNT)
-            return as_fail(err, AS_ERR_CONFIG, "%s: block %d: unknown mask mode", n, l);
-        for (int h = 0; h < VIT_MAX_MASK_HEADS; h++) {
-            const int R = a->mask_size[h];
-            if (R == 0) continue;
-            if (h >= H)
-                return as_fail(err, AS_ERR_CONFIG, "%s: block %d: a mask for head %d, but the "
-                               "model has %d heads", n, l, h, H);
-            if (R % 2 == 0)
-                return as_fail(err, AS_ERR_CONFIG, "%s: block %d head %d: mask size %d is even: "
-                               "use an odd size (3, 5, ...) centred on the query patch", n, l, h, R);
-            if (R > 2 * G - 1)
-                return as_fail(err, AS_ERR_CONFIG,
-                               "%s: block %d head %d: mask size %d is larger than the %dx%d patch "
-                               "grid: use at most %d (every patch then sees the whole grid), or "
-                               "leave the head unmasked", n, l, h, R, G, G, 2 * G - 1);
-        }
-        break;
-    case VIT_ATTN_REFINER:
-        if (a->expanded_heads < 1 || a->expanded_heads > 4096)
-            return as_fail(err, AS_ERR_CONFIG, "%s: block %d: refiner expanded_heads must be "
-                           "1..4096 (got %d)", n, l, a->expanded_heads);
-        if (a->kernel_size < 1 || a->kernel_size % 2 == 0 || a->kernel_size > 2 * vit_num_tokens(c) ||
-            a->kernel_size > VIT_MAX_KERNEL)
-            return as_fail(err, AS_ERR_CONFIG, "%s: block %d: refiner kernel_size %d must be odd "
-                           "and at most twice the token count and %d (1 is a per-head scale)", n, l,
-                           a->kernel_size, VIT_MAX_KERNEL);
-        break;
-    default: break;
-    }
-    return AS_OK;
+    if (a->scale > 0.0f && (m->flags & VIT_MECH_NO_SCALE))
+        return as_fail(err, AS_ERR_CONFIG, "%s: block %d: \"scale\" has no effect on %s (%s): "
+                       "remove it", n, l, m->name, m->summary);
+    return m->validate ? m->validate(c, l, &g, err) : AS_OK;
 }
 
 /* A staged model (Swin): the stages, their windows and the mechanisms in them. Each message
@@ -598,16 +534,8 @@ static as_status validate_stages(const vit_config *c, as_error *err) {
     for (int l = 0; l < c->depth; l++) {
         vit_geom g;
         vit_block_geom(c, l, &g);
-        const vit_attn *a = &c->attn[l];
-        /* window attention runs the vanilla mechanism only, until mechanisms declare scopes */
-        if (g.scope == VIT_SCOPE_WINDOW && a->kind != VIT_ATTN_VANILLA)
-            return as_fail(err, AS_ERR_CONFIG, "%s: block %d (stage %d, block %d there): %s "
-                           "attention cannot run in window scope yet (only vanilla does): use "
-                           "\"type\": \"vanilla\" for blocks 0-%d in \"attention\"", n, l, g.stage,
-                           g.j, vit_attn_name(a->kind), c->depth - 1);
-        if (!(a->scale >= 0.0f) || isinf(a->scale))
-            return as_fail(err, AS_ERR_CONFIG, "%s: block %d: scale must be a positive number, or "
-                           "absent for 1/sqrt(head width)", n, l);
+        as_status ast = validate_attn(c, l, err);
+        if (ast != AS_OK) return ast;
         /* every size product of a block fits an int: the activations (T x MLP width) and the
          * maps of all windows of an image */
         const double maps = (double)g.problems * g.Tq * g.Tk * g.H;
@@ -709,94 +637,45 @@ as_status vit_config_validate(const vit_config *c, as_error *err) {
     return AS_OK;
 }
 
-/* Closed-form counts. Each entry adds params, MACs (products and convolutions only) and the
- * remaining elementwise flops of one piece of the forward pass. */
-static void cost_add(vit_cost_part *o, vit_component k, double params, double macs, double other) {
-    o->params[k] += params;
-    o->macs[k] += macs;
-    o->flops[k] += 2 * macs + other;
-}
-
-/* One block's attention: projections, scores, map work, values, output projection. */
+/* One block's attention: the mechanism's projections, scores and map work, then the frame's
+ * A v and output projection, over every row the block projects (vit_mech_rows: window slots,
+ * padding included, in WINDOW scope). */
 static void cost_attn(const vit_config *c, int l, vit_cost_part *o) {
-    const vit_attn *a = &c->attn[l];
-    const double D = c->embed_dim, H = c->num_heads, T = vit_num_tokens(c), Hd = D / H;
-    const double bias = c->qkv_bias ? 1 : 0, maps = H * T * T, softmax = 5 * maps;
-    const double W = token_window(c) ? 2.0 * token_window(c) - 1 : 0; /* relative table side */
-    switch (a->kind) {
-    case VIT_ATTN_LMSA: {
-        const double Q = a->qk_dim;
-        cost_add(o, VIT_COMP_QKV, (2 * Q + D) * (D + bias), T * D * (2 * Q + D), T * (2 * Q + D) * bias);
-        cost_add(o, VIT_COMP_ATTN_SCORES, 0, T * T * Q, maps + softmax);
-        break;
-    }
-    case VIT_ATTN_LSLA: {
-        cost_add(o, VIT_COMP_QKV, D * (D + bias), T * D * D, T * D * bias);
-        if (a->value_proj) cost_add(o, VIT_COMP_QKV, D * (D + bias), T * D * D, T * D * bias);
-        /* q x^T, then DS (T x T, shared by the heads) or the fixed scale, then the inner bias */
-        cost_add(o, VIT_COMP_ATTN_SCORES, a->dynamic_scale ? T * T : 0, T * T * D, maps + softmax);
-        const vit_bias_kind b[2] = {a->inner_bias, a->outer_bias};
-        for (int i = 0; i < 2; i++) {
-            if (b[i] == VIT_BIAS_NONE) continue;
-            const double p = b[i] == VIT_BIAS_FULL ? maps : W * W * H;
-            cost_add(o, i == 0 ? VIT_COMP_ATTN_SCORES : VIT_COMP_ATTN_MAPS, p, 0, maps);
-        }
-        break;
-    }
-    case VIT_ATTN_LESS:
-        cost_add(o, VIT_COMP_QKV, D * (D + bias), T * D * D, T * D * bias);
-        /* Theta then Psi: two (T x T) @ (T x T) products per head */
-        cost_add(o, VIT_COMP_ATTN_MAPS, 2 * T * T, 2 * H * T * T * T, 0);
-        cost_add(o, VIT_COMP_ATTN_SCORES, 0, 0, softmax);
-        break;
-    default: {
-        cost_add(o, VIT_COMP_QKV, 3 * D * (D + bias), T * D * 3 * D, T * 3 * D * bias);
-        cost_add(o, VIT_COMP_ATTN_SCORES, 0, H * T * T * Hd, maps + softmax);
-        if (a->kind == VIT_ATTN_MAIT) {
-            double masked = 0;
-            for (int h = 0; h < H && h < VIT_MAX_MASK_HEADS; h++) masked += a->mask_size[h] > 0;
-            cost_add(o, VIT_COMP_ATTN_SCORES, a->mask_mode == VIT_MASK_SOFT ? H : 0, 0,
-                     masked * T * T);
-        } else if (a->kind == VIT_ATTN_REFINER) {
-            const double E = a->expanded_heads, k = a->kernel_size;
-            cost_add(o, VIT_COMP_ATTN_MAPS, E * H + E * k * k + H * E,
-                     (E * H + E * k * k + H * E) * T * T, 0);
-        }
-        break;
-    }
-    }
-    cost_add(o, VIT_COMP_ATTN_VALUES, 0, H * T * T * Hd, 0);
-    if (!(a->kind == VIT_ATTN_LSLA && a->no_proj)) cost_add(o, VIT_COMP_PROJ, D * D + D, T * D * D, T * D);
+    const vit_mech *m = vit_mech_of(c, l);
+    vit_geom g;
+    vit_block_geom(c, l, &g);
+    const double D = g.D, H = g.H, T = vit_mech_rows(&g), Hd = D / H;
+    m->cost(c, l, &g, o);
+    vit_cost_add(o, VIT_COMP_ATTN_VALUES, 0, H * vit_mech_score_entries(&g) * Hd, 0);
+    if (!m->has_proj || m->has_proj(&c->attn[l])) vit_cost_add(o, VIT_COMP_PROJ, D * D + D, T * D * D, T * D);
 }
 
 /* A staged model's stage s: its patch merging and blocks, over the windows each block runs in
  * (padded windows count in full, as timm computes them: q/k/v and proj over every window slot,
- * the MLP over the real tokens). */
+ * the MLP over the real tokens). The attention is the mechanism's (cost_attn); a WINDOW block
+ * adds the frame's relative position bias and shift mask. */
 static void cost_stage(const vit_config *c, int s, vit_cost_part *o) {
     const vit_stage *st = &c->stage[s];
     const int first = vit_stage_first_block(c, s);
     vit_geom g;
     vit_block_geom(c, first, &g);
-    const double C = g.D, T = (double)g.gh * g.gw, bias = c->qkv_bias ? 1 : 0;
+    const double C = g.D, T = (double)g.gh * g.gw;
     if (st->down == VIT_DOWN_MERGE) {
         /* LayerNorm(4C') then Linear(4C' -> C) without bias, on the merged grid */
         const double Cin = c->stage[s - 1].embed_dim;
-        cost_add(o, VIT_COMP_NORM, 2 * 4 * Cin, 0, 8 * T * 4 * Cin);
-        cost_add(o, VIT_COMP_DOWNSAMPLE, 4 * Cin * C, T * 4 * Cin * C, 0);
+        vit_cost_add(o, VIT_COMP_NORM, 2 * 4 * Cin, 0, 8 * T * 4 * Cin);
+        vit_cost_add(o, VIT_COMP_DOWNSAMPLE, 4 * Cin * C, T * 4 * Cin * C, 0);
     }
     for (int l = first; l < first + st->depth; l++) {
         vit_block_geom(c, l, &g);
-        const double H = g.H, hd = C / H, N = (double)g.M * g.M, P = g.problems * N;
-        const double Hm = g.Hm, maps = g.problems * H * N * N, W = 2.0 * g.M - 1;
-        cost_add(o, VIT_COMP_NORM, 2 * 2 * C, 0, 2 * 8 * T * C);
-        cost_add(o, VIT_COMP_QKV, 3 * C * (C + bias), P * C * 3 * C, P * 3 * C * bias);
-        /* q k^T, the scale, the relative position bias, the shift mask, the softmax */
-        cost_add(o, VIT_COMP_ATTN_SCORES, W * W * H, maps * hd,
-                 maps + maps + (g.shift ? maps : 0) + 5 * maps);
-        cost_add(o, VIT_COMP_ATTN_VALUES, 0, maps * hd, 0);
-        cost_add(o, VIT_COMP_PROJ, C * C + C, P * C * C, P * C);
-        cost_add(o, VIT_COMP_MLP, 2 * C * Hm + Hm + C, 2 * T * C * Hm,
-                 T * Hm + T * C + 8 * T * Hm + 2 * T * C);
+        const double H = g.H, Hm = g.Hm, maps = H * vit_mech_score_entries(&g), W = 2.0 * g.M - 1;
+        vit_cost_add(o, VIT_COMP_NORM, 2 * 2 * C, 0, 2 * 8 * T * C);
+        cost_attn(c, l, o);
+        /* the relative position bias table and its add, the shift mask */
+        if (g.scope == VIT_SCOPE_WINDOW)
+            vit_cost_add(o, VIT_COMP_ATTN_SCORES, W * W * H, 0, maps + (g.shift ? maps : 0));
+        vit_cost_add(o, VIT_COMP_MLP, 2 * C * Hm + Hm + C, 2 * T * C * Hm,
+                     T * Hm + T * C + 8 * T * Hm + 2 * T * C);
     }
 }
 
@@ -815,26 +694,26 @@ void vit_config_cost(const vit_config *c, vit_cost *out) {
     const double C = c->num_classes, heads = c->distilled ? 2 : 1;
     memset(out, 0, sizeof *out);
     out->n_stages = vit_num_stages(c);
-    cost_add(&out->stem, VIT_COMP_PATCH_EMBED, K * D + D, Np * K * D, Np * D);
+    vit_cost_add(&out->stem, VIT_COMP_PATCH_EMBED, K * D + D, Np * K * D, Np * D);
     if (c->n_stages > 0) {
-        if (c->patch_norm) cost_add(&out->stem, VIT_COMP_NORM, 2 * D, 0, 8 * Np * D);
+        if (c->patch_norm) vit_cost_add(&out->stem, VIT_COMP_NORM, 2 * D, 0, 8 * Np * D);
         for (int s = 0; s < c->n_stages; s++) cost_stage(c, s, &out->stage[s]);
         /* final norm and average pooling over the last grid, then the classifier */
         vit_geom g;
         vit_block_geom(c, c->depth - 1, &g);
         const double Cl = g.D, Tl = (double)g.gh * g.gw;
-        cost_add(&out->head, VIT_COMP_NORM, 2 * Cl, 0, 8 * Tl * Cl);
-        cost_add(&out->head, VIT_COMP_HEAD, C > 0 ? Cl * C + C : 0, C * Cl, Tl * Cl + C);
+        vit_cost_add(&out->head, VIT_COMP_NORM, 2 * Cl, 0, 8 * Tl * Cl);
+        vit_cost_add(&out->head, VIT_COMP_HEAD, C > 0 ? Cl * C + C : 0, C * Cl, Tl * Cl + C);
     } else {
-        cost_add(&out->stem, VIT_COMP_TOKENS, vit_num_prefix(c) * D + T * D, 0, T * D);
+        vit_cost_add(&out->stem, VIT_COMP_TOKENS, vit_num_prefix(c) * D + T * D, 0, T * D);
         /* two norms per block plus the final norm; ~8 flops per element (mean, var, scale, shift) */
-        cost_add(&out->stage[0], VIT_COMP_NORM, 2 * L * 2 * D, 0, 2 * L * 8 * T * D);
-        cost_add(&out->head, VIT_COMP_NORM, 2 * D, 0, 8 * T * D);
+        vit_cost_add(&out->stage[0], VIT_COMP_NORM, 2 * L * 2 * D, 0, 2 * L * 8 * T * D);
+        vit_cost_add(&out->head, VIT_COMP_NORM, 2 * D, 0, 8 * T * D);
         for (int l = 0; l < c->depth; l++) cost_attn(c, l, &out->stage[0]);
         /* two GEMMs, their biases, GELU (~8 flops per element) and the two residual adds */
-        cost_add(&out->stage[0], VIT_COMP_MLP, L * (2 * D * Hm + Hm + D), L * 2 * T * D * Hm,
+        vit_cost_add(&out->stage[0], VIT_COMP_MLP, L * (2 * D * Hm + Hm + D), L * 2 * T * D * Hm,
                  L * (T * Hm + T * D + 8 * T * Hm + 2 * T * D));
-        if (C > 0) cost_add(&out->head, VIT_COMP_HEAD, heads * (D * C + C), heads * D * C, heads * C);
+        if (C > 0) vit_cost_add(&out->head, VIT_COMP_HEAD, heads * (D * C + C), heads * D * C, heads * C);
     }
     vit_cost_part *parts[VIT_MAX_STAGES + 2] = {&out->stem, &out->head};
     for (int s = 0; s < out->n_stages; s++) parts[2 + s] = &out->stage[s];

@@ -14,8 +14,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "attn_ops.h"
 #include "kernels.h"
+#include "mech.h"
 
 /* Gradient tensors are bound like the weights (const float * in vit_params) but point into
  * memory the caller made writable. */
@@ -29,19 +29,11 @@ static size_t carve(char *base, size_t *off, size_t bytes_wanted, void **view) {
 }
 #define CARVE_F(base, off, n, view) carve(base, off, (n) * sizeof(float), (void **)(view))
 
-/* Floats of per-image partial gradients one block can need: Refiner's reduce, expand and
- * kernels. */
-static size_t part_floats(const vit_config *c) {
-    const size_t H = (size_t)c->num_heads;
-    size_t most = 0;
-    for (int l = 0; l < c->depth; l++) {
-        const vit_attn *at = &c->attn[l];
-        size_t need = 0;
-        if (at->kind == VIT_ATTN_REFINER)
-            need = 2 * (size_t)at->expanded_heads * H + (size_t)at->expanded_heads * at->kernel_size * at->kernel_size;
-        if (need > most) most = need;
-    }
-    return most;
+/* Some block's mechanism works on whole maps (Refiner): its gradients need dext. */
+static int any_maps(const vit_config *c) {
+    for (int l = 0; l < c->depth; l++)
+        if (vit_mech_of(c, l)->maps) return 1;
+    return 0;
 }
 
 size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws) {
@@ -67,13 +59,12 @@ size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws
     CARVE_F(p, &off, b * Hmax * T * T, &v->dA);
     CARVE_F(p, &off, b * Hmax * T * T, &v->dS);
     CARVE_F(p, &off, b * Hmax * T * T, &v->dX);
-    const int less = vit_any_attn(c, VIT_ATTN_LESS);
-    if (less || vit_any_attn(c, VIT_ATTN_LSLA)) CARVE_F(p, &off, b * H * T * T, &v->dY);
-    if (less)
+    if (vit_mech_any(c, VIT_MECH_WS_DY)) CARVE_F(p, &off, b * H * T * T, &v->dY);
+    if (vit_mech_any(c, VIT_MECH_REUSES_SCORES))
         for (int i = 0; i < 2; i++) CARVE_F(p, &off, b * H * T * T, &v->dkeep[i]);
-    if (vit_any_attn(c, VIT_ATTN_REFINER)) /* E is then the largest H' */
+    if (any_maps(c)) /* E is then the largest map work's heads */
         for (int i = 0; i < VIT_MAX_EXTRAS; i++) CARVE_F(p, &off, b * E * T * T, &v->dext[i]);
-    const size_t part = part_floats(c);
+    const size_t part = vit_mech_part_floats(c);
     if (part) CARVE_F(p, &off, b * part, &v->part);
     carve(p, &off, b * H * sizeof(double), (void **)&v->scal);
     CARVE_F(p, &off, b * 2 * D, &v->dpool);
@@ -94,21 +85,6 @@ static void linear_backward(float *dW, float *db, float *dx, int dx_accumulate, 
     if (db) kernels_colsum_add(db, dy, M, N, ldy, 1.0f, ones);
     if (dx)
         kernels_gemm(0, 0, M, K, N, 1.0f, dy, ldy, W, K, dx_accumulate ? 1.0f : 0.0f, dx, K);
-}
-
-/* A bias table's gradient from the summed (T, T) gradient of head h (see vit_add_bias). */
-static void bias_backward(float *gb, const float *g, vit_bias_kind kind, int H, int h, int T, int M) {
-    if (kind == VIT_BIAS_FULL) {
-        float *gh = gb + (size_t)h * T * T;
-        for (size_t i = 0; i < (size_t)T * T; i++) gh[i] += g[i];
-    } else if (kind == VIT_BIAS_RELATIVE) {
-        for (int i = 0; i < T; i++)
-            for (int j = 0; j < T; j++) {
-                const int yi = i / M, xi = i % M, yj = j / M, xj = j % M;
-                const size_t idx = (size_t)(yi - yj + M - 1) * (2 * M - 1) + (size_t)(xi - xj + M - 1);
-                gb[idx * H + h] += g[(size_t)i * T + j];
-            }
-    }
 }
 
 /* ---- losses ---- */
@@ -137,11 +113,10 @@ double vit_loss_ce(const float *logits, const int *labels, int n, int C, float e
     return total / n;
 }
 
-static int is_less(const vit_config *c, int l) { return c->attn[l].kind == VIT_ATTN_LESS; }
-
-static int less_blocks(const vit_config *c) {
+/* Blocks LaViT's diagonality term applies to. */
+static int dp_blocks(const vit_config *c) {
     int k = 0;
-    for (int l = 0; l < c->depth; l++) k += is_less(c, l);
+    for (int l = 0; l < c->depth; l++) k += (vit_mech_of(c, l)->flags & VIT_MECH_DP_TERM) != 0;
     return k;
 }
 
@@ -215,95 +190,50 @@ static float *hat(const hview *v, int T, int b, int h) {
     return v->base + (size_t)b * T * v->ld + (size_t)h * v->width;
 }
 
-/* Refiner, one image: from dA (H, TT) = the gradient of the reduced maps, the gradients of
- * reduce, the kernels and expand (into part: reduce (H, E), expand (E, H), dla (E, k, k)) and
- * of the softmax maps (written over dA). */
-static void refine_backward(float *dA, float *dEx, float *dCv, float *part, const float *P,
-                            const float *Ex, const float *Cv, const vit_block_params *bp,
-                            const vit_attn *at, int H, int T) {
-    const int E = at->expanded_heads, k = at->kernel_size, TT = T * T;
-    float *dred = part, *dexp = part + (size_t)H * E, *ddla = part + 2 * (size_t)H * E;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, H, E, TT, 1.0f, dA, TT, Cv, TT, 0.0f, dred, E);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, E, TT, H, 1.0f, bp->reduce, E, dA, TT, 0.0f, dCv, TT);
-    memset(dEx, 0, (size_t)E * TT * sizeof(float));
-    for (int e = 0; e < E; e++) {
-        const float *in = Ex + (size_t)e * TT, *go = dCv + (size_t)e * TT, *w = bp->dla + (size_t)e * k * k;
-        float *gi = dEx + (size_t)e * TT;
-        for (int u = 0; u < k; u++)
-            for (int v = 0; v < k; v++) {
-                const float wt = w[u * k + v];
-                const vit_conv_tap c = vit_conv_tap_at(T, k, u, v);
-                double acc = 0;
-                for (int i = c.i0; i < c.i1; i++) {
-                    const float *orow = go + (size_t)i * T;
-                    const float *irow = in + (size_t)(i + c.dy) * T + c.dx;
-                    float *grow = gi + (size_t)(i + c.dy) * T + c.dx;
-                    for (int j = c.j0; j < c.j1; j++) {
-                        acc += (double)orow[j] * irow[j];
-                        grow[j] += wt * orow[j];
-                    }
-                }
-                ddla[(size_t)e * k * k + u * k + v] = (float)acc;
-            }
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, E, H, TT, 1.0f, dEx, TT, P, TT, 0.0f, dexp, H);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, TT, E, 1.0f, bp->expand, H, dEx, TT, 0.0f, dA, TT);
+/* A weight (or gradient) pointer of vit_block_params by its offset (vit_mech_proj). */
+static const float *block_weight(const vit_block_params *bp, size_t off) {
+    return *(const float *const *)(const void *)((const char *)bp + off);
+}
+
+/* The view of layout entry i over the tape's qkv (rows W apart) or xn (rows D apart), or its
+ * gradient's over dqkv or dxn. */
+static hview layout_view(const vit_mech_layout *lay, int i, float *qkv, float *xn, int D, int width) {
+    if (lay->src[i] == VIT_SRC_NONE) return (hview){NULL, 0, 0};
+    return lay->src[i] == VIT_SRC_X ? (hview){xn + lay->col[i], D, width}
+                                    : (hview){qkv + lay->col[i], lay->W, width};
 }
 
 /* One block's attention backward: from ws->dao to ws->dxn (the gradient of norm1's output),
- * adding every attention weight's gradient into gb. A less-attention block with dp_coef != 0
- * also takes LaViT's term and returns its sum over the block's maps (else 0). */
+ * adding every attention weight's gradient into gb. A block LaViT's term applies to, with
+ * dp_coef != 0, also takes the term and returns its sum over the block's maps (else 0). The
+ * shared steps are here; the mechanism's hooks do its map work, its per-head score gradient and
+ * its small tensors. */
 static double attention_backward(const vit_config *c, int l, const vit_block_params *bp,
                                const vit_block_params *gb, const vit_tape *tape, vit_grad_ws *ws,
                                int n, float dp_coef, vit_dp_loss dp_loss) {
-    const vit_attn *at = &c->attn[l];
+    const vit_mech *m = vit_mech_of(c, l);
     const vit_tape_block *t = &tape->blk[l];
     const int D = c->embed_dim, H = c->num_heads, T = vit_num_tokens(c), M = n * T, hd = D / H;
-    const int prefix = vit_num_prefix(c), G = vit_grid(c), dq = vit_qk_head_dim(c, l);
+    const int dq = vit_qk_head_dim(c, l);
     const size_t TT = (size_t)T * T;
-    const float scale = vit_attn_scale(c, l);
-    const int lsla = at->kind == VIT_ATTN_LSLA, less = at->kind == VIT_ATTN_LESS;
-    const int refiner = at->kind == VIT_ATTN_REFINER, mait = at->kind == VIT_ATTN_MAIT;
-    const int dyn = lsla && at->dynamic_scale;
-    /* forward views (q, k, v) and their gradients, laid out alike */
-    hview q = {0}, k = {0}, v, gq = {0}, gk = {0}, gv;
-    int W;
-    switch (at->kind) {
-    case VIT_ATTN_LMSA: {
-        const int Q = at->qk_dim;
-        W = 2 * Q + D;
-        q = (hview){t->qkv, W, Q / H};
-        k = (hview){t->qkv + Q, W, Q / H};
-        v = (hview){t->qkv + 2 * Q, W, hd};
-        break;
-    }
-    case VIT_ATTN_LSLA:
-        W = at->value_proj ? 2 * D : D;
-        q = (hview){t->qkv, W, hd};
-        k = (hview){t->xn1, D, hd};
-        v = at->value_proj ? (hview){t->qkv + D, W, hd} : k;
-        break;
-    case VIT_ATTN_LESS:
-        W = D;
-        v = (hview){t->qkv, D, hd};
-        break;
-    default:
-        W = 3 * D;
-        q = (hview){t->qkv, W, hd};
-        k = (hview){t->qkv + D, W, hd};
-        v = (hview){t->qkv + 2 * D, W, hd};
-        break;
-    }
-    /* gradients mirror the views: into dqkv, or into dxn where the view is xn1 itself */
-    const ptrdiff_t qoff = q.base ? q.base - t->qkv : 0, voff = v.base - t->qkv;
-    if (q.base) gq = (hview){ws->dqkv + qoff, W, q.width};
-    if (lsla) {
-        memset(ws->dxn, 0, (size_t)M * D * sizeof(float));
-        gk = (hview){ws->dxn, D, hd};
-    } else if (k.base) {
-        gk = (hview){ws->dqkv + (k.base - t->qkv), W, k.width};
-    }
-    gv = (lsla && !at->value_proj) ? gk : (hview){ws->dqkv + voff, W, hd};
+    const float scale = m->product_scale ? m->product_scale(c, l) : vit_attn_scale(c, l);
+    const int reuses = (m->flags & VIT_MECH_REUSES_SCORES) != 0;
+    const int dp_term = (m->flags & VIT_MECH_DP_TERM) && dp_coef != 0.0f;
+    vit_geom g;
+    vit_mech_block mb;
+    vit_mech_block_at(&mb, c, l, bp, &g);
+    int gh, gw;
+    vit_mech_problem_grid(&g, &gh, &gw);
+    vit_mech_layout lay;
+    m->layout(c, l, &lay);
+    /* forward views (q, k, v) and their gradients, laid out alike: into dqkv, or into dxn where
+     * the view is xn1 itself (then the other gradients add to it) */
+    const hview q = layout_view(&lay, 0, t->qkv, t->xn1, D, dq), k = layout_view(&lay, 1, t->qkv, t->xn1, D, dq);
+    const hview v = layout_view(&lay, 2, t->qkv, t->xn1, D, hd);
+    const hview gq = layout_view(&lay, 0, ws->dqkv, ws->dxn, D, dq), gk = layout_view(&lay, 1, ws->dqkv, ws->dxn, D, dq);
+    const hview gv = layout_view(&lay, 2, ws->dqkv, ws->dxn, D, hd);
+    const int k_x = lay.src[1] == VIT_SRC_X, v_x = lay.src[2] == VIT_SRC_X;
+    if (k_x || v_x) memset(ws->dxn, 0, (size_t)M * D * sizeof(float));
     const hview gao = {ws->dao, D, hd};
 
     /* 1. dA = dao v^T and dv = A^T dao per (image, head) */
@@ -313,166 +243,53 @@ static double attention_backward(const vit_config *c, int l, const vit_block_par
         const float *A = t->att + (size_t)bh * TT;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, hat(&gao, T, b, h), D,
                     hat(&v, T, b, h), v.ld, 0.0f, ws->dA + (size_t)bh * TT, T);
-        /* LSLA's QXX: v is x, whose gradient the keys also add to (same head, same task) */
+        /* values that are x: the keys' gradient adds to the same rows (same head, same task) */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, A, T, hat(&gao, T, b, h), D,
-                    (lsla && !at->value_proj) ? 1.0f : 0.0f, hat(&gv, T, b, h), gv.ld);
+                    v_x ? 1.0f : 0.0f, hat(&gv, T, b, h), gv.ld);
     }
-    /* 2. Refiner: back through reduction, convolution and expansion to the softmax maps */
-    const size_t part = part_floats(c);
-    if (refiner) {
-        const size_t E = (size_t)at->expanded_heads;
-#pragma omp parallel for schedule(dynamic, 1)
-        for (int b = 0; b < n; b++)
-            refine_backward(ws->dA + (size_t)b * H * TT, ws->dext[0] + (size_t)b * E * TT,
-                            ws->dext[1] + (size_t)b * E * TT, ws->part + (size_t)b * part,
-                            t->soft + (size_t)b * H * TT, t->ext[0] + (size_t)b * E * TT,
-                            t->ext[1] + (size_t)b * E * TT, bp, at, H, T);
-        const int k2 = at->kernel_size * at->kernel_size;
-        for (int b = 0; b < n; b++) {
-            const float *pb = ws->part + (size_t)b * part;
-            for (size_t i = 0; i < (size_t)H * E; i++) {
-                WR(gb->reduce)[i] += pb[i];
-                WR(gb->expand)[i] += pb[H * E + i];
-            }
-            for (size_t i = 0; i < E * k2; i++) WR(gb->dla)[i] += pb[2 * H * E + i];
-        }
-    }
-    /* 3. per (image, head): softmax backward, the scores' own gradient from a following
-     *    less-attention block, then back to q and k (or Theta, Psi and the previous scores) */
-    const float *P = lsla ? t->ext[0] : refiner ? t->soft : t->att;
-    const float *dnext = (l + 1 < c->depth && is_less(c, l + 1)) ? ws->dkeep[(l + 1) & 1] : NULL;
-    float *dprev = less ? ws->dkeep[l & 1] : NULL;
-    const float *prev = less ? tape->blk[l - 1].keep : NULL;
+    /* 2. map work (Refiner): back to the softmax maps */
+    if (m->maps_backward) m->maps_backward(&mb, gb, t, ws, n, T, T);
+    /* 3. per (image, head): softmax backward, the scores' own gradient from a following reuse
+     *    block, the mechanism's score gradient, then back to q and k */
+    const float *P = (m->flags & VIT_MECH_SOFTMAX_EXTRA0) ? t->ext[0] : m->maps ? t->soft : t->att;
+    const float *dnext = vit_mech_next_reuses(c, l) ? ws->dkeep[(l + 1) & 1] : NULL;
+    float *dprev = reuses ? ws->dkeep[l & 1] : NULL;
+    const float *prev = reuses ? tape->blk[l - 1].keep : NULL;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < n * H; bh++) {
         const int b = bh / H, h = bh % H;
         float *dA = ws->dA + (size_t)bh * TT, *dS = ws->dS + (size_t)bh * TT, *X = ws->dX + (size_t)bh * TT;
-        if (less && dp_coef != 0.0f) ws->scal[bh] = dp_term_backward(dA, t->att + (size_t)bh * TT, T, dp_coef, dp_loss);
+        if (dp_term) ws->scal[bh] = dp_term_backward(dA, t->att + (size_t)bh * TT, T, dp_coef, dp_loss);
         kernels_softmax_backward_rows(dS, P + (size_t)bh * TT, dA, T, T);
         if (dnext)
             for (size_t i = 0; i < TT; i++) dS[i] += dnext[(size_t)bh * TT + i];
-        if (less) {
-            /* S = Psi A1, A1 = prev Theta^T: X = A1, dA1 (into dA) = Psi^T dS, dprev = dA1 Theta */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, T, 1.0f, prev + (size_t)bh * TT, T,
-                        bp->theta, T, 0.0f, X, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, T, T, 1.0f, bp->psi, T, dS, T, 0.0f, dA, T);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, T, T, 1.0f, dA, T, bp->theta, T,
-                        0.0f, dprev + (size_t)bh * TT, T);
-            continue;
-        }
-        const float *qh = hat(&q, T, b, h), *kh = hat(&k, T, b, h);
-        float *dR = dS; /* gradient of the raw product q k^T (after its scale) */
-        if (mait && h < VIT_MAX_MASK_HEADS && at->mask_size[h]) {
-            if (at->mask_mode == VIT_MASK_SOFT) {
-                /* d alpha = sum over masked entries of dS * raw; raw = scale q k^T */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, dq, scale, qh, q.ld, kh, k.ld,
-                            0.0f, X, T);
-                double all = 0, kept = 0;
-                for (size_t i = 0; i < TT; i++) all += (double)(X[i] *= dS[i]);
-                vit_attn z = *at;
-                z.mask_mode = VIT_MASK_ZERO;
-                vit_mait_apply(X, &z, NULL, h, T, prefix, G);
-                for (size_t i = 0; i < TT; i++) kept += X[i];
-                ws->scal[bh] = all - kept;
-            }
-            vit_attn m = *at;
-            if (m.mask_mode == VIT_MASK_NEG_INF) m.mask_mode = VIT_MASK_ZERO;
-            vit_mait_apply(dS, &m, bp->mask_alpha, h, T, prefix, G);
-        }
-        float s = scale;
-        if (lsla) {
-            if (dyn) {
-                /* S = (q x^T) * DS + B: X = dS * (q x^T) for DS, dR = dS * DS */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, dq, 1.0f, qh, q.ld, kh, k.ld,
-                            0.0f, X, T);
-                for (size_t i = 0; i < TT; i++) X[i] *= dS[i];
-                dR = ws->dY + (size_t)bh * TT; /* dA stays for the outer bias, dS for the inner */
-                for (size_t i = 0; i < TT; i++) dR[i] = dS[i] * bp->ds[i];
-                s = 1.0f;
-            }
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dq, T, s, dR, T, kh, k.ld, 0.0f,
+        const vit_attn_problem p = {.Tq = T, .Tk = T, .prefix = g.prefix, .gh = gh, .gw = gw, .H = H,
+                                    .h = h, .dq = dq, .scale = scale,
+                                    .q = q.base ? hat(&q, T, b, h) : NULL, .k = k.base ? hat(&k, T, b, h) : NULL,
+                                    .v = hat(&v, T, b, h), .ldq = q.ld, .ldk = k.ld, .ldv = v.ld,
+                                    .prev = prev ? prev + (size_t)bh * TT : NULL};
+        vit_mech_head_bwd x = {.p = &p, .dA = dA, .dS = dS, .X = X,
+                               .Y = ws->dY ? ws->dY + (size_t)bh * TT : NULL, .scal = ws->scal + bh,
+                               .dprev = dprev ? dprev + (size_t)bh * TT : NULL, .dR = dS, .s = scale};
+        if (m->head_backward) m->head_backward(&mb, &x);
+        if (!x.dR) continue; /* the mechanism had no q or k */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dq, T, x.s, x.dR, T, p.k, k.ld, 0.0f,
                     hat(&gq, T, b, h), gq.ld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, dq, T, s, dR, T, qh, q.ld,
-                    lsla ? 1.0f : 0.0f, hat(&gk, T, b, h), gk.ld);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, dq, T, x.s, x.dR, T, p.q, q.ld,
+                    k_x ? 1.0f : 0.0f, hat(&gk, T, b, h), gk.ld);
     }
     /* 4. the small tensors' gradients, summed over images in order */
     double dp = 0;
-    if (less && dp_coef != 0.0f)
+    if (dp_term)
         for (int bh = 0; bh < n * H; bh++) dp += ws->scal[bh];
-    if (less) {
-        /* dPsi += sum dS A1^T: per image over its heads (in parallel, into dY), then the images
-         * in order */
-#pragma omp parallel for schedule(static)
-        for (int b = 0; b < n; b++)
-            for (int h = 0; h < H; h++) {
-                const size_t bh = (size_t)b * H + h;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, T, 1.0f, ws->dS + bh * TT, T,
-                            ws->dX + bh * TT, T, h ? 1.0f : 0.0f, ws->dY + (size_t)b * TT, T);
-            }
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < TT; i++) {
-            float s = 0.0f;
-            for (int b = 0; b < n; b++) s += ws->dY[(size_t)b * TT + i];
-            WR(gb->psi)[i] += s;
-        }
-        /* dTheta += sum dA1^T prev: one GEMM over all (image, head) rows */
-        kernels_gemm(1, 0, T, T, n * H * T, 1.0f, ws->dA, T, prev, T, 1.0f, WR(gb->theta), T);
-    }
-    if (mait && at->mask_mode == VIT_MASK_SOFT)
-        for (int h = 0; h < H && h < VIT_MAX_MASK_HEADS; h++) {
-            if (!at->mask_size[h]) continue;
-            double s = 0;
-            for (int b = 0; b < n; b++) s += ws->scal[(size_t)b * H + h];
-            WR(gb->mask_alpha)[h] += (float)s;
-        }
-    if (lsla) {
-        const size_t nt = TT;
-        if (dyn) /* dDS = sum over (image, head) of dS * (q x^T), in dX */
-#pragma omp parallel for schedule(static)
-            for (size_t i = 0; i < nt; i++) {
-                double s = 0;
-                for (int bh = 0; bh < n * H; bh++) s += ws->dX[(size_t)bh * TT + i];
-                WR(gb->ds)[i] += (float)s;
-            }
-        /* bias tables: the (T, T) gradient of head h summed over images (into dX, free now),
-         * then into the table's parametrisation. Inner: dS; outer: dA (added after the softmax) */
-        for (int which = 0; which < 2; which++) {
-            const vit_bias_kind kind = which ? at->outer_bias : at->inner_bias;
-            if (!kind) continue;
-            const float *src = which ? ws->dA : ws->dS;
-#pragma omp parallel for schedule(static)
-            for (size_t i = 0; i < (size_t)H * nt; i++) {
-                const size_t h = i / nt, e = i % nt;
-                double s = 0;
-                for (int b = 0; b < n; b++) s += src[((size_t)b * H + h) * nt + e];
-                ws->dX[i] = (float)s;
-            }
-            float *table = WR(which ? gb->outer_bias : gb->inner_bias);
-            for (int h = 0; h < H; h++) bias_backward(table, ws->dX + (size_t)h * nt, kind, H, h, T, G);
-        }
-    }
-    /* 5. back through the projections into dxn */
-    float *xn = t->xn1;
-    switch (at->kind) {
-    case VIT_ATTN_LMSA: {
-        const int Q = at->qk_dim;
-        linear_backward(WR(gb->q_w), gb->q_b ? WR(gb->q_b) : NULL, ws->dxn, 0, ws->dqkv, W, xn, D, bp->q_w, M, Q, D, ws->ones);
-        linear_backward(WR(gb->k_w), gb->k_b ? WR(gb->k_b) : NULL, ws->dxn, 1, ws->dqkv + Q, W, xn, D, bp->k_w, M, Q, D, ws->ones);
-        linear_backward(WR(gb->v_w), gb->v_b ? WR(gb->v_b) : NULL, ws->dxn, 1, ws->dqkv + 2 * Q, W, xn, D, bp->v_w, M, D, D, ws->ones);
-        break;
-    }
-    case VIT_ATTN_LSLA:
-        linear_backward(WR(gb->q_w), gb->q_b ? WR(gb->q_b) : NULL, ws->dxn, 1, ws->dqkv, W, xn, D, bp->q_w, M, D, D, ws->ones);
-        if (at->value_proj)
-            linear_backward(WR(gb->v_w), gb->v_b ? WR(gb->v_b) : NULL, ws->dxn, 1, ws->dqkv + D, W, xn, D, bp->v_w, M, D, D, ws->ones);
-        break;
-    case VIT_ATTN_LESS:
-        linear_backward(WR(gb->v_w), gb->v_b ? WR(gb->v_b) : NULL, ws->dxn, 0, ws->dqkv, D, xn, D, bp->v_w, M, D, D, ws->ones);
-        break;
-    default:
-        linear_backward(WR(gb->qkv_w), gb->qkv_b ? WR(gb->qkv_b) : NULL, ws->dxn, 0, ws->dqkv, W, xn, D, bp->qkv_w, M, 3 * D, D, ws->ones);
-        break;
+    if (m->params_backward) m->params_backward(&mb, gb, tape, ws, n, T, T);
+    /* 5. back through the projections into dxn (adding to what x's own views left there) */
+    for (int i = 0; i < lay.n_proj; i++) {
+        const vit_mech_proj *pr = &lay.proj[i];
+        const float *gbias = block_weight(gb, pr->b);
+        linear_backward(WR(block_weight(gb, pr->w)), gbias ? WR(gbias) : NULL, ws->dxn,
+                        i > 0 || k_x || v_x, ws->dqkv + pr->col, lay.W, t->xn1, D,
+                        block_weight(bp, pr->w), M, pr->out, D, ws->ones);
     }
     return dp;
 }
@@ -533,7 +350,7 @@ double vit_backward(const vit_config *c, const vit_params *p, const vit_params *
                                ws->ln_scratch, M, D, eps);
     }
 
-    const int nl = less_blocks(c);
+    const int nl = dp_blocks(c);
     const double dp_norm = nl ? dp_weight / ((double)nl * n * H * T) : 0.0;
     const float dp_coef = (float)dp_norm;
     double dp = 0;

@@ -15,6 +15,7 @@
 
 #include "kernels.h"
 #include "attn_ops.h"
+#include "mech.h"
 #include "resample.h"
 
 static float *rec_layer(float **arr, int l) { return arr ? arr[l] : NULL; }
@@ -49,56 +50,20 @@ int vit_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, 
     if (c->distilled) SPEC(&p->dist_token, "dist_token", 0, 1, 1, D);
     SPEC(&p->pos_embed, "pos_embed", 0, 1, vit_num_tokens(c), D);
     if (n - 1 < max) specs[n - 1].is_pos_embed = 1;
-    const int T = vit_num_tokens(c), H = c->num_heads, W = 2 * vit_grid(c) - 1;
     for (int l = 0; l < c->depth && l < VIT_MAX_DEPTH; l++) {
         vit_block_params *b = &p->blocks[l];
         const vit_attn *at = &c->attn[l];
         SPEC(&b->norm1_w, "blocks.%d.norm1.weight", l, D);
         SPEC(&b->norm1_b, "blocks.%d.norm1.bias", l, D);
-        switch (at->kind) {
-        case VIT_ATTN_LMSA:
-            SPEC(&b->q_w, "blocks.%d.attn.q.weight", l, at->qk_dim, D);
-            if (c->qkv_bias) SPEC(&b->q_b, "blocks.%d.attn.q.bias", l, at->qk_dim);
-            SPEC(&b->k_w, "blocks.%d.attn.k.weight", l, at->qk_dim, D);
-            if (c->qkv_bias) SPEC(&b->k_b, "blocks.%d.attn.k.bias", l, at->qk_dim);
-            SPEC(&b->v_w, "blocks.%d.attn.v.weight", l, D, D);
-            if (c->qkv_bias) SPEC(&b->v_b, "blocks.%d.attn.v.bias", l, D);
-            break;
-        case VIT_ATTN_LSLA:
-            SPEC(&b->q_w, "blocks.%d.attn.q.weight", l, D, D);
-            if (c->qkv_bias) SPEC(&b->q_b, "blocks.%d.attn.q.bias", l, D);
-            if (at->value_proj) {
-                SPEC(&b->v_w, "blocks.%d.attn.v.weight", l, D, D);
-                if (c->qkv_bias) SPEC(&b->v_b, "blocks.%d.attn.v.bias", l, D);
-            }
-            if (at->dynamic_scale) SPEC(&b->ds, "blocks.%d.attn.ds", l, T, T);
-            if (at->inner_bias == VIT_BIAS_FULL) SPEC(&b->inner_bias, "blocks.%d.attn.inner_bias", l, H, T, T);
-            if (at->inner_bias == VIT_BIAS_RELATIVE)
-                SPEC(&b->inner_bias, "blocks.%d.attn.inner_bias_table", l, W * W, H);
-            if (at->outer_bias == VIT_BIAS_FULL) SPEC(&b->outer_bias, "blocks.%d.attn.outer_bias", l, H, T, T);
-            if (at->outer_bias == VIT_BIAS_RELATIVE)
-                SPEC(&b->outer_bias, "blocks.%d.attn.outer_bias_table", l, W * W, H);
-            break;
-        case VIT_ATTN_LESS:
-            SPEC(&b->v_w, "blocks.%d.attn.v.weight", l, D, D);
-            if (c->qkv_bias) SPEC(&b->v_b, "blocks.%d.attn.v.bias", l, D);
-            SPEC(&b->theta, "blocks.%d.attn.theta.weight", l, T, T);
-            SPEC(&b->psi, "blocks.%d.attn.psi.weight", l, T, T);
-            break;
-        default:
-            SPEC(&b->qkv_w, "blocks.%d.attn.qkv.weight", l, 3 * D, D);
-            if (c->qkv_bias) SPEC(&b->qkv_b, "blocks.%d.attn.qkv.bias", l, 3 * D);
-            if (at->kind == VIT_ATTN_MAIT && at->mask_mode == VIT_MASK_SOFT)
-                SPEC(&b->mask_alpha, "blocks.%d.attn.mask_alpha", l, H);
-            if (at->kind == VIT_ATTN_REFINER) {
-                const int E = at->expanded_heads, k = at->kernel_size;
-                SPEC(&b->expand, "blocks.%d.attn.expand.weight", l, E, H);
-                SPEC(&b->dla, "blocks.%d.attn.dla.weight", l, E, 1, k, k);
-                SPEC(&b->reduce, "blocks.%d.attn.reduce.weight", l, H, E);
-            }
-            break;
-        }
-        if (!(at->kind == VIT_ATTN_LSLA && at->no_proj)) {
+        /* the mechanism's tensors under the block's prefix, then the output projection */
+        const vit_mech *m = vit_mech_of(c, l);
+        vit_spec_sink sink = {specs, max, &n, ""};
+        snprintf(sink.prefix, sizeof sink.prefix, "blocks.%d", l);
+        vit_geom g;
+        vit_mech_block mb;
+        vit_mech_block_at(&mb, c, l, NULL, &g);
+        m->specs(&mb, b, &sink);
+        if (!m->has_proj || m->has_proj(at)) {
             SPEC(&b->proj_w, "blocks.%d.attn.proj.weight", l, D, D);
             SPEC(&b->proj_b, "blocks.%d.attn.proj.bias", l, D);
         }
@@ -133,8 +98,9 @@ void vit_widths(const vit_config *c, size_t *W, size_t *E) {
     *W = 3 * D;
     *E = 0;
     for (int l = 0; l < c->depth; l++) {
-        const vit_attn *at = &c->attn[l];
-        if (at->kind == VIT_ATTN_LMSA && 2 * (size_t)at->qk_dim + D > *W) *W = 2 * (size_t)at->qk_dim + D;
+        vit_mech_layout lay;
+        vit_mech_of(c, l)->layout(c, l, &lay);
+        if ((size_t)lay.W > *W) *W = (size_t)lay.W;
         for (int i = 0; i < VIT_MAX_EXTRAS; i++) {
             vit_extra x;
             if (vit_extra_info(c, l, i, &x) && (size_t)x.heads > *E) *E = (size_t)x.heads;
@@ -170,7 +136,7 @@ size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a) {
     vit_widths(c, &W, &E);
     carve(p, &off, b * T * W, &v->qkv);
     carve(p, &off, b * H * T * T, &v->att);
-    const int less = vit_any_attn(c, VIT_ATTN_LESS);
+    const int less = vit_mech_any(c, VIT_MECH_REUSES_SCORES);
     for (int i = 0; i < 2; i++) {
         v->keep[i] = v->ext[i] = NULL;
         if (less) carve(p, &off, b * H * T * T, &v->keep[i]);
@@ -194,17 +160,17 @@ size_t vit_tape_carve(const vit_config *c, int B, void *base, vit_tape *t) {
     vit_widths(c, &W, &E);
     for (int l = 0; l < c->depth; l++) {
         vit_tape_block *k = &v->blk[l];
-        const vit_attn *at = &c->attn[l];
+        const vit_mech *m = vit_mech_of(c, l);
         carve(p, &off, BTD, &k->x_in);
         carve(p, &off, BTD, &k->xn1);
         carve(p, &off, b * T * W, &k->qkv);
         carve(p, &off, maps, &k->att);
-        if (at->kind == VIT_ATTN_REFINER) carve(p, &off, maps, &k->soft);
+        if (m->maps) carve(p, &off, maps, &k->soft);
         for (int i = 0; i < VIT_MAX_EXTRAS; i++) {
             vit_extra x;
             if (vit_extra_info(c, l, i, &x)) carve(p, &off, b * (size_t)x.heads * T * T, &k->ext[i]);
         }
-        if (at->kind == VIT_ATTN_LESS || (l + 1 < c->depth && c->attn[l + 1].kind == VIT_ATTN_LESS))
+        if ((m->flags & VIT_MECH_REUSES_SCORES) || vit_mech_next_reuses(c, l))
             carve(p, &off, maps, &k->keep);
         carve(p, &off, BTD, &k->ao);
         carve(p, &off, BTD, &k->x_mid);
@@ -292,109 +258,44 @@ void vit_add_bias(float *A, const float *bias, vit_bias_kind kind, int H, int h,
     }
 }
 
-/* MaiT: applies head h's mask to its (T, T) scores, row by row: for the query patch (qy, qx),
- * key rows of the grid more than r away are masked whole, the others outside [qx - r, qx + r].
- * Prefix tokens' rows and columns are never masked (the class token aggregates globally; a
- * covering mask equals no mask). alpha is read in soft mode only. */
-void vit_mait_apply(float *A, const vit_attn *at, const float *alpha, int h, int T, int prefix,
-                       int G) {
-    const int r = at->mask_size[h] / 2;
-    const int neg = at->mask_mode == VIT_MASK_NEG_INF;
-    const float out = at->mask_mode == VIT_MASK_SOFT ? alpha[h] : 0.0f;
-    for (int i = prefix; i < T; i++) {
-        const int qy = (i - prefix) / G, qx = (i - prefix) % G;
-        float *row = A + (size_t)i * T + prefix;
-        for (int ky = 0; ky < G; ky++) {
-            float *seg = row + (size_t)ky * G;
-            const int near = ky >= qy - r && ky <= qy + r;
-            const int x0 = near ? (qx - r > 0 ? qx - r : 0) : G, x1 = near ? (qx + r < G ? qx + r + 1 : G) : G;
-            for (int kx = 0; kx < G; kx++) {
-                if (kx >= x0 && kx < x1) continue;
-                seg[kx] = neg ? -INFINITY : seg[kx] * out;
-            }
-        }
-    }
-}
-
-/* Refiner on one image's maps: expanded[e] = sum_h W_e[e, h] A[h]; convolved[e] = the k x k
- * cross-correlation of expanded[e] with dla[e] (zero padding k/2, as Conv2d with groups = H');
- * A[h] = sum_e W_r[h, e] convolved[e]. */
-static void refine(float *A, float *expanded, float *convolved, const vit_block_params *bp,
-                   const vit_attn *at, int H, int T) {
-    const int E = at->expanded_heads, k = at->kernel_size;
-    const size_t TT = (size_t)T * T;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, E, (int)TT, H, 1.0f, bp->expand, H, A,
-                (int)TT, 0.0f, expanded, (int)TT);
-    /* the convolution tap by tap: each is a shifted axpy over contiguous row segments */
-    for (int e = 0; e < E; e++) {
-        const float *in = expanded + (size_t)e * TT, *w = bp->dla + (size_t)e * k * k;
-        float *o = convolved + (size_t)e * TT;
-        memset(o, 0, TT * sizeof(float));
-        for (int u = 0; u < k; u++)
-            for (int v = 0; v < k; v++) {
-                const float wt = w[u * k + v];
-                const vit_conv_tap c = vit_conv_tap_at(T, k, u, v);
-                for (int i = c.i0; i < c.i1; i++) {
-                    float *orow = o + (size_t)i * T;
-                    const float *irow = in + (size_t)(i + c.dy) * T + c.dx;
-                    for (int j = c.j0; j < c.j1; j++) orow[j] += wt * irow[j];
-                }
-            }
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, H, (int)TT, E, 1.0f, bp->reduce, E,
-                convolved, (int)TT, 0.0f, A, (int)TT);
-}
-
 /* Everything one block's attention needs besides its weights. */
 typedef struct {
-    int n, T, D, H, prefix, G;
-    head_view q, k, v;     /* q.base NULL for less-attention */
+    const vit_mech *m;
+    const vit_mech_block *mb;
+    int n, T, D, H, prefix, gh, gw, dq;
+    float scale;           /* of q k^T */
+    head_view q, k, v;     /* q.base NULL without keys (less-attention) */
     float *att;            /* (n, H, T, T) maps that multiply the values */
     float *scores, *q_out, *k_out, *extra[VIT_MAX_EXTRAS]; /* records, or NULL */
-    const float *prev;     /* less-attention: the previous block's scores */
-    float *keep;           /* scores for the next less-attention block, or NULL */
-    float *soft;           /* Refiner in training: the softmax maps before refinement, or NULL */
+    const float *prev;     /* reuse mechanisms: the previous block's scores */
+    float *keep;           /* scores for the next reuse block, or NULL */
     float *ao;             /* (n, T, D) output before proj */
 } attn_job;
 
-/* Scores to softmax of one (image, head) pair, leaving the map that multiplies the values in
- * A. Single-threaded BLAS: the pairs are spread over OpenMP threads. */
-static void attn_head(const attn_job *j, const vit_config *c, int l, const vit_block_params *bp,
-                      int b, int h) {
-    const vit_attn *at = &c->attn[l];
-    const int T = j->T, H = j->H, dq = vit_qk_head_dim(c, l);
+/* GLOBAL scope: the problem of image b, head h (all T tokens), its q/k records, then the
+ * frame's per-problem step. The mechanism's hooks run per problem, never per element.
+ * Single-threaded BLAS: the problems are spread over OpenMP threads. */
+static void attn_head(const attn_job *j, int b, int h) {
+    const vit_mech *m = j->m;
+    const int T = j->T, H = j->H, dq = j->dq;
     const size_t bh = (size_t)b * H + h, TT = (size_t)T * T;
     float *A = j->att + bh * TT;
-    if (at->kind == VIT_ATTN_LESS) {
-        /* A^l = Psi(Theta(A^{l-1})^T)^T = Psi A^{l-1} Theta^T, with Linear(T, T) maps */
-        float *S = j->keep + bh * TT;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, T, 1.0f, j->prev + bh * TT, T,
-                    bp->theta, T, 0.0f, A, T);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, T, T, 1.0f, bp->psi, T, A, T,
-                    0.0f, S, T);
-        memcpy(A, S, TT * sizeof(float));
-    } else {
-        const float *q = head_at(&j->q, T, b, h), *k = head_at(&j->k, T, b, h);
-        const int dyn = at->kind == VIT_ATTN_LSLA && at->dynamic_scale;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, dq, dyn ? 1.0f : vit_attn_scale(c, l),
-                    q, j->q.ld, k, j->k.ld, 0.0f, A, T);
-        if (dyn)
-            for (size_t i = 0; i < TT; i++) A[i] *= bp->ds[i];
-        if (at->kind == VIT_ATTN_LSLA) vit_add_bias(A, bp->inner_bias, at->inner_bias, H, h, T, j->G);
-        if (at->kind == VIT_ATTN_MAIT && h < VIT_MAX_MASK_HEADS && at->mask_size[h])
-            vit_mait_apply(A, at, bp->mask_alpha, h, T, j->prefix, j->G);
-        if (j->keep) memcpy(j->keep + bh * TT, A, TT * sizeof(float));
+    vit_attn_problem p = {.Tq = T, .Tk = T, .prefix = j->prefix, .gh = j->gh, .gw = j->gw,
+                          .H = H, .h = h, .dq = dq, .scale = j->scale,
+                          .v = head_at(&j->v, T, b, h), .ldq = j->q.ld, .ldk = j->k.ld, .ldv = j->v.ld,
+                          .prev = j->prev ? j->prev + bh * TT : NULL,
+                          .keep = j->keep ? j->keep + bh * TT : NULL};
+    for (int i = 0; i < VIT_MAX_EXTRAS && !m->maps; i++) /* per-head extras (not map work's) */
+        p.extra[i] = j->extra[i] ? j->extra[i] + bh * TT : NULL;
+    if (j->q.base) {
+        p.q = head_at(&j->q, T, b, h);
+        p.k = head_at(&j->k, T, b, h);
         for (int t = 0; t < T && (j->q_out || j->k_out); t++) {
-            if (j->q_out) memcpy(j->q_out + (bh * T + t) * dq, q + (size_t)t * j->q.ld, (size_t)dq * sizeof(float));
-            if (j->k_out) memcpy(j->k_out + (bh * T + t) * dq, k + (size_t)t * j->k.ld, (size_t)dq * sizeof(float));
+            if (j->q_out) memcpy(j->q_out + (bh * T + t) * dq, p.q + (size_t)t * p.ldq, (size_t)dq * sizeof(float));
+            if (j->k_out) memcpy(j->k_out + (bh * T + t) * dq, p.k + (size_t)t * p.ldk, (size_t)dq * sizeof(float));
         }
     }
-    if (j->scores) memcpy(j->scores + bh * TT, A, TT * sizeof(float));
-    kernels_softmax_rows(A, T, T);
-    if (at->kind == VIT_ATTN_LSLA) {
-        if (j->extra[0]) memcpy(j->extra[0] + bh * TT, A, TT * sizeof(float));
-        vit_add_bias(A, bp->outer_bias, at->outer_bias, H, h, T, j->G);
-    }
+    vit_mech_problem_forward(m, j->mb, &p, A, j->scores ? j->scores + bh * TT : NULL);
 }
 
 static void attn_values(const attn_job *j, int b, int h) {
@@ -404,70 +305,74 @@ static void attn_values(const attn_job *j, int b, int h) {
                 head_at(&j->v, T, b, h), j->v.ld, 0.0f, j->ao + (size_t)b * T * j->D + (size_t)h * dv, j->D);
 }
 
-/* One block's attention for n images: projections of xn into acts->qkv, the mechanism, and
- * the output before proj in acts->ao. */
+/* A weight pointer of vit_block_params by its offset (vit_mech_proj). */
+static const float *block_weight(const vit_block_params *bp, size_t off) {
+    return *(const float *const *)(const void *)((const char *)bp + off);
+}
+
+/* Head views of a mechanism's layout over the qkv buffer (rows W apart) or xn (rows D apart). */
+static head_view layout_view(const vit_mech_layout *lay, int i, float *qkv, float *xn, int D, int width) {
+    if (lay->src[i] == VIT_SRC_NONE) return (head_view){NULL, 0, 0};
+    return lay->src[i] == VIT_SRC_X ? (head_view){xn + lay->col[i], D, width}
+                                    : (head_view){qkv + lay->col[i], lay->W, width};
+}
+
+/* One block's attention for n images: the mechanism's projections of xn into acts->qkv, its
+ * problems (one per image and head in GLOBAL scope), and the output before proj in acts->ao. */
 static void attention(const vit_config *c, int l, const vit_block_params *bp, vit_acts *a,
-                      int n, const vit_record *rec, int next_is_less) {
-    const vit_attn *at = &c->attn[l];
+                      int n, const vit_record *rec, int next_reuses) {
+    const vit_mech *m = vit_mech_of(c, l);
     const int D = c->embed_dim, H = c->num_heads, T = vit_num_tokens(c), M = n * T, hd = D / H;
-    attn_job j = {.n = n, .T = T, .D = D, .H = H, .prefix = vit_num_prefix(c), .G = vit_grid(c),
-                  .ao = a->ao};
-    switch (at->kind) {
-    case VIT_ATTN_LMSA: {
-        const int Q = at->qk_dim, W = 2 * Q + D;
-        linear_ld(a->qkv, W, a->xn, bp->q_w, bp->q_b, M, Q, D, 0);
-        linear_ld(a->qkv + Q, W, a->xn, bp->k_w, bp->k_b, M, Q, D, 0);
-        linear_ld(a->qkv + 2 * Q, W, a->xn, bp->v_w, bp->v_b, M, D, D, 0);
-        j.q = (head_view){a->qkv, W, Q / H};
-        j.k = (head_view){a->qkv + Q, W, Q / H};
-        j.v = (head_view){a->qkv + 2 * Q, W, hd};
-        break;
+    vit_geom g;
+    vit_mech_block mb;
+    vit_mech_block_at(&mb, c, l, bp, &g);
+    vit_mech_layout lay;
+    m->layout(c, l, &lay);
+    for (int i = 0; i < lay.n_proj; i++) {
+        const vit_mech_proj *pr = &lay.proj[i];
+        linear_ld(a->qkv + pr->col, lay.W, a->xn, block_weight(bp, pr->w), block_weight(bp, pr->b),
+                  M, pr->out, D, 0);
     }
-    case VIT_ATTN_LSLA: {
-        const int W = at->value_proj ? 2 * D : D;
-        linear_ld(a->qkv, W, a->xn, bp->q_w, bp->q_b, M, D, D, 0);
-        if (at->value_proj) linear_ld(a->qkv + D, W, a->xn, bp->v_w, bp->v_b, M, D, D, 0);
-        j.q = (head_view){a->qkv, W, hd};
-        j.k = (head_view){a->xn, D, hd}; /* keys are x itself, split into heads */
-        j.v = at->value_proj ? (head_view){a->qkv + D, W, hd} : j.k;
-        break;
-    }
-    case VIT_ATTN_LESS:
-        linear(a->qkv, a->xn, bp->v_w, bp->v_b, M, D, D, 0);
-        j.v = (head_view){a->qkv, D, hd};
-        j.prev = a->keep[(l + 1) & 1];
-        break;
-    default:
-        linear(a->qkv, a->xn, bp->qkv_w, bp->qkv_b, M, 3 * D, D, 0);
-        j.q = (head_view){a->qkv, 3 * D, hd};
-        j.k = (head_view){a->qkv + D, 3 * D, hd};
-        j.v = (head_view){a->qkv + 2 * D, 3 * D, hd};
-        break;
-    }
+    const int dq = vit_qk_head_dim(c, l);
+    attn_job j = {.m = m, .mb = &mb, .n = n, .T = T, .D = D, .H = H, .prefix = g.prefix,
+                  .dq = dq, .ao = a->ao,
+                  .scale = m->product_scale ? m->product_scale(c, l) : vit_attn_scale(c, l),
+                  .q = layout_view(&lay, 0, a->qkv, a->xn, D, dq),
+                  .k = layout_view(&lay, 1, a->qkv, a->xn, D, dq),
+                  .v = layout_view(&lay, 2, a->qkv, a->xn, D, hd)};
+    vit_mech_problem_grid(&g, &j.gh, &j.gw);
+    const int reuses = (m->flags & VIT_MECH_REUSES_SCORES) != 0;
+    if (reuses) j.prev = a->keep[(l + 1) & 1];
     float *att = rec_layer(rec->attn, l);
     j.att = att ? att : a->att;
     j.scores = rec_layer(rec->scores, l);
     j.q_out = rec_layer(rec->q, l);
     j.k_out = rec_layer(rec->k, l);
-    const int refiner = at->kind == VIT_ATTN_REFINER;
     for (int i = 0; i < VIT_MAX_EXTRAS; i++) {
         float *r = rec_layer(rec->extra[i], l);
-        /* Refiner needs its intermediate maps; LSLA's copy is only made when recorded */
-        j.extra[i] = vit_extra_info(c, l, i, NULL) ? (r ? r : (refiner || a->tape) ? a->ext[i] : NULL) : NULL;
+        /* map work needs its intermediate maps; per-head copies are made only when recorded */
+        j.extra[i] = vit_extra_info(c, l, i, NULL) ? (r ? r : (m->maps || a->tape) ? a->ext[i] : NULL) : NULL;
     }
-    if (next_is_less || at->kind == VIT_ATTN_LESS) j.keep = a->keep[l & 1];
+    if (next_reuses || reuses) j.keep = a->keep[l & 1];
 #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < n * H; bh++) {
-        attn_head(&j, c, l, bp, bh / H, bh % H);
-        if (!refiner) attn_values(&j, bh / H, bh % H);
+        attn_head(&j, bh / H, bh % H);
+        if (!m->maps) attn_values(&j, bh / H, bh % H);
     }
-    if (!refiner) return;
-    const size_t E = (size_t)at->expanded_heads, TT = (size_t)T * T;
+    if (!m->maps) return;
+    const size_t TT = (size_t)T * T;
+    size_t E[VIT_MAX_EXTRAS] = {0}; /* each extra's heads: its stride per image */
+    for (int i = 0; i < VIT_MAX_EXTRAS; i++) {
+        vit_extra x;
+        if (vit_extra_info(c, l, i, &x)) E[i] = (size_t)x.heads;
+    }
     if (a->tape) memcpy(a->tape->blk[l].soft, j.att, (size_t)n * H * TT * sizeof(float));
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int b = 0; b < n; b++)
-        refine(j.att + (size_t)b * H * TT, j.extra[0] + (size_t)b * E * TT,
-               j.extra[1] + (size_t)b * E * TT, bp, at, H, T);
+    for (int b = 0; b < n; b++) {
+        float *ext[VIT_MAX_EXTRAS];
+        for (int i = 0; i < VIT_MAX_EXTRAS; i++) ext[i] = j.extra[i] ? j.extra[i] + (size_t)b * E[i] * TT : NULL;
+        m->maps(&mb, j.att + (size_t)b * H * TT, ext, T, T);
+    }
 #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < n * H; bh++) attn_values(&j, bh / H, bh % H);
 }
@@ -514,7 +419,7 @@ void vit_forward(const vit_config *c, const vit_params *p, vit_acts *a, const fl
             xn2 = t->xn2;
         }
         kernels_layernorm(la.xn, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
-        attention(c, l, bp, &la, n, rec, l + 1 < c->depth && c->attn[l + 1].kind == VIT_ATTN_LESS);
+        attention(c, l, bp, &la, n, rec, vit_mech_next_reuses(c, l));
         if (bp->proj_w) linear(a->x, la.ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
         else for (size_t i = 0; i < (size_t)M * D; i++) a->x[i] += la.ao[i];   /* LSLA's NP */
         if (a->tape) memcpy(a->tape->blk[l].x_mid, a->x, MD);
@@ -608,114 +513,30 @@ int vit_resample_pos_embed(float *out, const float *in, int prefix, int gs_in, i
 }
 
 int vit_extra_info(const vit_config *c, int l, int i, vit_extra *out) {
-    const vit_attn *at = &c->attn[l];
+    const vit_mech *m = vit_mech_of(c, l);
     vit_extra x = {0};
-    if (at->kind == VIT_ATTN_LSLA && i == 0)
-        x = (vit_extra){"attn_softmax", c->num_heads,
-                        "softmax of the scores, before the outer bias is added"};
-    else if (at->kind == VIT_ATTN_REFINER && i == 0)
-        x = (vit_extra){"attn_expanded", at->expanded_heads,
-                        "expansion: expand.weight (H', H) applied across the heads' softmax maps"};
-    else if (at->kind == VIT_ATTN_REFINER && i == 1)
-        x = (vit_extra){"attn_convolved", at->expanded_heads,
-                        "the expanded maps after the head-wise k x k convolution (dla.weight)"};
-    else
-        return 0;
+    if (!m || !m->extra || i < 0 || i >= VIT_MAX_EXTRAS || !m->extra(c, l, i, &x)) return 0;
     if (out) *out = x;
     return 1;
 }
 
-/* How a static tensor is made: a copy of a block weight, or computed from the config. */
-typedef enum { STATIC_COPY, STATIC_MASK, STATIC_INNER, STATIC_OUTER } static_how;
-typedef struct {
-    vit_static pub;
-    static_how how;
-    size_t weight; /* STATIC_COPY: offsetof the const float * in vit_block_params */
-} static_entry;
-
-/* Every static tensor of block l, in order; returns the count (at most 4). */
-static int statics_of(const vit_config *c, int l, static_entry *v) {
-    const vit_attn *at = &c->attn[l];
-    const int T = vit_num_tokens(c), H = c->num_heads, E = at->expanded_heads, k = at->kernel_size;
-    int n = 0;
-#define ST(how, field, nm, d, s0, s1, s2, desc) \
-    v[n++] = (static_entry){{nm, d, {s0, s1, s2}, desc}, how, offsetof(vit_block_params, field)}
-    switch (at->kind) {
-    case VIT_ATTN_LSLA:
-        if (at->dynamic_scale) ST(STATIC_COPY, ds, "ds", 2, T, T, 0, "dynamic scale DS multiplying q x^T (shared by the heads)");
-        if (at->inner_bias) ST(STATIC_INNER, inner_bias, "inner_bias", 3, H, T, T, "B_inner added before the softmax, as a full table per head");
-        if (at->outer_bias) ST(STATIC_OUTER, outer_bias, "outer_bias", 3, H, T, T, "B_outer added after the softmax, as a full table per head");
-        break;
-    case VIT_ATTN_LESS:
-        ST(STATIC_COPY, theta, "theta", 2, T, T, 0, "Theta: Linear(T, T) applied to the previous scores' rows");
-        ST(STATIC_COPY, psi, "psi", 2, T, T, 0, "Psi: Linear(T, T) applied to the columns after Theta");
-        break;
-    case VIT_ATTN_MAIT:
-        ST(STATIC_MASK, mask_alpha, "mask", 3, H, T, T, "1 where the score is kept, 0 where the mask applies (see mask_mode)");
-        if (at->mask_mode == VIT_MASK_SOFT) ST(STATIC_COPY, mask_alpha, "mask_alpha", 1, H, 0, 0, "soft mask value per head");
-        break;
-    case VIT_ATTN_REFINER:
-        ST(STATIC_COPY, expand, "expand", 2, E, H, 0, "attention expansion (H', H)");
-        ST(STATIC_COPY, dla, "dla", 3, E, k, k, "head-wise convolution kernels (distributed local attention)");
-        ST(STATIC_COPY, reduce, "reduce", 2, H, E, 0, "attention reduction (H, H')");
-        break;
-    default: break;
-    }
-#undef ST
-    return n;
-}
-
 int vit_static_info(const vit_config *c, int l, int i, vit_static *out) {
-    static_entry v[4];
-    const int n = statics_of(c, l, v);
+    const vit_mech *m = vit_mech_of(c, l);
+    vit_static v[4];
+    const int n = m && m->statics ? m->statics(c, l, v) : 0;
     if (i < 0 || i >= n) return 0;
-    if (out) *out = v[i].pub;
+    if (out) *out = v[i];
     return 1;
 }
 
 void vit_static_fill(const vit_config *c, const vit_params *p, int l, int i, float *out) {
-    static_entry v[4];
-    if (i < 0 || i >= statics_of(c, l, v)) return;
-    const vit_block_params *bp = &p->blocks[l];
-    const vit_attn *at = &c->attn[l];
-    const int T = vit_num_tokens(c), H = c->num_heads, G = vit_grid(c);
-    const size_t TT = (size_t)T * T;
-    size_t count = 1;
-    for (int d = 0; d < v[i].pub.ndim; d++) count *= (size_t)v[i].pub.shape[d];
-    switch (v[i].how) {
-    case STATIC_COPY:
-        memcpy(out, *(const float *const *)(const void *)((const char *)bp + v[i].weight), count * sizeof(float));
-        break;
-    case STATIC_MASK: { /* the rule the scores get, applied to ones in the paper's zero mode */
-        vit_attn zero = *at;
-        zero.mask_mode = VIT_MASK_ZERO;
-        for (size_t e = 0; e < count; e++) out[e] = 1.0f;
-        for (int h = 0; h < H && h < VIT_MAX_MASK_HEADS; h++)
-            if (at->mask_size[h]) vit_mait_apply(out + (size_t)h * TT, &zero, NULL, h, T, vit_num_prefix(c), G);
-        break;
-    }
-    default: { /* full (H, T, T) tables of either parametrisation */
-        const int inner = v[i].how == STATIC_INNER;
-        memset(out, 0, count * sizeof(float));
-        for (int h = 0; h < H; h++)
-            vit_add_bias(out + (size_t)h * TT, inner ? bp->inner_bias : bp->outer_bias,
-                     inner ? at->inner_bias : at->outer_bias, H, h, T, G);
-        break;
-    }
-    }
+    if (vit_static_info(c, l, i, NULL)) vit_mech_of(c, l)->static_fill(c, p, l, i, out);
 }
 
 int vit_params_check(const vit_config *c, const vit_params *p, char *msg, size_t n) {
     for (int l = 0; l < c->depth; l++) {
-        const float *al = p->blocks[l].mask_alpha;
-        if (c->attn[l].kind != VIT_ATTN_MAIT || !al) continue;
-        for (int h = 0; h < c->num_heads; h++)
-            if (!(al[h] > 0.0f && al[h] < 1.0f)) {
-                snprintf(msg, n, "blocks.%d.attn.mask_alpha[%d] = %g is outside (0, 1): soft "
-                         "masks scale masked scores by a value strictly between 0 and 1", l, h,
-                         (double)al[h]);
-                return 0;
-            }
+        const vit_mech *m = vit_mech_of(c, l);
+        if (m && m->check && !m->check(c, p, l, msg, n)) return 0;
     }
     return 1;
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../core/mech.h"
 #include "../core/rng.h"
 #include "atomic.h"
 #include "sha256.h"
@@ -496,7 +497,41 @@ range:
     return 0;
 }
 
-/* One entry's settings into *a. Returns 0 with a message naming the key on error. */
+/* The keys every entry may have (the frame's); each mechanism adds its own (core/mech/). */
+static const char *const frame_keys[] = {"type", "blocks", "scale"};
+enum { N_FRAME_KEYS = sizeof frame_keys / sizeof frame_keys[0] };
+
+/* Whether mechanism m takes key (frame keys included). */
+static int mech_takes(const vit_mech *m, const char *key) {
+    if (strcmp(key, "scale") == 0) return !(m->flags & VIT_MECH_NO_SCALE);
+    for (int i = 0; i < N_FRAME_KEYS; i++)
+        if (strcmp(frame_keys[i], key) == 0) return 1;
+    for (int i = 0; i < m->n_keys; i++)
+        if (strcmp(m->keys[i].name, key) == 0) return 1;
+    return 0;
+}
+
+/* A cJSON value as core's vit_mv; arrays of numbers go into nums (room for count doubles). */
+static vit_mv mv_of(const cJSON *j, double *nums) {
+    vit_mv v = {.type = VIT_MV_OTHER};
+    if (cJSON_IsNumber(j)) v = (vit_mv){.type = VIT_MV_NUMBER, .num = j->valuedouble};
+    else if (cJSON_IsBool(j)) v = (vit_mv){.type = VIT_MV_BOOL, .boolean = cJSON_IsTrue(j)};
+    else if (cJSON_IsString(j)) v = (vit_mv){.type = VIT_MV_STRING, .str = j->valuestring};
+    else if (cJSON_IsArray(j)) {
+        const cJSON *x;
+        int k = 0, numbers = 1;
+        cJSON_ArrayForEach(x, j) {
+            numbers &= cJSON_IsNumber(x);
+            if (cJSON_IsNumber(x)) nums[k] = x->valuedouble;
+            k++;
+        }
+        v = (vit_mv){.type = numbers ? VIT_MV_NUMBERS : VIT_MV_ARRAY, .nums = nums, .count = k};
+    }
+    return v;
+}
+
+/* One entry's settings into *a: the frame's keys ("type", "scale"), then the mechanism's
+ * (core/mech/<name>.c declares them). Returns 0 with a message naming the key on error. */
 static int parse_attn_entry(const cJSON *e, int H, vit_attn *a, char *msg, size_t n) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "type");
     int kind = cJSON_IsString(t) ? vit_attn_parse(t->valuestring) : -1;
@@ -509,149 +544,115 @@ static int parse_attn_entry(const cJSON *e, int H, vit_attn *a, char *msg, size_
         }
     }
     if (kind < 0) {
-        snprintf(msg, n, "\"type\" must be one of vanilla, lmsa, lsla, less, mait, refiner%s%.32s%s",
+        char list[128] = "";
+        size_t u = 0;
+        for (int k = 0; k < vit_mech_count() && u < sizeof list; k++) {
+            int w = snprintf(list + u, sizeof list - u, "%s%s", k ? ", " : "", vit_attn_name((vit_attn_kind)k));
+            u += w > 0 ? (size_t)w : 0;
+        }
+        snprintf(msg, n, "\"type\" must be one of %s%s%.32s%s", list,
                  cJSON_IsString(t) ? " (got \"" : "", cJSON_IsString(t) ? t->valuestring : "",
                  cJSON_IsString(t) ? "\")" : "");
         return 0;
     }
+    const vit_mech *m = vit_mech_get_kind((vit_attn_kind)kind);
     memset(a, 0, sizeof *a);
     a->kind = (vit_attn_kind)kind;
-    if (kind == VIT_ATTN_LSLA) { /* the paper's Algorithm 1 */
-        a->dynamic_scale = 1;
-        a->inner_bias = a->outer_bias = VIT_BIAS_FULL;
-    }
-    if (kind == VIT_ATTN_REFINER) a->kernel_size = 3;
-    /* key -> the kinds it applies to (bit mask); the keys are checked before any value, so
-     * that a misspelt key is reported as such and not through a default it would have changed */
-    static const struct {
-        const char *key;
-        unsigned kinds;
-    } keys[] = {
-        {"type", ~0u}, {"blocks", ~0u}, {"scale", ~(1u << VIT_ATTN_LESS)},
-        {"qk_dim", 1u << VIT_ATTN_LMSA}, {"dynamic_scale", 1u << VIT_ATTN_LSLA},
-        {"inner_bias", 1u << VIT_ATTN_LSLA}, {"outer_bias", 1u << VIT_ATTN_LSLA},
-        {"values", 1u << VIT_ATTN_LSLA}, {"proj", 1u << VIT_ATTN_LSLA},
-        {"mask_size", 1u << VIT_ATTN_MAIT}, {"heads", 1u << VIT_ATTN_MAIT},
-        {"mask_mode", 1u << VIT_ATTN_MAIT}, {"expanded_heads", 1u << VIT_ATTN_REFINER},
-        {"kernel_size", 1u << VIT_ATTN_REFINER},
-    };
-    enum { NKEYS = sizeof keys / sizeof keys[0] };
+    if (m->defaults) m->defaults(a);
+    /* the keys are checked before any value, so that a misspelt key is reported as such and
+     * not through a default it would have changed */
     const cJSON *j;
+    int count = 0, nums = 0;
     cJSON_ArrayForEach(j, e) {
-        size_t k = 0;
-        while (k < NKEYS && strcmp(keys[k].key, j->string)) k++;
-        if (k == NKEYS) {
-            const char *names[NKEYS];
-            for (size_t i = 0; i < NKEYS; i++) names[i] = keys[i].key;
-            const int near = vit_closest_name(j->string, names, NKEYS);
-            if (near >= 0)
-                snprintf(msg, n, "unknown key \"%.48s\": did you mean \"%s\"?", j->string, names[near]);
-            else
-                snprintf(msg, n, "unknown key \"%.48s\" (docs/models.md lists each type's keys)", j->string);
+        count++;
+        if (cJSON_IsArray(j)) nums += cJSON_GetArraySize(j);
+        if (mech_takes(m, j->string)) continue;
+        char users[128] = "";
+        size_t u = 0;
+        for (int k = 0; k < vit_mech_count() && u < sizeof users; k++)
+            if (mech_takes(vit_mech_get_kind((vit_attn_kind)k), j->string)) {
+                int w = snprintf(users + u, sizeof users - u, "%s%s", u ? ", " : "", vit_attn_name((vit_attn_kind)k));
+                u += w > 0 ? (size_t)w : 0;
+            }
+        if (users[0]) {
+            snprintf(msg, n, "\"%s\" does not apply to %s attention: remove it (it is a key of %s)",
+                     j->string, vit_attn_name(a->kind), users);
             return 0;
         }
-        if (!(keys[k].kinds & (1u << kind))) {
-            snprintf(msg, n, "\"%s\" does not apply to %s attention: remove it", j->string, vit_attn_name(a->kind));
-            return 0;
+        const char *names[64];
+        int nn = 0;
+        for (int i = 0; i < N_FRAME_KEYS; i++) names[nn++] = frame_keys[i];
+        for (int k = 0; k < vit_mech_count(); k++) {
+            const vit_mech *o = vit_mech_get_kind((vit_attn_kind)k);
+            for (int i = 0; i < o->n_keys && nn < 64; i++) names[nn++] = o->keys[i].name;
         }
+        const int near = vit_closest_name(j->string, names, nn);
+        if (near >= 0)
+            snprintf(msg, n, "unknown key \"%.48s\": did you mean \"%s\"?", j->string, names[near]);
+        else
+            snprintf(msg, n, "unknown key \"%.48s\" (docs/models.md lists each type's keys)", j->string);
+        return 0;
     }
-    int iv = 0;
-    /* an integer key in [lo, hi] into iv */
-#define NUM(key, lo, hi) (cJSON_IsNumber(j = cJSON_GetObjectItemCaseSensitive(e, key)) && as_double_to_int(j->valuedouble, (lo), (hi), &iv))
-#define BAD(...) do { snprintf(msg, n, __VA_ARGS__); return 0; } while (0)
     if ((j = cJSON_GetObjectItemCaseSensitive(e, "scale"))) {
-        if (!cJSON_IsNumber(j) || !as_double_in(j->valuedouble, 1e-12, 1e6))
-            BAD("\"scale\" must be a finite number in (0, 1e6]");
+        if (!cJSON_IsNumber(j) || !as_double_in(j->valuedouble, 1e-12, 1e6)) {
+            snprintf(msg, n, "\"scale\" must be a finite number in (0, 1e6]");
+            return 0;
+        }
         a->scale = (float)j->valuedouble;
     }
-    if (cJSON_GetObjectItemCaseSensitive(e, "qk_dim")) {
-        if (!NUM("qk_dim", 1, VIT_MAX_DIM)) BAD("\"qk_dim\" must be an integer in 1..%d", VIT_MAX_DIM);
-        a->qk_dim = iv;
-    } else if (kind == VIT_ATTN_LMSA) {
-        BAD("lmsa needs \"qk_dim\", the total q/k width (num_heads = %d is the extreme setting)", H);
-    }
-    if ((j = cJSON_GetObjectItemCaseSensitive(e, "dynamic_scale"))) {
-        if (!cJSON_IsBool(j)) BAD("\"dynamic_scale\" must be true or false");
-        a->dynamic_scale = cJSON_IsTrue(j);
-    }
-    if ((j = cJSON_GetObjectItemCaseSensitive(e, "proj"))) {
-        if (!cJSON_IsBool(j)) BAD("\"proj\" must be true or false");
-        a->no_proj = !cJSON_IsTrue(j);
-    }
-    const char *bk[2] = {"inner_bias", "outer_bias"};
-    vit_bias_kind *bv[2] = {&a->inner_bias, &a->outer_bias};
-    for (int i = 0; i < 2; i++)
-        if ((j = cJSON_GetObjectItemCaseSensitive(e, bk[i]))) {
-            int b = cJSON_IsString(j) ? vit_bias_parse(j->valuestring) : cJSON_IsFalse(j) ? 0 : -1;
-            if (b < 0) BAD("\"%s\" must be \"none\", \"full\" or \"relative\"", bk[i]);
-            *bv[i] = (vit_bias_kind)b;
+    if (!m->parse) return 1;
+    /* the mechanism's keys, handed over as core's values */
+    const char **keys = malloc((size_t)(count ? count : 1) * sizeof *keys);
+    vit_mv *values = malloc((size_t)(count ? count : 1) * sizeof *values);
+    double *buf = malloc((size_t)(nums ? nums : 1) * sizeof *buf);
+    int ok = 0;
+    if (!keys || !values || !buf) {
+        snprintf(msg, n, "out of memory reading the attention entry");
+    } else {
+        int i = 0, used = 0;
+        cJSON_ArrayForEach(j, e) {
+            keys[i] = j->string;
+            values[i] = mv_of(j, buf + used);
+            if (cJSON_IsArray(j)) used += cJSON_GetArraySize(j);
+            i++;
         }
-    if ((j = cJSON_GetObjectItemCaseSensitive(e, "values"))) {
-        if (!cJSON_IsString(j) || (strcmp(j->valuestring, "x") && strcmp(j->valuestring, "v")))
-            BAD("\"values\" must be \"x\" (QXX) or \"v\" (QXV, a value projection)");
-        a->value_proj = j->valuestring[0] == 'v';
+        const vit_mech_entry entry = {count, keys, values};
+        ok = m->parse(a, &entry, H, msg, n);
     }
-    if ((j = cJSON_GetObjectItemCaseSensitive(e, "mask_mode"))) {
-        int m = cJSON_IsString(j) ? vit_mask_mode_parse(j->valuestring) : -1;
-        if (m < 0) BAD("\"mask_mode\" must be \"zero\" (the paper), \"soft\" or \"neg_inf\"");
-        a->mask_mode = (vit_mask_mode)m;
-    }
-    if (kind == VIT_ATTN_MAIT) {
-        if (H > VIT_MAX_MASK_HEADS) BAD("mait masks describe at most %d heads", VIT_MAX_MASK_HEADS);
-        const cJSON *ms = cJSON_GetObjectItemCaseSensitive(e, "mask_size");
-        const cJSON *hs = cJSON_GetObjectItemCaseSensitive(e, "heads");
-        if (cJSON_IsArray(ms)) {
-            if (hs) BAD("give \"mask_size\" per head (an array of %d, 0 = unmasked) or one size "
-                        "with \"heads\", not both", H);
-            if (cJSON_GetArraySize(ms) != H) BAD("\"mask_size\" has %d entries; the model has %d heads",
-                                                 cJSON_GetArraySize(ms), H);
-            int h = 0;
-            cJSON_ArrayForEach(j, ms) {
-                if (!cJSON_IsNumber(j) || !as_double_to_int(j->valuedouble, 0, 255, &iv))
-                    BAD("\"mask_size\" entries must be 0 (unmasked) or odd sizes 1..255");
-                a->mask_size[h++] = (unsigned char)iv;
-            }
-        } else {
-            if (!NUM("mask_size", 1, 255))
-                BAD("mait needs \"mask_size\": an odd R (3, 5, ...) or an array with one per head");
-            const int R = iv;
-            if (!hs) {
-                for (int h = 0; h < H; h++) a->mask_size[h] = (unsigned char)R;
-            } else if (cJSON_IsArray(hs)) {
-                cJSON_ArrayForEach(j, hs) {
-                    if (!cJSON_IsNumber(j) || !as_double_to_int(j->valuedouble, 0, H - 1, &iv))
-                        BAD("\"heads\" must list head indices 0..%d", H - 1);
-                    a->mask_size[iv] = (unsigned char)R;
-                }
-            } else {
-                BAD("\"heads\" must be an array of head indices");
-            }
-        }
-    }
-    if (kind == VIT_ATTN_REFINER) {
-        if (!NUM("expanded_heads", 1, 4096)) BAD("refiner needs \"expanded_heads\", H' (an integer in 1..4096)");
-        a->expanded_heads = iv;
-        if (cJSON_GetObjectItemCaseSensitive(e, "kernel_size")) {
-            if (!NUM("kernel_size", 1, VIT_MAX_KERNEL))
-                BAD("\"kernel_size\" must be an odd integer in 1..%d", VIT_MAX_KERNEL);
-            a->kernel_size = iv;
-        }
-    }
-#undef NUM
-#undef BAD
-    return 1;
+    free(keys);
+    free(values);
+    free(buf);
+    return ok;
 }
 
 /* One entry applied to c: its "blocks", or without them block `only` (-1: every block).
  * Returns 0 with a message on error. */
+/* The entry is parsed with each block's own head count (a staged model's stages differ), once
+ * per run of blocks with the same count. */
 static int apply_attn_entry(vit_config *c, const cJSON *e, int only, char *msg, size_t n) {
     unsigned char sel[VIT_MAX_DEPTH];
     vit_attn a;
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(e, "blocks");
-    if (!parse_attn_entry(e, c->num_heads, &a, msg, n) || (b && !parse_blocks(b, c->depth, sel, msg, n)))
-        return 0;
-    for (int l = 0; l < c->depth; l++)
-        if (b ? sel[l] : only < 0 || l == only) c->attn[l] = a;
+    if (b && !parse_blocks(b, c->depth, sel, msg, n)) return 0;
+    int parsed_H = 0;
+    for (int l = 0; l < c->depth; l++) {
+        if (!(b ? sel[l] : only < 0 || l == only)) continue;
+        vit_geom g;
+        vit_block_geom(c, l, &g);
+        if (g.H != parsed_H) {
+            if (!parse_attn_entry(e, g.H, &a, msg, n)) {
+                if (c->n_stages > 0) { /* name the stage whose head count the entry met */
+                    char m[200];
+                    snprintf(m, sizeof m, "%s", msg);
+                    snprintf(msg, n, "stage %d (%d heads): %.199s", g.stage, g.H, m);
+                }
+                return 0;
+            }
+            parsed_H = g.H;
+        }
+        c->attn[l] = a;
+    }
+    if (!parsed_H) return parse_attn_entry(e, c->num_heads, &a, msg, n); /* no block: still checked */
     return 1;
 }
 
@@ -701,36 +702,29 @@ static int apply_attention(vit_config *c, const cJSON *att, char *msg, size_t n)
     return 1;
 }
 
+static void json_num(vit_mech_writer *w, const char *key, double v) { cJSON_AddNumberToObject(w->ctx, key, v); }
+static void json_bool(vit_mech_writer *w, const char *key, int v) { cJSON_AddBoolToObject(w->ctx, key, v); }
+static void json_str(vit_mech_writer *w, const char *key, const char *v) { cJSON_AddStringToObject(w->ctx, key, v); }
+static void json_nums(vit_mech_writer *w, const char *key, const double *v, int n) {
+    cJSON *arr = cJSON_AddArrayToObject(w->ctx, key);
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(v[i]));
+}
+static void json_floats(vit_mech_writer *w, const char *key, const float *v, int n) {
+    cJSON *arr = cJSON_AddArrayToObject(w->ctx, key);
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(v[i]));
+}
+
 static cJSON *attention_to_json(const vit_config *c) {
     cJSON *arr = cJSON_CreateArray();
     for (int l = 0; l < c->depth; l++) {
         const vit_attn *a = &c->attn[l];
+        const vit_mech *m = vit_mech_of(c, l);
         cJSON *e = cJSON_CreateObject();
         cJSON_AddItemToArray(arr, e);
         cJSON_AddStringToObject(e, "type", vit_attn_name(a->kind));
         if (a->scale > 0) cJSON_AddNumberToObject(e, "scale", a->scale);
-        switch (a->kind) {
-        case VIT_ATTN_LMSA: cJSON_AddNumberToObject(e, "qk_dim", a->qk_dim); break;
-        case VIT_ATTN_LSLA:
-            cJSON_AddBoolToObject(e, "dynamic_scale", a->dynamic_scale);
-            cJSON_AddStringToObject(e, "inner_bias", vit_bias_name(a->inner_bias));
-            cJSON_AddStringToObject(e, "outer_bias", vit_bias_name(a->outer_bias));
-            cJSON_AddStringToObject(e, "values", a->value_proj ? "v" : "x");
-            cJSON_AddBoolToObject(e, "proj", !a->no_proj);
-            break;
-        case VIT_ATTN_MAIT: {
-            cJSON *ms = cJSON_AddArrayToObject(e, "mask_size");
-            for (int h = 0; h < c->num_heads && h < VIT_MAX_MASK_HEADS; h++)
-                cJSON_AddItemToArray(ms, cJSON_CreateNumber(a->mask_size[h]));
-            cJSON_AddStringToObject(e, "mask_mode", vit_mask_mode_name(a->mask_mode));
-            break;
-        }
-        case VIT_ATTN_REFINER:
-            cJSON_AddNumberToObject(e, "expanded_heads", a->expanded_heads);
-            cJSON_AddNumberToObject(e, "kernel_size", a->kernel_size);
-            break;
-        default: break;
-        }
+        vit_mech_writer w = {.ctx = e, .num = json_num, .floats = json_floats, .boolean = json_bool, .str = json_str, .nums = json_nums};
+        if (m && m->write) m->write(c, l, &w);
     }
     return arr;
 }
@@ -1446,18 +1440,32 @@ as_status model_load_report(model *m, const char *path, const char *arch, int im
                        "it is with --arch NAME (attnscope info --list-archs) or --arch config.json",
                        weights);
     if (img_size > 0 && img_size != cfg.img_size) {
-        /* only the position embedding has a resampling rule; these weights are N x N maps */
-        for (int l = 0; l < cfg.depth; l++) {
-            const vit_attn *a = &cfg.attn[l];
-            if (a->kind == VIT_ATTN_LESS || (a->kind == VIT_ATTN_LSLA &&
-                (a->dynamic_scale || a->inner_bias || a->outer_bias)))
-                return as_fail(err, AS_ERR_CONFIG,
-                               "%s: --img-size %d: block %d (%s) has weights tied to the %d tokens "
-                               "of img_size %d (DS, position biases or Theta/Psi) and no rule to "
-                               "resample them: run at %d", weights, img_size, l,
-                               vit_attn_name(a->kind), vit_num_tokens(&cfg), cfg.img_size,
-                               cfg.img_size);
+        /* only the position embedding has a resampling rule: any other tensor whose shape
+         * follows the token count (a mechanism's N x N maps) is refused */
+        vit_config at = cfg;
+        at.img_size = img_size;
+        if ((rc = vit_config_validate(&at, err)) != AS_OK) return rc;
+        vit_tensor_spec *sa = malloc(2 * VIT_MAX_TENSORS * sizeof *sa), *sb = sa + VIT_MAX_TENSORS;
+        vit_params *pa = malloc(sizeof *pa);
+        if (!sa || !pa) {
+            free(sa);
+            free(pa);
+            return as_fail(err, AS_ERR_NOMEM, "%s: out of memory", weights);
         }
+        const int na = vit_param_specs(&cfg, pa, sa, VIT_MAX_TENSORS);
+        const int nb = vit_param_specs(&at, pa, sb, VIT_MAX_TENSORS);
+        int tied = -1;
+        for (int i = 0; i < na && i < nb && i < VIT_MAX_TENSORS && tied < 0; i++)
+            if (!sa[i].is_pos_embed && memcmp(sa[i].shape, sb[i].shape, sizeof sa[i].shape) != 0) tied = i;
+        char name[VIT_TENSOR_NAME_MAX];
+        if (tied >= 0) snprintf(name, sizeof name, "%s", sa[tied].name);
+        free(sa);
+        free(pa);
+        if (tied >= 0)
+            return as_fail(err, AS_ERR_CONFIG,
+                           "%s: --img-size %d: %s is tied to the %d tokens of img_size %d (DS, "
+                           "position biases or Theta/Psi) and has no rule to resample it: run at %d",
+                           weights, img_size, name, vit_num_tokens(&cfg), cfg.img_size, cfg.img_size);
         cfg.img_size = img_size;
     }
     if ((rc = vit_config_validate(&cfg, err)) != AS_OK) return rc;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "../core/kernels.h"
+#include "../core/mech.h"
 #include "atomic.h"
 #include "h5util.h"
 #include "model.h"
@@ -60,14 +61,6 @@ static int spec_version(const trace_spec *s) {
     return s->cfg.n_stages > 0 ? TRACE_FORMAT_VERSION_STAGED : TRACE_FORMAT_VERSION;
 }
 
-/* q/k width per head of block l: a staged block's own width (vit_qk_head_dim knows the
- * top-level one only), else the mechanism's. */
-static int layer_qk_dim(const vit_config *c, int l, const vit_geom *g) {
-    if (!vit_has_keys(c, l)) return 0;
-    if (c->n_stages > 0 && c->attn[l].kind == VIT_ATTN_VANILLA) return g->H > 0 ? g->D / g->H : 0;
-    return vit_qk_head_dim(c, l);
-}
-
 /* Block l as the spec records it: the model's geometry with the selected rows and windows. */
 static void spec_geom(const trace_spec *s, int l, trace_layer_geom *t) {
     vit_geom g;
@@ -76,7 +69,7 @@ static void spec_geom(const trace_spec *s, int l, trace_layer_geom *t) {
                             .prefix = g.prefix, .T = g.T, .D = g.D, .H = g.H, .M = g.M,
                             .shift = g.shift, .ph = g.ph, .pw = g.pw, .nwh = g.nwh, .nww = g.nww,
                             .n_problems = g.problems, .Tq = g.Tq, .Tk = g.Tk,
-                            .qk_dim = layer_qk_dim(&s->cfg, l, &g), .stride_px = g.stride_px,
+                            .qk_dim = vit_qk_head_dim(&s->cfg, l), .stride_px = g.stride_px,
                             .offset_px = g.offset_px};
     if (g.scope == VIT_SCOPE_WINDOW && s->n_windows > 0) t->n_problems = s->n_windows;
     if (s->prefix_rows_only && g.scope == VIT_SCOPE_GLOBAL) t->Tq = g.prefix;
@@ -107,7 +100,7 @@ static int q_heads(const trace_spec *s, trace_quantity q, int l, int *ids) {
     vit_extra x;
     int n = s->n_heads;
     if ((q == TRACE_Q_X0 || q == TRACE_Q_X1) && vit_extra_info(&s->cfg, l, q - TRACE_Q_X0, &x) &&
-        s->cfg.attn[l].kind == VIT_ATTN_REFINER) {
+        vit_mech_of(&s->cfg, l)->maps) { /* map work's extras run over its own heads */
         n = x.heads;
     } else if (s->heads_all) {
         vit_geom g;
@@ -200,7 +193,7 @@ static size_t q_engine_floats(const vit_config *c, trace_quantity q, int l) {
     vit_block_geom(c, l, &g);
     if (q == TRACE_Q_TOKENS) return (size_t)g.T * (size_t)g.D;
     if (is_map(q)) return q_engine_heads(c, q, l) * (size_t)g.problems * (size_t)g.Tq * (size_t)g.Tk;
-    return q_engine_heads(c, q, l) * (size_t)g.T * (size_t)layer_qk_dim(c, l, &g);
+    return q_engine_heads(c, q, l) * (size_t)g.T * (size_t)vit_qk_head_dim(c, l);
 }
 
 /* Block l has windowed maps. */
@@ -216,21 +209,13 @@ static const char *q_axes(const vit_config *c, trace_quantity q, int l) {
 }
 
 static const char *q_description(const vit_config *c, trace_quantity q, int l) {
-    const vit_attn_kind k = c->attn[l].kind;
+    const vit_mech *m = vit_mech_of(c, l);
     vit_extra x;
     switch (q) {
-    case TRACE_Q_ATTN:
-        return k == VIT_ATTN_LSLA ? "softmax(scores) + outer bias: the map that multiplies x (or v)"
-             : k == VIT_ATTN_REFINER ? "the reduced maps (H after expansion and convolution): the map that multiplies the values"
-             : "softmax(scores): the map that multiplies the values";
-    case TRACE_Q_SCORES:
-        return k == VIT_ATTN_LSLA ? "(q x^T) * DS (or scale) + inner bias, before the softmax"
-             : k == VIT_ATTN_LESS ? "Psi(Theta(previous scores)^T)^T, before the softmax"
-             : k == VIT_ATTN_MAIT ? "mask applied to q k^T * scale (see mask_mode), before the softmax"
-             : "q k^T * scale before the softmax";
+    case TRACE_Q_ATTN: return m->attn_doc ? m->attn_doc : "softmax(scores): the map that multiplies the values";
+    case TRACE_Q_SCORES: return m->scores_doc ? m->scores_doc : "q k^T * scale before the softmax";
     case TRACE_Q_Q: return "per-head queries after the projection";
-    case TRACE_Q_K: return k == VIT_ATTN_LSLA ? "per-head keys: the normalised block input x itself"
-                                             : "per-head keys after the projection";
+    case TRACE_Q_K: return m->k_doc ? m->k_doc : "per-head keys after the projection";
     case TRACE_Q_TOKENS: return "block output (residual stream after the MLP)";
     default: return vit_extra_info(c, l, q - TRACE_Q_X0, &x) ? x.description : "";
     }
@@ -381,6 +366,27 @@ static int layer_geom_attrs(hid_t g, const trace_spec *s, const trace_layer_geom
     return rc;
 }
 
+/* A mechanism's trace attributes as HDF5 attributes of the layer group (ctx: its hid_t). */
+typedef struct {
+    vit_mech_writer w;
+} attr_writer;
+static hid_t attr_group(vit_mech_writer *w) { return *(const hid_t *)w->ctx; }
+static void attr_num(vit_mech_writer *w, const char *key, double v) { w->failed |= h5u_attr_int(attr_group(w), key, (int)v) != 0; }
+static void attr_bool(vit_mech_writer *w, const char *key, int v) { w->failed |= h5u_attr_int(attr_group(w), key, v) != 0; }
+static void attr_str(vit_mech_writer *w, const char *key, const char *v) { w->failed |= h5u_attr_str(attr_group(w), key, v) != 0; }
+static void attr_floats(vit_mech_writer *w, const char *key, const float *v, int n) {
+    w->failed |= h5u_attr_floats(attr_group(w), key, v, n) != 0;
+}
+static void attr_nums(vit_mech_writer *w, const char *key, const double *v, int n) {
+    int iv[VIT_MAX_MASK_HEADS];
+    if (n > VIT_MAX_MASK_HEADS) { /* integer lists are per head */
+        w->failed = 1;
+        return;
+    }
+    for (int i = 0; i < n; i++) iv[i] = (int)v[i];
+    w->failed |= h5u_attr_ints(attr_group(w), key, iv, n) != 0;
+}
+
 /* The layer group's attributes: its mechanism and every setting of it; with the model's weights,
  * the mechanism's learnt maps under params/ (full tables, as vit_static_fill gives them). */
 static int layer_attrs(hid_t g, const trace_spec *s, int l) {
@@ -395,40 +401,17 @@ static int layer_attrs(hid_t g, const trace_spec *s, int l) {
     rc |= h5u_attr_int(g, "num_tokens", t.T);
     rc |= h5u_attr_ints(g, "heads", ids, q_heads(s, TRACE_Q_ATTN, l, ids));
     if (spec_version(s) >= TRACE_FORMAT_VERSION_STAGED) rc |= layer_geom_attrs(g, s, &t);
-    if (a->kind != VIT_ATTN_LESS) {
-        /* staged blocks: 1/sqrt of the block's own q/k width */
-        const float scale = c->n_stages > 0 && a->scale <= 0.0f && t.qk_dim > 0
-                            ? 1.0f / sqrtf((float)t.qk_dim) : vit_attn_scale(c, l);
-        if (!(a->kind == VIT_ATTN_LSLA && a->dynamic_scale)) rc |= h5u_attr_floats(g, "scale", &scale, 1);
+    const vit_mech *m = vit_mech_of(c, l);
+    if (vit_has_keys(c, l)) {
+        const float scale = vit_attn_scale(c, l);
+        /* a mechanism with its own product scale (LSLA's DS) states it in its attributes */
+        if (!m->product_scale) rc |= h5u_attr_floats(g, "scale", &scale, 1);
         rc |= h5u_attr_int(g, "qk_head_dim", t.qk_dim);
     }
-    switch (a->kind) {
-    case VIT_ATTN_LMSA: rc |= h5u_attr_int(g, "qk_dim", a->qk_dim); break;
-    case VIT_ATTN_LSLA:
-        rc |= h5u_attr_str(g, "scale_mode", a->dynamic_scale ? "dynamic" : "fixed");
-        rc |= h5u_attr_str(g, "inner_bias", vit_bias_name(a->inner_bias));
-        rc |= h5u_attr_str(g, "outer_bias", vit_bias_name(a->outer_bias));
-        rc |= h5u_attr_str(g, "values", a->value_proj ? "v (QXV)" : "x (QXX)");
-        rc |= h5u_attr_int(g, "proj", !a->no_proj);
-        break;
-    case VIT_ATTN_LESS: rc |= h5u_attr_int(g, "scores_from_layer", l - 1); break;
-    case VIT_ATTN_MAIT: {
-        int ms[VIT_MAX_MASK_HEADS];
-        for (int h = 0; h < c->num_heads; h++) ms[h] = a->mask_size[h];
-        rc |= h5u_attr_ints(g, "mask_size", ms, c->num_heads);
-        rc |= h5u_attr_str(g, "mask_mode", vit_mask_mode_name(a->mask_mode));
-        rc |= h5u_attr_str(g, "mask_rule", "patch rows and columns outside the R x R neighbourhood; "
-                       "prefix-token rows and columns are never masked");
-        if (a->mask_mode == VIT_MASK_SOFT && s->params && s->params->blocks[l].mask_alpha)
-            rc |= h5u_attr_floats(g, "mask_alpha", s->params->blocks[l].mask_alpha, c->num_heads);
-        break;
-    }
-    case VIT_ATTN_REFINER:
-        rc |= h5u_attr_int(g, "expanded_heads", a->expanded_heads);
-        rc |= h5u_attr_int(g, "kernel_size", a->kernel_size);
-        break;
-    default: break;
-    }
+    attr_writer w = {{.ctx = &g, .num = attr_num, .floats = attr_floats, .boolean = attr_bool,
+                      .str = attr_str, .nums = attr_nums}};
+    if (m->trace_attrs) m->trace_attrs(c, s->params, l, &w.w);
+    rc |= w.w.failed;
     vit_static st;
     const int learnt = s->params && vit_static_info(c, l, 0, NULL);
     if (!learnt && t.scope != VIT_SCOPE_WINDOW) return rc;
@@ -470,7 +453,7 @@ static const char *q_dims(const vit_config *c, trace_quantity q, int l) {
     if (q == TRACE_Q_TOKENS) return "image,token,channel";
     if (q == TRACE_Q_Q || q == TRACE_Q_K) return "image,head,token,qk_channel";
     const int win = layer_windowed(c, l);
-    if ((q == TRACE_Q_X0 || q == TRACE_Q_X1) && c->attn[l].kind == VIT_ATTN_REFINER)
+    if ((q == TRACE_Q_X0 || q == TRACE_Q_X1) && vit_mech_of(c, l)->maps)
         return win ? "image,expanded_head,window,query,key" : "image,expanded_head,query,key";
     return win ? "image,head,window,query,key" : "image,head,query,key";
 }
@@ -962,7 +945,7 @@ static void stage_layer(trace_writer *w, trace_quantity q, int l, const float *s
     const size_t H = q_engine_heads(c, q, l);
     const size_t problem = (size_t)g.Tq * g.Tk; /* one window's map, or the whole global map */
     const size_t per_head_src = is_map(q) ? (size_t)g.problems * problem
-                                          : (size_t)g.T * layer_qk_dim(c, l, &g);
+                                          : (size_t)g.T * vit_qk_head_dim(c, l);
     const int windows = is_map(q) && g.scope == VIT_SCOPE_WINDOW;
     /* contiguous in a head: the first rows (global maps), or all of q/k */
     const size_t block = !is_map(q) ? per_head_src : (size_t)(s->prefix_rows_only ? g.prefix : g.Tq) * g.Tk;

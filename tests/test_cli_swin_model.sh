@@ -61,7 +61,7 @@ refuse() { echo "$1" >"$T/bad.json"; expect 1 "$A" info "$T/bad.json"; has "$T/e
 refuse '{"architecture": "swin_tiny_patch4_window7_224", "depth": 12}' '"depth" is a ViT key.*use "depths"'
 refuse '{"architecture": "deit_tiny_patch16_224", "depths": [2, 2]}' '"depths" is a Swin key.*"family": "swin"'
 refuse '{"architecture": "swin_tiny_patch4_window7_224", "window_size": 70}' 'window_size" 70 is outside 1..64'
-refuse '{"architecture": "swin_tiny_patch4_window7_224", "attention": {"blocks": [3], "type": "lsla"}}' 'block 3 (stage 1, block 1 there): lsla attention cannot run in window scope'
+refuse '{"architecture": "swin_tiny_patch4_window7_224", "attention": {"blocks": [3], "type": "refiner", "expanded_heads": 8}}' 'block 3 (stage 1, block 1 there): refiner attention cannot run in window scope: use one of vanilla, lmsa, lsla'
 refuse '{"architecture": "swin_tiny_patch4_window7_224", "global_pool": "token"}' 'use "avg"'
 refuse '{"architecture": "swin_tiny_patch4_window7_224", "num_heads": [3, 6, 12, 25]}' 'num_heads"\[3\] = 25: stage 3.s width 768 is not divisible'
 refuse '{"architecture": "swin_tiny_patch4_window7_224", "pad_ordr": "roll_first"}' 'did you mean "pad_order"'

@@ -261,8 +261,19 @@ static void test_json(void) {
               c.attn[11].scale == 0.5f, "attention over 12 blocks: %s", err.msg);
     refused("{\"architecture\": \"swin_tiny_patch4_window7_224\", \"attention\": {\"blocks\": [12], "
             "\"type\": \"vanilla\"}}", "blocks 0..11", NULL);
+    /* mechanisms declare their scopes (core/mech): lmsa runs in windows, mait does not; an
+     * entry's per-head keys are sized by its blocks' own heads (stage 2: 12) */
+    CHECK(apply(&c, "{\"architecture\": \"swin_tiny_patch4_window7_224\", \"attention\": {\"blocks\": [5], "
+                    "\"type\": \"lmsa\", \"qk_dim\": 12}}") == AS_OK && c.attn[5].kind == VIT_ATTN_LMSA &&
+              vit_qk_head_dim(&c, 5) == 1 && vit_qk_head_dim(&c, 0) == 32,
+          "lmsa in a window: %s", err.msg);
     refused("{\"architecture\": \"swin_tiny_patch4_window7_224\", \"attention\": {\"blocks\": [5], "
-            "\"type\": \"lmsa\", \"qk_dim\": 12}}", "block 5 (stage 2", "only vanilla");
+            "\"type\": \"lmsa\", \"qk_dim\": 18}}", "block 5: lmsa qk_dim 18 is not a positive multiple of num_heads 12", NULL);
+    refused("{\"architecture\": \"swin_tiny_patch4_window7_224\", \"attention\": {\"blocks\": [5], "
+            "\"type\": \"mait\", \"mask_size\": [3, 3, 3]}}", "stage 2 (12 heads)", "has 3 entries");
+    refused("{\"architecture\": \"swin_tiny_patch4_window7_224\", \"attention\": {\"blocks\": [5], "
+            "\"type\": \"mait\", \"mask_size\": [3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3]}}",
+            "block 5 (stage 2, block 1 there): mait attention cannot run in window scope", "use one of vanilla, lmsa, lsla");
     /* keys of the other family, typos, and Swin's own refusals */
     refused("{\"architecture\": \"swin_tiny_patch4_window7_224\", \"depth\": 12}", "\"depth\" is a ViT key", "\"depths\"");
     refused("{\"architecture\": \"swin_tiny_patch4_window7_224\", \"model_args\": {\"class_token\": true}}",

@@ -1,0 +1,152 @@
+/* less.c: LaViT's less-attention. No q or k: the scores are the previous block's scores
+ * transformed, S = Psi(Theta(A_prev)^T)^T = Psi A_prev Theta^T with Linear(T, T) maps Theta and
+ * Psi; values from a v projection. In training LaViT's diagonality term applies to its maps. */
+#include "../mech.h"
+
+#include <cblas.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../kernels.h"
+
+#define WR(ptr) ((float *)(uintptr_t)(ptr))
+
+static as_status validate(const vit_config *c, int l, const vit_geom *g, as_error *err) {
+    const char *n = vit_mech_model_name(c);
+    const int H = g->H;
+    if (g->j == 0)
+        return as_fail(err, AS_ERR_CONFIG,
+                       "%s: block %d is a less-attention block, but no vanilla block comes "
+                       "before it in its stage to compute the scores it reuses: make block %d "
+                       "vanilla", n, l, l);
+    const vit_attn_kind prev = c->attn[l - 1].kind;
+    if (prev == VIT_ATTN_LSLA || prev == VIT_ATTN_REFINER)
+        return as_fail(err, AS_ERR_CONFIG,
+                       "%s: block %d: a less-attention block transforms the previous block's "
+                       "q k^T scores, but block %d is %s, which has none of that shape: put a "
+                       "vanilla (or lmsa, mait, less) block before it", n, l, l - 1,
+                       vit_attn_name(prev));
+    /* Theta and Psi mix the entries of a row: one -inf makes the whole row NaN */
+    if (prev == VIT_ATTN_MAIT && c->attn[l - 1].mask_mode == VIT_MASK_NEG_INF)
+        for (int h = 0; h < H && h < VIT_MAX_MASK_HEADS; h++)
+            if (c->attn[l - 1].mask_size[h])
+                return as_fail(err, AS_ERR_CONFIG,
+                               "%s: block %d: a less-attention block transforms the previous "
+                               "block's scores, but block %d is mait in \"neg_inf\" mode, whose "
+                               "masked scores are -inf (Theta and Psi would make them NaN): use "
+                               "mask_mode \"zero\" or \"soft\" there, or put a vanilla block "
+                               "between", n, l, l - 1);
+    return AS_OK;
+}
+
+static void describe(const vit_config *c, int l, char *buf, size_t n) {
+    snprintf(buf, n, " (reuses the previous block's scores)");
+}
+
+static void layout(const vit_config *c, int l, vit_mech_layout *out) {
+    const int D = c->embed_dim;
+    *out = (vit_mech_layout){
+        .W = D,
+        .n_proj = 1,
+        .proj = {{offsetof(vit_block_params, v_w), offsetof(vit_block_params, v_b), 0, D}},
+        .src = {VIT_SRC_NONE, VIT_SRC_NONE, VIT_SRC_QKV},
+        .col = {0, 0, 0},
+    };
+}
+
+static void specs(const vit_mech_block *b, vit_block_params *bp, vit_spec_sink *s) {
+    const int D = b->c->embed_dim, T = b->g->Tq;
+    VIT_MECH_SPEC(s, &bp->v_w, ".attn.v.weight", D, D);
+    if (b->c->qkv_bias) VIT_MECH_SPEC(s, &bp->v_b, ".attn.v.bias", D);
+    VIT_MECH_SPEC(s, &bp->theta, ".attn.theta.weight", T, T);
+    VIT_MECH_SPEC(s, &bp->psi, ".attn.psi.weight", T, T);
+}
+
+/* A^l = Psi(Theta(A^{l-1})^T)^T = Psi A^{l-1} Theta^T, with Linear(T, T) maps */
+static void scores(const vit_mech_block *b, const vit_attn_problem *p, float *A) {
+    const int T = p->Tq;
+    float *S = p->keep;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, T, 1.0f, p->prev, T, b->bp->theta, T,
+                0.0f, A, T);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, T, T, 1.0f, b->bp->psi, T, A, T, 0.0f, S, T);
+    memcpy(A, S, (size_t)T * T * sizeof(float));
+}
+
+/* S = Psi A1, A1 = prev Theta^T: X = A1, dA1 (into dA) = Psi^T dS, dprev = dA1 Theta */
+static void head_backward(const vit_mech_block *b, vit_mech_head_bwd *x) {
+    const int T = x->p->Tq;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, T, 1.0f, x->p->prev, T, b->bp->theta, T,
+                0.0f, x->X, T);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, T, T, 1.0f, b->bp->psi, T, x->dS, T, 0.0f, x->dA, T);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, T, T, 1.0f, x->dA, T, b->bp->theta, T,
+                0.0f, x->dprev, T);
+    x->dR = NULL;
+}
+
+static void params_backward(const vit_mech_block *b, const vit_block_params *gb, const vit_tape *tape,
+                            vit_grad_ws *ws, int n, int Tq, int Tk) {
+    const int H = b->g->H, T = Tq;
+    const size_t TT = (size_t)T * T;
+    /* dPsi += sum dS A1^T: per image over its heads (in parallel, into dY), then the images in
+     * order */
+#pragma omp parallel for schedule(static)
+    for (int bi = 0; bi < n; bi++)
+        for (int h = 0; h < H; h++) {
+            const size_t bh = (size_t)bi * H + h;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, T, 1.0f, ws->dS + bh * TT, T,
+                        ws->dX + bh * TT, T, h ? 1.0f : 0.0f, ws->dY + (size_t)bi * TT, T);
+        }
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < TT; i++) {
+        float s = 0.0f;
+        for (int bi = 0; bi < n; bi++) s += ws->dY[(size_t)bi * TT + i];
+        WR(gb->psi)[i] += s;
+    }
+    /* dTheta += sum dA1^T prev: one GEMM over all (image, head) rows */
+    kernels_gemm(1, 0, T, T, n * H * T, 1.0f, ws->dA, T, tape->blk[b->l - 1].keep, T, 1.0f, WR(gb->theta), T);
+}
+
+static void cost(const vit_config *c, int l, const vit_geom *g, vit_cost_part *o) {
+    const double D = g->D, H = g->H, T = vit_mech_rows(g), P = vit_mech_score_entries(g), N = g->Tq;
+    const double bias = c->qkv_bias ? 1 : 0, softmax = 5 * H * P;
+    vit_cost_add(o, VIT_COMP_QKV, D * (D + bias), T * D * D, T * D * bias);
+    /* Theta then Psi: two (N x N) @ (N x N) products per head */
+    vit_cost_add(o, VIT_COMP_ATTN_MAPS, 2 * N * N, 2 * H * P * N, 0);
+    vit_cost_add(o, VIT_COMP_ATTN_SCORES, 0, 0, softmax);
+}
+
+static int statics(const vit_config *c, int l, vit_static *v) {
+    const int T = vit_num_tokens(c);
+    v[0] = (vit_static){"theta", 2, {T, T, 0}, "Theta: Linear(T, T) applied to the previous scores' rows"};
+    v[1] = (vit_static){"psi", 2, {T, T, 0}, "Psi: Linear(T, T) applied to the columns after Theta"};
+    return 2;
+}
+
+static void static_fill(const vit_config *c, const vit_params *p, int l, int i, float *out) {
+    const size_t T = (size_t)vit_num_tokens(c);
+    if (i == 0 || i == 1) memcpy(out, i ? p->blocks[l].psi : p->blocks[l].theta, T * T * sizeof(float));
+}
+
+static void trace_attrs(const vit_config *c, const vit_params *p, int l, vit_mech_writer *w) {
+    w->num(w, "scores_from_layer", l - 1);
+}
+
+const vit_mech vit_mech_less = {
+    .name = "less",
+    .summary = "LaViT's less-attention: scores = Psi(Theta(A_prev)^T)^T, no q or k",
+    .flags = VIT_MECH_REUSES_SCORES | VIT_MECH_DP_TERM | VIT_MECH_WS_DY | VIT_MECH_NO_SCALE,
+    .scopes = 1u << VIT_SCOPE_GLOBAL,
+    .validate = validate,
+    .describe = describe,
+    .layout = layout,
+    .specs = specs,
+    .scores = scores,
+    .head_backward = head_backward,
+    .params_backward = params_backward,
+    .cost = cost,
+    .statics = statics,
+    .static_fill = static_fill,
+    .trace_attrs = trace_attrs,
+    .scores_doc = "Psi(Theta(previous scores)^T)^T, before the softmax",
+};

@@ -1,0 +1,295 @@
+/* lsla.c: ViT-LSLA's light self-limited attention. Keys (and with "values": "x", values) are
+ * the normalised input x itself; scores (q x^T) * DS (a learnable N x N dynamic scale, or the
+ * fixed scale) + inner bias; after the softmax an outer bias; "proj": false drops the output
+ * projection (the paper's NP). Biases: full (H, N, N) tables or Swin-style relative tables. */
+#include "../mech.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <string.h>
+#include <stdint.h>
+
+#include "../attn_ops.h"
+
+#define WR(ptr) ((float *)(uintptr_t)(ptr))
+
+static const vit_mech_key keys[] = {
+    {"dynamic_scale", "true (default): a learnable N x N DS multiplies q x^T; false: the fixed scale"},
+    {"inner_bias", "\"none\", \"full\" (default) or \"relative\": added before the softmax"},
+    {"outer_bias", "\"none\", \"full\" (default) or \"relative\": added after the softmax"},
+    {"values", "\"x\" (QXX, default): values are x; \"v\" (QXV): a value projection"},
+    {"proj", "true (default): the output projection; false: none (NP)"},
+};
+
+static void defaults(vit_attn *a) { /* the paper's Algorithm 1 */
+    a->dynamic_scale = 1;
+    a->inner_bias = a->outer_bias = VIT_BIAS_FULL;
+}
+
+static int parse(vit_attn *a, const vit_mech_entry *e, int H, char *msg, size_t n) {
+    const vit_mv *j;
+    if ((j = vit_mech_get(e, "dynamic_scale"))) {
+        if (j->type != VIT_MV_BOOL) return snprintf(msg, n, "\"dynamic_scale\" must be true or false"), 0;
+        a->dynamic_scale = j->boolean;
+    }
+    if ((j = vit_mech_get(e, "proj"))) {
+        if (j->type != VIT_MV_BOOL) return snprintf(msg, n, "\"proj\" must be true or false"), 0;
+        a->no_proj = !j->boolean;
+    }
+    const char *bk[2] = {"inner_bias", "outer_bias"};
+    vit_bias_kind *bv[2] = {&a->inner_bias, &a->outer_bias};
+    for (int i = 0; i < 2; i++)
+        if ((j = vit_mech_get(e, bk[i]))) {
+            int b = j->type == VIT_MV_STRING ? vit_bias_parse(j->str)
+                    : j->type == VIT_MV_BOOL && !j->boolean ? 0 : -1;
+            if (b < 0) return snprintf(msg, n, "\"%s\" must be \"none\", \"full\" or \"relative\"", bk[i]), 0;
+            *bv[i] = (vit_bias_kind)b;
+        }
+    if ((j = vit_mech_get(e, "values"))) {
+        if (j->type != VIT_MV_STRING || (strcmp(j->str, "x") && strcmp(j->str, "v")))
+            return snprintf(msg, n, "\"values\" must be \"x\" (QXX) or \"v\" (QXV, a value projection)"), 0;
+        a->value_proj = j->str[0] == 'v';
+    }
+    return 1;
+}
+
+static void write(const vit_config *c, int l, vit_mech_writer *w) {
+    const vit_attn *a = &c->attn[l];
+    w->boolean(w, "dynamic_scale", a->dynamic_scale);
+    w->str(w, "inner_bias", vit_bias_name(a->inner_bias));
+    w->str(w, "outer_bias", vit_bias_name(a->outer_bias));
+    w->str(w, "values", a->value_proj ? "v" : "x");
+    w->boolean(w, "proj", !a->no_proj);
+}
+
+static as_status validate(const vit_config *c, int l, const vit_geom *g, as_error *err) {
+    const vit_attn *a = &c->attn[l];
+    const char *n = vit_mech_model_name(c);
+    if (a->scale > 0.0f && a->dynamic_scale)
+        return as_fail(err, AS_ERR_CONFIG, "%s: block %d: \"scale\" has no effect on lsla with a "
+                       "dynamic scale (the learnable DS replaces it): remove it, or set "
+                       "\"dynamic_scale\": false to use it as the fixed scale", n, l);
+    if ((unsigned)a->inner_bias >= VIT_BIAS_COUNT || (unsigned)a->outer_bias >= VIT_BIAS_COUNT)
+        return as_fail(err, AS_ERR_CONFIG, "%s: block %d: unknown lsla bias kind", n, l);
+    if ((a->inner_bias == VIT_BIAS_RELATIVE || a->outer_bias == VIT_BIAS_RELATIVE) && g->prefix)
+        return as_fail(err, AS_ERR_CONFIG,
+                       "%s: block %d: relative position biases need the %d tokens to form a "
+                       "square M x M window, but %d of them are class/distillation tokens: "
+                       "use \"full\" bias tables, or class_token false with global_pool "
+                       "\"avg\"", n, l, g->T, g->prefix);
+    return AS_OK;
+}
+
+static void describe(const vit_config *c, int l, char *buf, size_t n) {
+    const vit_attn *a = &c->attn[l];
+    snprintf(buf, n, " %s, inner %s, outer %s, %s%s", a->dynamic_scale ? "DS" : "fixed scale",
+             vit_bias_name(a->inner_bias), vit_bias_name(a->outer_bias), a->value_proj ? "QXV" : "QXX",
+             a->no_proj ? ", NP" : "");
+}
+
+static int has_proj(const vit_attn *a) { return !a->no_proj; }
+
+static float product_scale(const vit_config *c, int l) {
+    return c->attn[l].dynamic_scale ? 1.0f : vit_attn_scale(c, l);
+}
+
+static void layout(const vit_config *c, int l, vit_mech_layout *out) {
+    vit_geom g;
+    vit_block_geom(c, l, &g);
+    const int D = g.D, vp = c->attn[l].value_proj;
+    *out = (vit_mech_layout){
+        .W = vp ? 2 * D : D,
+        .n_proj = vp ? 2 : 1,
+        .proj = {{offsetof(vit_block_params, q_w), offsetof(vit_block_params, q_b), 0, D},
+                 {offsetof(vit_block_params, v_w), offsetof(vit_block_params, v_b), D, D}},
+        .src = {VIT_SRC_QKV, VIT_SRC_X, vp ? VIT_SRC_QKV : VIT_SRC_X}, /* keys are x itself */
+        .col = {0, 0, vp ? D : 0},
+    };
+}
+
+static void specs(const vit_mech_block *b, vit_block_params *bp, vit_spec_sink *s) {
+    const vit_attn *at = b->at;
+    const int D = b->g->D, H = b->g->H, Tq = b->g->Tq, Tk = b->g->Tk, bias = b->c->qkv_bias;
+    int gh, gw;
+    vit_mech_problem_grid(b->g, &gh, &gw);
+    const int W = 2 * gw - 1;
+    VIT_MECH_SPEC(s, &bp->q_w, ".attn.q.weight", D, D);
+    if (bias) VIT_MECH_SPEC(s, &bp->q_b, ".attn.q.bias", D);
+    if (at->value_proj) {
+        VIT_MECH_SPEC(s, &bp->v_w, ".attn.v.weight", D, D);
+        if (bias) VIT_MECH_SPEC(s, &bp->v_b, ".attn.v.bias", D);
+    }
+    if (at->dynamic_scale) VIT_MECH_SPEC(s, &bp->ds, ".attn.ds", Tq, Tk);
+    if (at->inner_bias == VIT_BIAS_FULL) VIT_MECH_SPEC(s, &bp->inner_bias, ".attn.inner_bias", H, Tq, Tk);
+    if (at->inner_bias == VIT_BIAS_RELATIVE) VIT_MECH_SPEC(s, &bp->inner_bias, ".attn.inner_bias_table", W * W, H);
+    if (at->outer_bias == VIT_BIAS_FULL) VIT_MECH_SPEC(s, &bp->outer_bias, ".attn.outer_bias", H, Tq, Tk);
+    if (at->outer_bias == VIT_BIAS_RELATIVE) VIT_MECH_SPEC(s, &bp->outer_bias, ".attn.outer_bias_table", W * W, H);
+}
+
+static void scores(const vit_mech_block *b, const vit_attn_problem *p, float *A) {
+    const size_t TT = (size_t)p->Tq * p->Tk;
+    if (b->at->dynamic_scale)
+        for (size_t i = 0; i < TT; i++) A[i] *= b->bp->ds[i];
+    vit_add_bias(A, b->bp->inner_bias, b->at->inner_bias, p->H, p->h, p->Tq, p->gw);
+}
+
+static void after_softmax(const vit_mech_block *b, const vit_attn_problem *p, float *A) {
+    if (p->extra[0]) memcpy(p->extra[0], A, (size_t)p->Tq * p->Tk * sizeof(float));
+    vit_add_bias(A, b->bp->outer_bias, b->at->outer_bias, p->H, p->h, p->Tq, p->gw);
+}
+
+/* S = (q x^T) * DS + B: X = dS * (q x^T) for DS, dR = dS * DS (dA stays for the outer bias, dS
+ * for the inner) */
+static void head_backward(const vit_mech_block *b, vit_mech_head_bwd *x) {
+    if (!b->at->dynamic_scale) return;
+    const vit_attn_problem *p = x->p;
+    const size_t TT = (size_t)p->Tq * p->Tk;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->Tq, p->Tk, p->dq, 1.0f, p->q, p->ldq, p->k,
+                p->ldk, 0.0f, x->X, p->Tk);
+    for (size_t i = 0; i < TT; i++) x->X[i] *= x->dS[i];
+    for (size_t i = 0; i < TT; i++) x->Y[i] = x->dS[i] * b->bp->ds[i];
+    x->dR = x->Y;
+    x->s = 1.0f;
+}
+
+/* A bias table's gradient from the summed (T, T) gradient of head h (see vit_add_bias). */
+static void bias_backward(float *gb, const float *g, vit_bias_kind kind, int H, int h, int T, int M) {
+    if (kind == VIT_BIAS_FULL) {
+        float *gh = gb + (size_t)h * T * T;
+        for (size_t i = 0; i < (size_t)T * T; i++) gh[i] += g[i];
+    } else if (kind == VIT_BIAS_RELATIVE) {
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j < T; j++) {
+                const int yi = i / M, xi = i % M, yj = j / M, xj = j % M;
+                const size_t idx = (size_t)(yi - yj + M - 1) * (2 * M - 1) + (size_t)(xi - xj + M - 1);
+                gb[idx * H + h] += g[(size_t)i * T + j];
+            }
+    }
+}
+
+static void params_backward(const vit_mech_block *b, const vit_block_params *gb, const vit_tape *tape,
+                            vit_grad_ws *ws, int n, int Tq, int Tk) {
+    const vit_attn *at = b->at;
+    const int H = b->g->H, T = Tq;
+    const size_t nt = (size_t)Tq * Tk, TT = nt;
+    int gh, gw;
+    vit_mech_problem_grid(b->g, &gh, &gw);
+    if (at->dynamic_scale) /* dDS = sum over (image, head) of dS * (q x^T), in dX */
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < nt; i++) {
+            double s = 0;
+            for (int bh = 0; bh < n * H; bh++) s += ws->dX[(size_t)bh * TT + i];
+            WR(gb->ds)[i] += (float)s;
+        }
+    /* bias tables: the (T, T) gradient of head h summed over images (into dX, free now), then
+     * into the table's parametrisation. Inner: dS; outer: dA (added after the softmax) */
+    for (int which = 0; which < 2; which++) {
+        const vit_bias_kind kind = which ? at->outer_bias : at->inner_bias;
+        if (!kind) continue;
+        const float *src = which ? ws->dA : ws->dS;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < (size_t)H * nt; i++) {
+            const size_t h = i / nt, e = i % nt;
+            double s = 0;
+            for (int bi = 0; bi < n; bi++) s += src[((size_t)bi * H + h) * nt + e];
+            ws->dX[i] = (float)s;
+        }
+        float *table = WR(which ? gb->outer_bias : gb->inner_bias);
+        for (int h = 0; h < H; h++) bias_backward(table, ws->dX + (size_t)h * nt, kind, H, h, T, gw);
+    }
+}
+
+static void cost(const vit_config *c, int l, const vit_geom *g, vit_cost_part *o) {
+    const vit_attn *a = &c->attn[l];
+    const double D = g->D, H = g->H, T = vit_mech_rows(g), P = vit_mech_score_entries(g), N2 = (double)g->Tq * g->Tk;
+    const double bias = c->qkv_bias ? 1 : 0, maps = H * P, softmax = 5 * maps;
+    int gh, gw;
+    vit_mech_problem_grid(g, &gh, &gw);
+    const double W = g->prefix == 0 ? 2.0 * gw - 1 : 0; /* relative table side */
+    vit_cost_add(o, VIT_COMP_QKV, D * (D + bias), T * D * D, T * D * bias);
+    if (a->value_proj) vit_cost_add(o, VIT_COMP_QKV, D * (D + bias), T * D * D, T * D * bias);
+    /* q x^T, then DS (one problem's N x N, shared by the heads) or the fixed scale, then the
+     * inner bias */
+    vit_cost_add(o, VIT_COMP_ATTN_SCORES, a->dynamic_scale ? N2 : 0, P * D, maps + softmax);
+    const vit_bias_kind b[2] = {a->inner_bias, a->outer_bias};
+    for (int i = 0; i < 2; i++) {
+        if (b[i] == VIT_BIAS_NONE) continue;
+        const double p = b[i] == VIT_BIAS_FULL ? H * N2 : W * W * H;
+        vit_cost_add(o, i == 0 ? VIT_COMP_ATTN_SCORES : VIT_COMP_ATTN_MAPS, p, 0, maps);
+    }
+}
+
+static int extra(const vit_config *c, int l, int i, vit_extra *out) {
+    if (i != 0) return 0;
+    if (out) *out = (vit_extra){"attn_softmax", c->num_heads, "softmax of the scores, before the outer bias is added"};
+    return 1;
+}
+
+static int statics(const vit_config *c, int l, vit_static *v) {
+    const vit_attn *at = &c->attn[l];
+    const int T = vit_num_tokens(c), H = c->num_heads;
+    int n = 0;
+    if (at->dynamic_scale) v[n++] = (vit_static){"ds", 2, {T, T, 0}, "dynamic scale DS multiplying q x^T (shared by the heads)"};
+    if (at->inner_bias) v[n++] = (vit_static){"inner_bias", 3, {H, T, T}, "B_inner added before the softmax, as a full table per head"};
+    if (at->outer_bias) v[n++] = (vit_static){"outer_bias", 3, {H, T, T}, "B_outer added after the softmax, as a full table per head"};
+    return n;
+}
+
+static void static_fill(const vit_config *c, const vit_params *p, int l, int i, float *out) {
+    const vit_block_params *bp = &p->blocks[l];
+    const vit_attn *at = &c->attn[l];
+    const int T = vit_num_tokens(c), H = c->num_heads, G = vit_grid(c);
+    const size_t TT = (size_t)T * T;
+    vit_static v[4];
+    if (i < 0 || i >= statics(c, l, v)) return;
+    if (strcmp(v[i].name, "ds") == 0) {
+        memcpy(out, bp->ds, TT * sizeof(float));
+        return;
+    }
+    const int inner = strcmp(v[i].name, "inner_bias") == 0;
+    memset(out, 0, (size_t)H * TT * sizeof(float));
+    for (int h = 0; h < H; h++) /* full (H, T, T) tables of either parametrisation */
+        vit_add_bias(out + (size_t)h * TT, inner ? bp->inner_bias : bp->outer_bias,
+                     inner ? at->inner_bias : at->outer_bias, H, h, T, G);
+}
+
+static void trace_attrs(const vit_config *c, const vit_params *p, int l, vit_mech_writer *w) {
+    const vit_attn *a = &c->attn[l];
+    const float scale = vit_attn_scale(c, l);
+    if (!a->dynamic_scale) w->floats(w, "scale", &scale, 1);
+    w->str(w, "scale_mode", a->dynamic_scale ? "dynamic" : "fixed");
+    w->str(w, "inner_bias", vit_bias_name(a->inner_bias));
+    w->str(w, "outer_bias", vit_bias_name(a->outer_bias));
+    w->str(w, "values", a->value_proj ? "v (QXV)" : "x (QXX)");
+    w->num(w, "proj", !a->no_proj);
+}
+
+const vit_mech vit_mech_lsla = {
+    .name = "lsla",
+    .summary = "ViT-LSLA: keys (and values) are x itself; dynamic scale, inner and outer biases",
+    .flags = VIT_MECH_WS_DY | VIT_MECH_SOFTMAX_EXTRA0,
+    .scopes = 1u << VIT_SCOPE_GLOBAL | 1u << VIT_SCOPE_WINDOW,
+    .keys = keys,
+    .n_keys = sizeof keys / sizeof keys[0],
+    .defaults = defaults,
+    .parse = parse,
+    .write = write,
+    .validate = validate,
+    .describe = describe,
+    .has_proj = has_proj,
+    .product_scale = product_scale,
+    .layout = layout,
+    .specs = specs,
+    .scores = scores,
+    .after_softmax = after_softmax,
+    .head_backward = head_backward,
+    .params_backward = params_backward,
+    .cost = cost,
+    .extra = extra,
+    .statics = statics,
+    .static_fill = static_fill,
+    .trace_attrs = trace_attrs,
+    .attn_doc = "softmax(scores) + outer bias: the map that multiplies x (or v)",
+    .scores_doc = "(q x^T) * DS (or scale) + inner bias, before the softmax",
+    .k_doc = "per-head keys: the normalised block input x itself",
+};
