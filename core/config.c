@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "stage.h"
+
 #define IMAGENET_MEAN {0.485f, 0.456f, 0.406f}
 #define IMAGENET_STD {0.229f, 0.224f, 0.225f}
 #define INCEPTION_MEAN {0.5f, 0.5f, 0.5f}
@@ -341,11 +343,21 @@ int vit_has_keys(const vit_config *c, int l) { return c->attn[l].kind != VIT_ATT
 
 int vit_qk_head_dim(const vit_config *c, int l) {
     if (!vit_has_keys(c, l)) return 0;
+    if (c->n_stages > 0) { /* staged blocks run vanilla attention (vit_config_validate) */
+        vit_geom g;
+        vit_block_geom(c, l, &g);
+        return g.D / g.H;
+    }
     return c->attn[l].kind == VIT_ATTN_LMSA ? c->attn[l].qk_dim / c->num_heads : vit_head_dim(c);
 }
 
 int vit_attn_heads(const vit_config *c, int l) {
     const vit_attn *a = &c->attn[l];
+    if (c->n_stages > 0) {
+        vit_geom g;
+        vit_block_geom(c, l, &g);
+        return g.H;
+    }
     return a->kind == VIT_ATTN_REFINER && a->expanded_heads > c->num_heads ? a->expanded_heads
                                                                           : c->num_heads;
 }
@@ -559,6 +571,8 @@ as_status vit_config_validate(const vit_config *c, as_error *err) {
                            "to [0, 1] first; got %g)", n, i, VIT_MIN_MEAN, VIT_MAX_MEAN,
                            (double)c->mean[i]);
     }
+    as_status staged = vit_stages_validate(c, err); /* stages, scopes and windows: geom.c */
+    if (staged != AS_OK || c->n_stages > 0) return staged;
     /* A limit that keeps every activation size in int range for BLAS calls. */
     if ((double)vit_num_tokens(c) * vit_num_tokens(c) * c->num_heads > 2e9)
         return as_fail(err, AS_ERR_CONFIG, "%s: %d tokens x %d heads is too large for one image",

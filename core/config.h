@@ -71,6 +71,7 @@ typedef enum { VIT_INTERP_BICUBIC = 0, VIT_INTERP_BILINEAR, VIT_INTERP_COUNT } v
  * embed_dim, num_heads and mlp_hidden are stage 0's. Block l (0..depth-1) is counted over all
  * stages; attn[l] is its mechanism and vit_block_geom(c, l) its derived geometry (never stored). */
 #define VIT_MAX_STAGES 4
+#define VIT_MAX_WINDOW 64  /* window side M: a problem's M^2 x M^2 maps stay per-thread sized */
 typedef enum { VIT_FAMILY_VIT = 0, VIT_FAMILY_SWIN, VIT_FAMILY_COUNT } vit_family;
 /* How a block's tokens are grouped into independent attention problems: GLOBAL, one T x T
  * problem per image; WINDOW, Swin's M x M windows (shifted on odd blocks of a stage). The next
