@@ -11,7 +11,15 @@
 #define KERNELS_X86 1
 #endif
 
-/* KERNELS_CLONES (kernels.h): AVX-512, AVX2 and baseline versions picked at load time. */
+/* Row kernels are compiled for AVX-512, AVX2 and the baseline, picked at load time (GCC
+ * function multi-versioning): the build stays portable while this CPU runs 16-wide. Reductions
+ * keep LANES partial results in a fixed order, so every version (and every thread count) gives
+ * bit-identical results; no -ffast-math reassociation is needed to vectorise them. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define KERNEL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define KERNEL_CLONES
+#endif
 #define LANES 16
 
 static inline float lanes_sum(const float *x, int d) {
@@ -52,7 +60,7 @@ static inline float lanes_sqdev(const float *x, float mean, int d) {
     return s;
 }
 
-KERNELS_CLONES static void layernorm_row(float *o, const float *x, const float *w, const float *b,
+KERNEL_CLONES static void layernorm_row(float *o, const float *x, const float *w, const float *b,
                                         int d, float eps) {
     /* two passes (mean, then centred variance) as PyTorch does: one-pass E[x^2]-E[x]^2
      * loses digits when the mean is large against the spread */
@@ -121,7 +129,7 @@ static inline float exp_inline(float x0) {
 
 float kernels_exp(float x) { return exp_inline(x); }
 
-KERNELS_CLONES static void gelu_block(float *y, const float *x, size_t n) {
+KERNEL_CLONES static void gelu_block(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) {
         float v = x[i];
         y[i] = 0.5f * v * (1.0f + erf_inline(v * 0.70710678118654752f));
@@ -145,7 +153,7 @@ void kernels_gelu_to(float *y, const float *x, size_t n) { blocked(gelu_block, y
 void kernels_gelu(float *x, size_t n) { kernels_gelu_to(x, x, n); }
 
 /* dh *= GELU'(x) = 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi). */
-KERNELS_CLONES static void gelu_backward_block(float *dh, const float *x, size_t n) {
+KERNEL_CLONES static void gelu_backward_block(float *dh, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const float v = x[i];
         const float cdf = 0.5f * (1.0f + erf_inline(v * 0.70710678118654752f));
@@ -170,7 +178,7 @@ static inline float lanes_dot(const float *a, const float *b, int d) {
 
 /* One block of rows of the LayerNorm backward: dx += ..., and the block's own partial sums of
  * dy * xhat and dy into pw and pb (d each). */
-KERNELS_CLONES static void layernorm_backward_block(float *dx, float *pw, float *pb, const float *dy,
+KERNEL_CLONES static void layernorm_backward_block(float *dx, float *pw, float *pb, const float *dy,
                                                    const float *x, const float *w, int rows, int d,
                                                    float eps) {
     for (int i = 0; i < d; i++) pw[i] = pb[i] = 0.0f;
@@ -210,7 +218,7 @@ void kernels_layernorm_backward(float *dx, float *dw, float *db, const float *dy
         }
 }
 
-KERNELS_CLONES void kernels_softmax_backward_rows(float *dS, const float *P, const float *dP, int n, int d) {
+KERNEL_CLONES void kernels_softmax_backward_rows(float *dS, const float *P, const float *dP, int n, int d) {
     for (int r = 0; r < n; r++) {
         const float *pr = P + (size_t)r * d, *gr = dP + (size_t)r * d;
         float *sr = dS + (size_t)r * d;
@@ -219,7 +227,7 @@ KERNELS_CLONES void kernels_softmax_backward_rows(float *dS, const float *P, con
     }
 }
 
-KERNELS_CLONES void kernels_softmax_rows(float *x, int n, int d) {
+KERNEL_CLONES void kernels_softmax_rows(float *x, int n, int d) {
     for (int r = 0; r < n; r++) {
         float *row = x + (size_t)r * d;
         const float m = lanes_max(row, d);

@@ -6,17 +6,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Row kernels are compiled for AVX-512, AVX2 and the baseline, picked at load time (GCC
- * function multi-versioning): the build stays portable while this CPU runs 16-wide. Reductions
- * keep LANES partial results in a fixed order, so every version (and every thread count) gives
- * bit-identical results; no -ffast-math reassociation is needed to vectorise them (and C11 mode
- * keeps GCC from contracting a * b + c into an FMA, so the versions agree bit for bit). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define KERNELS_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define KERNELS_CLONES
-#endif
-
 /* out[r,:] = (x[r,:] - mean) / sqrt(var + eps) * w + b for rows r < n.
  * out, x: (n, d), may alias; w, b: (d). */
 void kernels_layernorm(float *out, const float *x, const float *w, const float *b, int n, int d,
