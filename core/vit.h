@@ -13,7 +13,9 @@
  *     vit_acts a; vit_acts_carve(&cfg, B, arena, &a);              // one allocation per run
  *     vit_record rec = {.attn = maps};     // maps[l]: (B,H,T,T) or NULL to skip layer l
  *     vit_forward(&cfg, &p, &a, images, B, &rec);  // images: (B,3,S,S); logits in a.logits
- * Shapes: B images, T tokens (prefix + patches), D embed_dim, H heads, hd = D/H. */
+ * Shapes: B images, T tokens (prefix + patches), D embed_dim, H heads, hd = D/H. A staged model
+ * (cfg.n_stages > 0: Swin) uses the same calls; each block has its own T, D, H and attention
+ * problems (vit_block_geom), and docs/stages.md describes the computation. */
 
 #define VIT_MAX_TENSORS 4096
 #define VIT_TENSOR_NAME_MAX 96
@@ -105,12 +107,13 @@ typedef struct {
     float *x;       /* (B, T, D) residual stream */
     float *xn;      /* (B, T, D) normalised */
     float *qkv;     /* (B, T, W): the block's projections, W = 3D or its mechanism's width */
-    float *att;     /* (B, H, T, T) scratch maps for layers not recorded */
+    float *att;     /* (B, H, T, T) scratch maps for layers not recorded (staged: the largest
+                       (B, H, problems, Tq, Tk) of any block) */
     float *keep[2]; /* (B, H, T, T) scores handed to the next less-attention block, or NULL */
     float *ext[2];  /* (B, H', T, T) scratch for mechanism maps not recorded, or NULL */
     float *ao;      /* (B, T, D) attention output before proj */
     float *hid;     /* (B, T, Hm) MLP hidden */
-    float *pooled;  /* (B, 2, D) pooled features (and distillation token) */
+    float *pooled;  /* (B, 2, D) pooled features (and distillation token); staged: (B, D_last) */
     float *logits;  /* (B, C) final logits (distilled: mean of both heads) */
     vit_tape *tape; /* NULL, or where a training forward keeps every block's activations */
     /* Staged models (n_stages > 0) only; NULL for a monolithic ViT. Sizes are maxima over the
