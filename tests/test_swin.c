@@ -68,10 +68,10 @@ static float urand(uint32_t *s) { return (float)lcg(s) / (float)(1u << 24) * 2.0
  * that a misplaced bias entry shows. */
 static int model_init(model_t *m, uint32_t seed) {
     as_error err;
-    if (vit_config_validate(&m->c, &err) != AS_OK) {
-        fprintf(stderr, "config: %s\n", err.msg);
-        return 0;
-    }
+    m->w = NULL;
+    const as_status st = vit_config_validate(&m->c, &err);
+    CHECK(st == AS_OK, "a valid tiny Swin is refused: %s", err.msg);
+    if (st != AS_OK) return 0;
     static vit_tensor_spec specs[VIT_MAX_TENSORS];
     const int n = vit_param_specs(&m->c, &m->p, specs, VIT_MAX_TENSORS);
     m->count = 0;
@@ -302,10 +302,7 @@ static void test_one_window(void) {
     const int depth[] = {2}, dim[] = {16}, heads[] = {2};
     /* grid 5 < window 7: timm's clamp makes it one 5 x 5 window that never shifts */
     tiny_config(&m.c, 20, 4, 1, depth, dim, heads, 7, VIT_CLAMP_TIMM, VIT_PAD_FIRST);
-    if (!model_init(&m, 11)) {
-        CHECK(0, "one window: config refused");
-        return;
-    }
+    if (!model_init(&m, 11)) return;
     vit_geom g;
     vit_block_geom(&m.c, 1, &g);
     CHECK(g.M == 5 && g.shift == 0 && g.problems == 1, "clamp: M %d shift %d problems %d", g.M, g.shift, g.problems);
@@ -321,10 +318,21 @@ static void test_one_window(void) {
             for (int j = 0; j < T; j++)
                 bias[((size_t)h * T + i) * T + j] = rel_bias(m.p.blocks[1].rpb_table, H, h, 5, i, j);
     check_block("one window", &m, &r, 1, B, tok, T, bias);
-    free(bias);
-    free(x);
     run_free(&r, &m.c);
     free(m.w);
+    /* the same stage with global scope: plain attention over the grid, no bias, no table */
+    tiny_config(&m.c, 20, 4, 1, depth, dim, heads, 0, VIT_CLAMP_TIMM, VIT_PAD_FIRST);
+    m.c.stage[0].scope = VIT_SCOPE_GLOBAL;
+    if (model_init(&m, 12)) {
+        CHECK(!m.p.blocks[1].rpb_table, "a global block has no relative table");
+        run_model(&r, &m, x, B, 0);
+        memset(bias, 0, (size_t)H * T * T * sizeof(double));
+        check_block("global stage", &m, &r, 1, B, tok, T, bias);
+        run_free(&r, &m.c);
+    }
+    free(m.w);
+    free(bias);
+    free(x);
 }
 
 /* (b) block l of a model against global attention over every window's slots in window_token
@@ -399,10 +407,7 @@ static void test_merge(void) {
     const int depth[] = {1, 1}, dim[] = {4, 16}, heads[] = {1, 2};
     model_t m;
     tiny_config(&m.c, 20, 4, 2, depth, dim, heads, 2, VIT_CLAMP_TIMM, VIT_PAD_FIRST); /* grid 5 -> 3 */
-    if (!model_init(&m, 31)) {
-        CHECK(0, "merge: config refused");
-        return;
-    }
+    if (!model_init(&m, 31)) return;
     const int C = 4, C4 = 16;
     vit_stage_params *sp = &m.p.stages[1];
     float *red = mut(&m, sp->down_w), *nw = mut(&m, sp->down_norm_w), *nb = mut(&m, sp->down_norm_b);
@@ -447,10 +452,7 @@ static void test_threads(void) {
     const int depth[] = {2, 2}, dim[] = {8, 16}, heads[] = {2, 4};
     model_t m;
     tiny_config(&m.c, 40, 4, 2, depth, dim, heads, 3, VIT_CLAMP_TIMM, VIT_PAD_FIRST);
-    if (!model_init(&m, 41)) {
-        CHECK(0, "threads: config refused");
-        return;
-    }
+    if (!model_init(&m, 41)) return;
     const int B = 3;
     float *x = images(&m.c, B, 9);
     run_t r[2];
