@@ -463,6 +463,8 @@ static void test_threads(void) {
         CHECK(!memcmp(r[0].attn[l], r[1].attn[l], r[0].n_map[l] * sizeof(float)), "block %d attn differs", l);
         CHECK(!memcmp(r[0].scores[l], r[1].scores[l], r[0].n_map[l] * sizeof(float)), "block %d scores differ", l);
         CHECK(!memcmp(r[0].tokens[l], r[1].tokens[l], r[0].n_tok[l] * sizeof(float)), "block %d tokens differ", l);
+        CHECK(!memcmp(r[0].q[l], r[1].q[l], r[0].n_qk[l] * sizeof(float)) &&
+              !memcmp(r[0].k[l], r[1].k[l], r[0].n_qk[l] * sizeof(float)), "block %d q or k differ", l);
     }
     run_free(&r[0], &m.c);
     run_free(&r[1], &m.c);
