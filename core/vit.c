@@ -163,6 +163,7 @@ size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a) {
     vit_acts tmp;
     vit_acts *v = a ? a : &tmp;
     if (base) {
+        memset(v, 0, sizeof *v); /* the staged-only views stay NULL */
         v->B = B;
         v->tape = NULL;
     }
