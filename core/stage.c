@@ -226,6 +226,7 @@ static void merge_gather(float *out, const float *x, int n, int gh, int gw, int 
 /* q and k of every grid token, per head, in grid order (unscaled): (n, H, T, hd) each. */
 static void record_qk(float *q, float *k, const float *qkv, int n, int T, int D, int H) {
     const int hd = D / H;
+#pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < n; b++)
         for (int h = 0; h < H; h++)
             for (int t = 0; t < T; t++) {
