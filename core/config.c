@@ -6,8 +6,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "stage.h"
-
 #define IMAGENET_MEAN {0.485f, 0.456f, 0.406f}
 #define IMAGENET_STD {0.229f, 0.224f, 0.225f}
 #define INCEPTION_MEAN {0.5f, 0.5f, 0.5f}
@@ -500,6 +498,101 @@ static as_status validate_attn(const vit_config *c, int l, as_error *err) {
     return AS_OK;
 }
 
+/* A staged model (Swin): the stages, their windows and the mechanisms in them. Each message
+ * names the JSON key to change (docs/models.md, "Swin"). */
+static as_status validate_swin_head(const vit_config *c, as_error *err) {
+    const char *n = c->name[0] ? c->name : "model";
+    if (c->class_token || c->distilled)
+        return as_fail(err, AS_ERR_CONFIG, "%s: a Swin model has no class or distillation token: "
+                       "remove \"class_token\" and \"distilled\"", n);
+    if (c->global_pool != VIT_POOL_AVG)
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"global_pool\": \"%s\" needs a class token, which "
+                       "Swin has not: use \"avg\" (timm's Swin averages the final tokens)", n,
+                       vit_pool_name(c->global_pool));
+    if (c->fc_norm)
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"fc_norm\": Swin normalises before pooling (its "
+                       "final \"norm\"): remove the key", n);
+    return AS_OK;
+}
+
+static as_status validate_stages(const vit_config *c, as_error *err) {
+    const char *n = c->name[0] ? c->name : "model";
+    if ((unsigned)c->family >= VIT_FAMILY_COUNT || c->family == VIT_FAMILY_VIT)
+        return as_fail(err, AS_ERR_CONFIG, "%s: stages are given but the family is not one with "
+                       "stages: set \"family\": \"swin\" (the only staged family so far)", n);
+    if (c->n_stages < 1 || c->n_stages > VIT_MAX_STAGES)
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"depths\" lists %d stages: give 1 to %d (one "
+                       "block count per stage)", n, c->n_stages, VIT_MAX_STAGES);
+    if ((unsigned)c->pad_order >= VIT_PAD_COUNT || (unsigned)c->window_clamp >= VIT_CLAMP_COUNT)
+        return as_fail(err, AS_ERR_CONFIG, "%s: unknown pad_order or window_clamp", n);
+    const int G = c->img_size / c->patch_size;
+    if (G < 1 << (c->n_stages - 1))
+        return as_fail(err, AS_ERR_CONFIG, "%s: img_size %d / patch_size %d is a %dx%d grid, too "
+                       "small for %d patch mergings (each halves it): use img_size >= %d, or fewer "
+                       "stages in \"depths\"", n, c->img_size, c->patch_size, G, G,
+                       c->n_stages - 1, c->patch_size << (c->n_stages - 1));
+    int total = 0;
+    for (int s = 0; s < c->n_stages; s++) {
+        const vit_stage *st = &c->stage[s];
+        if (st->depth < 1 || st->depth > VIT_MAX_DEPTH)
+            return as_fail(err, AS_ERR_CONFIG, "%s: \"depths\"[%d] = %d: each stage needs 1..%d "
+                           "blocks", n, s, st->depth, VIT_MAX_DEPTH);
+        total += st->depth;
+        if (st->embed_dim < 1 || st->embed_dim > VIT_MAX_DIM)
+            return as_fail(err, AS_ERR_CONFIG, "%s: stage %d's width %d (\"embed_dim\", doubled by "
+                           "every merge) is outside 1..%d, attnscope's limit: use a smaller "
+                           "embed_dim or fewer stages", n, s, st->embed_dim, VIT_MAX_DIM);
+        if ((s == 0) != (st->down == VIT_DOWN_NONE) || (st->down != VIT_DOWN_NONE && st->down != VIT_DOWN_MERGE) ||
+            st->scope != VIT_SCOPE_WINDOW)
+            return as_fail(err, AS_ERR_CONFIG, "%s: stage %d is not a Swin stage (a patch merging "
+                           "before every stage but the first, window attention): describe it with "
+                           "the Swin keys of docs/models.md", n, s);
+        if (st->num_heads < 1 || st->num_heads > VIT_MAX_DIM || st->embed_dim % st->num_heads)
+            return as_fail(err, AS_ERR_CONFIG, "%s: \"num_heads\"[%d] = %d: stage %d's width %d is "
+                           "not divisible by it: choose a divisor of %d", n, s, st->num_heads, s,
+                           st->embed_dim, st->embed_dim);
+        if (st->mlp_hidden < 1 || st->mlp_hidden > VIT_MAX_HIDDEN)
+            return as_fail(err, AS_ERR_CONFIG, "%s: stage %d's MLP width %d (mlp_ratio x %d) is "
+                           "outside 1..%d: change \"mlp_ratio\"", n, s, st->mlp_hidden,
+                           st->embed_dim, VIT_MAX_HIDDEN);
+        if (st->window < 1 || st->window > VIT_MAX_WINDOW)
+            return as_fail(err, AS_ERR_CONFIG, "%s: \"window_size\" %d is outside 1..%d, attnscope's "
+                           "limit: a window's maps are M^2 x M^2 per head (%d x %d at M = %d) and its "
+                           "relative position table has (2M-1)^2 rows; use a window of at most %d",
+                           n, st->window, VIT_MAX_WINDOW, VIT_MAX_WINDOW * VIT_MAX_WINDOW,
+                           VIT_MAX_WINDOW * VIT_MAX_WINDOW, VIT_MAX_WINDOW, VIT_MAX_WINDOW);
+    }
+    if (total != c->depth)
+        return as_fail(err, AS_ERR_CONFIG, "%s: depth %d is not the sum %d of \"depths\": give the "
+                       "blocks per stage in \"depths\" only", n, c->depth, total);
+    if (c->embed_dim != c->stage[0].embed_dim || c->num_heads != c->stage[0].num_heads ||
+        c->mlp_hidden != c->stage[0].mlp_hidden)
+        return as_fail(err, AS_ERR_CONFIG, "%s: embed_dim, num_heads and the MLP width must be "
+                       "stage 0's", n);
+    for (int l = 0; l < c->depth; l++) {
+        vit_geom g;
+        vit_block_geom(c, l, &g);
+        const vit_attn *a = &c->attn[l];
+        /* window attention runs the vanilla mechanism only, until mechanisms declare scopes */
+        if (g.scope == VIT_SCOPE_WINDOW && a->kind != VIT_ATTN_VANILLA)
+            return as_fail(err, AS_ERR_CONFIG, "%s: block %d (stage %d, block %d there): %s "
+                           "attention cannot run in window scope yet (only vanilla does): use "
+                           "\"type\": \"vanilla\" for blocks 0-%d in \"attention\"", n, l, g.stage,
+                           g.j, vit_attn_name(a->kind), c->depth - 1);
+        if (!(a->scale >= 0.0f) || isinf(a->scale))
+            return as_fail(err, AS_ERR_CONFIG, "%s: block %d: scale must be a positive number, or "
+                           "absent for 1/sqrt(head width)", n, l);
+        /* every size product of a block fits an int: the activations (T x MLP width) and the
+         * maps of all windows of an image */
+        const double maps = (double)g.problems * g.Tq * g.Tk * g.H;
+        if ((double)g.ph * g.pw * g.Hm > 2e9 || maps > 2e9)
+            return as_fail(err, AS_ERR_CONFIG, "%s: block %d: a %dx%d grid of width %d (%.3g map "
+                           "entries) is too large for one image: use a smaller img_size", n, l,
+                           g.gh, g.gw, g.Hm, maps);
+    }
+    return AS_OK;
+}
+
 as_status vit_config_validate(const vit_config *c, as_error *err) {
     const char *n = c->name[0] ? c->name : "model";
     if (c->img_size <= 0 || c->patch_size <= 0 || c->in_chans <= 0 || c->embed_dim <= 0 ||
@@ -546,6 +639,10 @@ as_status vit_config_validate(const vit_config *c, as_error *err) {
         return as_fail(err, AS_ERR_CONFIG,
                        "%s: embed_dim %d is not divisible by num_heads %d: choose a head count "
                        "that divides it", n, c->embed_dim, c->num_heads);
+    if (c->family == VIT_FAMILY_SWIN) {
+        as_status st = validate_swin_head(c, err);
+        if (st != AS_OK) return st;
+    }
     if (c->distilled && !c->class_token)
         return as_fail(err, AS_ERR_CONFIG,
                        "%s: a distilled model needs a class token: set class_token true", n);
@@ -571,8 +668,7 @@ as_status vit_config_validate(const vit_config *c, as_error *err) {
                            "to [0, 1] first; got %g)", n, i, VIT_MIN_MEAN, VIT_MAX_MEAN,
                            (double)c->mean[i]);
     }
-    as_status staged = vit_stages_validate(c, err); /* stages, scopes and windows: geom.c */
-    if (staged != AS_OK || c->n_stages > 0) return staged;
+    if (c->family != VIT_FAMILY_VIT || c->n_stages != 0) return validate_stages(c, err);
     /* A limit that keeps every activation size in int range for BLAS calls. */
     if ((double)vit_num_tokens(c) * vit_num_tokens(c) * c->num_heads > 2e9)
         return as_fail(err, AS_ERR_CONFIG, "%s: %d tokens x %d heads is too large for one image",

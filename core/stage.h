@@ -11,9 +11,6 @@ int vit_stage_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *s
 size_t vit_stage_acts_carve(const vit_config *c, int B, void *base, vit_acts *a);
 void vit_stage_forward(const vit_config *c, const vit_params *p, vit_acts *a, const float *images,
                        int n, const vit_record *rec);
-/* Every constraint of the stage fields (geom.c); for a monolithic ViT (n_stages = 0) it refuses
- * the stage-only settings, which would have no effect there. */
-as_status vit_stages_validate(const vit_config *c, as_error *err);
 
 /* vit.c's Linear over M rows (y (M, N) = x (M, K) w^T (N, K) + bias, accumulate adds to y)
  * and the stride = kernel patch im2col (patches (n, (S/P)^2, C P P), images (n, C, S, S)). */
