@@ -377,6 +377,9 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
     if (cfg.num_classes <= 0)
         return as_fail(err, AS_ERR_CONFIG, "%s: num_classes is 0; training needs a classifier head", o->config);
     if ((rc = vit_config_validate(&cfg, err)) != AS_OK) return rc;
+    if (cfg.n_stages > 0)
+        return as_fail(err, AS_ERR_UNSUPPORTED, "%s: training staged models (swin) is not supported "
+                       "yet: train a ViT/DeiT config, or run this one with record", o->config);
     traindata d;
     if ((rc = traindata_open(&d, o->data, &cfg, o->val_fraction, err)) != AS_OK) return rc;
     res->n_train = d.n_train;

@@ -547,6 +547,7 @@ static as_status validate_stages(const vit_config *c, as_error *err) {
     return AS_OK;
 }
 
+
 as_status vit_config_validate(const vit_config *c, as_error *err) {
     const char *n = c->name[0] ? c->name : "model";
     if (c->img_size <= 0 || c->patch_size <= 0 || c->in_chans <= 0 || c->embed_dim <= 0 ||

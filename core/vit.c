@@ -17,6 +17,7 @@
 #include "attn_ops.h"
 #include "mech.h"
 #include "resample.h"
+#include "stage.h"
 
 static float *rec_layer(float **arr, int l) { return arr ? arr[l] : NULL; }
 
@@ -41,6 +42,7 @@ static void spec_add(vit_tensor_spec *specs, int max, int *n, const float **slot
     } while (0)
 
 int vit_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, int max) {
+    if (c->n_stages > 0) return vit_stage_param_specs(c, p, specs, max);
     const int D = c->embed_dim, P = c->patch_size, Hm = c->mlp_hidden, C = c->num_classes;
     int n = 0;
     memset(p, 0, sizeof *p);
@@ -117,6 +119,7 @@ static size_t carve(char *base, size_t *off, size_t nfloats, float **view) {
 }
 
 size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a) {
+    if (c->n_stages > 0) return vit_stage_acts_carve(c, B, base, a);
     const size_t T = (size_t)vit_num_tokens(c), D = (size_t)c->embed_dim, H = (size_t)c->num_heads;
     const size_t Np = (size_t)vit_num_patches(c);
     const size_t K = (size_t)c->in_chans * c->patch_size * c->patch_size;
@@ -126,6 +129,7 @@ size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a) {
     vit_acts tmp;
     vit_acts *v = a ? a : &tmp;
     if (base) {
+        memset(v, 0, sizeof *v); /* the staged-only views stay NULL */
         v->B = B;
         v->tape = NULL;
     }
@@ -150,6 +154,10 @@ size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a) {
 }
 
 size_t vit_tape_carve(const vit_config *c, int B, void *base, vit_tape *t) {
+    if (c->n_stages > 0) { /* staged models do not train yet (train_run refuses them) */
+        if (t) memset(t, 0, sizeof *t);
+        return 0;
+    }
     const size_t T = (size_t)vit_num_tokens(c), D = (size_t)c->embed_dim, H = (size_t)c->num_heads;
     const size_t b = (size_t)B, BTD = b * T * D, maps = b * H * T * T;
     size_t off = 0, W, E;
@@ -210,9 +218,14 @@ static void linear(float *y, const float *x, const float *w, const float *bias, 
     linear_ld(y, N, x, w, bias, M, N, K, accumulate);
 }
 
+void vit_linear(float *y, const float *x, const float *w, const float *bias, int M, int N, int K,
+                int accumulate) {
+    linear_ld(y, N, x, w, bias, M, N, K, accumulate);
+}
+
 /* im2col for a stride = kernel convolution. patches: (n, Np, C*P*P) in (c, ky, kx) order, the
  * order of the flattened conv weight. images: (n, C, S, S). */
-static void patchify(float *patches, const float *images, int n, int C, int S, int P) {
+void vit_patchify(float *patches, const float *images, int n, int C, int S, int P) {
     const int G = S / P, K = C * P * P;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < n; b++)
@@ -380,6 +393,10 @@ static void attention(const vit_config *c, int l, const vit_block_params *bp, vi
 
 void vit_forward(const vit_config *c, const vit_params *p, vit_acts *a, const float *images,
                  int n, const vit_record *rec) {
+    if (c->n_stages > 0) {
+        vit_stage_forward(c, p, a, images, n, rec);
+        return;
+    }
     assert(n >= 1 && n <= a->B);
     const int D = c->embed_dim, T = vit_num_tokens(c), Np = vit_num_patches(c);
     const int P = c->patch_size, Cin = c->in_chans, K = Cin * P * P, Hm = c->mlp_hidden;
@@ -388,7 +405,7 @@ void vit_forward(const vit_config *c, const vit_params *p, vit_acts *a, const fl
     if (!rec) rec = &none;
 
     /* patch embedding: a GEMM per image so its rows land after the prefix tokens */
-    patchify(a->patches, images, n, Cin, c->img_size, P);
+    vit_patchify(a->patches, images, n, Cin, c->img_size, P);
     for (int b = 0; b < n; b++) {
         float *xb = a->x + (size_t)b * T * D;
         linear(xb + (size_t)prefix * D, a->patches + (size_t)b * Np * K, p->patch_w, p->patch_b,

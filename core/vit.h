@@ -13,7 +13,9 @@
  *     vit_acts a; vit_acts_carve(&cfg, B, arena, &a);              // one allocation per run
  *     vit_record rec = {.attn = maps};     // maps[l]: (B,H,T,T) or NULL to skip layer l
  *     vit_forward(&cfg, &p, &a, images, B, &rec);  // images: (B,3,S,S); logits in a.logits
- * Shapes: B images, T tokens (prefix + patches), D embed_dim, H heads, hd = D/H. */
+ * Shapes: B images, T tokens (prefix + patches), D embed_dim, H heads, hd = D/H. A staged model
+ * (cfg.n_stages > 0: Swin) uses the same calls; each block has its own T, D, H and attention
+ * problems (vit_block_geom), and docs/stages.md describes the computation. */
 
 #define VIT_MAX_TENSORS 4096
 #define VIT_TENSOR_NAME_MAX 96
@@ -33,13 +35,22 @@ typedef struct {
     const float *norm2_w, *norm2_b; /* (D) */
     const float *fc1_w, *fc1_b;     /* (Hm, D), (Hm) */
     const float *fc2_w, *fc2_b;     /* (D, Hm), (D) */
+    const float *rpb_table;         /* WINDOW: ((2M-1)^2, H) relative position bias, M clamped */
 } vit_block_params;
+
+/* What runs before a stage's blocks (staged models, s >= 1): Swin's PatchMerging. */
+typedef struct {
+    const float *down_norm_w, *down_norm_b; /* (4 C_{s-1}) LayerNorm of the 2x2 gather */
+    const float *down_w;                    /* (C_s, 4 C_{s-1}) reduction, no bias */
+} vit_stage_params;
 
 typedef struct {
     const float *patch_w, *patch_b;       /* (D, C, P, P), (D) */
+    const float *patch_norm_w, *patch_norm_b; /* staged models with patch_norm: (C_0) */
     const float *cls_token, *dist_token;  /* (D) each, or NULL */
     const float *pos_embed;               /* (T, D) at the config's img_size (resampled) */
     vit_block_params blocks[VIT_MAX_DEPTH];
+    vit_stage_params stages[VIT_MAX_STAGES];
     const float *norm_w, *norm_b;         /* final norm (or fc_norm when cfg->fc_norm) (D) */
     const float *head_w, *head_b;         /* (C, D), (C) */
     const float *head_dist_w, *head_dist_b;
@@ -96,26 +107,46 @@ typedef struct {
     float *x;       /* (B, T, D) residual stream */
     float *xn;      /* (B, T, D) normalised */
     float *qkv;     /* (B, T, W): the block's projections, W = 3D or its mechanism's width */
-    float *att;     /* (B, H, T, T) scratch maps for layers not recorded */
+    float *att;     /* (B, H, T, T) scratch maps for layers not recorded (staged: the largest
+                       (B, H, problems, Tq, Tk) of any block) */
     float *keep[2]; /* (B, H, T, T) scores handed to the next less-attention block, or NULL */
     float *ext[2];  /* (B, H', T, T) scratch for mechanism maps not recorded, or NULL */
     float *ao;      /* (B, T, D) attention output before proj */
     float *hid;     /* (B, T, Hm) MLP hidden */
-    float *pooled;  /* (B, 2, D) pooled features (and distillation token) */
+    float *pooled;  /* (B, 2, D) pooled features (and distillation token); staged: (B, D_last) */
     float *logits;  /* (B, C) final logits (distilled: mean of both heads) */
     vit_tape *tape; /* NULL, or where a training forward keeps every block's activations */
+    /* Staged models (n_stages > 0) only; NULL for a monolithic ViT. Sizes are maxima over the
+     * blocks (T_l, D_l, H_l, problems_l, Tq_l, Tk_l of vit_block_geom). */
+    float *merge;   /* (B, T_s, 4 C_{s-1}) the 2x2 gather of a patch merge */
+    float *rpb;     /* (H, Tq, Tk) the block's relative position bias, expanded */
+    float *scratch; /* slots x slot_floats: one window problem's gathered q, k^T, v per thread */
+    int slots;      /* threads the window scratch serves (omp_get_max_threads() when carved) */
+    size_t slot_floats;
+    /* Block l's problem tables, computed once when carved and shared by equal geometries:
+     * tok[l] (problems, Tq) the grid token of each row (vit_window_tokens; the identity for a
+     * GLOBAL block), mask[l] (problems, Tq, Tk) Swin's shift mask, or NULL without a shift. */
+    const int *tok[VIT_MAX_DEPTH];
+    const float *mask[VIT_MAX_DEPTH];
 } vit_acts;
 
 /* Returns the bytes needed for B images; with base != NULL also carves it into *a. base must
  * be 64-byte aligned. */
 size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a);
 
-/* What to record; every pointer may be NULL, and each array has depth entries (NULL skips). */
+/* What to record; every pointer may be NULL, and each array has depth entries (NULL skips).
+ * Shapes are block l's (vit_block_geom: T, D, H, problems, Tq, Tk). A GLOBAL block has one
+ * problem of T x T, so a monolithic ViT's maps are (B, H, T, T) as always. A WINDOW block has
+ * problems = windows (row-major over the shifted, padded grid) of Tq = Tk = M^2 rows, row r of
+ * window w being grid token acts.tok[l][w * M^2 + r] (or a pad slot, -1: its q, k, v are the
+ * qkv bias; pad keys are not masked and receive weight, pad query rows are kept in the map).
+ * q, k and tokens are per grid token in the UNSHIFTED row-major order t = y * gw + x. */
 
 typedef struct {
-    float **attn;   /* [l]: (B, H, T, T) the map that multiplies the values (or x) */
-    float **scores; /* [l]: (B, H, T, T) what enters the softmax */
-    float **q;      /* [l]: (B, H, T, dq) dq = vit_qk_head_dim (0: block has none) */
+    float **attn;   /* [l]: (B, H, problems, Tq, Tk) the map that multiplies the values (or x) */
+    float **scores; /* [l]: (B, H, problems, Tq, Tk) what enters the softmax (WINDOW: scale q k^T
+                       + relative position bias + shift mask, -100 across regions) */
+    float **q;      /* [l]: (B, H, T, dq) dq = vit_qk_head_dim (0: block has none); unscaled */
     float **k;      /* [l]: (B, H, T, dq) keys (x itself for LSLA) */
     float **tokens; /* [l]: (B, T, D) block output */
     float **extra[VIT_MAX_EXTRAS]; /* [i][l]: (B, heads, T, T), see vit_extra_info */

@@ -1,0 +1,321 @@
+/* stage.c: the forward pass of a staged model (Swin v1 as timm computes it in eval mode): patch
+ * embedding and its LayerNorm, per stage a patch merge and blocks whose attention runs as
+ * independent problems (window.c), then the final norm, the mean over tokens and the head. */
+#include <assert.h>
+#include <cblas.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "attn_ops.h"
+#include "kernels.h"
+#include "stage.h"
+
+/* ---- weights: timm's SwinTransformer names ---- */
+
+static void spec_put(vit_tensor_spec *specs, int max, int *n, const float **slot, int ndim,
+                     const int *shape, const char *fmt, ...) {
+    if (*n < max) {
+        vit_tensor_spec *s = &specs[*n];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(s->name, sizeof s->name, fmt, ap);
+        va_end(ap);
+        s->ndim = ndim;
+        for (int i = 0; i < 4; i++) s->shape[i] = i < ndim ? shape[i] : 0;
+        s->slot = slot;
+        s->is_pos_embed = 0;
+    }
+    (*n)++;
+}
+
+#define PUT(slot, shape, ...) \
+    spec_put(specs, max, &n, (slot), (int)(sizeof shape / sizeof shape[0]), shape, __VA_ARGS__)
+
+/* The merge of stage s >= 1 sits at the START of stage s (timm: layers.s.downsample); the
+ * official checkpoints and torchvision keep it at the end of stage s - 1 (docs/models.md gives
+ * the renames). A WINDOW block's relative table is ((2M - 1)^2, H) for its CLAMPED window M. */
+int vit_stage_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, int max) {
+    int n = 0;
+    memset(p, 0, sizeof *p);
+    const int C0 = c->stage[0].embed_dim, P = c->patch_size;
+    PUT(&p->patch_w, ((int[]){C0, c->in_chans, P, P}), "patch_embed.proj.weight");
+    PUT(&p->patch_b, ((int[]){C0}), "patch_embed.proj.bias");
+    if (c->patch_norm) {
+        PUT(&p->patch_norm_w, ((int[]){C0}), "patch_embed.norm.weight");
+        PUT(&p->patch_norm_b, ((int[]){C0}), "patch_embed.norm.bias");
+    }
+    for (int s = 0; s < c->n_stages; s++) {
+        const vit_stage *st = &c->stage[s];
+        if (s > 0 && st->down == VIT_DOWN_MERGE) {
+            const int in = 4 * c->stage[s - 1].embed_dim;
+            vit_stage_params *sp = &p->stages[s];
+            PUT(&sp->down_norm_w, ((int[]){in}), "layers.%d.downsample.norm.weight", s);
+            PUT(&sp->down_norm_b, ((int[]){in}), "layers.%d.downsample.norm.bias", s);
+            PUT(&sp->down_w, ((int[]){st->embed_dim, in}), "layers.%d.downsample.reduction.weight", s);
+        }
+        const int first = vit_stage_first_block(c, s);
+        for (int j = 0; j < st->depth && first + j < VIT_MAX_DEPTH; j++) {
+            vit_block_params *b = &p->blocks[first + j];
+            vit_geom g;
+            vit_block_geom(c, first + j, &g);
+            const int D = g.D, Hm = g.Hm, W = 2 * g.M - 1;
+            PUT(&b->norm1_w, ((int[]){D}), "layers.%d.blocks.%d.norm1.weight", s, j);
+            PUT(&b->norm1_b, ((int[]){D}), "layers.%d.blocks.%d.norm1.bias", s, j);
+            PUT(&b->qkv_w, ((int[]){3 * D, D}), "layers.%d.blocks.%d.attn.qkv.weight", s, j);
+            if (c->qkv_bias) PUT(&b->qkv_b, ((int[]){3 * D}), "layers.%d.blocks.%d.attn.qkv.bias", s, j);
+            if (g.scope == VIT_SCOPE_WINDOW)
+                PUT(&b->rpb_table, ((int[]){W * W, g.H}), "layers.%d.blocks.%d.attn.relative_position_bias_table", s, j);
+            PUT(&b->proj_w, ((int[]){D, D}), "layers.%d.blocks.%d.attn.proj.weight", s, j);
+            PUT(&b->proj_b, ((int[]){D}), "layers.%d.blocks.%d.attn.proj.bias", s, j);
+            PUT(&b->norm2_w, ((int[]){D}), "layers.%d.blocks.%d.norm2.weight", s, j);
+            PUT(&b->norm2_b, ((int[]){D}), "layers.%d.blocks.%d.norm2.bias", s, j);
+            PUT(&b->fc1_w, ((int[]){Hm, D}), "layers.%d.blocks.%d.mlp.fc1.weight", s, j);
+            PUT(&b->fc1_b, ((int[]){Hm}), "layers.%d.blocks.%d.mlp.fc1.bias", s, j);
+            PUT(&b->fc2_w, ((int[]){D, Hm}), "layers.%d.blocks.%d.mlp.fc2.weight", s, j);
+            PUT(&b->fc2_b, ((int[]){D}), "layers.%d.blocks.%d.mlp.fc2.bias", s, j);
+        }
+    }
+    const int CL = c->stage[c->n_stages - 1].embed_dim, K = c->num_classes;
+    PUT(&p->norm_w, ((int[]){CL}), "norm.weight");
+    PUT(&p->norm_b, ((int[]){CL}), "norm.bias");
+    if (K > 0) {
+        PUT(&p->head_w, ((int[]){K, CL}), "head.fc.weight");
+        PUT(&p->head_b, ((int[]){K}), "head.fc.bias");
+    }
+    return n;
+}
+#undef PUT
+
+/* ---- activations and problem tables ---- */
+
+static size_t carve_bytes(char *base, size_t *off, size_t bytes, void **view) {
+    bytes = (bytes + 63) & ~(size_t)63;
+    if (base && view) *view = base + *off;
+    *off += bytes;
+    return bytes;
+}
+
+static size_t carve_f(char *base, size_t *off, size_t nfloats, float **view) {
+    void *v = NULL;
+    const size_t r = carve_bytes(base, off, nfloats * sizeof(float), view ? &v : NULL);
+    if (base && view) *view = v;
+    return r;
+}
+
+/* Two blocks share their tables when their problems are laid out alike. */
+static int same_tables(const vit_geom *a, const vit_geom *b) {
+    return a->scope == b->scope && a->gh == b->gh && a->gw == b->gw && a->M == b->M &&
+           a->shift == b->shift;
+}
+
+/* The grid of stage s (tokens gh x gw) and its merge's input width; s = 0: the patch grid. */
+static void stage_grid(const vit_config *c, int s, vit_geom *g) {
+    vit_block_geom(c, vit_stage_first_block(c, s), g);
+}
+
+size_t vit_stage_acts_carve(const vit_config *c, int B, void *base, vit_acts *a) {
+    const size_t b = (size_t)B;
+    size_t off = 0, TD = 0, TW = 0, TH = 0, maps = 0, rpb = 0, merge = 0, slot = 0, Dmax = 0;
+    char *p = base;
+    vit_acts tmp;
+    vit_acts *v = a ? a : &tmp;
+    if (base) {
+        memset(v, 0, sizeof *v);
+        v->B = B;
+    }
+    for (int l = 0; l < c->depth; l++) {
+        vit_geom g;
+        vit_block_geom(c, l, &g);
+        const size_t T = (size_t)g.T, D = (size_t)g.D, N = (size_t)g.Tq;
+        if (T * D > TD) TD = T * D;
+        if (T * 3 * D > TW) TW = T * 3 * D;
+        if (T * (size_t)g.Hm > TH) TH = T * (size_t)g.Hm;
+        if ((size_t)g.H * g.problems * N * N > maps) maps = (size_t)g.H * g.problems * N * N;
+        if (g.scope == VIT_SCOPE_WINDOW && (size_t)g.H * N * N > rpb) rpb = (size_t)g.H * N * N;
+        if (vit_window_scratch_floats(g.Tq, g.D) > slot) slot = vit_window_scratch_floats(g.Tq, g.D);
+        if (D > Dmax) Dmax = D;
+    }
+    for (int s = 1; s < c->n_stages; s++) {
+        vit_geom g;
+        stage_grid(c, s, &g);
+        const size_t m = (size_t)g.T * 4 * c->stage[s - 1].embed_dim;
+        if (c->stage[s].down == VIT_DOWN_MERGE && m > merge) merge = m;
+    }
+    vit_geom g0;
+    stage_grid(c, 0, &g0);
+    const size_t K = (size_t)c->in_chans * c->patch_size * c->patch_size;
+    carve_f(p, &off, b * g0.T * K, &v->patches);
+    carve_f(p, &off, b * TD, &v->x);
+    carve_f(p, &off, b * TD, &v->xn);
+    carve_f(p, &off, b * TW, &v->qkv);
+    carve_f(p, &off, b * maps, &v->att);
+    carve_f(p, &off, b * TD, &v->ao);
+    carve_f(p, &off, b * TH, &v->hid);
+    if (merge) carve_f(p, &off, b * merge, &v->merge);
+    if (rpb) carve_f(p, &off, rpb, &v->rpb);
+    carve_f(p, &off, b * Dmax, &v->pooled);
+    carve_f(p, &off, b * (size_t)(c->num_classes > 0 ? c->num_classes : 1), &v->logits);
+    /* thread-local window scratch for the threads a forward may use; more threads than were
+     * counted here just run with fewer (the result does not depend on it) */
+    const int slots = omp_get_max_threads();
+    if (base) {
+        v->slots = slots;
+        v->slot_floats = (slot + 15) & ~(size_t)15;
+    }
+    carve_f(p, &off, (size_t)slots * ((slot + 15) & ~(size_t)15), &v->scratch);
+    /* problem tables, once per distinct geometry */
+    for (int l = 0; l < c->depth; l++) {
+        vit_geom g, h;
+        vit_block_geom(c, l, &g);
+        int same = -1;
+        for (int e = 0; e < l && same < 0; e++) {
+            vit_block_geom(c, e, &h);
+            if (same_tables(&g, &h)) same = e;
+        }
+        if (same >= 0) {
+            if (base) {
+                v->tok[l] = v->tok[same];
+                v->mask[l] = v->mask[same];
+            }
+            continue;
+        }
+        void *tok = NULL;
+        float *mask = NULL;
+        carve_bytes(p, &off, (size_t)g.problems * g.Tq * sizeof(int), base ? &tok : NULL);
+        if (g.shift) carve_f(p, &off, (size_t)g.problems * g.Tq * g.Tk, base ? &mask : NULL);
+        if (!base) continue;
+        if (g.scope == VIT_SCOPE_WINDOW) {
+            vit_window_tokens(c, &g, tok);
+        } else {
+            for (int t = 0; t < g.T; t++) ((int *)tok)[t] = t;
+        }
+        if (mask) vit_shift_mask(c, &g, mask);
+        v->tok[l] = tok;
+        v->mask[l] = mask;
+    }
+    return off;
+}
+
+/* ---- forward ---- */
+
+static float *rec_at(float **arr, int l) { return arr ? arr[l] : NULL; }
+
+/* Swin's PatchMerging gather: out (n, gh', gw', 4C) with gh' = ceil(gh / 2); the 4C vector
+ * concatenates the children (dy, dx) in the order (0,0), (1,0), (0,1), (1,1) (column-major, as
+ * timm's reshape(.., 2, .., 2, C).permute(0, 1, 3, 4, 2, 5)); an odd side is padded with zeros.
+ * x: (n, gh, gw, C). */
+static void merge_gather(float *out, const float *x, int n, int gh, int gw, int C) {
+    const int h2 = (gh + 1) / 2, w2 = (gw + 1) / 2;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < n; b++)
+        for (int y = 0; y < h2; y++)
+            for (int xx = 0; xx < w2; xx++) {
+                float *o = out + (((size_t)b * h2 + y) * w2 + xx) * 4 * C;
+                for (int k = 0; k < 4; k++) {
+                    const int sy = 2 * y + (k & 1), sx = 2 * xx + (k >> 1);
+                    if (sy < gh && sx < gw)
+                        memcpy(o + (size_t)k * C, x + (((size_t)b * gh + sy) * gw + sx) * C, (size_t)C * sizeof(float));
+                    else
+                        memset(o + (size_t)k * C, 0, (size_t)C * sizeof(float));
+                }
+            }
+}
+
+/* q and k of every grid token, per head, in grid order (unscaled): (n, H, T, hd) each. */
+static void record_qk(float *q, float *k, const float *qkv, int n, int T, int D, int H) {
+    const int hd = D / H;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < n; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++) {
+                const float *row = qkv + ((size_t)b * T + t) * 3 * D + (size_t)h * hd;
+                const size_t at = (((size_t)b * H + h) * T + t) * hd;
+                if (q) memcpy(q + at, row, (size_t)hd * sizeof(float));
+                if (k) memcpy(k + at, row + D, (size_t)hd * sizeof(float));
+            }
+}
+
+/* One block on n images: x (n, T, D) in place. */
+static void stage_block(const vit_config *c, int l, const vit_geom *g, const vit_block_params *bp,
+                        vit_acts *a, int n, const vit_record *rec) {
+    const int T = g->T, D = g->D, Hm = g->Hm, M = n * T;
+    kernels_layernorm(a->xn, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
+    vit_linear(a->qkv, a->xn, bp->qkv_w, bp->qkv_b, M, 3 * D, D, 0);
+    if (g->scope == VIT_SCOPE_WINDOW) { /* the relative bias of every head, expanded */
+        const size_t NN = (size_t)g->Tq * g->Tk;
+        memset(a->rpb, 0, (size_t)g->H * NN * sizeof(float));
+        for (int h = 0; h < g->H; h++)
+            vit_add_bias(a->rpb + (size_t)h * NN, bp->rpb_table, VIT_BIAS_RELATIVE, g->H, h, g->Tq, g->M);
+    }
+    float *att = rec_at(rec->attn, l);
+    const vit_window_job j = {
+        .n = n, .T = T, .D = D, .H = g->H, .P = g->problems, .N = g->Tq, .tok = a->tok[l],
+        .mask = a->mask[l], .rpb = g->scope == VIT_SCOPE_WINDOW ? a->rpb : NULL, .qkv = a->qkv,
+        .qkv_b = bp->qkv_b, .scale = vit_attn_scale(c, l), .att = att ? att : a->att,
+        .scores = rec_at(rec->scores, l), .ao = a->ao, .scratch = a->scratch, .slots = a->slots,
+        .slot_floats = a->slot_floats};
+    vit_window_attention(&j);
+    if (rec_at(rec->q, l) || rec_at(rec->k, l))
+        record_qk(rec_at(rec->q, l), rec_at(rec->k, l), a->qkv, n, T, D, g->H);
+    vit_linear(a->x, a->ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
+    kernels_layernorm(a->xn, a->x, bp->norm2_w, bp->norm2_b, M, D, c->ln_eps);
+    vit_linear(a->hid, a->xn, bp->fc1_w, bp->fc1_b, M, Hm, D, 0);
+    kernels_gelu(a->hid, (size_t)M * Hm);
+    vit_linear(a->x, a->hid, bp->fc2_w, bp->fc2_b, M, D, Hm, 1); /* x += fc2(gelu(fc1(xn))) */
+    float *tok = rec_at(rec->tokens, l);
+    if (tok) memcpy(tok, a->x, (size_t)M * D * sizeof(float));
+}
+
+void vit_stage_forward(const vit_config *c, const vit_params *p, vit_acts *a, const float *images,
+                       int n, const vit_record *rec) {
+    assert(n >= 1 && n <= a->B && !a->tape);
+    const vit_record none = {0};
+    if (!rec) rec = &none;
+    vit_geom g;
+    stage_grid(c, 0, &g);
+    const int P = c->patch_size, Cin = c->in_chans, K = Cin * P * P;
+    int D = g.D, gh = g.gh, gw = g.gw;
+    /* stem: patches, Conv2d(k = s = P) as one GEMM, then LayerNorm; no position embedding */
+    vit_patchify(a->patches, images, n, Cin, c->img_size, P);
+    vit_linear(a->x, a->patches, p->patch_w, p->patch_b, n * gh * gw, D, K, 0);
+    if (c->patch_norm)
+        kernels_layernorm(a->x, a->x, p->patch_norm_w, p->patch_norm_b, n * gh * gw, D, c->ln_eps);
+    for (int s = 0; s < c->n_stages; s++) {
+        const int first = vit_stage_first_block(c, s);
+        stage_grid(c, s, &g);
+        if (s > 0 && c->stage[s].down == VIT_DOWN_MERGE) {
+            const vit_stage_params *sp = &p->stages[s];
+            const int rows = n * g.gh * g.gw;
+            merge_gather(a->merge, a->x, n, gh, gw, D);
+            kernels_layernorm(a->merge, a->merge, sp->down_norm_w, sp->down_norm_b, rows, 4 * D, c->ln_eps);
+            vit_linear(a->x, a->merge, sp->down_w, NULL, rows, g.D, 4 * D, 0);
+        }
+        D = g.D;
+        gh = g.gh;
+        gw = g.gw;
+        for (int l = first; l < first + c->stage[s].depth; l++) {
+            vit_block_geom(c, l, &g);
+            stage_block(c, l, &g, &p->blocks[l], a, n, rec);
+        }
+    }
+    /* head: the final norm on every token, the mean over tokens (in double), the classifier */
+    const int T = gh * gw;
+    kernels_layernorm(a->x, a->x, p->norm_w, p->norm_b, n * T, D, c->ln_eps);
+    for (int b = 0; b < n; b++) {
+        const float *xb = a->x + (size_t)b * T * D;
+        float *pb = a->pooled + (size_t)b * D;
+        for (int i = 0; i < D; i++) {
+            double sum = 0;
+            for (int t = 0; t < T; t++) sum += xb[(size_t)t * D + i];
+            pb[i] = (float)(sum / T);
+        }
+    }
+    const int C = c->num_classes;
+    for (int b = 0; b < n && C > 0; b++) {
+        float *lg = a->logits + (size_t)b * C;
+        memcpy(lg, p->head_b, (size_t)C * sizeof(float));
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, C, D, 1.0f, p->head_w, D, a->pooled + (size_t)b * D, 1, 1.0f, lg, 1);
+    }
+}

@@ -1,0 +1,45 @@
+/* stage.h: the staged forward pass (stem, Swin's patch merging, blocks whose attention runs as
+ * independent problems: windows, or one global problem) and the pieces of vit.c it shares.
+ * Internal to core/; vit.h's functions dispatch here when c->n_stages > 0. */
+#ifndef AS_STAGE_H
+#define AS_STAGE_H
+
+#include "vit.h"
+
+/* vit_param_specs, vit_acts_carve and vit_forward of a staged model (stage.c). */
+int vit_stage_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, int max);
+size_t vit_stage_acts_carve(const vit_config *c, int B, void *base, vit_acts *a);
+void vit_stage_forward(const vit_config *c, const vit_params *p, vit_acts *a, const float *images,
+                       int n, const vit_record *rec);
+
+/* vit.c's Linear over M rows (y (M, N) = x (M, K) w^T (N, K) + bias, accumulate adds to y)
+ * and the stride = kernel patch im2col (patches (n, (S/P)^2, C P P), images (n, C, S, S)). */
+void vit_linear(float *y, const float *x, const float *w, const float *bias, int M, int N, int K,
+                int accumulate);
+void vit_patchify(float *patches, const float *images, int n, int C, int S, int P);
+
+/* One block's attention as problems (window.c): every (image, problem) pair is a job; a job
+ * gathers its rows' q, k and v through tok (a pad slot, tok < 0, takes the qkv bias: its LN1
+ * output is zero), computes per head S = scale q k^T + rpb_h + mask_w, the softmax, A v, and
+ * scatters the output rows of real tokens to ao (pad rows are dropped). Jobs are independent,
+ * so the bits do not depend on the thread count. */
+typedef struct {
+    int n, T, D, H;          /* images, tokens per image, width, heads (head width D / H) */
+    int P, N;                /* problems per image, rows per problem (Tq = Tk = N) */
+    const int *tok;          /* (P, N) grid token of each row, -1 for a pad slot */
+    const float *mask;       /* (P, N, N) added after the bias, or NULL */
+    const float *rpb;        /* (H, N, N) relative position bias, or NULL */
+    const float *qkv;        /* (n, T, 3D) rows [q | k | v], each head-major */
+    const float *qkv_b;      /* (3D) what a pad slot's row is, or NULL (zeros) */
+    float scale;
+    float *att;              /* (n, H, P, N, N) the softmax maps */
+    float *scores;           /* (n, H, P, N, N) what entered the softmax, or NULL */
+    float *ao;               /* (n, T, D) attention output before proj */
+    float *scratch;          /* slots x slot_floats (vit_window_scratch_floats) */
+    int slots;
+    size_t slot_floats;
+} vit_window_job;
+size_t vit_window_scratch_floats(int N, int D);
+void vit_window_attention(const vit_window_job *j);
+
+#endif
