@@ -410,7 +410,10 @@ void view_close(view *v) {
 }
 
 static int layer_pos(const view *v, int layer) { return index_in(v->src.tr.layers, v->src.tr.n_layers, layer); }
-static int head_pos(const view *v, int head) { return index_in(v->src.tr.heads, v->src.tr.n_heads, head); }
+static int head_pos(const view *v, int head) {
+    if (v->src.tr.heads_all) return head >= 0 && head < n_heads(v, v->li, 0) ? head : -1; /* each layer's own */
+    return index_in(v->src.tr.heads, v->src.tr.n_heads, head);
+}
 
 as_status view_select(view *v, long image, int layer, int head, int query, as_error *err) {
     const trace_reader *r = &v->src.tr;
@@ -1483,6 +1486,7 @@ static void draw_frame(view *v, cairo_t *cr, double width, double height, int ch
     as_error err = {0};
     as_status rc = AS_OK;
     double top = TOP, bottom = V - BAR_H - 4;
+    if (v->staged) v->query = staged_token(v, v->li);
     if (v->n_images == 0) rc = as_fail(&err, AS_ERR_ARG, "no complete image in this trace yet%s",
                                        v->live ? ": waiting for the recording" : "");
     else rc = ensure_rgb(v, &err);
