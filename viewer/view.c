@@ -901,8 +901,8 @@ static void draw_image_panel(view *v, plot_figure *f, double x, double y, double
         pad = fmax(0, 1 - on);
         char t[160];
         if (windowed(v, li))
-            snprintf(t, sizeof t, "window %d of %d (%d x %d tokens%s): outside it exactly 0 (hatched)%s",
-                     q.w, g->nwh * g->nww, g->M, g->M, g->shift ? ", shifted" : "", v->wmask[li] ? ", masked keys crossed" : "");
+            snprintf(t, sizeof t, "window %d of %d%s: outside it exactly 0 (hatched)%s", q.w, g->nwh * g->nww,
+                     g->shift ? ", shifted" : "", v->wmask[li] ? "; masked keys \xc3\x97" : "");
         else
             snprintf(t, sizeof t, "global attention over the %d x %d grid", g->gh, g->gw);
         plot_text_fit(f, x, y + side + 2 + used + 6, 6, 0, side, t);
@@ -1307,6 +1307,7 @@ static const char *const help_lines[] = {
     "z                 attention maps from 0 (1/T marked) / from their minimum",
     "o                 normalise per map / globally (all heads of the layer, all panels)",
     "[ / ]             overlay opacity",
+    ", / .             previous / next window (window layers of staged traces)",
     "+ / -             larger / smaller text and panels",
     "f                 follow a live trace (jump to each new image)",
     "e                 export the view as PNG and print the attnscope plot command",
