@@ -313,6 +313,42 @@ static void test_modes(const char *trace) {
     view_close(&v);
 }
 
+/* record --windows 0,3: the query's window unrecorded says so in one line; ',' and '.' step over
+ * the recorded windows only, whose maps sit at their positions among them. */
+static void test_window_subset(const char *path) {
+    vit_config c;
+    staged_config(&c, VIT_PAD_FIRST);
+    as_error err = {0};
+    CHECK(staged_write(path, &c, "0,1,2,3", "all", "0,3", "f32", 1, &err) == AS_OK, "write: %s", err.msg);
+    view v;
+    CHECK(view_open(&v, path, &err) == AS_OK, "open: %s", err.msg);
+    if (err.status) return;
+    cairo_surface_t *s = cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H);
+    CHECK(view_select(&v, 0, 0, 0, 7 * 14 + 7, &err) == AS_OK, "%s", err.msg); /* window 5 */
+    draw(&v, s);
+    CHECK(v.n_panels == 0 && strstr(v.message, "window 5, which holds the query, was not recorded") &&
+          !strchr(v.message, '\n'), "unrecorded window: %d panels, \"%s\"", v.n_panels, v.message);
+    int seen[4] = {0}, n = 0;
+    for (int k = 0; k < 4; k++) {
+        press(&v, '.');
+        draw(&v, s);
+        int w = view_query_window(&v, NULL, NULL);
+        if (n < 4) seen[n++] = w;
+        CHECK(v.n_panels == 2 && v.panels[1].window == w, "window %d drawn", w);
+        /* the map panel is the window's map at its position among the recorded windows */
+        float *A = malloc(2 * 16 * 16 * sizeof *A);
+        trace_read_head(&v.src.tr, TRACE_Q_ATTN, 0, 0, 0, A, &err);
+        int same = 1;
+        for (int i = 0; i < 256; i++) same &= v.panels[1].values[i] == A[(w == 3 ? 256 : 0) + i];
+        CHECK(same, "window %d's map read at its recorded position", w);
+        free(A);
+    }
+    CHECK(seen[0] == 0 && seen[1] == 3 && seen[2] == 0 && seen[3] == 3, "'.' visits 0, 3, 0, 3: %d %d %d %d",
+          seen[0], seen[1], seen[2], seen[3]);
+    cairo_surface_destroy(s);
+    view_close(&v);
+}
+
 int main(void) {
     check_tmp_init("view_staged");
     const char *trace = check_tmp("s.h5");
@@ -323,6 +359,7 @@ int main(void) {
     runtime_set_threads(1);
     test_query(trace, getenv("VIEW_STAGED_SHOTS"));
     test_modes(trace);
+    test_window_subset(check_tmp("w.h5"));
     check_tmp_remove();
     return check_finish("view_staged");
 }
