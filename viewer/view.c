@@ -899,10 +899,12 @@ static void draw_image_panel(view *v, plot_figure *f, double x, double y, double
         view_place q = place_of(v, li, p->query);
         for (int j = 0; q.w >= 0 && j < R; j++) npad += v->wtok[li][(size_t)q.w * R + j] < 0;
         pad = fmax(0, 1 - on);
+        int masked = 0;
+        for (int i = 0; i < gh * gw; i++) masked += p->key_state[i] == VIEW_KEY_MASKED;
         char t[160];
         if (windowed(v, li))
             snprintf(t, sizeof t, "window %d of %d%s: outside it exactly 0 (hatched)%s", q.w, g->nwh * g->nww,
-                     g->shift ? ", shifted" : "", v->wmask[li] ? "; masked keys \xc3\x97" : "");
+                     g->shift ? ", shifted" : "", masked ? "; masked keys \xc3\x97" : "");
         else
             snprintf(t, sizeof t, "global attention over the %d x %d grid", g->gh, g->gw);
         plot_text_fit(f, x, y + side + 2 + used + 6, 6, 0, side, t);

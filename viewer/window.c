@@ -403,7 +403,7 @@ as_status view_window_run(view *v, const view_window_opts *o, as_error *err) {
                 char path[1200], cmd[4096];
                 as_error e = {0};
                 if (view_export(v, o->export_dir, path, sizeof path, cmd, sizeof cmd, &e) == AS_OK)
-                    printf("saved %s\nthe same as a batch figure:\n%s\n", path, cmd);
+                    printf("saved %s\n%s%s\n", path, cmd[0] == '#' ? "" : "the same as a batch figure:\n", cmd);
                 else {
                     snprintf(v->message, sizeof v->message, "%s", e.msg);
                     fprintf(stderr, "attnscope view: %s\n", e.msg); /* not only in the window */
