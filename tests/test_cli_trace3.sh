@@ -43,9 +43,14 @@ for f in $figs; do
     one_line
     [ ! -e "$T/f.pdf" ] && ok || bad "refused figure $f left f.pdf"
 done
-# the viewer
-expect 1 env SDL_VIDEODRIVER=dummy "$A" view "$T/s.h5"
-has "$T/err" "stage-aware support is not there yet in the viewer: $T/s.h5 is a staged trace"
+# the viewer opens it (window maps per window, tests/test_view_staged.c); what needs single-grid
+# analysis or rollout refuses in one line
+printf 'key Down\nkey .\nstatus\nkey r\nstatus\n' >"$T/s.txt"
+expect 0 env SDL_VIDEODRIVER=dummy "$A" view "$T/s.h5" --layer 0 --script "$T/s.txt" --screenshot "$T/s.png"
+has "$T/out" "layer 1 (stage 0, block 1, window 6 (of 16), grid 14 x 14, M 4, shift 2; vanilla)  |  attn head 0  |  query token (7, 11) (fixed)"
+[ -s "$T/s.png" ] && ok || bad "view wrote no screenshot of the staged trace"
+expect 1 env SDL_VIDEODRIVER=dummy "$A" view "$T/s.h5" --mode similarity
+has "$T/err" "similarity: stage-aware support is not there yet for staged traces"
 one_line
 
 # --windows: refused with the fix where no recorded layer is windowed

@@ -57,7 +57,8 @@ static void cache_clear(view_cache *c) {
 
 /* The head id of position hi in map ds (what trace_read_map takes), and its word. */
 static int head_id(const view *v, int ds, int hi) {
-    return map_has_model_heads[ds] ? v->src.tr.heads[hi] : hi;
+    /* a staged trace recorded with --heads all keeps each layer's own heads (3/6/12/24) */
+    return map_has_model_heads[ds] && !v->src.tr.heads_all ? v->src.tr.heads[hi] : hi;
 }
 static const char *head_word(int ds) { return map_has_model_heads[ds] ? "head" : "map"; }
 
@@ -75,7 +76,7 @@ static const float *map_get(view *v, int ds, long image, int li, int hi, as_erro
             return e->data;
         }
     }
-    size_t bytes = (size_t)v->dims[li][ds][1] * v->dims[li][ds][2] * sizeof(float);
+    size_t bytes = (size_t)v->dims[li][ds][3] * v->dims[li][ds][1] * v->dims[li][ds][2] * sizeof(float);
     while (!free_slot || c->bytes + bytes > CACHE_BUDGET) {
         cache_slot *lru = NULL;
         for (int i = 0; i < CACHE_SLOTS; i++)
@@ -113,6 +114,134 @@ static int has_map(const view *v, int li, int ds) { return v->dims[li][ds][0] > 
 static int grid_of(const view *v) { return vit_grid(&v->src.tr.cfg); }
 static int prefix_of(const view *v) { return v->src.tr.num_prefix; }
 
+static int index_in(const int *v, int n, int x) {
+    for (int i = 0; i < n; i++)
+        if (v[i] == x) return i;
+    return -1;
+}
+
+/* ---- staged traces (format 3) ------------------------------------------------------------------ */
+
+/* Each layer has its own grid (gh x gw tokens every stride_px pixels), heads and, in window
+ * layers, M x M windows whose rows map to grid tokens through params/window_token. The query is
+ * an input image point: every layer's query token is its cell containing the point, so stepping
+ * across stages follows one location (56 -> 28 -> 14 -> 7 cells in Swin-T). A global layer is
+ * one problem whose rows are the grid's tokens in order. */
+static const trace_layer_geom *geom_of(const view *v, int li) { return &v->src.tr.geom[li]; }
+static int windowed(const view *v, int li) { return v->staged && geom_of(v, li)->scope == VIT_SCOPE_WINDOW; }
+/* The token table's shape: the model's windows (all of them, recorded or not) and their rows. */
+static int table_problems(const view *v, int li) {
+    return windowed(v, li) ? geom_of(v, li)->nwh * geom_of(v, li)->nww : 1;
+}
+static int table_rows(const view *v, int li) {
+    const trace_layer_geom *g = geom_of(v, li);
+    return windowed(v, li) ? g->M * g->M : g->gh * g->gw;
+}
+
+/* The cell of an axis that holds pixel p: n cells centred at off + stride * i. */
+static int cell_at(double p, double off, double stride, int n) {
+    int c = (int)floor((p - off) / stride + 0.5);
+    return c < 0 ? 0 : c >= n ? n - 1 : c;
+}
+
+/* The query token (flat grid index y * gw + x) of layer li. */
+static int staged_token(const view *v, int li) {
+    const trace_layer_geom *g = geom_of(v, li);
+    return cell_at(v->qpt[0], g->offset_px, g->stride_px, g->gh) * g->gw +
+           cell_at(v->qpt[1], g->offset_px, g->stride_px, g->gw);
+}
+
+/* The pixels [lo, hi) of cell i of an axis, clipped to the image (a merge pads odd grids, so
+ * the last cells can reach past it). */
+static void cell_span(double off, double stride, int i, int img, double *lo, double *hi) {
+    *lo = fmax(0, off + stride * (i - 0.5));
+    *hi = fmin(img, off + stride * (i + 0.5));
+}
+
+/* Moves the query point to the centre of token t of layer li (its part inside the image). */
+static void point_at_token(view *v, int li, int t) {
+    const trace_layer_geom *g = geom_of(v, li);
+    double lo, hi;
+    cell_span(g->offset_px, g->stride_px, t / g->gw, v->src.tr.cfg.img_size, &lo, &hi);
+    v->qpt[0] = (lo + hi) / 2;
+    cell_span(g->offset_px, g->stride_px, t % g->gw, v->src.tr.cfg.img_size, &lo, &hi);
+    v->qpt[1] = (lo + hi) / 2;
+}
+
+/* Where token t lies in layer li's problems: window w (0 in a global layer), its row there,
+ * and the position of w among the recorded windows (-1: not recorded). */
+typedef struct { int t, w, row, pos; } view_place;
+static view_place place_of(const view *v, int li, int t) {
+    view_place q = {t, -1, -1, -1};
+    const int *tok = v->wtok[li];
+    int R = table_rows(v, li);
+    size_t n = (size_t)table_problems(v, li) * R;
+    for (size_t i = 0; tok && i < n; i++)
+        if (tok[i] == t) {
+            q.w = (int)(i / R);
+            q.row = (int)(i % R);
+            break;
+        }
+    const trace_reader *r = &v->src.tr;
+    if (q.w >= 0) q.pos = !windowed(v, li) ? 0 : r->n_windows ? index_in(r->windows, r->n_windows, q.w) : q.w;
+    return q;
+}
+
+int view_query_window(const view *v, int *row, int *n) {
+    if (!v->staged || !windowed(v, v->li)) return -1;
+    view_place q = place_of(v, v->li, staged_token(v, v->li));
+    if (row) *row = q.row;
+    if (n) *n = table_problems(v, v->li);
+    return q.w;
+}
+
+/* The token tables (and the shift masks of shifted window layers) of every recorded layer;
+ * refuses what the staged views do not draw yet. */
+static as_status load_tables(view *v, as_error *err) {
+    const trace_reader *r = &v->src.tr;
+    for (int li = 0; li < r->n_layers; li++) {
+        const trace_layer_geom *g = geom_of(v, li);
+        int R = table_rows(v, li), layer = r->layers[li];
+        if (g->prefix > 0 || (!windowed(v, li) && g->Tq != g->T))
+            return as_fail(err, AS_ERR_UNSUPPORTED, "%s: layer %d has %s: stage-aware support is not "
+                           "there yet in the viewer for staged layers with prefix tokens or prefix "
+                           "rows only; it shows window and global layers over the grid", r->path,
+                           layer, g->prefix > 0 ? "prefix tokens" : "prefix query rows only");
+        for (int ds = 0; ds < VIEW_N_MAPS; ds++) {
+            const int *dm = v->dims[li][ds];
+            if (dm[0] > 0 && (dm[1] != R || dm[2] != (windowed(v, li) ? R : g->T)))
+                return as_fail(err, AS_ERR_FORMAT, "%s: layers/%02d/%s is %d x %d per problem where "
+                               "the layer's geometry gives %d x %d: the file is corrupt", r->path,
+                               layer, map_names[ds], dm[1], dm[2], R, windowed(v, li) ? R : g->T);
+        }
+        size_t n = (size_t)table_problems(v, li) * R;
+        int *tok = v->wtok[li] = malloc(n * sizeof *tok);
+        if (!tok) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+        if (!windowed(v, li)) {
+            for (size_t i = 0; i < n; i++) tok[i] = (int)i;
+            continue;
+        }
+        if (trace_read_window_tokens(r, layer, tok, err) != AS_OK) return err->status;
+        if (!g->shift) continue;
+        char name[64];
+        double *m = NULL;
+        long d[6];
+        int nd = 0;
+        snprintf(name, sizeof name, "layers/%02d/params/shift_mask", layer);
+        if (fig_read_any(&v->src, name, "record the trace again", &m, d, &nd, err) != AS_OK) return err->status;
+        if (nd != 3 || d[0] != table_problems(v, li) || d[1] != R || d[2] != R) {
+            free(m);
+            return as_fail(err, AS_ERR_FORMAT, "%s: %s is not a (%d, %d, %d) table: the file is corrupt",
+                           r->path, name, table_problems(v, li), R, R);
+        }
+        unsigned char *mk = v->wmask[li] = malloc(n * R);
+        for (size_t i = 0; mk && i < n * R; i++) mk[i] = m[i] != 0;
+        free(m);
+        if (!mk) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+    }
+    return AS_OK;
+}
+
 static void note(view *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void note(view *v, const char *fmt, ...) {
     va_list ap;
@@ -135,6 +264,10 @@ static void clamp_selection(view *v) {
     if (v->hi < 0) v->hi = 0;
     if (v->n_images > 0 && v->image >= v->n_images) v->image = v->n_images - 1;
     if (v->image < 0) v->image = 0;
+    if (v->staged) { /* the query point's cell in this layer */
+        v->query = staged_token(v, v->li);
+        return;
+    }
     int q_rows = v->dims[v->li][v->ds][1];
     if (v->query >= q_rows) v->query = q_rows - 1;
     if (v->query < 0) v->query = 0;
@@ -180,10 +313,16 @@ static void load_dims(view *v) {
     for (int li = 0; li < r->n_layers; li++)
         for (int ds = 0; ds < VIEW_N_MAPS; ds++) {
             char name[64];
-            long d[4] = {0};
+            long d[5] = {0};
             snprintf(name, sizeof name, "layers/%02d/%s", r->layers[li], map_names[ds]);
-            int nd = trace_dataset_dims(r, name, d, 4);
-            for (int k = 0; k < 3; k++) v->dims[li][ds][k] = nd == 3 ? (int)d[k] : 0;
+            int nd = trace_dataset_dims(r, name, d, 5);
+            /* (heads, rows, keys), or a staged window layer's (heads, windows, rows, keys) */
+            int win = nd == 4 && r->staged && d[1] == r->geom[li].n_problems;
+            int *dm = v->dims[li][ds];
+            dm[0] = nd == 3 || win ? (int)d[0] : 0;
+            dm[1] = nd == 3 ? (int)d[1] : win ? (int)d[2] : 0;
+            dm[2] = nd == 3 ? (int)d[2] : win ? (int)d[3] : 0;
+            dm[3] = win ? (int)d[1] : 1;
         }
     v->n_maps = 0;
     for (int ds = 0; ds < VIEW_N_MAPS; ds++)
@@ -214,25 +353,23 @@ as_status view_open(view *v, const char *path, as_error *err) {
         return as_fail(err, AS_ERR_ARG, "%s is an analysis results file: view the trace it was "
                        "made from", path);
     }
-    if (r->staged) { /* every panel assumes one grid of tokens (docs/trace-format.md, version 3) */
-        char what[1200];
-        trace_describe_staged(r, what, sizeof what);
-        fig_source_close(&v->src);
-        return as_fail(err, AS_ERR_UNSUPPORTED, "stage-aware support is not there yet in the viewer: "
-                       "%s, and it shows single-grid (ViT/DeiT) traces only; docs/trace-format.md "
-                       "shows how to read its window maps with h5py", what);
-    }
+    v->staged = r->staged;
     v->cache = calloc(1, sizeof *v->cache);
     if (!v->cache) {
         fig_source_close(&v->src);
         return as_fail(err, AS_ERR_NOMEM, "out of memory");
     }
     load_dims(v);
-    if (r->n_layers < 1 || r->n_heads < 1 || !has_map(v, 0, 0)) {
+    if (r->n_layers < 1 || (r->n_heads < 1 && !r->heads_all) || !has_map(v, 0, 0)) {
         view_close(v);
         return as_fail(err, AS_ERR_ARG, "%s holds no attention maps (recorded without attn): "
                        "record with --record attn", path);
     }
+    if (v->staged && load_tables(v, err) != AS_OK) {
+        view_close(v);
+        return err->status;
+    }
+    v->qpt[0] = v->qpt[1] = r->cfg.img_size / 2.0; /* staged: the image's centre */
     v->n_images = r->n_images;
     v->live = r->swmr;
     v->complete = r->complete;
@@ -264,17 +401,19 @@ void view_close(view *v) {
     free(v->rollout_rows);
     free(v->sim);
     free(v->als);
+    for (int li = 0; li < VIT_MAX_DEPTH; li++) {
+        free(v->wtok[li]);
+        free(v->wmask[li]);
+    }
     fig_source_close(&v->src);
     memset(v, 0, sizeof *v);
 }
 
-static int index_in(const int *v, int n, int x) {
-    for (int i = 0; i < n; i++)
-        if (v[i] == x) return i;
-    return -1;
-}
 static int layer_pos(const view *v, int layer) { return index_in(v->src.tr.layers, v->src.tr.n_layers, layer); }
-static int head_pos(const view *v, int head) { return index_in(v->src.tr.heads, v->src.tr.n_heads, head); }
+static int head_pos(const view *v, int head) {
+    if (v->src.tr.heads_all) return head >= 0 && head < n_heads(v, v->li, 0) ? head : -1; /* each layer's own */
+    return index_in(v->src.tr.heads, v->src.tr.n_heads, head);
+}
 
 as_status view_select(view *v, long image, int layer, int head, int query, as_error *err) {
     const trace_reader *r = &v->src.tr;
@@ -296,7 +435,15 @@ as_status view_select(view *v, long image, int layer, int head, int query, as_er
         if (hi < 0) return as_fail(err, AS_ERR_ARG, "%s: --head %d was not recorded", r->path, head);
         v->hi = hi;
     }
-    if (query >= 0) {
+    if (query >= 0 && v->staged) { /* a token of the selected layer's grid */
+        const trace_layer_geom *g = geom_of(v, v->li);
+        if (query >= g->gh * g->gw)
+            return as_fail(err, AS_ERR_ARG, "%s: --query %d: layer %d has tokens 0..%d (a %d x %d grid; "
+                           "token y * %d + x)", r->path, query, r->layers[v->li], g->gh * g->gw - 1,
+                           g->gh, g->gw, g->gw);
+        point_at_token(v, v->li, query);
+        v->query_locked = 1;
+    } else if (query >= 0) {
         if (query >= r->q_rows)
             return as_fail(err, AS_ERR_ARG, "%s: --query %d: the trace holds query rows 0..%d%s",
                            r->path, query, r->q_rows - 1, r->q_rows < r->num_tokens ?
@@ -324,6 +471,9 @@ static as_status ensure_rgb(view *v, as_error *err) {
 /* Why rollout cannot run on this trace, or NULL when it can. */
 static const char *rollout_refusal(const view *v) {
     const trace_reader *r = &v->src.tr;
+    if (v->staged)
+        return "rollout: stage-aware support is not there yet for staged traces (windows and merges "
+               "need their own token transfer)";
     return r->n_layers != r->cfg.depth || r->q_rows != r->num_tokens
                ? "rollout multiplies every layer's full map: record with --layers all --query-rows all"
                : NULL;
@@ -390,8 +540,66 @@ static as_status row_values(view *v, int ds, int li, int hi, double *row, int *c
     return AS_OK;
 }
 
-/* The g x g values drawn over the image (the row's last P keys) and the row's scale. */
+/* The map block of the problem that holds the query in layer li: its window's (rows, keys) in
+ * a window layer, else the whole map; *pl receives the query's place (staged traces). */
+static const float *problem_map(view *v, int ds, int li, int hi, view_place *pl, as_error *err) {
+    view_place q = {v->query, -1, v->query, 0};
+    if (v->staged) {
+        q = place_of(v, li, staged_token(v, li));
+        if (q.pos < 0) {
+            as_fail(err, AS_ERR_ARG, "layer %d: window %d, which holds the query, was not recorded "
+                    "(record --windows all; ',' and '.' step to recorded windows)", v->src.tr.layers[li], q.w);
+            return NULL;
+        }
+    }
+    if (pl) *pl = q;
+    const float *A = map_get(v, ds, v->image, li, hi, err);
+    return A ? A + (size_t)q.pos * v->dims[li][ds][1] * v->dims[li][ds][2] : NULL;
+}
+
+/* Staged: the query's row of layer li scattered over the layer's gh x gw tokens through its
+ * window's token table: vals (0 outside the window: exactly the weight there), state (NULL, or
+ * VIEW_KEY_* per token), and the row's scale over every key of the row (pad keys count in the
+ * distribution but have no place on the image: they are not shown). */
+static as_status staged_values(view *v, int ds, int li, int hi, double *vals, double *state, mapscale *ms,
+                               as_error *err) {
+    const trace_layer_geom *g = geom_of(v, li);
+    int n = g->gh * g->gw, R = v->dims[li][ds][1], K = v->dims[li][ds][2];
+    for (int i = 0; i < n; i++) {
+        vals[i] = 0;
+        if (state) state[i] = VIEW_KEY_OUTSIDE;
+    }
+    view_place q;
+    const float *A = problem_map(v, ds, li, hi, &q, err);
+    if (!A) return err->status;
+    const float *row = A + (size_t)q.row * K;
+    const int *keys = v->wtok[li] + (size_t)q.w * R; /* a window's keys are its rows' tokens */
+    const unsigned char *mk = v->wmask[li] ? v->wmask[li] + ((size_t)q.w * R + q.row) * R : NULL;
+    double *ord = malloc((size_t)K * sizeof *ord);
+    if (!ord) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+    int np = 0; /* the row with its pad keys first: the scale's shown values start after them */
+    for (int j = 0; j < K; j++)
+        if (keys[j] < 0) ord[np++] = row[j];
+    for (int j = 0, k = np; j < K; j++)
+        if (keys[j] >= 0) {
+            ord[k++] = row[j];
+            vals[keys[j]] = row[j];
+            if (state) state[keys[j]] = mk && mk[j] ? VIEW_KEY_MASKED : VIEW_KEY_IN;
+        }
+    mapscale_make(ms, ord, 1, K, 0, np, v->range);
+    free(ord);
+    return AS_OK;
+}
+
+/* Values drawn over the image per token: the g x g patches of a single-grid trace, the gh x gw
+ * grid of a staged layer. */
+static int overlay_cells(const view *v, int li) {
+    return v->staged ? geom_of(v, li)->gh * geom_of(v, li)->gw : grid_of(v) * grid_of(v);
+}
+
+/* The values drawn over the image (the row's last P keys) and the row's scale. */
 static as_status patch_values(view *v, int ds, int li, int hi, double *out, mapscale *ms, as_error *err) {
+    if (v->staged) return staged_values(v, ds, li, hi, out, NULL, ms, err);
     int P = vit_num_patches(&v->src.tr.cfg), cols = 0;
     double row[4096 + 8];
     if (v->src.tr.num_tokens > 4096 + 8) return as_fail(err, AS_ERR_UNSUPPORTED, "grid too large to draw");
@@ -445,9 +653,22 @@ static view_panel *panel_add(view *v, view_panel_kind k, double x, double y, dou
     if (v->n_panels >= VIEW_MAX_PANELS) return NULL;
     view_panel *p = &v->panels[v->n_panels];
     *p = (view_panel){k, x, y, w, h, rows, cols, li >= 0 ? v->src.tr.layers[li] : -1, head, ds,
-                      v->query, s.lo, s.hi, v->panel_mem[v->n_panels], s.ms};
+                      v->query, s.lo, s.hi, v->panel_mem[v->n_panels], s.ms, 0, 0, 0, -1, NULL};
     v->n_panels++;
     return p;
+}
+
+/* Staged: makes image panel p (values then key states, gh x gw each) lie over the image at
+ * layer li's geometry. */
+static void panel_staged(view *v, view_panel *p, int li) {
+    if (!p || !v->staged) return;
+    const trace_layer_geom *g = geom_of(v, li);
+    p->stride_px = g->stride_px;
+    p->offset_px = g->offset_px;
+    p->img = v->src.tr.cfg.img_size;
+    p->query = staged_token(v, li);
+    p->window = windowed(v, li) ? place_of(v, li, p->query).w : -1;
+    p->key_state = p->values + (size_t)g->gh * g->gw;
 }
 
 /* A colour bar right of a; what NULL: ticks only (small multiples, one bar per panel). */
@@ -468,6 +689,31 @@ static void colorbar_add(view *v, plot_figure *f, const plot_axes *a, vscale s, 
     }
 }
 
+/* The rectangle (plot points) of cell (r, c) of panel p. */
+static void cell_rect(const view_panel *p, int r, int c, double *x, double *y, double *w, double *h) {
+    if (p->stride_px > 0) {
+        double k = p->w / p->img, y0, y1, x0, x1;
+        cell_span(p->offset_px, p->stride_px, r, p->img, &y0, &y1);
+        cell_span(p->offset_px, p->stride_px, c, p->img, &x0, &x1);
+        *x = p->x + x0 * k;
+        *y = p->y + y0 * k;
+        *w = (x1 - x0) * k;
+        *h = (y1 - y0) * k;
+        return;
+    }
+    *w = p->w / p->cols;
+    *h = p->h / p->rows;
+    *x = p->x + *w * c;
+    *y = p->y + *h * r;
+}
+
+void view_panel_cell_centre(const view_panel *p, int r, int c, double *x, double *y) {
+    double cx, cy, cw, ch;
+    cell_rect(p, r, c, &cx, &cy, &cw, &ch);
+    *x = cx + cw / 2;
+    *y = cy + ch / 2;
+}
+
 static void outline(cairo_t *cr, double x, double y, double w, double h, double r, double g,
                     double b, double lw) {
     cairo_set_source_rgb(cr, r, g, b);
@@ -479,15 +725,146 @@ static void outline(cairo_t *cr, double x, double y, double w, double h, double 
 /* A white frame round the hovered cell, when the pointer is over panel i. */
 static void outline_hover(const view *v, plot_figure *f, int i, double lw) {
     if (v->hover_panel != i || v->hover_row < 0) return;
-    const view_panel *p = &v->panels[i];
-    double cw = p->w / p->cols, ch = p->h / p->rows;
-    outline(plot_cairo(f), p->x + cw * v->hover_col, p->y + ch * v->hover_row, cw, ch, 1, 1, 1, lw);
+    double x, y, w, h;
+    cell_rect(&v->panels[i], v->hover_row, v->hover_col, &x, &y, &w, &h);
+    outline(plot_cairo(f), x, y, w, h, 1, 1, 1, lw);
+}
+
+/* A staged image panel: the image; the query's window in colour (tokens outside it hatched and
+ * washed out: their weight is exactly 0, not low); masked keys (the shift mask's -100) crossed;
+ * the token grid at the layer's stride; the window's outline (a shifted window: up to 4 wrapped
+ * pieces) and the query's cell. */
+static void paint_staged(view *v, plot_figure *f, int i, vscale s) {
+    const view_panel *pn = &v->panels[i];
+    cairo_t *cr = plot_cairo(f);
+    plot_axes a = {.x = pn->x, .y = pn->y, .w = pn->w, .h = pn->h};
+    plot_image(f, &a, v->rgb, v->rgb_size, v->rgb_size);
+    const int R = pn->rows, C = pn->cols;
+    const double *st = pn->key_state, k = pn->w / pn->img;
+    cairo_surface_t *cells = cairo_image_surface_create(CAIRO_FORMAT_ARGB32, C, R);
+    if (cairo_surface_status(cells) == CAIRO_STATUS_SUCCESS) {
+        unsigned char *d = cairo_image_surface_get_data(cells);
+        int stride = cairo_image_surface_get_stride(cells);
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < C; c++) {
+                uint32_t px = 0;
+                if (st[r * C + c] != VIEW_KEY_OUTSIDE) {
+                    double t = (scale_apply(s, pn->values[r * C + c]) - s.lo) / (s.hi - s.lo);
+                    plot_color col = plot_cmap_color(v->cmap, fmin(1, fmax(0, t)));
+                    px = 0xff000000u | (uint32_t)lrint(col.r * 255) << 16 | (uint32_t)lrint(col.g * 255) << 8 |
+                         (uint32_t)lrint(col.b * 255);
+                }
+                memcpy(d + (size_t)r * stride + 4 * (size_t)c, &px, 4);
+            }
+        cairo_surface_mark_dirty(cells);
+        cairo_save(cr);
+        cairo_rectangle(cr, a.x, a.y, a.w, a.h);
+        cairo_clip(cr);
+        /* cell (r, c) spans pixels offset + stride * (c - 1/2) ..: one surface pixel per token */
+        cairo_translate(cr, a.x + (pn->offset_px - pn->stride_px / 2) * k, a.y + (pn->offset_px - pn->stride_px / 2) * k);
+        cairo_scale(cr, pn->stride_px * k, pn->stride_px * k);
+        cairo_set_source_surface(cr, cells, 0, 0);
+        cairo_pattern_set_filter(cairo_get_source(cr), CAIRO_FILTER_NEAREST);
+        cairo_paint_with_alpha(cr, v->opacity);
+        cairo_restore(cr);
+    }
+    cairo_surface_destroy(cells);
+    /* outside the window: washed out and hatched */
+    double x, y, w, h;
+    cairo_save(cr);
+    cairo_new_path(cr);
+    int outside = 0;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++)
+            if (st[r * C + c] == VIEW_KEY_OUTSIDE) {
+                cell_rect(pn, r, c, &x, &y, &w, &h);
+                cairo_rectangle(cr, x, y, w, h);
+                outside = 1;
+            }
+    if (outside) {
+        cairo_clip(cr);
+        cairo_set_source_rgba(cr, 1, 1, 1, 0.45);
+        cairo_paint(cr);
+        cairo_set_source_rgba(cr, 0.35, 0.35, 0.35, 0.7);
+        cairo_set_line_width(cr, 0.35);
+        for (double u = -a.h; u < a.w; u += 3.2) {
+            cairo_move_to(cr, a.x + u, a.y + a.h);
+            cairo_line_to(cr, a.x + u + a.h, a.y);
+        }
+        cairo_stroke(cr);
+    }
+    cairo_restore(cr);
+    /* the token grid at the layer's stride */
+    cairo_set_source_rgba(cr, 1, 1, 1, 0.35);
+    cairo_set_line_width(cr, 0.25);
+    for (int c = 1; c < C; c++) {
+        double p = pn->offset_px + pn->stride_px * (c - 0.5);
+        if (p <= 0 || p >= pn->img) continue;
+        cairo_move_to(cr, a.x + p * k, a.y);
+        cairo_line_to(cr, a.x + p * k, a.y + a.h);
+    }
+    for (int r = 1; r < R; r++) {
+        double p = pn->offset_px + pn->stride_px * (r - 0.5);
+        if (p <= 0 || p >= pn->img) continue;
+        cairo_move_to(cr, a.x, a.y + p * k);
+        cairo_line_to(cr, a.x + a.w, a.y + p * k);
+    }
+    cairo_stroke(cr);
+    /* masked keys: a cross */
+    cairo_set_source_rgba(cr, 1, 1, 1, 0.85);
+    cairo_set_line_width(cr, 0.4);
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++)
+            if (st[r * C + c] == VIEW_KEY_MASKED) {
+                cell_rect(pn, r, c, &x, &y, &w, &h);
+                double m = 0.3 * fmin(w, h);
+                cairo_move_to(cr, x + w / 2 - m, y + h / 2 - m);
+                cairo_line_to(cr, x + w / 2 + m, y + h / 2 + m);
+                cairo_move_to(cr, x + w / 2 + m, y + h / 2 - m);
+                cairo_line_to(cr, x + w / 2 - m, y + h / 2 + m);
+            }
+    cairo_stroke(cr);
+    /* the window's outline: every edge between a token in it and one outside it (or the grid's
+     * edge), so the wrapped pieces of a shifted window are outlined each */
+    if (pn->window >= 0) {
+        cairo_set_source_rgb(cr, 1, 0.6, 0.05);
+        cairo_set_line_width(cr, 1.1);
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < C; c++) {
+                if (st[r * C + c] == VIEW_KEY_OUTSIDE) continue;
+                cell_rect(pn, r, c, &x, &y, &w, &h);
+                if (w <= 0 || h <= 0) continue;
+                if (r == 0 || st[(r - 1) * C + c] == VIEW_KEY_OUTSIDE) {
+                    cairo_move_to(cr, x, y);
+                    cairo_line_to(cr, x + w, y);
+                }
+                if (r == R - 1 || st[(r + 1) * C + c] == VIEW_KEY_OUTSIDE) {
+                    cairo_move_to(cr, x, y + h);
+                    cairo_line_to(cr, x + w, y + h);
+                }
+                if (c == 0 || st[r * C + c - 1] == VIEW_KEY_OUTSIDE) {
+                    cairo_move_to(cr, x, y);
+                    cairo_line_to(cr, x, y + h);
+                }
+                if (c == C - 1 || st[r * C + c + 1] == VIEW_KEY_OUTSIDE) {
+                    cairo_move_to(cr, x + w, y);
+                    cairo_line_to(cr, x + w, y + h);
+                }
+            }
+        cairo_stroke(cr);
+    }
+    cell_rect(pn, pn->query / C, pn->query % C, &x, &y, &w, &h);
+    outline(cr, x, y, w, h, 1, 0.15, 0.1, 1.0);
 }
 
 /* Panel i (an image panel): the image, its values scaled by s over it, the patch grid with
  * the query's patch. */
 static void paint_overlay(view *v, plot_figure *f, int i, vscale s) {
     const view_panel *pn = &v->panels[i];
+    if (pn->stride_px > 0) {
+        paint_staged(v, f, i, s);
+        return;
+    }
     int g = grid_of(v), p = prefix_of(v);
     double tv[4096];
     for (int j = 0; j < g * g && j < 4096; j++) tv[j] = scale_apply(s, pn->values[j]);
@@ -504,14 +881,38 @@ static const char *overlay_label(const view *v, int ds) {
 /* The image with the next panel's values (frame_alloc'ed, g x g, raw) over it. */
 static void draw_image_panel(view *v, plot_figure *f, double x, double y, double side, int li,
                              int head, int ds, vscale s, const char *title, int cbar) {
-    int g = grid_of(v);
-    if (!panel_add(v, VIEW_PANEL_IMAGE, x, y, side, side, g, g, li, head, ds, s)) return;
+    int gh = v->staged ? geom_of(v, li)->gh : grid_of(v), gw = v->staged ? geom_of(v, li)->gw : grid_of(v);
+    view_panel *p = panel_add(v, VIEW_PANEL_IMAGE, x, y, side, side, gh, gw, li, head, ds, s);
+    if (!p) return;
+    panel_staged(v, p, li);
     paint_overlay(v, f, v->n_panels - 1, s);
     outline_hover(v, f, v->n_panels - 1, 0.8);
     if (title) plot_text(f, x + side / 2, y - 3, 6.5, 0.5, title);
     plot_axes a = {.x = x, .y = y, .w = side, .h = side};
     if (cbar) colorbar_add(v, f, &a, s, overlay_label(v, ds));
-    mapscale_note(f, x, y + side + 2, side, 6.5, &s.ms);
+    double used = mapscale_note(f, x, y + side + 2, side, 6.5, &s.ms);
+    if (v->staged && s.ms.probability) { /* what the image cannot show: the pad keys' share */
+        const trace_layer_geom *g = geom_of(v, li);
+        double on = 0, pad = 0;
+        for (int i = 0; i < gh * gw; i++) on += p->values[i];
+        int npad = 0, R = table_rows(v, li);
+        view_place q = place_of(v, li, p->query);
+        for (int j = 0; q.w >= 0 && j < R; j++) npad += v->wtok[li][(size_t)q.w * R + j] < 0;
+        pad = fmax(0, 1 - on);
+        int masked = 0;
+        for (int i = 0; i < gh * gw; i++) masked += p->key_state[i] == VIEW_KEY_MASKED;
+        char t[160];
+        if (windowed(v, li))
+            snprintf(t, sizeof t, "window %d of %d%s: outside it exactly 0 (hatched)%s", q.w, g->nwh * g->nww,
+                     g->shift ? ", shifted" : "", masked ? "; masked keys \xc3\x97" : "");
+        else
+            snprintf(t, sizeof t, "global attention over the %d x %d grid", g->gh, g->gw);
+        plot_text_fit(f, x, y + side + 2 + used + 6, 6, 0, side, t);
+        if (npad > 0) {
+            snprintf(t, sizeof t, "pad keys %.1f%% (%d pad slots, not on the image)", 100 * pad, npad);
+            plot_text_fit(f, x, y + side + 2 + used + 13, 6, 0, side, t);
+        }
+    }
 }
 
 /* One head's full map (Q x T) with the query row outlined. */
@@ -536,11 +937,68 @@ static void draw_map_panel(view *v, plot_figure *f, plot_axes a, int li, int hi,
         a.ycat = 1;
         a.ystep = 1;
     }
-    panel_add(v, VIEW_PANEL_MAP, a.x, a.y, a.w, a.h, Q, T, li, head_id(v, ds, hi), ds, s);
+    view_place q = {v->query, -1, v->query, 0};
+    if (v->staged) q = place_of(v, li, staged_token(v, li));
+    int win = windowed(v, li), M = win ? geom_of(v, li)->M : 0;
+    char lab[64][8];
+    const char *labels[4096];
+    if (win && T <= 4096 && M <= 64) { /* ticks at the start of each window row: y0, y1, ... */
+        for (int j = 0; j < T; j++) labels[j] = j % M ? "" : lab[j / M];
+        for (int y = 0; y < M; y++) snprintf(lab[y], sizeof lab[y], "y%d", y);
+        a.xcat = a.ycat = 1;
+        a.xstep = a.ystep = M;
+        a.xlabels = a.ylabels = labels;
+    }
+    view_panel *pn = panel_add(v, VIEW_PANEL_MAP, a.x, a.y, a.w, a.h, Q, T, li, head_id(v, ds, hi), ds, s);
+    if (pn) pn->window = q.w;
     plot_heatmap(f, &a, tv, Q, T, s.lo, s.hi, v->cmap);
     free(tv);
-    plot_axes_draw(f, &a, title, "key token", "query token");
+    char xl[96], yl[96];
+    if (win) {
+        snprintf(xl, sizeof xl, "key: row of window %d (yN: window row N, %d tokens each)", q.w, M);
+        snprintf(yl, sizeof yl, "query: row of window %d", q.w);
+    } else if (v->staged) {
+        snprintf(xl, sizeof xl, "key token (y * %d + x)", geom_of(v, li)->gw);
+        snprintf(yl, sizeof yl, "query token");
+    }
+    plot_axes_draw(f, &a, title, v->staged ? xl : "key token", v->staged ? yl : "query token");
     cairo_t *cr = plot_cairo(f);
+    if (win && q.w >= 0) { /* pad rows and keys hatched; keys behind the shift mask dotted */
+        const int *tok = v->wtok[li] + (size_t)q.w * Q;
+        const unsigned char *mk = v->wmask[li] ? v->wmask[li] + (size_t)q.w * Q * T : NULL;
+        double cw = a.w / T, ch = a.h / Q;
+        cairo_save(cr);
+        cairo_new_path(cr);
+        int pads = 0;
+        for (int j = 0; j < T; j++)
+            if (tok[j] < 0) {
+                cairo_rectangle(cr, a.x + cw * j, a.y, cw, a.h);
+                cairo_rectangle(cr, a.x, a.y + ch * j, a.w, ch);
+                pads = 1;
+            }
+        if (pads) {
+            cairo_set_fill_rule(cr, CAIRO_FILL_RULE_WINDING);
+            cairo_clip(cr);
+            cairo_set_source_rgba(cr, 1, 1, 1, 0.6);
+            cairo_set_line_width(cr, 0.3);
+            for (double u = -a.h; u < a.w; u += 2.5) {
+                cairo_move_to(cr, a.x + u, a.y + a.h);
+                cairo_line_to(cr, a.x + u + a.h, a.y);
+            }
+            cairo_stroke(cr);
+        }
+        cairo_restore(cr);
+        if (mk && fmin(cw, ch) >= 1.2) {
+            cairo_set_source_rgba(cr, 1, 1, 1, 0.75);
+            for (int i = 0; i < Q; i++)
+                for (int j = 0; j < T; j++)
+                    if (mk[(size_t)i * T + j]) {
+                        cairo_arc(cr, a.x + cw * (j + 0.5), a.y + ch * (i + 0.5), fmin(cw, ch) * 0.14, 0, 6.283185307179586);
+                        cairo_close_path(cr);
+                    }
+            cairo_fill(cr);
+        }
+    }
     int p = prefix_of(v);
     if (p > 0 && p < T) { /* prefix | patches */
         cairo_set_source_rgba(cr, 1, 1, 1, 0.7);
@@ -553,8 +1011,8 @@ static void draw_map_panel(view *v, plot_figure *f, plot_axes a, int li, int hi,
         }
         cairo_stroke(cr);
     }
-    if (v->query < Q) {
-        double y0 = plot_y(&a, v->query - 0.5), y1 = plot_y(&a, v->query + 0.5);
+    if (q.row >= 0 && q.row < Q) {
+        double y0 = plot_y(&a, q.row - 0.5), y1 = plot_y(&a, q.row + 0.5);
         outline(cr, a.x - 1, y0, a.w + 2, y1 - y0, 1, 0.15, 0.1, 0.9);
     }
     outline_hover(v, f, v->n_panels - 1, 0.6);
@@ -567,39 +1025,46 @@ static void draw_map_panel(view *v, plot_figure *f, plot_axes a, int li, int hi,
 
 static void query_name(const view *v, int q, char *buf, size_t n) {
     int p = prefix_of(v), g = grid_of(v);
-    if (q < p) snprintf(buf, n, "%s token", q == 0 ? "class" : "distillation");
+    if (v->staged) snprintf(buf, n, "token (%d, %d)", q / geom_of(v, v->li)->gw, q % geom_of(v, v->li)->gw);
+    else if (q < p) snprintf(buf, n, "%s token", q == 0 ? "class" : "distillation");
     else snprintf(buf, n, "patch (%d, %d)", (q - p) / g, (q - p) % g);
 }
 
 /* Fills a panel's values for (ds, li, hi) and their scale. */
 static double *overlay_values(view *v, int ds, int li, int hi, mapscale *ms, as_error *err) {
-    int g = grid_of(v);
-    double *vals = frame_alloc(v, (size_t)g * g);
+    size_t n = (size_t)overlay_cells(v, li);
+    double *vals = frame_alloc(v, v->staged ? 2 * n : n); /* staged: the key states after the values */
     if (!vals) {
         as_fail(err, AS_ERR_NOMEM, "too many panels");
         return NULL;
     }
-    if (patch_values(v, ds, li, hi, vals, ms, err) != AS_OK) return NULL;
-    return vals;
+    as_status rc = v->staged ? staged_values(v, ds, li, hi, vals, vals + n, ms, err)
+                             : patch_values(v, ds, li, hi, vals, ms, err);
+    return rc == AS_OK ? vals : NULL;
 }
 
 /* The global scale: ms widened over every head of the layer (or every layer's rollout) for
  * this query. */
 static as_status global_patch_scale(view *v, int ds, int li, mapscale *ms, as_error *err) {
-    double tmp[4096];
     mapscale o;
     int rollout = rollout_drawn(v);
     int n = rollout ? v->src.tr.n_layers : n_heads(v, li, ds);
+    double *tmp = malloc((size_t)overlay_cells(v, li) * sizeof *tmp);
+    if (!tmp) return as_fail(err, AS_ERR_NOMEM, "out of memory");
     for (int k = 0; k < n; k++) {
-        if (patch_values(v, ds, rollout ? k : li, rollout ? 0 : k, tmp, &o, err) != AS_OK) return err->status;
+        if (patch_values(v, ds, rollout ? k : li, rollout ? 0 : k, tmp, &o, err) != AS_OK) {
+            free(tmp);
+            return err->status;
+        }
         mapscale_widen(ms, &o);
     }
+    free(tmp);
     return AS_OK;
 }
 
 /* The scale of a whole Q x T map (every row's keys shown). */
 static as_status map_scale(view *v, const float *A, int Q, int T, mapscale *ms, as_error *err) {
-    int P = vit_num_patches(&v->src.tr.cfg);
+    int P = v->staged ? T : vit_num_patches(&v->src.tr.cfg);
     size_t n = (size_t)Q * T;
     double *m = malloc((n ? n : 1) * sizeof *m);
     if (!m) return as_fail(err, AS_ERR_NOMEM, "out of memory");
@@ -612,7 +1077,7 @@ static as_status map_scale(view *v, const float *A, int Q, int T, mapscale *ms, 
 static as_status global_map_scale(view *v, int ds, int li, mapscale *ms, as_error *err) {
     mapscale o;
     for (int k = 0; k < n_heads(v, li, ds); k++) {
-        const float *A = map_get(v, ds, v->image, li, k, err);
+        const float *A = problem_map(v, ds, li, k, NULL, err);
         if (!A || map_scale(v, A, v->dims[li][ds][1], v->dims[li][ds][2], &o, err) != AS_OK) return err->status;
         mapscale_widen(ms, &o);
     }
@@ -655,7 +1120,7 @@ static as_status draw_query_column(view *v, plot_figure *f, double x0, double w,
         if (!fused) return as_fail(err, AS_ERR_NOMEM, "out of memory");
         for (size_t i = 0; i < (size_t)T * T; i++) fused[i] = (float)v->rollout[(size_t)li * T * T + i];
         A = fused;
-    } else if (!(A = map_get(v, ds, v->image, li, hi, err))) {
+    } else if (!(A = problem_map(v, ds, li, hi, NULL, err))) {
         return err->status;
     }
     double mx = two_rows ? x0 + 34 : x0 + side + 105, my = two_rows ? top + side + 40 : top + 12;
@@ -679,6 +1144,9 @@ static as_status draw_query_column(view *v, plot_figure *f, double x0, double w,
     plot_axes a = {.x = mx, .y = my, .w = mw, .h = mh};
     if (rollout) snprintf(mt, sizeof mt, "layer %d: head mean + identity, the factor rollout multiplies (%d x %d)%s",
                           v->src.tr.layers[li], Q, T, pk);
+    else if (windowed(v, li))
+        snprintf(mt, sizeof mt, "%s of %s %d, window %d of %d (%d x %d)%s", map_names[ds], head_word(ds), head,
+                 place_of(v, li, staged_token(v, li)).w, table_problems(v, li), Q, T, pk);
     else snprintf(mt, sizeof mt, "%s of %s %d (%d x %d)%s", map_names[ds], head_word(ds), head, Q, T, pk);
     draw_map_panel(v, f, a, li, hi, ds, A, scale_make(v, &mms), mt, 1);
     free(fused);
@@ -704,20 +1172,25 @@ static as_status draw_multiples(view *v, plot_figure *f, double x0, double y0, d
     double side = best - 6;
     if (side < 8) return as_fail(err, AS_ERR_ARG, "the window is too small for %d panels", n);
     mapscale shared_ms, pms[VIEW_MAX_PANELS];
-    int ds = by_layer ? 0 : v->ds, g = grid_of(v);
+    int ds = by_layer ? 0 : v->ds;
     /* every panel's values and raw range first: a global scale needs them all before drawing */
     for (int k = 0; k < n; k++) {
         mapscale ms;
         if (!has_map(v, by_layer ? k : v->li, ds)) continue;
         /* frame_alloc hands out the next panel's memory: register the panel right after */
-        if (!overlay_values(v, ds, by_layer ? k : v->li, by_layer ? v->hi : k, &ms, err)) return err->status;
+        int li = by_layer ? k : v->li;
+        /* staged layers differ in heads (3/6/12/24): the strip shows the current head position
+         * where a layer has it, else its last head, and names the head it shows */
+        int hk = by_layer ? (v->hi < n_heads(v, k, ds) ? v->hi : n_heads(v, k, ds) - 1) : k;
+        if (!overlay_values(v, ds, li, hk, &ms, err)) return err->status;
         if (v->n_panels == 0) shared_ms = ms;
         else mapscale_widen(&shared_ms, &ms);
         pms[v->n_panels] = ms;
         double px = x0 + (k % best_c) * (best + bw), py = y0 + (k / best_c) * (best + 11 + NOTE) + 10;
-        int head = by_layer ? view_head(v) : head_id(v, ds, k);
-        panel_add(v, VIEW_PANEL_IMAGE, px, py, side, side, g, g, by_layer ? k : v->li, head, ds,
-                  (vscale){ms.lo, ms.hi, 0, 0, ms});
+        int head = head_id(v, ds, hk);
+        int gh = v->staged ? geom_of(v, li)->gh : grid_of(v), gw = v->staged ? geom_of(v, li)->gw : grid_of(v);
+        panel_staged(v, panel_add(v, VIEW_PANEL_IMAGE, px, py, side, side, gh, gw, li, head, ds,
+                                  (vscale){ms.lo, ms.hi, 0, 0, ms}), li);
     }
     vscale shared = v->n_panels > 0 ? scale_make(v, &shared_ms) : (vscale){.lo = 0, .hi = 1};
     for (int i = 0; i < v->n_panels; i++) {
@@ -734,7 +1207,8 @@ static as_status draw_multiples(view *v, plot_figure *f, double x0, double y0, d
         paint_overlay(v, f, i, s);
         char t[64];
         int cur = by_layer ? layer_pos(v, pn->layer) == v->li : pn->head == view_head(v);
-        if (by_layer) snprintf(t, sizeof t, "layer %d", pn->layer);
+        if (by_layer && v->staged) snprintf(t, sizeof t, "layer %d, head %d", pn->layer, pn->head);
+        else if (by_layer) snprintf(t, sizeof t, "layer %d", pn->layer);
         else snprintf(t, sizeof t, "%s %d", head_word(pn->ds), pn->head);
         plot_text(f, pn->x + side / 2, pn->y - 2.5, 6.5, 0.5, t);
         if (cur && !v->exporting) outline(plot_cairo(f), pn->x - 1.5, pn->y - 1.5, side + 3, side + 3, 0.1, 0.45, 0.9, 1.2);
@@ -780,6 +1254,11 @@ static as_status draw_results(view *v, plot_figure *f, double top, double bottom
 }
 
 int view_mode_missing(const view *v, view_mode m, as_error *err) {
+    if (v->staged && (m == VIEW_MODE_SIMILARITY || m == VIEW_MODE_ALS || m == VIEW_MODE_PAIR)) {
+        as_fail(err, AS_ERR_UNSUPPORTED, "%s: stage-aware support is not there yet for staged traces "
+                "(attnscope analyze does not compute it on them)", mode_names[m]);
+        return 1;
+    }
     const char *metric = m == VIEW_MODE_SIMILARITY && !v->sim ? "similarity"
                        : m == VIEW_MODE_ALS && !v->als ? "als" : NULL;
     if (metric) as_fail(err, AS_ERR_ARG, "no %s results in this trace: run attnscope analyze %s "
@@ -830,6 +1309,7 @@ static const char *const help_lines[] = {
     "z                 attention maps from 0 (1/T marked) / from their minimum",
     "o                 normalise per map / globally (all heads of the layer, all panels)",
     "[ / ]             overlay opacity",
+    ", / .             previous / next window (window layers of staged traces)",
     "+ / -             larger / smaller text and panels",
     "f                 follow a live trace (jump to each new image)",
     "e                 export the view as PNG and print the attnscope plot command",
@@ -870,11 +1350,34 @@ static void hover_text(const view *v, char *buf, size_t n) {
     if (p->scale.probability) snprintf(u, sizeof u, " (%.3g \xc3\x97 1/T)", val / p->scale.uniform);
     switch (p->kind) {
     case VIEW_PANEL_IMAGE:
+        if (p->stride_px > 0) { /* staged: the token, and whether it is in the query's window */
+            int st = (int)p->key_state[(size_t)v->hover_row * p->cols + v->hover_col];
+            snprintf(buf, n, "%s at token (%d, %d): %.4g%s%s", map_names[p->ds], v->hover_row, v->hover_col,
+                     val, st == VIEW_KEY_OUTSIDE ? "" : u, st == VIEW_KEY_OUTSIDE ? " (outside the query's window)"
+                     : st == VIEW_KEY_MASKED ? " (masked: another region of the shifted window)" : "");
+            break;
+        }
         query_name(v, prefix_of(v) + v->hover_row * p->cols + v->hover_col, q, sizeof q);
         snprintf(buf, n, "%s at %s: %.4g%s", rollout_drawn(v) ? "rollout" : map_names[p->ds], q,
                  val, u);
         break;
     case VIEW_PANEL_MAP:
+        if (p->window >= 0) { /* a window map: rows and keys are window rows; which tokens they are */
+            int li = layer_pos(v, p->layer), R = p->cols;
+            const int *tok = v->wtok[li] + (size_t)p->window * R;
+            const int gw = geom_of(v, li)->gw;
+            char kq[40], kk[40];
+            int tq = tok[v->hover_row], tk = tok[v->hover_col];
+            if (tq < 0) snprintf(kq, sizeof kq, "pad");
+            else snprintf(kq, sizeof kq, "(%d, %d)", tq / gw, tq % gw);
+            if (tk < 0) snprintf(kk, sizeof kk, "pad");
+            else snprintf(kk, sizeof kk, "(%d, %d)", tk / gw, tk % gw);
+            const unsigned char *mk = v->wmask[li];
+            int masked = mk && mk[((size_t)p->window * R + v->hover_row) * R + v->hover_col];
+            snprintf(buf, n, "%s[window %d: row %d %s, key %d %s]: %.4g%s%s", map_names[p->ds], p->window,
+                     v->hover_row, kq, v->hover_col, kk, val, u, masked ? " (masked)" : "");
+            break;
+        }
         snprintf(buf, n, "%s[%d, %d]: %.4g%s", rollout_drawn(v) ? "rollout factor" : map_names[p->ds],
                  v->hover_row, v->hover_col, val, u);
         break;
@@ -903,7 +1406,7 @@ static void build_status(view *v) {
     const trace_reader *r = &v->src.tr;
     const char *base = strrchr(v->image_path, '/');
     base = base ? base + 1 : v->image_path;
-    char q[48], hv[160], lab[256] = "", live[96];
+    char q[48], hv[200], lab[256] = "", live[96];
     query_name(v, v->query, q, sizeof q);
     hover_text(v, hv, sizeof hv);
     if (v->label >= 0 || v->pred >= 0) {
@@ -916,8 +1419,19 @@ static void build_status(view *v) {
     }
     if (v->live) snprintf(live, sizeof live, "  |  live: %ld images%s", v->n_images, v->follow ? ", following" : "");
     else snprintf(live, sizeof live, "  |  %s", v->complete ? "complete" : "interrupted run");
-    char mech[96];
+    char mech[96], where[160] = "";
     vit_attn_describe(&r->cfg, view_layer(v), mech, sizeof mech);
+    if (v->staged) { /* where the layer sits: stage, block, window, grid */
+        const trace_layer_geom *g = geom_of(v, v->li);
+        int block = g->layer;
+        for (int st = 0; st < g->stage && st < r->cfg.n_stages; st++) block -= r->cfg.stage[st].depth;
+        int wr, nw, w = view_query_window(v, &wr, &nw);
+        if (w >= 0)
+            snprintf(where, sizeof where, "stage %d, block %d, window %d (of %d), grid %d x %d, M %d, shift %d; ",
+                     g->stage, block, w, nw, g->gh, g->gw, g->M, g->shift);
+        else
+            snprintf(where, sizeof where, "stage %d, block %d, global, grid %d x %d; ", g->stage, block, g->gh, g->gw);
+    }
     /* what the panels show: the map (Tab) and head, or the rollout, which fuses the heads */
     char what[96];
     if (rollout_drawn(v) && (v->mode == VIEW_MODE_QUERY || v->mode == VIEW_MODE_PAIR || v->mode == VIEW_MODE_DEPTH))
@@ -926,8 +1440,8 @@ static void build_status(view *v) {
         const int sds = v->mode == VIEW_MODE_DEPTH ? 0 : v->ds; /* the strip draws attn in every layer */
         snprintf(what, sizeof what, "%s %s %d", map_names[sds], head_word(sds), view_head(v));
     }
-    snprintf(v->status, sizeof v->status, "image %ld/%ld %s%s  |  %s view  |  layer %d (%s)  |  %s  |  "
-             "query %s%s%s%s%s", v->image, v->n_images, base, lab, mode_label(v), view_layer(v), mech,
+    snprintf(v->status, sizeof v->status, "image %ld/%ld %s%s  |  %s view  |  layer %d (%s%s)  |  %s  |  "
+             "query %s%s%s%s%s", v->image, v->n_images, base, lab, mode_label(v), view_layer(v), where, mech,
              what, q, v->query_locked ? " (fixed)" : "", hv[0] ? "  |  " : "", hv, live);
 }
 
@@ -975,6 +1489,7 @@ static void draw_frame(view *v, cairo_t *cr, double width, double height, int ch
     as_error err = {0};
     as_status rc = AS_OK;
     double top = TOP, bottom = V - BAR_H - 4;
+    if (v->staged) v->query = staged_token(v, v->li);
     if (v->n_images == 0) rc = as_fail(&err, AS_ERR_ARG, "no complete image in this trace yet%s",
                                        v->live ? ": waiting for the recording" : "");
     else rc = ensure_rgb(v, &err);
@@ -1048,6 +1563,11 @@ static int hit(const view *v, double x, double y, int *row, int *col) {
     for (int i = v->n_panels - 1; i >= 0; i--) {
         const view_panel *p = &v->panels[i];
         if (x >= p->x && x < p->x + p->w && y >= p->y && y < p->y + p->h) {
+            if (p->stride_px > 0) { /* staged image: the token whose pixels lie there */
+                *col = cell_at((x - p->x) / p->w * p->img, p->offset_px, p->stride_px, p->cols);
+                *row = cell_at((y - p->y) / p->h * p->img, p->offset_px, p->stride_px, p->rows);
+                return i;
+            }
             *col = (int)((x - p->x) / p->w * p->cols);
             *row = (int)((y - p->y) / p->h * p->rows);
             if (*col >= p->cols) *col = p->cols - 1;
@@ -1115,6 +1635,34 @@ static int toggle_row(view *v, view_row r) {
     return VIEW_REDRAW;
 }
 
+/* Staged: the query moves to the same row of the next (d = 1) or previous recorded window of
+ * the layer (the nearest row that is a token where that one is a pad slot); the map panel then
+ * shows that window. */
+static int step_window(view *v, int d) {
+    if (!v->staged || !windowed(v, v->li)) {
+        note(v, "%s", v->staged ? "this layer is not windowed: ',' and '.' step over windows" :
+             "',' and '.' step over the windows of a staged (Swin) trace's window layers");
+        return VIEW_REDRAW;
+    }
+    int nw = table_problems(v, v->li), R = table_rows(v, v->li);
+    view_place q = place_of(v, v->li, staged_token(v, v->li));
+    for (int k = 1; k <= nw; k++) {
+        int w = ((q.w + d * k) % nw + nw) % nw;
+        const trace_reader *r = &v->src.tr;
+        if (r->n_windows && index_in(r->windows, r->n_windows, w) < 0) continue; /* not recorded */
+        const int *tok = v->wtok[v->li] + (size_t)w * R;
+        for (int e = 0; e < 2 * R; e++) { /* row q.row, else the nearest token row */
+            int j = q.row + (e % 2 ? (e + 1) / 2 : -(e / 2));
+            if (j < 0 || j >= R || tok[j] < 0) continue;
+            point_at_token(v, v->li, tok[j]);
+            v->query_locked = 1;
+            return VIEW_REDRAW;
+        }
+    }
+    note(v, "layer %d has no other recorded window", view_layer(v));
+    return VIEW_REDRAW;
+}
+
 static int key(view *v, int k, int mods) {
     int shift = mods & VIEW_MOD_SHIFT;
     v->message[0] = 0;
@@ -1160,6 +1708,8 @@ static int key(view *v, int k, int mods) {
     case '+': case '=': v->zoom = fmin(4, v->zoom * 1.15); break;
     case '-': v->zoom = fmax(0.8, v->zoom / 1.15); break;
     case 'e': return VIEW_EXPORT | VIEW_REDRAW;
+    case ',': case '<': step_window(v, -1); break;
+    case '.': case '>': step_window(v, 1); break;
     default: return 0;
     }
     clamp_selection(v);
@@ -1177,6 +1727,11 @@ static int click(view *v, double x, double y) {
             if (v->mode == VIEW_MODE_GRID) v->hi = i; /* the grid's panels are the heads in order */
             else v->li = layer_pos(v, p->layer);
             v->mode = VIEW_MODE_QUERY;
+        } else if (v->staged) { /* the point clicked; clicking the query's cell again frees it */
+            int q = row * p->cols + col;
+            v->query_locked = !(v->query_locked && v->query == q);
+            v->qpt[0] = (y / v->zoom - p->y) / p->h * p->img;
+            v->qpt[1] = (x / v->zoom - p->x) / p->w * p->img;
         } else if (full && v->row != VIEW_ROW_CLASS) {
             int q = pfx + row * p->cols + col;
             v->query_locked = !(v->query_locked && v->query == q);
@@ -1184,7 +1739,15 @@ static int click(view *v, double x, double y) {
         }
         break;
     case VIEW_PANEL_MAP:
-        if (row < v->dims[layer_pos(v, p->layer)][p->ds][1] && v->row != VIEW_ROW_CLASS) {
+        if (v->staged) { /* the token of that row of the shown window */
+            int li = layer_pos(v, p->layer), t = v->wtok[li][(size_t)(p->window > 0 ? p->window : 0) * p->rows + row];
+            if (t < 0) {
+                note(v, "row %d of window %d is a pad slot: it has no place on the image", row, p->window);
+                return VIEW_REDRAW;
+            }
+            point_at_token(v, li, t);
+            v->query_locked = 1;
+        } else if (row < v->dims[layer_pos(v, p->layer)][p->ds][1] && v->row != VIEW_ROW_CLASS) {
             v->query = row;
             v->query_locked = 1;
         }
@@ -1239,7 +1802,15 @@ int view_handle(view *v, const view_event *e) {
         v->hover_panel = i;
         v->hover_row = row;
         v->hover_col = col;
-        if (i >= 0 && v->panels[i].kind == VIEW_PANEL_IMAGE && !v->query_locked &&
+        if (i >= 0 && v->panels[i].kind == VIEW_PANEL_IMAGE && !v->query_locked && v->staged &&
+            v->mode == VIEW_MODE_QUERY) { /* the point under the pointer; its cell is the query */
+            const view_panel *p = &v->panels[i];
+            v->qpt[0] = (e->y / v->zoom - p->y) / p->h * p->img;
+            v->qpt[1] = (e->x / v->zoom - p->x) / p->w * p->img;
+            int q = staged_token(v, v->li);
+            changed |= q != v->query;
+            v->query = q;
+        } else if (i >= 0 && v->panels[i].kind == VIEW_PANEL_IMAGE && !v->query_locked &&
             (v->mode == VIEW_MODE_QUERY || v->mode == VIEW_MODE_PAIR) && v->row != VIEW_ROW_CLASS &&
             v->src.tr.q_rows == v->src.tr.num_tokens) {
             int q = prefix_of(v) + row * v->panels[i].cols + col;
@@ -1332,6 +1903,10 @@ void view_plot_command(const view *v, const char *name, char *out, size_t n) {
     snprintf(cm, sizeof cm, " --cmap %s", plot_cmap_name(v->cmap));
     snprintf(sc, sizeof sc, "%s%s", cm, v->range == MAPSCALE_MINMAX ? " --range minmax" : "");
     const char *logn = v->log_scale ? "   # the view's log scale: the figure is linear" : "";
+    if (v->staged) {
+        snprintf(out, n, "# no attnscope plot figure for staged traces yet: stage-aware figures are not there yet");
+        return;
+    }
     switch (v->mode) {
     case VIEW_MODE_QUERY:
         if (v->row == VIEW_ROW_ROLLOUT)

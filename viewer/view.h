@@ -67,7 +67,18 @@ typedef struct {
     double lo, hi;           /* the colour range its values map to (after the scale) */
     const double *values;    /* rows x cols as drawn, before the scale; valid until the next draw */
     mapscale scale;          /* IMAGE, MAP: the map's scale, uniform level, peak and prefix share */
+    /* staged traces (format 3): an IMAGE panel covers the whole input image (img pixels a
+     * side) and its token (r, c) the pixels offset + stride * (r, c) -+ stride / 2, clipped to
+     * the image; stride 0 in single-grid traces, whose g x g patches tile the panel */
+    double stride_px, offset_px;
+    int img;
+    int window;              /* IMAGE, MAP: the query's window in a window layer, else -1 */
+    const double *key_state; /* staged IMAGE: per cell VIEW_KEY_OUTSIDE, _IN or _MASKED */
 } view_panel;
+
+/* Where a staged IMAGE panel's token lies for the query's row: outside the query's window (its
+ * weight is exactly 0), inside it, or inside it behind the shift mask (weight ~0). */
+enum { VIEW_KEY_OUTSIDE = 0, VIEW_KEY_IN, VIEW_KEY_MASKED };
 
 typedef struct {
     double lo, hi;           /* the labelled range */
@@ -130,7 +141,16 @@ typedef struct {
     long reads;              /* maps read from the file (cache misses) */
     /* private */
     double *panel_mem[VIEW_MAX_PANELS];
-    int dims[VIT_MAX_DEPTH][VIEW_N_MAPS][3];  /* per layer position and map: heads, rows, cols */
+    int dims[VIT_MAX_DEPTH][VIEW_N_MAPS][4];  /* per layer position and map: heads, rows, cols,
+                                                 problems (recorded windows; 1 if not windowed) */
+    /* staged traces (format 3) */
+    int staged;
+    double qpt[2];           /* the query as an input image point (y, x) in pixels: each layer's
+                                query is its grid cell containing it */
+    int *wtok[VIT_MAX_DEPTH];/* per layer position: (problems of the model, rows) grid token of
+                                each row (params/window_token; a global layer: 0..T-1), -1: pad */
+    unsigned char *wmask[VIT_MAX_DEPTH]; /* shifted window layers: (nW, M^2, M^2) 1 where the
+                                shift mask separates query and key (params/shift_mask), or NULL */
     double *rollout_rows;    /* (L, T): rollout rows of rollout_query */
     int rollout_query;
     double *sim;             /* /analysis/similarity/head_mean/mean (D, L, L), or NULL */
@@ -172,5 +192,12 @@ int view_mode_missing(const view *v, view_mode m, as_error *err);
 /* The recorded layer (model index) and head (dataset head id) of the selection. */
 int view_layer(const view *v);
 int view_head(const view *v);
+/* Staged traces: the window of the current layer that holds the query (-1 when the layer is not
+ * windowed or the trace is single-grid), its row of the query in *row, and the layer's number of
+ * windows in *n (either may be NULL). */
+int view_query_window(const view *v, int *row, int *n);
+/* The centre of cell (r, c) of panel p in plot points (multiply by the zoom for window points):
+ * where a click selects that cell (staged image panels place tokens by their pixel geometry). */
+void view_panel_cell_centre(const view_panel *p, int r, int c, double *x, double *y);
 
 #endif

@@ -250,7 +250,10 @@ static int script_step(win *w, view *v, FILE *fp, int *line, as_error *err) {
                            "panel %d (%d panels)", *line, r, col, p, v->n_panels), -1;
         const view_panel *pn = &v->panels[p];
         double s = v->zoom * w->user; /* plot points -> window points */
-        double px = (pn->x + (col + 0.5) * pn->w / pn->cols) * s, py = (pn->y + (r + 0.5) * pn->h / pn->rows) * s;
+        double px, py;
+        view_panel_cell_centre(pn, r, col, &px, &py);
+        px *= s;
+        py *= s;
         push_mouse(w, cmd[0] == 'm' ? SDL_MOUSEMOTION : SDL_MOUSEBUTTONDOWN, px, py);
     } else if (strcmp(cmd, "wheel") == 0) {
         SDL_SetModState(script_mods(b));
@@ -400,7 +403,7 @@ as_status view_window_run(view *v, const view_window_opts *o, as_error *err) {
                 char path[1200], cmd[4096];
                 as_error e = {0};
                 if (view_export(v, o->export_dir, path, sizeof path, cmd, sizeof cmd, &e) == AS_OK)
-                    printf("saved %s\nthe same as a batch figure:\n%s\n", path, cmd);
+                    printf("saved %s\n%s%s\n", path, cmd[0] == '#' ? "" : "the same as a batch figure:\n", cmd);
                 else {
                     snprintf(v->message, sizeof v->message, "%s", e.msg);
                     fprintf(stderr, "attnscope view: %s\n", e.msg); /* not only in the window */
