@@ -20,13 +20,15 @@ typedef struct {
 } run_out;
 
 static size_t per_image(const vit_config *c, int q, int l) {
-    const size_t T = (size_t)vit_num_tokens(c), H = (size_t)c->num_heads;
+    vit_geom g; /* a block's own sizes: every window of a staged block, or one T x T map */
+    vit_block_geom(c, l, &g);
+    const size_t T = (size_t)g.T, H = (size_t)g.H, maps = (size_t)g.problems * g.Tq * g.Tk;
     vit_extra x;
     switch (q) {
-    case 0: case 1: return H * T * T;
+    case 0: case 1: return H * maps;
     case 2: case 3: return H * T * (size_t)vit_qk_head_dim(c, l);
-    case 4: return T * (size_t)c->embed_dim;
-    default: return vit_extra_info(c, l, q - 5, &x) ? (size_t)x.heads * T * T : 0;
+    case 4: return T * (size_t)g.D;
+    default: return vit_extra_info(c, l, q - 5, &x) ? (size_t)x.heads * maps : 0;
     }
 }
 
@@ -123,6 +125,72 @@ static void test_models(void) {
             compare_expected(models[i], &o, fx(exp), 1, 1e-4);
             free(o.mem);
         }
+        model_free(&m);
+    }
+}
+
+/* Swin (tools/make_swin_fixtures.py: torchvision's SwinTransformer, timm's names): logits,
+ * every window map, scores, q, k and tokens, in both pad orders and both clamps; and the
+ * window tables of core/geom.c against the ones tools/swin_ref.py built. */
+static void test_swin(void) {
+    static const struct {
+        const char *dir, *inputs, *expected, *windows;
+        vit_pad_order order;
+    } t[] = {
+        {"swin_tiny", "inputs.npy", "expected.safetensors", "windows.safetensors", VIT_PAD_FIRST},
+        {"swin_pad", "inputs16_1.npy", "expected.safetensors", "windows.safetensors", VIT_PAD_FIRST},
+        {"swin_pad", "inputs16_1.npy", "expected_roll_first.safetensors", "windows_roll_first.safetensors", VIT_PAD_ROLL_FIRST},
+        {"swin_pad_tv", "inputs16_1.npy", "expected.safetensors", "windows.safetensors", VIT_PAD_FIRST},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        model m;
+        as_error err = {0};
+        int ok = model_load(&m, fx(t[i].dir), NULL, 0, &err) == AS_OK;
+        CHECK(ok, "%s: %s", t[i].dir, err.msg);
+        if (!ok) continue;
+        m.cfg.pad_order = t[i].order;
+        char path[256], label[128];
+        snprintf(label, sizeof label, "%s/%s", t[i].dir, t[i].expected);
+        run_out o;
+        if (run_model(&m, fx(t[i].inputs), &o)) {
+            snprintf(path, sizeof path, "%s/%s", t[i].dir, t[i].expected);
+            compare_expected(label, &o, fx(path), 1, 1e-4);
+            free(o.mem);
+        }
+        safetensors st;
+        snprintf(path, sizeof path, "%s/%s", t[i].dir, t[i].windows);
+        if (safetensors_open(&st, fx(path), &err) != AS_OK) {
+            CHECK(0, "%s", err.msg);
+            model_free(&m);
+            continue;
+        }
+        for (int k = 0; k < st.count; k++) {
+            const safetensors_tensor *x = &st.tensors[k];
+            const char *dot = strrchr(x->name, '.');
+            const int l = dot ? atoi(dot + 1) : -1;
+            CHECK(l >= 0 && l < m.cfg.depth, "%s: %s names no block", label, x->name);
+            if (l < 0 || l >= m.cfg.depth) continue;
+            float *want = malloc(x->numel * sizeof(float));
+            safetensors_read_f32(&st, x, want, &err);
+            vit_geom g;
+            vit_block_geom(&m.cfg, l, &g);
+            if (strncmp(x->name, "geom.", 5) == 0) {
+                const int got[8] = {g.stage, g.j, g.gh, g.gw, g.M, g.shift, g.ph, g.pw};
+                int same = x->numel == 8;
+                for (int e = 0; same && e < 8; e++) same = got[e] == (int)want[e];
+                CHECK(same, "%s: %s: stage, j, grid, M, shift, padded grid differ", label, x->name);
+            } else {
+                const size_t n = (size_t)g.problems * g.M * g.M;
+                int *tok = malloc(n * sizeof *tok);
+                vit_window_tokens(&m.cfg, &g, tok);
+                size_t bad = x->numel == n ? 0 : 1;
+                for (size_t e = 0; !bad && e < n; e++) bad += tok[e] != (int)want[e];
+                CHECK(!bad, "%s: %s differs from vit_window_tokens", label, x->name);
+                free(tok);
+            }
+            free(want);
+        }
+        safetensors_close(&st);
         model_free(&m);
     }
 }
@@ -259,6 +327,7 @@ static void test_preprocess(void) {
 }
 
 int main(void) {
+    test_swin();
     runtime_set_threads(0);
     test_models();
     test_reduced_precision();
