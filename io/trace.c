@@ -327,11 +327,29 @@ static int window_params(hid_t pg, const trace_spec *s, int l) {
                           "where rows i and j come from the same region of the shifted, padded "
                           "grid, else mask_value (-100); all 0 without a shift");
     }
-    /* TODO(integrator, issue 16): relative_position_bias (H, M^2, M^2) float32, the block's
-     * ((2M-1)^2, H) table expanded by Swin's relative_position_index (bias[h, i, j] =
-     * table[(yi - yj + M - 1) * (2M - 1) + (xi - xj + M - 1), h] for rows i = yi * M + xi),
-     * written here when s->params holds the engine's table (vit_block_params.rpb_table from the
-     * swin-engine branch, not in this branch). Until then the trace has no bias tables. */
+    /* The block's learnt ((2M-1)^2, H) relative table expanded by Swin's relative_position_index
+     * to what each head adds to its scores: bias[h, i, j] = table[(yi - yj + M - 1) (2M - 1) +
+     * (xi - xj + M - 1), h] for window rows i = yi M + xi (written when the weights are at hand). */
+    const float *table = s->params ? s->params->blocks[l].rpb_table : NULL;
+    float *bias = table && !rc ? malloc((size_t)g.H * N * N * sizeof *bias) : NULL;
+    if (bias) {
+        const int M = g.M, side = 2 * M - 1;
+        for (int h = 0; h < g.H; h++)
+            for (size_t i = 0; i < N; i++)
+                for (size_t j = 0; j < N; j++) {
+                    const int yi = (int)i / M, xi = (int)i % M, yj = (int)j / M, xj = (int)j % M;
+                    bias[((size_t)h * N + i) * N + j] =
+                        table[(size_t)((yi - yj + M - 1) * side + (xi - xj + M - 1)) * g.H + h];
+                }
+        const hsize_t db[3] = {(hsize_t)g.H, N, N};
+        rc |= params_dset(pg, "relative_position_bias", 0, 3, db, bias, "relative_position_bias[h, "
+                          "i, j]: what head h adds to the score of window row i for key row j "
+                          "(the block's relative_position_bias_table expanded by Swin's "
+                          "relative_position_index), before the shift mask");
+    } else if (table && !rc) {
+        rc = -1;
+    }
+    free(bias);
     free(tok);
     free(mask);
     return rc;

@@ -54,6 +54,22 @@ print(checked, "query rows")
 ' "$DOC" "$T/$1.h5" "$FX/$1/$4.safetensors" "$FX/$1/$5.safetensors" "$(dirname "$0")/../tools"
 done
 
+# The learnt relative tables under layers/LL/params, expanded as Swin's relative_position_index
+# does (written here from the paper's index formula with numpy, not from the trace).
+py '
+import sys, h5py, numpy as np
+sys.path.insert(0, sys.argv[3])
+import safetensors_io as st
+f, m = h5py.File(sys.argv[1], "r"), st.load(sys.argv[2])
+for l, (s, j) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1)]):
+    b = f[f"layers/{l:02d}/params/relative_position_bias"][:]
+    t = m[f"layers.{s}.blocks.{j}.attn.relative_position_bias_table"]
+    M = int(round(b.shape[1] ** 0.5))
+    y, x = np.divmod(np.arange(M * M), M)
+    idx = (y[:, None] - y[None, :] + M - 1) * (2 * M - 1) + (x[:, None] - x[None, :] + M - 1)
+    assert np.array_equal(b, t[idx].transpose(2, 0, 1)), f"layer {l}: bias differs"
+' "$T/swin_tiny.h5" "$FX/swin_tiny/model.safetensors" "$(dirname "$0")/../tools"
+
 "$PY" -c "import torch, torchvision" 2>/dev/null
 if [ $? -eq 0 ]; then
     expect 0 "$PY" "$(dirname "$0")/../tools/check_swin_torchvision.py" "$A"
