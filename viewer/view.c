@@ -714,6 +714,18 @@ void view_panel_cell_centre(const view_panel *p, int r, int c, double *x, double
     *y = cy + ch / 2;
 }
 
+/* Diagonal hatching over the axes' box, in grey level `grey` (clipped by the caller): what the
+ * staged views draw over cells that are exactly 0 by construction (outside the window, pads). */
+static void hatch(cairo_t *cr, plot_axes a, double grey, double alpha, double lw, double step) {
+    cairo_set_source_rgba(cr, grey, grey, grey, alpha);
+    cairo_set_line_width(cr, lw);
+    for (double u = -a.h; u < a.w; u += step) {
+        cairo_move_to(cr, a.x + u, a.y + a.h);
+        cairo_line_to(cr, a.x + u + a.h, a.y);
+    }
+    cairo_stroke(cr);
+}
+
 static void outline(cairo_t *cr, double x, double y, double w, double h, double r, double g,
                     double b, double lw) {
     cairo_set_source_rgb(cr, r, g, b);
@@ -785,13 +797,7 @@ static void paint_staged(view *v, plot_figure *f, int i, vscale s) {
         cairo_clip(cr);
         cairo_set_source_rgba(cr, 1, 1, 1, 0.45);
         cairo_paint(cr);
-        cairo_set_source_rgba(cr, 0.35, 0.35, 0.35, 0.7);
-        cairo_set_line_width(cr, 0.35);
-        for (double u = -a.h; u < a.w; u += 3.2) {
-            cairo_move_to(cr, a.x + u, a.y + a.h);
-            cairo_line_to(cr, a.x + u + a.h, a.y);
-        }
-        cairo_stroke(cr);
+        hatch(cr, a, 0.35, 0.7, 0.35, 3.2);
     }
     cairo_restore(cr);
     /* the token grid at the layer's stride */
@@ -979,13 +985,7 @@ static void draw_map_panel(view *v, plot_figure *f, plot_axes a, int li, int hi,
         if (pads) {
             cairo_set_fill_rule(cr, CAIRO_FILL_RULE_WINDING);
             cairo_clip(cr);
-            cairo_set_source_rgba(cr, 1, 1, 1, 0.6);
-            cairo_set_line_width(cr, 0.3);
-            for (double u = -a.h; u < a.w; u += 2.5) {
-                cairo_move_to(cr, a.x + u, a.y + a.h);
-                cairo_line_to(cr, a.x + u + a.h, a.y);
-            }
-            cairo_stroke(cr);
+            hatch(cr, a, 1.0, 0.6, 0.3, 2.5);
         }
         cairo_restore(cr);
         if (mk && fmin(cw, ch) >= 1.2) {
