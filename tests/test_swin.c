@@ -612,28 +612,40 @@ static void test_merge(void) {
 }
 
 /* (d) the same bits at 1 and 2 threads (the arena carved for 2) */
-static void test_threads(void) {
+static void threads_one(const vit_attn *a) {
     const int depth[] = {2, 2}, dim[] = {8, 16}, heads[] = {2, 4};
     model_t m;
     tiny_config(&m.c, 40, 4, 2, depth, dim, heads, 3, VIT_CLAMP_TIMM, VIT_PAD_FIRST);
+    if (a) set_mech(&m.c, a);
     if (!model_init(&m, 41)) return;
     const int B = 3;
     float *x = images(&m.c, B, 9);
     run_t r[2];
     for (int t = 0; t < 2; t++) run_model(&r[t], &m, x, B, t + 1);
     omp_set_num_threads(2);
-    CHECK(!memcmp(r[0].logits, r[1].logits, (size_t)B * m.c.num_classes * sizeof(float)), "logits differ with the thread count");
+    const char *nm = a ? vit_attn_name(a->kind) : "vanilla";
+    CHECK(!memcmp(r[0].logits, r[1].logits, (size_t)B * m.c.num_classes * sizeof(float)), "%s: logits differ with the thread count", nm);
     for (int l = 0; l < m.c.depth; l++) {
-        CHECK(!memcmp(r[0].attn[l], r[1].attn[l], r[0].n_map[l] * sizeof(float)), "block %d attn differs", l);
-        CHECK(!memcmp(r[0].scores[l], r[1].scores[l], r[0].n_map[l] * sizeof(float)), "block %d scores differ", l);
-        CHECK(!memcmp(r[0].tokens[l], r[1].tokens[l], r[0].n_tok[l] * sizeof(float)), "block %d tokens differ", l);
+        CHECK(!memcmp(r[0].attn[l], r[1].attn[l], r[0].n_map[l] * sizeof(float)), "%s: block %d attn differs", nm, l);
+        CHECK(!memcmp(r[0].scores[l], r[1].scores[l], r[0].n_map[l] * sizeof(float)), "%s: block %d scores differ", nm, l);
+        CHECK(!memcmp(r[0].tokens[l], r[1].tokens[l], r[0].n_tok[l] * sizeof(float)), "%s: block %d tokens differ", nm, l);
         CHECK(!memcmp(r[0].q[l], r[1].q[l], r[0].n_qk[l] * sizeof(float)) &&
-              !memcmp(r[0].k[l], r[1].k[l], r[0].n_qk[l] * sizeof(float)), "block %d q or k differ", l);
+              !memcmp(r[0].k[l], r[1].k[l], r[0].n_qk[l] * sizeof(float)), "%s: block %d q or k differ", nm, l);
     }
     run_free(&r[0], &m.c);
     run_free(&r[1], &m.c);
     free(x);
     free(m.w);
+}
+
+/* vanilla, and lmsa and lsla through the mechanism path */
+static void test_threads(void) {
+    const vit_attn lmsa = {.kind = VIT_ATTN_LMSA, .qk_dim = 4};
+    const vit_attn lsla = {.kind = VIT_ATTN_LSLA, .dynamic_scale = 1, .inner_bias = VIT_BIAS_RELATIVE,
+                           .outer_bias = VIT_BIAS_FULL, .value_proj = 1};
+    threads_one(NULL);
+    threads_one(&lmsa);
+    threads_one(&lsla);
 }
 
 /* (e) parameter counts. Closed form of one Swin v1 at 224 (window 7, so every relative table is
