@@ -300,6 +300,8 @@ static void stage_block(const vit_config *c, int l, const vit_geom *g, const vit
         j.bp = bp;
         j.xn = a->xn;
         j.dq = dq;
+        for (int i = 0; i < VIT_MAX_EXTRAS; i++) /* per-head extras (LSLA's softmax before B_outer) */
+            j.extra[i] = vit_extra_info(c, l, i, NULL) ? rec_at(rec->extra[i], l) : NULL;
     }
     vit_window_attention(&j);
     if (rec_at(rec->q, l) || rec_at(rec->k, l))

@@ -50,6 +50,7 @@ typedef struct {
     const vit_block_params *bp; /* the projections' biases, for pad slots */
     const float *xn;         /* (n, T, D) the LN1 output */
     int M, dq;               /* window side; q/k width per head */
+    float *extra[VIT_MAX_EXTRAS]; /* (n, H, P, N, N) the mechanism's per-head extras, or NULL */
 } vit_window_job;
 /* Floats of one thread's slot for N rows of width D and q/k width per head dq. */
 size_t vit_window_scratch_floats(int N, int D, int H, int dq);

@@ -127,6 +127,7 @@ static void mech_problem(const vit_window_job *j, int b, int w, float *scr) {
                               .q = keys ? Q + (size_t)h * dq : NULL, .k = keys ? K + (size_t)h * dq : NULL,
                               .v = V + (size_t)h * hd, .ldq = Wq, .ldk = Wq, .ldv = D,
                               .add_bias = j->rpb ? j->rpb + (size_t)h * NN : NULL, .add_mask = mask};
+        for (int i = 0; i < VIT_MAX_EXTRAS; i++) p.extra[i] = j->extra[i] ? j->extra[i] + map : NULL;
         float *A = j->att + map;
         vit_mech_problem_forward(j->m, j->mb, &p, A, j->scores ? j->scores + map : NULL);
         head_values(j->ao + (size_t)b * j->T * D + (size_t)h * hd, O, tok, A, V + (size_t)h * hd, N, D, hd);

@@ -102,7 +102,7 @@ static float *images(const vit_config *c, int n, uint32_t seed) {
 /* Every record of every block, and the run. */
 typedef struct {
     float *attn[VIT_MAX_DEPTH], *scores[VIT_MAX_DEPTH], *q[VIT_MAX_DEPTH], *k[VIT_MAX_DEPTH];
-    float *tokens[VIT_MAX_DEPTH];
+    float *tokens[VIT_MAX_DEPTH], *extra0[VIT_MAX_DEPTH]; /* extra0: a mechanism's extra 0, or NULL */
     size_t n_map[VIT_MAX_DEPTH], n_qk[VIT_MAX_DEPTH], n_tok[VIT_MAX_DEPTH];
     float *logits;
     vit_acts a;
@@ -112,7 +112,7 @@ typedef struct {
 /* threads > 0: the arena is carved at 2 threads and the forward runs at that many */
 static void run_model(run_t *r, const model_t *m, const float *x, int B, int threads) {
     const vit_config *c = &m->c;
-    vit_record rec = {r->attn, r->scores, r->q, r->k, r->tokens, {NULL, NULL}};
+    vit_record rec = {r->attn, r->scores, r->q, r->k, r->tokens, {r->extra0, NULL}};
     for (int l = 0; l < c->depth; l++) {
         vit_geom g;
         vit_block_geom(c, l, &g);
@@ -124,6 +124,7 @@ static void run_model(run_t *r, const model_t *m, const float *x, int B, int thr
         r->q[l] = malloc(r->n_qk[l] * sizeof(float));
         r->k[l] = malloc(r->n_qk[l] * sizeof(float));
         r->tokens[l] = malloc(r->n_tok[l] * sizeof(float));
+        r->extra0[l] = vit_extra_info(c, l, 0, NULL) ? malloc(r->n_map[l] * sizeof(float)) : NULL;
     }
     if (threads) omp_set_num_threads(2);
     const size_t bytes = vit_acts_carve(c, B, NULL, NULL);
@@ -142,6 +143,7 @@ static void run_free(run_t *r, const vit_config *c) {
         free(r->q[l]);
         free(r->k[l]);
         free(r->tokens[l]);
+        free(r->extra0[l]);
     }
     free(r->logits);
     free(r->arena);
@@ -184,7 +186,8 @@ static double mech_bias(const float *table, vit_bias_kind kind, int H, int h, in
 
 /* One block on one image: xin (T, D) -> out (T, D). Attention runs over S slots; slot i holds
  * grid token tok[i] or a pad (-1: its normalised input is zero). bias (H, S, S) is added to the
- * scores (-INFINITY blocks a pair). S_out, A_out (H, S, S) get the scores and the maps;
+ * scores (-INFINITY blocks a pair). S_out, A_out, P_out (H, S, S) get the scores, the maps
+ * and the softmax (the map before LSLA's outer bias);
  * q_out, k_out (H, T, dq) the unscaled q and k of the grid tokens. The mechanism (at; NULL:
  * vanilla), from the papers' equations, with window side M (its tensors are per window, and
  * slots i, j of one window are i % M^2, j % M^2 there):
@@ -192,7 +195,7 @@ static double mech_bias(const float *table, vit_bias_kind kind, int H, int h, in
  *   lmsa     q = Wq x, k = Wk x (qk_dim / H per head), v = Wv x; S = q k^T / sqrt(dq) + bias
  *   lsla     q = Wq x, k = x, v = x or Wv x; S = (q k^T) * DS (or * scale) + B_inner + bias;
  *            A = softmax(S) + B_outer (inside the window); NP: no output projection. */
-static void ref_block(double *out, double *S_out, double *A_out, double *q_out, double *k_out,
+static void ref_block(double *out, double *S_out, double *A_out, double *P_out, double *q_out, double *k_out,
                       const float *xin, const vit_block_params *bp, int T, int D, int H, int Hm,
                       float eps, const int *tok, int S, const double *bias, const vit_attn *at, int M) {
     const vit_attn_kind kind = at ? at->kind : VIT_ATTN_VANILLA;
@@ -249,6 +252,7 @@ static void ref_block(double *out, double *S_out, double *A_out, double *q_out, 
             for (int j = 0; j < S; j++) sum += row[j] = exp(row[j] - mx);
             for (int j = 0; j < S; j++) {
                 row[j] /= sum;
+                P_out[((size_t)h * S + i) * S + j] = row[j];
                 if (kind == VIT_ATTN_LSLA && i / N == j / N)
                     row[j] += mech_bias(bp->outer_bias, at->outer_bias, H, h, M, i % N, j % N);
                 A_out[((size_t)h * S + i) * S + j] = row[j];
@@ -306,9 +310,10 @@ static void check_block(const char *name, const model_t *m, const run_t *r, int 
     double *Ar = malloc((size_t)H * S * S * sizeof(double)), *qr = malloc(QK * sizeof(double));
     double *kr = malloc(QK * sizeof(double));
     double *Sw = malloc((size_t)H * P * N * N * sizeof(double)), *Aw = malloc((size_t)H * P * N * N * sizeof(double));
+    double *Pr = malloc((size_t)H * S * S * sizeof(double)), *Pw = malloc((size_t)H * P * N * N * sizeof(double));
     char what[384];
     for (int b = 0; b < B; b++) {
-        ref_block(out, Sr, Ar, qr, kr, r->tokens[l - 1] + (size_t)b * T * D, &m->p.blocks[l], T, D, H, g.Hm,
+        ref_block(out, Sr, Ar, Pr, qr, kr, r->tokens[l - 1] + (size_t)b * T * D, &m->p.blocks[l], T, D, H, g.Hm,
                   c->ln_eps, tok, S, bias, &c->attn[l], g.M > 0 ? g.M : g.gw);
         double off = 0; /* what the reference puts outside the diagonal blocks */
         for (int h = 0; h < H; h++)
@@ -319,6 +324,7 @@ static void check_block(const char *name, const model_t *m, const run_t *r, int 
                         const size_t at = (((size_t)h * P + i / N) * N + i % N) * N + j % N;
                         Aw[at] = a;
                         Sw[at] = Sr[((size_t)h * S + i) * S + j];
+                        Pw[at] = Pr[((size_t)h * S + i) * S + j];
                     } else if (a > off) {
                         off = a;
                     }
@@ -327,6 +333,10 @@ static void check_block(const char *name, const model_t *m, const run_t *r, int 
         const size_t maps = (size_t)H * P * N * N;
         snprintf(what, sizeof what, "%s block %d image %d attn", name, l, b);
         CHECK(close_d(what, r->attn[l] + b * maps, Aw, maps, 1e-5), "%s", what);
+        if (r->extra0[l]) {
+            snprintf(what, sizeof what, "%s block %d image %d extra 0 (softmax)", name, l, b);
+            CHECK(close_d(what, r->extra0[l] + b * maps, Pw, maps, 1e-5), "%s", what);
+        }
         snprintf(what, sizeof what, "%s block %d image %d scores", name, l, b);
         CHECK(close_d(what, r->scores[l] + b * maps, Sw, maps, 1e-4), "%s", what);
         snprintf(what, sizeof what, "%s block %d image %d q", name, l, b);
@@ -343,6 +353,8 @@ static void check_block(const char *name, const model_t *m, const run_t *r, int 
     free(kr);
     free(Sw);
     free(Aw);
+    free(Pr);
+    free(Pw);
 }
 
 /* (a) a block whose one window covers the grid: slots are the grid tokens in order, the bias is
