@@ -71,6 +71,11 @@ typedef struct {
     int col[3];           /* their first column (head h adds h * width) */
 } vit_mech_layout;
 
+/* A projection's weight or bias pointer in bp by its offset (vit_mech_proj's w, b). */
+static inline const float *vit_mech_weight(const vit_block_params *bp, size_t off) {
+    return *(const float *const *)(const void *)((const char *)bp + off);
+}
+
 /* ---- config keys -------------------------------------------------------------------------------
  * A key's value as io/model.c hands it over (core knows no JSON library). */
 typedef enum { VIT_MV_NUMBER = 0, VIT_MV_BOOL, VIT_MV_STRING, VIT_MV_NUMBERS, VIT_MV_ARRAY, VIT_MV_OTHER } vit_mv_type;

@@ -272,8 +272,8 @@ static void stage_block(const vit_config *c, int l, const vit_geom *g, const vit
     kernels_layernorm(a->xn, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
     for (int i = 0; i < lay.n_proj; i++) {
         const vit_mech_proj *pr = &lay.proj[i];
-        vit_linear_ld(a->qkv + pr->col, lay.W, a->xn, *(const float *const *)(const void *)((const char *)bp + pr->w),
-                      *(const float *const *)(const void *)((const char *)bp + pr->b), M, pr->out, D, 0);
+        vit_linear_ld(a->qkv + pr->col, lay.W, a->xn, vit_mech_weight(bp, pr->w), vit_mech_weight(bp, pr->b),
+                      M, pr->out, D, 0);
     }
     if (g->scope == VIT_SCOPE_WINDOW) { /* the relative bias of every head, expanded */
         const size_t NN = (size_t)g->Tq * g->Tk;

@@ -100,7 +100,7 @@ static void view_row(const vit_window_job *j, int i, int b, int t, int cols, flo
     if (lay->src[i] != VIT_SRC_QKV) return;
     for (int p = 0; p < lay->n_proj; p++) { /* the bias of each projection these columns cross */
         const vit_mech_proj *pr = &lay->proj[p];
-        const float *bias = *(const float *const *)(const void *)((const char *)j->bp + pr->b);
+        const float *bias = vit_mech_weight(j->bp, pr->b);
         for (int c = 0; c < cols && bias; c++)
             if (col + c >= pr->col && col + c < pr->col + pr->out) dst[c] = bias[col + c - pr->col];
     }
