@@ -38,6 +38,11 @@ typedef struct {
     const float *prev;   /* reuses-scores mechanisms: the previous block's (Tq, Tk) scores */
     float *keep;         /* (Tq, Tk) scores handed to a following reuse block (scratch for one) */
     float *extra[VIT_MAX_EXTRAS]; /* per-head extras to record ((Tq, Tk) each), or NULL */
+    /* (Tq, Tk) terms the frame adds AFTER the mechanism's scores hook and before the softmax
+     * (WINDOW scope: Swin's relative position bias of this head, then the window's shift mask),
+     * or NULL. After the hook, so LSLA's DS multiplies q x^T alone and Swin's terms stay as
+     * Swin adds them to a finished score. */
+    const float *add_bias, *add_mask;
 } vit_attn_problem;
 
 /* What a hook knows about its block besides the problem. */
@@ -65,6 +70,11 @@ typedef struct {
     vit_mech_src src[3];  /* q, k, v */
     int col[3];           /* their first column (head h adds h * width) */
 } vit_mech_layout;
+
+/* A projection's weight or bias pointer in bp by its offset (vit_mech_proj's w, b). */
+static inline const float *vit_mech_weight(const vit_block_params *bp, size_t off) {
+    return *(const float *const *)(const void *)((const char *)bp + off);
+}
 
 /* ---- config keys -------------------------------------------------------------------------------
  * A key's value as io/model.c hands it over (core knows no JSON library). */
@@ -219,7 +229,8 @@ static inline void vit_mech_problem_grid(const vit_geom *g, int *gh, int *gw) {
 
 /* ---- the frame's per-problem step (any scope) -------------------------------------------------
  * One problem from q, k to the map that multiplies the values, in A (Tq, Tk): the scaled q k^T
- * (when the mechanism has keys; p->scale), the mechanism's scores hook, a copy to p->keep, the
+ * (when the mechanism has keys; p->scale), the mechanism's scores hook, p->add_bias and
+ * p->add_mask (in that order, when not NULL), a copy to p->keep, the
  * pre-softmax scores to `scores` when not NULL, the softmax, the after_softmax hook. GLOBAL
  * blocks call it per (image, head); WINDOW blocks per (window, head) on gathered rows. */
 void vit_mech_problem_forward(const vit_mech *m, const vit_mech_block *b, const vit_attn_problem *p,

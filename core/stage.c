@@ -5,6 +5,7 @@
 #include <cblas.h>
 #include <omp.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -63,12 +64,20 @@ int vit_stage_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *s
             const int D = g.D, Hm = g.Hm, W = 2 * g.M - 1;
             PUT(&b->norm1_w, ((int[]){D}), "layers.%d.blocks.%d.norm1.weight", s, j);
             PUT(&b->norm1_b, ((int[]){D}), "layers.%d.blocks.%d.norm1.bias", s, j);
-            PUT(&b->qkv_w, ((int[]){3 * D, D}), "layers.%d.blocks.%d.attn.qkv.weight", s, j);
-            if (c->qkv_bias) PUT(&b->qkv_b, ((int[]){3 * D}), "layers.%d.blocks.%d.attn.qkv.bias", s, j);
+            /* the mechanism's tensors (vanilla: attn.qkv), Swin's table, the projection */
+            const vit_mech *m = vit_mech_of(c, first + j);
+            vit_spec_sink sink = {specs, max, &n, ""};
+            snprintf(sink.prefix, sizeof sink.prefix, "layers.%d.blocks.%d", s, j);
+            vit_geom mg;
+            vit_mech_block mb;
+            vit_mech_block_at(&mb, c, first + j, NULL, &mg);
+            m->specs(&mb, b, &sink);
             if (g.scope == VIT_SCOPE_WINDOW)
                 PUT(&b->rpb_table, ((int[]){W * W, g.H}), "layers.%d.blocks.%d.attn.relative_position_bias_table", s, j);
-            PUT(&b->proj_w, ((int[]){D, D}), "layers.%d.blocks.%d.attn.proj.weight", s, j);
-            PUT(&b->proj_b, ((int[]){D}), "layers.%d.blocks.%d.attn.proj.bias", s, j);
+            if (!m->has_proj || m->has_proj(&c->attn[first + j])) {
+                PUT(&b->proj_w, ((int[]){D, D}), "layers.%d.blocks.%d.attn.proj.weight", s, j);
+                PUT(&b->proj_b, ((int[]){D}), "layers.%d.blocks.%d.attn.proj.bias", s, j);
+            }
             PUT(&b->norm2_w, ((int[]){D}), "layers.%d.blocks.%d.norm2.weight", s, j);
             PUT(&b->norm2_b, ((int[]){D}), "layers.%d.blocks.%d.norm2.bias", s, j);
             PUT(&b->fc1_w, ((int[]){Hm, D}), "layers.%d.blocks.%d.mlp.fc1.weight", s, j);
@@ -130,11 +139,15 @@ size_t vit_stage_acts_carve(const vit_config *c, int B, void *base, vit_acts *a)
         vit_block_geom(c, l, &g);
         const size_t T = (size_t)g.T, D = (size_t)g.D, N = (size_t)g.Tq;
         if (T * D > TD) TD = T * D;
-        if (T * 3 * D > TW) TW = T * 3 * D;
+        vit_mech_layout lay;
+        vit_mech_of(c, l)->layout(c, l, &lay);
+        const size_t W = (size_t)lay.W > 3 * D ? (size_t)lay.W : 3 * D;
+        if (T * W > TW) TW = T * W;
         if (T * (size_t)g.Hm > TH) TH = T * (size_t)g.Hm;
         if ((size_t)g.H * g.problems * N * N > maps) maps = (size_t)g.H * g.problems * N * N;
         if (g.scope == VIT_SCOPE_WINDOW && (size_t)g.H * N * N > rpb) rpb = (size_t)g.H * N * N;
-        if (vit_window_scratch_floats(g.Tq, g.D) > slot) slot = vit_window_scratch_floats(g.Tq, g.D);
+        const size_t need = vit_window_scratch_floats(g.Tq, g.D, g.H, vit_qk_head_dim(c, l));
+        if (need > slot) slot = need;
         if (D > Dmax) Dmax = D;
     }
     for (int s = 1; s < c->n_stages; s++) {
@@ -223,26 +236,45 @@ static void merge_gather(float *out, const float *x, int n, int gh, int gw, int 
             }
 }
 
-/* q and k of every grid token, per head, in grid order (unscaled): (n, H, T, hd) each. */
-static void record_qk(float *q, float *k, const float *qkv, int n, int T, int D, int H) {
-    const int hd = D / H;
+/* q and k of every grid token, per head, in grid order (unscaled): (n, H, T, dq) each, from the
+ * mechanism's views (columns of qkv, rows W apart, or of xn, rows D apart). */
+static void record_qk(float *q, float *k, const vit_mech_layout *lay, const float *qkv, const float *xn,
+                      int n, int T, int D, int H, int dq) {
+    float *out[2] = {q, k};
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < n; b++)
         for (int h = 0; h < H; h++)
-            for (int t = 0; t < T; t++) {
-                const float *row = qkv + ((size_t)b * T + t) * 3 * D + (size_t)h * hd;
-                const size_t at = (((size_t)b * H + h) * T + t) * hd;
-                if (q) memcpy(q + at, row, (size_t)hd * sizeof(float));
-                if (k) memcpy(k + at, row + D, (size_t)hd * sizeof(float));
-            }
+            for (int t = 0; t < T; t++)
+                for (int i = 0; i < 2; i++) {
+                    if (!out[i] || lay->src[i] == VIT_SRC_NONE) continue;
+                    const float *row = lay->src[i] == VIT_SRC_X ? xn + ((size_t)b * T + t) * D
+                                                                : qkv + ((size_t)b * T + t) * lay->W;
+                    memcpy(out[i] + (((size_t)b * H + h) * T + t) * dq, row + lay->col[i] + (size_t)h * dq,
+                           (size_t)dq * sizeof(float));
+                }
+}
+
+/* Vanilla's path (window.c's fused gather, q scaled before q k^T as timm does): the fused qkv
+ * projection and no hooks. Every other mechanism runs its hooks on gathered rows. */
+static int fused_plain(const vit_mech *m, const vit_mech_layout *lay, int D) {
+    return !m->scores && !m->after_softmax && !m->maps && !m->product_scale && lay->n_proj == 1 &&
+           lay->proj[0].w == offsetof(vit_block_params, qkv_w) && lay->W == 3 * D &&
+           lay->src[0] == VIT_SRC_QKV && lay->col[1] == D && lay->col[2] == 2 * D;
 }
 
 /* One block on n images: x (n, T, D) in place. */
 static void stage_block(const vit_config *c, int l, const vit_geom *g, const vit_block_params *bp,
                         vit_acts *a, int n, const vit_record *rec) {
     const int T = g->T, D = g->D, Hm = g->Hm, M = n * T;
+    const vit_mech *m = vit_mech_of(c, l);
+    vit_mech_layout lay;
+    m->layout(c, l, &lay);
     kernels_layernorm(a->xn, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
-    vit_linear(a->qkv, a->xn, bp->qkv_w, bp->qkv_b, M, 3 * D, D, 0);
+    for (int i = 0; i < lay.n_proj; i++) {
+        const vit_mech_proj *pr = &lay.proj[i];
+        vit_linear_ld(a->qkv + pr->col, lay.W, a->xn, vit_mech_weight(bp, pr->w), vit_mech_weight(bp, pr->b),
+                      M, pr->out, D, 0);
+    }
     if (g->scope == VIT_SCOPE_WINDOW) { /* the relative bias of every head, expanded */
         const size_t NN = (size_t)g->Tq * g->Tk;
         memset(a->rpb, 0, (size_t)g->H * NN * sizeof(float));
@@ -250,16 +282,32 @@ static void stage_block(const vit_config *c, int l, const vit_geom *g, const vit
             vit_add_bias(a->rpb + (size_t)h * NN, bp->rpb_table, VIT_BIAS_RELATIVE, g->H, h, g->Tq, g->M);
     }
     float *att = rec_at(rec->attn, l);
-    const vit_window_job j = {
+    vit_geom mg;
+    vit_mech_block mb;
+    vit_mech_block_at(&mb, c, l, bp, &mg);
+    const int plain = fused_plain(m, &lay, D), dq = vit_qk_head_dim(c, l);
+    vit_window_job j = {
         .n = n, .T = T, .D = D, .H = g->H, .P = g->problems, .N = g->Tq, .tok = a->tok[l],
         .mask = a->mask[l], .rpb = g->scope == VIT_SCOPE_WINDOW ? a->rpb : NULL, .qkv = a->qkv,
-        .qkv_b = bp->qkv_b, .scale = vit_attn_scale(c, l), .att = att ? att : a->att,
-        .scores = rec_at(rec->scores, l), .ao = a->ao, .scratch = a->scratch, .slots = a->slots,
-        .slot_floats = a->slot_floats};
+        .qkv_b = bp->qkv_b, .scale = m->product_scale ? m->product_scale(c, l) : vit_attn_scale(c, l),
+        .att = att ? att : a->att, .scores = rec_at(rec->scores, l), .ao = a->ao, .scratch = a->scratch,
+        .slots = a->slots, .slot_floats = a->slot_floats};
+    if (!plain) {
+        vit_mech_problem_grid(g, &j.M, &j.M);
+        j.m = m;
+        j.mb = &mb;
+        j.lay = &lay;
+        j.bp = bp;
+        j.xn = a->xn;
+        j.dq = dq;
+        for (int i = 0; i < VIT_MAX_EXTRAS; i++) /* per-head extras (LSLA's softmax before B_outer) */
+            j.extra[i] = vit_extra_info(c, l, i, NULL) ? rec_at(rec->extra[i], l) : NULL;
+    }
     vit_window_attention(&j);
     if (rec_at(rec->q, l) || rec_at(rec->k, l))
-        record_qk(rec_at(rec->q, l), rec_at(rec->k, l), a->qkv, n, T, D, g->H);
-    vit_linear(a->x, a->ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
+        record_qk(rec_at(rec->q, l), rec_at(rec->k, l), &lay, a->qkv, a->xn, n, T, D, g->H, dq);
+    if (bp->proj_w) vit_linear(a->x, a->ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
+    else for (size_t i = 0; i < (size_t)M * D; i++) a->x[i] += a->ao[i];      /* LSLA's NP */
     kernels_layernorm(a->xn, a->x, bp->norm2_w, bp->norm2_b, M, D, c->ln_eps);
     vit_linear(a->hid, a->xn, bp->fc1_w, bp->fc1_b, M, Hm, D, 0);
     kernels_gelu(a->hid, (size_t)M * Hm);

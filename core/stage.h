@@ -4,6 +4,7 @@
 #ifndef AS_STAGE_H
 #define AS_STAGE_H
 
+#include "mech.h"
 #include "vit.h"
 
 /* vit_param_specs, vit_acts_carve and vit_forward of a staged model (stage.c). */
@@ -38,8 +39,24 @@ typedef struct {
     float *scratch;          /* slots x slot_floats (vit_window_scratch_floats) */
     int slots;
     size_t slot_floats;
+    /* Any other mechanism (m not NULL): its layout says where q, k, v come from (columns of
+     * qkv, rows lay->W apart, or of xn itself, rows D apart); each head runs through
+     * vit_mech_problem_forward on the gathered rows with Tq = Tk = N, grid M x M, the bias and
+     * mask as p.add_bias / p.add_mask. A pad slot's projected columns are that projection's
+     * bias (its LN1 output is zero), its xn columns zero. NULL: vanilla's fused path above. */
+    const vit_mech *m;
+    const vit_mech_block *mb;
+    const vit_mech_layout *lay;
+    const vit_block_params *bp; /* the projections' biases, for pad slots */
+    const float *xn;         /* (n, T, D) the LN1 output */
+    int M, dq;               /* window side; q/k width per head */
+    float *extra[VIT_MAX_EXTRAS]; /* (n, H, P, N, N) the mechanism's per-head extras, or NULL */
 } vit_window_job;
-size_t vit_window_scratch_floats(int N, int D);
+/* Floats of one thread's slot for N rows of width D and q/k width per head dq. */
+size_t vit_window_scratch_floats(int N, int D, int H, int dq);
+/* vit.c's Linear into every ldy-th float (a projection's columns of a wider buffer). */
+void vit_linear_ld(float *y, int ldy, const float *x, const float *w, const float *bias, int M, int N,
+                   int K, int accumulate);
 void vit_window_attention(const vit_window_job *j);
 
 #endif

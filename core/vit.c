@@ -223,6 +223,11 @@ void vit_linear(float *y, const float *x, const float *w, const float *bias, int
     linear_ld(y, N, x, w, bias, M, N, K, accumulate);
 }
 
+void vit_linear_ld(float *y, int ldy, const float *x, const float *w, const float *bias, int M, int N,
+                   int K, int accumulate) {
+    linear_ld(y, ldy, x, w, bias, M, N, K, accumulate);
+}
+
 /* im2col for a stride = kernel convolution. patches: (n, Np, C*P*P) in (c, ky, kx) order, the
  * order of the flattened conv weight. images: (n, C, S, S). */
 void vit_patchify(float *patches, const float *images, int n, int C, int S, int P) {

@@ -6,10 +6,15 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "mech.h"
 #include "stage.h"
 
-/* Per slot: q (N, D) already scaled, k^T (D, N), v (N, D) and one head's output (N, D / H). */
-size_t vit_window_scratch_floats(int N, int D) { return 4 * (size_t)N * D; }
+/* Per slot: vanilla: q (N, D) already scaled, k^T (D, N), v (N, D) and one head's output
+ * (N, D / H); another mechanism: q and k (N, H dq), v (N, D) and the output (N, D / H). */
+size_t vit_window_scratch_floats(int N, int D, int H, int dq) {
+    const size_t qk = (size_t)H * dq > (size_t)D ? (size_t)H * dq : (size_t)D;
+    return (2 * qk + 2 * (size_t)D) * N;
+}
 
 /* Why per-head BLAS calls after all: Swin-T's stage 1 has 64 windows x 3 heads per image of
  * 49 x 49 x 32 products, which the design note expected to be too small for BLAS. Measured on
@@ -78,6 +83,57 @@ static void window_problem(const vit_window_job *j, int b, int w, float *scr) {
     }
 }
 
+/* ---- any other mechanism: its layout's views, its hooks per (window, head) ---- */
+
+/* Row r of view i (q, k or v; width cols from the view's first column) for grid token t of
+ * image b, or a pad slot (t < 0): a projection's columns are its bias, x's are zero. */
+static void view_row(const vit_window_job *j, int i, int b, int t, int cols, float *dst) {
+    const vit_mech_layout *lay = j->lay;
+    const int col = lay->col[i];
+    if (t >= 0) {
+        const float *src = lay->src[i] == VIT_SRC_X ? j->xn + ((size_t)b * j->T + t) * j->D + col
+                                                    : j->qkv + ((size_t)b * j->T + t) * lay->W + col;
+        memcpy(dst, src, (size_t)cols * sizeof(float));
+        return;
+    }
+    memset(dst, 0, (size_t)cols * sizeof(float));
+    if (lay->src[i] != VIT_SRC_QKV) return;
+    for (int p = 0; p < lay->n_proj; p++) { /* the bias of each projection these columns cross */
+        const vit_mech_proj *pr = &lay->proj[p];
+        const float *bias = vit_mech_weight(j->bp, pr->b);
+        for (int c = 0; c < cols && bias; c++)
+            if (col + c >= pr->col && col + c < pr->col + pr->out) dst[c] = bias[col + c - pr->col];
+    }
+}
+
+static void mech_problem(const vit_window_job *j, int b, int w, float *scr) {
+    const int N = j->N, D = j->D, H = j->H, hd = D / H, dq = j->dq, Wq = H * dq;
+    const size_t NN = (size_t)N * N;
+    const int keys = j->lay->src[0] != VIT_SRC_NONE;
+    float *Q = scr, *K = Q + (size_t)N * Wq, *V = K + (size_t)N * Wq, *O = V + (size_t)N * D;
+    const int *tok = j->tok + (size_t)w * N;
+    for (int r = 0; r < N; r++) {
+        if (keys) {
+            view_row(j, 0, b, tok[r], Wq, Q + (size_t)r * Wq);
+            view_row(j, 1, b, tok[r], Wq, K + (size_t)r * Wq);
+        }
+        view_row(j, 2, b, tok[r], D, V + (size_t)r * D);
+    }
+    const float *mask = j->mask ? j->mask + (size_t)w * NN : NULL;
+    for (int h = 0; h < H; h++) {
+        const size_t map = (((size_t)b * H + h) * j->P + w) * NN;
+        vit_attn_problem p = {.Tq = N, .Tk = N, .prefix = 0, .gh = j->M, .gw = j->M, .H = H, .h = h,
+                              .dq = keys ? dq : 0, .scale = j->scale,
+                              .q = keys ? Q + (size_t)h * dq : NULL, .k = keys ? K + (size_t)h * dq : NULL,
+                              .v = V + (size_t)h * hd, .ldq = Wq, .ldk = Wq, .ldv = D,
+                              .add_bias = j->rpb ? j->rpb + (size_t)h * NN : NULL, .add_mask = mask};
+        for (int i = 0; i < VIT_MAX_EXTRAS; i++) p.extra[i] = j->extra[i] ? j->extra[i] + map : NULL;
+        float *A = j->att + map;
+        vit_mech_problem_forward(j->m, j->mb, &p, A, j->scores ? j->scores + map : NULL);
+        head_values(j->ao + (size_t)b * j->T * D + (size_t)h * hd, O, tok, A, V + (size_t)h * hd, N, D, hd);
+    }
+}
+
 void vit_window_attention(const vit_window_job *j) {
     const int jobs = j->n * j->P, max = omp_get_max_threads();
     const int slots = j->slots < max ? j->slots : max;
@@ -85,6 +141,9 @@ void vit_window_attention(const vit_window_job *j) {
     {
         float *scr = j->scratch + (size_t)omp_get_thread_num() * j->slot_floats;
 #pragma omp for schedule(dynamic, 1)
-        for (int i = 0; i < jobs; i++) window_problem(j, i / j->P, i % j->P, scr);
+        for (int i = 0; i < jobs; i++) {
+            if (j->m) mech_problem(j, i / j->P, i % j->P, scr);
+            else window_problem(j, i / j->P, i % j->P, scr);
+        }
     }
 }

@@ -102,7 +102,7 @@ static float *images(const vit_config *c, int n, uint32_t seed) {
 /* Every record of every block, and the run. */
 typedef struct {
     float *attn[VIT_MAX_DEPTH], *scores[VIT_MAX_DEPTH], *q[VIT_MAX_DEPTH], *k[VIT_MAX_DEPTH];
-    float *tokens[VIT_MAX_DEPTH];
+    float *tokens[VIT_MAX_DEPTH], *extra0[VIT_MAX_DEPTH]; /* extra0: a mechanism's extra 0, or NULL */
     size_t n_map[VIT_MAX_DEPTH], n_qk[VIT_MAX_DEPTH], n_tok[VIT_MAX_DEPTH];
     float *logits;
     vit_acts a;
@@ -112,18 +112,19 @@ typedef struct {
 /* threads > 0: the arena is carved at 2 threads and the forward runs at that many */
 static void run_model(run_t *r, const model_t *m, const float *x, int B, int threads) {
     const vit_config *c = &m->c;
-    vit_record rec = {r->attn, r->scores, r->q, r->k, r->tokens, {NULL, NULL}};
+    vit_record rec = {r->attn, r->scores, r->q, r->k, r->tokens, {r->extra0, NULL}};
     for (int l = 0; l < c->depth; l++) {
         vit_geom g;
         vit_block_geom(c, l, &g);
         r->n_map[l] = (size_t)B * g.H * g.problems * g.Tq * g.Tk;
-        r->n_qk[l] = (size_t)B * g.T * g.D;
+        r->n_qk[l] = (size_t)B * g.T * g.H * vit_qk_head_dim(c, l);
         r->n_tok[l] = (size_t)B * g.T * g.D;
         r->attn[l] = malloc(r->n_map[l] * sizeof(float));
         r->scores[l] = malloc(r->n_map[l] * sizeof(float));
         r->q[l] = malloc(r->n_qk[l] * sizeof(float));
         r->k[l] = malloc(r->n_qk[l] * sizeof(float));
         r->tokens[l] = malloc(r->n_tok[l] * sizeof(float));
+        r->extra0[l] = vit_extra_info(c, l, 0, NULL) ? malloc(r->n_map[l] * sizeof(float)) : NULL;
     }
     if (threads) omp_set_num_threads(2);
     const size_t bytes = vit_acts_carve(c, B, NULL, NULL);
@@ -142,6 +143,7 @@ static void run_free(run_t *r, const vit_config *c) {
         free(r->q[l]);
         free(r->k[l]);
         free(r->tokens[l]);
+        free(r->extra0[l]);
     }
     free(r->logits);
     free(r->arena);
@@ -174,53 +176,99 @@ static double rel_bias(const float *table, int H, int h, int M, int a, int b) {
     return table[((size_t)(dy + M - 1) * (2 * M - 1) + (size_t)(dx + M - 1)) * H + h];
 }
 
+/* A bias table entry of head h between window rows i and j (N = M^2 rows): a full (H, N, N)
+ * table or a relative ((2M - 1)^2, H) one (LSLA's, indexed as Swin's). */
+static double mech_bias(const float *table, vit_bias_kind kind, int H, int h, int M, int i, int j) {
+    const int N = M * M;
+    if (kind == VIT_BIAS_FULL) return table[((size_t)h * N + i) * N + j];
+    return kind == VIT_BIAS_RELATIVE ? rel_bias(table, H, h, M, i, j) : 0.0;
+}
+
 /* One block on one image: xin (T, D) -> out (T, D). Attention runs over S slots; slot i holds
  * grid token tok[i] or a pad (-1: its normalised input is zero). bias (H, S, S) is added to the
- * scaled scores (-INFINITY blocks a pair). S_out, A_out (H, S, S) get the scores and the maps;
- * q_out, k_out (H, T, hd) the unscaled q and k of the grid tokens. */
-static void ref_block(double *out, double *S_out, double *A_out, double *q_out, double *k_out,
+ * scores (-INFINITY blocks a pair). S_out, A_out, P_out (H, S, S) get the scores, the maps
+ * and the softmax (the map before LSLA's outer bias);
+ * q_out, k_out (H, T, dq) the unscaled q and k of the grid tokens. The mechanism (at; NULL:
+ * vanilla), from the papers' equations, with window side M (its tensors are per window, and
+ * slots i, j of one window are i % M^2, j % M^2 there):
+ *   vanilla  q, k, v = slices of qkv(x); S = q k^T / sqrt(hd) + bias
+ *   lmsa     q = Wq x, k = Wk x (qk_dim / H per head), v = Wv x; S = q k^T / sqrt(dq) + bias
+ *   lsla     q = Wq x, k = x, v = x or Wv x; S = (q k^T) * DS (or * scale) + B_inner + bias;
+ *            A = softmax(S) + B_outer (inside the window); NP: no output projection. */
+static void ref_block(double *out, double *S_out, double *A_out, double *P_out, double *q_out, double *k_out,
                       const float *xin, const vit_block_params *bp, int T, int D, int H, int Hm,
-                      float eps, const int *tok, int S, const double *bias) {
-    const int hd = D / H;
-    const double scale = 1.0 / sqrt((double)hd);
+                      float eps, const int *tok, int S, const double *bias, const vit_attn *at, int M) {
+    const vit_attn_kind kind = at ? at->kind : VIT_ATTN_VANILLA;
+    const int hd = D / H, N = M * M, Wq = kind == VIT_ATTN_LMSA ? at->qk_dim : D, dq = Wq / H;
+    double scale = 1.0 / sqrt((double)dq);
+    if (kind == VIT_ATTN_LSLA && at->dynamic_scale) scale = 1.0;
     double *xn = calloc((size_t)T * D, sizeof(double));
-    double *qkv = calloc((size_t)S * 3 * D, sizeof(double));
+    double *q = calloc((size_t)S * Wq, sizeof(double)), *k = calloc((size_t)S * Wq, sizeof(double));
+    double *v = calloc((size_t)S * D, sizeof(double)), *qkv = calloc((size_t)3 * D, sizeof(double));
     double *ao = calloc((size_t)T * D, sizeof(double));
     double *row = malloc((size_t)S * sizeof(double));
     for (int t = 0; t < T; t++) ref_layernorm(xn + (size_t)t * D, xin + (size_t)t * D, bp->norm1_w, bp->norm1_b, D, eps);
     double *zero = calloc((size_t)D, sizeof(double));
-    for (int i = 0; i < S; i++)
-        ref_linear(qkv + (size_t)i * 3 * D, tok[i] >= 0 ? xn + (size_t)tok[i] * D : zero, bp->qkv_w, bp->qkv_b, 3 * D, D);
+    for (int i = 0; i < S; i++) {
+        const double *x = tok[i] >= 0 ? xn + (size_t)tok[i] * D : zero;
+        double *qi = q + (size_t)i * Wq, *ki = k + (size_t)i * Wq, *vi = v + (size_t)i * D;
+        if (kind == VIT_ATTN_VANILLA) {
+            ref_linear(qkv, x, bp->qkv_w, bp->qkv_b, 3 * D, D);
+            memcpy(qi, qkv, (size_t)D * sizeof(double));
+            memcpy(ki, qkv + D, (size_t)D * sizeof(double));
+            memcpy(vi, qkv + 2 * D, (size_t)D * sizeof(double));
+        } else if (kind == VIT_ATTN_LMSA) {
+            ref_linear(qi, x, bp->q_w, bp->q_b, Wq, D);
+            ref_linear(ki, x, bp->k_w, bp->k_b, Wq, D);
+            ref_linear(vi, x, bp->v_w, bp->v_b, D, D);
+        } else { /* lsla */
+            ref_linear(qi, x, bp->q_w, bp->q_b, D, D);
+            memcpy(ki, x, (size_t)D * sizeof(double));
+            if (at->value_proj) ref_linear(vi, x, bp->v_w, bp->v_b, D, D);
+            else memcpy(vi, x, (size_t)D * sizeof(double));
+        }
+    }
     for (int i = 0; i < S; i++)
         for (int h = 0; h < H && tok[i] >= 0; h++)
-            for (int c = 0; c < hd; c++) {
-                q_out[((size_t)h * T + tok[i]) * hd + c] = qkv[(size_t)i * 3 * D + h * hd + c];
-                k_out[((size_t)h * T + tok[i]) * hd + c] = qkv[(size_t)i * 3 * D + D + h * hd + c];
+            for (int c = 0; c < dq; c++) {
+                q_out[((size_t)h * T + tok[i]) * dq + c] = q[(size_t)i * Wq + h * dq + c];
+                k_out[((size_t)h * T + tok[i]) * dq + c] = k[(size_t)i * Wq + h * dq + c];
             }
     for (int h = 0; h < H; h++)
         for (int i = 0; i < S; i++) {
             double mx = -INFINITY, sum = 0;
             for (int j = 0; j < S; j++) {
                 double s = 0;
-                for (int c = 0; c < hd; c++)
-                    s += qkv[(size_t)i * 3 * D + h * hd + c] * qkv[(size_t)j * 3 * D + D + h * hd + c];
-                row[j] = scale * s + bias[((size_t)h * S + i) * S + j];
+                for (int c = 0; c < dq; c++) s += q[(size_t)i * Wq + h * dq + c] * k[(size_t)j * Wq + h * dq + c];
+                s *= scale;
+                if (kind == VIT_ATTN_LSLA) {
+                    if (at->dynamic_scale) s *= bp->ds[(size_t)(i % N) * N + j % N];
+                    s += mech_bias(bp->inner_bias, at->inner_bias, H, h, M, i % N, j % N);
+                }
+                row[j] = s + bias[((size_t)h * S + i) * S + j];
                 S_out[((size_t)h * S + i) * S + j] = row[j];
                 if (row[j] > mx) mx = row[j];
             }
             for (int j = 0; j < S; j++) sum += row[j] = exp(row[j] - mx);
-            for (int j = 0; j < S; j++) A_out[((size_t)h * S + i) * S + j] = row[j] / sum;
+            for (int j = 0; j < S; j++) {
+                row[j] /= sum;
+                P_out[((size_t)h * S + i) * S + j] = row[j];
+                if (kind == VIT_ATTN_LSLA && i / N == j / N)
+                    row[j] += mech_bias(bp->outer_bias, at->outer_bias, H, h, M, i % N, j % N);
+                A_out[((size_t)h * S + i) * S + j] = row[j];
+            }
             if (tok[i] < 0) continue;
             for (int c = 0; c < hd; c++) {
                 double o = 0;
-                for (int j = 0; j < S; j++) o += row[j] / sum * qkv[(size_t)j * 3 * D + 2 * D + h * hd + c];
+                for (int j = 0; j < S; j++) o += row[j] * v[(size_t)j * D + h * hd + c];
                 ao[(size_t)tok[i] * D + h * hd + c] = o;
             }
         }
     double *t1 = malloc((size_t)Hm * sizeof(double)), *t2 = malloc((size_t)Hm * sizeof(double));
     float *x1 = malloc((size_t)D * sizeof(float));
     for (int t = 0; t < T; t++) {
-        ref_linear(t1, ao + (size_t)t * D, bp->proj_w, bp->proj_b, D, D);
+        if (bp->proj_w) ref_linear(t1, ao + (size_t)t * D, bp->proj_w, bp->proj_b, D, D);
+        else memcpy(t1, ao + (size_t)t * D, (size_t)D * sizeof(double));
         for (int c = 0; c < D; c++) x1[c] = (float)(xin[(size_t)t * D + c] + t1[c]);
         ref_layernorm(t2, x1, bp->norm2_w, bp->norm2_b, D, eps);
         ref_linear(t1, t2, bp->fc1_w, bp->fc1_b, Hm, D);
@@ -229,6 +277,9 @@ static void ref_block(double *out, double *S_out, double *A_out, double *q_out, 
         for (int c = 0; c < D; c++) out[(size_t)t * D + c] = (double)x1[c] + t2[c];
     }
     free(xn);
+    free(q);
+    free(k);
+    free(v);
     free(qkv);
     free(ao);
     free(row);
@@ -255,13 +306,15 @@ static void check_block(const char *name, const model_t *m, const run_t *r, int 
     vit_block_geom(c, l, &g);
     const int T = g.T, D = g.D, H = g.H, N = g.Tq, P = g.problems;
     double *out = malloc((size_t)T * D * sizeof(double)), *Sr = malloc((size_t)H * S * S * sizeof(double));
-    double *Ar = malloc((size_t)H * S * S * sizeof(double)), *qr = malloc((size_t)T * D * sizeof(double));
-    double *kr = malloc((size_t)T * D * sizeof(double));
+    const size_t QK = (size_t)T * H * vit_qk_head_dim(c, l); /* q/k floats of one image */
+    double *Ar = malloc((size_t)H * S * S * sizeof(double)), *qr = malloc(QK * sizeof(double));
+    double *kr = malloc(QK * sizeof(double));
     double *Sw = malloc((size_t)H * P * N * N * sizeof(double)), *Aw = malloc((size_t)H * P * N * N * sizeof(double));
-    char what[128];
+    double *Pr = malloc((size_t)H * S * S * sizeof(double)), *Pw = malloc((size_t)H * P * N * N * sizeof(double));
+    char what[384];
     for (int b = 0; b < B; b++) {
-        ref_block(out, Sr, Ar, qr, kr, r->tokens[l - 1] + (size_t)b * T * D, &m->p.blocks[l], T, D, H, g.Hm,
-                  c->ln_eps, tok, S, bias);
+        ref_block(out, Sr, Ar, Pr, qr, kr, r->tokens[l - 1] + (size_t)b * T * D, &m->p.blocks[l], T, D, H, g.Hm,
+                  c->ln_eps, tok, S, bias, &c->attn[l], g.M > 0 ? g.M : g.gw);
         double off = 0; /* what the reference puts outside the diagonal blocks */
         for (int h = 0; h < H; h++)
             for (int i = 0; i < S; i++)
@@ -271,6 +324,7 @@ static void check_block(const char *name, const model_t *m, const run_t *r, int 
                         const size_t at = (((size_t)h * P + i / N) * N + i % N) * N + j % N;
                         Aw[at] = a;
                         Sw[at] = Sr[((size_t)h * S + i) * S + j];
+                        Pw[at] = Pr[((size_t)h * S + i) * S + j];
                     } else if (a > off) {
                         off = a;
                     }
@@ -279,12 +333,16 @@ static void check_block(const char *name, const model_t *m, const run_t *r, int 
         const size_t maps = (size_t)H * P * N * N;
         snprintf(what, sizeof what, "%s block %d image %d attn", name, l, b);
         CHECK(close_d(what, r->attn[l] + b * maps, Aw, maps, 1e-5), "%s", what);
+        if (r->extra0[l]) {
+            snprintf(what, sizeof what, "%s block %d image %d extra 0 (softmax)", name, l, b);
+            CHECK(close_d(what, r->extra0[l] + b * maps, Pw, maps, 1e-5), "%s", what);
+        }
         snprintf(what, sizeof what, "%s block %d image %d scores", name, l, b);
         CHECK(close_d(what, r->scores[l] + b * maps, Sw, maps, 1e-4), "%s", what);
         snprintf(what, sizeof what, "%s block %d image %d q", name, l, b);
-        CHECK(close_d(what, r->q[l] + (size_t)b * T * D, qr, (size_t)T * D, 1e-4), "%s", what);
+        CHECK(close_d(what, r->q[l] + b * QK, qr, QK, 1e-4), "%s", what);
         snprintf(what, sizeof what, "%s block %d image %d k", name, l, b);
-        CHECK(close_d(what, r->k[l] + (size_t)b * T * D, kr, (size_t)T * D, 1e-4), "%s", what);
+        CHECK(close_d(what, r->k[l] + b * QK, kr, QK, 1e-4), "%s", what);
         snprintf(what, sizeof what, "%s block %d image %d tokens", name, l, b);
         CHECK(close_d(what, r->tokens[l] + (size_t)b * T * D, out, (size_t)T * D, 1e-4), "%s", what);
     }
@@ -295,6 +353,8 @@ static void check_block(const char *name, const model_t *m, const run_t *r, int 
     free(kr);
     free(Sw);
     free(Aw);
+    free(Pr);
+    free(Pw);
 }
 
 /* (a) a block whose one window covers the grid: slots are the grid tokens in order, the bias is
@@ -364,7 +424,7 @@ static void window_vs_global(const char *name, model_t *m, int B, const int *blo
                         i / N != j / N ? -INFINITY
                                        : rel_bias(m->p.blocks[l].rpb_table, H, h, g.M, i % N, j % N) +
                                              mask[((size_t)(i / N) * N + i % N) * N + j % N];
-        char what[96];
+        char what[256];
         snprintf(what, sizeof what, "%s (grid %d, M %d, shift %d, %d pad slots)", name, g.gh, g.M, g.shift, pads);
         check_block(what, m, &r, l, B, tok, S, bias);
         free(bias);
@@ -400,6 +460,118 @@ static void test_window_vs_global(void) {
     tiny_config(&m.c, 12, 4, 1, d3, dim3, h3, 4, VIT_CLAMP_TORCHVISION, VIT_PAD_FIRST);
     if (model_init(&m, 24)) window_vs_global("torchvision clamp", &m, 1, blocks1, 1);
     free(m.w);
+}
+
+/* (b2) lmsa and lsla inside Swin windows: every block of the model runs the mechanism; the
+ * checked blocks are shifted, over padded grids, against the reference's equations over every
+ * window's slots (block-diagonal, window_token order). */
+static void set_mech(vit_config *c, const vit_attn *a) {
+    for (int l = 0; l < c->depth; l++) c->attn[l] = *a;
+}
+
+static void test_window_mechs(void) {
+    static const struct {
+        const char *name;
+        vit_attn a;
+    } v[] = {
+        {"lmsa qk_dim 4", {.kind = VIT_ATTN_LMSA, .qk_dim = 4}},
+        {"lmsa qk_dim 2D", {.kind = VIT_ATTN_LMSA, .qk_dim = 32}},
+        {"lsla DS, full biases, QXX", {.kind = VIT_ATTN_LSLA, .dynamic_scale = 1, .inner_bias = VIT_BIAS_FULL,
+                                       .outer_bias = VIT_BIAS_FULL}},
+        {"lsla fixed scale, relative biases, QXV, NP",
+         {.kind = VIT_ATTN_LSLA, .inner_bias = VIT_BIAS_RELATIVE, .outer_bias = VIT_BIAS_RELATIVE,
+          .value_proj = 1, .no_proj = 1}},
+        {"lsla DS, relative inner, no outer", {.kind = VIT_ATTN_LSLA, .dynamic_scale = 1,
+                                               .inner_bias = VIT_BIAS_RELATIVE}},
+    };
+    const int d1[] = {2}, dim1[] = {16}, h1[] = {2}, blocks1[] = {1};
+    const int d2[] = {2, 2}, dim2[] = {8, 16}, h2[] = {2, 4}, blocks2[] = {1, 3};
+    char name[128];
+    for (size_t e = 0; e < sizeof v / sizeof v[0]; e++) {
+        model_t m;
+        for (int pad = 0; pad < VIT_PAD_COUNT; pad++) { /* grid 10, window 4: padded to 12, shift 2 */
+            tiny_config(&m.c, 40, 4, 1, d1, dim1, h1, 4, VIT_CLAMP_TIMM, pad);
+            set_mech(&m.c, &v[e].a);
+            snprintf(name, sizeof name, "%s, grid 10, %s", v[e].name, pad ? "roll first" : "pad first");
+            if (model_init(&m, 31 + (uint32_t)e)) window_vs_global(name, &m, 2, blocks1, 1);
+            free(m.w);
+        }
+        /* two stages: grid 14 (window 3, padded to 15) then 7 (padded to 9), both shifted */
+        if (v[e].a.kind == VIT_ATTN_LMSA && v[e].a.qk_dim == 32) continue; /* 2D is 16 in stage 0 */
+        tiny_config(&m.c, 56, 4, 2, d2, dim2, h2, 3, VIT_CLAMP_TIMM, VIT_PAD_FIRST);
+        set_mech(&m.c, &v[e].a);
+        snprintf(name, sizeof name, "%s, two stages", v[e].name);
+        if (model_init(&m, 41 + (uint32_t)e)) window_vs_global(name, &m, 2, blocks2, 2);
+        free(m.w);
+    }
+}
+
+/* (b3) lmsa with qk_dim = D and q, k, v weights equal to vanilla's qkv slices is vanilla: the
+ * same maps, scores and tokens in shifted, padded windows. */
+static void test_lmsa_is_vanilla(void) {
+    const int d2[] = {2, 2}, dim2[] = {8, 16}, h2[] = {2, 4};
+    model_t va, lm;
+    tiny_config(&va.c, 56, 4, 2, d2, dim2, h2, 3, VIT_CLAMP_TIMM, VIT_PAD_FIRST);
+    if (!model_init(&va, 51)) return;
+    tiny_config(&lm.c, 56, 4, 2, d2, dim2, h2, 3, VIT_CLAMP_TIMM, VIT_PAD_FIRST);
+    for (int l = 0; l < lm.c.depth; l++) {
+        vit_geom g;
+        vit_block_geom(&lm.c, l, &g);
+        lm.c.attn[l] = (vit_attn){.kind = VIT_ATTN_LMSA, .qk_dim = g.D};
+    }
+    if (!model_init(&lm, 52)) {
+        free(va.w);
+        return;
+    }
+    /* every tensor of lm from va: the same name, or q/k/v as rows of qkv (model_init lays the
+     * tensors out in spec order) */
+    static vit_tensor_spec sv[VIT_MAX_TENSORS], sl[VIT_MAX_TENSORS];
+    vit_params pv, pl;
+    const int nv = vit_param_specs(&va.c, &pv, sv, VIT_MAX_TENSORS), nl = vit_param_specs(&lm.c, &pl, sl, VIT_MAX_TENSORS);
+    int copied = 0;
+    size_t at_l = 0;
+    for (int i = 0; i < nl; at_l += vit_tensor_numel(&sl[i]), i++) {
+        char want[VIT_TENSOR_NAME_MAX + 16];
+        snprintf(want, sizeof want, "%.*s", VIT_TENSOR_NAME_MAX - 1, sl[i].name);
+        int part = -1;
+        static const char *const qkv[3] = {".attn.q.", ".attn.k.", ".attn.v."};
+        for (int p = 0; p < 3; p++) {
+            char *at = strstr(want, qkv[p]);
+            if (!at) continue;
+            part = p;
+            char tail[64];
+            snprintf(tail, sizeof tail, "%s", at + strlen(qkv[p]));
+            snprintf(at, sizeof want - (size_t)(at - want), ".attn.qkv.%s", tail);
+        }
+        size_t at_v = 0;
+        for (int k = 0; k < nv; at_v += vit_tensor_numel(&sv[k]), k++) {
+            if (strcmp(sv[k].name, want)) continue;
+            const size_t n = vit_tensor_numel(&sl[i]);
+            memcpy(lm.w + at_l, va.w + at_v + (part > 0 ? (size_t)part * n : 0), n * sizeof(float));
+            copied++;
+        }
+    }
+    CHECK(copied == nl, "lmsa as vanilla: %d of %d tensors found in vanilla's", copied, nl);
+    float *x = images(&va.c, 2, 7);
+    run_t rv, rl;
+    run_model(&rv, &va, x, 2, 0);
+    run_model(&rl, &lm, x, 2, 0);
+    char what[96];
+    for (int l = 0; l < va.c.depth; l++) {
+        snprintf(what, sizeof what, "lmsa qk_dim = D as vanilla: block %d attn", l);
+        CHECK(check_close(what, rl.attn[l], rv.attn[l], rv.n_map[l], 1e-5, 1e-5), "%s", what);
+        snprintf(what, sizeof what, "lmsa qk_dim = D as vanilla: block %d scores", l);
+        CHECK(check_close(what, rl.scores[l], rv.scores[l], rv.n_map[l], 1e-5, 1e-5), "%s", what);
+        snprintf(what, sizeof what, "lmsa qk_dim = D as vanilla: block %d q", l);
+        CHECK(check_close(what, rl.q[l], rv.q[l], rv.n_qk[l], 1e-6, 1e-6), "%s", what);
+        snprintf(what, sizeof what, "lmsa qk_dim = D as vanilla: block %d tokens", l);
+        CHECK(check_close(what, rl.tokens[l], rv.tokens[l], rv.n_tok[l], 1e-5, 1e-5), "%s", what);
+    }
+    run_free(&rv, &va.c);
+    run_free(&rl, &lm.c);
+    free(x);
+    free(va.w);
+    free(lm.w);
 }
 
 /* (c) the merge: identity reduction, LayerNorm weight 1 and bias 0, and a first stage-1 block
@@ -452,28 +624,40 @@ static void test_merge(void) {
 }
 
 /* (d) the same bits at 1 and 2 threads (the arena carved for 2) */
-static void test_threads(void) {
+static void threads_one(const vit_attn *a) {
     const int depth[] = {2, 2}, dim[] = {8, 16}, heads[] = {2, 4};
     model_t m;
     tiny_config(&m.c, 40, 4, 2, depth, dim, heads, 3, VIT_CLAMP_TIMM, VIT_PAD_FIRST);
+    if (a) set_mech(&m.c, a);
     if (!model_init(&m, 41)) return;
     const int B = 3;
     float *x = images(&m.c, B, 9);
     run_t r[2];
     for (int t = 0; t < 2; t++) run_model(&r[t], &m, x, B, t + 1);
     omp_set_num_threads(2);
-    CHECK(!memcmp(r[0].logits, r[1].logits, (size_t)B * m.c.num_classes * sizeof(float)), "logits differ with the thread count");
+    const char *nm = a ? vit_attn_name(a->kind) : "vanilla";
+    CHECK(!memcmp(r[0].logits, r[1].logits, (size_t)B * m.c.num_classes * sizeof(float)), "%s: logits differ with the thread count", nm);
     for (int l = 0; l < m.c.depth; l++) {
-        CHECK(!memcmp(r[0].attn[l], r[1].attn[l], r[0].n_map[l] * sizeof(float)), "block %d attn differs", l);
-        CHECK(!memcmp(r[0].scores[l], r[1].scores[l], r[0].n_map[l] * sizeof(float)), "block %d scores differ", l);
-        CHECK(!memcmp(r[0].tokens[l], r[1].tokens[l], r[0].n_tok[l] * sizeof(float)), "block %d tokens differ", l);
+        CHECK(!memcmp(r[0].attn[l], r[1].attn[l], r[0].n_map[l] * sizeof(float)), "%s: block %d attn differs", nm, l);
+        CHECK(!memcmp(r[0].scores[l], r[1].scores[l], r[0].n_map[l] * sizeof(float)), "%s: block %d scores differ", nm, l);
+        CHECK(!memcmp(r[0].tokens[l], r[1].tokens[l], r[0].n_tok[l] * sizeof(float)), "%s: block %d tokens differ", nm, l);
         CHECK(!memcmp(r[0].q[l], r[1].q[l], r[0].n_qk[l] * sizeof(float)) &&
-              !memcmp(r[0].k[l], r[1].k[l], r[0].n_qk[l] * sizeof(float)), "block %d q or k differ", l);
+              !memcmp(r[0].k[l], r[1].k[l], r[0].n_qk[l] * sizeof(float)), "%s: block %d q or k differ", nm, l);
     }
     run_free(&r[0], &m.c);
     run_free(&r[1], &m.c);
     free(x);
     free(m.w);
+}
+
+/* vanilla, and lmsa and lsla through the mechanism path */
+static void test_threads(void) {
+    const vit_attn lmsa = {.kind = VIT_ATTN_LMSA, .qk_dim = 4};
+    const vit_attn lsla = {.kind = VIT_ATTN_LSLA, .dynamic_scale = 1, .inner_bias = VIT_BIAS_RELATIVE,
+                           .outer_bias = VIT_BIAS_FULL, .value_proj = 1};
+    threads_one(NULL);
+    threads_one(&lmsa);
+    threads_one(&lsla);
 }
 
 /* (e) parameter counts. Closed form of one Swin v1 at 224 (window 7, so every relative table is
@@ -559,8 +743,16 @@ static void test_refusals(void) {
     tiny_config(&c, 32, 4, 2, depth, dim, heads, 4, VIT_CLAMP_TIMM, VIT_PAD_FIRST);
     c.attn[3].kind = VIT_ATTN_LMSA;
     c.attn[3].qk_dim = 4;
-    CHECK(vit_config_validate(&c, &err) == AS_ERR_CONFIG && strstr(err.msg, "lmsa") && strstr(err.msg, "vanilla"),
-          "lmsa in a window: %s", err.msg);
+    CHECK(vit_config_validate(&c, &err) == AS_OK, "lmsa in a window runs: %s", err.msg);
+    static const vit_attn_kind global_only[] = {VIT_ATTN_MAIT, VIT_ATTN_REFINER, VIT_ATTN_LESS};
+    for (int k = 0; k < 3; k++) {
+        tiny_config(&c, 32, 4, 2, depth, dim, heads, 4, VIT_CLAMP_TIMM, VIT_PAD_FIRST);
+        c.attn[3].kind = global_only[k];
+        const char *nm = vit_attn_name(global_only[k]);
+        CHECK(vit_config_validate(&c, &err) == AS_ERR_CONFIG && strstr(err.msg, nm) &&
+                  strstr(err.msg, "window") && strstr(err.msg, "lmsa, lsla"),
+              "%s in a window: %s", nm, err.msg);
+    }
     tiny_config(&c, 32, 4, 2, depth, dim, heads, 4, VIT_CLAMP_TIMM, VIT_PAD_FIRST);
     c.depth = 3;
     CHECK(vit_config_validate(&c, &err) == AS_ERR_CONFIG && strstr(err.msg, "depth"), "depth sum: %s", err.msg);
@@ -577,6 +769,8 @@ static void test_refusals(void) {
 int main(void) {
     test_one_window();
     test_window_vs_global();
+    test_window_mechs();
+    test_lmsa_is_vanilla();
     test_merge();
     test_threads();
     test_param_counts();

@@ -221,13 +221,18 @@ static void cost(const vit_config *c, int l, const vit_geom *g, vit_cost_part *o
 
 static int extra(const vit_config *c, int l, int i, vit_extra *out) {
     if (i != 0) return 0;
-    if (out) *out = (vit_extra){"attn_softmax", c->num_heads, "softmax of the scores, before the outer bias is added"};
+    vit_geom g;
+    vit_block_geom(c, l, &g);
+    if (out) *out = (vit_extra){"attn_softmax", g.H, "softmax of the scores, before the outer bias is added"};
     return 1;
 }
 
+/* Per problem (a Swin window's M^2 tokens in WINDOW scope), the block's heads. */
 static int statics(const vit_config *c, int l, vit_static *v) {
     const vit_attn *at = &c->attn[l];
-    const int T = vit_num_tokens(c), H = c->num_heads;
+    vit_geom g;
+    vit_block_geom(c, l, &g);
+    const int T = g.Tq, H = g.H;
     int n = 0;
     if (at->dynamic_scale) v[n++] = (vit_static){"ds", 2, {T, T, 0}, "dynamic scale DS multiplying q x^T (shared by the heads)"};
     if (at->inner_bias) v[n++] = (vit_static){"inner_bias", 3, {H, T, T}, "B_inner added before the softmax, as a full table per head"};
@@ -238,7 +243,11 @@ static int statics(const vit_config *c, int l, vit_static *v) {
 static void static_fill(const vit_config *c, const vit_params *p, int l, int i, float *out) {
     const vit_block_params *bp = &p->blocks[l];
     const vit_attn *at = &c->attn[l];
-    const int T = vit_num_tokens(c), H = c->num_heads, G = vit_grid(c);
+    vit_geom g;
+    vit_block_geom(c, l, &g);
+    int gh, G;
+    vit_mech_problem_grid(&g, &gh, &G); /* the relative tables' side: the window's in WINDOW scope */
+    const int T = g.Tq, H = g.H;
     const size_t TT = (size_t)T * T;
     vit_static v[4];
     if (i < 0 || i >= statics(c, l, v)) return;

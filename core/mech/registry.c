@@ -90,9 +90,15 @@ void vit_mech_problem_forward(const vit_mech *m, const vit_mech_block *b, const 
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->Tq, p->Tk, p->dq, p->scale, p->q,
                     p->ldq, p->k, p->ldk, 0.0f, A, p->Tk);
         if (m->scores) m->scores(b, p, A);
+        if (p->add_bias)
+            for (size_t e = 0; e < TT; e++) A[e] += p->add_bias[e];
+        if (p->add_mask)
+            for (size_t e = 0; e < TT; e++) A[e] += p->add_mask[e];
         if (p->keep) memcpy(p->keep, A, TT * sizeof(float));
     } else {
         m->scores(b, p, A); /* no keys: the mechanism makes the scores */
+        for (size_t e = 0; p->add_bias && e < TT; e++) A[e] += p->add_bias[e];
+        for (size_t e = 0; p->add_mask && e < TT; e++) A[e] += p->add_mask[e];
     }
     if (scores) memcpy(scores, A, TT * sizeof(float));
     kernels_softmax_rows(A, p->Tq, p->Tk);
