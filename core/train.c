@@ -190,11 +190,6 @@ static float *hat(const hview *v, int T, int b, int h) {
     return v->base + (size_t)b * T * v->ld + (size_t)h * v->width;
 }
 
-/* A weight (or gradient) pointer of vit_block_params by its offset (vit_mech_proj). */
-static const float *block_weight(const vit_block_params *bp, size_t off) {
-    return *(const float *const *)(const void *)((const char *)bp + off);
-}
-
 /* The view of layout entry i over the tape's qkv (rows W apart) or xn (rows D apart), or its
  * gradient's over dqkv or dxn. */
 static hview layout_view(const vit_mech_layout *lay, int i, float *qkv, float *xn, int D, int width) {
@@ -286,10 +281,10 @@ static double attention_backward(const vit_config *c, int l, const vit_block_par
     /* 5. back through the projections into dxn (adding to what x's own views left there) */
     for (int i = 0; i < lay.n_proj; i++) {
         const vit_mech_proj *pr = &lay.proj[i];
-        const float *gbias = block_weight(gb, pr->b);
-        linear_backward(WR(block_weight(gb, pr->w)), gbias ? WR(gbias) : NULL, ws->dxn,
+        const float *gbias = vit_mech_weight(gb, pr->b);
+        linear_backward(WR(vit_mech_weight(gb, pr->w)), gbias ? WR(gbias) : NULL, ws->dxn,
                         i > 0 || k_x || v_x, ws->dqkv + pr->col, lay.W, t->xn1, D,
-                        block_weight(bp, pr->w), M, pr->out, D, ws->ones);
+                        vit_mech_weight(bp, pr->w), M, pr->out, D, ws->ones);
     }
     return dp;
 }

@@ -323,11 +323,6 @@ static void attn_values(const attn_job *j, int b, int h) {
                 head_at(&j->v, T, b, h), j->v.ld, 0.0f, j->ao + (size_t)b * T * j->D + (size_t)h * dv, j->D);
 }
 
-/* A weight pointer of vit_block_params by its offset (vit_mech_proj). */
-static const float *block_weight(const vit_block_params *bp, size_t off) {
-    return *(const float *const *)(const void *)((const char *)bp + off);
-}
-
 /* Head views of a mechanism's layout over the qkv buffer (rows W apart) or xn (rows D apart). */
 static head_view layout_view(const vit_mech_layout *lay, int i, float *qkv, float *xn, int D, int width) {
     if (lay->src[i] == VIT_SRC_NONE) return (head_view){NULL, 0, 0};
@@ -348,7 +343,7 @@ static void attention(const vit_config *c, int l, const vit_block_params *bp, vi
     m->layout(c, l, &lay);
     for (int i = 0; i < lay.n_proj; i++) {
         const vit_mech_proj *pr = &lay.proj[i];
-        linear_ld(a->qkv + pr->col, lay.W, a->xn, block_weight(bp, pr->w), block_weight(bp, pr->b),
+        linear_ld(a->qkv + pr->col, lay.W, a->xn, vit_mech_weight(bp, pr->w), vit_mech_weight(bp, pr->b),
                   M, pr->out, D, 0);
     }
     const int dq = vit_qk_head_dim(c, l);
