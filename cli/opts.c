@@ -265,8 +265,24 @@ int cli_opts_next(const cli_cmd *cmd, int argc, char **argv) {
     shorts[s++] = 'h';
     shorts[s] = 0;
     opterr = 0;
-    int ch = getopt_long(argc, argv, shorts, lo, NULL);
+    int li = -1;
+    int ch = getopt_long(argc, argv, shorts, lo, &li);
     if (ch == -1) return CLI_END;
+    if (li >= 0 && ch != '?' && ch != ':' && optind >= 1) {
+        /* getopt_long takes any unambiguous prefix (--export for --export-dir): a near-miss
+         * would silently become another option, so only the full name is accepted */
+        const char *word = argv[optind - 1];
+        const int joined = strncmp(word, "--", 2) == 0 && strchr(word, '=');
+        if (lo[li].has_arg == required_argument && !joined && optind >= 2) word = argv[optind - 2];
+        if (strncmp(word, "--", 2) == 0) {
+            const size_t len = strcspn(word + 2, "=");
+            if (len != strlen(lo[li].name) || strncmp(word + 2, lo[li].name, len) != 0) {
+                cli_fail(2, "--%.*s is not an option; did you mean --%s? (options are written in "
+                         "full)", (int)len, word + 2, lo[li].name);
+                return CLI_USAGE;
+            }
+        }
+    }
     if (ch == 'h' || ch == KEY_HELP) {
         cli_opts_help(cmd, stdout);
         return CLI_HELP;

@@ -79,6 +79,16 @@ for c in $cmds; do
     else
         bad "$c: no option to misspell"
     fi
+    # an abbreviated option (getopt_long would take any unique prefix) is refused, not read as
+    # the option it abbreviates: every option the command lists, cut by one letter where no other
+    # option shares that prefix
+    while read -r full; do
+        short=${full%?}
+        [ ${#short} -ge 3 ] || continue
+        [ "$(grep -c -- "^--$short" "$T/list")" -eq 1 ] || continue
+        expect 2 "$A" $c --$short x
+        err_line $c; has "$T/err" "did you mean --$full?"
+    done < <(grep -v -- "--help" "$T/list" | awk '{ sub(/^--/, "", $1); print $1 }')
     expect 2 "$A" $c --zzzzzzzz
     err_line $c; has "$T/err" "unknown option --zzzzzzzz"
     # a misspelt command
