@@ -275,12 +275,7 @@ static void stage_block(const vit_config *c, int l, const vit_geom *g, const vit
         vit_linear_ld(a->qkv + pr->col, lay.W, a->xn, vit_mech_weight(bp, pr->w), vit_mech_weight(bp, pr->b),
                       M, pr->out, D, 0);
     }
-    if (g->scope == VIT_SCOPE_WINDOW) { /* the relative bias of every head, expanded */
-        const size_t NN = (size_t)g->Tq * g->Tk;
-        memset(a->rpb, 0, (size_t)g->H * NN * sizeof(float));
-        for (int h = 0; h < g->H; h++)
-            vit_add_bias(a->rpb + (size_t)h * NN, bp->rpb_table, VIT_BIAS_RELATIVE, g->H, h, g->Tq, g->M);
-    }
+    if (g->scope == VIT_SCOPE_WINDOW) vit_relative_bias_expand(a->rpb, bp->rpb_table, g->H, g->M);
     float *att = rec_at(rec->attn, l);
     vit_geom mg;
     vit_mech_block mb;

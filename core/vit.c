@@ -276,6 +276,12 @@ void vit_add_bias(float *A, const float *bias, vit_bias_kind kind, int H, int h,
     }
 }
 
+void vit_relative_bias_expand(float *out, const float *table, int H, int M) {
+    const size_t NN = (size_t)M * M * M * M;
+    memset(out, 0, (size_t)H * NN * sizeof(float));
+    for (int h = 0; h < H; h++) vit_add_bias(out + (size_t)h * NN, table, VIT_BIAS_RELATIVE, H, h, M * M, M);
+}
+
 /* Everything one block's attention needs besides its weights. */
 typedef struct {
     const vit_mech *m;

@@ -189,4 +189,9 @@ void vit_forward(const vit_config *c, const vit_params *p, vit_acts *a, const fl
  * allocates a (gs_in, gs_out, D) intermediate: a load-time function, not a kernel). */
 int vit_resample_pos_embed(float *out, const float *in, int prefix, int gs_in, int gs_out, int D);
 
+/* Swin's relative position bias of an M x M window, as every head adds it to its scores:
+ * out (H, M^2, M^2)[h][i][j] = table[(yi - yj + M - 1)(2M - 1) + (xi - xj + M - 1)][h] for
+ * window rows i = yi M + xi; table is the block's ((2M - 1)^2, H) relative_position_bias_table. */
+void vit_relative_bias_expand(float *out, const float *table, int H, int M);
+
 #endif

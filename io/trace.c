@@ -327,20 +327,12 @@ static int window_params(hid_t pg, const trace_spec *s, int l) {
                           "where rows i and j come from the same region of the shifted, padded "
                           "grid, else mask_value (-100); all 0 without a shift");
     }
-    /* The block's learnt ((2M-1)^2, H) relative table expanded by Swin's relative_position_index
-     * to what each head adds to its scores: bias[h, i, j] = table[(yi - yj + M - 1) (2M - 1) +
-     * (xi - xj + M - 1), h] for window rows i = yi M + xi (written when the weights are at hand). */
+    /* The block's learnt relative table expanded as the engine adds it to each head's scores
+     * (vit_relative_bias_expand); written when the weights are at hand. */
     const float *table = s->params ? s->params->blocks[l].rpb_table : NULL;
     float *bias = table && !rc ? malloc((size_t)g.H * N * N * sizeof *bias) : NULL;
     if (bias) {
-        const int M = g.M, side = 2 * M - 1;
-        for (int h = 0; h < g.H; h++)
-            for (size_t i = 0; i < N; i++)
-                for (size_t j = 0; j < N; j++) {
-                    const int yi = (int)i / M, xi = (int)i % M, yj = (int)j / M, xj = (int)j % M;
-                    bias[((size_t)h * N + i) * N + j] =
-                        table[(size_t)((yi - yj + M - 1) * side + (xi - xj + M - 1)) * g.H + h];
-                }
+        vit_relative_bias_expand(bias, table, g.H, g.M);
         const hsize_t db[3] = {(hsize_t)g.H, N, N};
         rc |= params_dset(pg, "relative_position_bias", 0, 3, db, bias, "relative_position_bias[h, "
                           "i, j]: what head h adds to the score of window row i for key row j "
