@@ -82,7 +82,7 @@ static const char *const vit_component_names[] = {
 _Static_assert(sizeof vit_component_names / sizeof vit_component_names[0] == VIT_COMP_COUNT,
                "every component needs a name");
 
-static const char *const vit_pool_names[] = {[VIT_POOL_TOKEN] = "token", [VIT_POOL_AVG] = "avg"};
+static const char *const vit_pool_names[] = {[VIT_POOL_TOKEN] = "token", [VIT_POOL_AVG] = "avg", [VIT_POOL_MAP] = "map"};
 _Static_assert(sizeof vit_pool_names / sizeof vit_pool_names[0] == VIT_POOL_COUNT, "pool names");
 static const char *const vit_interp_names[] = {[VIT_INTERP_BICUBIC] = "bicubic",
                                                [VIT_INTERP_BILINEAR] = "bilinear"};

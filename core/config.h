@@ -12,7 +12,11 @@
  *     vit_cost cost; vit_config_cost(&cfg, &cost);         // params and FLOPs per image
  * Field names follow timm's VisionTransformer keyword arguments so JSON configs read the same. */
 
-typedef enum { VIT_POOL_TOKEN = 0, VIT_POOL_AVG, VIT_POOL_COUNT } vit_pool;
+/* MAP: timm's attention pooling (global_pool "map", SigLIP): a learnt latent query attends over
+ * the tokens, then a LayerNorm and an MLP (AttentionPoolLatent). */
+typedef enum { VIT_POOL_TOKEN = 0, VIT_POOL_AVG, VIT_POOL_MAP, VIT_POOL_COUNT } vit_pool;
+/* The MLP activation: GELU (erf form), or QuickGELU x * sigmoid(1.702 x) (OpenAI CLIP). */
+typedef enum { VIT_ACT_GELU = 0, VIT_ACT_QUICK_GELU, VIT_ACT_COUNT } vit_act;
 
 #define VIT_MAX_DEPTH 256      /* vit_config_validate enforces it */
 #define VIT_MAX_MASK_HEADS 64  /* heads a MaiT layer can describe (any head count without masks) */
@@ -72,14 +76,17 @@ typedef enum { VIT_INTERP_BICUBIC = 0, VIT_INTERP_BILINEAR, VIT_INTERP_COUNT } v
  * stages; attn[l] is its mechanism and vit_block_geom(c, l) its derived geometry (never stored). */
 #define VIT_MAX_STAGES 4
 #define VIT_MAX_WINDOW 64  /* window side M: a problem's M^2 x M^2 maps stay per-thread sized */
-typedef enum { VIT_FAMILY_VIT = 0, VIT_FAMILY_SWIN, VIT_FAMILY_COUNT } vit_family;
+typedef enum { VIT_FAMILY_VIT = 0, VIT_FAMILY_SWIN, VIT_FAMILY_PVT2, VIT_FAMILY_CAIT, VIT_FAMILY_COUNT } vit_family;
 /* How a block's tokens are grouped into independent attention problems: GLOBAL, one T x T
- * problem per image; WINDOW, Swin's M x M windows (shifted on odd blocks of a stage). The next
- * scopes (SRA for PVT v2, CLASS for CaiT) are additions to this enum and to vit_block_geom. */
-typedef enum { VIT_SCOPE_GLOBAL = 0, VIT_SCOPE_WINDOW, VIT_SCOPE_COUNT } vit_scope;
-/* What runs before a stage's blocks (stage > 0): Swin's PatchMerging (2x2 gather in the order
- * (0,0),(1,0),(0,1),(1,1), LayerNorm(4C), Linear(4C, 2C) without bias). */
-typedef enum { VIT_DOWN_NONE = 0, VIT_DOWN_MERGE, VIT_DOWN_COUNT } vit_down;
+ * problem per image; WINDOW, Swin's M x M windows (shifted on odd blocks of a stage); SRA, PVT
+ * v2's spatial reduction: every token queries the keys and values of a reduced grid (T x T');
+ * CLASS, CaiT's class attention: the class token alone queries [cls; patches] (1 x (1 + N))
+ * and only it is updated. */
+typedef enum { VIT_SCOPE_GLOBAL = 0, VIT_SCOPE_WINDOW, VIT_SCOPE_SRA, VIT_SCOPE_CLASS, VIT_SCOPE_COUNT } vit_scope;
+/* What runs before a stage's blocks (stage > 0): MERGE, Swin's PatchMerging (2x2 gather in the
+ * order (0,0),(1,0),(0,1),(1,1), LayerNorm(4C), Linear(4C, 2C) without bias); CONV, PVT v2's
+ * Conv2d(k3, s2, p1) and LayerNorm. */
+typedef enum { VIT_DOWN_NONE = 0, VIT_DOWN_MERGE, VIT_DOWN_CONV, VIT_DOWN_COUNT } vit_down;
 /* Grids the window does not divide: PAD_FIRST pads, then rolls (torchvision and the official
  * segmentation code: the shift mask separates the wrapped rows, the correct behaviour and the
  * default); ROLL_FIRST rolls, then pads (timm, whose mask misses the wrap:
@@ -126,6 +133,10 @@ typedef struct {
     int shift_windows;          /* WINDOW stages shift odd blocks by M/2 (Swin: 1) */
     vit_pad_order pad_order;
     vit_window_clamp window_clamp;
+    /* LayerScale (DeiT III, DINOv2, CaiT): when > 0 every block has per-channel gammas ls1, ls2
+     * (vit_block_params) multiplying the attention and MLP branches before the residual adds;
+     * the value is timm's init_values (the gammas' initial value in training). */
+    float init_values;
 } vit_config;
 
 /* Compute and parameter counts of one forward pass for one image, per component. FLOPs count a

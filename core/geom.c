@@ -5,9 +5,11 @@
 
 #include <string.h>
 
-static const char *const family_names[] = {[VIT_FAMILY_VIT] = "vit", [VIT_FAMILY_SWIN] = "swin"};
+static const char *const family_names[] = {[VIT_FAMILY_VIT] = "vit", [VIT_FAMILY_SWIN] = "swin",
+                                            [VIT_FAMILY_PVT2] = "pvt_v2", [VIT_FAMILY_CAIT] = "cait"};
 _Static_assert(sizeof family_names / sizeof family_names[0] == VIT_FAMILY_COUNT, "family names");
-static const char *const scope_names[] = {[VIT_SCOPE_GLOBAL] = "global", [VIT_SCOPE_WINDOW] = "window"};
+static const char *const scope_names[] = {[VIT_SCOPE_GLOBAL] = "global", [VIT_SCOPE_WINDOW] = "window",
+                                           [VIT_SCOPE_SRA] = "sra", [VIT_SCOPE_CLASS] = "class"};
 _Static_assert(sizeof scope_names / sizeof scope_names[0] == VIT_SCOPE_COUNT, "scope names");
 static const char *const pad_names[] = {[VIT_PAD_FIRST] = "pad_first",
                                         [VIT_PAD_ROLL_FIRST] = "roll_first"};

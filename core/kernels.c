@@ -242,6 +242,18 @@ void kernels_fill_rows(float *y, const float *bias, int n, int d) {
     for (int r = 0; r < n; r++) memcpy(y + (size_t)r * d, bias, (size_t)d * sizeof *y);
 }
 
+void kernels_scaled_add(float *x, const float *y, const float *gamma, int n, int d) {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < n; r++) {
+        float *xr = x + (size_t)r * d;
+        const float *yr = y + (size_t)r * d;
+        if (gamma)
+            for (int i = 0; i < d; i++) xr[i] += gamma[i] * yr[i];
+        else
+            for (int i = 0; i < d; i++) xr[i] += yr[i];
+    }
+}
+
 void kernels_add_rows(float *y, const float *bias, int n, int d) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {

@@ -43,6 +43,8 @@ void kernels_softmax_rows(float *x, int n, int d);
 void kernels_fill_rows(float *y, const float *bias, int n, int d);
 /* y[r,:] += bias. y: (n, d). */
 void kernels_add_rows(float *y, const float *bias, int n, int d);
+/* x[r,:] += gamma * y[r,:] (LayerScale's residual add; gamma NULL: x += y). x, y: (n, d). */
+void kernels_scaled_add(float *x, const float *y, const float *gamma, int n, int d);
 
 /* IEEE binary16 conversions, round to nearest even; NaN and infinities are kept. */
 uint16_t kernels_f32_to_f16(float f);

@@ -36,6 +36,8 @@ typedef struct {
     const float *fc1_w, *fc1_b;     /* (Hm, D), (Hm) */
     const float *fc2_w, *fc2_b;     /* (D, Hm), (D) */
     const float *rpb_table;         /* WINDOW: ((2M-1)^2, H) relative position bias, M clamped */
+    const float *ls1, *ls2;         /* LayerScale (c->init_values > 0): (D) gammas of the
+                                       attention and MLP branches (kernels_scaled_add) */
 } vit_block_params;
 
 /* What runs before a stage's blocks (staged models, s >= 1): Swin's PatchMerging. */
