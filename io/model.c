@@ -1154,7 +1154,8 @@ char *model_config_to_json(const vit_config *c) {
     if (c->family != VIT_FAMILY_VIT) swin_to_json(c, o);
     else vit_to_json(c, o);
     int mixed = 0;
-    for (int l = 0; l < c->depth && l < VIT_MAX_DEPTH; l++) mixed |= c->attn[l].kind != VIT_ATTN_VANILLA;
+    for (int l = 0; l < c->depth && l < VIT_MAX_DEPTH; l++)
+        mixed |= c->attn[l].kind != VIT_ATTN_VANILLA || c->attn[l].scale > 0; /* a vanilla scale too */
     if (mixed) cJSON_AddItemToObject(o, "attention", attention_to_json(c));
     cJSON *pc = cJSON_AddObjectToObject(o, "pretrained_cfg");
     cJSON *is = cJSON_AddArrayToObject(pc, "input_size");

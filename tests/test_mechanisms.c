@@ -396,6 +396,16 @@ static void test_json(void) {
     CHECK(js && model_config_apply_json(&back, js, "trace", &err) == AS_OK, "%s", err.msg);
     CHECK(memcmp(back.attn, c.attn, sizeof c.attn) == 0, "attention round trip");
     free(js);
+    /* a scale on vanilla blocks only is a setting too (it was dropped on the way out) */
+    c = small_cfg(1);
+    CHECK(model_config_apply_json(&c, "{\"attention\": {\"type\": \"vanilla\", \"scale\": 0.25}}", "s.json",
+                                  &err) == AS_OK, "%s", err.msg);
+    js = model_config_to_json(&c);
+    back = small_cfg(1);
+    CHECK(js && model_config_apply_json(&back, js, "trace", &err) == AS_OK, "%s", err.msg);
+    CHECK(back.attn[0].scale == 0.25f && back.attn[1].scale == 0.25f, "vanilla scale round trip: %g",
+          (double)back.attn[0].scale);
+    free(js);
 
     json_expect("{\"attention\": {\"type\": \"lmsx\"}}", "\"type\" must be one of");
     json_expect("{\"attention\": {\"type\": \"lmsa\"}}", "lmsa needs \"qk_dim\"");
