@@ -1716,7 +1716,10 @@ as_status model_init_random(model *m, const vit_config *cfg, unsigned long long 
 void model_layout_note(const model *m, char *buf, size_t n) {
     if (n) buf[0] = 0;
     if (m->cfg.n_stages == 0 || !m->source[0] || strncmp(m->source, "random", 6) == 0) return;
-    snprintf(buf, n, "%s; %d buffer%s ignored%s", layout_describe(m->layout), m->n_ignored,
+    const char *words = m->cfg.family != VIT_FAMILY_PVT2 ? layout_describe(m->layout)
+                      : m->layout == LAYOUT_OFFICIAL ? "whai362/PVT's official names (patch_embed1..4, "
+                        "block1..4, norm1..4, mlp.dwconv.dwconv), renamed to timm's" : "timm's names";
+    snprintf(buf, n, "%s; %d buffer%s ignored%s", words, m->n_ignored,
              m->n_ignored == 1 ? "" : "s", m->n_ignored ? " (relative_position_index, attn_mask: "
              "attnscope computes them)" : "");
 }
