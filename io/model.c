@@ -270,12 +270,16 @@ static void key_other_family(char *msg, size_t n, const char *prefix, const char
         for (size_t i = 0; i < sizeof pvt_why / sizeof pvt_why[0]; i++)
             if (strcmp(pvt_why[i].key, key) == 0) why = pvt_why[i].why;
         snprintf(msg, n, "\"%s%.48s\" is not a PVT v2 key: %s; remove it", prefix, key, why);
-    } else if (fam & MF_SWIN) {
+    } else if ((fam & MF_SWIN) && !(key_find_fam(key, MK_MODEL, MF_PVT) && !key_find_fam(key, MK_MODEL, MF_VIT))) {
         const char *why = "timm's SwinTransformer has no such option";
         for (size_t i = 0; i < sizeof swin_why / sizeof swin_why[0]; i++)
             if (strcmp(swin_why[i].key, key) == 0) why = swin_why[i].why;
         snprintf(msg, n, "\"%s%.48s\" is a ViT key and this is a Swin model: %s; remove it", prefix,
                  key, why);
+    } else if (key_find_fam(key, MK_MODEL, MF_PVT) && !key_find_fam(key, MK_MODEL, MF_SWIN | MF_VIT)) {
+        snprintf(msg, n, "\"%s%.48s\" is a PVT v2 key and this is a %s model: add \"family\": "
+                 "\"pvt_v2\" (or name a PVT v2 architecture) for a PVT v2, or remove it", prefix, key,
+                 fam & MF_SWIN ? "Swin" : "ViT");
     } else {
         snprintf(msg, n, "\"%s%.48s\" is a Swin key and this is a ViT model: add \"family\": "
                  "\"swin\" (or name a Swin architecture) for a Swin, or remove it", prefix, key);
