@@ -281,6 +281,11 @@ static void info_staged_layers(const trace_reader *r) {
             snprintf(win, sizeof win, "windows %dx%d of %dx%d tokens (padded grid %dx%d), shift %d, "
                      "%d window%s recorded", t->nwh, t->nww, t->M, t->M, t->ph, t->pw, t->shift,
                      t->n_problems, t->n_problems == 1 ? "" : "s");
+        else if (t->scope == VIT_SCOPE_SRA && t->sr_pool)
+            snprintf(win, sizeof win, "spatial reduction: keys pooled to %dx%d", t->kgh, t->kgw);
+        else if (t->scope == VIT_SCOPE_SRA)
+            snprintf(win, sizeof win, "spatial reduction: sr_ratio %d, %dx%d keys every %g px", t->sr_ratio,
+                     t->kgh, t->kgw, (double)t->key_stride_px);
         line("%-11s layer %d: stage %d, %dx%d tokens every %g px, width %d, heads %d; %s",
              li == 0 ? "geometry" : "", t->layer, t->stage, t->gh, t->gw, (double)t->stride_px, t->D,
              t->H, win);
@@ -367,6 +372,13 @@ static int info_trace_json(trace_reader *r, const char *path, const char *analys
                 cJSON_AddNumberToObject(e, "window", t->M);
                 cJSON_AddNumberToObject(e, "shift", t->shift);
                 cJSON_AddItemToObject(e, "window_grid", json_ints(nw, 2));
+            }
+            if (t->scope == VIT_SCOPE_SRA) {
+                const int kg[2] = {t->kgh, t->kgw};
+                cJSON_AddItemToObject(e, "key_grid", json_ints(kg, 2));
+                cJSON_AddNumberToObject(e, t->sr_pool ? "sr_pool" : "sr_ratio", t->sr_pool ? t->sr_pool : t->sr_ratio);
+                cJSON_AddNumberToObject(e, "key_stride_px", t->key_stride_px);
+                cJSON_AddNumberToObject(e, "key_offset_px", t->key_offset_px);
             }
         }
     } else {
