@@ -4,6 +4,7 @@
  * (read, written back, refused with the key and the fix), mechanisms refused in SRA scope with
  * the reason, and the official checkpoint names renamed to timm's. Needs no PyTorch. */
 #define _POSIX_C_SOURCE 200809L
+#include <omp.h>
 #include <stdlib.h>
 
 #include "../io/model.h"
@@ -297,11 +298,38 @@ static void test_official_names(void) {
     model_free(&m);
 }
 
+/* The forward's bits do not depend on the thread count (both fixtures, 1 against 2 threads). */
+static void test_threads(void) {
+    const char *dirs[2] = {"pvt_tiny", "pvt_li"};
+    for (int i = 0; i < 2; i++) {
+        model m;
+        CHECK(model_load(&m, fx(dirs[i]), NULL, 0, &err) == AS_OK, "%s", err.msg);
+        if (err.status) continue;
+        const int B = 3, S = m.cfg.img_size, K = m.cfg.num_classes;
+        float *img = malloc(sizeof(float) * B * 3 * S * S), out[2][3 * 16];
+        for (int k = 0; k < B * 3 * S * S; k++) img[k] = sinf(0.05f * (float)k) + 0.3f * cosf(0.7f * (float)k);
+        for (int t = 0; t < 2; t++) {
+            omp_set_num_threads(t + 1);
+            const size_t bytes = vit_acts_carve(&m.cfg, B, NULL, NULL);
+            void *arena = aligned_alloc(64, (bytes + 63) / 64 * 64);
+            vit_acts a;
+            vit_acts_carve(&m.cfg, B, arena, &a);
+            vit_forward(&m.cfg, &m.params, &a, img, B, NULL);
+            memcpy(out[t], a.logits, sizeof(float) * (size_t)B * K);
+            free(arena);
+        }
+        CHECK(memcmp(out[0], out[1], sizeof(float) * (size_t)B * K) == 0, "%s: 1 and 2 threads differ", dirs[i]);
+        free(img);
+        model_free(&m);
+    }
+}
+
 int main(void) {
     check_tmp_init("pvt");
     test_published();
     test_ratio_one();
     test_json();
     test_official_names();
+    test_threads();
     return check_finish("pvt");
 }
