@@ -533,8 +533,8 @@ static void list_archs(void) {
         const vit_config *c = vit_arch_get(i);
         vit_cost cost;
         vit_config_cost(c, &cost);
-        printf("%-34s %7.1fM %7.2f  %s%s%s\n", c->name, cost.params_total / 1e6, cost.macs_total / 1e9,
-               c->n_stages ? "swin, " : "", c->distilled ? "distilled, " : "",
+        printf("%-34s %7.1fM %7.2f  %s%s%s%s\n", c->name, cost.params_total / 1e6, cost.macs_total / 1e9,
+               c->n_stages ? vit_family_name(c->family) : "", c->n_stages ? ", " : "", c->distilled ? "distilled, " : "",
                c->mean[0] > 0.49f ? "inception mean/std" : "imagenet mean/std");
     }
 }
