@@ -47,6 +47,13 @@ float vit_sra_key_centre(const vit_geom *g, int i, int axis) {
     return g->offset_px + g->stride_px * 0.5f * (float)(lo + hi - 1);
 }
 
+/* The total q/k width of block l: C, or LMSA's compressed qk_dim (heads x vit_qk_head_dim). */
+static int qk_width(const vit_config *c, int l) {
+    vit_geom g;
+    vit_block_geom(c, l, &g);
+    return g.H * vit_qk_head_dim(c, l);
+}
+
 /* ---- weights: timm's PyramidVisionTransformerV2 names ---- */
 
 static void put(vit_spec_sink *k, const float **slot, const char *fmt, int a, int b, int ndim, const int *shape) {
@@ -81,7 +88,7 @@ int pvt_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, 
             vit_block_params *b = &p->blocks[first + j];
             vit_geom g;
             vit_block_geom(c, first + j, &g);
-            const int Hm = g.Hm, R = c->sr_linear ? 1 : g.sr_ratio;
+            const int Hm = g.Hm, R = c->sr_linear ? 1 : g.sr_ratio, Q = qk_width(c, first + j);
             const char *blk = "stages.%d.blocks.%d.";
             char f[128];
 #define BPUT(slot, shape, suffix)                                 \
@@ -91,10 +98,10 @@ int pvt_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, 
     } while (0)
             BPUT(&b->norm1_w, ((int[]){C}), "norm1.weight");
             BPUT(&b->norm1_b, ((int[]){C}), "norm1.bias");
-            BPUT(&b->q_w, ((int[]){C, C}), "attn.q.weight");
-            if (c->qkv_bias) BPUT(&b->q_b, ((int[]){C}), "attn.q.bias");
-            BPUT(&b->kv_w, ((int[]){2 * C, C}), "attn.kv.weight");
-            if (c->qkv_bias) BPUT(&b->kv_b, ((int[]){2 * C}), "attn.kv.bias");
+            BPUT(&b->q_w, ((int[]){Q, C}), "attn.q.weight");
+            if (c->qkv_bias) BPUT(&b->q_b, ((int[]){Q}), "attn.q.bias");
+            BPUT(&b->kv_w, ((int[]){Q + C, C}), "attn.kv.weight");
+            if (c->qkv_bias) BPUT(&b->kv_b, ((int[]){Q + C}), "attn.kv.bias");
             if (c->sr_linear || R > 1) {
                 BPUT(&b->sr_w, ((int[]){C, C, R, R}), "attn.sr.weight");
                 BPUT(&b->sr_b, ((int[]){C}), "attn.sr.bias");
@@ -144,7 +151,8 @@ void pvt_acts_need(const vit_config *c, pvt_need *z) {
         const size_t col = c->sr_linear ? Tk * D : g.sr_ratio > 1 ? Tk * D * g.sr_ratio * g.sr_ratio : 0;
         if (col > z->sr_col) z->sr_col = col;
         if (Tk * D > z->xr) z->xr = Tk * D;
-        if (2 * Tk * D > z->kv) z->kv = 2 * Tk * D;
+        const size_t kvw = Tk * ((size_t)qk_width(c, l) + D); /* [k (Q) | v (D)] rows */
+        if (kvw > z->kv) z->kv = kvw;
         if ((size_t)g.T * g.Hm > z->hid2) z->hid2 = (size_t)g.T * g.Hm;
     }
 }
@@ -258,10 +266,11 @@ static void dwconv3(float *out, const float *hid, const float *w, const float *b
 void pvt_block(const vit_config *c, int l, const vit_geom *g, const vit_block_params *bp, vit_acts *a,
                int n, const vit_record *rec) {
     const int T = g->T, D = g->D, H = g->H, hd = D / H, Hm = g->Hm, Tk = g->Tk, M = n * T;
+    const int Q = qk_width(c, l), dq = Q / H, KV = Q + D; /* q (Q), kv rows [k (Q) | v (D)] */
     kernels_layernorm(a->xn, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
-    vit_linear(a->qkv, a->xn, bp->q_w, bp->q_b, M, D, D, 0);
+    vit_linear(a->qkv, a->xn, bp->q_w, bp->q_b, M, Q, D, 0);
     const float *src = sra_reduce(c, g, bp, a, n);
-    vit_linear(a->kv, src, bp->kv_w, bp->kv_b, n * Tk, 2 * D, D, 0);
+    vit_linear(a->kv, src, bp->kv_w, bp->kv_b, n * Tk, KV, D, 0);
     float *att = rec->attn && rec->attn[l] ? rec->attn[l] : a->att;
     float *scores = rec->scores ? rec->scores[l] : NULL;
     const vit_mech *m = vit_mech_of(c, l);
@@ -274,15 +283,15 @@ void pvt_block(const vit_config *c, int l, const vit_geom *g, const vit_block_pa
 #pragma omp parallel for schedule(dynamic, 1)
     for (int job = 0; job < n * H; job++) {
         const int b = job / H, h = job % H;
-        const float *q = a->qkv + (size_t)b * T * D + (size_t)h * hd;
-        const float *kv = a->kv + (size_t)b * Tk * 2 * D;
+        const float *q = a->qkv + (size_t)b * T * Q + (size_t)h * dq;
+        const float *kv = a->kv + (size_t)b * Tk * KV;
         vit_attn_problem pr = {.Tq = T, .Tk = Tk, .prefix = 0, .gh = g->gh, .gw = g->gw, .H = H, .h = h,
-                               .dq = hd, .scale = scale, .q = q, .k = kv + (size_t)h * hd,
-                               .v = kv + D + (size_t)h * hd, .ldq = D, .ldk = 2 * D, .ldv = 2 * D,
+                               .dq = dq, .scale = scale, .q = q, .k = kv + (size_t)h * dq,
+                               .v = kv + Q + (size_t)h * hd, .ldq = Q, .ldk = KV, .ldv = KV,
                                .kgh = g->kgh, .kgw = g->kgw};
         float *A = att + ((size_t)b * H + h) * TT;
         vit_mech_problem_forward(m, &mb, &pr, A, scores ? scores + ((size_t)b * H + h) * TT : NULL);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, Tk, 1.0f, A, Tk, pr.v, 2 * D, 0.0f,
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, Tk, 1.0f, A, Tk, pr.v, KV, 0.0f,
                     a->ao + (size_t)b * T * D + (size_t)h * hd, D);
     }
     float *rq = rec->q ? rec->q[l] : NULL, *rk = rec->k ? rec->k[l] : NULL;
@@ -291,11 +300,11 @@ void pvt_block(const vit_config *c, int l, const vit_geom *g, const vit_block_pa
         for (int b = 0; b < n; b++)
             for (int h = 0; h < H; h++) {
                 for (int t = 0; rq && t < T; t++)
-                    memcpy(rq + (((size_t)b * H + h) * T + t) * hd, a->qkv + ((size_t)b * T + t) * D + (size_t)h * hd,
-                           (size_t)hd * sizeof(float));
+                    memcpy(rq + (((size_t)b * H + h) * T + t) * dq, a->qkv + ((size_t)b * T + t) * Q + (size_t)h * dq,
+                           (size_t)dq * sizeof(float));
                 for (int t = 0; rk && t < Tk; t++)
-                    memcpy(rk + (((size_t)b * H + h) * Tk + t) * hd,
-                           a->kv + ((size_t)b * Tk + t) * 2 * D + (size_t)h * hd, (size_t)hd * sizeof(float));
+                    memcpy(rk + (((size_t)b * H + h) * Tk + t) * dq,
+                           a->kv + ((size_t)b * Tk + t) * KV + (size_t)h * dq, (size_t)dq * sizeof(float));
             }
     }
     vit_linear(a->x, a->ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
@@ -334,10 +343,11 @@ void pvt_stage_cost(const vit_config *c, int s, vit_cost_part *o) {
     for (int l = first; l < first + c->stage[s].depth; l++) {
         vit_block_geom(c, l, &g);
         const double H = g.H, Hm = g.Hm, Tk = g.Tk, hd = C / H, maps = H * T * Tk, bias = c->qkv_bias ? 1 : 0;
+        const double Q = qk_width(c, l), dq = Q / H; /* LMSA: compressed q | k */
         vit_cost_add(o, VIT_COMP_NORM, 2 * 2 * C, 0, 2 * 8 * T * C);
         /* q over T tokens, k | v over T' keys; the reduction before them under attn.sr */
-        vit_cost_add(o, VIT_COMP_QKV, C * (C + bias) + 2 * C * (C + bias), T * C * C + Tk * 2 * C * C,
-                     (T + 2 * Tk) * C * bias);
+        vit_cost_add(o, VIT_COMP_QKV, Q * (C + bias) + (Q + C) * (C + bias), T * C * Q + Tk * (Q + C) * C,
+                     (T * Q + Tk * (Q + C)) * bias);
         if (c->sr_linear) { /* pool (T adds per channel), 1x1 conv, GELU; then the LN */
             vit_cost_add(o, VIT_COMP_SR, C * C + C, Tk * C * C, T * C + Tk * C + 8 * Tk * C);
             vit_cost_add(o, VIT_COMP_NORM, 2 * C, 0, 8 * Tk * C);
@@ -346,7 +356,7 @@ void pvt_stage_cost(const vit_config *c, int s, vit_cost_part *o) {
             vit_cost_add(o, VIT_COMP_SR, R2 * C * C + C, Tk * R2 * C * C, Tk * C);
             vit_cost_add(o, VIT_COMP_NORM, 2 * C, 0, 8 * Tk * C);
         }
-        vit_cost_add(o, VIT_COMP_ATTN_SCORES, 0, maps * hd, maps + 5 * maps);
+        vit_cost_add(o, VIT_COMP_ATTN_SCORES, 0, maps * dq, maps + 5 * maps);
         vit_cost_add(o, VIT_COMP_ATTN_VALUES, 0, maps * hd, 0);
         vit_cost_add(o, VIT_COMP_PROJ, C * C + C, T * C * C, T * C + T * C);
         /* fc1, the depth-wise 3x3 with bias, GELU, fc2 */

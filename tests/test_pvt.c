@@ -221,12 +221,31 @@ static void test_json(void) {
         {"{\"architecture\": \"pvt_v2_b0\", \"num_heads\": [1, 2, 3, 8]}", "not divisible"},
         {"{\"architecture\": \"pvt_v2_b0\", \"global_pool\": \"token\"}", "use \"avg\""},
         {"{\"architecture\": \"vit_tiny_patch16_224\", \"patch_kernel\": 7}", "is a PVT"},
-        {"{\"architecture\": \"pvt_v2_b0\", \"attention\": {\"type\": \"lmsa\", \"qk_dim\": 16}}",
+        {"{\"architecture\": \"pvt_v2_b0\", \"attention\": {\"type\": \"lmsa\", \"qk_dim\": 3, \"blocks\": [2]}}",
+         "not a positive multiple of num_heads 2"},
+        {"{\"architecture\": \"pvt_v2_b0\", \"attention\": {\"type\": \"lsla\", \"blocks\": [0]}}",
          "cannot run in sra scope (its queries and keys live on different grids"},
         {"{\"architecture\": \"pvt_v2_b0\", \"attention\": {\"type\": \"less\"}}", "cannot run in sra scope"},
         {"{\"architecture\": \"pvt_v2_b0\", \"attention\": {\"type\": \"mait\", \"mask_size\": [3], \"blocks\": [0]}}",
          "cannot run in sra scope"},
     };
+    /* LMSA in SRA blocks: attn.q (qk_dim, C) and attn.kv (qk_dim + C, C), scores over qk_dim / H */
+    CHECK(apply(&c, "{\"architecture\": \"pvt_v2_b0\", \"attention\": {\"type\": \"lmsa\", \"qk_dim\": 16, "
+                    "\"blocks\": [0]}}") == AS_OK, "lmsa in SRA: %s", err.msg);
+    vit_cost k0, k1;
+    vit_config_cost(vit_arch_find("pvt_v2_b0"), &k0);
+    vit_config_cost(&c, &k1);
+    CHECK(k1.params_total == k0.params_total - 32.0 * 33 && vit_qk_head_dim(&c, 0) == 16 &&
+              k1.macs[VIT_COMP_ATTN_SCORES] == k0.macs[VIT_COMP_ATTN_SCORES] - 3136.0 * 49 * 16,
+          "lmsa in SRA: %.0f params (b0 %.0f)", k1.params_total, k0.params_total);
+    vit_params p;
+    static vit_tensor_spec specs[VIT_MAX_TENSORS];
+    const int ns = vit_param_specs(&c, &p, specs, VIT_MAX_TENSORS);
+    int seen = 0;
+    for (int i = 0; i < ns; i++)
+        seen += (!strcmp(specs[i].name, "stages.0.blocks.0.attn.q.weight") && specs[i].shape[0] == 16) +
+                (!strcmp(specs[i].name, "stages.0.blocks.0.attn.kv.weight") && specs[i].shape[0] == 48);
+    CHECK(seen == 2, "lmsa in SRA: attn.q (16, 32) and attn.kv (48, 32) expected");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const as_status st = apply(&c, bad[i].json);
         CHECK(st != AS_OK && strstr(err.msg, bad[i].want) && !strchr(err.msg, '\n'), "%s -> %s", bad[i].json,

@@ -35,8 +35,9 @@ def weights(cfg, seed):
         R = 1 if cfg["linear"] else cfg["sr_ratios"][s]
         for j in range(d):
             p = "stages.%d.blocks.%d." % (s, j)
-            shapes.update({p + "norm1.weight": (c,), p + "norm1.bias": (c,), p + "attn.q.weight": (c, c),
-                           p + "attn.q.bias": (c,), p + "attn.kv.weight": (2 * c, c), p + "attn.kv.bias": (2 * c,)})
+            Q = cfg.get("lmsa", {}).get(sum(cfg["depths"][:s]) + j, c)  # LMSA: compressed q/k width
+            shapes.update({p + "norm1.weight": (c,), p + "norm1.bias": (c,), p + "attn.q.weight": (Q, c),
+                           p + "attn.q.bias": (Q,), p + "attn.kv.weight": (Q + c, c), p + "attn.kv.bias": (Q + c,)})
             if cfg["linear"] or R > 1:
                 shapes.update({p + "attn.sr.weight": (c, c, R, R), p + "attn.sr.bias": (c,),
                                p + "attn.norm.weight": (c,), p + "attn.norm.bias": (c,)})
@@ -110,13 +111,16 @@ def fixture(name, cfg, seed, images):
                                  "depths", "num_heads", "mlp_ratios", "linear", "qkv_bias")}
     if not cfg["linear"]:
         margs["sr_ratios"] = cfg["sr_ratios"]
+    if cfg.get("lmsa"):
+        margs["attention"] = [{"type": "lmsa", "qk_dim": q, "blocks": [b]} for b, q in sorted(cfg["lmsa"].items())]
     conf = {"architecture": "custom", "num_classes": cfg["num_classes"], "model_args": margs,
             "pretrained_cfg": {"input_size": [3, cfg["img_size"], cfg["img_size"]], "crop_pct": 0.9,
                                "interpolation": "bicubic", **IMAGENET}}
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(conf, f, indent=2)
         f.write("\n")
-    assert pvt_ref.count_params(cfg) == sum(v.numel() for v in sd.values())
+    if not cfg.get("lmsa"):
+        assert pvt_ref.count_params(cfg) == sum(v.numel() for v in sd.values())
     print(name, "params", sum(v.numel() for v in sd.values()), "logits", logits.numpy().round(4).tolist()[0][:4])
 
 
@@ -136,6 +140,11 @@ def main():
     x = rng.standard_normal((2, 3, 40, 40)).astype(np.float32)
     fixture("pvt_li", li, 2, x)
     np.save(os.path.join(OUT, "pvt_li", "inputs40.npy"), x)
+    # LMSA in SRA blocks 0 (stage 0, R = 2) and 2 (stage 1, R = 1): q and k of 2 per head, on the
+    # shared 32 px inputs.npy (grids 8 and 4, keys 4x4 and 4x4); block 1 is vanilla
+    lm = dict(base, img_size=32, embed_dims=[16, 32], depths=[2, 1], num_heads=[2, 4], mlp_ratios=[2, 2],
+              sr_ratios=[2, 1], linear=False, lmsa={0: 4, 2: 8})
+    fixture("pvt_lmsa", lm, 3, np.load(os.path.join(OUT, "inputs.npy")))
 
 
 if __name__ == "__main__":

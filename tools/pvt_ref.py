@@ -7,7 +7,7 @@ tools/make_pvt_fixtures.py and the ONNX export of the benchmark.
     stem:   x = LN_1e-5(Conv2d(k7, s4, p3)(img))                      patch_embed.proj, .norm
     stage s >= 1 starts with LN_1e-5(Conv2d(k3, s2, p1)(x))            stages.s.downsample
     block:  x = x + SRA(LN1(x));  x = x + MixFFN(LN2(x))               LN1, LN2 eps 1e-6
-    SRA:    q = x Wq + b (T, C); x' = LN_1e-5(Conv2d(R x R, stride R)(x)) (T' = T / R^2) or, R = 1,
+    SRA:    q = x Wq + b (T, C; LMSA: (T, qk_dim), k likewise, 1/sqrt(qk_dim / H)); x' = LN_1e-5(Conv2d(R x R, stride R)(x)) (T' = T / R^2) or, R = 1,
             x' = x; or (linear) x' = GELU(LN_1e-5(Conv1x1(AdaptiveAvgPool2d(7)(x)))) (T' = 49);
             [k | v] = x' Wkv + b; A_h = softmax((q_h k_h^T) d^-1/2) (T x T'); out = [A_h v_h] Wproj + b
     MixFFN: fc1 -> [ReLU (linear)] -> depth-wise Conv2d(3x3, p1, bias) -> GELU -> fc2
@@ -94,6 +94,8 @@ class PVTv2(torch.nn.Module):
         n, T, C = x.shape
         d = C // heads
         q = linear(x, sd, p + "attn.q")
+        Q = q.shape[-1]  # C, or LMSA's compressed q/k width (attn.q (Q, C), attn.kv (Q + C, C))
+        dq = Q // heads
         if self.linear:
             xr = adaptive_pool(to_grid(x, h, w), POOL)
             xr = F.conv2d(xr, sd[p + "attn.sr.weight"], sd[p + "attn.sr.bias"])
@@ -107,11 +109,11 @@ class PVTv2(torch.nn.Module):
             xr, kh, kw = x, h, w
         kv = linear(xr, sd, p + "attn.kv")
         Tk = kv.shape[1]
-        k, v = kv[..., :C], kv[..., C:]
-        qh = q.reshape(n, T, heads, d).transpose(1, 2)
-        kh_ = k.reshape(n, Tk, heads, d).transpose(1, 2)
+        k, v = kv[..., :Q], kv[..., Q:]
+        qh = q.reshape(n, T, heads, dq).transpose(1, 2)
+        kh_ = k.reshape(n, Tk, heads, dq).transpose(1, 2)
         vh = v.reshape(n, Tk, heads, d).transpose(1, 2)
-        s = (qh @ kh_.transpose(-1, -2)) * d ** -0.5
+        s = (qh @ kh_.transpose(-1, -2)) * dq ** -0.5
         a = torch.softmax(s, -1)
         o = (a @ vh).transpose(1, 2).reshape(n, T, C)
         if rec is not None:
