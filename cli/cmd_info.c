@@ -55,7 +55,7 @@ static void print_stages(const vit_config *c, const vit_cost *cost) {
     printf("\n%-8s %-7s %5s %5s %6s %-17s %11s %9s %9s\n", "stage", "grid", "dim", "heads", "blocks",
            "window", "params", "GFLOPs", "GMACs");
     const char *row = "%-8s %-7s %5s %5s %6s %-17s %11.0f %9.4f %9.4f\n";
-    printf(row, "stem", "", "", "", "", c->patch_norm ? "patch_embed+norm" : "patch_embed",
+    printf(row, "stem", "", "", "", "", c->patch_norm || c->patch_kernel ? "patch_embed+norm" : "patch_embed",
            cost->stem.params_total, cost->stem.flops_total / 1e9, cost->stem.macs_total / 1e9);
     for (int s = 0; s < c->n_stages; s++) {
         vit_geom g, g1;
@@ -63,19 +63,48 @@ static void print_stages(const vit_config *c, const vit_cost *cost) {
         vit_block_geom(c, l, &g);
         vit_block_geom(c, l + (c->stage[s].depth > 1), &g1); /* the shifted block, if any */
         char grid[32], dim[16], heads[16], blocks[16], win[64], name[24];
-        snprintf(name, sizeof name, "%d%s", s, c->stage[s].down == VIT_DOWN_MERGE ? "+merge" : "");
+        snprintf(name, sizeof name, "%d%s", s, c->stage[s].down == VIT_DOWN_MERGE ? "+merge"
+                 : c->stage[s].down == VIT_DOWN_CONV ? "+conv" : "");
         snprintf(grid, sizeof grid, "%dx%d", g.gh, g.gw);
         snprintf(dim, sizeof dim, "%d", g.D);
         snprintf(heads, sizeof heads, "%d", g.H);
         snprintf(blocks, sizeof blocks, "%d", c->stage[s].depth);
-        if (g.M < c->stage[s].window) snprintf(win, sizeof win, "%dx%d (clamped)", g.M, g.M);
+        if (g.scope == VIT_SCOPE_SRA) /* PVT v2: the keys' grid */
+            snprintf(win, sizeof win, g.sr_pool ? "keys pool %dx%d" : "keys sr %d: %dx%d",
+                     g.sr_pool ? g.kgh : g.sr_ratio, g.sr_pool ? g.kgw : g.kgh, g.kgw);
+        else if (g.M < c->stage[s].window) snprintf(win, sizeof win, "%dx%d (clamped)", g.M, g.M);
         else if (g1.shift) snprintf(win, sizeof win, "%dx%d, shift %d", g.M, g.M, g1.shift);
         else snprintf(win, sizeof win, "%dx%d, no shift", g.M, g.M);
         printf(row, name, grid, dim, heads, blocks, win, cost->stage[s].params_total,
                cost->stage[s].flops_total / 1e9, cost->stage[s].macs_total / 1e9);
     }
-    printf(row, "head", "", "", "", "", "norm+pool+fc", cost->head.params_total,
+    printf(row, "head", "", "", "", "", c->family == VIT_FAMILY_PVT2 ? "pool+fc" : "norm+pool+fc", cost->head.params_total,
            cost->head.flops_total / 1e9, cost->head.macs_total / 1e9);
+}
+
+/* PVT v2's input, blocks and head lines. */
+static void print_pvt(const vit_config *c) {
+    char list[5][64] = {"", "", "", "", ""};
+    for (int s = 0; s < c->n_stages; s++) {
+        const int v[5] = {c->stage[s].depth, c->stage[s].embed_dim, c->stage[s].num_heads,
+                          c->stage[s].mlp_hidden, c->stage[s].sr_ratio};
+        for (int k = 0; k < 5; k++)
+            snprintf(list[k] + strlen(list[k]), sizeof list[k] - strlen(list[k]), "%s%d", s ? "," : "", v[k]);
+    }
+    vit_geom g;
+    vit_block_geom(c, 0, &g);
+    line("input       %dx%dx%d, overlapping stem Conv2d(k%d, s%d, p%d) + LayerNorm -> %dx%d grid; a "
+         "Conv2d(k3, s2, p1) + LayerNorm before each stage after the first\n", c->in_chans, c->img_size,
+         c->img_size, c->patch_kernel, c->patch_size, c->patch_kernel / 2, g.gh, g.gw);
+    char keys[160];
+    if (c->sr_linear) snprintf(keys, sizeof keys, "linear SRA (keys and values pooled to %dx%d)", VIT_SR_POOL, VIT_SR_POOL);
+    else snprintf(keys, sizeof keys, "SRA with sr_ratios %s", list[4]);
+    line("blocks      %d in %d pvt_v2 stages: depths %s, dims %s, heads %s, MixFFN %s%s; %s; qkv "
+         "bias %s; LayerNorm eps %g (blocks, stage norms), %g (stem, downsample, SR)\n", c->depth,
+         c->n_stages, list[0], list[1], list[2], list[3], c->sr_linear ? " with ReLU" : "", keys,
+         c->qkv_bias ? "yes" : "no", (double)c->ln_eps, (double)c->conv_ln_eps);
+    printf("head        %d classes, a LayerNorm closing each stage, pool %s (no final norm)\n",
+           c->num_classes, vit_pool_name(c->global_pool));
 }
 
 static void print_model(const vit_config *c, const char *source, const char *dtype, size_t ntensors) {
@@ -84,7 +113,9 @@ static void print_model(const vit_config *c, const char *source, const char *dty
     const int g = vit_grid(c), pre = vit_num_prefix(c);
     printf("model       %s\n", c->name);
     if (source) line("weights     %s (%s, %zu tensors)\n", source, dtype, ntensors);
-    if (c->n_stages > 0) {
+    if (c->family == VIT_FAMILY_PVT2) {
+        print_pvt(c);
+    } else if (c->n_stages > 0) {
         char list[4][96] = {"", "", "", ""};
         for (int s = 0; s < c->n_stages; s++) {
             const int v[4] = {c->stage[s].depth, c->stage[s].embed_dim, c->stage[s].num_heads,
@@ -120,6 +151,7 @@ static void print_model(const vit_config *c, const char *source, const char *dty
     for (int i = 0; i < VIT_COMP_COUNT; i++) {
         /* the rows a family has: no tokens in Swin, no downsample in a ViT */
         if (c->n_stages > 0 ? i == VIT_COMP_TOKENS : i == VIT_COMP_DOWNSAMPLE) continue;
+        if (i == VIT_COMP_SR && c->family != VIT_FAMILY_PVT2) continue;
         printf("%-18s %14.0f %12.4f %12.4f %6.1f%%\n", vit_component_name((vit_component)i),
                cost.params[i], cost.flops[i] / 1e9, cost.macs[i] / 1e9,
                100.0 * cost.flops[i] / cost.flops_total);
@@ -133,6 +165,12 @@ static void print_model(const vit_config *c, const char *source, const char *dty
              "(products only, fvcore's count); %.2f GFLOPs counting a multiply-add as 2 and every "
              "elementwise operation", cost.params_total / 1e6, cost.macs_total / 1e9, cost.flops_total / 1e9);
     cli_wrap(stdout, 0, 0, sum);
+    if (c->sr_linear) { /* docs/models.md "PVT v2": what the published 3.82 G of b2_li leaves out */
+        snprintf(sum, sizeof sum, "Linear SRA: without the 1x1 conv of attn.sr on the pooled keys "
+                 "(%.3f G), %.2f GMACs: the count PVT v2 publishes for pvt_v2_b2_li (3.82 G)",
+                 cost.macs[VIT_COMP_SR] / 1e9, (cost.macs_total - cost.macs[VIT_COMP_SR]) / 1e9);
+        cli_wrap(stdout, 0, 0, sum);
+    }
 }
 
 static cJSON *cost_part_json(const vit_cost_part *p) {
@@ -154,6 +192,7 @@ static cJSON *cost_json(const vit_config *c) {
     cJSON_AddNumberToObject(o, "flops", cost.flops_total);
     cJSON *comp = cJSON_AddObjectToObject(o, "components");
     for (int i = 0; i < VIT_COMP_COUNT; i++) {
+        if (i == VIT_COMP_SR && c->family != VIT_FAMILY_PVT2) continue;
         cJSON *e = cJSON_AddObjectToObject(comp, vit_component_name((vit_component)i));
         cJSON_AddNumberToObject(e, "params", cost.params[i]);
         cJSON_AddNumberToObject(e, "macs", cost.macs[i]);
@@ -171,6 +210,7 @@ static cJSON *cost_json(const vit_config *c) {
         cJSON_AddNumberToObject(e, "heads", g.H);
         cJSON_AddStringToObject(e, "scope", vit_scope_name(g.scope));
         if (g.scope == VIT_SCOPE_WINDOW) cJSON_AddNumberToObject(e, "window", g.M);
+        if (g.scope == VIT_SCOPE_SRA) cJSON_AddNumberToObject(e, "keys", g.Tk);
         cJSON_AddItemToArray(st, e);
     }
     cJSON_AddItemToObject(o, "head", cost_part_json(&cost.head));
@@ -241,6 +281,11 @@ static void info_staged_layers(const trace_reader *r) {
             snprintf(win, sizeof win, "windows %dx%d of %dx%d tokens (padded grid %dx%d), shift %d, "
                      "%d window%s recorded", t->nwh, t->nww, t->M, t->M, t->ph, t->pw, t->shift,
                      t->n_problems, t->n_problems == 1 ? "" : "s");
+        else if (t->scope == VIT_SCOPE_SRA && t->sr_pool)
+            snprintf(win, sizeof win, "spatial reduction: keys pooled to %dx%d", t->kgh, t->kgw);
+        else if (t->scope == VIT_SCOPE_SRA)
+            snprintf(win, sizeof win, "spatial reduction: sr_ratio %d, %dx%d keys every %g px", t->sr_ratio,
+                     t->kgh, t->kgw, (double)t->key_stride_px);
         line("%-11s layer %d: stage %d, %dx%d tokens every %g px, width %d, heads %d; %s",
              li == 0 ? "geometry" : "", t->layer, t->stage, t->gh, t->gw, (double)t->stride_px, t->D,
              t->H, win);
@@ -327,6 +372,13 @@ static int info_trace_json(trace_reader *r, const char *path, const char *analys
                 cJSON_AddNumberToObject(e, "window", t->M);
                 cJSON_AddNumberToObject(e, "shift", t->shift);
                 cJSON_AddItemToObject(e, "window_grid", json_ints(nw, 2));
+            }
+            if (t->scope == VIT_SCOPE_SRA) {
+                const int kg[2] = {t->kgh, t->kgw};
+                cJSON_AddItemToObject(e, "key_grid", json_ints(kg, 2));
+                cJSON_AddNumberToObject(e, t->sr_pool ? "sr_pool" : "sr_ratio", t->sr_pool ? t->sr_pool : t->sr_ratio);
+                cJSON_AddNumberToObject(e, "key_stride_px", t->key_stride_px);
+                cJSON_AddNumberToObject(e, "key_offset_px", t->key_offset_px);
             }
         }
     } else {
@@ -481,8 +533,8 @@ static void list_archs(void) {
         const vit_config *c = vit_arch_get(i);
         vit_cost cost;
         vit_config_cost(c, &cost);
-        printf("%-34s %7.1fM %7.2f  %s%s%s\n", c->name, cost.params_total / 1e6, cost.macs_total / 1e9,
-               c->n_stages ? "swin, " : "", c->distilled ? "distilled, " : "",
+        printf("%-34s %7.1fM %7.2f  %s%s%s%s\n", c->name, cost.params_total / 1e6, cost.macs_total / 1e9,
+               c->n_stages ? vit_family_name(c->family) : "", c->n_stages ? ", " : "", c->distilled ? "distilled, " : "",
                c->mean[0] > 0.49f ? "inception mean/std" : "imagenet mean/std");
     }
 }

@@ -281,8 +281,10 @@ int record_parse_windows(trace_spec *s, const vit_config *c, const char *list, a
     }
     if (fewest < 0) {
         as_fail(err, AS_ERR_ARG, "--windows %s: no recorded layer uses window attention (%s): "
-                "leave --windows out%s", list, c->n_stages > 0 ? "the --layers chosen are global"
-                : "this model's attention is global", c->n_stages > 0 ? " or record window layers" : "");
+                "leave --windows out%s", list, c->family == VIT_FAMILY_PVT2 ? "PVT v2's attention is "
+                "spatial reduction, one map per head" : c->n_stages > 0 ? "the --layers chosen are global"
+                : "this model's attention is global", c->n_stages > 0 && c->family != VIT_FAMILY_PVT2
+                ? " or record window layers" : "");
         return 2;
     }
     if ((s->n_windows = cli_parse_list(list, TRACE_MAX_WINDOWS, s->windows, TRACE_MAX_WINDOWS,

@@ -1,6 +1,7 @@
 /* config.c: the built-in timm architecture table, validation and closed-form cost counts. */
 #include "config.h"
 #include "mech.h"
+#include "pvt.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -39,6 +40,24 @@
      .patch_norm = 1, .shift_windows = 1, .pad_order = VIT_PAD_FIRST,                         \
      .window_clamp = VIT_CLAMP_TIMM}
 
+/* timm's PyramidVisionTransformerV2 (timm/models/pvt_v2.py): the overlapping stem Conv2d(k7, s4,
+ * p3) + LN, a Conv2d(k3, s2, p1) + LN before stages 1.., spatial-reduction attention with
+ * sr_ratios (8, 4, 2, 1) (or, linear, a 7 x 7 pool), MixFFN, a LN closing every stage, mean
+ * pooling and the head; heads (1, 2, 5, 8), qkv bias, no position embedding; block and stage
+ * norms eps 1e-6, stem, downsample and SR norms 1e-5; ImageNet mean/std, crop 0.9, bicubic. */
+#define PVT_STAGE(s, d, c, h, r, sr)                                                          \
+    {.depth = d, .embed_dim = c, .num_heads = h, .mlp_hidden = (r) * (c), .scope = VIT_SCOPE_SRA, \
+     .down = (s) ? VIT_DOWN_CONV : VIT_DOWN_NONE, .sr_ratio = sr}
+#define PVT(nm, d0, d1, d2, d3, c0, c1, c2, c3, r0, r1, r2, r3, lin)                            \
+    {.name = nm, .img_size = 224, .patch_size = 4, .in_chans = 3, .embed_dim = c0,              \
+     .depth = (d0) + (d1) + (d2) + (d3), .num_heads = 1, .mlp_hidden = (r0) * (c0),             \
+     .num_classes = 1000, .qkv_bias = 1, .global_pool = VIT_POOL_AVG, .ln_eps = 1e-6f,          \
+     .mean = IMAGENET_MEAN, .std = IMAGENET_STD, .crop_pct = 0.9f,                              \
+     .interpolation = VIT_INTERP_BICUBIC, .family = VIT_FAMILY_PVT2, .n_stages = 4,            \
+     .stage = {PVT_STAGE(0, d0, c0, 1, r0, 8), PVT_STAGE(1, d1, c1, 2, r1, 4),                  \
+               PVT_STAGE(2, d2, c2, 5, r2, 2), PVT_STAGE(3, d3, c3, 8, r3, 1)},                 \
+     .patch_kernel = 7, .sr_linear = lin, .conv_ln_eps = 1e-5f}
+
 static const vit_config vit_archs[] = {
     VIT("vit_tiny_patch16_224", 224, 16, 192, 12, 3, INCEPTION_MEAN, INCEPTION_STD, 0.9f, 0),
     VIT("vit_tiny_patch16_384", 384, 16, 192, 12, 3, INCEPTION_MEAN, INCEPTION_STD, 1.0f, 0),
@@ -68,6 +87,13 @@ static const vit_config vit_archs[] = {
     SWIN("swin_small_patch4_window7_224", 224, 96, 18, 3, 7, 0.9f),
     SWIN("swin_base_patch4_window7_224", 224, 128, 18, 4, 7, 0.9f),
     SWIN("swin_base_patch4_window12_384", 384, 128, 18, 4, 12, 1.0f),
+    PVT("pvt_v2_b0", 2, 2, 2, 2, 32, 64, 160, 256, 8, 8, 4, 4, 0),
+    PVT("pvt_v2_b1", 2, 2, 2, 2, 64, 128, 320, 512, 8, 8, 4, 4, 0),
+    PVT("pvt_v2_b2", 3, 4, 6, 3, 64, 128, 320, 512, 8, 8, 4, 4, 0),
+    PVT("pvt_v2_b2_li", 3, 4, 6, 3, 64, 128, 320, 512, 8, 8, 4, 4, 1),
+    PVT("pvt_v2_b3", 3, 4, 18, 3, 64, 128, 320, 512, 8, 8, 4, 4, 0),
+    PVT("pvt_v2_b4", 3, 8, 27, 3, 64, 128, 320, 512, 8, 8, 4, 4, 0),
+    PVT("pvt_v2_b5", 3, 6, 40, 3, 64, 128, 320, 512, 4, 4, 4, 4, 0),
 };
 #define VIT_ARCH_N ((int)(sizeof vit_archs / sizeof vit_archs[0]))
 
@@ -78,6 +104,7 @@ static const char *const vit_component_names[] = {
     [VIT_COMP_ATTN_VALUES] = "attn.values",
     [VIT_COMP_PROJ] = "attn.proj",          [VIT_COMP_MLP] = "mlp",
     [VIT_COMP_DOWNSAMPLE] = "downsample",   [VIT_COMP_HEAD] = "head",
+    [VIT_COMP_SR] = "attn.sr",
 };
 _Static_assert(sizeof vit_component_names / sizeof vit_component_names[0] == VIT_COMP_COUNT,
                "every component needs a name");
@@ -221,6 +248,14 @@ static const vit_tag vit_tags[] = {
     {"swin_base_patch4_window12_384", "ms_in22k_ft_in1k", 1000, 1, 1.0f},
     {"swin_base_patch4_window12_384", "ms_in1k", 1000, 1, 1.0f},
     {"swin_base_patch4_window12_384", "ms_in22k", 21841, 1, 1.0f},
+    /* timm/models/pvt_v2.py default_cfgs: ImageNet mean/std, crop 0.9 */
+    {"pvt_v2_b0", "in1k", 1000, 1, 0.9f},
+    {"pvt_v2_b1", "in1k", 1000, 1, 0.9f},
+    {"pvt_v2_b2", "in1k", 1000, 1, 0.9f},
+    {"pvt_v2_b2_li", "in1k", 1000, 1, 0.9f},
+    {"pvt_v2_b3", "in1k", 1000, 1, 0.9f},
+    {"pvt_v2_b4", "in1k", 1000, 1, 0.9f},
+    {"pvt_v2_b5", "in1k", 1000, 1, 0.9f},
 };
 #define VIT_TAG_N ((int)(sizeof vit_tags / sizeof vit_tags[0]))
 
@@ -237,7 +272,6 @@ static const struct {
     {"swinv2", "Swin Transformer V2", "scaled cosine attention and a log-spaced continuous position bias"},
     {"swin_s3", "Swin S3 (AutoFormerV2)", "a different window size per stage"},
     {"cait", "CaiT", "class-attention layers and LayerScale"},
-    {"pvt_v2", "PVT v2", "spatial-reduction attention and hierarchical stages"},
     {"beit", "BEiT", "relative position biases and LayerScale"},
     {"eva", "EVA", "rotary embeddings and SwiGLU"},
     {"xcit", "XCiT", "cross-covariance attention"},
@@ -447,9 +481,11 @@ static as_status validate_attn(const vit_config *c, int l, as_error *err) {
             }
         char where[64] = "";
         if (c->n_stages > 0) snprintf(where, sizeof where, " (stage %d, block %d there)", g.stage, g.j);
-        return as_fail(err, AS_ERR_CONFIG, "%s: block %d%s: %s attention cannot run in %s scope: "
+        return as_fail(err, AS_ERR_CONFIG, "%s: block %d%s: %s attention cannot run in %s scope%s: "
                        "use one of %s there (\"type\" in \"attention\")", n, l, where, m->name,
-                       vit_scope_name(g.scope), ok);
+                       vit_scope_name(g.scope), g.scope == VIT_SCOPE_SRA ? " (its queries and keys "
+                       "live on different grids, T x T' maps, and its q/k tensors and hooks are written "
+                       "for keys that are the queries' own tokens)" : "", ok);
     }
     if (!(a->scale >= 0.0f) || isinf(a->scale))
         return as_fail(err, AS_ERR_CONFIG, "%s: block %d: scale must be a positive number, or "
@@ -504,8 +540,9 @@ static as_status validate_stages(const vit_config *c, as_error *err) {
             return as_fail(err, AS_ERR_CONFIG, "%s: stage %d's width %d (\"embed_dim\", doubled by "
                            "every merge) is outside 1..%d, attnscope's limit: use a smaller "
                            "embed_dim or fewer stages", n, s, st->embed_dim, VIT_MAX_DIM);
-        if ((s == 0) != (st->down == VIT_DOWN_NONE) || (st->down != VIT_DOWN_NONE && st->down != VIT_DOWN_MERGE) ||
-            st->scope != VIT_SCOPE_WINDOW)
+        if (c->family == VIT_FAMILY_SWIN &&
+            ((s == 0) != (st->down == VIT_DOWN_NONE) || (st->down != VIT_DOWN_NONE && st->down != VIT_DOWN_MERGE) ||
+             st->scope != VIT_SCOPE_WINDOW))
             return as_fail(err, AS_ERR_CONFIG, "%s: stage %d is not a Swin stage (a patch merging "
                            "before every stage but the first, window attention): describe it with "
                            "the Swin keys of docs/models.md", n, s);
@@ -517,7 +554,7 @@ static as_status validate_stages(const vit_config *c, as_error *err) {
             return as_fail(err, AS_ERR_CONFIG, "%s: stage %d's MLP width %d (mlp_ratio x %d) is "
                            "outside 1..%d: change \"mlp_ratio\"", n, s, st->mlp_hidden,
                            st->embed_dim, VIT_MAX_HIDDEN);
-        if (st->window < 1 || st->window > VIT_MAX_WINDOW)
+        if (c->family == VIT_FAMILY_SWIN && (st->window < 1 || st->window > VIT_MAX_WINDOW))
             return as_fail(err, AS_ERR_CONFIG, "%s: \"window_size\" %d is outside 1..%d, attnscope's "
                            "limit: a window's maps are M^2 x M^2 per head (%d x %d at M = %d) and its "
                            "relative position table has (2M-1)^2 rows; use a window of at most %d",
@@ -581,7 +618,7 @@ as_status vit_config_validate(const vit_config *c, as_error *err) {
     if (c->depth > VIT_MAX_DEPTH)
         return as_fail(err, AS_ERR_CONFIG, "%s: depth %d is over the engine's limit of %d", n,
                        c->depth, VIT_MAX_DEPTH);
-    if (c->img_size % c->patch_size != 0)
+    if (c->img_size % c->patch_size != 0 && c->patch_kernel == 0)
         return as_fail(err, AS_ERR_CONFIG,
                        "%s: img_size %d is not a multiple of patch_size %d: use an input size "
                        "such as %d", n, c->img_size, c->patch_size,
@@ -596,6 +633,12 @@ as_status vit_config_validate(const vit_config *c, as_error *err) {
                        "that divides it", n, c->embed_dim, c->num_heads);
     if (c->family == VIT_FAMILY_SWIN) {
         as_status st = validate_swin_head(c, err);
+        if (st != AS_OK) return st;
+    }
+    if (c->family == VIT_FAMILY_PVT2 || c->patch_kernel || c->sr_linear) {
+        as_status st = c->family == VIT_FAMILY_PVT2 && c->n_stages > 0 ? pvt_validate(c, err)
+                     : as_fail(err, AS_ERR_CONFIG, "%s: patch_kernel and linear are PVT v2 settings: "
+                               "set \"family\": \"pvt_v2\" with its stage keys, or remove them", n);
         if (st != AS_OK) return st;
     }
     if (c->distilled && !c->class_token)
@@ -656,6 +699,10 @@ static void cost_attn(const vit_config *c, int l, vit_cost_part *o) {
  * the MLP over the real tokens). The attention is the mechanism's (cost_attn); a WINDOW block
  * adds the frame's relative position bias and shift mask. */
 static void cost_stage(const vit_config *c, int s, vit_cost_part *o) {
+    if (c->family == VIT_FAMILY_PVT2) {
+        pvt_stage_cost(c, s, o);
+        return;
+    }
     const vit_stage *st = &c->stage[s];
     const int first = vit_stage_first_block(c, s);
     vit_geom g;
@@ -695,7 +742,8 @@ void vit_config_cost(const vit_config *c, vit_cost *out) {
     const double C = c->num_classes, heads = c->distilled ? 2 : 1;
     memset(out, 0, sizeof *out);
     out->n_stages = vit_num_stages(c);
-    vit_cost_add(&out->stem, VIT_COMP_PATCH_EMBED, K * D + D, Np * K * D, Np * D);
+    if (c->family == VIT_FAMILY_PVT2) pvt_stem_cost(c, &out->stem);
+    else vit_cost_add(&out->stem, VIT_COMP_PATCH_EMBED, K * D + D, Np * K * D, Np * D);
     if (c->n_stages > 0) {
         if (c->patch_norm) vit_cost_add(&out->stem, VIT_COMP_NORM, 2 * D, 0, 8 * Np * D);
         for (int s = 0; s < c->n_stages; s++) cost_stage(c, s, &out->stage[s]);
@@ -703,7 +751,7 @@ void vit_config_cost(const vit_config *c, vit_cost *out) {
         vit_geom g;
         vit_block_geom(c, c->depth - 1, &g);
         const double Cl = g.D, Tl = (double)g.gh * g.gw;
-        vit_cost_add(&out->head, VIT_COMP_NORM, 2 * Cl, 0, 8 * Tl * Cl);
+        if (c->family != VIT_FAMILY_PVT2) vit_cost_add(&out->head, VIT_COMP_NORM, 2 * Cl, 0, 8 * Tl * Cl);
         vit_cost_add(&out->head, VIT_COMP_HEAD, C > 0 ? Cl * C + C : 0, C * Cl, Tl * Cl + C);
     } else {
         vit_cost_add(&out->stem, VIT_COMP_TOKENS, vit_num_prefix(c) * D + T * D, 0, T * D);

@@ -102,6 +102,10 @@ typedef struct {
     vit_scope scope;
     int window;     /* WINDOW: M as configured (before the clamp) */
     vit_down down;  /* before this stage's blocks; NONE for stage 0 */
+    /* PVT v2 (family pvt_v2, scope SRA): keys and values come from a Conv2d(R x R, stride R) and
+     * LayerNorm of the grid (R = sr_ratio > 1), from the grid itself (R = 1), or, with the
+     * config's sr_linear, from its average pool to VIT_SR_POOL x VIT_SR_POOL (core/pvt.c) */
+    int sr_ratio;
 } vit_stage;
 
 typedef struct {
@@ -137,7 +141,17 @@ typedef struct {
      * (vit_block_params) multiplying the attention and MLP branches before the residual adds;
      * the value is timm's init_values (the gammas' initial value in training). */
     float init_values;
+    /* PVT v2 (family pvt_v2; docs/models.md "PVT v2"): the stem is Conv2d(k = patch_kernel,
+     * s = patch_size, p = patch_kernel / 2) + LayerNorm (timm's OverlapPatchEmbed, k 7 s 4 p 3),
+     * every later stage starts with VIT_DOWN_CONV, blocks attend in SRA scope, the MLP is MixFFN
+     * (fc1, depth-wise 3x3 conv with bias, GELU, fc2) and every stage ends with a LayerNorm. */
+    int patch_kernel;   /* 0: the stem is k = s = patch_size */
+    int sr_linear;      /* timm's `linear`: pooled SRA (AdaptiveAvgPool2d(7), 1x1 conv, LN, GELU)
+                           and a ReLU after fc1 */
+    float conv_ln_eps;  /* eps of the stem, downsample and SR LayerNorms (nn.LayerNorm: 1e-5);
+                           ln_eps (1e-6) serves norm1, norm2 and the stage norms */
 } vit_config;
+#define VIT_SR_POOL 7 /* linear SRA's AdaptiveAvgPool2d output side (timm, fixed) */
 
 /* Compute and parameter counts of one forward pass for one image, per component. FLOPs count a
  * multiply-add as 2; papers' "FLOPs" are usually MACs = flops / 2. */
@@ -155,6 +169,9 @@ typedef enum {
     VIT_COMP_DOWNSAMPLE,  /* staged models: Swin's patch merging (2x2 gather, Linear 4C -> 2C);
                              its LayerNorm counts under VIT_COMP_NORM */
     VIT_COMP_HEAD,
+    VIT_COMP_SR,          /* PVT v2's spatial reduction before k | v: the R x R conv, or the linear
+                             variant's pool and 1x1 conv (and GELU); its LayerNorm counts under
+                             VIT_COMP_NORM */
     VIT_COMP_COUNT
 } vit_component;
 
@@ -242,10 +259,20 @@ typedef struct {
     int problems;        /* independent attention problems per image: 1, or nwh * nww */
     int Tq, Tk;          /* queries and keys of one problem: T and T, or M^2 and M^2 */
     float stride_px, offset_px; /* centre of grid index i along an axis: offset + stride * i */
+    /* SRA (PVT v2): the keys' grid kgh x kgw (Tk = kgh * kgw); sr_ratio R of the reducing conv
+     * (1: the keys are the tokens), or sr_pool (linear SRA: 7, else 0); a key's centre is
+     * key_offset_px + key_stride_px * i, exact for the conv and for a pool whose bins are equal
+     * (grid a multiple of 7); vit_sra_key_centre gives every pool bin's centre */
+    int kgh, kgw, sr_ratio, sr_pool;
+    float key_stride_px, key_offset_px;
 } vit_geom;
 int vit_num_stages(const vit_config *c);      /* n_stages, or 1 for a monolithic ViT */
 int vit_stage_first_block(const vit_config *c, int s);
 void vit_block_geom(const vit_config *c, int l, vit_geom *g);
+/* SRA: fills g's key grid from its query grid (core/pvt.c; vit_block_geom calls it), and the
+ * centre in pixels of key index i along axis 0 (rows) or 1 (columns). */
+void vit_sra_geom(const vit_config *c, vit_geom *g);
+float vit_sra_key_centre(const vit_geom *g, int i, int axis);
 /* WINDOW: tok[w * M^2 + r] = the flat grid token (y * gw + x, prefix not counted) at row r
  * (row-major inside the window) of window w (row-major over the shifted, padded grid), or -1
  * for a pad slot; roll and pad folded in per c->pad_order. tok has problems * M^2 entries. */

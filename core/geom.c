@@ -38,6 +38,11 @@ void vit_block_geom(const vit_config *c, int l, vit_geom *g) {
     const int P = c->patch_size;
     int grid = c->img_size / P;
     float stride = (float)P, offset = 0.5f * (float)P;
+    if (c->patch_kernel > 0) { /* PVT's overlapping stem: k, stride P, pad k / 2 */
+        const int k = c->patch_kernel, pad = k / 2;
+        grid = (c->img_size + 2 * pad - k) / P + 1;
+        offset = 0.5f * (float)k - (float)pad; /* output y spans pixels [P y - pad, P y - pad + k) */
+    }
     g->scope = VIT_SCOPE_GLOBAL;
     g->j = l;
     g->D = c->embed_dim;
@@ -49,9 +54,9 @@ void vit_block_geom(const vit_config *c, int l, vit_geom *g) {
         while (s + 1 < c->n_stages && l >= first + c->stage[s].depth) first += c->stage[s++].depth;
         for (int i = 1; i <= s; i++)
             if (c->stage[i].down != VIT_DOWN_NONE) { /* a 2x2 merge pads an odd side by one */
-                grid = (grid + 1) / 2;
-                offset += 0.5f * stride;
-                stride *= 2.0f;
+                grid = (grid + 1) / 2; /* CONV k3 s2 p1 too: (g + 2 - 3) / 2 + 1 */
+                if (c->stage[i].down == VIT_DOWN_MERGE) offset += 0.5f * stride; /* the mean of 2x2 */
+                stride *= 2.0f; /* CONV: output y is centred on input 2y, c' (y) = c (2y) */
             }
         const vit_stage *st = &c->stage[s];
         g->stage = s;
@@ -69,6 +74,11 @@ void vit_block_geom(const vit_config *c, int l, vit_geom *g) {
     g->Tq = g->Tk = g->T;
     g->stride_px = stride;
     g->offset_px = offset;
+    g->kgh = g->gh;
+    g->kgw = g->gw;
+    g->key_stride_px = stride;
+    g->key_offset_px = offset;
+    if (g->scope == VIT_SCOPE_SRA) vit_sra_geom(c, g);
     if (g->scope != VIT_SCOPE_WINDOW) return;
     const int M0 = c->stage[g->stage].window, odd = c->shift_windows && (g->j & 1);
     int M = M0, shift = 0;

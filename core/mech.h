@@ -43,6 +43,9 @@ typedef struct {
      * or NULL. After the hook, so LSLA's DS multiplies q x^T alone and Swin's terms stay as
      * Swin adds them to a finished score. */
     const float *add_bias, *add_mask;
+    /* SRA scope (PVT v2): the keys' grid kgh x kgw (Tk = kgh kgw, the queries' grid gh x gw);
+     * 0 elsewhere (the keys are the queries' tokens) */
+    int kgh, kgw;
 } vit_attn_problem;
 
 /* What a hook knows about its block besides the problem. */

@@ -11,6 +11,7 @@
 
 #include "attn_ops.h"
 #include "kernels.h"
+#include "pvt.h"
 #include "stage.h"
 
 /* ---- weights: timm's SwinTransformer names ---- */
@@ -38,6 +39,7 @@ static void spec_put(vit_tensor_spec *specs, int max, int *n, const float **slot
  * official checkpoints and torchvision keep it at the end of stage s - 1 (docs/models.md gives
  * the renames). A WINDOW block's relative table is ((2M - 1)^2, H) for its CLAMPED window M. */
 int vit_stage_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, int max) {
+    if (c->family == VIT_FAMILY_PVT2) return pvt_param_specs(c, p, specs, max);
     int n = 0;
     memset(p, 0, sizeof *p);
     const int C0 = c->stage[0].embed_dim, P = c->patch_size;
@@ -144,7 +146,7 @@ size_t vit_stage_acts_carve(const vit_config *c, int B, void *base, vit_acts *a)
         const size_t W = (size_t)lay.W > 3 * D ? (size_t)lay.W : 3 * D;
         if (T * W > TW) TW = T * W;
         if (T * (size_t)g.Hm > TH) TH = T * (size_t)g.Hm;
-        if ((size_t)g.H * g.problems * N * N > maps) maps = (size_t)g.H * g.problems * N * N;
+        if ((size_t)g.H * g.problems * N * g.Tk > maps) maps = (size_t)g.H * g.problems * N * g.Tk;
         if (g.scope == VIT_SCOPE_WINDOW && (size_t)g.H * N * N > rpb) rpb = (size_t)g.H * N * N;
         const size_t need = vit_window_scratch_floats(g.Tq, g.D, g.H, vit_qk_head_dim(c, l));
         if (need > slot) slot = need;
@@ -158,7 +160,13 @@ size_t vit_stage_acts_carve(const vit_config *c, int B, void *base, vit_acts *a)
     }
     vit_geom g0;
     stage_grid(c, 0, &g0);
-    const size_t K = (size_t)c->in_chans * c->patch_size * c->patch_size;
+    size_t K = (size_t)c->in_chans * c->patch_size * c->patch_size;
+    pvt_need pz = {0};
+    if (c->family == VIT_FAMILY_PVT2) { /* the convs' im2col buffers (patches, merge) */
+        pvt_acts_need(c, &pz);
+        K = pz.stem_col / (size_t)g0.T;
+        merge = pz.down_col;
+    }
     carve_f(p, &off, b * g0.T * K, &v->patches);
     carve_f(p, &off, b * TD, &v->x);
     carve_f(p, &off, b * TD, &v->xn);
@@ -170,6 +178,12 @@ size_t vit_stage_acts_carve(const vit_config *c, int B, void *base, vit_acts *a)
     if (rpb) carve_f(p, &off, rpb, &v->rpb);
     carve_f(p, &off, b * Dmax, &v->pooled);
     carve_f(p, &off, b * (size_t)(c->num_classes > 0 ? c->num_classes : 1), &v->logits);
+    if (pz.hid2) {
+        carve_f(p, &off, b * pz.sr_col, &v->sr_col);
+        carve_f(p, &off, b * pz.xr, &v->xr);
+        carve_f(p, &off, b * pz.kv, &v->kv);
+        carve_f(p, &off, b * pz.hid2, &v->hid2);
+    }
     /* thread-local window scratch for the threads a forward may use; more threads than were
      * counted here just run with fewer (the result does not depend on it) */
     const int slots = omp_get_max_threads();
@@ -321,8 +335,12 @@ void vit_stage_forward(const vit_config *c, const vit_params *p, vit_acts *a, co
     const int P = c->patch_size, Cin = c->in_chans, K = Cin * P * P;
     int D = g.D, gh = g.gh, gw = g.gw;
     /* stem: patches, Conv2d(k = s = P) as one GEMM, then LayerNorm; no position embedding */
-    vit_patchify(a->patches, images, n, Cin, c->img_size, P);
-    vit_linear(a->x, a->patches, p->patch_w, p->patch_b, n * gh * gw, D, K, 0);
+    if (c->patch_kernel > 0) {
+        pvt_stem(c, p, a, images, n); /* PVT v2: overlapping, LN eps conv_ln_eps */
+    } else {
+        vit_patchify(a->patches, images, n, Cin, c->img_size, P);
+        vit_linear(a->x, a->patches, p->patch_w, p->patch_b, n * gh * gw, D, K, 0);
+    }
     if (c->patch_norm)
         kernels_layernorm(a->x, a->x, p->patch_norm_w, p->patch_norm_b, n * gh * gw, D, c->ln_eps);
     for (int s = 0; s < c->n_stages; s++) {
@@ -335,17 +353,20 @@ void vit_stage_forward(const vit_config *c, const vit_params *p, vit_acts *a, co
             kernels_layernorm(a->merge, a->merge, sp->down_norm_w, sp->down_norm_b, rows, 4 * D, c->ln_eps);
             vit_linear(a->x, a->merge, sp->down_w, NULL, rows, g.D, 4 * D, 0);
         }
+        if (s > 0 && c->stage[s].down == VIT_DOWN_CONV) pvt_downsample(c, s, p, a, n, gh, gw);
         D = g.D;
         gh = g.gh;
         gw = g.gw;
         for (int l = first; l < first + c->stage[s].depth; l++) {
             vit_block_geom(c, l, &g);
-            stage_block(c, l, &g, &p->blocks[l], a, n, rec);
+            if (g.scope == VIT_SCOPE_SRA) pvt_block(c, l, &g, &p->blocks[l], a, n, rec);
+            else stage_block(c, l, &g, &p->blocks[l], a, n, rec);
         }
+        if (p->stages[s].stage_norm_w) pvt_stage_end(c, s, p, a, n, gh * gw);
     }
     /* head: the final norm on every token, the mean over tokens (in double), the classifier */
     const int T = gh * gw;
-    kernels_layernorm(a->x, a->x, p->norm_w, p->norm_b, n * T, D, c->ln_eps);
+    if (p->norm_w) kernels_layernorm(a->x, a->x, p->norm_w, p->norm_b, n * T, D, c->ln_eps);
     for (int b = 0; b < n; b++) {
         const float *xb = a->x + (size_t)b * T * D;
         float *pb = a->pooled + (size_t)b * D;

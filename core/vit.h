@@ -38,12 +38,19 @@ typedef struct {
     const float *rpb_table;         /* WINDOW: ((2M-1)^2, H) relative position bias, M clamped */
     const float *ls1, *ls2;         /* LayerScale (c->init_values > 0): (D) gammas of the
                                        attention and MLP branches (kernels_scaled_add) */
+    /* PVT v2 (SRA scope; q_w, q_b above are attn.q): attn.kv (2D, D) [k | v]; attn.sr
+     * (D, D, R, R) or (D, D, 1, 1) (linear) and its LayerNorm attn.norm (D); MixFFN's
+     * mlp.dwconv (Hm, 1, 3, 3), (Hm) */
+    const float *kv_w, *kv_b, *sr_w, *sr_b, *sr_norm_w, *sr_norm_b, *dw_w, *dw_b;
 } vit_block_params;
 
 /* What runs before a stage's blocks (staged models, s >= 1): Swin's PatchMerging. */
 typedef struct {
     const float *down_norm_w, *down_norm_b; /* (4 C_{s-1}) LayerNorm of the 2x2 gather */
     const float *down_w;                    /* (C_s, 4 C_{s-1}) reduction, no bias */
+    /* PVT v2: down_w is the Conv2d (C_s, C_{s-1}, 3, 3) with bias down_b, down_norm_* its
+     * LayerNorm (C_s); stage_norm_* the LayerNorm closing the stage (C_s) */
+    const float *down_b, *stage_norm_w, *stage_norm_b;
 } vit_stage_params;
 
 typedef struct {
@@ -130,6 +137,9 @@ typedef struct {
      * GLOBAL block), mask[l] (problems, Tq, Tk) Swin's shift mask, or NULL without a shift. */
     const int *tok[VIT_MAX_DEPTH];
     const float *mask[VIT_MAX_DEPTH];
+    /* PVT v2 (core/pvt.c): the SR input gathered per key (B, T', C R^2), the reduced grid
+     * (B, T', C), its k | v rows (B, T', 2C), and MixFFN's depth-wise conv output (B, T, Hm) */
+    float *sr_col, *xr, *kv, *hid2;
 } vit_acts;
 
 /* Returns the bytes needed for B images; with base != NULL also carves it into *a. base must

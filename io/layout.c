@@ -86,6 +86,32 @@ int layout_timm_name(layout_kind k, const char *name, char *out, size_t n) {
     return 1;
 }
 
+/* PVT v2's official names (whai362/PVT: patch_embed{1..4}, block{1..4}.j, norm{1..4},
+ * mlp.dwconv.dwconv) as timm's: patch_embed1 is the stem, patch_embed{s+1} the downsample of stage
+ * s, norm{s+1} the norm closing stage s. Another name is kept (binding names what is left). */
+static void pvt_timm_name(const char *name, char *out, size_t n) {
+    const char *p = name;
+    int s, j;
+    if (starts(name, "patch_embed") && name[11] >= '1' && name[11] <= '9' && name[12] == '.') {
+        s = name[11] - '1';
+        if (s == 0) snprintf(out, n, "patch_embed.%s", name + 13);
+        else snprintf(out, n, "stages.%d.downsample.%s", s, name + 13);
+        return;
+    }
+    if (starts(name, "norm") && name[4] >= '1' && name[4] <= '9' && name[5] == '.') {
+        snprintf(out, n, "stages.%d.norm.%s", name[4] - '1', name + 6);
+        return;
+    }
+    p = name + strlen("block");
+    if (starts(name, "block") && (s = index_dot(&p)) >= 1 && (j = index_dot(&p)) >= 0) {
+        const char *dw = "mlp.dwconv.dwconv.";
+        if (starts(p, dw)) snprintf(out, n, "stages.%d.blocks.%d.mlp.dwconv.%s", s - 1, j, p + strlen(dw));
+        else snprintf(out, n, "stages.%d.blocks.%d.%s", s - 1, j, p);
+        return;
+    }
+    snprintf(out, n, "%s", name);
+}
+
 static layout_kind detect(const safetensors *st, int *mixed) {
     int features = 0, timmish = 0, merge_end = 0, head_plain = 0, head_fc = 0;
     for (int i = 0; i < st->count; i++) {
@@ -139,8 +165,16 @@ static as_status check_table(const safetensors *st, const safetensors_tensor *t,
 
 as_status layout_to_timm(safetensors *st, const vit_config *cfg, layout_info *info, as_error *err) {
     memset(info, 0, sizeof *info);
-    int mixed;
-    info->layout = detect(st, &mixed);
+    int mixed = 0;
+    const int pvt = cfg->family == VIT_FAMILY_PVT2;
+    if (pvt) { /* official names are block1.*, patch_embed1.* (timm: stages.*, patch_embed.*) */
+        info->layout = LAYOUT_TIMM;
+        for (int i = 0; i < st->count; i++)
+            if (starts(st->tensors[i].name, "block1.") || starts(st->tensors[i].name, "patch_embed1."))
+                info->layout = LAYOUT_OFFICIAL;
+    } else {
+        info->layout = detect(st, &mixed);
+    }
     if (mixed)
         return as_fail(err, AS_ERR_FORMAT, "%s: mixes torchvision names (features.*) with timm's "
                        "(layers.*, patch_embed.*): convert it to one layout", st->path);
@@ -148,7 +182,8 @@ as_status layout_to_timm(safetensors *st, const vit_config *cfg, layout_info *in
     for (int i = 0; i < st->count; i++) {
         safetensors_tensor t = st->tensors[i];
         char nm[256];
-        if (!layout_timm_name(info->layout, t.name, nm, sizeof nm)) {
+        if (pvt) pvt_timm_name(t.name, nm, sizeof nm);
+        else if (!layout_timm_name(info->layout, t.name, nm, sizeof nm)) {
             free(t.name);
             info->n_ignored++;
             continue;

@@ -93,7 +93,8 @@ typedef struct {
 } model_key;
 
 /* Families a key applies to: keys of one family given to another are refused with the reason. */
-enum { MF_VIT = 1u << VIT_FAMILY_VIT, MF_SWIN = 1u << VIT_FAMILY_SWIN };
+enum { MF_VIT = 1u << VIT_FAMILY_VIT, MF_SWIN = 1u << VIT_FAMILY_SWIN, MF_PVT = 1u << VIT_FAMILY_PVT2 };
+#define MF_ANY (MF_VIT | MF_SWIN | MF_PVT)
 
 #define OFF(f) ((long)offsetof(vit_config, f))
 #define FIXED(k, v, doc) {k, MK_MODEL, MK_FIXED, 0, 0, -1, v, NULL, doc, 0}
@@ -135,12 +136,28 @@ static const model_key model_keys[] = {
     {"ln_eps", MK_MODEL, MK_FLOAT, 1e-12, 1, OFF(ln_eps), NULL, NULL, "LayerNorm epsilon", 0},
     {"num_features", MK_MODEL, MK_OWN, 0, 0, -1, "integer", NULL,
      "timm's feature width; checked to equal `embed_dim` (Swin: the last stage's width)", 0},
-    {"family", MK_MODEL, MK_CHOICE, 0, 0, OFF(family), "vit|swin", NULL,
-     "the model family; a custom Swin needs `\"swin\"`, an architecture name implies it", 0},
+    {"family", MK_MODEL, MK_CHOICE, 0, 0, OFF(family), "vit|swin|pvt_v2", "|cait",
+     "the model family; a custom Swin or PVT v2 needs it, an architecture name implies it", 0},
     {"depths", MK_MODEL, MK_OWN, 1, VIT_MAX_DEPTH, -1, "1 to 4 integers", NULL,
-     "blocks per stage; a patch merging starts every stage after the first", MF_SWIN},
+     "blocks per stage; a patch merging (Swin) or strided conv (PVT v2) starts every stage after the first",
+     MF_SWIN | MF_PVT},
     {"num_heads", MK_MODEL, MK_OWN, 1, VIT_MAX_DIM, -1, "integers, one per stage", NULL,
-     "heads per stage, each dividing that stage's width", MF_SWIN},
+     "heads per stage, each dividing that stage's width", MF_SWIN | MF_PVT},
+    {"embed_dims", MK_MODEL, MK_OWN, 1, VIT_MAX_DIM, -1, "integers 1..65536, one per stage", NULL,
+     "the stage widths", MF_PVT},
+    {"mlp_ratios", MK_MODEL, MK_OWN, 1.0 / 64, 64, -1, "numbers in [1/64, 64], one per stage", NULL,
+     "MixFFN width int(ratio x width) per stage", MF_PVT},
+    {"sr_ratios", MK_MODEL, MK_OWN, 1, VIT_MAX_WINDOW, -1, "integers 1..64, one per stage", NULL,
+     "spatial reduction R per stage: keys and values from a Conv2d(R x R, stride R) + LayerNorm of "
+     "the grid (1: the grid itself); not with `linear`", MF_PVT},
+    {"linear", MK_MODEL, MK_BOOL, 0, 1, OFF(sr_linear), NULL, NULL,
+     "linear SRA (`pvt_v2_b2_li`): keys and values pooled to 7x7, 1x1 conv, LayerNorm, GELU; a "
+     "ReLU after fc1", MF_PVT},
+    {"patch_kernel", MK_MODEL, MK_INT, 1, VIT_MAX_IMG, OFF(patch_kernel), NULL, NULL,
+     "the overlapping stem's kernel (stride `patch_size`, padding patch_kernel / 2); timm: 7", MF_PVT},
+    {"conv_ln_eps", MK_MODEL, MK_FLOAT, 1e-12, 1, OFF(conv_ln_eps), NULL, NULL,
+     "eps of the stem, downsample and SR LayerNorms (nn.LayerNorm: 1e-5); `ln_eps` (1e-6) is the "
+     "blocks' and stage norms'", MF_PVT},
     {"window_size", MK_MODEL, MK_OWN, 1, VIT_MAX_WINDOW, -1, "integer 1..64 (or [M, M])", NULL,
      "window side M of every stage (limit: M^2 x M^2 maps per head, (2M-1)^2 table rows)", MF_SWIN},
     {"patch_norm", MK_MODEL, MK_BOOL, 0, 1, OFF(patch_norm), NULL, NULL,
@@ -226,7 +243,7 @@ static const model_key *key_find_fam(const char *name, unsigned where, unsigned 
     return NULL;
 }
 static const model_key *key_find(const char *name, unsigned where) {
-    return key_find_fam(name, where, MF_VIT | MF_SWIN);
+    return key_find_fam(name, where, MF_ANY);
 }
 
 /* Why a key of one family does not apply to the other, and what to do instead. */
@@ -240,12 +257,29 @@ static void key_other_family(char *msg, size_t n, const char *prefix, const char
         {"distilled", "Swin has no distillation token"},
         {"fc_norm", "Swin normalises before its average pooling (\"norm\")"},
     };
-    if (fam & MF_SWIN) {
+    if (fam & MF_PVT) {
+        static const struct {
+            const char *key, *why;
+        } pvt_why[] = {
+            {"embed_dim", "give the stage widths in \"embed_dims\""},
+            {"depth", "give its blocks per stage in \"depths\""},
+            {"mlp_hidden", "give \"mlp_ratios\", one per stage"},
+            {"class_token", "PVT v2 has no class token (it averages the final tokens)"},
+        };
+        const char *why = "timm's PyramidVisionTransformerV2 has no such option";
+        for (size_t i = 0; i < sizeof pvt_why / sizeof pvt_why[0]; i++)
+            if (strcmp(pvt_why[i].key, key) == 0) why = pvt_why[i].why;
+        snprintf(msg, n, "\"%s%.48s\" is not a PVT v2 key: %s; remove it", prefix, key, why);
+    } else if ((fam & MF_SWIN) && !(key_find_fam(key, MK_MODEL, MF_PVT) && !key_find_fam(key, MK_MODEL, MF_VIT))) {
         const char *why = "timm's SwinTransformer has no such option";
         for (size_t i = 0; i < sizeof swin_why / sizeof swin_why[0]; i++)
             if (strcmp(swin_why[i].key, key) == 0) why = swin_why[i].why;
         snprintf(msg, n, "\"%s%.48s\" is a ViT key and this is a Swin model: %s; remove it", prefix,
                  key, why);
+    } else if (key_find_fam(key, MK_MODEL, MF_PVT) && !key_find_fam(key, MK_MODEL, MF_SWIN | MF_VIT)) {
+        snprintf(msg, n, "\"%s%.48s\" is a PVT v2 key and this is a %s model: add \"family\": "
+                 "\"pvt_v2\" (or name a PVT v2 architecture) for a PVT v2, or remove it", prefix, key,
+                 fam & MF_SWIN ? "Swin" : "ViT");
     } else {
         snprintf(msg, n, "\"%s%.48s\" is a Swin key and this is a ViT model: add \"family\": "
                  "\"swin\" (or name a Swin architecture) for a Swin, or remove it", prefix, key);
@@ -425,7 +459,8 @@ void model_config_keys_markdown(FILE *f) {
             default: snprintf(val, sizeof val, "%s", k->values); break;
             }
             fprintf(f, "| `%s` | %s | %s%s |\n", k->name, val,
-                    k->fam == MF_VIT ? "ViT: " : k->fam == MF_SWIN ? "Swin: " : "", k->doc);
+                    k->fam == MF_VIT ? "ViT: " : k->fam == MF_SWIN ? "Swin: " : k->fam == MF_PVT ? "PVT v2: "
+                    : k->fam == (MF_SWIN | MF_PVT) ? "Swin, PVT v2: " : "", k->doc);
         }
         int first = 1;
         /* the options of both families, then each family's own */
@@ -871,6 +906,93 @@ static int swin_from_json(vit_config *c, const cJSON *root, const cJSON *ma, int
     return 1;
 }
 
+/* PVT v2's stage keys into c: depths, embed_dims, num_heads, mlp_ratios, sr_ratios (timm's
+ * PyramidVisionTransformerV2 keyword arguments), one entry per stage; what is not given keeps the
+ * base's (the architecture's, or timm's defaults), and a list of another stage count needs the
+ * others too. */
+static int pvt_from_json(vit_config *c, const cJSON *root, const cJSON *ma, char *msg, size_t n) {
+    int ns = c->n_stages, v[5][VIT_MAX_STAGES];
+    double ratios[VIT_MAX_STAGES];
+    static const char *const keys[5] = {"depths", "embed_dims", "num_heads", "sr_ratios", "mlp_ratios"};
+    static const int hi[4] = {VIT_MAX_DEPTH, VIT_MAX_DIM, VIT_MAX_DIM, VIT_MAX_WINDOW};
+    for (int s = 0; s < ns; s++) {
+        v[0][s] = c->stage[s].depth;
+        v[1][s] = c->stage[s].embed_dim;
+        v[2][s] = c->stage[s].num_heads;
+        v[3][s] = c->stage[s].sr_ratio;
+        ratios[s] = (double)c->stage[s].mlp_hidden / c->stage[s].embed_dim;
+    }
+    const cJSON *one = model_value(root, ma, "mlp_ratio");
+    if (one && !cJSON_IsNull(one)) {
+        snprintf(msg, n, "\"mlp_ratio\": PVT v2 has one MLP ratio per stage: give \"mlp_ratios\"");
+        return 0;
+    }
+    const cJSON *jsr = model_value(root, ma, "sr_ratios");
+    if (c->sr_linear && jsr && !cJSON_IsNull(jsr)) {
+        snprintf(msg, n, "\"sr_ratios\" has no effect with \"linear\": true (the keys are pooled to "
+                 "%dx%d in every stage): remove it", VIT_SR_POOL, VIT_SR_POOL);
+        return 0;
+    }
+    int given[5] = {0};
+    for (int k = 0; k < 5; k++) {
+        const cJSON *j = model_value(root, ma, keys[k]);
+        if (!j || cJSON_IsNull(j)) continue;
+        int cnt = 0;
+        if (k < 4) {
+            if (!(cnt = int_list(j, keys[k], VIT_MAX_STAGES, 1, hi[k], v[k], msg, n))) return 0;
+        } else {
+            const model_key *rk = key_find("mlp_ratios", MK_MODEL);
+            const cJSON *e;
+            int ok = cJSON_IsArray(j) && cJSON_GetArraySize(j) >= 1 && cJSON_GetArraySize(j) <= VIT_MAX_STAGES;
+            cJSON_ArrayForEach(e, j) {
+                if (!ok) break;
+                ok = cJSON_IsNumber(e) && as_double_in(e->valuedouble, rk->lo, rk->hi);
+                if (ok) ratios[cnt++] = e->valuedouble;
+            }
+            if (!ok) {
+                snprintf(msg, n, "\"mlp_ratios\" must be an array of 1 to %d numbers in [%g, %g], one "
+                         "per stage", VIT_MAX_STAGES, rk->lo, rk->hi);
+                return 0;
+            }
+        }
+        given[k] = cnt;
+    }
+    if (given[0]) ns = given[0];
+    for (int k = 1; k < 5; k++)
+        if ((given[k] && given[k] != ns) || (!given[k] && ns != c->n_stages && !(k == 3 && c->sr_linear))) {
+            snprintf(msg, n, "\"%s\" %s and \"depths\" %d stages: give one entry per stage", keys[k],
+                     given[k] ? "has another count" : "is not given", ns);
+            return 0;
+        }
+    int depth = 0;
+    for (int s = 0; s < ns; s++) {
+        int width;
+        if (!as_double_to_int(floor(ratios[s] * v[1][s]), 1, VIT_MAX_HIDDEN, &width)) {
+            snprintf(msg, n, "\"mlp_ratios\"[%d] x width %d gives an MLP width outside 1..%d", s, v[1][s],
+                     VIT_MAX_HIDDEN);
+            return 0;
+        }
+        c->stage[s] = (vit_stage){.depth = v[0][s], .embed_dim = v[1][s], .num_heads = v[2][s],
+                                  .mlp_hidden = width, .scope = VIT_SCOPE_SRA,
+                                  .down = s ? VIT_DOWN_CONV : VIT_DOWN_NONE,
+                                  .sr_ratio = c->sr_linear && !given[3] && s >= c->n_stages ? 1 : v[3][s]};
+        depth += v[0][s];
+    }
+    for (int s = ns; s < VIT_MAX_STAGES; s++) memset(&c->stage[s], 0, sizeof c->stage[s]);
+    c->n_stages = ns;
+    c->depth = depth;
+    c->embed_dim = c->stage[0].embed_dim;
+    c->num_heads = c->stage[0].num_heads;
+    c->mlp_hidden = c->stage[0].mlp_hidden;
+    const cJSON *nf = model_value(root, ma, "num_features");
+    if (nf && !cJSON_IsNull(nf) && !(cJSON_IsNumber(nf) && nf->valuedouble == (double)v[1][ns - 1])) {
+        snprintf(msg, n, "\"num_features\" must equal the last stage's width %d (timm's feature width)",
+                 v[1][ns - 1]);
+        return 0;
+    }
+    return 1;
+}
+
 /* Everything of the config into *c (which holds the base); 0 with a message on error. The keys
  * are checked before any value, so a typo is reported as a typo and not as what its default
  * did to some other key. */
@@ -910,7 +1032,9 @@ static int config_from_json(vit_config *c, const cJSON *root, char *msg, size_t 
         if (cJSON_IsNull(j) && k->type != MK_FIXED) continue; /* timm's None: the default */
         if (!key_apply(c, k, j, pre ? "pretrained_cfg." : "", msg, n)) return 0;
     }
-    if (c->family == VIT_FAMILY_SWIN) {
+    if (c->family == VIT_FAMILY_PVT2) {
+        if (!pvt_from_json(c, root, ma, msg, n)) return 0;
+    } else if (c->family == VIT_FAMILY_SWIN) {
         if (!swin_from_json(c, root, ma, base_dim, base_hidden, msg, n)) return 0;
     } else if (!vit_mlp_from_json(c, root, ma, base_dim, base_hidden, msg, n)) {
         return 0;
@@ -1064,6 +1188,12 @@ as_status model_config_apply_json(vit_config *cfg, const char *json, const char 
             if (f == VIT_FAMILY_SWIN) {
                 c = *vit_arch_find("swin_tiny_patch4_window7_224");
                 snprintf(c.name, sizeof c.name, "custom");
+            } else if (f == VIT_FAMILY_PVT2) { /* timm's class defaults: b2 with stage 2 at 256 / 4 */
+                c = *vit_arch_find("pvt_v2_b2");
+                c.stage[2].embed_dim = 256;
+                c.stage[2].num_heads = 4;
+                c.stage[2].mlp_hidden = 4 * 256;
+                snprintf(c.name, sizeof c.name, "custom");
             } else {
                 c = custom_defaults;
             }
@@ -1130,6 +1260,32 @@ static void swin_to_json(const vit_config *c, cJSON *o) {
     cJSON_AddStringToObject(o, "window_clamp", vit_window_clamp_name(c->window_clamp));
 }
 
+/* PVT v2's keys (model_config_to_json): timm's keyword arguments, one entry per stage. */
+static void pvt_to_json(const vit_config *c, cJSON *o) {
+    cJSON_AddStringToObject(o, "family", vit_family_name(c->family));
+    cJSON_AddNumberToObject(o, "img_size", c->img_size);
+    cJSON_AddNumberToObject(o, "patch_size", c->patch_size);
+    cJSON_AddNumberToObject(o, "patch_kernel", c->patch_kernel);
+    cJSON_AddNumberToObject(o, "in_chans", c->in_chans);
+    cJSON *l[5];
+    static const char *const keys[5] = {"depths", "embed_dims", "num_heads", "mlp_ratios", "sr_ratios"};
+    for (int k = 0; k < 5; k++) l[k] = k < 4 || !c->sr_linear ? cJSON_AddArrayToObject(o, keys[k]) : NULL;
+    for (int s = 0; s < c->n_stages && s < VIT_MAX_STAGES; s++) {
+        const vit_stage *st = &c->stage[s];
+        double r = (double)st->mlp_hidden / st->embed_dim; /* the ratio floor(r C) gives back */
+        for (int t = 0; t < 4 && floor(r * st->embed_dim) != st->mlp_hidden; t++) r = nextafter(r, INFINITY);
+        const double val[5] = {st->depth, st->embed_dim, st->num_heads, r, st->sr_ratio};
+        for (int k = 0; k < 5; k++)
+            if (l[k]) cJSON_AddItemToArray(l[k], cJSON_CreateNumber(val[k]));
+    }
+    cJSON_AddBoolToObject(o, "linear", c->sr_linear);
+    cJSON_AddNumberToObject(o, "num_classes", c->num_classes);
+    cJSON_AddBoolToObject(o, "qkv_bias", c->qkv_bias);
+    cJSON_AddStringToObject(o, "global_pool", vit_pool_name(c->global_pool));
+    cJSON_AddNumberToObject(o, "ln_eps", c->ln_eps);
+    cJSON_AddNumberToObject(o, "conv_ln_eps", c->conv_ln_eps);
+}
+
 /* A ViT's keys (model_config_to_json). */
 static void vit_to_json(const vit_config *c, cJSON *o) {
     cJSON_AddNumberToObject(o, "img_size", c->img_size);
@@ -1151,7 +1307,8 @@ static void vit_to_json(const vit_config *c, cJSON *o) {
 char *model_config_to_json(const vit_config *c) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "architecture", c->name);
-    if (c->family != VIT_FAMILY_VIT) swin_to_json(c, o);
+    if (c->family == VIT_FAMILY_PVT2) pvt_to_json(c, o);
+    else if (c->family != VIT_FAMILY_VIT) swin_to_json(c, o);
     else vit_to_json(c, o);
     int mixed = 0;
     for (int l = 0; l < c->depth && l < VIT_MAX_DEPTH; l++)
@@ -1483,8 +1640,9 @@ as_status model_load_report(model *m, const char *path, const char *arch, int im
     /* a checkpoint's own head size wins over the table's 1000 (fine-tuned models) */
     vit_geom last;
     vit_block_geom(&cfg, cfg.depth - 1, &last);
-    const char *hw = cfg.n_stages > 0 ? "head.fc.weight" : "head.weight";
-    const char *hb = cfg.n_stages > 0 ? "head.fc.bias" : "head.bias";
+    const int fc = cfg.n_stages > 0 && cfg.family != VIT_FAMILY_PVT2; /* Swin's head.fc */
+    const char *hw = fc ? "head.fc.weight" : "head.weight";
+    const char *hb = fc ? "head.fc.bias" : "head.bias";
     const safetensors_tensor *head = safetensors_find(&m->st, hw);
     if (head && head->ndim == 2 && head->shape[1] == last.D && head->shape[0] > 0 &&
         head->shape[0] < (1 << 24))
@@ -1563,7 +1721,10 @@ as_status model_init_random(model *m, const vit_config *cfg, unsigned long long 
 void model_layout_note(const model *m, char *buf, size_t n) {
     if (n) buf[0] = 0;
     if (m->cfg.n_stages == 0 || !m->source[0] || strncmp(m->source, "random", 6) == 0) return;
-    snprintf(buf, n, "%s; %d buffer%s ignored%s", layout_describe(m->layout), m->n_ignored,
+    const char *words = m->cfg.family != VIT_FAMILY_PVT2 ? layout_describe(m->layout)
+                      : m->layout == LAYOUT_OFFICIAL ? "whai362/PVT's official names (patch_embed1..4, "
+                        "block1..4, norm1..4, mlp.dwconv.dwconv), renamed to timm's" : "timm's names";
+    snprintf(buf, n, "%s; %d buffer%s ignored%s", words, m->n_ignored,
              m->n_ignored == 1 ? "" : "s", m->n_ignored ? " (relative_position_index, attn_mask: "
              "attnscope computes them)" : "");
 }

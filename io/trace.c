@@ -70,7 +70,9 @@ static void spec_geom(const trace_spec *s, int l, trace_layer_geom *t) {
                             .shift = g.shift, .ph = g.ph, .pw = g.pw, .nwh = g.nwh, .nww = g.nww,
                             .n_problems = g.problems, .Tq = g.Tq, .Tk = g.Tk,
                             .qk_dim = vit_qk_head_dim(&s->cfg, l), .stride_px = g.stride_px,
-                            .offset_px = g.offset_px};
+                            .offset_px = g.offset_px, .kgh = g.kgh, .kgw = g.kgw, .sr_ratio = g.sr_ratio,
+                            .sr_pool = g.sr_pool, .key_stride_px = g.key_stride_px,
+                            .key_offset_px = g.key_offset_px};
     if (g.scope == VIT_SCOPE_WINDOW && s->n_windows > 0) t->n_problems = s->n_windows;
     if (s->prefix_rows_only && g.scope == VIT_SCOPE_GLOBAL) t->Tq = g.prefix;
 }
@@ -125,8 +127,8 @@ static int q_shape(const trace_spec *s, trace_quantity q, int l, hsize_t dims[4]
         return 2;
     }
     dims[0] = (hsize_t)q_heads(s, q, l, NULL);
-    if (!is_map(q)) {
-        dims[1] = (hsize_t)t.T, dims[2] = (hsize_t)t.qk_dim;
+    if (!is_map(q)) { /* SRA: k over the reduced keys */
+        dims[1] = (hsize_t)(q == TRACE_Q_K && t.scope == VIT_SCOPE_SRA ? t.Tk : t.T), dims[2] = (hsize_t)t.qk_dim;
         return 3;
     }
     if (t.scope == VIT_SCOPE_WINDOW) {
@@ -187,13 +189,18 @@ static size_t q_engine_heads(const vit_config *c, trace_quantity q, int l) {
     return (size_t)g.H;
 }
 
+/* Rows of a q/k record: the tokens, or an SRA layer's reduced keys for k. */
+static int key_rows(const vit_geom *g, trace_quantity q) {
+    return q == TRACE_Q_K && g->scope == VIT_SCOPE_SRA ? g->Tk : g->T;
+}
+
 /* Floats per image the engine writes for q in block l (all heads, problems and rows). */
 static size_t q_engine_floats(const vit_config *c, trace_quantity q, int l) {
     vit_geom g;
     vit_block_geom(c, l, &g);
     if (q == TRACE_Q_TOKENS) return (size_t)g.T * (size_t)g.D;
     if (is_map(q)) return q_engine_heads(c, q, l) * (size_t)g.problems * (size_t)g.Tq * (size_t)g.Tk;
-    return q_engine_heads(c, q, l) * (size_t)g.T * (size_t)vit_qk_head_dim(c, l);
+    return q_engine_heads(c, q, l) * (size_t)key_rows(&g, q) * (size_t)vit_qk_head_dim(c, l);
 }
 
 /* Block l has windowed maps. */
@@ -203,7 +210,14 @@ static int layer_windowed(const vit_config *c, int l) {
     return g.scope == VIT_SCOPE_WINDOW;
 }
 
+static int layer_sra(const vit_config *c, int l) {
+    vit_geom g;
+    vit_block_geom(c, l, &g);
+    return g.scope == VIT_SCOPE_SRA;
+}
+
 static const char *q_axes(const vit_config *c, trace_quantity q, int l) {
+    if (q == TRACE_Q_K && layer_sra(c, l)) return "image,head,key,channel";
     if (is_map(q)) return layer_windowed(c, l) ? "image,head,window,query,key" : "image,head,query,key";
     return q == TRACE_Q_TOKENS ? "image,token,channel" : "image,head,token,channel";
 }
@@ -215,7 +229,9 @@ static const char *q_description(const vit_config *c, trace_quantity q, int l) {
     case TRACE_Q_ATTN: return m->attn_doc ? m->attn_doc : "softmax(scores): the map that multiplies the values";
     case TRACE_Q_SCORES: return m->scores_doc ? m->scores_doc : "q k^T * scale before the softmax";
     case TRACE_Q_Q: return "per-head queries after the projection";
-    case TRACE_Q_K: return m->k_doc ? m->k_doc : "per-head keys after the projection";
+    case TRACE_Q_K:
+        if (layer_sra(c, l)) return "per-head keys of the reduced grid (key_grid, row-major), after attn.kv";
+        return m->k_doc ? m->k_doc : "per-head keys after the projection";
     case TRACE_Q_TOKENS: return "block output (residual stream after the MLP)";
     default: return vit_extra_info(c, l, q - TRACE_Q_X0, &x) ? x.description : "";
     }
@@ -362,6 +378,19 @@ static int layer_geom_attrs(hid_t g, const trace_spec *s, const trace_layer_geom
     rc |= h5u_attr_int(g, "prefix_tokens", t->prefix);
     rc |= h5u_attr_floats(g, "token_stride_px", &t->stride_px, 1);
     rc |= h5u_attr_floats(g, "token_offset_px", &t->offset_px, 1);
+    if (t->scope == VIT_SCOPE_SRA) { /* PVT v2: queries over the keys of a reduced grid */
+        const int kg[2] = {t->kgh, t->kgw};
+        vit_geom vg;
+        vit_block_geom(c, t->layer, &vg);
+        float centre[VIT_MAX_IMG > 4096 ? 4096 : VIT_MAX_IMG];
+        for (int i = 0; i < t->kgh && i < 4096; i++) centre[i] = vit_sra_key_centre(&vg, i, 0);
+        rc |= h5u_attr_ints(g, "key_grid", kg, 2);
+        rc |= h5u_attr_floats(g, "key_stride_px", &t->key_stride_px, 1);
+        rc |= h5u_attr_floats(g, "key_offset_px", &t->key_offset_px, 1);
+        rc |= h5u_attr_floats(g, "key_centre_px", centre, t->kgh < 4096 ? t->kgh : 4096);
+        rc |= t->sr_pool ? h5u_attr_int(g, "sr_pool", t->sr_pool) : h5u_attr_int(g, "sr_ratio", t->sr_ratio);
+        return rc;
+    }
     if (t->scope != VIT_SCOPE_WINDOW) return rc;
     const int padded[2] = {t->ph, t->pw}, nw[2] = {t->nwh, t->nww};
     const float mv = VIT_SHIFT_MASK_VALUE;
@@ -461,6 +490,7 @@ static int layer_attrs(hid_t g, const trace_spec *s, int l) {
 /* The named dimensions of a record of q in block l, outermost first. */
 static const char *q_dims(const vit_config *c, trace_quantity q, int l) {
     if (q == TRACE_Q_TOKENS) return "image,token,channel";
+    if (q == TRACE_Q_K && layer_sra(c, l)) return "image,head,key,qk_channel";
     if (q == TRACE_Q_Q || q == TRACE_Q_K) return "image,head,token,qk_channel";
     const int win = layer_windowed(c, l);
     if ((q == TRACE_Q_X0 || q == TRACE_Q_X1) && vit_mech_of(c, l)->maps)
@@ -955,7 +985,7 @@ static void stage_layer(trace_writer *w, trace_quantity q, int l, const float *s
     const size_t H = q_engine_heads(c, q, l);
     const size_t problem = (size_t)g.Tq * g.Tk; /* one window's map, or the whole global map */
     const size_t per_head_src = is_map(q) ? (size_t)g.problems * problem
-                                          : (size_t)g.T * vit_qk_head_dim(c, l);
+                                          : (size_t)key_rows(&g, q) * vit_qk_head_dim(c, l);
     const int windows = is_map(q) && g.scope == VIT_SCOPE_WINDOW;
     /* contiguous in a head: the first rows (global maps), or all of q/k */
     const size_t block = !is_map(q) ? per_head_src : (size_t)(s->prefix_rows_only ? g.prefix : g.Tq) * g.Tk;
@@ -1637,8 +1667,23 @@ static as_status layer_geom_read(trace_reader *r, int li, as_error *err) {
         for (int k = 0; ok && k < r->n_windows; k++)
             ok = r->windows[k] >= 0 && r->windows[k] < nw[0] * nw[1] &&
                  (k == 0 || r->windows[k] > r->windows[k - 1]);
+    } else if (strcmp(scope, "sra") == 0) {
+        int kg[2] = {0, 0};
+        t->scope = VIT_SCOPE_SRA;
+        ok &= h5u_attr_read_int(g, "key_grid", kg, 2) == 2;
+        ok &= h5u_attr_read_floats(g, "key_stride_px", &t->key_stride_px, 1) == 1;
+        ok &= h5u_attr_read_floats(g, "key_offset_px", &t->key_offset_px, 1) == 1;
+        if (h5u_attr_read_int(g, "sr_pool", &t->sr_pool, 1) != 1) t->sr_pool = 0;
+        if (h5u_attr_read_int(g, "sr_ratio", &t->sr_ratio, 1) != 1) t->sr_ratio = 0;
+        t->kgh = kg[0], t->kgw = kg[1];
+        ok &= (t->sr_pool > 0) != (t->sr_ratio > 0) && t->kgh >= 1 && t->kgw >= 1 &&
+              (long)t->kgh * t->kgw == t->Tk && t->Tk <= t->T;
     } else {
         ok &= strcmp(scope, "global") == 0;
+    }
+    if (t->scope != VIT_SCOPE_SRA) {
+        t->kgh = t->gh, t->kgw = t->gw;
+        t->key_stride_px = t->stride_px, t->key_offset_px = t->offset_px;
     }
     H5Gclose(g);
     const long cells = (long)t->gh * t->gw;
@@ -1650,7 +1695,7 @@ static as_status layer_geom_read(trace_reader *r, int li, as_error *err) {
         ok = t->M >= 1 && t->M <= 64 && t->shift >= 0 && t->shift < t->M && t->ph % t->M == 0 &&
              t->pw % t->M == 0 && t->ph >= t->gh && t->pw >= t->gw && t->nwh == t->ph / t->M &&
              t->nww == t->pw / t->M && t->Tq == t->M * t->M && t->Tk == t->Tq && t->prefix == 0;
-    else if (ok)
+    else if (ok && t->scope != VIT_SCOPE_SRA)
         ok = t->Tk == t->T && t->Tq <= t->T;
     if (!ok) return as_fail(err, AS_ERR_FORMAT, "%s: %s's geometry attributes (stage, scope, grid, "
                             "window, ...) are missing or inconsistent: the file is corrupt", r->path, gname);
@@ -1905,13 +1950,14 @@ as_status trace_read_window_tokens(const trace_reader *r, int layer, int *tok, a
 
 void trace_describe_staged(const trace_reader *r, char *buf, size_t n) {
     char family[32] = "";
-    int stages = 0, windows = 0;
+    int stages = 0, windows = 0, sra = 0;
     h5u_attr_read_str((hid_t)r->file_id, "model_family", family, sizeof family);
     h5u_attr_read_int((hid_t)r->file_id, "num_stages", &stages, 1);
     for (int li = 0; li < r->n_layers; li++) windows |= r->geom[li].scope == VIT_SCOPE_WINDOW;
-    snprintf(buf, n, "%s is a staged trace (%s, %d stage%s%s; format %d)", r->path,
+    for (int li = 0; li < r->n_layers; li++) sra |= r->geom[li].scope == VIT_SCOPE_SRA;
+    snprintf(buf, n, "%s is a staged trace (%s, %d stage%s%s%s; format %d)", r->path,
              family[0] ? family : "?", stages, stages == 1 ? "" : "s",
-             windows ? ", window layers" : "", r->version);
+             windows ? ", window layers" : "", sra ? ", spatial-reduction layers" : "", r->version);
 }
 
 as_status trace_read_head(const trace_reader *r, trace_quantity q, long image, int layer,

@@ -132,6 +132,11 @@ typedef struct {
     int Tq, Tk;             /* recorded query rows and keys of one problem */
     int qk_dim;             /* q/k width per head (0: none) */
     float stride_px, offset_px; /* centre of grid index i along an axis: offset + stride * i */
+    /* SRA (PVT v2): the keys' grid (Tk = kgh kgw), sr_ratio R or sr_pool (linear: 7), and the
+     * centre of key index i: key_offset_px + key_stride_px * i (exact for a conv; a pool's bins
+     * are in the layer's key_centre_px attribute). Else kgh, kgw = gh, gw and the token centres. */
+    int kgh, kgw, sr_ratio, sr_pool;
+    float key_stride_px, key_offset_px;
 } trace_layer_geom;
 
 typedef struct {

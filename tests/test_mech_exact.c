@@ -105,8 +105,10 @@ static vit_config window_config(vit_attn_kind k) {
                     .global_pool = VIT_POOL_AVG, .ln_eps = 1e-5f, .mean = {0.5f, 0.5f, 0.5f},
                     .std = {0.5f, 0.5f, 0.5f}, .crop_pct = 0.9f, .family = VIT_FAMILY_SWIN,
                     .n_stages = 2, .patch_norm = 1, .shift_windows = 1};
-    c.stage[0] = (vit_stage){2, 32, 2, 128, VIT_SCOPE_WINDOW, 4, VIT_DOWN_NONE};
-    c.stage[1] = (vit_stage){2, 64, 4, 256, VIT_SCOPE_WINDOW, 4, VIT_DOWN_MERGE};
+    c.stage[0] = (vit_stage){.depth = 2, .embed_dim = 32, .num_heads = 2, .mlp_hidden = 128,
+                             .scope = VIT_SCOPE_WINDOW, .window = 4, .down = VIT_DOWN_NONE};
+    c.stage[1] = (vit_stage){.depth = 2, .embed_dim = 64, .num_heads = 4, .mlp_hidden = 256,
+                             .scope = VIT_SCOPE_WINDOW, .window = 4, .down = VIT_DOWN_MERGE};
     for (int l = 0; l < c.depth; l++) {
         vit_attn *a = &c.attn[l];
         const vit_mech *m = vit_mech_get_kind(k);

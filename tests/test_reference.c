@@ -26,7 +26,8 @@ static size_t per_image(const vit_config *c, int q, int l) {
     vit_extra x;
     switch (q) {
     case 0: case 1: return H * maps;
-    case 2: case 3: return H * T * (size_t)vit_qk_head_dim(c, l);
+    case 2: return H * T * (size_t)vit_qk_head_dim(c, l);
+    case 3: return H * (g.scope == VIT_SCOPE_SRA ? (size_t)g.Tk : T) * (size_t)vit_qk_head_dim(c, l);
     case 4: return T * (size_t)g.D;
     default: return vit_extra_info(c, l, q - 5, &x) ? (size_t)x.heads * maps : 0;
     }
@@ -195,6 +196,69 @@ static void test_swin(void) {
     }
 }
 
+/* PVT v2 (tools/make_pvt_fixtures.py: tools/pvt_ref.py from the equations, timm's names): logits,
+ * every queries x reduced keys map, scores, q, k over the reduced keys and tokens; R > 1 and
+ * R = 1 stages at 58 px (no multiple of the stride), linear SRA with unequal and overlapping pool
+ * bins, LMSA's compressed q/k in SRA blocks (R = 2 and R = 1); the key grids and the token and key centres the script derived from the conv arithmetic. */
+static void test_pvt(void) {
+    static const char *const t[][2] = {{"pvt_tiny", "pvt_tiny/inputs58.npy"}, {"pvt_li", "pvt_li/inputs40.npy"},
+                                       {"pvt_lmsa", "inputs.npy"}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        model m;
+        as_error err = {0};
+        int ok = model_load(&m, fx(t[i][0]), NULL, 0, &err) == AS_OK;
+        CHECK(ok, "%s: %s", t[i][0], err.msg);
+        if (!ok) continue;
+        char path[256];
+        run_out o;
+        if (run_model(&m, fx(t[i][1]), &o)) {
+            snprintf(path, sizeof path, "%s/expected.safetensors", t[i][0]);
+            compare_expected(t[i][0], &o, fx(path), 1, 1e-4);
+            free(o.mem);
+        }
+        safetensors st;
+        snprintf(path, sizeof path, "%s/geom.safetensors", t[i][0]);
+        if (safetensors_open(&st, fx(path), &err) != AS_OK) {
+            CHECK(0, "%s", err.msg);
+            model_free(&m);
+            continue;
+        }
+        for (int k = 0; k < st.count; k++) {
+            const safetensors_tensor *x = &st.tensors[k];
+            const char *dot = strrchr(x->name, '.');
+            const int l = dot ? atoi(dot + 1) : -1;
+            if (l < 0 || l >= m.cfg.depth) {
+                CHECK(0, "%s: %s names no block", t[i][0], x->name);
+                continue;
+            }
+            float *want = malloc(x->numel * sizeof(float));
+            safetensors_read_f32(&st, x, want, &err);
+            vit_geom g;
+            vit_block_geom(&m.cfg, l, &g);
+            size_t bad = 0;
+            if (strncmp(x->name, "key_grid.", 9) == 0) {
+                bad = x->numel != 3 || g.kgh != (int)want[0] || g.kgw != (int)want[1] || g.gh != (int)want[2] ||
+                      g.Tk != g.kgh * g.kgw || g.Tq != g.T;
+            } else if (strncmp(x->name, "key_centre.", 11) == 0) {
+                bad = x->numel != (size_t)g.kgh;
+                for (size_t e = 0; !bad && e < x->numel; e++)
+                    bad += fabsf(vit_sra_key_centre(&g, (int)e, 0) - want[e]) > 1e-4f ||
+                           fabsf(vit_sra_key_centre(&g, (int)e, 1) - want[e]) > 1e-4f;
+            } else {
+                bad = x->numel != (size_t)g.gh;
+                for (size_t e = 0; !bad && e < x->numel; e++)
+                    bad += fabsf(g.offset_px + g.stride_px * (float)e - want[e]) > 1e-4f;
+            }
+            CHECK(!bad, "%s: %s differs from vit_block_geom (kgh %d, kgw %d, stride %g, offset %g, key "
+                  "stride %g, key offset %g)", t[i][0], x->name, g.kgh, g.kgw, (double)g.stride_px,
+                  (double)g.offset_px, (double)g.key_stride_px, (double)g.key_offset_px);
+            free(want);
+        }
+        safetensors_close(&st);
+        model_free(&m);
+    }
+}
+
 static void test_reduced_precision(void) {
     const char *kinds[2][2] = {{"vit_cls/model_f16.safetensors", "vit_cls/expected_f16.safetensors"},
                                {"vit_cls/model_bf16.safetensors", "vit_cls/expected_bf16.safetensors"}};
@@ -328,6 +392,7 @@ static void test_preprocess(void) {
 
 int main(void) {
     test_swin();
+    test_pvt();
     runtime_set_threads(0);
     test_models();
     test_reduced_precision();

@@ -202,6 +202,12 @@ static as_status load_tables(view *v, as_error *err) {
     for (int li = 0; li < r->n_layers; li++) {
         const trace_layer_geom *g = geom_of(v, li);
         int R = table_rows(v, li), layer = r->layers[li];
+        if (g->scope == VIT_SCOPE_SRA) /* T x T' maps: keys on another grid than the queries */
+            return as_fail(err, AS_ERR_UNSUPPORTED, "%s: layer %d is a spatial-reduction layer (PVT v2: "
+                           "%dx%d queries over a %dx%d key grid): stage-aware support is not there yet "
+                           "in the viewer for it (drawn over the token grid its keys would be misplaced); "
+                           "read it with h5py (docs/trace-format.md) or record other layers", r->path,
+                           layer, g->gh, g->gw, g->kgh, g->kgw);
         if (g->prefix > 0 || (!windowed(v, li) && g->Tq != g->T))
             return as_fail(err, AS_ERR_UNSUPPORTED, "%s: layer %d has %s: stage-aware support is not "
                            "there yet in the viewer for staged layers with prefix tokens or prefix "

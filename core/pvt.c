@@ -1,0 +1,407 @@
+/* pvt.c: PVT v2 on the stage frame (timm's pvt_v2.py in eval mode, docs/models.md "PVT v2"):
+ * the overlapping stem and the strided-conv downsampling (one im2col + GEMM convolution for
+ * both and for the spatial reduction), spatial-reduction attention (every token queries the keys
+ * and values of a reduced grid), MixFFN and the stage norms; their weights, costs and geometry.
+ * stage.c calls these with a line each. */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "pvt.h"
+
+/* ---- geometry ---- */
+
+/* Adaptive average pooling of n cells to VIT_SR_POOL bins (PyTorch's AdaptiveAvgPool2d):
+ * bin i covers [floor(i n / P), ceil((i + 1) n / P)). */
+static int pool_lo(int i, int n) { return i * n / VIT_SR_POOL; }
+static int pool_hi(int i, int n) { return ((i + 1) * n + VIT_SR_POOL - 1) / VIT_SR_POOL; }
+
+void vit_sra_geom(const vit_config *c, vit_geom *g) {
+    const vit_stage *st = &c->stage[g->stage];
+    if (c->sr_linear) { /* pooled to 7 x 7 whatever the grid */
+        g->sr_ratio = 0;
+        g->sr_pool = VIT_SR_POOL;
+        g->kgh = g->kgw = VIT_SR_POOL;
+        const float bin = (float)g->gh / VIT_SR_POOL; /* equal bins when 7 divides the grid */
+        g->key_stride_px = g->stride_px * bin;
+        g->key_offset_px = g->offset_px + g->stride_px * 0.5f * (bin - 1.0f);
+    } else {
+        const int R = st->sr_ratio > 0 ? st->sr_ratio : 1;
+        g->sr_ratio = R;
+        g->kgh = (g->gh - R) / R + 1; /* Conv2d(k = R, s = R, p = 0) */
+        g->kgw = (g->gw - R) / R + 1;
+        g->key_stride_px = g->stride_px * (float)R; /* key y covers tokens R y .. R y + R - 1 */
+        g->key_offset_px = g->offset_px + g->stride_px * 0.5f * (float)(R - 1);
+    }
+    g->Tk = g->kgh * g->kgw;
+}
+
+float vit_sra_key_centre(const vit_geom *g, int i, int axis) {
+    const int n = axis ? g->gw : g->gh;
+    if (!g->sr_pool) return g->key_offset_px + g->key_stride_px * (float)i;
+    /* the mean of the bin's token centres */
+    const int lo = pool_lo(i, n), hi = pool_hi(i, n);
+    return g->offset_px + g->stride_px * 0.5f * (float)(lo + hi - 1);
+}
+
+/* The total q/k width of block l: C, or LMSA's compressed qk_dim (heads x vit_qk_head_dim). */
+static int qk_width(const vit_config *c, int l) {
+    vit_geom g;
+    vit_block_geom(c, l, &g);
+    return g.H * vit_qk_head_dim(c, l);
+}
+
+/* ---- weights: timm's PyramidVisionTransformerV2 names ---- */
+
+static void put(vit_spec_sink *k, const float **slot, const char *fmt, int a, int b, int ndim, const int *shape) {
+    char suffix[96];
+    snprintf(suffix, sizeof suffix, fmt, a, b);
+    vit_mech_spec(k, slot, suffix, ndim, shape);
+}
+#define PUT(slot, shape, fmt, a, b) put(&k, (slot), (fmt), (a), (b), (int)(sizeof shape / sizeof shape[0]), shape)
+
+int pvt_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, int max) {
+    int n = 0;
+    vit_spec_sink k = {specs, max, &n, ""};
+    memset(p, 0, sizeof *p);
+    const int C0 = c->stage[0].embed_dim, K = c->patch_kernel;
+    PUT(&p->patch_w, ((int[]){C0, c->in_chans, K, K}), "patch_embed.proj.weight", 0, 0);
+    PUT(&p->patch_b, ((int[]){C0}), "patch_embed.proj.bias", 0, 0);
+    PUT(&p->patch_norm_w, ((int[]){C0}), "patch_embed.norm.weight", 0, 0);
+    PUT(&p->patch_norm_b, ((int[]){C0}), "patch_embed.norm.bias", 0, 0);
+    for (int s = 0; s < c->n_stages; s++) {
+        const vit_stage *st = &c->stage[s];
+        vit_stage_params *sp = &p->stages[s];
+        const int C = st->embed_dim;
+        if (s > 0) {
+            const int Ci = c->stage[s - 1].embed_dim;
+            PUT(&sp->down_w, ((int[]){C, Ci, 3, 3}), "stages.%d.downsample.proj.weight", s, 0);
+            PUT(&sp->down_b, ((int[]){C}), "stages.%d.downsample.proj.bias", s, 0);
+            PUT(&sp->down_norm_w, ((int[]){C}), "stages.%d.downsample.norm.weight", s, 0);
+            PUT(&sp->down_norm_b, ((int[]){C}), "stages.%d.downsample.norm.bias", s, 0);
+        }
+        const int first = vit_stage_first_block(c, s);
+        for (int j = 0; j < st->depth && first + j < VIT_MAX_DEPTH; j++) {
+            vit_block_params *b = &p->blocks[first + j];
+            vit_geom g;
+            vit_block_geom(c, first + j, &g);
+            const int Hm = g.Hm, R = c->sr_linear ? 1 : g.sr_ratio, Q = qk_width(c, first + j);
+            const char *blk = "stages.%d.blocks.%d.";
+            char f[128];
+#define BPUT(slot, shape, suffix)                                 \
+    do {                                                          \
+        snprintf(f, sizeof f, "%s%s", blk, suffix);               \
+        PUT(slot, shape, f, s, j);                                \
+    } while (0)
+            BPUT(&b->norm1_w, ((int[]){C}), "norm1.weight");
+            BPUT(&b->norm1_b, ((int[]){C}), "norm1.bias");
+            BPUT(&b->q_w, ((int[]){Q, C}), "attn.q.weight");
+            if (c->qkv_bias) BPUT(&b->q_b, ((int[]){Q}), "attn.q.bias");
+            BPUT(&b->kv_w, ((int[]){Q + C, C}), "attn.kv.weight");
+            if (c->qkv_bias) BPUT(&b->kv_b, ((int[]){Q + C}), "attn.kv.bias");
+            if (c->sr_linear || R > 1) {
+                BPUT(&b->sr_w, ((int[]){C, C, R, R}), "attn.sr.weight");
+                BPUT(&b->sr_b, ((int[]){C}), "attn.sr.bias");
+                BPUT(&b->sr_norm_w, ((int[]){C}), "attn.norm.weight");
+                BPUT(&b->sr_norm_b, ((int[]){C}), "attn.norm.bias");
+            }
+            BPUT(&b->proj_w, ((int[]){C, C}), "attn.proj.weight");
+            BPUT(&b->proj_b, ((int[]){C}), "attn.proj.bias");
+            BPUT(&b->norm2_w, ((int[]){C}), "norm2.weight");
+            BPUT(&b->norm2_b, ((int[]){C}), "norm2.bias");
+            BPUT(&b->fc1_w, ((int[]){Hm, C}), "mlp.fc1.weight");
+            BPUT(&b->fc1_b, ((int[]){Hm}), "mlp.fc1.bias");
+            BPUT(&b->dw_w, ((int[]){Hm, 1, 3, 3}), "mlp.dwconv.weight");
+            BPUT(&b->dw_b, ((int[]){Hm}), "mlp.dwconv.bias");
+            BPUT(&b->fc2_w, ((int[]){C, Hm}), "mlp.fc2.weight");
+            BPUT(&b->fc2_b, ((int[]){C}), "mlp.fc2.bias");
+#undef BPUT
+        }
+        PUT(&sp->stage_norm_w, ((int[]){C}), "stages.%d.norm.weight", s, 0);
+        PUT(&sp->stage_norm_b, ((int[]){C}), "stages.%d.norm.bias", s, 0);
+    }
+    const int CL = c->stage[c->n_stages - 1].embed_dim, NC = c->num_classes;
+    if (NC > 0) {
+        PUT(&p->head_w, ((int[]){NC, CL}), "head.weight", 0, 0);
+        PUT(&p->head_b, ((int[]){NC}), "head.bias", 0, 0);
+    }
+    return n;
+}
+#undef PUT
+
+/* ---- sizes ---- */
+
+void pvt_acts_need(const vit_config *c, pvt_need *z) {
+    memset(z, 0, sizeof *z);
+    vit_geom g;
+    vit_block_geom(c, 0, &g);
+    z->stem_col = (size_t)g.gh * g.gw * c->in_chans * c->patch_kernel * c->patch_kernel;
+    for (int s = 1; s < c->n_stages; s++) {
+        vit_block_geom(c, vit_stage_first_block(c, s), &g);
+        const size_t m = (size_t)g.gh * g.gw * 9 * c->stage[s - 1].embed_dim;
+        if (m > z->down_col) z->down_col = m;
+    }
+    for (int l = 0; l < c->depth; l++) {
+        vit_block_geom(c, l, &g);
+        const size_t D = (size_t)g.D, Tk = (size_t)g.Tk;
+        /* the conv's gathered input, or the pooled grid (linear) */
+        const size_t col = c->sr_linear ? Tk * D : g.sr_ratio > 1 ? Tk * D * g.sr_ratio * g.sr_ratio : 0;
+        if (col > z->sr_col) z->sr_col = col;
+        if (Tk * D > z->xr) z->xr = Tk * D;
+        const size_t kvw = Tk * ((size_t)qk_width(c, l) + D); /* [k (Q) | v (D)] rows */
+        if (kvw > z->kv) z->kv = kvw;
+        if ((size_t)g.T * g.Hm > z->hid2) z->hid2 = (size_t)g.T * g.Hm;
+    }
+}
+
+/* ---- convolution: im2col + GEMM ---- */
+
+void pvt_im2col(float *col, const float *x, int n, int H, int W, int C, size_t sb, size_t sy, size_t sx,
+                size_t sc, int k, int s, int p) {
+    const int Ho = (H + 2 * p - k) / s + 1, Wo = (W + 2 * p - k) / s + 1, K = C * k * k;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < n; b++)
+        for (int oy = 0; oy < Ho; oy++)
+            for (int ox = 0; ox < Wo; ox++) {
+                float *dst = col + (((size_t)b * Ho + oy) * Wo + ox) * K;
+                for (int ch = 0; ch < C; ch++)
+                    for (int ky = 0; ky < k; ky++) {
+                        const int iy = oy * s - p + ky;
+                        for (int kx = 0; kx < k; kx++) {
+                            const int ix = ox * s - p + kx;
+                            const int in = iy >= 0 && iy < H && ix >= 0 && ix < W;
+                            dst[((size_t)ch * k + ky) * k + kx] =
+                                in ? x[b * sb + (size_t)iy * sy + (size_t)ix * sx + (size_t)ch * sc] : 0.0f;
+                        }
+                    }
+            }
+}
+
+/* y (n Ho Wo, Cout) = Conv2d(x NHWC (n, H, W, C); w (Cout, C, k, k) as PyTorch stores it) */
+static void conv_nhwc(float *y, float *col, const float *x, const float *w, const float *b, int n, int H,
+                      int W, int C, int Cout, int k, int s, int p) {
+    const int Ho = (H + 2 * p - k) / s + 1, Wo = (W + 2 * p - k) / s + 1;
+    pvt_im2col(col, x, n, H, W, C, (size_t)H * W * C, (size_t)W * C, (size_t)C, 1, k, s, p);
+    vit_linear(y, col, w, b, n * Ho * Wo, Cout, C * k * k, 0);
+}
+
+void pvt_stem(const vit_config *c, const vit_params *p, vit_acts *a, const float *images, int n) {
+    const int S = c->img_size, Cin = c->in_chans, k = c->patch_kernel, P = c->patch_size;
+    const int G = (S + 2 * (k / 2) - k) / P + 1, C0 = c->stage[0].embed_dim;
+    pvt_im2col(a->patches, images, n, S, S, Cin, (size_t)Cin * S * S, (size_t)S, 1, (size_t)S * S, k, P, k / 2);
+    vit_linear(a->x, a->patches, p->patch_w, p->patch_b, n * G * G, C0, Cin * k * k, 0);
+    kernels_layernorm(a->x, a->x, p->patch_norm_w, p->patch_norm_b, n * G * G, C0, c->conv_ln_eps);
+}
+
+void pvt_downsample(const vit_config *c, int s, const vit_params *p, vit_acts *a, int n, int gh, int gw) {
+    const vit_stage_params *sp = &p->stages[s];
+    const int Ci = c->stage[s - 1].embed_dim, C = c->stage[s].embed_dim;
+    const int rows = n * ((gh - 1) / 2 + 1) * ((gw - 1) / 2 + 1);
+    conv_nhwc(a->xn, a->merge, a->x, sp->down_w, sp->down_b, n, gh, gw, Ci, C, 3, 2, 1);
+    kernels_layernorm(a->x, a->xn, sp->down_norm_w, sp->down_norm_b, rows, C, c->conv_ln_eps);
+}
+
+void pvt_stage_end(const vit_config *c, int s, const vit_params *p, vit_acts *a, int n, int T) {
+    const vit_stage_params *sp = &p->stages[s];
+    kernels_layernorm(a->x, a->x, sp->stage_norm_w, sp->stage_norm_b, n * T, c->stage[s].embed_dim, c->ln_eps);
+}
+
+/* ---- the block ---- */
+
+/* The reduced grid of n images into a->xr (n, T', D): R x R stride R conv + LN, or the linear
+ * variant's 7 x 7 average pool, 1x1 conv, LN and GELU; R = 1: none (the keys are xn). */
+static const float *sra_reduce(const vit_config *c, const vit_geom *g, const vit_block_params *bp,
+                               vit_acts *a, int n) {
+    const int D = g->D, Tk = g->Tk;
+    if (c->sr_linear) {
+        const int gh = g->gh, gw = g->gw;
+#pragma omp parallel for collapse(2) schedule(static)
+        for (int b = 0; b < n; b++)
+            for (int i = 0; i < VIT_SR_POOL * VIT_SR_POOL; i++) {
+                const int py = i / VIT_SR_POOL, px = i % VIT_SR_POOL;
+                const int y0 = pool_lo(py, gh), y1 = pool_hi(py, gh), x0 = pool_lo(px, gw), x1 = pool_hi(px, gw);
+                float *o = a->sr_col + ((size_t)b * Tk + i) * D;
+                for (int ch = 0; ch < D; ch++) {
+                    double sum = 0;
+                    for (int y = y0; y < y1; y++)
+                        for (int x = x0; x < x1; x++) sum += a->xn[(((size_t)b * gh + y) * gw + x) * D + ch];
+                    o[ch] = (float)(sum / ((y1 - y0) * (x1 - x0)));
+                }
+            }
+        vit_linear(a->xr, a->sr_col, bp->sr_w, bp->sr_b, n * Tk, D, D, 0);
+        kernels_layernorm(a->xr, a->xr, bp->sr_norm_w, bp->sr_norm_b, n * Tk, D, c->conv_ln_eps);
+        kernels_gelu(a->xr, (size_t)n * Tk * D);
+        return a->xr;
+    }
+    if (g->sr_ratio <= 1) return a->xn;
+    const int R = g->sr_ratio;
+    conv_nhwc(a->xr, a->sr_col, a->xn, bp->sr_w, bp->sr_b, n, g->gh, g->gw, D, D, R, R, 0);
+    kernels_layernorm(a->xr, a->xr, bp->sr_norm_w, bp->sr_norm_b, n * Tk, D, c->conv_ln_eps);
+    return a->xr;
+}
+
+/* MixFFN's depth-wise 3x3 conv (pad 1, bias) of hid (n, gh, gw, Hm) into out. */
+static void dwconv3(float *out, const float *hid, const float *w, const float *bias, int n, int gh, int gw,
+                    int Hm) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < n; b++)
+        for (int y = 0; y < gh; y++)
+            for (int x = 0; x < gw; x++) {
+                float *o = out + (((size_t)b * gh + y) * gw + x) * Hm;
+                memcpy(o, bias, (size_t)Hm * sizeof(float));
+                for (int ky = 0; ky < 3; ky++)
+                    for (int kx = 0; kx < 3; kx++) {
+                        const int iy = y + ky - 1, ix = x + kx - 1;
+                        if (iy < 0 || iy >= gh || ix < 0 || ix >= gw) continue;
+                        const float *in = hid + (((size_t)b * gh + iy) * gw + ix) * Hm;
+                        const float *wk = w + ky * 3 + kx;
+                        for (int ch = 0; ch < Hm; ch++) o[ch] += wk[(size_t)ch * 9] * in[ch];
+                    }
+            }
+}
+
+void pvt_block(const vit_config *c, int l, const vit_geom *g, const vit_block_params *bp, vit_acts *a,
+               int n, const vit_record *rec) {
+    const int T = g->T, D = g->D, H = g->H, hd = D / H, Hm = g->Hm, Tk = g->Tk, M = n * T;
+    const int Q = qk_width(c, l), dq = Q / H, KV = Q + D; /* q (Q), kv rows [k (Q) | v (D)] */
+    kernels_layernorm(a->xn, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
+    vit_linear(a->qkv, a->xn, bp->q_w, bp->q_b, M, Q, D, 0);
+    const float *src = sra_reduce(c, g, bp, a, n);
+    vit_linear(a->kv, src, bp->kv_w, bp->kv_b, n * Tk, KV, D, 0);
+    float *att = rec->attn && rec->attn[l] ? rec->attn[l] : a->att;
+    float *scores = rec->scores ? rec->scores[l] : NULL;
+    const vit_mech *m = vit_mech_of(c, l);
+    vit_mech_block mb;
+    vit_geom mg;
+    vit_mech_block_at(&mb, c, l, bp, &mg);
+    const float scale = vit_attn_scale(c, l);
+    const size_t TT = (size_t)T * Tk;
+    /* one job per (image, head): Tq = T queries over the Tk reduced keys */
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int job = 0; job < n * H; job++) {
+        const int b = job / H, h = job % H;
+        const float *q = a->qkv + (size_t)b * T * Q + (size_t)h * dq;
+        const float *kv = a->kv + (size_t)b * Tk * KV;
+        vit_attn_problem pr = {.Tq = T, .Tk = Tk, .prefix = 0, .gh = g->gh, .gw = g->gw, .H = H, .h = h,
+                               .dq = dq, .scale = scale, .q = q, .k = kv + (size_t)h * dq,
+                               .v = kv + Q + (size_t)h * hd, .ldq = Q, .ldk = KV, .ldv = KV,
+                               .kgh = g->kgh, .kgw = g->kgw};
+        float *A = att + ((size_t)b * H + h) * TT;
+        vit_mech_problem_forward(m, &mb, &pr, A, scores ? scores + ((size_t)b * H + h) * TT : NULL);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, Tk, 1.0f, A, Tk, pr.v, KV, 0.0f,
+                    a->ao + (size_t)b * T * D + (size_t)h * hd, D);
+    }
+    float *rq = rec->q ? rec->q[l] : NULL, *rk = rec->k ? rec->k[l] : NULL;
+    if (rq || rk) { /* q over the T tokens, k over the T' reduced ones, (n, H, rows, hd) */
+#pragma omp parallel for collapse(2) schedule(static)
+        for (int b = 0; b < n; b++)
+            for (int h = 0; h < H; h++) {
+                for (int t = 0; rq && t < T; t++)
+                    memcpy(rq + (((size_t)b * H + h) * T + t) * dq, a->qkv + ((size_t)b * T + t) * Q + (size_t)h * dq,
+                           (size_t)dq * sizeof(float));
+                for (int t = 0; rk && t < Tk; t++)
+                    memcpy(rk + (((size_t)b * H + h) * Tk + t) * dq,
+                           a->kv + ((size_t)b * Tk + t) * KV + (size_t)h * dq, (size_t)dq * sizeof(float));
+            }
+    }
+    vit_linear(a->x, a->ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
+    /* MixFFN: fc1 -> [ReLU (linear)] -> depth-wise 3x3 -> GELU -> fc2 */
+    kernels_layernorm(a->xn, a->x, bp->norm2_w, bp->norm2_b, M, D, c->ln_eps);
+    vit_linear(a->hid, a->xn, bp->fc1_w, bp->fc1_b, M, Hm, D, 0);
+    if (c->sr_linear)
+        for (size_t i = 0; i < (size_t)M * Hm; i++) a->hid[i] = a->hid[i] > 0.0f ? a->hid[i] : 0.0f;
+    dwconv3(a->hid2, a->hid, bp->dw_w, bp->dw_b, n, g->gh, g->gw, Hm);
+    kernels_gelu(a->hid2, (size_t)M * Hm);
+    vit_linear(a->x, a->hid2, bp->fc2_w, bp->fc2_b, M, D, Hm, 1);
+    float *tok = rec->tokens ? rec->tokens[l] : NULL;
+    if (tok) memcpy(tok, a->x, (size_t)M * D * sizeof(float));
+}
+
+/* ---- cost ---- */
+
+void pvt_stem_cost(const vit_config *c, vit_cost_part *o) {
+    vit_geom g;
+    vit_block_geom(c, 0, &g);
+    const double T = (double)g.gh * g.gw, C = g.D, K = (double)c->in_chans * c->patch_kernel * c->patch_kernel;
+    vit_cost_add(o, VIT_COMP_PATCH_EMBED, K * C + C, T * K * C, T * C);
+    vit_cost_add(o, VIT_COMP_NORM, 2 * C, 0, 8 * T * C);
+}
+
+void pvt_stage_cost(const vit_config *c, int s, vit_cost_part *o) {
+    const int first = vit_stage_first_block(c, s);
+    vit_geom g;
+    vit_block_geom(c, first, &g);
+    const double C = g.D, T = (double)g.gh * g.gw;
+    if (s > 0) { /* Conv2d(k3, s2, p1) + LN */
+        const double Ci = c->stage[s - 1].embed_dim;
+        vit_cost_add(o, VIT_COMP_DOWNSAMPLE, 9 * Ci * C + C, T * 9 * Ci * C, T * C);
+        vit_cost_add(o, VIT_COMP_NORM, 2 * C, 0, 8 * T * C);
+    }
+    for (int l = first; l < first + c->stage[s].depth; l++) {
+        vit_block_geom(c, l, &g);
+        const double H = g.H, Hm = g.Hm, Tk = g.Tk, hd = C / H, maps = H * T * Tk, bias = c->qkv_bias ? 1 : 0;
+        const double Q = qk_width(c, l), dq = Q / H; /* LMSA: compressed q | k */
+        vit_cost_add(o, VIT_COMP_NORM, 2 * 2 * C, 0, 2 * 8 * T * C);
+        /* q over T tokens, k | v over T' keys; the reduction before them under attn.sr */
+        vit_cost_add(o, VIT_COMP_QKV, Q * (C + bias) + (Q + C) * (C + bias), T * C * Q + Tk * (Q + C) * C,
+                     (T * Q + Tk * (Q + C)) * bias);
+        if (c->sr_linear) { /* pool (T adds per channel), 1x1 conv, GELU; then the LN */
+            vit_cost_add(o, VIT_COMP_SR, C * C + C, Tk * C * C, T * C + Tk * C + 8 * Tk * C);
+            vit_cost_add(o, VIT_COMP_NORM, 2 * C, 0, 8 * Tk * C);
+        } else if (g.sr_ratio > 1) {
+            const double R2 = (double)g.sr_ratio * g.sr_ratio;
+            vit_cost_add(o, VIT_COMP_SR, R2 * C * C + C, Tk * R2 * C * C, Tk * C);
+            vit_cost_add(o, VIT_COMP_NORM, 2 * C, 0, 8 * Tk * C);
+        }
+        vit_cost_add(o, VIT_COMP_ATTN_SCORES, 0, maps * dq, maps + 5 * maps);
+        vit_cost_add(o, VIT_COMP_ATTN_VALUES, 0, maps * hd, 0);
+        vit_cost_add(o, VIT_COMP_PROJ, C * C + C, T * C * C, T * C + T * C);
+        /* fc1, the depth-wise 3x3 with bias, GELU, fc2 */
+        vit_cost_add(o, VIT_COMP_MLP, 2 * C * Hm + Hm + C + 9 * Hm + Hm, 2 * T * C * Hm + 9 * T * Hm,
+                     T * Hm + T * C + T * Hm + 8 * T * Hm + T * C + (c->sr_linear ? T * Hm : 0));
+    }
+    vit_cost_add(o, VIT_COMP_NORM, 2 * C, 0, 8 * T * C); /* the stage norm */
+}
+
+/* ---- validation ---- */
+
+as_status pvt_validate(const vit_config *c, as_error *err) {
+    const char *n = c->name[0] ? c->name : "model";
+    if (c->class_token || c->distilled)
+        return as_fail(err, AS_ERR_CONFIG, "%s: PVT v2 has no class or distillation token: remove "
+                       "\"class_token\" and \"distilled\"", n);
+    if (c->global_pool != VIT_POOL_AVG)
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"global_pool\": \"%s\": PVT v2 averages its final "
+                       "tokens: use \"avg\"", n, vit_pool_name(c->global_pool));
+    if (c->fc_norm || c->patch_norm || c->shift_windows)
+        return as_fail(err, AS_ERR_CONFIG, "%s: fc_norm, patch_norm and window shifts are not PVT v2 "
+                       "settings (its norms are fixed): remove them", n);
+    if (c->patch_kernel < c->patch_size || c->patch_kernel > 4 * c->patch_size + 1)
+        return as_fail(err, AS_ERR_CONFIG, "%s: the stem kernel %d must be in patch_size %d .. 4 x "
+                       "patch_size + 1 (timm: 7 with stride 4): set \"patch_kernel\"", n,
+                       c->patch_kernel, c->patch_size);
+    if (!(c->conv_ln_eps > 0.0f && c->conv_ln_eps <= 1.0f))
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"conv_ln_eps\" must be in (0, 1] (timm: 1e-5)", n);
+    for (int s = 0; s < c->n_stages; s++) {
+        const vit_stage *st = &c->stage[s];
+        if (st->scope != VIT_SCOPE_SRA || (s == 0) != (st->down == VIT_DOWN_NONE) ||
+            (s > 0 && st->down != VIT_DOWN_CONV))
+            return as_fail(err, AS_ERR_CONFIG, "%s: stage %d is not a PVT v2 stage (a strided conv "
+                           "before every stage but the first, spatial-reduction attention): describe "
+                           "it with the PVT v2 keys of docs/models.md", n, s);
+        if (st->sr_ratio < 1 || st->sr_ratio > VIT_MAX_WINDOW)
+            return as_fail(err, AS_ERR_CONFIG, "%s: \"sr_ratios\"[%d] = %d: give 1..%d (1: the keys "
+                           "are the tokens)", n, s, st->sr_ratio, VIT_MAX_WINDOW);
+        vit_geom g;
+        vit_block_geom(c, vit_stage_first_block(c, s), &g);
+        if (!c->sr_linear && (g.gh < st->sr_ratio || g.gw < st->sr_ratio))
+            return as_fail(err, AS_ERR_CONFIG, "%s: stage %d's %dx%d grid is smaller than its "
+                           "\"sr_ratios\" %d, so the reducing conv has no output: use img_size >= %d "
+                           "or a smaller ratio", n, s, g.gh, g.gw, st->sr_ratio,
+                           (int)(st->sr_ratio * g.stride_px));
+    }
+    return AS_OK;
+}

@@ -1,0 +1,38 @@
+/* pvt.h: PVT v2's pieces of the staged forward (core/pvt.c), called from stage.c and config.c.
+ * Internal to core/. */
+#ifndef AS_PVT_H
+#define AS_PVT_H
+
+#include "mech.h"
+#include "stage.h"
+
+/* Floats per image of PVT v2's buffers (maxima over the stages and blocks). */
+typedef struct {
+    size_t stem_col;  /* the stem's im2col (T0, in_chans k^2) */
+    size_t down_col;  /* a downsample's im2col (T_s, 9 C_{s-1}) */
+    size_t sr_col, xr, kv, hid2; /* vit_acts' PVT buffers */
+} pvt_need;
+void pvt_acts_need(const vit_config *c, pvt_need *z);
+
+/* im2col of a convolution (kernel k, stride s, zero pad p) over x, element (b, y, x, ch) at
+ * b sb + y sy + x sx + ch sc (NHWC or NCHW alike): col (n Ho Wo, C k k) in PyTorch's (ch, ky, kx)
+ * order, so a (Cout, C, k, k) weight multiplies it as it is stored. */
+void pvt_im2col(float *col, const float *x, int n, int H, int W, int C, size_t sb, size_t sy, size_t sx,
+                size_t sc, int k, int s, int p);
+
+int pvt_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, int max);
+/* Stem (Conv2d k, s = patch_size, p = k / 2, then LN) of images (n, C, S, S) into a->x. */
+void pvt_stem(const vit_config *c, const vit_params *p, vit_acts *a, const float *images, int n);
+/* Stage s's Conv2d(k3, s2, p1) + LN of a->x (n, gh, gw, C_{s-1}) into a->x. */
+void pvt_downsample(const vit_config *c, int s, const vit_params *p, vit_acts *a, int n, int gh, int gw);
+/* One SRA block on a->x (n, T, D) in place, recording into rec. */
+void pvt_block(const vit_config *c, int l, const vit_geom *g, const vit_block_params *bp, vit_acts *a,
+               int n, const vit_record *rec);
+/* The LayerNorm closing stage s (T tokens per image). */
+void pvt_stage_end(const vit_config *c, int s, const vit_params *p, vit_acts *a, int n, int T);
+
+void pvt_stem_cost(const vit_config *c, vit_cost_part *o);
+void pvt_stage_cost(const vit_config *c, int s, vit_cost_part *o);
+as_status pvt_validate(const vit_config *c, as_error *err);
+
+#endif
