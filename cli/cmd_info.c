@@ -11,6 +11,7 @@
 #include "../analysis/analysis.h"
 #include "../io/h5util.h"
 #include "cli.h"
+#include "../core/vitfam.h"
 
 static const cli_opt info_opts[] = {
     /* key alias name       ARG     values                      default      help */
@@ -102,14 +103,24 @@ static void print_model(const vit_config *c, const char *source, const char *dty
              c->qkv_bias ? "yes" : "no", c->patch_norm ? "yes" : "no", (double)c->ln_eps);
         printf("head        %d classes, final norm, pool %s\n", c->num_classes, vit_pool_name(c->global_pool));
     } else {
-        line("input       %dx%dx%d, patch %d -> %dx%d grid = %d patches + %d prefix token%s (%s%s) = %d tokens\n",
+        char names[VIT_MAX_REG * 6 + 16], fam[160] = "";
+        vit_prefix_names(c, names, sizeof names);
+        line("input       %dx%dx%d, patch %d -> %dx%d grid = %d patches + %d prefix token%s (%s) = %d tokens%s\n",
                c->in_chans, c->img_size, c->img_size, c->patch_size, g, g, g * g, pre, pre == 1 ? "" : "s",
-               c->class_token ? "cls" : "none", c->distilled ? ",dist" : "", vit_num_tokens(c));
-        line("blocks      %d x (dim %d, %d heads x %d, mlp %d), qkv bias %s, LayerNorm eps %g\n",
+               names[0] ? names : "none", vit_num_tokens(c),
+               c->no_embed_class ? "; pos_embed over the patches only (no_embed_class)" : "");
+        if (c->init_values > 0) snprintf(fam, sizeof fam, ", LayerScale (init %g)", (double)c->init_values);
+        if (c->act_layer != VIT_ACT_GELU) snprintf(fam + strlen(fam), sizeof fam - strlen(fam), ", %s", vit_act_name(c->act_layer));
+        if (c->pre_norm) snprintf(fam + strlen(fam), sizeof fam - strlen(fam), ", norm_pre");
+        line("blocks      %d x (dim %d, %d heads x %d, mlp %d), qkv bias %s, LayerNorm eps %g%s\n",
                c->depth, c->embed_dim, c->num_heads, vit_head_dim(c), c->mlp_hidden,
-               c->qkv_bias ? "yes" : "no", (double)c->ln_eps);
-        printf("head        %d classes, pool %s%s%s\n", c->num_classes, vit_pool_name(c->global_pool),
-               c->fc_norm ? " + fc_norm" : "", c->distilled ? ", mean of head and head_dist" : "");
+               c->qkv_bias ? "yes" : "no", (double)c->ln_eps, fam);
+        if (c->num_classes > 0)
+            printf("head        %d classes, pool %s%s%s\n", c->num_classes, vit_pool_name(c->global_pool),
+                   c->fc_norm ? " + fc_norm" : "", c->distilled ? ", mean of head and head_dist" : "");
+        else /* features only: record keeps the block outputs (--record tokens), no classes */
+            printf("head        none (features only: the %d-d pooled features, pool %s%s; no classes)\n",
+                   c->embed_dim, vit_pool_name(c->global_pool), c->fc_norm ? " + fc_norm" : "");
     }
     line("preprocess  resize shorter side to %d (%s), centre crop %d, mean (%.3f, %.3f, %.3f), "
          "std (%.3f, %.3f, %.3f)", (int)floor((double)c->img_size / c->crop_pct), /* validated: fits */

@@ -34,6 +34,12 @@ void vit_prefix_names(const vit_config *c, char *buf, size_t n) {
         u += (size_t)snprintf(buf + u, n - u, "%sreg%d", u ? "," : "", r);
 }
 
+void vit_prefix_label(const vit_config *c, int i, char *buf, size_t n) {
+    if (c->class_token && i-- == 0) snprintf(buf, n, "class token");
+    else if (c->distilled && i-- == 0) snprintf(buf, n, "distillation token");
+    else snprintf(buf, n, "register %d", i);
+}
+
 as_status vitfam_validate(const vit_config *c, as_error *err) {
     const char *n = c->name[0] ? c->name : "model";
     if ((unsigned)c->act_layer >= VIT_ACT_COUNT)

@@ -21,6 +21,9 @@ int vit_pos_embed_len(const vit_config *c);
  * (the trace's prefix_tokens attribute). */
 void vit_prefix_names(const vit_config *c, char *buf, size_t n);
 
+/* Prefix token i for a reader: "class token", "distillation token", "register 2". */
+void vit_prefix_label(const vit_config *c, int i, char *buf, size_t n);
+
 /* The constraints of the family's options (a message naming the key and the fix). */
 as_status vitfam_validate(const vit_config *c, as_error *err);
 
