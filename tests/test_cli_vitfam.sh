@@ -45,6 +45,15 @@ expect 0 "$A" plot grid "$T/reg.h5" -o "$T/grid.png"
 printf 'key c\nstatus\n' >"$T/view.txt"
 SDL_VIDEODRIVER=dummy expect 0 "$A" view "$T/reg.h5" --layer 1 --script "$T/view.txt"
 has "$T/out" "query class token"
+# registers without a class token: rollout starts from the mean of all tokens, as numpy's
+expect 0 "$A" record --model "$FX/vf_regavg" --images "$FX/inputs.npy" --record attn --out "$T/ra.h5"
+expect 0 "$A" analyze "$T/ra.h5" --metrics rollout,distance --out "$T/ra_res.h5"
+expect 0 "$PY" "$(dirname "$0")/../tools/analysis_ref.py" compare "$T/ra.h5" "$T/ra_res.h5"
+has "$T/out" "^rollout"; lacks "$T/out" "MISMATCH"
+py 'import h5py, sys
+f = h5py.File(sys.argv[1], "r")
+assert f.attrs["prefix_tokens"] == "reg0,reg1" and f.attrs["num_prefix_tokens"] == 2
+assert "mean of all" in h5py.File(sys.argv[2], "r")["analysis/rollout"].attrs["parameters"]' "$T/ra.h5" "$T/ra_res.h5"
 
 # ---- features only, MAP pooling ---------------------------------------------------------------
 expect 0 "$A" record --model "$FX/vf_map" --images "$FX/inputs.npy" --out "$T/map.h5"

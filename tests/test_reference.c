@@ -342,7 +342,7 @@ static void test_vitfam(void) {
         const char *name;
         int sizes[3]; /* 0: the fixture's own */
     } fx_models[] = {{"vf_deit3", {0}}, {"vf_reg", {0, 48}}, {"vf_clip", {0}}, {"vf_map", {0}},
-                     {"vf_map_reg", {0}}, {"vf_p14", {0, 28, 56}}};
+                     {"vf_map_reg", {0}}, {"vf_regavg", {0}}, {"vf_p14", {0, 28, 56}}};
     for (size_t i = 0; i < sizeof fx_models / sizeof fx_models[0]; i++)
         for (int k = 0; k < 3 && (k == 0 || fx_models[i].sizes[k]); k++) {
             const int S = fx_models[i].sizes[k];

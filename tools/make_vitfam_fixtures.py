@@ -35,6 +35,8 @@ MODELS = {
     "vf_map": (dict(BASE, num_classes=4, class_token=False, global_pool="map"), ()),
     # MAP pooling behind a class token and registers (the pool skips every prefix token)
     "vf_map_reg": (dict(BASE, num_classes=0, reg_tokens=2, global_pool="map", act_layer="quick_gelu"), ()),
+    # registers without a class token, average pooling with fc_norm: the mean skips the registers
+    "vf_regavg": (dict(BASE, num_classes=3, class_token=False, reg_tokens=2, global_pool="avg", fc_norm=True), ()),
     # patch 14 with registers whose position embedding keeps its prefix rows (1 + 2): trained at
     # 42 px (3 x 3), run at 28 (2 x 2, antialiased down) and 56 (4 x 4, up)
     "vf_p14": (dict(BASE, img_size=42, patch_size=14, num_classes=3, reg_tokens=2, init_values=0.1), (28, 56)),
