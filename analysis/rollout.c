@@ -22,7 +22,7 @@ static as_status roll_plan(analysis_ctx *c, as_error *err) {
         analysis_note(c, "rollout: fusing the %d recorded heads of %d", lay->n_heads, lay->cfg.num_heads);
     int dims[2] = {lay->n_layers, lay->patches};
     analysis_axis ax[2] = {ANALYSIS_AX_LAYER, ANALYSIS_AX_PATCH};
-    const int cls = lay->prefix && lay->cfg.class_token; /* registers alone are no source */
+    const int cls = lay->prefix > lay->cfg.reg_tokens; /* a class token leads; registers alone do not */
     int o = analysis_output_add(c, "map", cls ? "rollout through layer l: the class "
                                 "token's row over the patches" : "rollout through layer l: the "
                                 "mean of all rows over the patches", "", 2, dims, ax);
@@ -126,7 +126,7 @@ static void roll_image(const analysis_ctx *c, const analysis_image *im, double *
     int *idx = (int *)(rows + (size_t)L * T);
     analysis_rollout_layers(a, (const float *const *)im->attn, L, lay->n_heads, T, c->opt->fusion,
                             c->opt->discard, idx);
-    const int cls = lay->prefix && lay->cfg.class_token; /* a class token leads the prefix */
+    const int cls = lay->prefix > lay->cfg.reg_tokens; /* a class token leads the prefix */
     for (int i = 0; i < T; i++) e[i] = cls ? (i == 0) : 1.0 / T;
     analysis_rollout_rows(rows, a, e, L, T, u, v);
     double *out = vals + c->out[0].offset;
