@@ -487,14 +487,19 @@ static int info_trace(const char *path, int json) {
 }
 
 static void list_archs(void) {
-    printf("%-34s %8s %7s  %s\n", "architecture", "params", "GMACs", "notes");
+    int w = 34; /* the longest name sets the column */
+    for (int i = 0; i < vit_arch_count(); i++)
+        if ((int)strlen(vit_arch_get(i)->name) > w) w = (int)strlen(vit_arch_get(i)->name);
+    printf("%-*s %8s %7s  %s\n", w, "architecture", "params", "GMACs", "notes");
     for (int i = 0; i < vit_arch_count(); i++) {
         const vit_config *c = vit_arch_get(i);
         vit_cost cost;
         vit_config_cost(c, &cost);
-        printf("%-34s %7.1fM %7.2f  %s%s%s\n", c->name, cost.params_total / 1e6, cost.macs_total / 1e9,
+        printf("%-*s %7.1fM %7.2f  %s%s%s%s\n", w, c->name, cost.params_total / 1e6, cost.macs_total / 1e9,
                c->n_stages ? "swin, " : "", c->distilled ? "distilled, " : "",
-               c->mean[0] > 0.49f ? "inception mean/std" : "imagenet mean/std");
+               c->num_classes ? "" : "no head, ",
+               c->mean[0] > 0.49f ? "inception mean/std" : c->std[0] > 0.26f ? "openai clip mean/std"
+                                                                             : "imagenet mean/std");
     }
 }
 

@@ -16,6 +16,9 @@ expect 0 "$A" info vit_base_patch16_siglip_224.webli
 has "$T/out" "0 prefix tokens (none)"; has "$T/out" "pool map"
 expect 0 "$A" info deit3_base_patch16_224.fb_in22k_ft_in1k
 has "$T/out" "pos_embed over the patches only"; has "$T/out" "crop 224"
+expect 0 "$A" info --list-archs
+has "$T/out" "^vit_base_patch16_clip_224  *86.2M  *17.56  openai clip mean/std"
+has "$T/out" "^vit_base_patch16_siglip_224  *92.9M  *17.71  no head, inception mean/std"
 expect 1 "$A" info vit_large_patch14_dinov2; has "$T/err" "not support yet"; has "$T/err" "init_values"; one_line
 
 # ---- a register model's trace: every prefix token named, registers are not patches -----------
