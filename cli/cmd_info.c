@@ -427,8 +427,12 @@ static int info_trace(const char *path, int json) {
     line("trace       %s (format attnscope-trace v%d)", path, p.version);
     info_provenance(&r, &p);
     if (r.staged) info_staged_layers(&r);
-    else printf("tokens      %d (%d prefix + %dx%d patches of %d px)\n", r.num_tokens, r.num_prefix,
-                vit_grid(&r.cfg), vit_grid(&r.cfg), r.cfg.patch_size);
+    else {
+        char names[VIT_MAX_REG * 6 + 16];
+        vit_prefix_names(&r.cfg, names, sizeof names);
+        printf("tokens      %d (%d prefix%s%s + %dx%d patches of %d px)\n", r.num_tokens, r.num_prefix,
+               names[0] ? ": " : "", names, vit_grid(&r.cfg), vit_grid(&r.cfg), r.cfg.patch_size);
+    }
     printf("images      %ld complete%s\n", r.n_images,
            r.complete ? "" : r.swmr ? " (being written now, or its writer was killed)" : "");
     if (p.skipped > 0)

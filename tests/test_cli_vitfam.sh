@@ -36,7 +36,7 @@ assert "logits" not in f["images"] and "pred" not in f["images"]  # features onl
 expect 0 "$A" record --model "$FX/vf_reg" --images "$FX/inputs.npy" --query-rows prefix --out "$T/regp.h5"
 py 'import h5py, sys
 assert h5py.File(sys.argv[1], "r")["layers/00/attn"].shape == (2, 2, 4, 20)  # cls + 3 registers' "$T/regp.h5"
-expect 0 "$A" info "$T/reg.h5"; has "$T/out" "20 (4 prefix + 4x4 patches"
+expect 0 "$A" info "$T/reg.h5"; has "$T/out" "20 (4 prefix: cls,reg0,reg1,reg2 + 4x4 patches"
 # every metric on the register trace agrees with numpy's, which takes the prefix from the trace:
 # a register counted as a patch would break the 4 x 4 grid of every spatial metric
 expect 0 "$A" analyze "$T/reg.h5" --out "$T/reg_res.h5"
