@@ -22,7 +22,8 @@ static as_status roll_plan(analysis_ctx *c, as_error *err) {
         analysis_note(c, "rollout: fusing the %d recorded heads of %d", lay->n_heads, lay->cfg.num_heads);
     int dims[2] = {lay->n_layers, lay->patches};
     analysis_axis ax[2] = {ANALYSIS_AX_LAYER, ANALYSIS_AX_PATCH};
-    int o = analysis_output_add(c, "map", lay->prefix ? "rollout through layer l: the first prefix "
+    const int cls = lay->prefix > lay->cfg.reg_tokens; /* a class token leads; registers alone do not */
+    int o = analysis_output_add(c, "map", cls ? "rollout through layer l: the class "
                                 "token's row over the patches" : "rollout through layer l: the "
                                 "mean of all rows over the patches", "", 2, dims, ax);
     c->out[o].keep_images = 1;
@@ -31,7 +32,7 @@ static as_status roll_plan(analysis_ctx *c, as_error *err) {
                        sizeof(double) + TT * sizeof(int);
     snprintf(c->params, sizeof c->params, "head_fusion=%s; discard_ratio=%g; identity=added; "
              "rows=renormalised; source=%s", fusion_names[c->opt->fusion], c->opt->discard,
-             lay->prefix ? "prefix token 0" : "mean of all tokens");
+             cls ? "prefix token 0" : "mean of all tokens");
     return AS_OK;
 }
 
@@ -125,7 +126,8 @@ static void roll_image(const analysis_ctx *c, const analysis_image *im, double *
     int *idx = (int *)(rows + (size_t)L * T);
     analysis_rollout_layers(a, (const float *const *)im->attn, L, lay->n_heads, T, c->opt->fusion,
                             c->opt->discard, idx);
-    for (int i = 0; i < T; i++) e[i] = lay->prefix ? (i == 0) : 1.0 / T;
+    const int cls = lay->prefix > lay->cfg.reg_tokens; /* a class token leads the prefix */
+    for (int i = 0; i < T; i++) e[i] = cls ? (i == 0) : 1.0 / T;
     analysis_rollout_rows(rows, a, e, L, T, u, v);
     double *out = vals + c->out[0].offset;
     for (int l = 0; l < L; l++)

@@ -11,6 +11,7 @@
 #include "../analysis/analysis.h"
 #include "../io/h5util.h"
 #include "cli.h"
+#include "../core/vitfam.h"
 
 static const cli_opt info_opts[] = {
     /* key alias name       ARG     values                      default      help */
@@ -133,14 +134,24 @@ static void print_model(const vit_config *c, const char *source, const char *dty
              c->qkv_bias ? "yes" : "no", c->patch_norm ? "yes" : "no", (double)c->ln_eps);
         printf("head        %d classes, final norm, pool %s\n", c->num_classes, vit_pool_name(c->global_pool));
     } else {
-        line("input       %dx%dx%d, patch %d -> %dx%d grid = %d patches + %d prefix token%s (%s%s) = %d tokens\n",
+        char names[VIT_MAX_REG * 6 + 16], fam[160] = "";
+        vit_prefix_names(c, names, sizeof names);
+        line("input       %dx%dx%d, patch %d -> %dx%d grid = %d patches + %d prefix token%s (%s) = %d tokens%s\n",
                c->in_chans, c->img_size, c->img_size, c->patch_size, g, g, g * g, pre, pre == 1 ? "" : "s",
-               c->class_token ? "cls" : "none", c->distilled ? ",dist" : "", vit_num_tokens(c));
-        line("blocks      %d x (dim %d, %d heads x %d, mlp %d), qkv bias %s, LayerNorm eps %g\n",
+               names[0] ? names : "none", vit_num_tokens(c),
+               c->no_embed_class ? "; pos_embed over the patches only (no_embed_class)" : "");
+        if (c->init_values > 0) snprintf(fam, sizeof fam, ", LayerScale (init %g)", (double)c->init_values);
+        if (c->act_layer != VIT_ACT_GELU) snprintf(fam + strlen(fam), sizeof fam - strlen(fam), ", %s", vit_act_name(c->act_layer));
+        if (c->pre_norm) snprintf(fam + strlen(fam), sizeof fam - strlen(fam), ", norm_pre");
+        line("blocks      %d x (dim %d, %d heads x %d, mlp %d), qkv bias %s, LayerNorm eps %g%s\n",
                c->depth, c->embed_dim, c->num_heads, vit_head_dim(c), c->mlp_hidden,
-               c->qkv_bias ? "yes" : "no", (double)c->ln_eps);
-        printf("head        %d classes, pool %s%s%s\n", c->num_classes, vit_pool_name(c->global_pool),
-               c->fc_norm ? " + fc_norm" : "", c->distilled ? ", mean of head and head_dist" : "");
+               c->qkv_bias ? "yes" : "no", (double)c->ln_eps, fam);
+        if (c->num_classes > 0)
+            printf("head        %d classes, pool %s%s%s\n", c->num_classes, vit_pool_name(c->global_pool),
+                   c->fc_norm ? " + fc_norm" : "", c->distilled ? ", mean of head and head_dist" : "");
+        else /* features only: record keeps the block outputs (--record tokens), no classes */
+            printf("head        none (features only: the %d-d pooled features, pool %s%s; no classes)\n",
+                   c->embed_dim, vit_pool_name(c->global_pool), c->fc_norm ? " + fc_norm" : "");
     }
     line("preprocess  resize shorter side to %d (%s), centre crop %d, mean (%.3f, %.3f, %.3f), "
          "std (%.3f, %.3f, %.3f)", (int)floor((double)c->img_size / c->crop_pct), /* validated: fits */
@@ -468,8 +479,12 @@ static int info_trace(const char *path, int json) {
     line("trace       %s (format attnscope-trace v%d)", path, p.version);
     info_provenance(&r, &p);
     if (r.staged) info_staged_layers(&r);
-    else printf("tokens      %d (%d prefix + %dx%d patches of %d px)\n", r.num_tokens, r.num_prefix,
-                vit_grid(&r.cfg), vit_grid(&r.cfg), r.cfg.patch_size);
+    else {
+        char names[VIT_MAX_REG * 6 + 16];
+        vit_prefix_names(&r.cfg, names, sizeof names);
+        printf("tokens      %d (%d prefix%s%s + %dx%d patches of %d px)\n", r.num_tokens, r.num_prefix,
+               names[0] ? ": " : "", names, vit_grid(&r.cfg), vit_grid(&r.cfg), r.cfg.patch_size);
+    }
     printf("images      %ld complete%s\n", r.n_images,
            r.complete ? "" : r.swmr ? " (being written now, or its writer was killed)" : "");
     if (p.skipped > 0)
@@ -528,14 +543,19 @@ static int info_trace(const char *path, int json) {
 }
 
 static void list_archs(void) {
-    printf("%-34s %8s %7s  %s\n", "architecture", "params", "GMACs", "notes");
+    int w = 34; /* the longest name sets the column */
+    for (int i = 0; i < vit_arch_count(); i++)
+        if ((int)strlen(vit_arch_get(i)->name) > w) w = (int)strlen(vit_arch_get(i)->name);
+    printf("%-*s %8s %7s  %s\n", w, "architecture", "params", "GMACs", "notes");
     for (int i = 0; i < vit_arch_count(); i++) {
         const vit_config *c = vit_arch_get(i);
         vit_cost cost;
         vit_config_cost(c, &cost);
-        printf("%-34s %7.1fM %7.2f  %s%s%s%s\n", c->name, cost.params_total / 1e6, cost.macs_total / 1e9,
+        printf("%-*s %7.1fM %7.2f  %s%s%s%s%s\n", w, c->name, cost.params_total / 1e6, cost.macs_total / 1e9,
                c->n_stages ? vit_family_name(c->family) : "", c->n_stages ? ", " : "", c->distilled ? "distilled, " : "",
-               c->mean[0] > 0.49f ? "inception mean/std" : "imagenet mean/std");
+               c->num_classes ? "" : "no head, ",
+               c->mean[0] > 0.49f ? "inception mean/std" : c->std[0] > 0.26f ? "openai clip mean/std"
+                                                                             : "imagenet mean/std");
     }
 }
 

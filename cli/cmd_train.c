@@ -18,6 +18,7 @@
 
 #include "../core/rng.h"
 #include "../core/train.h"
+#include "../core/vitfam.h"
 #include "../io/atomic.h"
 #include "../io/checkpoint.h"
 #include "../io/sha256.h"
@@ -380,6 +381,10 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
     if (cfg.n_stages > 0)
         return as_fail(err, AS_ERR_UNSUPPORTED, "%s: training staged models (swin) is not supported "
                        "yet: train a ViT/DeiT config, or run this one with record", o->config);
+    const char *fam = vitfam_untrainable(&cfg); /* issue 18 trains the modern ViT family */
+    if (fam)
+        return as_fail(err, AS_ERR_UNSUPPORTED, "%s: training with %s is not supported yet: remove "
+                       "it from the config, or run this model with record", o->config, fam);
     traindata d;
     if ((rc = traindata_open(&d, o->data, &cfg, o->val_fraction, err)) != AS_OK) return rc;
     res->n_train = d.n_train;

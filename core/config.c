@@ -2,6 +2,7 @@
 #include "config.h"
 #include "mech.h"
 #include "pvt.h"
+#include "vitfam.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -12,6 +13,8 @@
 #define IMAGENET_STD {0.229f, 0.224f, 0.225f}
 #define INCEPTION_MEAN {0.5f, 0.5f, 0.5f}
 #define INCEPTION_STD {0.5f, 0.5f, 0.5f}
+#define CLIP_MEAN {0.48145466f, 0.4578275f, 0.40821073f} /* timm OPENAI_CLIP_MEAN */
+#define CLIP_STD {0.26862954f, 0.26130258f, 0.27577711f}
 
 /* timm's defaults (timm/models/vision_transformer.py and deit.py, _cfg): ViT checkpoints use
  * Inception mean/std, DeiT ImageNet mean/std; both crop 0.9 at 224 and 1.0 at 384, bicubic. */
@@ -58,6 +61,17 @@
                PVT_STAGE(2, d2, c2, 5, r2, 2), PVT_STAGE(3, d3, c3, 8, r3, 1)},                 \
      .patch_kernel = 7, .sr_linear = lin, .conv_ln_eps = 1e-5f}
 
+/* The modern ViT family (timm/models/deit.py and vision_transformer.py model_args; the
+ * defaults of each architecture's first pretrained tag, which timm applies when no tag is given:
+ * DINOv2 and SigLIP have no head, DINOv2 runs at 518 px, CLIP's head is its 512-d projection).
+ * ls: init_values; nec: no_embed_class; reg: reg_tokens. */
+#define VITFAM(nm, img, p, d, h, mean_, std_, crop, classes, ls, nec, reg, prenorm, act, pool, cls, eps) \
+    {.name = nm, .img_size = img, .patch_size = p, .in_chans = 3, .embed_dim = d, .depth = 12,    \
+     .num_heads = h, .mlp_hidden = 4 * (d), .num_classes = classes, .qkv_bias = 1,                \
+     .class_token = cls, .global_pool = pool, .ln_eps = eps, .mean = mean_, .std = std_,           \
+     .crop_pct = crop, .interpolation = VIT_INTERP_BICUBIC, .init_values = ls,                    \
+     .no_embed_class = nec, .reg_tokens = reg, .pre_norm = prenorm, .act_layer = act}
+
 static const vit_config vit_archs[] = {
     VIT("vit_tiny_patch16_224", 224, 16, 192, 12, 3, INCEPTION_MEAN, INCEPTION_STD, 0.9f, 0),
     VIT("vit_tiny_patch16_384", 384, 16, 192, 12, 3, INCEPTION_MEAN, INCEPTION_STD, 1.0f, 0),
@@ -83,6 +97,30 @@ static const vit_config vit_archs[] = {
         0.9f, 1),
     VIT("deit_base_distilled_patch16_384", 384, 16, 768, 12, 12, IMAGENET_MEAN, IMAGENET_STD,
         1.0f, 1),
+    /* DeiT III: LayerScale 1e-6, position embedding without the class slot */
+    VITFAM("deit3_small_patch16_224", 224, 16, 384, 6, IMAGENET_MEAN, IMAGENET_STD, 0.9f, 1000,
+           1e-6f, 1, 0, 0, VIT_ACT_GELU, VIT_POOL_TOKEN, 1, 1e-6f),
+    VITFAM("deit3_base_patch16_224", 224, 16, 768, 12, IMAGENET_MEAN, IMAGENET_STD, 0.9f, 1000,
+           1e-6f, 1, 0, 0, VIT_ACT_GELU, VIT_POOL_TOKEN, 1, 1e-6f),
+    /* DINOv2 (.lvd142m): LayerScale 1e-5, patch 14 at 518 px, no head; with 4 registers the
+     * position embedding loses its class slot */
+    VITFAM("vit_small_patch14_dinov2", 518, 14, 384, 6, IMAGENET_MEAN, IMAGENET_STD, 1.0f, 0,
+           1e-5f, 0, 0, 0, VIT_ACT_GELU, VIT_POOL_TOKEN, 1, 1e-6f),
+    VITFAM("vit_base_patch14_dinov2", 518, 14, 768, 12, IMAGENET_MEAN, IMAGENET_STD, 1.0f, 0,
+           1e-5f, 0, 0, 0, VIT_ACT_GELU, VIT_POOL_TOKEN, 1, 1e-6f),
+    VITFAM("vit_small_patch14_reg4_dinov2", 518, 14, 384, 6, IMAGENET_MEAN, IMAGENET_STD, 1.0f, 0,
+           1e-5f, 1, 4, 0, VIT_ACT_GELU, VIT_POOL_TOKEN, 1, 1e-6f),
+    VITFAM("vit_base_patch14_reg4_dinov2", 518, 14, 768, 12, IMAGENET_MEAN, IMAGENET_STD, 1.0f, 0,
+           1e-5f, 1, 4, 0, VIT_ACT_GELU, VIT_POOL_TOKEN, 1, 1e-6f),
+    /* CLIP image towers: norm_pre (no patch bias), torch's LayerNorm eps 1e-5, OpenAI mean/std,
+     * head = the 512-d image projection (.openai); the quickgelu variant as OpenAI trained it */
+    VITFAM("vit_base_patch16_clip_224", 224, 16, 768, 12, CLIP_MEAN, CLIP_STD, 0.9f, 512,
+           0.0f, 0, 0, 1, VIT_ACT_GELU, VIT_POOL_TOKEN, 1, 1e-5f),
+    VITFAM("vit_base_patch16_clip_quickgelu_224", 224, 16, 768, 12, CLIP_MEAN, CLIP_STD, 0.9f, 512,
+           0.0f, 0, 0, 1, VIT_ACT_QUICK_GELU, VIT_POOL_TOKEN, 1, 1e-5f),
+    /* SigLIP: no class token, attention pooling (MAP), no head, Inception mean/std */
+    VITFAM("vit_base_patch16_siglip_224", 224, 16, 768, 12, INCEPTION_MEAN, INCEPTION_STD, 0.9f, 0,
+           0.0f, 0, 0, 0, VIT_ACT_GELU, VIT_POOL_MAP, 0, 1e-6f),
     SWIN("swin_tiny_patch4_window7_224", 224, 96, 6, 3, 7, 0.9f),
     SWIN("swin_small_patch4_window7_224", 224, 96, 18, 3, 7, 0.9f),
     SWIN("swin_base_patch4_window7_224", 224, 128, 18, 4, 7, 0.9f),
@@ -186,7 +224,7 @@ void vit_arch_list(char *buf, size_t n) {
 typedef struct {
     const char *arch, *tag;
     int num_classes;
-    int imagenet_norm; /* 1: ImageNet mean/std, 0: Inception (0.5) */
+    int imagenet_norm; /* 1: ImageNet mean/std, 0: Inception (0.5), 2: OpenAI CLIP */
     float crop_pct;
 } vit_tag;
 
@@ -235,6 +273,28 @@ static const vit_tag vit_tags[] = {
     {"deit_small_distilled_patch16_224", "fb_in1k", 1000, 1, 0.9f},
     {"deit_base_distilled_patch16_224", "fb_in1k", 1000, 1, 0.9f},
     {"deit_base_distilled_patch16_384", "fb_in1k", 1000, 1, 1.0f},
+    /* timm/models/deit.py and vision_transformer.py default_cfgs of the modern ViT family */
+    {"deit3_small_patch16_224", "fb_in1k", 1000, 1, 0.9f},
+    {"deit3_small_patch16_224", "fb_in22k_ft_in1k", 1000, 1, 1.0f},
+    {"deit3_base_patch16_224", "fb_in1k", 1000, 1, 0.9f},
+    {"deit3_base_patch16_224", "fb_in22k_ft_in1k", 1000, 1, 1.0f},
+    {"vit_small_patch14_dinov2", "lvd142m", 0, 1, 1.0f},
+    {"vit_base_patch14_dinov2", "lvd142m", 0, 1, 1.0f},
+    {"vit_small_patch14_reg4_dinov2", "lvd142m", 0, 1, 1.0f},
+    {"vit_base_patch14_reg4_dinov2", "lvd142m", 0, 1, 1.0f},
+    {"vit_base_patch16_clip_224", "openai", 512, 2, 0.9f},
+    {"vit_base_patch16_clip_224", "laion2b", 512, 2, 1.0f},
+    {"vit_base_patch16_clip_224", "laion400m_e32", 512, 2, 1.0f},
+    {"vit_base_patch16_clip_224", "datacompxl", 512, 2, 1.0f},
+    {"vit_base_patch16_clip_224", "dfn2b", 512, 2, 1.0f},
+    {"vit_base_patch16_clip_224", "metaclip_2pt5b", 512, 2, 1.0f},
+    {"vit_base_patch16_clip_224", "metaclip_400m", 512, 2, 1.0f},
+    {"vit_base_patch16_clip_224", "openai_ft_in12k", 11821, 2, 0.9f},
+    {"vit_base_patch16_clip_quickgelu_224", "openai", 512, 2, 0.9f},
+    {"vit_base_patch16_clip_quickgelu_224", "metaclip_2pt5b", 512, 2, 1.0f},
+    {"vit_base_patch16_clip_quickgelu_224", "metaclip_400m", 512, 2, 1.0f},
+    {"vit_base_patch16_siglip_224", "webli", 0, 0, 0.9f},
+    {"vit_base_patch16_siglip_224", "v2_webli", 0, 0, 0.9f},
     /* timm/models/swin_transformer.py default_cfgs: ImageNet mean/std; in22k heads 21841 */
     {"swin_tiny_patch4_window7_224", "ms_in1k", 1000, 1, 0.9f},
     {"swin_tiny_patch4_window7_224", "ms_in22k_ft_in1k", 1000, 1, 0.9f},
@@ -264,14 +324,9 @@ static const vit_tag vit_tags[] = {
 static const struct {
     const char *pattern, *family, *needs;
 } vit_families_later[] = {
-    {"dinov2", "DINOv2", "register tokens, LayerScale and patch 14 at 518 px"},
-    {"_reg", "ViT with registers", "register tokens"},
-    {"clip", "CLIP image towers", "a pre-norm and QuickGELU variants"},
-    {"siglip", "SigLIP", "attention pooling (global_pool \"map\")"},
-    {"deit3", "DeiT III", "LayerScale and position embeddings without the class token"},
     {"swinv2", "Swin Transformer V2", "scaled cosine attention and a log-spaced continuous position bias"},
     {"swin_s3", "Swin S3 (AutoFormerV2)", "a different window size per stage"},
-    {"cait", "CaiT", "class-attention layers and LayerScale"},
+    {"cait", "CaiT", "class-attention layers and talking heads"},
     {"beit", "BEiT", "relative position biases and LayerScale"},
     {"eva", "EVA", "rotary embeddings and SwiGLU"},
     {"xcit", "XCiT", "cross-covariance attention"},
@@ -284,6 +339,15 @@ static const struct {
     {"mvitv2", "MViTv2", "pooling attention"},
     {"flexivit", "FlexiViT", "resampled patch embeddings"},
     {"samvit", "SAM ViT", "windowed attention with relative positions"},
+    {"dinov2", "DINOv2 beyond ViT-S/B", "only the small and base sizes are built in: describe "
+     "the others with a JSON config (init_values, reg_tokens, no_embed_class)"},
+    {"_reg", "ViT with registers beyond the DINOv2 ones", "a JSON config with reg_tokens (its other "
+     "options may be missing)"},
+    {"clip", "CLIP image towers beyond ViT-B/16", "a JSON config with pre_norm and act_layer"},
+    {"siglip", "SigLIP beyond ViT-B/16 at 224", "a JSON config with global_pool \"map\" (gelu_tanh "
+     "and other sizes are not built in)"},
+    {"deit3", "DeiT III beyond small and base at 224", "a JSON config with init_values and "
+     "no_embed_class"},
 };
 
 static const vit_tag *tag_find(const char *arch, size_t arch_len, const char *tag) {
@@ -318,10 +382,11 @@ static as_status arch_unknown(const char *name, as_error *err) {
         int w = snprintf(later + u, sizeof later - u, "%s%s", i ? ", " : "", vit_families_later[i].family);
         u += w > 0 ? (size_t)w : 0;
     }
-    return as_fail(err, AS_ERR_CONFIG, "unknown architecture \"%.96s\"; known: %s (and timm's "
-                   "pretrained tags of them, e.g. vit_base_patch16_224.augreg_in21k); not supported "
-                   "yet: %s; or describe a ViT or Swin with a JSON model config (docs/models.md)", name, list,
-                   later);
+    /* the long list last: a message cut at AS_ERROR_MSG_MAX loses only names --list-archs gives */
+    return as_fail(err, AS_ERR_CONFIG, "unknown architecture \"%.96s\"; not supported yet: %s; or "
+                   "describe a ViT or Swin with a JSON model config (docs/models.md); known (attnscope "
+                   "info --list-archs): %s (and timm's pretrained tags of them, e.g. "
+                   "vit_base_patch16_224.augreg_in21k)", name, later, list);
 }
 
 as_status vit_arch_resolve(const char *name, vit_config *out, as_error *err) {
@@ -353,8 +418,9 @@ as_status vit_arch_resolve(const char *name, vit_config *out, as_error *err) {
     vit_config c = *base;
     static const float imagenet_mean[3] = IMAGENET_MEAN, imagenet_std[3] = IMAGENET_STD;
     static const float inception_mean[3] = INCEPTION_MEAN, inception_std[3] = INCEPTION_STD;
-    memcpy(c.mean, t->imagenet_norm ? imagenet_mean : inception_mean, sizeof c.mean);
-    memcpy(c.std, t->imagenet_norm ? imagenet_std : inception_std, sizeof c.std);
+    static const float clip_mean[3] = CLIP_MEAN, clip_std[3] = CLIP_STD;
+    memcpy(c.mean, t->imagenet_norm == 2 ? clip_mean : t->imagenet_norm ? imagenet_mean : inception_mean, sizeof c.mean);
+    memcpy(c.std, t->imagenet_norm == 2 ? clip_std : t->imagenet_norm ? imagenet_std : inception_std, sizeof c.std);
     c.num_classes = t->num_classes;
     c.crop_pct = t->crop_pct;
     snprintf(c.name, sizeof c.name, "%s.%s", t->arch, t->tag);
@@ -405,7 +471,9 @@ int vit_closest_name(const char *s, const char *const *names, int n) {
 
 int vit_grid(const vit_config *c) { return c->img_size / c->patch_size; }
 int vit_num_patches(const vit_config *c) { return vit_grid(c) * vit_grid(c); }
-int vit_num_prefix(const vit_config *c) { return (c->class_token ? 1 : 0) + (c->distilled ? 1 : 0); }
+int vit_num_prefix(const vit_config *c) {
+    return (c->class_token ? 1 : 0) + (c->distilled ? 1 : 0) + c->reg_tokens;
+}
 int vit_num_tokens(const vit_config *c) { return vit_num_prefix(c) + vit_num_patches(c); }
 int vit_head_dim(const vit_config *c) { return c->embed_dim / c->num_heads; }
 
@@ -644,6 +712,8 @@ as_status vit_config_validate(const vit_config *c, as_error *err) {
     if (c->distilled && !c->class_token)
         return as_fail(err, AS_ERR_CONFIG,
                        "%s: a distilled model needs a class token: set class_token true", n);
+    as_status fam = vitfam_validate(c, err);
+    if (fam != AS_OK) return fam;
     if (c->global_pool == VIT_POOL_TOKEN && !c->class_token)
         return as_fail(err, AS_ERR_CONFIG,
                        "%s: global_pool \"token\" needs a class token: set class_token true or "
@@ -743,7 +813,7 @@ void vit_config_cost(const vit_config *c, vit_cost *out) {
     memset(out, 0, sizeof *out);
     out->n_stages = vit_num_stages(c);
     if (c->family == VIT_FAMILY_PVT2) pvt_stem_cost(c, &out->stem);
-    else vit_cost_add(&out->stem, VIT_COMP_PATCH_EMBED, K * D + D, Np * K * D, Np * D);
+    else vit_cost_add(&out->stem, VIT_COMP_PATCH_EMBED, K * D + (c->pre_norm ? 0 : D), Np * K * D, Np * D);
     if (c->n_stages > 0) {
         if (c->patch_norm) vit_cost_add(&out->stem, VIT_COMP_NORM, 2 * D, 0, 8 * Np * D);
         for (int s = 0; s < c->n_stages; s++) cost_stage(c, s, &out->stage[s]);
@@ -754,7 +824,8 @@ void vit_config_cost(const vit_config *c, vit_cost *out) {
         if (c->family != VIT_FAMILY_PVT2) vit_cost_add(&out->head, VIT_COMP_NORM, 2 * Cl, 0, 8 * Tl * Cl);
         vit_cost_add(&out->head, VIT_COMP_HEAD, C > 0 ? Cl * C + C : 0, C * Cl, Tl * Cl + C);
     } else {
-        vit_cost_add(&out->stem, VIT_COMP_TOKENS, vit_num_prefix(c) * D + T * D, 0, T * D);
+        const double pos = vit_pos_embed_len(c);
+        vit_cost_add(&out->stem, VIT_COMP_TOKENS, vit_num_prefix(c) * D + pos * D, 0, pos * D);
         /* two norms per block plus the final norm; ~8 flops per element (mean, var, scale, shift) */
         vit_cost_add(&out->stage[0], VIT_COMP_NORM, 2 * L * 2 * D, 0, 2 * L * 8 * T * D);
         vit_cost_add(&out->head, VIT_COMP_NORM, 2 * D, 0, 8 * T * D);
@@ -763,6 +834,7 @@ void vit_config_cost(const vit_config *c, vit_cost *out) {
         vit_cost_add(&out->stage[0], VIT_COMP_MLP, L * (2 * D * Hm + Hm + D), L * 2 * T * D * Hm,
                  L * (T * Hm + T * D + 8 * T * Hm + 2 * T * D));
         if (C > 0) vit_cost_add(&out->head, VIT_COMP_HEAD, heads * (D * C + C), heads * D * C, heads * C);
+        vitfam_cost(c, out); /* norm_pre, LayerScale, attention pooling */
     }
     vit_cost_part *parts[VIT_MAX_STAGES + 2] = {&out->stem, &out->head};
     for (int s = 0; s < out->n_stages; s++) parts[2 + s] = &out->stage[s];

@@ -28,6 +28,7 @@ typedef enum { VIT_ACT_GELU = 0, VIT_ACT_QUICK_GELU, VIT_ACT_COUNT } vit_act;
 #define VIT_MAX_HIDDEN (1 << 20)   /* mlp_hidden; in_chans x patch^2 */
 #define VIT_MAX_CLASSES (1 << 24)  /* num_classes */
 #define VIT_MAX_KERNEL 255         /* refiner kernel_size */
+#define VIT_MAX_REG 64             /* reg_tokens */
 #define VIT_MIN_CROP 0.25          /* crop_pct in [0.25, 1] */
 #define VIT_MIN_STD 1e-3           /* std in [1e-3, 10] */
 #define VIT_MAX_STD 10.0
@@ -150,6 +151,15 @@ typedef struct {
                            and a ReLU after fc1 */
     float conv_ln_eps;  /* eps of the stem, downsample and SR LayerNorms (nn.LayerNorm: 1e-5);
                            ln_eps (1e-6) serves norm1, norm2 and the stage norms */
+    /* ---- the modern ViT family (vitfam: DeiT III, DINOv2, registers, CLIP, SigLIP; monolithic
+     * ViT only, core/vitfam.c). All zero is timm's plain ViT. ---- */
+    int reg_tokens;       /* R register tokens (timm reg_token (1, R, D)) right after the class
+                             token; prefix tokens: cls, dist, reg0..reg{R-1} */
+    int no_embed_class;   /* pos_embed covers the patches only ((1, Np, D)) and is added to them
+                             before the prefix tokens are concatenated (DeiT III, big_vision) */
+    int pre_norm;         /* norm_pre: a LayerNorm after the embedding, before the blocks (CLIP);
+                             the patch embedding then has no bias, as in timm */
+    vit_act act_layer;    /* the MLP activation of the blocks and of the MAP pool's MLP */
 } vit_config;
 #define VIT_SR_POOL 7 /* linear SRA's AdaptiveAvgPool2d output side (timm, fixed) */
 
@@ -230,7 +240,7 @@ int vit_edit_distance(const char *a, const char *b);
 /* Token bookkeeping. */
 int vit_grid(const vit_config *c);         /* patches per side */
 int vit_num_patches(const vit_config *c);  /* grid^2 */
-int vit_num_prefix(const vit_config *c);   /* class + distillation tokens */
+int vit_num_prefix(const vit_config *c);   /* class + distillation + register tokens */
 int vit_num_tokens(const vit_config *c);   /* prefix + patches */
 int vit_head_dim(const vit_config *c);
 /* Per-block attention shapes. */

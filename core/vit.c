@@ -18,6 +18,7 @@
 #include "mech.h"
 #include "resample.h"
 #include "stage.h"
+#include "vitfam.h"
 
 static float *rec_layer(float **arr, int l) { return arr ? arr[l] : NULL; }
 
@@ -47,11 +48,16 @@ int vit_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, 
     int n = 0;
     memset(p, 0, sizeof *p);
     SPEC(&p->patch_w, "patch_embed.proj.weight", 0, D, c->in_chans, P, P);
-    SPEC(&p->patch_b, "patch_embed.proj.bias", 0, D);
+    if (!c->pre_norm) SPEC(&p->patch_b, "patch_embed.proj.bias", 0, D); /* timm: bias=not pre_norm */
     if (c->class_token) SPEC(&p->cls_token, "cls_token", 0, 1, 1, D);
     if (c->distilled) SPEC(&p->dist_token, "dist_token", 0, 1, 1, D);
-    SPEC(&p->pos_embed, "pos_embed", 0, 1, vit_num_tokens(c), D);
+    if (c->reg_tokens) SPEC(&p->reg_token, "reg_token", 0, 1, c->reg_tokens, D);
+    SPEC(&p->pos_embed, "pos_embed", 0, 1, vit_pos_embed_len(c), D);
     if (n - 1 < max) specs[n - 1].is_pos_embed = 1;
+    if (c->pre_norm) {
+        SPEC(&p->norm_pre_w, "norm_pre.weight", 0, D);
+        SPEC(&p->norm_pre_b, "norm_pre.bias", 0, D);
+    }
     for (int l = 0; l < c->depth && l < VIT_MAX_DEPTH; l++) {
         vit_block_params *b = &p->blocks[l];
         const vit_attn *at = &c->attn[l];
@@ -69,12 +75,29 @@ int vit_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, 
             SPEC(&b->proj_w, "blocks.%d.attn.proj.weight", l, D, D);
             SPEC(&b->proj_b, "blocks.%d.attn.proj.bias", l, D);
         }
+        if (c->init_values > 0) SPEC(&b->ls1, "blocks.%d.ls1.gamma", l, D);
         SPEC(&b->norm2_w, "blocks.%d.norm2.weight", l, D);
         SPEC(&b->norm2_b, "blocks.%d.norm2.bias", l, D);
         SPEC(&b->fc1_w, "blocks.%d.mlp.fc1.weight", l, Hm, D);
         SPEC(&b->fc1_b, "blocks.%d.mlp.fc1.bias", l, Hm);
         SPEC(&b->fc2_w, "blocks.%d.mlp.fc2.weight", l, D, Hm);
         SPEC(&b->fc2_b, "blocks.%d.mlp.fc2.bias", l, D);
+        if (c->init_values > 0) SPEC(&b->ls2, "blocks.%d.ls2.gamma", l, D);
+    }
+    if (c->global_pool == VIT_POOL_MAP) { /* timm's AttentionPoolLatent (qkv_bias always) */
+        SPEC(&p->pool.latent, "attn_pool.latent", 0, 1, 1, D);
+        SPEC(&p->pool.q_w, "attn_pool.q.weight", 0, D, D);
+        SPEC(&p->pool.q_b, "attn_pool.q.bias", 0, D);
+        SPEC(&p->pool.kv_w, "attn_pool.kv.weight", 0, 2 * D, D);
+        SPEC(&p->pool.kv_b, "attn_pool.kv.bias", 0, 2 * D);
+        SPEC(&p->pool.proj_w, "attn_pool.proj.weight", 0, D, D);
+        SPEC(&p->pool.proj_b, "attn_pool.proj.bias", 0, D);
+        SPEC(&p->pool.norm_w, "attn_pool.norm.weight", 0, D);
+        SPEC(&p->pool.norm_b, "attn_pool.norm.bias", 0, D);
+        SPEC(&p->pool.fc1_w, "attn_pool.mlp.fc1.weight", 0, Hm, D);
+        SPEC(&p->pool.fc1_b, "attn_pool.mlp.fc1.bias", 0, Hm);
+        SPEC(&p->pool.fc2_w, "attn_pool.mlp.fc2.weight", 0, D, Hm);
+        SPEC(&p->pool.fc2_b, "attn_pool.mlp.fc2.bias", 0, D);
     }
     SPEC(&p->norm_w, c->fc_norm ? "fc_norm.weight" : "norm.weight", 0, D);
     SPEC(&p->norm_b, c->fc_norm ? "fc_norm.bias" : "norm.bias", 0, D);
@@ -150,6 +173,7 @@ size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a) {
     carve(p, &off, b * T * (size_t)c->mlp_hidden, &v->hid);
     carve(p, &off, b * 2 * D, &v->pooled);
     carve(p, &off, b * (size_t)(c->num_classes > 0 ? c->num_classes : 1), &v->logits);
+    if (c->global_pool == VIT_POOL_MAP) carve(p, &off, vitfam_map_scratch(c), &v->scratch); /* one image's pool */
     return off;
 }
 
@@ -416,10 +440,9 @@ void vit_forward(const vit_config *c, const vit_params *p, vit_acts *a, const fl
         float *xb = a->x + (size_t)b * T * D;
         linear(xb + (size_t)prefix * D, a->patches + (size_t)b * Np * K, p->patch_w, p->patch_b,
                Np, D, K, 0);
-        if (c->class_token) memcpy(xb, p->cls_token, (size_t)D * sizeof(float));
-        if (c->distilled) memcpy(xb + D, p->dist_token, (size_t)D * sizeof(float));
-        for (size_t i = 0; i < (size_t)T * D; i++) xb[i] += p->pos_embed[i];
+        vitfam_embed(c, p, xb); /* prefix tokens and position embedding */
     }
+    if (c->pre_norm) kernels_layernorm(a->x, a->x, p->norm_pre_w, p->norm_pre_b, M, D, c->ln_eps);
 
     const size_t MD = (size_t)M * D * sizeof(float);
     assert(!a->tape || rec == &none);
@@ -443,14 +466,22 @@ void vit_forward(const vit_config *c, const vit_params *p, vit_acts *a, const fl
         }
         kernels_layernorm(la.xn, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
         attention(c, l, bp, &la, n, rec, vit_mech_next_reuses(c, l));
-        if (bp->proj_w) linear(a->x, la.ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
+        if (bp->ls1) { /* LayerScale: x += gamma1 * proj(ao) (xn2 is free until norm2) */
+            if (bp->proj_w) linear(xn2, la.ao, bp->proj_w, bp->proj_b, M, D, D, 0);
+            kernels_scaled_add(a->x, bp->proj_w ? xn2 : la.ao, bp->ls1, M, D);
+        } else if (bp->proj_w) linear(a->x, la.ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
         else for (size_t i = 0; i < (size_t)M * D; i++) a->x[i] += la.ao[i];   /* LSLA's NP */
         if (a->tape) memcpy(a->tape->blk[l].x_mid, a->x, MD);
         kernels_layernorm(xn2, a->x, bp->norm2_w, bp->norm2_b, M, D, c->ln_eps);
         linear(hpre, xn2, bp->fc1_w, bp->fc1_b, M, Hm, D, 0);
         float *hid = a->tape ? a->tape->blk[l].hid : a->hid; /* training keeps fc1's output */
-        kernels_gelu_to(hid, hpre, (size_t)M * Hm);
-        linear(a->x, hid, bp->fc2_w, bp->fc2_b, M, D, Hm, 1); /* x += fc2(gelu(fc1(xn))) */
+        vitfam_act(c, hid, hpre, (size_t)M * Hm);
+        if (bp->ls2) { /* x += gamma2 * fc2(act(fc1(xn))) */
+            linear(xn2, hid, bp->fc2_w, bp->fc2_b, M, D, Hm, 0);
+            kernels_scaled_add(a->x, xn2, bp->ls2, M, D);
+        } else {
+            linear(a->x, hid, bp->fc2_w, bp->fc2_b, M, D, Hm, 1); /* x += fc2(gelu(fc1(xn))) */
+        }
         float *tok = rec_layer(rec->tokens, l);
         if (tok) memcpy(tok, a->x, (size_t)M * D * sizeof(float));
     }
@@ -465,7 +496,9 @@ void vit_forward(const vit_config *c, const vit_params *p, vit_acts *a, const fl
             else kernels_layernorm(pb, xb, p->norm_w, p->norm_b, nout, D, c->ln_eps);
         } else {
             if (!c->fc_norm) kernels_layernorm(xb, xb, p->norm_w, p->norm_b, T, D, c->ln_eps);
-            for (int i = 0; i < D; i++) {
+            if (c->global_pool == VIT_POOL_MAP) /* attention pooling over the patch tokens */
+                vitfam_map_pool(c, p, xb + (size_t)prefix * D, Np, pb, a->scratch);
+            for (int i = 0; i < D && c->global_pool == VIT_POOL_AVG; i++) {
                 double s = 0;
                 for (int t = prefix; t < T; t++) s += xb[(size_t)t * D + i];
                 pb[i] = (float)(s / Np);

@@ -57,12 +57,25 @@ typedef struct {
     const float *patch_w, *patch_b;       /* (D, C, P, P), (D) */
     const float *patch_norm_w, *patch_norm_b; /* staged models with patch_norm: (C_0) */
     const float *cls_token, *dist_token;  /* (D) each, or NULL */
-    const float *pos_embed;               /* (T, D) at the config's img_size (resampled) */
+    const float *pos_embed;               /* (T, D) at the config's img_size (resampled); (Np, D)
+                                             with no_embed_class */
     vit_block_params blocks[VIT_MAX_DEPTH];
     vit_stage_params stages[VIT_MAX_STAGES];
     const float *norm_w, *norm_b;         /* final norm (or fc_norm when cfg->fc_norm) (D) */
     const float *head_w, *head_b;         /* (C, D), (C) */
     const float *head_dist_w, *head_dist_b;
+    /* ---- the modern ViT family (vitfam, core/vitfam.c); NULL when unused ---- */
+    const float *reg_token;               /* (R, D) register tokens */
+    const float *norm_pre_w, *norm_pre_b; /* (D) pre_norm */
+    struct {                              /* global_pool "map": timm's AttentionPoolLatent */
+        const float *latent;              /* (D) the learnt query */
+        const float *q_w, *q_b;           /* (D, D), (D) */
+        const float *kv_w, *kv_b;         /* (2D, D), (2D): k rows then v rows, head-major */
+        const float *proj_w, *proj_b;     /* (D, D), (D) */
+        const float *norm_w, *norm_b;     /* (D) */
+        const float *fc1_w, *fc1_b;       /* (Hm, D), (Hm) */
+        const float *fc2_w, *fc2_b;       /* (D, Hm), (D) */
+    } pool;
 } vit_params;
 
 /* One expected checkpoint tensor: timm's name, its shape, and where its pointer goes. */

@@ -16,6 +16,7 @@
 
 #include "../core/mech.h"
 #include "../core/rng.h"
+#include "../core/vitfam.h"
 #include "atomic.h"
 #include "sha256.h"
 
@@ -129,8 +130,8 @@ static const model_key model_keys[] = {
     {"class_token", MK_MODEL, MK_BOOL, 0, 1, OFF(class_token), NULL, NULL, "prepend a class token", MF_VIT},
     {"distilled", MK_MODEL, MK_BOOL, 0, 1, OFF(distilled), NULL, NULL,
      "DeiT distillation token and `head_dist`", MF_VIT},
-    {"global_pool", MK_MODEL, MK_CHOICE, 0, 0, OFF(global_pool), "token|avg", "|avgmax|max|map|prr",
-     "pooling before the head", 0},
+    {"global_pool", MK_MODEL, MK_CHOICE, 0, 0, OFF(global_pool), "token|avg|map", "|avgmax|max|prr",
+     "pooling before the head (`map`: timm's attention pooling, `attn_pool.*`; ViT only)", 0},
     {"fc_norm", MK_MODEL, MK_BOOL, 0, 1, OFF(fc_norm), NULL, NULL,
      "final norm after pooling; null or absent: true exactly for `avg` (timm)", MF_VIT},
     {"ln_eps", MK_MODEL, MK_FLOAT, 1e-12, 1, OFF(ln_eps), NULL, NULL, "LayerNorm epsilon", 0},
@@ -176,11 +177,19 @@ static const model_key model_keys[] = {
     FIXED_V("scale_attn_norm", "false", "a norm inside attention"),
     FIXED_V("scale_mlp_norm", "false", "a norm inside the MLP"),
     FIXED_V("proj_bias", "true", "biases of the projections and the MLP"),
-    FIXED_V("init_values", "null", "LayerScale"),
+    /* the modern ViT family (core/vitfam.c) */
+    {"init_values", MK_MODEL, MK_OWN, 0, 1e6, -1, "number in (0, 1e6], or null", NULL,
+     "LayerScale: per-channel gammas `blocks.i.ls1.gamma`, `ls2.gamma` on both branches; null or "
+     "absent: none", MF_VIT},
+    {"reg_tokens", MK_MODEL, MK_INT, 0, VIT_MAX_REG, OFF(reg_tokens), NULL, NULL,
+     "register tokens (`reg_token` (1, R, D)) after the class token", MF_VIT},
+    {"no_embed_class", MK_MODEL, MK_BOOL, 0, 1, OFF(no_embed_class), NULL, NULL,
+     "`pos_embed` covers the patches only, added before the prefix tokens are prepended", MF_VIT},
+    {"pre_norm", MK_MODEL, MK_BOOL, 0, 1, OFF(pre_norm), NULL, NULL,
+     "a LayerNorm `norm_pre` before the blocks; the patch embedding then has no bias (timm)", MF_VIT},
+    {"act_layer", MK_MODEL, MK_CHOICE, 0, 0, OFF(act_layer), "gelu|quick_gelu",
+     "gelu_tanh|relu|silu|swish|gelu_new", "the MLP activation (`quick_gelu`: x sigmoid(1.702 x))", MF_VIT},
     FIXED_V("pos_embed", "\"learn\"", "the kind of position embedding"),
-    FIXED_V("no_embed_class", "false", "position embeddings without the prefix tokens (DeiT III)"),
-    FIXED_V("reg_tokens", "0", "register tokens"),
-    FIXED_V("pre_norm", "false", "a norm before the blocks (CLIP)"),
     FIXED_V("final_norm", "true", "the final norm"),
     FIXED_V("pool_include_prefix", "false", "prefix tokens in avg pooling"),
     FIXED_V("dynamic_img_size", "false", "per-batch input sizes"),
@@ -193,7 +202,6 @@ static const model_key model_keys[] = {
     FIXED("drop_path_rate", "0", "stochastic depth (training)"),
     FIXED("weight_init", "\"\"", "timm's init schemes (attnscope's own init is used)"),
     FIXED_V("fix_init", "false", "timm's init rescaling"),
-    FIXED_V("act_layer", "\"gelu\"", "the MLP activation"),
     FIXED("norm_layer", "\"layernorm\"", "the norm layer"),
     FIXED_V("embed_norm_layer", "null", "a norm in the patch embedding"),
     FIXED_V("attn_layer", "\"attn\"", "the attention module (attnscope's is `attention`)"),
@@ -1040,6 +1048,12 @@ static int config_from_json(vit_config *c, const cJSON *root, char *msg, size_t 
         return 0;
     }
     if (!pretrained_from_json(c, root, ma, pc, msg, n)) return 0;
+    const cJSON *iv = model_value(root, ma, "init_values"); /* timm's None: no LayerScale */
+    if (iv && !cJSON_IsNull(iv) && (!cJSON_IsNumber(iv) || !(iv->valuedouble > 0) || !(iv->valuedouble <= 1e6))) {
+        snprintf(msg, n, "\"init_values\" must be a number in (0, 1e6] (LayerScale) or null (none)");
+        return 0;
+    }
+    if (iv) c->init_values = cJSON_IsNull(iv) ? 0.0f : (float)iv->valuedouble;
     const cJSON *att = model_value(root, ma, "attention");
     return !att || cJSON_IsNull(att) || apply_attention(c, att, msg, n);
 }
@@ -1302,6 +1316,12 @@ static void vit_to_json(const vit_config *c, cJSON *o) {
     cJSON_AddStringToObject(o, "global_pool", vit_pool_name(c->global_pool));
     cJSON_AddBoolToObject(o, "fc_norm", c->fc_norm);
     cJSON_AddNumberToObject(o, "ln_eps", c->ln_eps);
+    /* the modern ViT family: written when set */
+    if (c->init_values > 0) cJSON_AddNumberToObject(o, "init_values", c->init_values);
+    if (c->reg_tokens) cJSON_AddNumberToObject(o, "reg_tokens", c->reg_tokens);
+    if (c->no_embed_class) cJSON_AddBoolToObject(o, "no_embed_class", 1);
+    if (c->pre_norm) cJSON_AddBoolToObject(o, "pre_norm", 1);
+    if (c->act_layer != VIT_ACT_GELU) cJSON_AddStringToObject(o, "act_layer", vit_act_name(c->act_layer));
 }
 
 char *model_config_to_json(const vit_config *c) {
@@ -1383,7 +1403,7 @@ static int count_mismatches(const vit_config *cfg, const safetensors *st) {
     if (!specs) return 1 << 20;
     for (int i = 0; i < n; i++) {
         const safetensors_tensor *t = safetensors_find(st, specs[i].name);
-        if (!t || !shape_matches(&specs[i], t, vit_num_prefix(cfg))) bad++;
+        if (!t || !shape_matches(&specs[i], t, vit_pos_embed_prefix(cfg))) bad++;
     }
     free(specs);
     return bad + (st->count > n ? st->count - n : 0);
@@ -1435,7 +1455,7 @@ static as_status bind_specs(model *m, const vit_tensor_spec *specs, int n, FILE 
                             as_error *err) {
     vit_config *cfg = &m->cfg;
     safetensors *st = &m->st;
-    const int prefix = vit_num_prefix(cfg), D = cfg->embed_dim;
+    const int prefix = vit_pos_embed_prefix(cfg), D = cfg->embed_dim; /* pos_embed's rows before the grid */
 
     /* 1. name the problems in one line: counts per kind, the first few of each by name; with a
      * report stream, every problem on a line of its own */
@@ -1494,7 +1514,7 @@ static as_status bind_specs(model *m, const vit_tensor_spec *specs, int n, FILE 
 
     /* 2. convert what cannot be used in place: F16/BF16, unaligned F32, resampled pos_embed */
     size_t owned = 0;
-    const size_t T = (size_t)vit_num_tokens(cfg);
+    const size_t T = (size_t)vit_pos_embed_len(cfg);
     int dt_seen = 0;
     for (int i = 0; i < n; i++) {
         const safetensors_tensor *t = safetensors_find(st, specs[i].name);

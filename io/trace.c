@@ -20,6 +20,7 @@
 
 #include "../core/kernels.h"
 #include "../core/mech.h"
+#include "../core/vitfam.h"
 #include "atomic.h"
 #include "h5util.h"
 #include "model.h"
@@ -808,9 +809,8 @@ static int write_root_attrs(hid_t f, const trace_spec *s) {
     h5u_iso_now(now, sizeof now);
     json = model_config_to_json(c);
     int grid[2] = {vit_grid(c), vit_grid(c)};
-    char prefix[32] = "";
-    if (c->class_token) strcat(prefix, "cls");
-    if (c->distilled) strcat(prefix, ",dist");
+    char prefix[VIT_MAX_REG * 6 + 16];
+    vit_prefix_names(c, prefix, sizeof prefix); /* "cls", "cls,dist", "cls,reg0,reg1", ... */
     char comp[64];
     if (s->compress == TRACE_COMPRESS_DEFLATE) snprintf(comp, sizeof comp, "deflate-%d+shuffle", s->level);
     else if (s->compress == TRACE_COMPRESS_LZ4) snprintf(comp, sizeof comp, "lz4+shuffle");

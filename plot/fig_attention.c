@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "figures.h"
+#include "../core/vitfam.h"
 
 /* Reads row `query` of (layer, head)'s map for image: all T keys, prefix tokens first. */
 static as_status query_row(const fig_source *s, int layer, int head, long image, int query,
@@ -31,6 +32,8 @@ static as_status row_scale(const fig_opts *o, const fig_source *s, int layer, in
     if (T > MAX_KEYS) return as_fail(err, AS_ERR_UNSUPPORTED, "grid too large to draw");
     if (query_row(s, layer, head, image, query, row, err) != AS_OK) return err->status;
     mapscale_make(scale, row, 1, T, p, p, o->range);
+    const vit_config *c = &s->tr.cfg; /* the prefix tokens by name: cls, dist, registers */
+    mapscale_name_prefix(scale, row, 1, T, c->class_token, c->distilled, c->reg_tokens);
     return AS_OK;
 }
 
@@ -84,7 +87,7 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     plot_axes a = {.x = 8, .y = 16, .w = plot_width(f) - 70, .h = plot_height(f) - 18};
     char title[160], q[48];
     int p = r->num_prefix, g = vit_grid(&r->cfg);
-    if (query < p) snprintf(q, sizeof q, "%s token", query == 0 ? "class" : "distillation");
+    if (query < p) vit_prefix_label(&r->cfg, query, q, sizeof q); /* class, distillation, register k */
     else snprintf(q, sizeof q, "patch (%d, %d)", (query - p) / g, (query - p) % g);
     snprintf(title, sizeof title, "image %ld, layer %d, head %d, query: %s", image, layer, head, q);
     as_status rc = fig_attention_panel(f, &a, o, s, layer, head, image, query, rgb, S, 1, NULL,

@@ -39,7 +39,20 @@ static void start(mapscale *s, int cols, int prefix, mapscale_range r) {
     s->prefix = prefix;
     s->min = INFINITY;
     s->max = -INFINITY;
-    s->prefix_share = s->token_share[0] = s->token_share[1] = NAN;
+    s->prefix_share = s->token_share[0] = s->token_share[1] = s->reg_share = NAN;
+}
+
+void mapscale_name_prefix(mapscale *s, const double *m, int rows, int cols, int cls, int dist, int regs) {
+    if (cls + dist + regs != s->prefix || regs < 0) return; /* not this map's prefix: stays unnamed */
+    s->named = 1;
+    s->cls = cls;
+    s->dist = dist;
+    s->regs = regs;
+    if (isnan(s->prefix_share) || regs == 0) return;
+    double sum = 0;
+    for (int i = 0; i < rows; i++)
+        for (int j = cls + dist; j < s->prefix && j < cols; j++) sum += m[(size_t)i * cols + j];
+    s->reg_share = sum / rows;
 }
 
 void mapscale_make(mapscale *s, const double *m, int rows, int cols, int prefix, int shown_from,
@@ -135,14 +148,21 @@ void mapscale_text(const mapscale *s, int compact, char *buf, size_t n) {
     buf[0] = 0;
     if (s->prefix > 0 && !isnan(s->prefix_share) && compact < 2) {
         double pct = 100 * s->prefix_share;
+        const int one_cls = s->prefix == 1 && (!s->named || s->cls); /* unnamed: ViT's class token */
         if (compact)
-            k = (size_t)snprintf(buf, n, "%s %.0f%% | ", s->prefix == 1 ? "cls" : "prefix", pct);
-        else if (s->prefix == 2 && !isnan(s->token_share[1]))
+            k = (size_t)snprintf(buf, n, "%s %.0f%% | ", one_cls ? "cls" : s->named && !s->cls && !s->dist ? "reg" : "prefix", pct);
+        else if (s->named && s->regs > 0 && !isnan(s->reg_share) && s->cls)
+            k = (size_t)snprintf(buf, n, "class %.1f%%, registers %.1f%%, patches %.1f%%; ",
+                                 100 * (s->prefix_share - s->reg_share), 100 * s->reg_share, 100 - pct);
+        else if (s->named && s->regs > 0 && !isnan(s->reg_share))
+            k = (size_t)snprintf(buf, n, "registers %.1f%%, patches %.1f%%; ", 100 * s->reg_share, 100 - pct);
+        else if (s->prefix == 2 && s->named && s->cls && s->dist && !isnan(s->token_share[1]))
             k = (size_t)snprintf(buf, n, "class %.1f%%, distillation %.1f%%, patches %.1f%%; ",
                                  100 * s->token_share[0], 100 * s->token_share[1], 100 - pct);
+        else if (one_cls)
+            k = (size_t)snprintf(buf, n, "class token %.1f%%, patches %.1f%%; ", pct, 100 - pct);
         else
-            k = (size_t)snprintf(buf, n, "%s %.1f%%, patches %.1f%%; ",
-                                 s->prefix == 1 ? "class token" : "prefix tokens", pct, 100 - pct);
+            k = (size_t)snprintf(buf, n, "prefix tokens %.1f%%, patches %.1f%%; ", pct, 100 - pct);
     }
     if (k < n) snprintf(buf + k, n - k, compact ? "%s\xc3\x97" : "peak %s \xc3\x97 1/T", r);
 }

@@ -42,6 +42,10 @@ typedef struct {
     double prefix_share;    /* mean over rows of the prefix keys' total, NaN when unknown */
     double token_share[2];  /* the class and the distillation token's part, NaN when unknown */
     mapscale_range range;
+    /* what the prefix tokens are (mapscale_name_prefix; all 0: unnamed, described as "prefix
+     * tokens" unless there is exactly one, taken as the class token) */
+    int named, cls, dist, regs;
+    double reg_share;       /* mean over rows of the register keys' total, NaN when unknown */
 } mapscale;
 
 const char *mapscale_range_name(mapscale_range r);
@@ -55,6 +59,12 @@ void mapscale_make(mapscale *s, const double *m, int rows, int cols, int prefix,
 /* The same for a distribution over T keys of which only the P = T - prefix patch values are
  * stored (analysis/rollout/map): the prefix share is what the patches leave of 1. */
 void mapscale_make_patches(mapscale *s, const double *patches, int P, int T, mapscale_range r);
+/* Names s's prefix tokens: cls class + dist distillation + regs register tokens, in that order
+ * (= s->prefix), and takes the registers' share from the same m as mapscale_make, so the text
+ * says "class 2.0%, registers 31.0%, patches 67.0%" instead of treating any two prefix tokens as
+ * class and distillation. */
+void mapscale_name_prefix(mapscale *s, const double *m, int rows, int cols, int cls, int dist, int regs);
+
 /* Widens s to cover o's values too: one shared scale over several maps, by the same rule over
  * the union of their values (zero-based: 0 .. the largest max(peak, 1/T); minmax: the smallest
  * min .. the largest max); probability (the 1/T mark) when either is. ratio is then the largest

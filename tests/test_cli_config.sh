@@ -8,9 +8,9 @@ t_init test_cli_config cfg
 # item 10: a tag's own classes and mean/std; unknown names list the known ones and the families
 # not supported yet instead of "no such file or folder"
 expect 0 "$A" info vit_small_patch16_224.dino
-has "$T/out" "head        0 classes"; has "$T/out" "mean (0.485, 0.456, 0.406)"
+has "$T/out" "head        none (features only"; has "$T/out" "mean (0.485, 0.456, 0.406)"
 expect 1 "$A" info vit_small_patch16_224.made_up;  has "$T/err" "pretrained tag"; one_line
-for n in swinv2_tiny_window8_256 cait_s24_224 deit3_small_patch16_224 vit_base_patch14_dinov2; do
+for n in swinv2_tiny_window8_256 cait_s24_224 deit3_large_patch16_224 vit_large_patch14_dinov2; do
     expect 1 "$A" info "$n"; has "$T/err" "not support yet"; has "$T/err" "deit_tiny_patch16_224"
     lacks "$T/err" "no such file"; one_line
 done
@@ -21,8 +21,8 @@ echo '{"architecture": "deit_tiny_patch16_224", "model_args": {"attention": {"ty
 expect 0 "$A" info "$T/ma.json";          has "$T/out" "mait R=\[3,3,3\]"
 echo '{"architecture": "custom", "embed_dim": 64, "depth": 2, "num_heads": 2, "mlp_ratoi": 2}' >"$T/typo.json"
 expect 1 "$A" info "$T/typo.json";        has "$T/err" "did you mean \"mlp_ratio\""; one_line
-echo '{"architecture": "deit_tiny_patch16_224", "reg_tokens": 4}' >"$T/reg.json"
-expect 1 "$A" info "$T/reg.json";         has "$T/err" "reg_tokens"; has "$T/err" "not supported yet"
+echo '{"architecture": "deit_tiny_patch16_224", "qk_norm": true}' >"$T/qkn.json"
+expect 1 "$A" info "$T/qkn.json";         has "$T/err" "qk_norm"; has "$T/err" "not supported yet"
 
 # item 7: the MLP width follows embed_dim
 echo '{"architecture": "custom", "img_size": 32, "patch_size": 4, "embed_dim": 64, "depth": 2, "num_heads": 2}' >"$T/d64.json"

@@ -178,8 +178,25 @@ static void test_mapscale(void) {
     CHECK(s.probability && fabs(s.prefix_share - 0.625) < 1e-12 && fabs(s.token_share[0] - 0.375) < 1e-12 &&
           fabs(s.token_share[1] - 0.25) < 1e-12 && fabs(s.max - 0.5) < 1e-15, "distilled: share %g (%g, %g) max %g",
           s.prefix_share, s.token_share[0], s.token_share[1], s.max);
+    mapscale_name_prefix(&s, m, 2, T, 1, 1, 0);
     mapscale_text(&s, 0, t, sizeof t);
     CHECK(strstr(t, "class 37.5%, distillation 25.0%, patches 37.5%") != NULL, "distilled text: %s", t);
+    /* the same two prefix columns as a class token and a register (a reg1 model): not
+     * "distillation", and the register's share is its own */
+    mapscale_make(&s, m, 2, T, 2, 0, MAPSCALE_ZERO);
+    mapscale_name_prefix(&s, m, 2, T, 1, 0, 1);
+    mapscale_text(&s, 0, t, sizeof t);
+    CHECK(strstr(t, "class 37.5%, registers 25.0%, patches 37.5%") != NULL && !strstr(t, "distillation"),
+          "class + register text: %s", t);
+    /* unnamed, two prefix tokens are not guessed to be class and distillation */
+    mapscale_make(&s, m, 2, T, 2, 0, MAPSCALE_ZERO);
+    mapscale_text(&s, 0, t, sizeof t);
+    CHECK(strstr(t, "prefix tokens 62.5%") != NULL && !strstr(t, "distillation"), "unnamed text: %s", t);
+    /* registers only (no class token) */
+    mapscale_make(&s, m, 2, T, 2, 0, MAPSCALE_ZERO);
+    mapscale_name_prefix(&s, m, 2, T, 0, 0, 2);
+    mapscale_text(&s, 0, t, sizeof t);
+    CHECK(strstr(t, "registers 62.5%, patches 37.5%") != NULL, "registers text: %s", t);
     /* scores: signed, no distribution: min..max, no uniform level, no share */
     for (int j = 0; j < T; j++) row[j] = j - 20.0;
     mapscale_make(&s, row, 1, T, 1, 1, MAPSCALE_ZERO);

@@ -14,6 +14,7 @@ enum { RQ = 7 }; /* attn, scores, q, k, tokens, extra 0, extra 1 */
 typedef struct {
     int n, L;
     float *logits;
+    float *features; /* (n, D) the pooled features (models without a head: what they give) */
     float *q[RQ][64]; /* [quantity][layer], NULL where the layer has none */
     const vit_config *cfg;
     void *mem;
@@ -42,7 +43,7 @@ static int run_model(const model *m, const char *inputs, run_out *o) {
     }
     const vit_config *c = &m->cfg;
     const int n = ds.count, S = c->img_size;
-    size_t total = (size_t)n * c->num_classes;
+    size_t total = (size_t)n * c->num_classes + (size_t)n * c->embed_dim;
     for (int q = 0; q < RQ; q++)
         for (int l = 0; l < c->depth; l++) total += per_image(c, q, l) * n;
     memset(o, 0, sizeof *o);
@@ -53,6 +54,8 @@ static int run_model(const model *m, const char *inputs, run_out *o) {
     o->mem = mem;
     o->logits = mem;
     mem += (size_t)n * c->num_classes;
+    o->features = mem;
+    mem += (size_t)n * c->embed_dim;
     for (int q = 0; q < RQ; q++)
         for (int l = 0; l < c->depth; l++) {
             const size_t f = per_image(c, q, l) * n;
@@ -69,6 +72,9 @@ static int run_model(const model *m, const char *inputs, run_out *o) {
     for (int i = 0; i < n; i++) dataset_load(&ds, i, x + (size_t)i * 3 * S * S, NULL, c, &err);
     vit_forward(c, &m->params, &a, x, n, &rec);
     memcpy(o->logits, a.logits, (size_t)n * c->num_classes * sizeof(float));
+    for (int i = 0; c->n_stages == 0 && i < n; i++) /* pooled rows are (n, 2, D): row 0 */
+        memcpy(o->features + (size_t)i * c->embed_dim, a.pooled + (size_t)i * 2 * c->embed_dim,
+               (size_t)c->embed_dim * sizeof(float));
     free(x);
     free(arena);
     dataset_free(&ds);
@@ -92,6 +98,7 @@ static void compare_expected(const char *label, const run_out *o, const char *ex
         safetensors_read_f32(&st, t, want, &err);
         const float *got = NULL;
         if (strcmp(t->name, "logits") == 0) got = o->logits;
+        if (strcmp(t->name, "features") == 0) got = o->features;
         const char *dot = strrchr(t->name, '.');
         const int l = dot ? atoi(dot + 1) : -1;
         for (int q = 0; q < RQ && !got && dot && l >= 0 && l < o->L; q++) {
@@ -390,6 +397,38 @@ static void test_preprocess(void) {
     safetensors_close(&st);
 }
 
+/* The modern ViT family (tools/make_vitfam_fixtures.py, tools/vitfam_ref.py written from the
+ * equations): LayerScale, registers, no_embed_class, norm_pre, QuickGELU, MAP pooling, features
+ * only, patch 14 with resampled position embeddings; logits or features, every map, scores,
+ * q, k and block output within 1e-4, at the trained size and at the resampled ones. */
+static void test_vitfam(void) {
+    static const struct {
+        const char *name;
+        int sizes[3]; /* 0: the fixture's own */
+    } fx_models[] = {{"vf_deit3", {0}}, {"vf_reg", {0, 48}}, {"vf_clip", {0}}, {"vf_map", {0}},
+                     {"vf_map_reg", {0}}, {"vf_regavg", {0}}, {"vf_p14", {0, 28, 56}}};
+    for (size_t i = 0; i < sizeof fx_models / sizeof fx_models[0]; i++)
+        for (int k = 0; k < 3 && (k == 0 || fx_models[i].sizes[k]); k++) {
+            const int S = fx_models[i].sizes[k];
+            model m;
+            as_error err = {0};
+            int ok = model_load(&m, fx(fx_models[i].name), NULL, S, &err) == AS_OK;
+            CHECK(ok, "%s @%d: %s", fx_models[i].name, S, err.msg);
+            if (!ok) continue;
+            char in[64], exp[128], label[96];
+            snprintf(in, sizeof in, m.cfg.img_size == 32 ? "inputs.npy" : "inputs%d.npy", m.cfg.img_size);
+            if (S) snprintf(exp, sizeof exp, "%s/expected%d.safetensors", fx_models[i].name, S);
+            else snprintf(exp, sizeof exp, "%s/expected.safetensors", fx_models[i].name);
+            snprintf(label, sizeof label, "%s@%d", fx_models[i].name, m.cfg.img_size);
+            run_out o;
+            if (run_model(&m, fx(in), &o)) {
+                compare_expected(label, &o, fx(exp), 1, 1e-4);
+                free(o.mem);
+            }
+            model_free(&m);
+        }
+}
+
 int main(void) {
     test_swin();
     test_pvt();
@@ -397,6 +436,7 @@ int main(void) {
     test_models();
     test_reduced_precision();
     test_other_sizes();
+    test_vitfam();
     test_threads();
     test_preprocess();
     return check_finish("reference");

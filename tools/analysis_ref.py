@@ -45,6 +45,9 @@ class Trace:
         self.heads = [int(x) for x in np.atleast_1d(a["heads"])]
         self.T = int(a["num_tokens"])
         self.p = int(a["num_prefix_tokens"])
+        pt = a["prefix_tokens"]
+        pt = pt.decode() if isinstance(pt, bytes) else str(pt)
+        self.cls = pt.split(",")[0] == "cls"  # registers alone: no class token
         self.g = int(np.atleast_1d(a["grid"])[0])
         self.patch = int(a["patch_size"])
         self.depth = int(a["depth"])
@@ -316,7 +319,7 @@ def rollout(tr, i, o):
         a = F + np.eye(T)
         a = a / a.sum(-1, keepdims=True)
         result = a @ result
-        src = result[0] if p else result.mean(0)
+        src = result[0] if tr.cls else result.mean(0)
         maps.append(src[p:])
     return {"map": np.array(maps)}
 

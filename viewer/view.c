@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../analysis/analysis.h"
+#include "../core/vitfam.h"
 
 static const char *const map_names[VIEW_N_MAPS] = {"attn", "scores", "attn_softmax",
                                                    "attn_expanded", "attn_convolved"};
@@ -612,6 +613,8 @@ static as_status patch_values(view *v, int ds, int li, int hi, double *out, maps
     if (row_values(v, ds, li, hi, row, &cols, err) != AS_OK) return err->status;
     memcpy(out, row + (cols - P), (size_t)P * sizeof *out);
     mapscale_make(ms, row, 1, cols, cols - P, cols - P, v->range);
+    const vit_config *c = &v->src.tr.cfg; /* the prefix tokens by name: cls, dist, registers */
+    mapscale_name_prefix(ms, row, 1, cols, c->class_token, c->distilled, c->reg_tokens);
     return AS_OK;
 }
 
@@ -1032,7 +1035,7 @@ static void draw_map_panel(view *v, plot_figure *f, plot_axes a, int li, int hi,
 static void query_name(const view *v, int q, char *buf, size_t n) {
     int p = prefix_of(v), g = grid_of(v);
     if (v->staged) snprintf(buf, n, "token (%d, %d)", q / geom_of(v, v->li)->gw, q % geom_of(v, v->li)->gw);
-    else if (q < p) snprintf(buf, n, "%s token", q == 0 ? "class" : "distillation");
+    else if (q < p) vit_prefix_label(&v->src.tr.cfg, q, buf, n); /* class, distillation, register k */
     else snprintf(buf, n, "patch (%d, %d)", (q - p) / g, (q - p) % g);
 }
 
@@ -1076,6 +1079,10 @@ static as_status map_scale(view *v, const float *A, int Q, int T, mapscale *ms, 
     if (!m) return as_fail(err, AS_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) m[i] = A[i];
     mapscale_make(ms, m, Q, T, T > P ? T - P : 0, 0, v->range);
+    if (!v->staged) {
+        const vit_config *c = &v->src.tr.cfg;
+        mapscale_name_prefix(ms, m, Q, T, c->class_token, c->distilled, c->reg_tokens);
+    }
     free(m);
     return AS_OK;
 }
@@ -1625,8 +1632,8 @@ static int toggle_row(view *v, view_row r) {
         return VIEW_REDRAW;
     }
     if (r == VIEW_ROW_CLASS) {
-        if (prefix_of(v) == 0) {
-            note(v, "this model has no class token (global average pooling)");
+        if (!v->src.tr.cfg.class_token) {
+            note(v, "this model has no class token (global_pool %s)", vit_pool_name(v->src.tr.cfg.global_pool));
             return VIEW_REDRAW;
         }
         v->query = 0;

@@ -1,0 +1,155 @@
+/* vitfam.c: the modern ViT family's options in the monolithic ViT, as timm's VisionTransformer
+ * computes them in eval mode (vit.c calls these at the embedding, the MLP and the head). */
+#include "vitfam.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "mech.h"
+
+static const char *const act_names[] = {[VIT_ACT_GELU] = "gelu", [VIT_ACT_QUICK_GELU] = "quick_gelu"};
+_Static_assert(sizeof act_names / sizeof act_names[0] == VIT_ACT_COUNT, "activation names");
+
+const char *vit_act_name(vit_act a) { return (unsigned)a < VIT_ACT_COUNT ? act_names[a] : "?"; }
+
+int vit_act_parse(const char *s) {
+    for (int i = 0; s && i < VIT_ACT_COUNT; i++)
+        if (strcmp(act_names[i], s) == 0) return i;
+    return -1;
+}
+
+int vit_pos_embed_prefix(const vit_config *c) { return c->no_embed_class ? 0 : vit_num_prefix(c); }
+int vit_pos_embed_len(const vit_config *c) { return vit_pos_embed_prefix(c) + vit_num_patches(c); }
+
+void vit_prefix_names(const vit_config *c, char *buf, size_t n) {
+    size_t u = 0;
+    if (!n) return;
+    buf[0] = 0;
+    if (c->class_token) u += (size_t)snprintf(buf + u, n - u, "cls");
+    if (c->distilled && u < n) u += (size_t)snprintf(buf + u, n - u, "%sdist", u ? "," : "");
+    for (int r = 0; r < c->reg_tokens && u < n; r++)
+        u += (size_t)snprintf(buf + u, n - u, "%sreg%d", u ? "," : "", r);
+}
+
+void vit_prefix_label(const vit_config *c, int i, char *buf, size_t n) {
+    if (c->class_token && i-- == 0) snprintf(buf, n, "class token");
+    else if (c->distilled && i-- == 0) snprintf(buf, n, "distillation token");
+    else snprintf(buf, n, "register %d", i);
+}
+
+as_status vitfam_validate(const vit_config *c, as_error *err) {
+    const char *n = c->name[0] ? c->name : "model";
+    if ((unsigned)c->act_layer >= VIT_ACT_COUNT)
+        return as_fail(err, AS_ERR_CONFIG, "%s: unknown act_layer %d: use \"gelu\" or \"quick_gelu\"", n,
+                       (int)c->act_layer);
+    if (!(c->init_values >= 0.0f) || isinf(c->init_values))
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"init_values\" must be a positive number (LayerScale) "
+                       "or null (none)", n);
+    if (c->reg_tokens < 0 || c->reg_tokens > VIT_MAX_REG)
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"reg_tokens\" %d is outside 0..%d", n, c->reg_tokens,
+                       VIT_MAX_REG);
+    const int staged = c->family != VIT_FAMILY_VIT || c->n_stages != 0;
+    const char *opt = c->reg_tokens ? "reg_tokens" : c->no_embed_class ? "no_embed_class"
+                      : c->pre_norm ? "pre_norm" : c->act_layer != VIT_ACT_GELU ? "act_layer"
+                      : c->global_pool == VIT_POOL_MAP ? "global_pool \"map\"" : NULL;
+    if (staged && opt)
+        return as_fail(err, AS_ERR_CONFIG, "%s: %s is an option of the plain ViT and this is a %s "
+                       "model: remove it", n, opt, vit_family_name(c->family));
+    if (c->distilled && c->reg_tokens)
+        return as_fail(err, AS_ERR_CONFIG, "%s: a distilled model with register tokens is not a timm "
+                       "model (VisionTransformerDistilled has no registers): remove \"reg_tokens\" or "
+                       "\"distilled\"", n);
+    if (c->distilled && c->global_pool == VIT_POOL_MAP)
+        return as_fail(err, AS_ERR_CONFIG, "%s: a distilled model pools its class and distillation "
+                       "tokens: use global_pool \"token\", not \"map\"", n);
+    return AS_OK;
+}
+
+const char *vitfam_untrainable(const vit_config *c) {
+    if (c->init_values > 0) return "init_values (LayerScale)";
+    if (c->reg_tokens) return "reg_tokens (register tokens)";
+    if (c->no_embed_class) return "no_embed_class";
+    if (c->pre_norm) return "pre_norm (norm_pre)";
+    if (c->act_layer != VIT_ACT_GELU) return "act_layer \"quick_gelu\"";
+    if (c->global_pool == VIT_POOL_MAP) return "global_pool \"map\" (attention pooling)";
+    return NULL;
+}
+
+void vitfam_embed(const vit_config *c, const vit_params *p, float *xb) {
+    const int D = c->embed_dim, T = vit_num_tokens(c), prefix = vit_num_prefix(c);
+    int row = 0;
+    if (c->class_token) memcpy(xb + (size_t)D * row++, p->cls_token, (size_t)D * sizeof(float));
+    if (c->distilled) memcpy(xb + (size_t)D * row++, p->dist_token, (size_t)D * sizeof(float));
+    if (c->reg_tokens) memcpy(xb + (size_t)D * row, p->reg_token, (size_t)c->reg_tokens * D * sizeof(float));
+    /* no_embed_class: the embedding covers the patches only (timm adds it before the concat,
+     * so the prefix tokens get none); otherwise one row per token */
+    const size_t from = c->no_embed_class ? (size_t)prefix * D : 0;
+    for (size_t i = from; i < (size_t)T * D; i++) xb[i] += p->pos_embed[i - from];
+}
+
+void vitfam_act(const vit_config *c, float *y, const float *x, size_t n) {
+    if (c->act_layer != VIT_ACT_QUICK_GELU) {
+        kernels_gelu_to(y, x, n);
+        return;
+    }
+    /* QuickGELU (OpenAI CLIP): x * sigmoid(1.702 x) */
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-1.702f * x[i]));
+}
+
+size_t vitfam_map_scratch(const vit_config *c) {
+    const size_t D = (size_t)c->embed_dim, N = (size_t)vit_num_patches(c);
+    return N * 2 * D + (size_t)c->num_heads * N + 2 * D + (size_t)c->mlp_hidden;
+}
+
+void vitfam_map_pool(const vit_config *c, const vit_params *p, const float *x, int N, float *out,
+                     float *scratch) {
+    const int D = c->embed_dim, H = c->num_heads, hd = D / H, Hm = c->mlp_hidden;
+    float *kv = scratch, *att = kv + (size_t)N * 2 * D, *q = att + (size_t)H * N, *o = q + D, *hid = o + D;
+    /* q = latent W_q^T + b_q; kv = x W_kv^T + b_kv (k: columns 0..D-1, v: D..2D-1) */
+    memcpy(q, p->pool.q_b, (size_t)D * sizeof(float));
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, D, D, 1.0f, p->pool.q_w, D, p->pool.latent, 1, 1.0f, q, 1);
+    kernels_fill_rows(kv, p->pool.kv_b, N, 2 * D);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, 2 * D, D, 1.0f, x, D, p->pool.kv_w, D, 1.0f, kv, 2 * D);
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int h = 0; h < H; h++) { /* softmax(q_h k_h^T * scale) v_h */
+        float *a = att + (size_t)h * N;
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, N, hd, scale, kv + (size_t)h * hd, 2 * D, q + (size_t)h * hd, 1,
+                    0.0f, a, 1);
+        kernels_softmax_rows(a, 1, N);
+        cblas_sgemv(CblasRowMajor, CblasTrans, N, hd, 1.0f, kv + D + (size_t)h * hd, 2 * D, a, 1, 0.0f,
+                    o + (size_t)h * hd, 1);
+    }
+    /* out = proj(o); out += fc2(act(fc1(norm(out)))) */
+    memcpy(out, p->pool.proj_b, (size_t)D * sizeof(float));
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, D, D, 1.0f, p->pool.proj_w, D, o, 1, 1.0f, out, 1);
+    kernels_layernorm(o, out, p->pool.norm_w, p->pool.norm_b, 1, D, c->ln_eps);
+    memcpy(hid, p->pool.fc1_b, (size_t)Hm * sizeof(float));
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, Hm, D, 1.0f, p->pool.fc1_w, D, o, 1, 1.0f, hid, 1);
+    vitfam_act(c, hid, hid, (size_t)Hm);
+    for (int i = 0; i < D; i++) out[i] += p->pool.fc2_b[i];
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, D, Hm, 1.0f, p->pool.fc2_w, Hm, hid, 1, 1.0f, out, 1);
+}
+
+void vitfam_cost(const vit_config *c, vit_cost *out) {
+    const double D = c->embed_dim, L = c->depth, T = vit_num_tokens(c), Np = vit_num_patches(c);
+    const double Hm = c->mlp_hidden;
+    if (c->pre_norm) vit_cost_add(&out->stem, VIT_COMP_NORM, 2 * D, 0, 8 * T * D);
+    if (c->init_values > 0) { /* the gammas multiply each branch: elementwise, no MACs */
+        vit_cost_add(&out->stage[0], VIT_COMP_PROJ, L * D, 0, L * T * D);
+        vit_cost_add(&out->stage[0], VIT_COMP_MLP, L * D, 0, L * T * D);
+    }
+    if (c->global_pool == VIT_POOL_MAP) { /* one latent query over the Np patch tokens */
+        vit_cost_part *h = &out->head;
+        vit_cost_add(h, VIT_COMP_TOKENS, D, 0, 0);
+        vit_cost_add(h, VIT_COMP_QKV, 3 * (D * D + D), D * D + Np * 2 * D * D, D + Np * 2 * D);
+        vit_cost_add(h, VIT_COMP_ATTN_SCORES, 0, Np * D, 5 * Np * c->num_heads);
+        vit_cost_add(h, VIT_COMP_ATTN_VALUES, 0, Np * D, 0);
+        vit_cost_add(h, VIT_COMP_PROJ, D * D + D, D * D, D);
+        vit_cost_add(h, VIT_COMP_NORM, 2 * D, 0, 8 * D);
+        vit_cost_add(h, VIT_COMP_MLP, 2 * D * Hm + Hm + D, 2 * D * Hm, Hm + D + 8 * Hm + D);
+    }
+}

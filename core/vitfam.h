@@ -1,0 +1,52 @@
+/* vitfam.h: the modern ViT family in the monolithic ViT (timm's VisionTransformer options):
+ * LayerScale, register tokens, position embeddings without the prefix slots (no_embed_class),
+ * norm_pre, QuickGELU and attention pooling (global_pool "map", AttentionPoolLatent).
+ * docs/models.md ("The modern ViT family") gives the equations and names. */
+#ifndef AS_VITFAM_H
+#define AS_VITFAM_H
+
+#include "config.h"
+#include "vit.h"
+
+/* "gelu", "quick_gelu"; parse returns -1 for another name. */
+const char *vit_act_name(vit_act a);
+int vit_act_parse(const char *s);
+
+/* Rows of pos_embed ahead of the patch grid: the prefix count, or 0 with no_embed_class. */
+int vit_pos_embed_prefix(const vit_config *c);
+/* Rows of pos_embed: vit_pos_embed_prefix + patches. */
+int vit_pos_embed_len(const vit_config *c);
+
+/* The prefix tokens' names in order, comma-separated: "cls", "cls,dist", "cls,reg0,reg1", ""
+ * (the trace's prefix_tokens attribute). */
+void vit_prefix_names(const vit_config *c, char *buf, size_t n);
+
+/* Prefix token i for a reader: "class token", "distillation token", "register 2". */
+void vit_prefix_label(const vit_config *c, int i, char *buf, size_t n);
+
+/* The constraints of the family's options (a message naming the key and the fix). */
+as_status vitfam_validate(const vit_config *c, as_error *err);
+
+/* The first family option of c that training does not handle yet ("init_values (LayerScale)",
+ * ...), or NULL. */
+const char *vitfam_untrainable(const vit_config *c);
+
+/* Embedding of one image's patches: xb (T, D) holds the patch embedding in rows prefix..T-1;
+ * writes the prefix tokens (cls, dist, registers) and adds the position embedding as timm's
+ * _pos_embed does (over all T rows, or the patches only with no_embed_class). */
+void vitfam_embed(const vit_config *c, const vit_params *p, float *xb);
+
+/* y = act(x) over n values (GELU or QuickGELU x * sigmoid(1.702 x)). */
+void vitfam_act(const vit_config *c, float *y, const float *x, size_t n);
+
+/* timm's AttentionPoolLatent over one image's N patch tokens x (N, D) into out (D).
+ * scratch: N * 2D + H * N + 2D + Hm floats. */
+void vitfam_map_pool(const vit_config *c, const vit_params *p, const float *x, int N, float *out,
+                     float *scratch);
+size_t vitfam_map_scratch(const vit_config *c);
+
+/* The family's parameters and work added to a monolithic ViT's counts (norm_pre, LayerScale,
+ * registers, the MAP pool in the head part). */
+void vitfam_cost(const vit_config *c, vit_cost *out);
+
+#endif
