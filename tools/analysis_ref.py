@@ -406,6 +406,11 @@ class StagedLayer:
             return [(0, np.arange(self.T), np.arange(self.T))]
         return [(k, self.tok[w], self.tok[w]) for k, w in enumerate(self.wins)]
 
+    def queries(self):
+        """The grid tokens (as grid indices) that are queries of the recorded problems."""
+        q = sorted({int(t) for _, qt, _ in self.problems() for t in qt if t >= self.p})
+        return np.array(q, int) - self.p
+
     def maps(self, name, i):
         """(H, problems, Tq, Tk) of image i."""
         x = self.g[name][i].astype(np.float64)
@@ -527,10 +532,11 @@ def s_distance(tr, i, o):
         if any((G[g.p:] < 0).any() for G, _ in Gs) or (A < 0).any():
             neg[k] = 1
             continue
+        Q = g.queries()
         for h, (G, pad) in enumerate(Gs):
-            W = G[g.p:, g.p:]
-            m = (W * D).sum(1)
-            less = pad[g.p:] + G[g.p:, :g.p].sum(1)
+            W = G[g.p:, g.p:][Q]
+            m = (W * D[Q]).sum(1)
+            less = (pad[g.p:] + G[g.p:, :g.p].sum(1))[Q]
             if o["renorm"]:
                 s = W.sum(1)
                 drop[k, h] = (s <= 0).sum()
@@ -586,12 +592,14 @@ def s_als(tr, i, o):
         dy = np.abs(g.yx[:, None, 0] - g.yx[None, :, 0])
         dx = np.abs(g.yx[:, None, 1] - g.yx[None, :, 1])
         N = (dy <= half) & (dx <= half)
+        Q = g.queries()
         for h in range(A.shape[0]):
             G, pad = g.dense(A[h])
             w = (G[g.p:, g.p:] * N).sum(1)
             if o["prefix"] == "include":
                 w = w + G[g.p:, :g.p].sum(1)
             tot = G[g.p:].sum(1) + pad[g.p:]
+            w, tot = w[Q], tot[Q]
             if o["map"] == "attn" and o["rows"] == "normalise":
                 ok = tot > 0
                 drop[k, h] = (~ok).sum()
