@@ -45,6 +45,12 @@ static as_status layer_open(analysis_lgeom *g, const trace_reader *r, int li, as
     const trace_layer_geom *t = &r->geom[li];
     int ids[1024];
     memset(g, 0, sizeof *g);
+    /* reduced keys (SRA: a key grid of its own) and class attention (one class row over [cls;
+     * patches]) need their own key geometry here: refused rather than read as global maps */
+    if (t->scope != VIT_SCOPE_GLOBAL && t->scope != VIT_SCOPE_WINDOW)
+        return as_fail(err, AS_ERR_UNSUPPORTED, "%s: layer %d has %s attention, which the "
+                       "stage-aware metrics do not read yet (global and window layers only): "
+                       "record the other layers (--layers) to analyse them", r->path, t->layer, vit_scope_name(t->scope));
     g->layer = t->layer, g->stage = t->stage, g->scope = t->scope;
     g->gh = t->gh, g->gw = t->gw, g->prefix = t->prefix, g->T = t->T, g->D = t->D;
     g->H = trace_layer_heads(r, t->layer, ids);
