@@ -751,7 +751,9 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
     trace_read_attr_string(&r, "start_time", start, sizeof start);
     if (h5u_attr_str(res, "format", ANALYSIS_RESULTS_FORMAT) | h5u_attr_int(res, "format_version", ANALYSIS_RESULTS_VERSION) |
         h5u_attr_str(res, "source_trace", trace_path) | h5u_attr_str(res, "trace_start_time", start) |
-        h5u_attr_str(res, "software", "attnscope " ATTNSCOPE_VERSION)) {
+        h5u_attr_str(res, "software", "attnscope " ATTNSCOPE_VERSION) |
+        /* results of a staged trace say so: readers of single-grid results refuse them */
+        (lay.staged ? h5u_attr_int(res, "source_format_version", r.version) : 0)) {
         rc = as_fail(err, AS_ERR_HDF5, "%s: cannot write results (disk full?)", tmp);
         goto fail;
     }

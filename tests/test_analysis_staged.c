@@ -96,7 +96,7 @@ static void test_one_window(void) {
                                "analysis/als/score/mean", "analysis/diag/symmetry/mean",
                                "analysis/diag/diagonality/mean", "analysis/distance/distance/per_image"};
         for (int k = 0; k < 5; k++) {
-            double s[6 * 4], f[1];
+            double s[6 * 4] = {0}, f[1] = {0};
             int ok = result(rs, names[k], s, 24) && result(rf, names[k], f, 1);
             double got = s[4 * 4 + 0]; /* layer 4, head 0 */
             CHECK(ok && fabs(got - f[0]) <= 1e-12 * fmax(1, fabs(f[0])), "%s (%s): one window %.15g, "
@@ -127,7 +127,7 @@ static void test_identity_rollout(void) {
     const char *tr = tmp("id.h5"), *res = tmp("id.res.h5");
     CHECK(staged_write_fill(tr, &g_staged, "all", "all", "all", "f32", 2, fill_identity, &err) == AS_OK, "%s", err.msg);
     CHECK(analyse(tr, res, "rollout", 0, 0, &err) == AS_OK, "%s", err.msg);
-    double map[6 * 196];
+    double map[6 * 196] = {0};
     CHECK(result(res, "analysis/rollout/map/mean", map, 6 * 196), "no rollout map");
     double worst = 0;
     for (int l = 0; l < 6; l++)
@@ -199,7 +199,7 @@ static void test_wrapped(void) {
     const char *tr = tmp("wrap.h5"), *res = tmp("wrap.res.h5");
     CHECK(staged_write_fill(tr, &g_staged, "all", "all", "all", "f32", 2, fill_wrapped, &err) == AS_OK, "%s", err.msg);
     double want = 4.0 * abs(b / g.gw - a / g.gw) / 49; /* 24 px across the seam, once in 49 queries */
-    double d[6 * 4], s[6 * 4];
+    double d[6 * 4] = {0}, s[6 * 4] = {0};
     for (int R = 3; R <= 5; R += 2) {
         CHECK(analyse(tr, res, "distance,als", R, 1, &err) == AS_OK, "%s", err.msg);
         CHECK(result(res, "analysis/distance/distance/mean", d, 24) && result(res, "analysis/als/score/mean", s, 24), "results");

@@ -101,6 +101,11 @@ assert not np.isnan(po).any() and abs(po[1, 3, 3] - 1) < 1e-12, "pooled: every p
 assert "distance=pixel" in f["analysis/distance"].attrs["parameters"]
 q = f["analysis/qk/q_stage"]
 assert q.attrs["axes"] == "stage,threshold"' "$T/swin_tiny.d.h5"
+# figures are single-grid still: results of a staged trace are refused in one line, not drawn
+expect 1 "$A" plot distance "$T/swin_tiny.d.h5" -o "$T/f.png"
+has "$T/err" "stage-aware support is not there yet for the distance figure: $T/swin_tiny.d.h5 holds results of a staged trace"
+one_line
+[ ! -e "$T/f.png" ] && ok || bad "a refused figure left f.png"
 # swin_pad's stage 1 is one 4 x 4 window (timm clamp): its diag is the global value, so the
 # per-window mean equals the sum over that one window (the reference computes it from dense maps)
 expect 0 "$A" analyze "$T/swin_pad.h5" --metrics entropy --csv "$T/csv" --out "$T/csv.h5" -q
