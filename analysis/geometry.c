@@ -67,6 +67,9 @@ static as_status layer_open(analysis_lgeom *g, const trace_reader *r, int li, as
         H5Gclose(grp);
     }
     if (g->H < 1) return as_fail(err, AS_ERR_FORMAT, "%s: layer %d records no heads", r->path, t->layer);
+    if (!(g->stride > 0 && g->stride < 1e6 && fabs(g->offset) < 1e6)) /* centres and cells divide by it */
+        return as_fail(err, AS_ERR_FORMAT, "%s: layer %d's token_stride_px %g / token_offset_px %g "
+                       "are not a token spacing: the trace is corrupt", r->path, t->layer, g->stride, g->offset);
     g->map_floats = (size_t)g->H * g->P * g->Tq * g->Tk;
     g->tok_floats = (size_t)g->T * g->D;
     /* the recorded datasets must have the shapes the geometry promises */
