@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../io/trace.h"
+#include "geometry.h"
 #include "metric.h"
 
 enum { OUT_SCORE, OUT_MEAN, OUT_NEG }; /* OUT_NEG + 1: dropped_rows */
@@ -394,6 +395,8 @@ static void als_release(analysis_ctx *c) {
     c->state = NULL;
 }
 
+static const analysis_metric als_staged; /* staged traces (below) */
+
 const analysis_metric analysis_metric_als = {
     .name = "als",
     .version = 3,
@@ -407,11 +410,154 @@ const analysis_metric analysis_metric_als = {
                   "softmax of the recorded scores; R = the head's own mask size for masked heads "
                   "(unless --als-window), else 3; P = number of patches",
     .needs = 1u << TRACE_Q_ATTN,
-    .traces = ANALYSIS_TRACES_SINGLE_GRID,
+    .traces = ANALYSIS_TRACES_SINGLE_GRID | ANALYSIS_TRACES_STAGED,
+    .staged = &als_staged,
     .plan = als_plan,
     .image = als_image,
     .finish = als_finish,
     .release = als_release,
+    .choices = als_choices,
+    .n_choices = sizeof als_choices / sizeof als_choices[0],
+};
+
+/* ---- staged traces (format 3): docs/analysis.md, "Staged traces" ---------------------------- */
+
+enum { SOUT_SCORE, SOUT_MEAN, SOUT_NEG, SOUT_DROP, SOUT_STAGE };
+
+static as_status sals_plan(analysis_ctx *c, as_error *err) {
+    const analysis_layout *lay = c->lay;
+    const analysis_staged *S = lay->staged;
+    int R = c->opt->als_window;
+    if (R < 0 || (R && R % 2 == 0))
+        return as_fail(err, AS_ERR_ARG, "--als-window %d: the window must be odd (3, 5, ...)", R);
+    int map = analysis_choice_of(c, ANALYSIS_CH_ALS_MAP), rows = analysis_choice_of(c, ANALYSIS_CH_ALS_ROWS);
+    for (int li = 0; li < S->n_layers; li++) {
+        const analysis_lgeom *g = &S->l[li];
+        if (g->scope == VIT_SCOPE_GLOBAL && g->Tq != g->T)
+            return as_fail(err, AS_ERR_ARG, "als needs every query row, but layer %d holds only the "
+                           "prefix rows: record with --query-rows all", g->layer);
+        const char *why = not_stochastic(&lay->cfg, g->layer);
+        if (map == MAP_ATTN && rows == ROWS_REFUSE && why)
+            return as_fail(err, AS_ERR_ARG, "als: layer %d: %s, but MaiT's Eq. 3 assumes rows "
+                           "summing to 1: analyse the softmax maps (--als-map softmax, with "
+                           "--record attn,scores) or --als-rows normalise", g->layer, why);
+    }
+    if (map == MAP_SOFTMAX) {
+        if (!(lay->quantities & (1u << TRACE_Q_SCORES)))
+            return as_fail(err, AS_ERR_ARG, "als --als-map softmax needs the pre-softmax scores, "
+                           "which this trace lacks: record with --record attn,scores");
+        c->needs = 1u << TRACE_Q_SCORES;
+    }
+    int dims[2] = {lay->n_layers, lay->n_heads};
+    analysis_axis ax[2] = {ANALYSIS_AX_LAYER, ANALYSIS_AX_HEAD};
+    analysis_output_add(c, "score", "attention a grid token gives to the keys in its R x R "
+                        "neighbourhood on its stage's grid (clipped at the grid edge and to its "
+                        "window), averaged over the grid tokens (NaN beyond a layer's own heads)",
+                        "", 2, dims, ax);
+    analysis_output_add(c, "head_mean", "score averaged over the layer's recorded heads", "", 1, dims, ax);
+    analysis_rows_outputs_add(c);
+    analysis_stage_output_add(c, "stage_mean", "head_mean averaged over the stage's recorded layers", "");
+    snprintf(c->params, sizeof c->params, "window=%d; neighbourhood=stage grid, clipped to the "
+             "window", R ? R : 3);
+    analysis_params_choices(c);
+    analysis_note(c, "als: MaiT's mask search and the per-head rule are for single-grid ViTs: not "
+                  "computed on staged traces");
+    return AS_OK;
+}
+
+static void sals_image(const analysis_ctx *c, const analysis_image *im, double *vals, void *scratch) {
+    const analysis_layout *lay = c->lay;
+    const analysis_staged *S = lay->staged;
+    int Hx = lay->n_heads, h = (c->opt->als_window ? c->opt->als_window : 3) / 2;
+    int prefix = analysis_choice_of(c, ANALYSIS_CH_ALS_PREFIX) == PREFIX_INCLUDE;
+    int norm = analysis_choice_of(c, ANALYSIS_CH_ALS_ROWS) == ROWS_NORMALISE;
+    int soft = analysis_choice_of(c, ANALYSIS_CH_ALS_MAP) == MAP_SOFTMAX;
+    double *score = vals + c->out[SOUT_SCORE].offset, *hm = vals + c->out[SOUT_MEAN].offset;
+    double *neg = vals + c->out[SOUT_NEG].offset, *drop = vals + c->out[SOUT_DROP].offset;
+    (void)scratch;
+    for (int li = 0; li < S->n_layers; li++) {
+        const analysis_lgeom *g = &S->l[li];
+        for (int hi = 0; hi < Hx; hi++) score[li * Hx + hi] = drop[li * Hx + hi] = NAN;
+        neg[li] = !soft && analysis_staged_negative(g, im->attn[li]);
+        if (neg[li]) {
+            hm[li] = NAN;
+            continue;
+        }
+        for (int hi = 0; hi < g->H; hi++) {
+            double s = 0;
+            int n = 0, dropped = 0;
+            for (int w = 0; w < g->P; w++)
+                for (int i = 0; i < g->Tq; i++) {
+                    int q = analysis_grid_of(g, g->qtok[(size_t)w * g->Tq + i]);
+                    if (q < 0) continue; /* pad and prefix query rows */
+                    const float *row = (soft ? im->scores[li] : im->attn[li]) +
+                                       (((size_t)hi * g->P + w) * g->Tq + i) * g->Tk;
+                    const int *kt = g->ktok + (size_t)w * g->Tk;
+                    double mx = -INFINITY, z = 0, wsum = 0, tot = 0;
+                    if (soft) {
+                        for (int j = 0; j < g->Tk; j++) mx = fmax(mx, row[j]);
+                        for (int j = 0; j < g->Tk; j++) z += exp(row[j] - mx);
+                    }
+                    for (int j = 0; j < g->Tk; j++) {
+                        double a = soft ? exp(row[j] - mx) / z : (double)row[j];
+                        tot += a;
+                        if (kt[j] < 0) continue; /* pad keys are never neighbours */
+                        int u = analysis_grid_of(g, kt[j]);
+                        if (u < 0) wsum += prefix ? a : 0;
+                        else if (abs(u / g->gw - q / g->gw) <= h && abs(u % g->gw - q % g->gw) <= h) wsum += a;
+                    }
+                    if (!soft && norm) {
+                        if (!(tot > 0)) {
+                            dropped++;
+                            continue;
+                        }
+                        wsum /= tot;
+                    }
+                    s += wsum;
+                    n++;
+                }
+            score[li * Hx + hi] = n ? s / n : NAN;
+            drop[li * Hx + hi] = dropped;
+        }
+        hm[li] = analysis_heads_mean(score + li * Hx, g->H);
+    }
+    analysis_stage_means(lay, hm, vals + c->out[SOUT_STAGE].offset);
+}
+
+static as_status sals_finish(analysis_ctx *c, const double *mean, as_error *err) {
+    const analysis_layout *lay = c->lay;
+    const double *hm = mean + c->out[SOUT_MEAN].offset, *st = mean + c->out[SOUT_STAGE].offset;
+    analysis_report_add(c, "  layer  stage  ALS, head mean\n");
+    for (int li = 0; li < lay->n_layers; li++)
+        analysis_report_add(c, "  %5d  %5d  %.4f\n", lay->layers[li], lay->staged->l[li].stage, hm[li]);
+    for (int s = 0; s < lay->n_stages; s++)
+        if (!isnan(st[s])) analysis_report_add(c, "  stage %d: %.4f\n", s, st[s]);
+    analysis_rows_note(c, mean, SOUT_NEG, "analyse the softmax of the recorded scores (--als-map "
+                       "softmax, needs --record attn,scores)");
+    (void)err;
+    return AS_OK;
+}
+
+static const analysis_metric als_staged = {
+    .name = "als",
+    .version = 3,
+    .summary = "attention locality score per layer and head (MaiT Eq. 3) on each stage's grid",
+    .definition = "staged traces: ALS(l,h) = mean over the grid tokens t of layer l (the query of "
+                  "one slot of a recorded window or of the global map) of w_t = sum over the key "
+                  "slots j holding a grid token u with |y_u - y_t| <= R/2 and |x_u - x_t| <= R/2 "
+                  "on the layer's own grid of A[i,j] (so clipped at the grid edge and to the "
+                  "query's window: keys outside it are not in the row; keys across a shifted "
+                  "window's seam are far on the grid and do not count; pad keys never count), "
+                  "plus the prefix columns with prefix_columns=include; rows=normalise divides w_t "
+                  "by the row's sum over all its slots (pad keys included); map=softmax uses the "
+                  "softmax of the recorded scores row (every slot); R = --als-window or 3; layers "
+                  "with negative entries are left out (NaN, negative_maps); stage_mean = head_mean "
+                  "averaged over the stage's layers",
+    .needs = 1u << TRACE_Q_ATTN,
+    .traces = ANALYSIS_TRACES_STAGED,
+    .plan = sals_plan,
+    .image = sals_image,
+    .finish = sals_finish,
     .choices = als_choices,
     .n_choices = sizeof als_choices / sizeof als_choices[0],
 };

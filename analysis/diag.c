@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "../io/trace.h"
+#include "geometry.h"
 #include "metric.h"
 
 enum { OUT_SYM, OUT_DIAG, OUT_SYM_MEAN, OUT_DIAG_MEAN };
@@ -99,6 +100,8 @@ static as_status diag_finish(analysis_ctx *c, const double *mean, as_error *err)
     return AS_OK;
 }
 
+static const analysis_metric diag_staged; /* staged traces (below) */
+
 const analysis_metric analysis_metric_diag = {
     .name = "diag",
     .version = 2,
@@ -109,9 +112,106 @@ const analysis_metric analysis_metric_diag = {
                   "the less-attention layers (map=scores; other layers NaN) or the T x T map that "
                   "multiplies the values of every layer (map=attn)",
     .needs = 1u << TRACE_Q_ATTN,
-    .traces = ANALYSIS_TRACES_SINGLE_GRID,
+    .traces = ANALYSIS_TRACES_SINGLE_GRID | ANALYSIS_TRACES_STAGED,
+    .staged = &diag_staged,
     .plan = diag_plan,
     .image = diag_image,
+    .finish = diag_finish,
+    .choices = diag_choices,
+    .n_choices = sizeof diag_choices / sizeof diag_choices[0],
+};
+
+/* ---- staged traces (format 3): docs/analysis.md, "Staged traces" ---------------------------- */
+
+static as_status sdiag_plan(analysis_ctx *c, as_error *err) {
+    const analysis_layout *lay = c->lay;
+    const analysis_staged *S = lay->staged;
+    for (int li = 0; li < S->n_layers; li++)
+        if (S->l[li].Tq != S->l[li].Tk)
+            return as_fail(err, AS_ERR_ARG, "diag needs square maps, but layer %d's are %d x %d "
+                           "(prefix rows only): record with --query-rows all", S->l[li].layer,
+                           S->l[li].Tq, S->l[li].Tk);
+    if (on_scores(c)) {
+        int n = 0;
+        for (int li = 0; li < lay->n_layers; li++) n += lay->cfg.attn[lay->layers[li]].kind == VIT_ATTN_LESS;
+        if (!n)
+            return as_fail(err, AS_ERR_ARG, "diag: LaViT defines its terms on the pre-softmax scores "
+                           "of less-attention layers, and this trace records none: use --diag-map "
+                           "attn for the softmax-map variant");
+        if (!(lay->quantities & (1u << TRACE_Q_SCORES)))
+            return as_fail(err, AS_ERR_ARG, "diag needs the pre-softmax scores of the less-attention "
+                           "layers, which this trace lacks: record with --record attn,scores (or "
+                           "--diag-map attn for the softmax-map variant)");
+        c->needs = 1u << TRACE_Q_SCORES;
+    }
+    int dims[2] = {lay->n_layers, lay->n_heads};
+    analysis_axis ax[2] = {ANALYSIS_AX_LAYER, ANALYSIS_AX_HEAD};
+    analysis_output_add(c, "symmetry", "per window: sum over its tokens i,j of |S[i,j] - S[j,i]|; "
+                        "the mean over the recorded windows", "", 2, dims, ax);
+    analysis_output_add(c, "diagonality", "per window of n tokens: sum over i of ((n-1) S[i,i] - "
+                        "sum_{j!=i} S[i,j]); the mean over the recorded windows", "", 2, dims, ax);
+    analysis_output_add(c, "symmetry_head_mean", "symmetry averaged over the layer's heads", "", 1, dims, ax);
+    analysis_output_add(c, "diagonality_head_mean", "diagonality averaged over the layer's heads", "", 1, dims, ax);
+    snprintf(c->params, sizeof c->params, "problems=per window, then the mean; pad slots excluded");
+    analysis_params_choices(c);
+    return AS_OK;
+}
+
+static void sdiag_image(const analysis_ctx *c, const analysis_image *im, double *vals, void *scratch) {
+    const analysis_layout *lay = c->lay;
+    const analysis_staged *S = lay->staged;
+    int Hx = lay->n_heads, sc = on_scores(c);
+    double *sym = vals + c->out[OUT_SYM].offset, *dg = vals + c->out[OUT_DIAG].offset;
+    (void)scratch;
+    for (int li = 0; li < S->n_layers; li++) {
+        const analysis_lgeom *g = &S->l[li];
+        for (int hi = 0; hi < Hx; hi++) sym[li * Hx + hi] = dg[li * Hx + hi] = NAN;
+        int off = sc && lay->cfg.attn[g->layer].kind != VIT_ATTN_LESS;
+        for (int hi = 0; hi < g->H && !off; hi++) {
+            double ms = 0, md = 0;
+            int nw = 0;
+            for (int w = 0; w < g->P; w++) {
+                const float *A = (sc ? im->scores[li] : im->attn[li]) + ((size_t)hi * g->P + w) * g->Tq * g->Tk;
+                const int *qt = g->qtok + (size_t)w * g->Tq;
+                double s = 0, d = 0;
+                int n = 0;
+                for (int i = 0; i < g->Tq; i++) n += qt[i] >= 0;
+                if (!n) continue;
+                for (int i = 0; i < g->Tq; i++) {
+                    if (qt[i] < 0) continue;
+                    for (int j = 0; j < g->Tk; j++) {
+                        if (qt[j] < 0) continue; /* square: key slot j is query slot j */
+                        double a = A[(size_t)i * g->Tk + j];
+                        s += fabs(a - A[(size_t)j * g->Tk + i]);
+                        d += j == i ? (n - 1) * a : -a;
+                    }
+                }
+                ms += s;
+                md += d;
+                nw++;
+            }
+            sym[li * Hx + hi] = nw ? ms / nw : NAN;
+            dg[li * Hx + hi] = nw ? md / nw : NAN;
+        }
+        vals[c->out[OUT_SYM_MEAN].offset + li] = off ? NAN : analysis_heads_mean(sym + li * Hx, g->H);
+        vals[c->out[OUT_DIAG_MEAN].offset + li] = off ? NAN : analysis_heads_mean(dg + li * Hx, g->H);
+    }
+}
+
+static const analysis_metric diag_staged = {
+    .name = "diag",
+    .version = 2,
+    .summary = "LaViT's symmetry and diagonality terms (its Eq. 8/9) per window, layer and head",
+    .definition = "staged traces: for each recorded problem (a window, or the global map) of n "
+                  "tokens (pad slots excluded, rows and columns), symmetry = sum_{i,j} |S[i,j] - "
+                  "S[j,i]| and diagonality = sum_i ((n-1) S[i,i] - sum_{j!=i} S[i,j]), then the "
+                  "mean over the recorded problems (one window over the whole grid gives the "
+                  "global value); S = the pre-softmax scores of the less-attention layers "
+                  "(map=scores; other layers NaN) or the recorded map (map=attn)",
+    .needs = 1u << TRACE_Q_ATTN,
+    .traces = ANALYSIS_TRACES_STAGED,
+    .plan = sdiag_plan,
+    .image = sdiag_image,
     .finish = diag_finish,
     .choices = diag_choices,
     .n_choices = sizeof diag_choices / sizeof diag_choices[0],

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../io/trace.h"
+#include "geometry.h"
 #include "metric.h"
 
 enum { OUT_DIST, OUT_MEAN, OUT_NEG }; /* OUT_NEG + 1: dropped_rows */
@@ -127,6 +128,8 @@ static void dist_release(analysis_ctx *c) {
     c->state = NULL;
 }
 
+static const analysis_metric dist_staged; /* staged traces (below) */
+
 const analysis_metric analysis_metric_distance = {
     .name = "distance",
     .version = 3,
@@ -140,11 +143,165 @@ const analysis_metric analysis_metric_distance = {
                   "layer whose patch query rows hold a negative entry (not probability rows) is "
                   "left out for that image (NaN, negative_maps = 1)",
     .needs = 1u << TRACE_Q_ATTN,
-    .traces = ANALYSIS_TRACES_SINGLE_GRID,
+    .traces = ANALYSIS_TRACES_SINGLE_GRID | ANALYSIS_TRACES_STAGED,
+    .staged = &dist_staged,
     .plan = dist_plan,
     .image = dist_image,
     .finish = dist_finish,
     .release = dist_release,
+    .choices = dist_choices,
+    .n_choices = sizeof dist_choices / sizeof dist_choices[0],
+};
+
+/* ---- staged traces (format 3): docs/analysis.md, "Staged traces" ---------------------------- */
+
+enum { SOUT_DIST, SOUT_MEAN, SOUT_NEG, SOUT_DROP, SOUT_PLESS, SOUT_STAGE };
+
+/* state: per layer position, d(dy, dx) in px for grid offsets 0..gh-1 x 0..gw-1 */
+static as_status sdist_plan(analysis_ctx *c, as_error *err) {
+    const analysis_layout *lay = c->lay;
+    const analysis_staged *S = lay->staged;
+    int pixel = analysis_choice_of(c, ANALYSIS_CH_DISTANCE) == DIST_PIXEL;
+    for (int li = 0; li < S->n_layers; li++) {
+        const analysis_lgeom *g = &S->l[li];
+        if (g->scope == VIT_SCOPE_GLOBAL && g->Tq != g->T)
+            return as_fail(err, AS_ERR_ARG, "distance needs the grid tokens' query rows, but layer %d "
+                           "holds only the prefix rows: record with --query-rows all", g->layer);
+        if (pixel && (g->stride < 1 || g->stride != floor(g->stride) || g->stride > 4096))
+            return as_fail(err, AS_ERR_ARG, "distance=pixel averages over whole pixels, but layer %d's "
+                           "tokens are %g px apart: use --distance centre", g->layer, g->stride);
+    }
+    double **tab = calloc(VIT_MAX_DEPTH, sizeof *tab);
+    if (!tab) return as_fail(err, AS_ERR_NOMEM, "out of memory for the distance tables");
+    c->state = tab;
+    for (int li = 0; li < S->n_layers; li++) {
+        const analysis_lgeom *g = &S->l[li];
+        if (!(tab[li] = malloc((size_t)g->gh * (size_t)g->gw * sizeof **tab)))
+            return as_fail(err, AS_ERR_NOMEM, "out of memory for the distance tables");
+        for (int dy = 0; dy < g->gh; dy++)
+            for (int dx = 0; dx < g->gw; dx++)
+                tab[li][dy * g->gw + dx] = pixel ? pixel_mean_distance(dy, dx, (int)g->stride)
+                                                 : g->stride * hypot(dy, dx);
+    }
+    int dims[2] = {lay->n_layers, lay->n_heads};
+    analysis_axis ax[2] = {ANALYSIS_AX_LAYER, ANALYSIS_AX_HEAD};
+    analysis_output_add(c, "distance", pixel ? "attention-weighted mean pixel-to-pixel distance "
+                        "between the query token's and the key token's footprints, averaged over "
+                        "the grid tokens (NaN beyond a layer's own heads)" :
+                        "attention-weighted distance between token centres in pixels, averaged "
+                        "over the grid tokens (NaN beyond a layer's own heads)", "pixels", 2, dims, ax);
+    analysis_output_add(c, "head_mean", "distance averaged over the layer's recorded heads", "pixels", 1, dims, ax);
+    analysis_rows_outputs_add(c);
+    analysis_output_add(c, "positionless_mass", "weight of the keys without a position (pad slots "
+                        "of padded windows, prefix tokens), averaged over the grid tokens", "", 2, dims, ax);
+    analysis_stage_output_add(c, "stage_mean", "head_mean averaged over the stage's recorded layers", "pixels");
+    snprintf(c->params, sizeof c->params, "positionless_keys=%s; stride_px=per layer; queries=grid "
+             "tokens of the recorded windows", c->opt->distance_renorm ? "renormalise" : "drop");
+    analysis_params_choices(c);
+    return AS_OK;
+}
+
+static void sdist_image(const analysis_ctx *c, const analysis_image *im, double *vals, void *scratch) {
+    const analysis_layout *lay = c->lay;
+    const analysis_staged *S = lay->staged;
+    double *const *tab = c->state;
+    int Hx = lay->n_heads;
+    double *out = vals + c->out[SOUT_DIST].offset, *hm = vals + c->out[SOUT_MEAN].offset;
+    double *neg = vals + c->out[SOUT_NEG].offset, *drop = vals + c->out[SOUT_DROP].offset;
+    double *pl = vals + c->out[SOUT_PLESS].offset;
+    (void)scratch;
+    for (int li = 0; li < S->n_layers; li++) {
+        const analysis_lgeom *g = &S->l[li];
+        for (int hi = 0; hi < Hx; hi++) out[li * Hx + hi] = drop[li * Hx + hi] = pl[li * Hx + hi] = NAN;
+        neg[li] = analysis_staged_negative(g, im->attn[li]);
+        if (neg[li]) {
+            hm[li] = NAN;
+            continue;
+        }
+        for (int hi = 0; hi < g->H; hi++) {
+            double s = 0, pm = 0;
+            int n = 0, nq = 0, dropped = 0;
+            for (int w = 0; w < g->P; w++)
+                for (int i = 0; i < g->Tq; i++) {
+                    int q = analysis_grid_of(g, g->qtok[(size_t)w * g->Tq + i]);
+                    if (q < 0) continue; /* pad or prefix query rows */
+                    const float *row = im->attn[li] + (((size_t)hi * g->P + w) * g->Tq + i) * g->Tk;
+                    const int *kt = g->ktok + (size_t)w * g->Tk;
+                    double m = 0, wpos = 0, wless = 0;
+                    for (int j = 0; j < g->Tk; j++) {
+                        int u = kt[j] < 0 ? -1 : analysis_grid_of(g, kt[j]);
+                        if (u < 0) {
+                            wless += row[j];
+                            continue;
+                        }
+                        m += row[j] * tab[li][abs(q / g->gw - u / g->gw) * g->gw + abs(q % g->gw - u % g->gw)];
+                        wpos += row[j];
+                    }
+                    nq++;
+                    pm += wless;
+                    if (c->opt->distance_renorm) {
+                        if (wpos <= 0) {
+                            dropped++;
+                            continue;
+                        }
+                        m /= wpos;
+                    }
+                    s += m;
+                    n++;
+                }
+            out[li * Hx + hi] = n ? s / n : NAN;
+            drop[li * Hx + hi] = dropped;
+            pl[li * Hx + hi] = nq ? pm / nq : NAN;
+        }
+        hm[li] = analysis_heads_mean(out + li * Hx, g->H);
+    }
+    analysis_stage_means(lay, hm, vals + c->out[SOUT_STAGE].offset);
+}
+
+static as_status sdist_finish(analysis_ctx *c, const double *mean, as_error *err) {
+    const analysis_layout *lay = c->lay;
+    const double *hm = mean + c->out[SOUT_MEAN].offset, *st = mean + c->out[SOUT_STAGE].offset;
+    analysis_report_add(c, "  layer  stage  mean distance (px), head mean\n");
+    for (int li = 0; li < lay->n_layers; li++) {
+        if (isnan(hm[li])) analysis_report_add(c, "  %5d  %5d  left out (negative map entries: notes)\n",
+                                               lay->layers[li], lay->staged->l[li].stage);
+        else analysis_report_add(c, "  %5d  %5d  %6.2f\n", lay->layers[li], lay->staged->l[li].stage, hm[li]);
+    }
+    for (int s = 0; s < lay->n_stages; s++)
+        if (!isnan(st[s])) analysis_report_add(c, "  stage %d: %.2f px\n", s, st[s]);
+    analysis_rows_note(c, mean, SOUT_NEG, NULL);
+    (void)err;
+    return AS_OK;
+}
+
+static void sdist_release(analysis_ctx *c) {
+    double **tab = c->state;
+    for (int li = 0; tab && li < c->lay->staged->n_layers; li++) free(tab[li]);
+    free(tab);
+    c->state = NULL;
+}
+
+static const analysis_metric dist_staged = {
+    .name = "distance",
+    .version = 3,
+    .summary = "mean attention distance in pixels per layer and head (ViT Fig. 7), per stage",
+    .definition = "staged traces: for each grid token t of layer l (the query of one slot of one "
+                  "recorded window, or of the global map): sum over the key slots j holding grid "
+                  "token u of A[i,j] * d(t,u), in input pixels; d(t,u) = the mean of |a - b| over "
+                  "every pixel a of t's footprint and b of u's footprint (stride x stride squares "
+                  "around the token centres offset + stride (y,x); distance=pixel) or stride * "
+                  "|(y_t,x_t) - (y_u,x_u)| (distance=centre); keys without a position (pad slots, "
+                  "prefix tokens) are dropped, or with renormalise the weights are divided by the "
+                  "positioned keys' sum (rows whose sum is 0 or less are left out, dropped_rows); "
+                  "averaged over the grid tokens; a layer whose grid-token rows hold a negative "
+                  "entry is left out for that image (NaN, negative_maps = 1); stage_mean = "
+                  "head_mean averaged over the stage's layers",
+    .needs = 1u << TRACE_Q_ATTN,
+    .traces = ANALYSIS_TRACES_STAGED,
+    .plan = sdist_plan,
+    .image = sdist_image,
+    .finish = sdist_finish,
+    .release = sdist_release,
     .choices = dist_choices,
     .n_choices = sizeof dist_choices / sizeof dist_choices[0],
 };

@@ -14,6 +14,8 @@
 #include "../core/status.h"
 #include "analysis.h"
 
+struct analysis_staged; /* geometry.h */
+
 /* What the trace holds, as the metrics see it. Positions index the recorded layers/heads. */
 typedef struct {
     vit_config cfg;
@@ -26,6 +28,12 @@ typedef struct {
     int qk_width[VIT_MAX_DEPTH];           /* q/k width per head per layer position, 0: none */
     unsigned quantities;                   /* bit (1 << trace_quantity) */
     long n_images;
+    /* staged traces (format 3): every layer's own geometry (geometry.h), NULL for single-grid
+     * ones. n_heads/heads are then the head axis (the most heads of a layer; a layer with fewer
+     * is NaN beyond its own), tokens/prefix/q_rows/dim the first recorded layer's, grid/patches
+     * the first recorded layer's grid (gw and gh * gw) */
+    struct analysis_staged *staged;
+    int n_stages;                          /* staged: the stage axis (0..n_stages-1) */
 } analysis_layout;
 
 /* One image's records as float32; NULL where the trace lacks them. */
@@ -45,6 +53,7 @@ typedef enum {
     ANALYSIS_AX_THRESHOLD,  /* opts thresholds */
     ANALYSIS_AX_PATCH,      /* patch index, row-major over the grid */
     ANALYSIS_AX_DEFINITION, /* similarity definitions */
+    ANALYSIS_AX_STAGE,      /* staged traces: stage indices */
     ANALYSIS_AX_COUNT
 } analysis_axis;
 
@@ -107,6 +116,9 @@ struct analysis_metric {
     void (*release)(analysis_ctx *c);   /* optional */
     const analysis_choice *choices;     /* the metric's named choices (analysis.h), or NULL */
     int n_choices;
+    /* The metric on staged traces (format 3; .traces has ANALYSIS_TRACES_STAGED): a descriptor
+     * with the same name and choices whose plan/image/finish read lay->staged's geometry. */
+    const analysis_metric *staged;
 };
 
 /* "param=value; ..." of the metric's choices, appended to c->params. */

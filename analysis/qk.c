@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../io/trace.h"
+#include "geometry.h"
 #include "metric.h"
 
 enum { OUT_Q, OUT_K };
@@ -115,6 +116,8 @@ static as_status qk_finish(analysis_ctx *c, const double *mean, as_error *err) {
     return AS_OK;
 }
 
+static const analysis_metric qk_staged; /* staged traces (below) */
+
 const analysis_metric analysis_metric_qk = {
     .name = "qk",
     .version = 2,
@@ -124,10 +127,132 @@ const analysis_metric analysis_metric_qk = {
                   "entry is first multiplied (in float32) by the layer's score scale (1 for "
                   "LSLA's dynamic scale); NaN for blocks without q/k",
     .needs = (1u << TRACE_Q_Q) | (1u << TRACE_Q_K),
-    .traces = ANALYSIS_TRACES_SINGLE_GRID,
+    .traces = ANALYSIS_TRACES_SINGLE_GRID | ANALYSIS_TRACES_STAGED,
+    .staged = &qk_staged,
     .plan = qk_plan,
     .image = qk_image,
     .finish = qk_finish,
+    .choices = qk_choices,
+    .n_choices = sizeof qk_choices / sizeof qk_choices[0],
+};
+
+/* ---- staged traces (format 3): docs/analysis.md, "Staged traces" ---------------------------- */
+
+enum { SOUT_Q, SOUT_K, SOUT_QN, SOUT_KN, SOUT_QS, SOUT_KS };
+
+/* The factor of a staged layer's q: its recorded "scale" attribute (q=scaled), else 1. */
+static float sq_scale(const analysis_ctx *c, int li) {
+    const analysis_lgeom *g = &c->lay->staged->l[li];
+    if (analysis_choice_of(c, ANALYSIS_CH_QK_SCALE) == QK_RAW || !(g->scale > 0)) return 1.0f;
+    return g->scale;
+}
+
+static as_status sqk_plan(analysis_ctx *c, as_error *err) {
+    const analysis_layout *lay = c->lay;
+    unsigned need = (1u << TRACE_Q_Q) | (1u << TRACE_Q_K);
+    if ((lay->quantities & need) != need)
+        return as_fail(err, AS_ERR_ARG, "qk needs the per-head queries and keys, which this trace "
+                       "lacks: record with --record attn,q,k (or --record all)");
+    int n = 0;
+    for (int li = 0; li < lay->n_layers; li++) n += lay->qk_width[li] > 0;
+    if (!n) return as_fail(err, AS_ERR_ARG, "qk: no recorded layer has queries and keys");
+    for (int li = 0; li < lay->n_layers; li++) {
+        if (!lay->qk_width[li]) analysis_note(c, "qk: layer %d has no q/k: NaN", lay->layers[li]);
+        else if (analysis_choice_of(c, ANALYSIS_CH_QK_SCALE) == QK_SCALED && !(lay->staged->l[li].scale > 0))
+            analysis_note(c, "qk: layer %d records no scale (a dynamic scale): its q is counted "
+                          "unscaled", lay->layers[li]);
+    }
+    int nt = c->opt->n_thresholds, dims[2] = {lay->n_layers, nt}, sdims[2] = {lay->n_stages, nt};
+    analysis_axis ax[2] = {ANALYSIS_AX_LAYER, ANALYSIS_AX_THRESHOLD}, sax[2] = {ANALYSIS_AX_STAGE, ANALYSIS_AX_THRESHOLD};
+    analysis_output_add(c, "q_fraction", "fraction of query entries (recorded heads x tokens x "
+                        "channels) with |q| > threshold", "", 2, dims, ax);
+    analysis_output_add(c, "k_fraction", "fraction of key entries with |k| > threshold", "", 2, dims, ax);
+    analysis_output_add(c, "q_entries", "query entries counted per layer", "", 1, dims, ax);
+    analysis_output_add(c, "k_entries", "key entries counted per layer", "", 1, dims, ax);
+    analysis_output_add(c, "q_stage", "per stage: the entries above the threshold over all the "
+                        "stage's recorded layers / all their entries", "", 2, sdims, sax);
+    analysis_output_add(c, "k_stage", "k_fraction likewise per stage", "", 2, sdims, sax);
+    int m = snprintf(c->params, sizeof c->params, "thresholds=");
+    for (int i = 0; i < nt && m < (int)sizeof c->params - 24; i++)
+        m += snprintf(c->params + m, sizeof c->params - (size_t)m, "%s%g", i ? "," : "", c->opt->thresholds[i]);
+    analysis_params_choices(c);
+    m = (int)strlen(c->params);
+    m += snprintf(c->params + m, sizeof c->params - (size_t)m, "; q_scale=layer attribute scale");
+    return AS_OK;
+}
+
+static void sqk_image(const analysis_ctx *c, const analysis_image *im, double *vals, void *scratch) {
+    const analysis_layout *lay = c->lay;
+    int nt = c->opt->n_thresholds, L = lay->n_layers;
+    (void)scratch;
+    for (int which = 0; which < 2; which++) {
+        double *out = vals + c->out[which ? SOUT_K : SOUT_Q].offset;
+        double *cnt = vals + c->out[which ? SOUT_KN : SOUT_QN].offset;
+        double *st = vals + c->out[which ? SOUT_KS : SOUT_QS].offset;
+        for (int i = 0; i < lay->n_stages * nt; i++) st[i] = 0;
+        for (int li = 0; li < L; li++) {
+            const analysis_lgeom *g = &lay->staged->l[li];
+            const float *x = which == 0 ? im->q[li] : im->k[li];
+            size_t n = x ? g->qk_floats : 0;
+            float sc = which == 0 && n ? sq_scale(c, li) : 1.0f;
+            cnt[li] = (double)n;
+            for (int ti = 0; ti < nt; ti++) {
+                if (!n) {
+                    out[li * nt + ti] = NAN;
+                    continue;
+                }
+                float th = (float)c->opt->thresholds[ti];
+                size_t k = 0;
+                for (size_t e = 0; e < n; e++) k += fabsf(x[e] * sc) > th; /* float32, as the product */
+                out[li * nt + ti] = (double)k / (double)n;
+                st[g->stage * nt + ti] += (double)k;
+            }
+        }
+        for (int s = 0; s < lay->n_stages; s++) {
+            double entries = 0;
+            for (int li = 0; li < L; li++)
+                if (lay->staged->l[li].stage == s) entries += cnt[li];
+            for (int ti = 0; ti < nt; ti++) st[s * nt + ti] = entries > 0 ? st[s * nt + ti] / entries : NAN;
+        }
+    }
+}
+
+static as_status sqk_finish(analysis_ctx *c, const double *mean, as_error *err) {
+    const analysis_layout *lay = c->lay;
+    int nt = c->opt->n_thresholds;
+    analysis_report_add(c, "  stage  |q| >");
+    for (int t = 0; t < nt; t++) analysis_report_add(c, " %6g", c->opt->thresholds[t]);
+    analysis_report_add(c, "   |k| >");
+    for (int t = 0; t < nt; t++) analysis_report_add(c, " %6g", c->opt->thresholds[t]);
+    analysis_report_add(c, "\n");
+    for (int s = 0; s < lay->n_stages; s++) {
+        analysis_report_add(c, "  %5d       ", s);
+        for (int w = 0; w < 2; w++) {
+            const double *m = mean + c->out[w ? SOUT_KS : SOUT_QS].offset + (size_t)s * nt;
+            for (int t = 0; t < nt; t++) analysis_report_add(c, " %6.3f", m[t]);
+            if (!w) analysis_report_add(c, "        ");
+        }
+        analysis_report_add(c, "\n");
+    }
+    (void)err;
+    return AS_OK;
+}
+
+static const analysis_metric qk_staged = {
+    .name = "qk",
+    .version = 2,
+    .summary = "Q/K signal efficiency per layer and per stage (LMSA 3.3)",
+    .definition = "staged traces: for layer l and threshold tau: #{entries x of the recorded "
+                  "heads' q (or k) over the layer's T tokens and channels with |x| > tau} / "
+                  "#entries, each q entry first multiplied in float32 by the layer's recorded "
+                  "scale attribute with q=scaled (1 where none is recorded); q_stage/k_stage: the "
+                  "same count pooled over the stage's recorded layers (sum of counts / sum of "
+                  "entries); NaN for layers without q/k",
+    .needs = (1u << TRACE_Q_Q) | (1u << TRACE_Q_K),
+    .traces = ANALYSIS_TRACES_STAGED,
+    .plan = sqk_plan,
+    .image = sqk_image,
+    .finish = sqk_finish,
     .choices = qk_choices,
     .n_choices = sizeof qk_choices / sizeof qk_choices[0],
 };

@@ -1,9 +1,11 @@
 /* rollout.c: attention rollout (Abnar & Zuidema 2020) through every layer. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../io/trace.h"
+#include "geometry.h"
 #include "metric.h"
 
 static const char *const fusion_names[] = {"mean", "max", "min"};
@@ -151,6 +153,8 @@ static as_status roll_finish(analysis_ctx *c, const double *mean, as_error *err)
     return AS_OK;
 }
 
+static const analysis_metric roll_staged; /* staged traces (below) */
+
 const analysis_metric analysis_metric_rollout = {
     .name = "rollout",
     .version = 1,
@@ -162,8 +166,174 @@ const analysis_metric analysis_metric_rollout = {
                   "a_l = F_l + I with each row divided by its sum; map[l] = e^T a_l ... a_0 over "
                   "the patch columns, e = first prefix token (or the mean of all tokens)",
     .needs = 1u << TRACE_Q_ATTN,
-    .traces = ANALYSIS_TRACES_SINGLE_GRID,
+    .traces = ANALYSIS_TRACES_SINGLE_GRID | ANALYSIS_TRACES_STAGED,
+    .staged = &roll_staged,
     .plan = roll_plan,
     .image = roll_image,
     .finish = roll_finish,
+};
+
+/* ---- staged traces (format 3): docs/analysis.md, "Staged traces" ---------------------------- */
+
+/* state: for each layer position k > 0 whose grid differs from layer k-1's (a merge between
+ * them), the cell of layer k holding each grid token of layer k-1 and the tokens per cell */
+typedef struct {
+    int *cell[VIT_MAX_DEPTH], *n[VIT_MAX_DEPTH];
+    int tmax, tsum;
+} sroll_state;
+
+static as_status sroll_plan(analysis_ctx *c, as_error *err) {
+    const analysis_layout *lay = c->lay;
+    const analysis_staged *S = lay->staged;
+    if (lay->n_layers != lay->cfg.depth)
+        return as_fail(err, AS_ERR_ARG, "rollout multiplies every layer's map, but the trace holds "
+                       "%d of %d layers: record with --layers all", lay->n_layers, lay->cfg.depth);
+    if (c->opt->discard != 0)
+        return as_fail(err, AS_ERR_ARG, "--discard %g: on staged traces vit-explain's rule would rank "
+                       "the structural zeros of window maps (keys outside the window) first: use "
+                       "--discard 0", c->opt->discard);
+    for (int li = 0; li < S->n_layers; li++) {
+        const analysis_lgeom *g = &S->l[li];
+        if (!g->every_problem || (g->scope != VIT_SCOPE_WINDOW && g->Tq != g->T))
+            return as_fail(err, AS_ERR_ARG, "rollout needs every query row of every window, but layer "
+                           "%d holds %s: record with --windows all --query-rows all", g->layer,
+                           g->every_problem ? "only the prefix rows" : "a subset of its windows");
+        if (g->prefix != S->l[0].prefix)
+            return as_fail(err, AS_ERR_ARG, "rollout: layer %d has %d prefix tokens and layer %d %d: "
+                           "a transfer between them is not defined yet", g->layer, g->prefix,
+                           S->l[0].layer, S->l[0].prefix);
+    }
+    sroll_state *st = calloc(1, sizeof *st);
+    if (!st) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+    c->state = st;
+    for (int li = 0; li < S->n_layers; li++) {
+        const analysis_lgeom *g = &S->l[li];
+        if (g->T > st->tmax) st->tmax = g->T;
+        st->tsum += g->T;
+        if (li == 0 || (g->gh == S->l[li - 1].gh && g->gw == S->l[li - 1].gw && g->stride == S->l[li - 1].stride))
+            continue;
+        const analysis_lgeom *f = &S->l[li - 1];
+        st->cell[li] = malloc((size_t)f->gh * (size_t)f->gw * sizeof(int));
+        st->n[li] = malloc((size_t)g->gh * (size_t)g->gw * sizeof(int));
+        if (!st->cell[li] || !st->n[li]) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+        analysis_cells(st->cell[li], st->n[li], f, g);
+    }
+    if (lay->n_heads > S->l[0].H) analysis_note(c, "rollout: each layer fuses its own recorded heads");
+    int dims[2] = {lay->n_layers, lay->patches};
+    analysis_axis ax[2] = {ANALYSIS_AX_LAYER, ANALYSIS_AX_PATCH};
+    int o = analysis_output_add(c, "map", lay->prefix ? "rollout through layer l back to the first "
+                                "grid: the first prefix token's row over the first layer's grid "
+                                "tokens" : "rollout through layer l back to the first grid: the "
+                                "mean of layer l's rows over the first layer's grid tokens", "", 2, dims, ax);
+    c->out[o].keep_images = 1;
+    c->scratch_bytes = ((size_t)st->tsum + 2 * (size_t)st->tmax) * sizeof(double);
+    snprintf(c->params, sizeof c->params, "head_fusion=%s; discard_ratio=0; identity=added; "
+             "rows=renormalised; pad_keys=dropped; merge=children mean (U[c,t] = 1/#children of c); "
+             "source=%s; grid=%dx%d (layer %d)", fusion_names[c->opt->fusion],
+             lay->prefix ? "prefix token 0" : "mean of all tokens", S->l[0].gh, S->l[0].gw, S->l[0].layer);
+    return AS_OK;
+}
+
+/* The heads' fused entry (w, i, j) of layer g's maps A. */
+static double sroll_fused(const analysis_lgeom *g, const float *A, analysis_fusion fusion, int w, int i, int j) {
+    const size_t o = ((size_t)w * g->Tq + i) * g->Tk + j, per = (size_t)g->P * g->Tq * g->Tk;
+    double f = A[o];
+    for (int h = 1; h < g->H; h++) {
+        double x = A[o + h * per];
+        if (fusion == ANALYSIS_FUSE_MEAN) f += x;
+        else if (fusion == ANALYSIS_FUSE_MAX) f = fmax(f, x);
+        else f = fmin(f, x);
+    }
+    return fusion == ANALYSIS_FUSE_MEAN ? f / g->H : f;
+}
+
+/* v = u a, a = (F + I) / rowsum in grid space (pad keys dropped): one pass over the windows. */
+static void sroll_apply(const analysis_lgeom *g, const float *A, analysis_fusion fusion,
+                        const double *rowsum, const double *u, double *v) {
+    memset(v, 0, (size_t)g->T * sizeof *v);
+    for (int w = 0; w < g->P; w++)
+        for (int i = 0; i < g->Tq; i++) {
+            int t = g->qtok[(size_t)w * g->Tq + i];
+            if (t < 0 || u[t] == 0) continue;
+            double cf = u[t] / rowsum[t];
+            v[t] += cf;
+            for (int j = 0; j < g->Tk; j++) {
+                int k = g->ktok[(size_t)w * g->Tk + j];
+                if (k >= 0) v[k] += cf * sroll_fused(g, A, fusion, w, i, j);
+            }
+        }
+}
+
+static void sroll_image(const analysis_ctx *c, const analysis_image *im, double *vals, void *scratch) {
+    const analysis_layout *lay = c->lay;
+    const analysis_staged *S = lay->staged;
+    const sroll_state *st = c->state;
+    int L = S->n_layers;
+    double *rowsum[VIT_MAX_DEPTH], *u, *v, *next = scratch;
+    for (int k = 0; k < L; k++) {
+        const analysis_lgeom *g = &S->l[k];
+        rowsum[k] = next;
+        next += g->T;
+        for (int t = 0; t < g->T; t++) rowsum[k][t] = 1.0;
+        for (int w = 0; w < g->P; w++)
+            for (int i = 0; i < g->Tq; i++) {
+                int t = g->qtok[(size_t)w * g->Tq + i];
+                if (t < 0) continue;
+                for (int j = 0; j < g->Tk; j++)
+                    if (g->ktok[(size_t)w * g->Tk + j] >= 0) rowsum[k][t] += sroll_fused(g, im->attn[k], c->opt->fusion, w, i, j);
+            }
+    }
+    u = next, v = u + st->tmax;
+    double *out = vals + c->out[0].offset;
+    for (int l = 0; l < L; l++) {
+        const analysis_lgeom *gl = &S->l[l];
+        for (int t = 0; t < gl->T; t++) u[t] = gl->prefix ? (t == 0) : 1.0 / gl->T;
+        for (int k = l; k >= 0; k--) {
+            const analysis_lgeom *g = &S->l[k];
+            sroll_apply(g, im->attn[k], c->opt->fusion, rowsum[k], u, v);
+            if (k > 0 && st->cell[k]) { /* back across the merge: each cell to its children */
+                const analysis_lgeom *f = &S->l[k - 1];
+                for (int t = 0; t < f->prefix; t++) u[t] = v[t];
+                for (int gi = 0; gi < f->gh * f->gw; gi++) {
+                    int cl = st->cell[k][gi];
+                    u[f->prefix + gi] = cl < 0 ? 0 : v[g->prefix + cl] / st->n[k][cl];
+                }
+            } else {
+                memcpy(u, v, (size_t)g->T * sizeof *u);
+            }
+        }
+        for (int j = 0; j < lay->patches; j++) out[(size_t)l * lay->patches + j] = u[S->l[0].prefix + j];
+    }
+}
+
+static void sroll_release(analysis_ctx *c) {
+    sroll_state *st = c->state;
+    for (int li = 0; st && li < VIT_MAX_DEPTH; li++) {
+        free(st->cell[li]);
+        free(st->n[li]);
+    }
+    free(st);
+    c->state = NULL;
+}
+
+static const analysis_metric roll_staged = {
+    .name = "rollout",
+    .version = 1,
+    .summary = "attention rollout through windows and merges back to the first grid, per-image maps kept",
+    .definition = "staged traces: per layer k, F_k = the fusion over the layer's recorded heads "
+                  "(mean/max/min) of its map in grid space (window maps placed at their tokens, "
+                  "pad keys and pad query rows dropped; no discarding); a_k = F_k + I with each "
+                  "row divided by its sum; across a merge between layers k-1 and k the token "
+                  "transfer U_k (T_k x T_(k-1)) has U_k[c,t] = 1/n_c for the n_c grid tokens t of "
+                  "layer k-1 whose centres fall in cell c of layer k (a Swin merge: the 2x2 "
+                  "children, fewer at a padded edge), so every merged token is the mean of its "
+                  "children; map[l] = e^T a_l ... U a_k ... a_0 over the first layer's grid tokens, "
+                  "computed from e down to layer 0 as a row vector (memory O(tokens)); e = the first "
+                  "prefix token, or the mean of layer l's tokens",
+    .needs = 1u << TRACE_Q_ATTN,
+    .traces = ANALYSIS_TRACES_STAGED,
+    .plan = sroll_plan,
+    .image = sroll_image,
+    .finish = roll_finish,
+    .release = sroll_release,
 };

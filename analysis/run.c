@@ -25,6 +25,7 @@
 #include "../io/atomic.h"
 #include "../io/h5util.h"
 #include "../io/trace.h"
+#include "geometry.h"
 #include "metric.h"
 
 #define ANALYSIS_RESULTS_VERSION 1
@@ -45,7 +46,8 @@ typedef struct {
 static const char *const axis_names[] = {
     [ANALYSIS_AX_LAYER] = "layer",         [ANALYSIS_AX_LAYER2] = "layer2",
     [ANALYSIS_AX_HEAD] = "head",           [ANALYSIS_AX_THRESHOLD] = "threshold",
-    [ANALYSIS_AX_PATCH] = "patch",         [ANALYSIS_AX_DEFINITION] = "definition"};
+    [ANALYSIS_AX_PATCH] = "patch",         [ANALYSIS_AX_DEFINITION] = "definition",
+    [ANALYSIS_AX_STAGE] = "stage"};
 _Static_assert(sizeof axis_names / sizeof axis_names[0] == ANALYSIS_AX_COUNT, "axis names");
 
 /* ---- layout -------------------------------------------------------------------------------- */
@@ -63,6 +65,7 @@ static as_status check_dims(const trace_reader *r, const char *name, const long 
 }
 
 static as_status layout_from_reader(analysis_layout *lay, const trace_reader *r, as_error *err) {
+    if (r->staged) return analysis_layout_staged(lay, r, err);
     memset(lay, 0, sizeof *lay);
     lay->cfg = r->cfg;
     lay->n_layers = r->n_layers;
@@ -110,13 +113,27 @@ static as_status layout_from_reader(analysis_layout *lay, const trace_reader *r,
 }
 
 /* Floats of one image's records that the metrics need, and where each lands. */
+/* Floats of one image's attn (or scores), q (or k) and tokens of layer position li. */
+static size_t map_floats(const analysis_layout *lay, int li) {
+    if (lay->staged) return lay->staged->l[li].map_floats;
+    return (size_t)lay->n_heads * lay->q_rows * lay->tokens;
+}
+static size_t qk_floats(const analysis_layout *lay, int li) {
+    if (lay->staged) return lay->staged->l[li].qk_floats;
+    return (size_t)lay->n_heads * lay->tokens * lay->qk_width[li];
+}
+static size_t tok_floats(const analysis_layout *lay, int li) {
+    if (lay->staged) return lay->staged->l[li].tok_floats;
+    return (size_t)lay->tokens * lay->dim;
+}
+
 static size_t image_floats(const analysis_layout *lay, unsigned needs) {
     size_t n = 0;
     for (int li = 0; li < lay->n_layers; li++) {
-        if (needs & (1u << TRACE_Q_ATTN)) n += (size_t)lay->n_heads * lay->q_rows * lay->tokens;
-        if (needs & (1u << TRACE_Q_SCORES)) n += (size_t)lay->n_heads * lay->q_rows * lay->tokens;
-        if (needs & (1u << TRACE_Q_Q)) n += 2 * (size_t)lay->n_heads * lay->tokens * lay->qk_width[li];
-        if (needs & (1u << TRACE_Q_TOKENS)) n += (size_t)lay->tokens * lay->dim;
+        if (needs & (1u << TRACE_Q_ATTN)) n += map_floats(lay, li);
+        if (needs & (1u << TRACE_Q_SCORES)) n += map_floats(lay, li);
+        if (needs & (1u << TRACE_Q_Q)) n += 2 * qk_floats(lay, li);
+        if (needs & (1u << TRACE_Q_TOKENS)) n += tok_floats(lay, li);
     }
     return n;
 }
@@ -132,13 +149,13 @@ static as_status read_image(const trace_reader *r, const analysis_layout *lay, u
             snprintf(name, sizeof name, "layers/%02d/attn", l);
             if (trace_read_image_slab(r, name, image, buf, err) != AS_OK) return err->status;
             im->attn[li] = buf;
-            buf += (size_t)lay->n_heads * lay->q_rows * lay->tokens;
+            buf += map_floats(lay, li);
         }
         if (needs & (1u << TRACE_Q_SCORES)) {
             snprintf(name, sizeof name, "layers/%02d/scores", l);
             if (trace_read_image_slab(r, name, image, buf, err) != AS_OK) return err->status;
             im->scores[li] = buf;
-            buf += (size_t)lay->n_heads * lay->q_rows * lay->tokens;
+            buf += map_floats(lay, li);
         }
         if ((needs & (1u << TRACE_Q_Q)) && lay->qk_width[li]) {
             for (int w = 0; w < 2; w++) {
@@ -146,14 +163,14 @@ static as_status read_image(const trace_reader *r, const analysis_layout *lay, u
                 if (trace_read_image_slab(r, name, image, buf, err) != AS_OK) return err->status;
                 if (w) im->k[li] = buf;
                 else im->q[li] = buf;
-                buf += (size_t)lay->n_heads * lay->tokens * lay->qk_width[li];
+                buf += qk_floats(lay, li);
             }
         }
         if (needs & (1u << TRACE_Q_TOKENS)) {
             snprintf(name, sizeof name, "layers/%02d/tokens", l);
             if (trace_read_image_slab(r, name, image, buf, err) != AS_OK) return err->status;
             im->tokens[li] = buf;
-            buf += (size_t)lay->tokens * lay->dim;
+            buf += tok_floats(lay, li);
         }
     }
     return AS_OK;
@@ -194,7 +211,7 @@ static int output_attrs(hid_t obj, const analysis_output *o, const analysis_layo
             bad |= h5u_attr_doubles(obj, an, opt->thresholds, opt->n_thresholds);
             break;
         case ANALYSIS_AX_PATCH: {
-            int g[2] = {lay->grid, lay->grid};
+            int g[2] = {lay->patches / lay->grid, lay->grid};
             bad |= h5u_attr_ints(obj, "grid", g, 2);
             break;
         }
@@ -202,6 +219,12 @@ static int output_attrs(hid_t obj, const analysis_output *o, const analysis_layo
             const char *defs[ANALYSIS_N_DEFINITIONS];
             for (int d = 0; d < ANALYSIS_N_DEFINITIONS; d++) defs[d] = analysis_definition_name(d);
             bad |= h5u_attr_strs(obj, an, defs, ANALYSIS_N_DEFINITIONS);
+            break;
+        }
+        case ANALYSIS_AX_STAGE: {
+            int st[VIT_MAX_STAGES];
+            for (int k = 0; k < lay->n_stages && k < VIT_MAX_STAGES; k++) st[k] = k;
+            bad |= h5u_attr_ints(obj, an, st, lay->n_stages);
             break;
         }
         default: break;
@@ -546,6 +569,7 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
     if (rc != AS_OK) return rc;
 
     analysis_layout lay;
+    memset(&lay, 0, sizeof lay);
     metric_run runs[32];
     int n_run = 0;
     float *img_buf = NULL;
@@ -587,6 +611,7 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
         if (!(mask & (1u << i))) continue;
         metric_run *mr = &runs[n_run];
         mr->ctx.metric = analysis_metric_get(i);
+        if (r.staged) mr->ctx.metric = mr->ctx.metric->staged; /* staged_refusal: it has one */
         mr->ctx.lay = &lay;
         mr->ctx.opt = opt;
         for (int o = 0; o < ANALYSIS_MAX_OUTPUTS; o++) mr->per_image[o] = -1;
@@ -726,7 +751,9 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
     trace_read_attr_string(&r, "start_time", start, sizeof start);
     if (h5u_attr_str(res, "format", ANALYSIS_RESULTS_FORMAT) | h5u_attr_int(res, "format_version", ANALYSIS_RESULTS_VERSION) |
         h5u_attr_str(res, "source_trace", trace_path) | h5u_attr_str(res, "trace_start_time", start) |
-        h5u_attr_str(res, "software", "attnscope " ATTNSCOPE_VERSION)) {
+        h5u_attr_str(res, "software", "attnscope " ATTNSCOPE_VERSION) |
+        /* results of a staged trace say so: readers of single-grid results refuse them */
+        (lay.staged ? h5u_attr_int(res, "source_format_version", r.version) : 0)) {
         rc = as_fail(err, AS_ERR_HDF5, "%s: cannot write results (disk full?)", tmp);
         goto fail;
     }
@@ -791,6 +818,7 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
                     runs[m].ctx.report);
         }
     for (int m = 0; m < n_run; m++) metric_free(&runs[m]);
+    analysis_staged_free(lay.staged);
     free(ims);
     free(img_buf);
     free(tmp_rows);
@@ -806,6 +834,7 @@ fail:
     trace_reader_close(&r);
 fail_closed:
     for (int m = 0; m < n_run; m++) metric_free(&runs[m]);
+    analysis_staged_free(lay.staged);
     free(ims);
     free(img_buf);
     free(tmp_rows);

@@ -32,9 +32,9 @@ static const cli_opt analyze_opts_table[] = {
      "Q/K: magnitudes counted (fraction of |q|, |k| entries above each)"},
     {'f', 0,   "fusion",          "F",      "mean, max, min", "mean", "rollout: how heads are fused"},
     {'d', 0,   "discard",         "R",      "[0, 1)", "0", "rollout: share of the smallest fused entries set to 0"},
-    {'e', 0,   "entropy-normalize", NULL,   NULL, NULL, "entropy: divide by log T (default: nats)"},
+    {'e', 0,   "entropy-normalize", NULL,   NULL, NULL, "entropy: divide by log T (staged traces: by log of each row's valid keys; default: nats)"},
     {'p', 0,   "distance-prefix", "MODE",   "drop, renormalise", "drop",
-     "mean distance: drop the prefix keys' share, or renormalise over patch keys"},
+     "mean distance: drop the prefix keys' share (staged traces: and the pad slots'), or renormalise over patch keys"},
     {'B', 0,   "cka-batch",       "N",      "4 or more", "8", "evolution: images per minibatch of the "
      "image-example CKA (memory: N x layers x T x D floats, 14.5 MB for DeiT-Tiny)"},
     {'I', 0,   "per-image",       NULL,     NULL, NULL, "also store every image's values, not only mean, std and 95% "

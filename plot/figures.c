@@ -463,6 +463,12 @@ static as_status check_traces(const figure_recipe *r, const fig_opts *o, as_erro
     assert(r->traces); /* each recipe says what it draws from */
     for (int i = 0; i < o->n_sources; i++) {
         const fig_source *s = &o->src[i];
+        int v = 0; /* a results file of a staged trace (analyze writes source_format_version 3) */
+        if (!s->is_trace && !(r->traces & FIG_TRACES_STAGED) && s->results >= 0 &&
+            h5u_attr_read_int((hid_t)s->results, "source_format_version", &v, 1) == 1 && v >= 3)
+            return as_fail(err, AS_ERR_UNSUPPORTED, "stage-aware support is not there yet for the %s "
+                           "figure: %s holds results of a staged trace, and it draws single-grid "
+                           "(ViT/DeiT) results only", r->name, s->path);
         if (!s->is_trace || !s->tr.staged || (r->traces & FIG_TRACES_STAGED)) continue;
         char what[1200];
         trace_describe_staged(&s->tr, what, sizeof what);

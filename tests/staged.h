@@ -127,11 +127,15 @@ static inline size_t staged_floats(const vit_config *c, int l, trace_quantity q)
     return (size_t)g.H * g.problems * g.Tq * g.Tk;
 }
 
-/* Writes n images of the config's closed forms to path with the record options given as the
- * command line would (--layers, --heads, --windows, --dtype). */
-static inline as_status staged_write(const char *path, const vit_config *c, const char *layers,
-                              const char *heads, const char *windows, const char *dtype, long n,
-                              as_error *err) {
+/* What fills one image's record of block l: staged_fill's arguments. */
+typedef void (*staged_fill_fn)(const vit_config *c, int l, long b, float *attn, float *scores,
+                               float *q, float *k, float *tokens);
+
+/* Writes n images filled by fill (tests/test_analysis_staged.c: hand-made maps) to path with
+ * the record options given as the command line would (--layers, --heads, --windows, --dtype). */
+static inline as_status staged_write_fill(const char *path, const vit_config *c, const char *layers,
+                                          const char *heads, const char *windows, const char *dtype,
+                                          long n, staged_fill_fn fill, as_error *err) {
     record_opts o;
     memset(&o, 0, sizeof o);
     if (record_parse_selection(&o, c, "all", layers, heads, dtype, "none", "all", err) ||
@@ -160,7 +164,7 @@ static inline as_status staged_write(const char *path, const vit_config *c, cons
                 float *ptr[5] = {sl->rec.attn[l], sl->rec.scores[l], sl->rec.q[l], sl->rec.k[l], sl->rec.tokens[l]};
                 for (int qi = 0; qi < 5; qi++)
                     if (ptr[qi]) ptr[qi] += (size_t)b * staged_floats(c, l, (trace_quantity)qi);
-                staged_fill(c, l, img, ptr[0], ptr[1], ptr[2], ptr[3], ptr[4]);
+                fill(c, l, img, ptr[0], ptr[1], ptr[2], ptr[3], ptr[4]);
             }
             for (int i = 0; i < S * S * 3; i++) sl->rgb[(size_t)b * S * S * 3 + i] = (uint8_t)((i * 7 + img) & 255);
             for (int k = 0; k < c->num_classes; k++) sl->logits[b * c->num_classes + k] = (float)((k + img) % 5);
@@ -171,6 +175,13 @@ static inline as_status staged_write(const char *path, const vit_config *c, cons
         trace_writer_submit(w, sl);
     }
     return trace_writer_close(w, 1, NULL, err);
+}
+
+/* Writes n images of the config's closed forms (staged_fill) to path. */
+static inline as_status staged_write(const char *path, const vit_config *c, const char *layers,
+                              const char *heads, const char *windows, const char *dtype, long n,
+                              as_error *err) {
+    return staged_write_fill(path, c, layers, heads, windows, dtype, n, staged_fill, err);
 }
 
 #endif

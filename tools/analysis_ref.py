@@ -3,7 +3,9 @@
 (docs/analysis.md), and the script that writes the analysis test fixtures.
 
     python3 tools/analysis_ref.py fixtures BUILD/attnscope     # rewrites tests/fixtures/analysis/
-    python3 tools/analysis_ref.py compare TRACE.h5 RESULTS.h5  # checks results against numpy
+    python3 tools/analysis_ref.py compare TRACE.h5 RESULTS.h5 [default|variant|softmax]
+                                                               # checks results against numpy
+                                                               # (staged traces: format 3 too)
 
 `fixtures` records small traces with attnscope from the committed fixture models, then
 computes every metric here (per image, then mean / sample std / 95% t interval over images)
@@ -34,6 +36,11 @@ VARIANT = dict(DEFAULT, window=5, low=0.3, high=0.5, thresholds=[0.25, 1.5], fus
                distance="centre", qscale="raw", diag="attn", cka_batch=4,
                hsic="biased")
 ALS_SOFTMAX = dict(DEFAULT, map="softmax", prefix="include")   # the als metric only
+# staged traces: the other reading of every choice that applies to them (compare ... variant);
+# tests/test_cli_stagemetrics.sh passes the same options to attnscope analyze
+STAGED_VARIANT = dict(DEFAULT, window=5, thresholds=[0.25, 1.5], fusion="max", normalize=True,
+                      renorm=True, rows="raw", distance="centre", qscale="raw", diag="attn",
+                      cka_batch=4, hsic="biased")
 DEFS = ["deepvit", "row", "map"]
 
 
@@ -367,6 +374,399 @@ def missing(tr, name, o):
     return None
 
 
+# ---- staged traces (format 3): docs/analysis.md, "Staged traces" ---------------------------
+# Written from the definitions there, plainly: every window map is placed into a dense T x T
+# grid-space map of its layer (pad slots dropped), distances come from token centres and
+# footprints in pixels, and merges are explicit transfer matrices.
+
+class StagedLayer:
+    def __init__(self, f, l):
+        g = f["layers/%02d" % l]
+        a = g.attrs
+        self.l = l
+        self.stage = int(a["stage"])
+        self.gh, self.gw = [int(x) for x in a["grid"]]
+        self.p = int(a["prefix_tokens"])
+        self.T = int(a["num_tokens"])
+        self.D = int(a["embed_dim"])
+        self.stride = float(a["token_stride_px"])
+        self.offset = float(a["token_offset_px"])
+        self.window = str(a["scope"]) == "window"
+        self.shift = int(a["shift"]) if self.window else 0
+        self.scale = float(a["scale"]) if "scale" in a else None
+        self.g = g
+        if self.window:
+            self.tok = g["params/window_token"][:]          # (nW, M^2)
+            self.mask = g["params/shift_mask"][:]           # (nW, M^2, M^2)
+            self.wins = [int(w) for w in g["window"][:]] if "window" in g else list(range(len(self.tok)))
+        yy, xx = np.divmod(np.arange(self.gh * self.gw), self.gw)
+        self.yx = np.stack([yy, xx], 1)
+        self.centre = self.offset + self.stride * self.yx   # (P, 2) px
+
+    def problems(self):
+        """[(window index, token of each query slot, token of each key slot)] as trace tokens."""
+        if not self.window:
+            return [(0, np.arange(self.T), np.arange(self.T))]
+        return [(k, self.tok[w], self.tok[w]) for k, w in enumerate(self.wins)]
+
+    def queries(self):
+        """The grid tokens (as grid indices) that are queries of the recorded problems."""
+        q = sorted({int(t) for _, qt, _ in self.problems() for t in qt if t >= self.p})
+        return np.array(q, int) - self.p
+
+    def maps(self, name, i):
+        """(H, problems, Tq, Tk) of image i."""
+        x = self.g[name][i].astype(np.float64)
+        return x if self.window else x[:, None]
+
+    def dense(self, A):
+        """A: one head's (problems, Tq, Tk) -> the grid-space (T, T) map (pad slots dropped) and
+        each token's weight on pad keys."""
+        G = np.zeros((self.T, self.T))
+        pad = np.zeros(self.T)
+        for k, qt, kt in self.problems():
+            for r, t in enumerate(qt):
+                if t < 0:
+                    continue
+                for s, u in enumerate(kt):
+                    if u < 0:
+                        pad[t] += A[k, r, s]
+                    else:
+                        G[t, u] = A[k, r, s]
+        return G, pad
+
+    def valid(self):
+        """(T, T) True where key u is a valid key of query t: in t's window, not masked."""
+        V = np.zeros((self.T, self.T), bool)
+        for k, qt, kt in self.problems():
+            m = self.mask[self.wins[k]] if self.window else np.zeros((len(qt), len(kt)))
+            for r, t in enumerate(qt):
+                for s, u in enumerate(kt):
+                    if t >= 0 and u >= 0 and m[r, s] == 0:
+                        V[t, u] = True
+        return V
+
+    def footprint_cell(self, c):
+        """The grid index of this layer whose footprint [o + s k - s/2, o + s k + s/2) holds the
+        point c (y, x), or -1."""
+        k = []
+        for ax, n in ((0, self.gh), (1, self.gw)):
+            hit = [j for j in range(n) if self.offset + self.stride * j - self.stride / 2 <= c[ax]
+                   < self.offset + self.stride * j + self.stride / 2]
+            if not hit:
+                return -1
+            k.append(hit[0])
+        return k[0] * self.gw + k[1]
+
+    def transfer_to(self, coarse):
+        """U (coarse grid cells x this layer's grid tokens): 1/n_c for the n_c tokens whose
+        centres fall in cell c."""
+        U = np.zeros((coarse.gh * coarse.gw, self.gh * self.gw))
+        for t in range(self.gh * self.gw):
+            c = coarse.footprint_cell(self.centre[t])
+            if c >= 0:
+                U[c, t] = 1
+        n = U.sum(1, keepdims=True)
+        return U / np.where(n > 0, n, 1), U
+
+
+class StagedTrace:
+    def __init__(self, path):
+        self.f = h5py.File(path, "r")
+        a = self.f.attrs
+        self.layers = [int(x) for x in np.atleast_1d(a["layers"])]
+        self.L = [StagedLayer(self.f, l) for l in self.layers]
+        self.depth = int(a["depth"])
+        self.n_stages = int(a["num_stages"])
+        self.n = int(np.cumprod(self.f["images/done"][:]).sum())
+        self.q = set(str(a["quantities"]).split(","))
+        self.H = [self.f["layers/%02d/attn" % l].shape[1] for l in self.layers]
+        self.Hx = max(self.H)
+        self.coarse = min(range(len(self.L)), key=lambda k: (self.L[k].gh * self.L[k].gw, k))
+
+    def get(self, layer, name, i):
+        key = "layers/%02d/%s" % (layer, name)
+        return self.f[key][i].astype(np.float64) if key in self.f else None
+
+
+def _stage_mean(tr, per_layer):
+    out = np.full(tr.n_stages, np.nan)
+    for s in range(tr.n_stages):
+        v = [x for k, x in enumerate(per_layer) if tr.L[k].stage == s and not np.isnan(x)]
+        if v:
+            out[s] = np.mean(v)
+    return out
+
+
+def _pixel_table(g, how):
+    """(P, P) px distances between grid tokens: centre distance, or the mean over every pixel of
+    the two footprints (stride x stride squares), by brute force over the pixels."""
+    P = g.gh * g.gw
+    if how == "centre":
+        d = g.centre[:, None, :] - g.centre[None]
+        return np.sqrt((d ** 2).sum(-1))
+    key = ("staged", g.gh, g.gw, g.stride)
+    if key not in _pixel_tables:
+        s = int(g.stride)
+        py, px = np.divmod(np.arange(g.gh * s * g.gw * s), g.gw * s)
+        Dpix = np.sqrt((py[:, None] - py[None]) ** 2 + (px[:, None] - px[None]) ** 2)
+        of = (py // s) * g.gw + px // s
+        D = np.zeros((P, P))
+        for a in range(P):
+            ra = Dpix[of == a]
+            for b in range(P):
+                D[a, b] = ra[:, of == b].mean()
+        _pixel_tables[key] = D
+    return _pixel_tables[key]
+
+
+def _nan_heads(tr):
+    return np.full((len(tr.L), tr.Hx), np.nan)
+
+
+def s_distance(tr, i, o):
+    out, drop, pl = _nan_heads(tr), _nan_heads(tr), _nan_heads(tr)
+    neg = np.zeros(len(tr.L))
+    hm = np.full(len(tr.L), np.nan)
+    for k, g in enumerate(tr.L):
+        A = g.maps("attn", i)
+        D = _pixel_table(g, o["distance"])
+        Gs = [g.dense(A[h]) for h in range(A.shape[0])]
+        if any((G[g.p:] < 0).any() for G, _ in Gs) or (A < 0).any():
+            neg[k] = 1
+            continue
+        Q = g.queries()
+        for h, (G, pad) in enumerate(Gs):
+            W = G[g.p:, g.p:][Q]
+            m = (W * D[Q]).sum(1)
+            less = (pad[g.p:] + G[g.p:, :g.p].sum(1))[Q]
+            if o["renorm"]:
+                s = W.sum(1)
+                drop[k, h] = (s <= 0).sum()
+                m = m[s > 0] / s[s > 0]
+            else:
+                drop[k, h] = 0
+            out[k, h] = m.mean()
+            pl[k, h] = less.mean()
+        hm[k] = out[k, :len(Gs)].mean()
+    return {"distance": out, "head_mean": hm, "negative_maps": neg, "dropped_rows": drop,
+            "positionless_mass": pl, "stage_mean": _stage_mean(tr, hm)}
+
+
+def s_entropy(tr, i, o):
+    out = _nan_heads(tr)
+    hm = np.full(len(tr.L), np.nan)
+    nv = np.full(len(tr.L), np.nan)
+    for k, g in enumerate(tr.L):
+        A = g.maps("attn", i)
+        V = g.valid()
+        rows = [t for t in range(g.T) if V[t].any() or not g.window]
+        nv[k] = np.mean([V[t].sum() for t in rows])
+        for h in range(A.shape[0]):
+            G, _ = g.dense(A[h])
+            Hs = []
+            for t in rows:
+                a = np.clip(G[t, V[t]], 0, None)
+                if a.sum() <= 0 or (o["normalize"] and len(a) < 2):
+                    continue
+                p = a / a.sum()
+                e = -sum(x * np.log(x) for x in p if x > 0)
+                Hs.append(e / np.log(len(a)) if o["normalize"] else e)
+            out[k, h] = np.mean(Hs) if Hs else np.nan
+        hm[k] = out[k, :A.shape[0]].mean()
+    return {"entropy": out, "head_mean": hm, "valid_keys": nv, "stage_mean": _stage_mean(tr, hm)}
+
+
+def s_als(tr, i, o):
+    out, drop = _nan_heads(tr), _nan_heads(tr)
+    neg = np.zeros(len(tr.L))
+    hm = np.full(len(tr.L), np.nan)
+    half = (o["window"] or 3) // 2
+    for k, g in enumerate(tr.L):
+        if o["map"] == "softmax":
+            S = g.maps("scores", i)
+            E = np.exp(S - S.max(-1, keepdims=True))
+            A = E / E.sum(-1, keepdims=True)
+        else:
+            A = g.maps("attn", i)
+            if (A < 0).any():
+                neg[k] = 1
+                continue
+        dy = np.abs(g.yx[:, None, 0] - g.yx[None, :, 0])
+        dx = np.abs(g.yx[:, None, 1] - g.yx[None, :, 1])
+        N = (dy <= half) & (dx <= half)
+        Q = g.queries()
+        for h in range(A.shape[0]):
+            G, pad = g.dense(A[h])
+            w = (G[g.p:, g.p:] * N).sum(1)
+            if o["prefix"] == "include":
+                w = w + G[g.p:, :g.p].sum(1)
+            tot = G[g.p:].sum(1) + pad[g.p:]
+            w, tot = w[Q], tot[Q]
+            if o["map"] == "attn" and o["rows"] == "normalise":
+                ok = tot > 0
+                drop[k, h] = (~ok).sum()
+                out[k, h] = np.mean(w[ok] / tot[ok])
+            else:
+                drop[k, h] = 0
+                out[k, h] = w.mean()
+        hm[k] = out[k, :A.shape[0]].mean()
+    return {"score": out, "head_mean": hm, "negative_maps": neg, "dropped_rows": drop,
+            "stage_mean": _stage_mean(tr, hm)}
+
+
+def s_diag(tr, i, o):
+    sym, dg = _nan_heads(tr), _nan_heads(tr)
+    sm, dm = np.full(len(tr.L), np.nan), np.full(len(tr.L), np.nan)
+    for k, g in enumerate(tr.L):
+        A = g.maps("scores" if o["diag"] == "scores" else "attn", i)
+        for h in range(A.shape[0]):
+            G, _ = g.dense(A[h])
+            ss, dd = [], []
+            for _, qt, _ in g.problems():
+                R = qt[qt >= 0]
+                S = G[np.ix_(R, R)]
+                n = len(R)
+                ss.append(np.abs(S - S.T).sum())
+                dd.append(sum((n - 1) * S[a, a] - (S[a].sum() - S[a, a]) for a in range(n)))
+            sym[k, h], dg[k, h] = np.mean(ss), np.mean(dd)
+        sm[k], dm[k] = sym[k, :A.shape[0]].mean(), dg[k, :A.shape[0]].mean()
+    return {"symmetry": sym, "diagonality": dg, "symmetry_head_mean": sm, "diagonality_head_mean": dm}
+
+
+def s_qk(tr, i, o):
+    th = o["thresholds"]
+    out = {}
+    for w in ("q", "k"):
+        r = np.full((len(tr.L), len(th)), np.nan)
+        ne = np.zeros(len(tr.L))
+        cnt = np.zeros((tr.n_stages, len(th)))
+        tot = np.zeros(tr.n_stages)
+        for k, g in enumerate(tr.L):
+            key = "layers/%02d/%s" % (g.l, w)
+            if key not in tr.f:
+                continue
+            x = tr.f[key][i].astype(np.float32)
+            if w == "q" and o["qscale"] == "scaled" and g.scale:
+                x = x * np.float32(g.scale)
+            c = np.array([(np.abs(x) > np.float32(t)).sum() for t in th], float)
+            r[k] = c / x.size
+            ne[k] = x.size
+            cnt[g.stage] += c
+            tot[g.stage] += x.size
+        out[w + "_fraction"] = r
+        out[w + "_entries"] = ne
+        with np.errstate(invalid="ignore"):
+            out[w + "_stage"] = np.where(tot[:, None] > 0, cnt / np.where(tot > 0, tot, 1)[:, None], np.nan)
+    return out
+
+
+def _same_support(a, b):
+    if a.window != b.window or (a.gh, a.gw, a.p, a.shift) != (b.gh, b.gw, b.p, b.shift):
+        return False
+    return not a.window or (np.array_equal(a.tok, b.tok) and a.wins == b.wins)
+
+
+def _three(A, B):
+    Q = A.shape[0]
+    return [nanmean([cos(A[:, t], B[:, t]) for t in range(A.shape[1])]) if Q >= 2 else np.nan,
+            nanmean([cos(A[r], B[r]) for r in range(Q)]), cos(A.ravel(), B.ravel())]
+
+
+def s_similarity(tr, i, o):
+    L, H = len(tr.L), tr.Hx
+    dense = [[g.dense(g.maps("attn", i)[h])[0] for h in range(tr.H[k])] for k, g in enumerate(tr.L)]
+    ph = np.full((3, H, L, L), np.nan)
+    for a in range(L):
+        for b in range(L):
+            if not _same_support(tr.L[a], tr.L[b]):
+                continue
+            for h in range(min(tr.H[a], tr.H[b])):
+                A, B = dense[a][h], dense[b][h]
+                # key columns: only those of tokens (every column of the grid-space map)
+                ph[:, h, a, b] = _three(A, B)
+    hm = np.array([[[nanmean(ph[d, :, a, b]) for b in range(L)] for a in range(L)] for d in range(3)])
+    adj = np.full((3, L), np.nan)
+    for a in range(L):
+        prev = [b for b in range(a) if _same_support(tr.L[a], tr.L[b])]
+        if prev:
+            adj[:, a] = hm[:, a, prev[-1]]
+    c = tr.L[tr.coarse]
+    pooled_maps = []
+    for k, g in enumerate(tr.L):
+        F = np.mean(dense[k], 0)[g.p:, g.p:]
+        U, Dm = g.transfer_to(c)
+        pooled_maps.append(U @ F @ Dm.T)
+    po = np.array([[[_three(pooled_maps[a], pooled_maps[b])[d] for b in range(L)] for a in range(L)]
+                   for d in range(3)])
+    return {"per_head": ph, "head_mean": hm, "adjacent": adj, "pooled": po}
+
+
+def s_rollout(tr, i, o):
+    fuse = {"mean": lambda x: x.mean(0), "max": lambda x: x.max(0), "min": lambda x: x.min(0)}[o["fusion"]]
+    a = []
+    for g in tr.L:
+        A = g.maps("attn", i)
+        F = fuse(np.array([g.dense(A[h])[0] for h in range(A.shape[0])]))
+        M = F + np.eye(g.T)
+        a.append(M / M.sum(1, keepdims=True))
+    maps = []
+    g0 = tr.L[0]
+    for l, g in enumerate(tr.L):
+        e = np.zeros(g.T)
+        if g.p:
+            e[0] = 1
+        else:
+            e[:] = 1.0 / g.T
+        R = a[l]
+        for k in range(l - 1, -1, -1):
+            f = tr.L[k]
+            if (f.gh, f.gw, f.stride) != (tr.L[k + 1].gh, tr.L[k + 1].gw, tr.L[k + 1].stride):
+                U, _ = f.transfer_to(tr.L[k + 1])             # (T_{k+1} grid, T_k grid)
+                Uf = np.zeros((tr.L[k + 1].T, f.T))
+                Uf[:f.p, :f.p] = np.eye(f.p)
+                Uf[tr.L[k + 1].p:, f.p:] = U
+                R = R @ Uf
+            R = R @ a[k]
+        maps.append((e @ R)[g0.p:])
+    return {"map": np.array(maps)}
+
+
+def s_evolution(tr, i, o):
+    c = tr.L[tr.coarse]
+    X = [tr.f["layers/%02d/tokens" % g.l][i].astype(np.float64) for g in tr.L]
+    P = [g.transfer_to(c)[0] @ X[k][g.p:] for k, g in enumerate(tr.L)]
+    L = len(P)
+    G = [x @ x.T for x in P]
+    hs = np.array([[hsic(o)(G[a], G[b]) for b in range(L)] for a in range(L)])
+    d = np.sqrt(np.diag(hs))
+    alike = lambda a, b: (a.T, a.D, a.gh, a.gw) == (b.T, b.D, b.gh, b.gw)
+    tc = lambda a, b: nanmean([cos(a[t], b[t]) for t in range(a.shape[0])])
+    cf = np.array([tc(X[k], X[-1]) if alike(tr.L[k], tr.L[-1]) else np.nan for k in range(L)])
+    cp = np.array([tc(X[k], X[tr.layers.index(l - 1)])
+                   if l - 1 in tr.layers and alike(tr.L[k], tr.L[tr.layers.index(l - 1)]) else np.nan
+                   for k, l in enumerate(tr.layers)])
+    return {"cos_final": cf, "cos_prev": cp, "cka": hs / np.outer(d, d), "hsic": hs}
+
+
+STAGED = {"als": s_als, "similarity": s_similarity, "qk": s_qk, "evolution": s_evolution,
+          "distance": s_distance, "entropy": s_entropy, "rollout": s_rollout, "diag": s_diag}
+
+
+def s_missing(tr, name, o):
+    need = {"qk": ["q", "k"], "evolution": ["tokens"]}.get(name, ["attn"])
+    if name == "diag" and o["diag"] == "scores":
+        return "no less-attention layer recorded"      # staged models have none
+    if name == "als" and o["map"] == "softmax":
+        need = ["scores"]
+    lack = [q for q in need if q not in tr.q]
+    if lack:
+        return "the trace lacks " + ",".join(lack)
+    if name == "rollout" and (tr.layers != list(range(tr.depth)) or o["discard"] != 0):
+        return "not every layer recorded, or a discard ratio"
+    return None
+
+
 def cka_images(tr, o, n):
     """Kornblith et al.'s linear CKA with images as the examples: image k's block output
     flattened (T x D) is row k of X_l; consecutive minibatches of cka_batch images (the last one
@@ -387,6 +787,8 @@ def cka_images(tr, o, n):
 
 
 def derived(name, mean, tr, o):
+    if name == "als" and isinstance(tr, StagedTrace):
+        return {}                     # MaiT's search is for single-grid ViTs
     if name == "als":
         s = mean["score"]
         win = np.array([[als_window(tr, l, h, o) for h in tr.heads] for l in tr.layers], float)
@@ -432,13 +834,19 @@ def stats(per_image):
     return {"mean": mean, "std": sd, "ci95_low": mean - half, "ci95_high": mean + half, "count": n}
 
 
+def is_staged(path):
+    with h5py.File(path, "r") as f:
+        return int(f.attrs["format_version"]) >= 3
+
+
 def analyse(path, o, metrics=None, limit=None):
-    tr = Trace(path)
+    staged = is_staged(path)
+    tr = StagedTrace(path) if staged else Trace(path)
     if limit:
         tr.n = min(tr.n, limit)
     res = {}
-    for name, fn in METRICS.items():
-        if metrics and name not in metrics or missing(tr, name, o):
+    for name, fn in (STAGED if staged else METRICS).items():
+        if metrics and name not in metrics or (s_missing if staged else missing)(tr, name, o):
             continue
         per = [fn(tr, i, o) for i in range(tr.n)]
         outs = {k: np.array([p[k] for p in per]) for k in per[0]}
@@ -490,10 +898,12 @@ def fixtures(exe):
 def compare(trace, results, o=DEFAULT):
     """Checks a results file made with the default options (statistics and derived results)."""
     ref = analyse(trace, o)
-    tr = Trace(trace)
+    staged = is_staged(trace)
+    tr = StagedTrace(trace) if staged else Trace(trace)
+    miss = s_missing if staged else missing
     for name in METRICS:
-        if missing(tr, name, o):
-            print("%-11s skipped: %s" % (name, missing(tr, name, o)))
+        if miss(tr, name, o):
+            print("%-11s skipped: %s" % (name, miss(tr, name, o)))
     worst = 0.0
     with h5py.File(results, "r") as f:
         for name, (outs, st, der) in ref.items():
@@ -522,8 +932,9 @@ def compare(trace, results, o=DEFAULT):
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "fixtures":
         fixtures(sys.argv[2])
-    elif len(sys.argv) == 4 and sys.argv[1] == "compare":
-        sys.exit(0 if compare(sys.argv[2], sys.argv[3]) else 1)
+    elif len(sys.argv) in (4, 5) and sys.argv[1] == "compare":
+        opts = {"default": DEFAULT, "variant": STAGED_VARIANT, "softmax": ALS_SOFTMAX}
+        sys.exit(0 if compare(sys.argv[2], sys.argv[3], opts[sys.argv[4] if len(sys.argv) == 5 else "default"]) else 1)
     else:
         print(__doc__)
         sys.exit(2)
