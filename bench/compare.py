@@ -5,9 +5,13 @@ img/s medians and ranges, and the ratios. Benchmarks are not tests: nothing here
 
     python3 bench/compare.py --arch deit_tiny_patch16_224 --batch 8 --threads 2 --ort-dir /tmp/ort
     python3 bench/compare.py --arch swin_tiny_patch4_window7_224 --batch 1 --threads 2 --ort-dir /tmp/ort
+    python3 bench/compare.py --arch pvt_v2_b2 --batch 1 --threads 2 --ort-dir /tmp/ort
+    python3 bench/compare.py --arch vit_small_patch14_dinov2 --batch 1 --threads 2 --ort-dir /tmp/ort
 
 Families: ViT/DeiT names (and CONFIG.json) run in PyTorch as tools/vit_ref.py built from
-`attnscope info --json`; swin_{tiny,small,base}_patch4_window7_224 as torchvision's swin_t/s/b.
+`attnscope info --json`, the modern ViT family (DeiT III, DINOv2, CLIP, SigLIP) as
+tools/vitfam_ref.py, PVT v2 as tools/pvt_ref.py; swin_{tiny,small,base}_patch4_window7_224 as
+torchvision's swin_t/s/b.
 Both are exported to ONNX (--opset, default 17) for ONNX Runtime, which must reproduce PyTorch's
 logits (checked every round). Where the attnscope binary refuses the architecture, its line says
 so and the PyTorch and ONNX Runtime figures are still measured.
@@ -49,6 +53,16 @@ if spec["builder"] == "vit_ref":
     sys.path.insert(0, spec["tools"])
     from vit_ref import ViT, init_random
     m = init_random(ViT(spec["cfg"]).eval(), 0)
+elif spec["builder"] == "vitfam_ref":
+    sys.path.insert(0, spec["tools"])
+    from vit_ref import init_random
+    from vitfam_ref import VitFam
+    m = init_random(VitFam(spec["cfg"]).eval(), 0)
+elif spec["builder"] == "pvt_ref":
+    sys.path.insert(0, spec["tools"])
+    from make_pvt_fixtures import weights
+    from pvt_ref import PVTv2
+    m = PVTv2(spec["cfg"], weights(spec["cfg"], 0)).eval()
 else:
     import torchvision
     m = getattr(torchvision.models, spec["builder"])().eval()
@@ -136,7 +150,13 @@ def torch_spec(a):
     except Failed as e:
         sys.exit(f"compare.py: attnscope info cannot describe {a.arch} ({e}); build attnscope "
                  f"(ninja -C build) or give --attnscope")
-    return {"builder": "vit_ref", "cfg": cfg, "tools": os.path.join(ROOT, "tools"),
+    cfg.pop("cost", None)
+    # PVT v2 as tools/pvt_ref.py, the modern ViT family's options as tools/vitfam_ref.py, a
+    # plain ViT/DeiT as tools/vit_ref.py (all written from the equations, random weights)
+    modern = (cfg.get("init_values") or cfg.get("reg_tokens") or cfg.get("no_embed_class") or
+              cfg.get("pre_norm") or cfg.get("act_layer", "gelu") != "gelu" or cfg.get("global_pool") == "map")
+    builder = "pvt_ref" if cfg.get("family") == "pvt_v2" else "vitfam_ref" if modern else "vit_ref"
+    return {"builder": builder, "cfg": cfg, "tools": os.path.join(ROOT, "tools"),
             "img_size": cfg["img_size"], "in_chans": cfg["in_chans"], "opset": a.opset}
 
 

@@ -243,23 +243,32 @@ static const float *sra_reduce(const vit_config *c, const vit_geom *g, const vit
     return a->xr;
 }
 
-/* MixFFN's depth-wise 3x3 conv (pad 1, bias) of hid (n, gh, gw, Hm) into out. */
+/* MixFFN's depth-wise 3x3 conv (pad 1, bias) of hid (n, gh, gw, Hm) into out. Per image row and
+ * block of channels, the 9 taps' weights are gathered once into wt (PyTorch keeps them (Hm, 1, 3,
+ * 3), 9 apart per channel), so the inner loop runs over contiguous channels. */
+#define DW_BLOCK 64
 static void dwconv3(float *out, const float *hid, const float *w, const float *bias, int n, int gh, int gw,
                     int Hm) {
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < n; b++)
         for (int y = 0; y < gh; y++)
-            for (int x = 0; x < gw; x++) {
-                float *o = out + (((size_t)b * gh + y) * gw + x) * Hm;
-                memcpy(o, bias, (size_t)Hm * sizeof(float));
-                for (int ky = 0; ky < 3; ky++)
-                    for (int kx = 0; kx < 3; kx++) {
-                        const int iy = y + ky - 1, ix = x + kx - 1;
-                        if (iy < 0 || iy >= gh || ix < 0 || ix >= gw) continue;
-                        const float *in = hid + (((size_t)b * gh + iy) * gw + ix) * Hm;
-                        const float *wk = w + ky * 3 + kx;
-                        for (int ch = 0; ch < Hm; ch++) o[ch] += wk[(size_t)ch * 9] * in[ch];
-                    }
+            for (int c0 = 0; c0 < Hm; c0 += DW_BLOCK) {
+                const int nc = Hm - c0 < DW_BLOCK ? Hm - c0 : DW_BLOCK;
+                float wt[9][DW_BLOCK];
+                for (int t = 0; t < 9; t++)
+                    for (int ch = 0; ch < nc; ch++) wt[t][ch] = w[(size_t)(c0 + ch) * 9 + t];
+                for (int x = 0; x < gw; x++) {
+                    float *o = out + (((size_t)b * gh + y) * gw + x) * Hm + c0;
+                    memcpy(o, bias + c0, (size_t)nc * sizeof(float));
+                    for (int ky = 0; ky < 3; ky++)
+                        for (int kx = 0; kx < 3; kx++) {
+                            const int iy = y + ky - 1, ix = x + kx - 1;
+                            if (iy < 0 || iy >= gh || ix < 0 || ix >= gw) continue;
+                            const float *in = hid + (((size_t)b * gh + iy) * gw + ix) * Hm + c0;
+                            const float *wk = wt[ky * 3 + kx];
+                            for (int ch = 0; ch < nc; ch++) o[ch] += wk[ch] * in[ch];
+                        }
+                }
             }
 }
 
