@@ -10,6 +10,7 @@
 
 #include "../analysis/analysis.h"
 #include "../io/h5util.h"
+#include "../core/cait.h"
 #include "cli.h"
 
 static const cli_opt info_opts[] = {
@@ -68,7 +69,8 @@ static void print_stages(const vit_config *c, const vit_cost *cost) {
         snprintf(dim, sizeof dim, "%d", g.D);
         snprintf(heads, sizeof heads, "%d", g.H);
         snprintf(blocks, sizeof blocks, "%d", c->stage[s].depth);
-        if (g.M < c->stage[s].window) snprintf(win, sizeof win, "%dx%d (clamped)", g.M, g.M);
+        if (g.scope != VIT_SCOPE_WINDOW) snprintf(win, sizeof win, "%s", vit_scope_name(g.scope));
+        else if (g.M < c->stage[s].window) snprintf(win, sizeof win, "%dx%d (clamped)", g.M, g.M);
         else if (g1.shift) snprintf(win, sizeof win, "%dx%d, shift %d", g.M, g.M, g1.shift);
         else snprintf(win, sizeof win, "%dx%d, no shift", g.M, g.M);
         printf(row, name, grid, dim, heads, blocks, win, cost->stage[s].params_total,
@@ -92,9 +94,18 @@ static void print_model(const vit_config *c, const char *source, const char *dty
             for (int k = 0; k < 4; k++)
                 snprintf(list[k] + strlen(list[k]), sizeof list[k] - strlen(list[k]), "%s%d", s ? "," : "", v[k]);
         }
-        line("input       %dx%dx%d, patch %d -> %dx%d grid, halved by a 2x2 patch merging before "
+        if (c->family == VIT_FAMILY_CAIT) /* CaiT: core/cait.h */
+            line("input       %dx%dx%d, patch %d -> %dx%d grid; stage 0 (talking heads %s) over the "
+                 "patches, stage 1 class attention over [cls; patches]; LayerScale init %g; qkv bias "
+                 "%s, LayerNorm eps %g\n", c->in_chans, c->img_size, c->img_size, c->patch_size, g, g,
+                 c->talking_heads ? "yes" : "no", (double)c->init_values, c->qkv_bias ? "yes" : "no",
+                 (double)c->ln_eps);
+        else line("input       %dx%dx%d, patch %d -> %dx%d grid, halved by a 2x2 patch merging before "
              "each stage after the first\n", c->in_chans, c->img_size, c->img_size, c->patch_size, g, g);
-        line("blocks      %d in %d %s stages: depths %s, dims %s, heads %s, mlp %s; window %d, "
+        if (c->family == VIT_FAMILY_CAIT)
+            line("blocks      %d in %d cait stages: depths %s, dims %s, heads %s, mlp %s\n", c->depth,
+                 c->n_stages, list[0], list[1], list[2], list[3]);
+        else line("blocks      %d in %d %s stages: depths %s, dims %s, heads %s, mlp %s; window %d, "
              "shifted by %d on odd blocks (pad order %s, window clamp %s); qkv bias %s, patch norm "
              "%s, LayerNorm eps %g\n", c->depth, c->n_stages, vit_family_name(c->family), list[0],
              list[1], list[2], list[3], c->stage[0].window, c->shift_windows ? c->stage[0].window / 2 : 0,
@@ -119,7 +130,7 @@ static void print_model(const vit_config *c, const char *source, const char *dty
     printf("\n%-18s %14s %12s %12s %7s\n", "component", "params", "GFLOPs", "GMACs", "share");
     for (int i = 0; i < VIT_COMP_COUNT; i++) {
         /* the rows a family has: no tokens in Swin, no downsample in a ViT */
-        if (c->n_stages > 0 ? i == VIT_COMP_TOKENS : i == VIT_COMP_DOWNSAMPLE) continue;
+        if (c->n_stages > 0 && c->family != VIT_FAMILY_CAIT ? i == VIT_COMP_TOKENS : i == VIT_COMP_DOWNSAMPLE) continue;
         printf("%-18s %14.0f %12.4f %12.4f %6.1f%%\n", vit_component_name((vit_component)i),
                cost.params[i], cost.flops[i] / 1e9, cost.macs[i] / 1e9,
                100.0 * cost.flops[i] / cost.flops_total);
@@ -133,6 +144,12 @@ static void print_model(const vit_config *c, const char *source, const char *dty
              "(products only, fvcore's count); %.2f GFLOPs counting a multiply-add as 2 and every "
              "elementwise operation", cost.params_total / 1e6, cost.macs_total / 1e9, cost.flops_total / 1e9);
     cli_wrap(stdout, 0, 0, sum);
+    if (c->family == VIT_FAMILY_CAIT) {
+        snprintf(sum, sizeof sum, "CaiT's paper counts its self-attention blocks over %d tokens, as if "
+                 "the class token were in them: %.2f GMACs that way (the engine computes %d)",
+                 g * g + 1, vit_cait_paper_macs(c) / 1e9, g * g);
+        cli_wrap(stdout, 0, 0, sum);
+    }
 }
 
 static cJSON *cost_part_json(const vit_cost_part *p) {

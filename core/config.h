@@ -66,6 +66,11 @@ typedef struct {
     int expanded_heads;     /* Refiner: H' */
     int kernel_size;        /* Refiner: k, odd */
 } vit_attn;
+/* MaiT in CaiT's talking-heads blocks: where the masks apply (the paper's "Masked CaiT" does
+ * not say; docs/models.md "CaiT"): BEFORE the head mix, on each head's own q k^T logits, or AFTER
+ * it, on the mixed logits that enter the softmax. */
+typedef enum { VIT_MASK_MIX_BEFORE = 0, VIT_MASK_MIX_AFTER, VIT_MASK_MIX_COUNT } vit_mask_mix;
+const char *vit_mask_mix_name(vit_mask_mix m); /* "before_mix", "after_mix" */
 typedef enum { VIT_INTERP_BICUBIC = 0, VIT_INTERP_BILINEAR, VIT_INTERP_COUNT } vit_interp;
 
 /* ---- Stages: a model is a stem, stages of blocks and a head ----
@@ -137,6 +142,12 @@ typedef struct {
      * (vit_block_params) multiplying the attention and MLP branches before the residual adds;
      * the value is timm's init_values (the gammas' initial value in training). */
     float init_values;
+    /* CaiT (family "cait", core/cait.c, docs/models.md "CaiT"): stage 0 holds the self-attention
+     * blocks over the patch tokens alone, stage 1 the class-attention blocks (scope CLASS). */
+    int talking_heads;       /* SA blocks mix the heads' logits (attn.proj_l) before the softmax
+                                and the maps (attn.proj_w) after it; 0: plain attention */
+    vit_mask_mix mask_mix;   /* MaiT masks in talking-heads blocks: on the per-head logits
+                                before proj_l (default) or on the mixed logits after it */
 } vit_config;
 
 /* Compute and parameter counts of one forward pass for one image, per component. FLOPs count a

@@ -60,7 +60,7 @@ void vit_block_geom(const vit_config *c, int l, vit_geom *g) {
         g->D = st->embed_dim;
         g->H = st->num_heads;
         g->Hm = st->mlp_hidden;
-        g->prefix = 0;
+        g->prefix = st->scope == VIT_SCOPE_CLASS; /* CaiT: [cls; patches] */
     }
     g->gh = g->gw = grid;
     g->T = g->prefix + grid * grid;
@@ -69,6 +69,7 @@ void vit_block_geom(const vit_config *c, int l, vit_geom *g) {
     g->Tq = g->Tk = g->T;
     g->stride_px = stride;
     g->offset_px = offset;
+    if (g->scope == VIT_SCOPE_CLASS) g->Tq = 1; /* the class token alone queries */
     if (g->scope != VIT_SCOPE_WINDOW) return;
     const int M0 = c->stage[g->stage].window, odd = c->shift_windows && (g->j & 1);
     int M = M0, shift = 0;

@@ -38,6 +38,10 @@ typedef struct {
     const float *rpb_table;         /* WINDOW: ((2M-1)^2, H) relative position bias, M clamped */
     const float *ls1, *ls2;         /* LayerScale (c->init_values > 0): (D) gammas of the
                                        attention and MLP branches (kernels_scaled_add) */
+    /* CaiT talking heads (c->talking_heads, stage 0): attn.proj_l mixes the heads' logits,
+     * attn.proj_w their softmax maps: (H, H) weights, (H) biases. A class-attention block uses
+     * q_w .. v_b above (attn.q, attn.k, attn.v). */
+    const float *thl_w, *thl_b, *thw_w, *thw_b;
 } vit_block_params;
 
 /* What runs before a stage's blocks (staged models, s >= 1): Swin's PatchMerging. */
@@ -130,6 +134,9 @@ typedef struct {
      * GLOBAL block), mask[l] (problems, Tq, Tk) Swin's shift mask, or NULL without a shift. */
     const int *tok[VIT_MAX_DEPTH];
     const float *mask[VIT_MAX_DEPTH];
+    /* CaiT: (B, 3, H, N, N) per image the talking-heads blocks' raw logits, mixed logits and
+     * softmax maps when they are not recorded (core/cait.c) */
+    float *cait;
 } vit_acts;
 
 /* Returns the bytes needed for B images; with base != NULL also carves it into *a. base must
