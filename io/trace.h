@@ -132,6 +132,7 @@ typedef struct {
     int Tq, Tk;             /* recorded query rows and keys of one problem */
     int qk_dim;             /* q/k width per head (0: none) */
     float stride_px, offset_px; /* centre of grid index i along an axis: offset + stride * i */
+    int attn_signed;        /* CaiT talking heads: attn is signed and not row-stochastic */
 } trace_layer_geom;
 
 typedef struct {
