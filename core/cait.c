@@ -320,12 +320,13 @@ as_status vit_cait_validate(const vit_config *c, as_error *err) {
         if (k == VIT_ATTN_VANILLA || (k == VIT_ATTN_MAIT && l < sa->depth)) continue;
         /* the SA path applies a mechanism's per-head scores hook and nothing else; a mechanism
          * with its own projections, map work or reused scores would be silently skipped */
-        return as_fail(err, AS_ERR_CONFIG, "%s: block %d: %s attention does not run in CaiT %s: "
-                       "CaiT's blocks take vanilla attention%s; use \"type\": \"vanilla\"%s there",
-                       nm, l, vit_attn_name(k), l < sa->depth ? "(its talking-heads path applies "
-                       "only per-head score masks)" : "class attention (one query row, no spatial "
-                       "grid)", l < sa->depth ? ", or MaiT's masks in the self-attention blocks" : "",
-                       l < sa->depth ? " or \"mait\"" : "");
+        if (l < sa->depth)
+            return as_fail(err, AS_ERR_CONFIG, "%s: block %d: %s attention does not run in CaiT's "
+                           "talking-heads blocks (they apply only a mechanism's per-head score "
+                           "masks): use \"type\": \"vanilla\" or \"mait\" there", nm, l, vit_attn_name(k));
+        return as_fail(err, AS_ERR_CONFIG, "%s: block %d: %s attention does not run in CaiT's "
+                       "class-attention blocks (one query row, no spatial grid): use \"type\": "
+                       "\"vanilla\" there", nm, l, vit_attn_name(k));
     }
     for (int l = 0; c->talking_heads && c->mask_mix == VIT_MASK_MIX_BEFORE && l < sa->depth; l++)
         if (c->attn[l].kind == VIT_ATTN_MAIT && c->attn[l].mask_mode == VIT_MASK_NEG_INF)
