@@ -258,6 +258,10 @@ static void info_staged_layers(const trace_reader *r) {
             snprintf(win, sizeof win, "windows %dx%d of %dx%d tokens (padded grid %dx%d), shift %d, "
                      "%d window%s recorded", t->nwh, t->nww, t->M, t->M, t->ph, t->pw, t->shift,
                      t->n_problems, t->n_problems == 1 ? "" : "s");
+        else if (t->scope == VIT_SCOPE_CLASS) /* CaiT */
+            snprintf(win, sizeof win, "class attention: the class token's row over [cls; %d patches]", t->Tk - 1);
+        else if (t->attn_signed)
+            snprintf(win, sizeof win, "global attention with talking heads (attn is signed, not row-stochastic)");
         line("%-11s layer %d: stage %d, %dx%d tokens every %g px, width %d, heads %d; %s",
              li == 0 ? "geometry" : "", t->layer, t->stage, t->gh, t->gw, (double)t->stride_px, t->D,
              t->H, win);
