@@ -1087,14 +1087,15 @@ static as_status json_family(const cJSON *root, const char *name, int *family, a
     *family = -1;
     if (!f || cJSON_IsNull(f)) return AS_OK;
     for (int i = 0; cJSON_IsString(f) && i < VIT_FAMILY_COUNT; i++)
-        if (strcmp(f->valuestring, vit_family_name((vit_family)i)) == 0) {
-            *family = i;
+        if (strcmp(f->valuestring, vit_family_name((vit_family)i)) == 0 && i != VIT_FAMILY_PVT2) {
+            *family = i; /* PVT v2: not in this branch (issue 17's pvt item) */
             return AS_OK;
         }
     char list[64] = "";
     for (int i = 0; i < VIT_FAMILY_COUNT; i++)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"", i ? ", " : "",
-                 vit_family_name((vit_family)i));
+        if (i != VIT_FAMILY_PVT2)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"", i ? ", " : "",
+                     vit_family_name((vit_family)i));
     return as_fail(err, AS_ERR_CONFIG, "%s: \"family\" must be one of %s (the others are not "
                    "supported yet)", name, list);
 }
