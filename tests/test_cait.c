@@ -197,6 +197,25 @@ static void test_trace_view(void) {
     rmdir(dir);
 }
 
+/* MaiT's keep mask in CaiT's SA blocks is over the N patches (no class token there). */
+static void test_mait_static(void) {
+    model m;
+    as_error err = {0};
+    if (model_load(&m, fx("cait_mait_after"), NULL, 0, &err) != AS_OK) {
+        CHECK(0, "cait_mait_after: %s", err.msg);
+        return;
+    }
+    vit_static st;
+    CHECK(vit_static_info(&m.cfg, 0, 0, &st) && st.ndim == 3 && st.shape[0] == 3 && st.shape[1] == 16 &&
+          st.shape[2] == 16, "mask shape (%d, %d, %d)", st.shape[0], st.shape[1], st.shape[2]);
+    float keep[3 * 256];
+    vit_static_fill(&m.cfg, &m.params, 0, 0, keep);
+    double s0 = 0, s1 = 0;
+    for (int i = 0; i < 256; i++) s0 += keep[i], s1 += keep[256 + i];
+    CHECK(s0 == 100 && s1 == 256, "R = 3 on a 4 x 4 grid keeps 100 of 256 (%g), head 1 all (%g)", s0, s1);
+    model_free(&m);
+}
+
 static void refused(const char *json, const char *want) {
     vit_config c = *vit_arch_find("cait_xxs24_224");
     as_error err = {0};
@@ -234,6 +253,7 @@ int main(void) {
     test_identities();
     test_refusals();
     test_class_row();
+    test_mait_static();
     test_trace_view();
     return check_finish("cait");
 }
