@@ -194,6 +194,11 @@ static void test_trace_view(void) {
         if (st == AS_OK) view_close(&v);
         unlink(path);
     }
+    snprintf(path, sizeof path, "%s/p.h5", dir);
+    snprintf(cmd, sizeof cmd, "'%s' record --model '%s' --images '%s/img.png' --out '%s' --query-rows prefix "
+             "2>&1 | grep -q 'CaiT.s self-attention layers have no class token'", exe, fx("cait_tiny"),
+             getenv("FIXTURES"), path);
+    CHECK(system(cmd) == 0 && access(path, F_OK) != 0, "--query-rows prefix is refused on CaiT");
     rmdir(dir);
 }
 
