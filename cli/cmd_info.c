@@ -502,8 +502,10 @@ static void list_archs(void) {
         const vit_config *c = vit_arch_get(i);
         vit_cost cost;
         vit_config_cost(c, &cost);
+        char fam[24] = "";
+        if (c->n_stages) snprintf(fam, sizeof fam, "%s, ", vit_family_name(c->family));
         printf("%-34s %7.1fM %7.2f  %s%s%s\n", c->name, cost.params_total / 1e6, cost.macs_total / 1e9,
-               c->n_stages ? "swin, " : "", c->distilled ? "distilled, " : "",
+               fam, c->distilled ? "distilled, " : "",
                c->mean[0] > 0.49f ? "inception mean/std" : "imagenet mean/std");
     }
 }
