@@ -10,6 +10,7 @@
 
 #include "../analysis/analysis.h"
 #include "../io/h5util.h"
+#include "../core/cait.h"
 #include "cli.h"
 #include "../core/vitfam.h"
 
@@ -73,6 +74,7 @@ static void print_stages(const vit_config *c, const vit_cost *cost) {
         if (g.scope == VIT_SCOPE_SRA) /* PVT v2: the keys' grid */
             snprintf(win, sizeof win, g.sr_pool ? "keys pool %dx%d" : "keys sr %d: %dx%d",
                      g.sr_pool ? g.kgh : g.sr_ratio, g.sr_pool ? g.kgw : g.kgh, g.kgw);
+        else if (g.scope != VIT_SCOPE_WINDOW) snprintf(win, sizeof win, "%s", vit_scope_name(g.scope));
         else if (g.M < c->stage[s].window) snprintf(win, sizeof win, "%dx%d (clamped)", g.M, g.M);
         else if (g1.shift) snprintf(win, sizeof win, "%dx%d, shift %d", g.M, g.M, g1.shift);
         else snprintf(win, sizeof win, "%dx%d, no shift", g.M, g.M);
@@ -124,9 +126,18 @@ static void print_model(const vit_config *c, const char *source, const char *dty
             for (int k = 0; k < 4; k++)
                 snprintf(list[k] + strlen(list[k]), sizeof list[k] - strlen(list[k]), "%s%d", s ? "," : "", v[k]);
         }
-        line("input       %dx%dx%d, patch %d -> %dx%d grid, halved by a 2x2 patch merging before "
+        if (c->family == VIT_FAMILY_CAIT) /* CaiT: core/cait.h */
+            line("input       %dx%dx%d, patch %d -> %dx%d grid; stage 0 (talking heads %s) over the "
+                 "patches, stage 1 class attention over [cls; patches]; LayerScale init %g; qkv bias "
+                 "%s, LayerNorm eps %g\n", c->in_chans, c->img_size, c->img_size, c->patch_size, g, g,
+                 c->talking_heads ? "yes" : "no", (double)c->init_values, c->qkv_bias ? "yes" : "no",
+                 (double)c->ln_eps);
+        else line("input       %dx%dx%d, patch %d -> %dx%d grid, halved by a 2x2 patch merging before "
              "each stage after the first\n", c->in_chans, c->img_size, c->img_size, c->patch_size, g, g);
-        line("blocks      %d in %d %s stages: depths %s, dims %s, heads %s, mlp %s; window %d, "
+        if (c->family == VIT_FAMILY_CAIT)
+            line("blocks      %d in %d cait stages: depths %s, dims %s, heads %s, mlp %s\n", c->depth,
+                 c->n_stages, list[0], list[1], list[2], list[3]);
+        else line("blocks      %d in %d %s stages: depths %s, dims %s, heads %s, mlp %s; window %d, "
              "shifted by %d on odd blocks (pad order %s, window clamp %s); qkv bias %s, patch norm "
              "%s, LayerNorm eps %g\n", c->depth, c->n_stages, vit_family_name(c->family), list[0],
              list[1], list[2], list[3], c->stage[0].window, c->shift_windows ? c->stage[0].window / 2 : 0,
@@ -161,7 +172,7 @@ static void print_model(const vit_config *c, const char *source, const char *dty
     printf("\n%-18s %14s %12s %12s %7s\n", "component", "params", "GFLOPs", "GMACs", "share");
     for (int i = 0; i < VIT_COMP_COUNT; i++) {
         /* the rows a family has: no tokens in Swin, no downsample in a ViT */
-        if (c->n_stages > 0 ? i == VIT_COMP_TOKENS : i == VIT_COMP_DOWNSAMPLE) continue;
+        if (c->n_stages > 0 && c->family != VIT_FAMILY_CAIT ? i == VIT_COMP_TOKENS : i == VIT_COMP_DOWNSAMPLE) continue;
         if (i == VIT_COMP_SR && c->family != VIT_FAMILY_PVT2) continue;
         printf("%-18s %14.0f %12.4f %12.4f %6.1f%%\n", vit_component_name((vit_component)i),
                cost.params[i], cost.flops[i] / 1e9, cost.macs[i] / 1e9,
@@ -180,6 +191,12 @@ static void print_model(const vit_config *c, const char *source, const char *dty
         snprintf(sum, sizeof sum, "Linear SRA: without the 1x1 conv of attn.sr on the pooled keys "
                  "(%.3f G), %.2f GMACs: the count PVT v2 publishes for pvt_v2_b2_li (3.82 G)",
                  cost.macs[VIT_COMP_SR] / 1e9, (cost.macs_total - cost.macs[VIT_COMP_SR]) / 1e9);
+        cli_wrap(stdout, 0, 0, sum);
+    }
+    if (c->family == VIT_FAMILY_CAIT) {
+        snprintf(sum, sizeof sum, "CaiT's paper counts its self-attention blocks over %d tokens, as if "
+                 "the class token were in them: %.2f GMACs that way (the engine computes %d)",
+                 g * g + 1, vit_cait_paper_macs(c) / 1e9, g * g);
         cli_wrap(stdout, 0, 0, sum);
     }
 }
@@ -297,6 +314,10 @@ static void info_staged_layers(const trace_reader *r) {
         else if (t->scope == VIT_SCOPE_SRA)
             snprintf(win, sizeof win, "spatial reduction: sr_ratio %d, %dx%d keys every %g px", t->sr_ratio,
                      t->kgh, t->kgw, (double)t->key_stride_px);
+        else if (t->scope == VIT_SCOPE_CLASS) /* CaiT */
+            snprintf(win, sizeof win, "class attention: the class token's row over [cls; %d patches]", t->Tk - 1);
+        else if (t->attn_signed)
+            snprintf(win, sizeof win, "global attention with talking heads (attn is signed, not row-stochastic)");
         line("%-11s layer %d: stage %d, %dx%d tokens every %g px, width %d, heads %d; %s",
              li == 0 ? "geometry" : "", t->layer, t->stage, t->gh, t->gw, (double)t->stride_px, t->D,
              t->H, win);

@@ -363,6 +363,12 @@ int record_parse_selection(record_opts *o, const vit_config *c, const char *what
             as_fail(err, AS_ERR_ARG, "--query-rows prefix: this model has no class token; use all");
             return 2;
         }
+        if (c->family == VIT_FAMILY_CAIT) { /* the SA blocks have no class token; CA layers are cls rows */
+            as_fail(err, AS_ERR_ARG, "--query-rows prefix: CaiT's self-attention layers have no class "
+                    "token and its class-attention layers hold only the class token's rows already: "
+                    "use all (and --layers to keep the class-attention layers)");
+            return 2;
+        }
         s->prefix_rows_only = 1;
     } else {
         as_fail(err, AS_ERR_ARG, "--query-rows \"%s\": use all or prefix", rows);

@@ -1,5 +1,6 @@
 /* config.c: the built-in timm architecture table, validation and closed-form cost counts. */
 #include "config.h"
+#include "cait.h"
 #include "mech.h"
 #include "pvt.h"
 #include "vitfam.h"
@@ -72,6 +73,21 @@
      .crop_pct = crop, .interpolation = VIT_INTERP_BICUBIC, .init_values = ls,                    \
      .no_embed_class = nec, .reg_tokens = reg, .pre_norm = prenorm, .act_layer = act}
 
+/* timm's Cait (timm/models/cait.py): patch 16, no class slot in the position embedding, l
+ * talking-heads self-attention blocks then 2 class-attention blocks (depth_token_only), mlp_ratio
+ * 4 in both, qkv bias, LayerNorm eps 1e-6, LayerScale init 1e-5 (24 layers) or 1e-6 (36); the
+ * class token after the final norm feeds the head. ImageNet mean/std, crop 1.0, bicubic. */
+#define CAIT_STAGE(d, l, h, sc) \
+    {.depth = l, .embed_dim = d, .num_heads = h, .mlp_hidden = 4 * (d), .scope = sc}
+#define CAIT(nm, d, l, h, ls)                                                                 \
+    {.name = nm, .img_size = 224, .patch_size = 16, .in_chans = 3, .embed_dim = d,            \
+     .depth = (l) + 2, .num_heads = h, .mlp_hidden = 4 * (d), .num_classes = 1000,            \
+     .qkv_bias = 1, .class_token = 1, .global_pool = VIT_POOL_TOKEN, .ln_eps = 1e-6f,         \
+     .mean = IMAGENET_MEAN, .std = IMAGENET_STD, .crop_pct = 1.0f,                            \
+     .interpolation = VIT_INTERP_BICUBIC, .family = VIT_FAMILY_CAIT, .n_stages = 2,          \
+     .stage = {CAIT_STAGE(d, l, h, VIT_SCOPE_GLOBAL), CAIT_STAGE(d, 2, h, VIT_SCOPE_CLASS)},  \
+     .init_values = ls, .talking_heads = 1}
+
 static const vit_config vit_archs[] = {
     VIT("vit_tiny_patch16_224", 224, 16, 192, 12, 3, INCEPTION_MEAN, INCEPTION_STD, 0.9f, 0),
     VIT("vit_tiny_patch16_384", 384, 16, 192, 12, 3, INCEPTION_MEAN, INCEPTION_STD, 1.0f, 0),
@@ -132,6 +148,9 @@ static const vit_config vit_archs[] = {
     PVT("pvt_v2_b3", 3, 4, 18, 3, 64, 128, 320, 512, 8, 8, 4, 4, 0),
     PVT("pvt_v2_b4", 3, 8, 27, 3, 64, 128, 320, 512, 8, 8, 4, 4, 0),
     PVT("pvt_v2_b5", 3, 6, 40, 3, 64, 128, 320, 512, 4, 4, 4, 4, 0),
+    CAIT("cait_xxs24_224", 192, 24, 4, 1e-5f),
+    CAIT("cait_xxs36_224", 192, 36, 4, 1e-6f),
+    CAIT("cait_s24_224", 384, 24, 8, 1e-5f),
 };
 #define VIT_ARCH_N ((int)(sizeof vit_archs / sizeof vit_archs[0]))
 
@@ -316,6 +335,10 @@ static const vit_tag vit_tags[] = {
     {"pvt_v2_b3", "in1k", 1000, 1, 0.9f},
     {"pvt_v2_b4", "in1k", 1000, 1, 0.9f},
     {"pvt_v2_b5", "in1k", 1000, 1, 0.9f},
+    /* timm/models/cait.py default_cfgs (distilled ImageNet-1k training, crop 1.0) */
+    {"cait_xxs24_224", "fb_dist_in1k", 1000, 1, 1.0f},
+    {"cait_xxs36_224", "fb_dist_in1k", 1000, 1, 1.0f},
+    {"cait_s24_224", "fb_dist_in1k", 1000, 1, 1.0f},
 };
 #define VIT_TAG_N ((int)(sizeof vit_tags / sizeof vit_tags[0]))
 
@@ -326,7 +349,6 @@ static const struct {
 } vit_families_later[] = {
     {"swinv2", "Swin Transformer V2", "scaled cosine attention and a log-spaced continuous position bias"},
     {"swin_s3", "Swin S3 (AutoFormerV2)", "a different window size per stage"},
-    {"cait", "CaiT", "class-attention layers and talking heads"},
     {"beit", "BEiT", "relative position biases and LayerScale"},
     {"eva", "EVA", "rotary embeddings and SwiGLU"},
     {"xcit", "XCiT", "cross-covariance attention"},
@@ -581,8 +603,14 @@ static as_status validate_swin_head(const vit_config *c, as_error *err) {
     return AS_OK;
 }
 
+static as_status validate_blocks(const vit_config *c, as_error *err);
+
 static as_status validate_stages(const vit_config *c, as_error *err) {
     const char *n = c->name[0] ? c->name : "model";
+    if (c->family == VIT_FAMILY_CAIT) {
+        as_status st = vit_cait_validate(c, err);
+        return st != AS_OK ? st : validate_blocks(c, err);
+    }
     if ((unsigned)c->family >= VIT_FAMILY_COUNT || c->family == VIT_FAMILY_VIT)
         return as_fail(err, AS_ERR_CONFIG, "%s: stages are given but the family is not one with "
                        "stages: set \"family\": \"swin\" (the only staged family so far)", n);
@@ -636,6 +664,12 @@ static as_status validate_stages(const vit_config *c, as_error *err) {
         c->mlp_hidden != c->stage[0].mlp_hidden)
         return as_fail(err, AS_ERR_CONFIG, "%s: embed_dim, num_heads and the MLP width must be "
                        "stage 0's", n);
+    return validate_blocks(c, err);
+}
+
+/* Every block of a staged model: its mechanism in its scope, and its sizes. */
+static as_status validate_blocks(const vit_config *c, as_error *err) {
+    const char *n = c->name[0] ? c->name : "model";
     for (int l = 0; l < c->depth; l++) {
         vit_geom g;
         vit_block_geom(c, l, &g);
@@ -812,9 +846,11 @@ void vit_config_cost(const vit_config *c, vit_cost *out) {
     const double C = c->num_classes, heads = c->distilled ? 2 : 1;
     memset(out, 0, sizeof *out);
     out->n_stages = vit_num_stages(c);
-    if (c->family == VIT_FAMILY_PVT2) pvt_stem_cost(c, &out->stem);
-    else vit_cost_add(&out->stem, VIT_COMP_PATCH_EMBED, K * D + (c->pre_norm ? 0 : D), Np * K * D, Np * D);
-    if (c->n_stages > 0) {
+    if (c->family == VIT_FAMILY_CAIT) {
+        vit_cait_cost(c, out);
+    } else if (c->n_stages > 0) {
+        if (c->family == VIT_FAMILY_PVT2) pvt_stem_cost(c, &out->stem);
+        else vit_cost_add(&out->stem, VIT_COMP_PATCH_EMBED, K * D + D, Np * K * D, Np * D);
         if (c->patch_norm) vit_cost_add(&out->stem, VIT_COMP_NORM, 2 * D, 0, 8 * Np * D);
         for (int s = 0; s < c->n_stages; s++) cost_stage(c, s, &out->stage[s]);
         /* final norm and average pooling over the last grid, then the classifier */
@@ -824,6 +860,7 @@ void vit_config_cost(const vit_config *c, vit_cost *out) {
         if (c->family != VIT_FAMILY_PVT2) vit_cost_add(&out->head, VIT_COMP_NORM, 2 * Cl, 0, 8 * Tl * Cl);
         vit_cost_add(&out->head, VIT_COMP_HEAD, C > 0 ? Cl * C + C : 0, C * Cl, Tl * Cl + C);
     } else {
+        vit_cost_add(&out->stem, VIT_COMP_PATCH_EMBED, K * D + (c->pre_norm ? 0 : D), Np * K * D, Np * D);
         const double pos = vit_pos_embed_len(c);
         vit_cost_add(&out->stem, VIT_COMP_TOKENS, vit_num_prefix(c) * D + pos * D, 0, pos * D);
         /* two norms per block plus the final norm; ~8 flops per element (mean, var, scale, shift) */

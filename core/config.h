@@ -67,6 +67,11 @@ typedef struct {
     int expanded_heads;     /* Refiner: H' */
     int kernel_size;        /* Refiner: k, odd */
 } vit_attn;
+/* MaiT in CaiT's talking-heads blocks: where the masks apply (the paper's "Masked CaiT" does
+ * not say; docs/models.md "CaiT"): BEFORE the head mix, on each head's own q k^T logits, or AFTER
+ * it, on the mixed logits that enter the softmax. */
+typedef enum { VIT_MASK_MIX_BEFORE = 0, VIT_MASK_MIX_AFTER, VIT_MASK_MIX_COUNT } vit_mask_mix;
+const char *vit_mask_mix_name(vit_mask_mix m); /* "before_mix", "after_mix" */
 typedef enum { VIT_INTERP_BICUBIC = 0, VIT_INTERP_BILINEAR, VIT_INTERP_COUNT } vit_interp;
 
 /* ---- Stages: a model is a stem, stages of blocks and a head ----
@@ -160,6 +165,12 @@ typedef struct {
     int pre_norm;         /* norm_pre: a LayerNorm after the embedding, before the blocks (CLIP);
                              the patch embedding then has no bias, as in timm */
     vit_act act_layer;    /* the MLP activation of the blocks and of the MAP pool's MLP */
+    /* CaiT (family "cait", core/cait.c, docs/models.md "CaiT"): stage 0 holds the self-attention
+     * blocks over the patch tokens alone, stage 1 the class-attention blocks (scope CLASS). */
+    int talking_heads;       /* SA blocks mix the heads' logits (attn.proj_l) before the softmax
+                                and the maps (attn.proj_w) after it; 0: plain attention */
+    vit_mask_mix mask_mix;   /* MaiT masks in talking-heads blocks: on the per-head logits
+                                before proj_l (default) or on the mixed logits after it */
 } vit_config;
 #define VIT_SR_POOL 7 /* linear SRA's AdaptiveAvgPool2d output side (timm, fixed) */
 

@@ -65,7 +65,7 @@ void vit_block_geom(const vit_config *c, int l, vit_geom *g) {
         g->D = st->embed_dim;
         g->H = st->num_heads;
         g->Hm = st->mlp_hidden;
-        g->prefix = 0;
+        g->prefix = st->scope == VIT_SCOPE_CLASS; /* CaiT: [cls; patches] */
     }
     g->gh = g->gw = grid;
     g->T = g->prefix + grid * grid;
@@ -79,6 +79,7 @@ void vit_block_geom(const vit_config *c, int l, vit_geom *g) {
     g->key_stride_px = stride;
     g->key_offset_px = offset;
     if (g->scope == VIT_SCOPE_SRA) vit_sra_geom(c, g);
+    if (g->scope == VIT_SCOPE_CLASS) g->Tq = 1; /* the class token alone queries */
     if (g->scope != VIT_SCOPE_WINDOW) return;
     const int M0 = c->stage[g->stage].window, odd = c->shift_windows && (g->j & 1);
     int M = M0, shift = 0;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "attn_ops.h"
+#include "cait.h"
 #include "kernels.h"
 #include "pvt.h"
 #include "stage.h"
@@ -40,6 +41,7 @@ static void spec_put(vit_tensor_spec *specs, int max, int *n, const float **slot
  * the renames). A WINDOW block's relative table is ((2M - 1)^2, H) for its CLAMPED window M. */
 int vit_stage_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, int max) {
     if (c->family == VIT_FAMILY_PVT2) return pvt_param_specs(c, p, specs, max);
+    if (c->family == VIT_FAMILY_CAIT) return vit_cait_param_specs(c, p, specs, max);
     int n = 0;
     memset(p, 0, sizeof *p);
     const int C0 = c->stage[0].embed_dim, P = c->patch_size;
@@ -184,6 +186,7 @@ size_t vit_stage_acts_carve(const vit_config *c, int B, void *base, vit_acts *a)
         carve_f(p, &off, b * pz.kv, &v->kv);
         carve_f(p, &off, b * pz.hid2, &v->hid2);
     }
+    if (vit_cait_scratch_floats(c)) carve_f(p, &off, b * vit_cait_scratch_floats(c), &v->cait);
     /* thread-local window scratch for the threads a forward may use; more threads than were
      * counted here just run with fewer (the result does not depend on it) */
     const int slots = omp_get_max_threads();
@@ -216,7 +219,7 @@ size_t vit_stage_acts_carve(const vit_config *c, int B, void *base, vit_acts *a)
         if (g.scope == VIT_SCOPE_WINDOW) {
             vit_window_tokens(c, &g, tok);
         } else {
-            for (int t = 0; t < g.T; t++) ((int *)tok)[t] = t;
+            for (int t = 0; t < g.Tq; t++) ((int *)tok)[t] = t; /* CLASS: the one cls row */
         }
         if (mask) vit_shift_mask(c, &g, mask);
         v->tok[l] = tok;
@@ -330,6 +333,10 @@ void vit_stage_forward(const vit_config *c, const vit_params *p, vit_acts *a, co
     assert(n >= 1 && n <= a->B && !a->tape);
     const vit_record none = {0};
     if (!rec) rec = &none;
+    if (c->family == VIT_FAMILY_CAIT) {
+        vit_cait_forward(c, p, a, images, n, rec);
+        return;
+    }
     vit_geom g;
     stage_grid(c, 0, &g);
     const int P = c->patch_size, Cin = c->in_chans, K = Cin * P * P;

@@ -17,6 +17,7 @@
 #include "attn_ops.h"
 #include "mech.h"
 #include "resample.h"
+#include "cait.h"
 #include "stage.h"
 #include "vitfam.h"
 
@@ -571,6 +572,7 @@ int vit_resample_pos_embed(float *out, const float *in, int prefix, int gs_in, i
 int vit_extra_info(const vit_config *c, int l, int i, vit_extra *out) {
     const vit_mech *m = vit_mech_of(c, l);
     vit_extra x = {0};
+    if (vit_cait_talking(c, l)) return vit_cait_extra(c, l, i, out); /* proj_l / proj_w internals */
     if (!m || !m->extra || i < 0 || i >= VIT_MAX_EXTRAS || !m->extra(c, l, i, &x)) return 0;
     if (out) *out = x;
     return 1;

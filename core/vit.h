@@ -42,6 +42,10 @@ typedef struct {
      * (D, D, R, R) or (D, D, 1, 1) (linear) and its LayerNorm attn.norm (D); MixFFN's
      * mlp.dwconv (Hm, 1, 3, 3), (Hm) */
     const float *kv_w, *kv_b, *sr_w, *sr_b, *sr_norm_w, *sr_norm_b, *dw_w, *dw_b;
+    /* CaiT talking heads (c->talking_heads, stage 0): attn.proj_l mixes the heads' logits,
+     * attn.proj_w their softmax maps: (H, H) weights, (H) biases. A class-attention block uses
+     * q_w .. v_b above (attn.q, attn.k, attn.v). */
+    const float *thl_w, *thl_b, *thw_w, *thw_b;
 } vit_block_params;
 
 /* What runs before a stage's blocks (staged models, s >= 1): Swin's PatchMerging. */
@@ -153,6 +157,9 @@ typedef struct {
     /* PVT v2 (core/pvt.c): the SR input gathered per key (B, T', C R^2), the reduced grid
      * (B, T', C), its k | v rows (B, T', 2C), and MixFFN's depth-wise conv output (B, T, Hm) */
     float *sr_col, *xr, *kv, *hid2;
+    /* CaiT: (B, 3, H, N, N) per image the talking-heads blocks' raw logits, mixed logits and
+     * softmax maps when they are not recorded (core/cait.c) */
+    float *cait;
 } vit_acts;
 
 /* Returns the bytes needed for B images; with base != NULL also carves it into *a. base must

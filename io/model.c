@@ -95,7 +95,8 @@ typedef struct {
 
 /* Families a key applies to: keys of one family given to another are refused with the reason. */
 enum { MF_VIT = 1u << VIT_FAMILY_VIT, MF_SWIN = 1u << VIT_FAMILY_SWIN, MF_PVT = 1u << VIT_FAMILY_PVT2 };
-#define MF_ANY (MF_VIT | MF_SWIN | MF_PVT)
+enum { MF_CAIT = 1u << VIT_FAMILY_CAIT }; /* CaiT's keys (cait_from_json) */
+#define MF_ANY (MF_VIT | MF_SWIN | MF_PVT | MF_CAIT)
 
 #define OFF(f) ((long)offsetof(vit_config, f))
 #define FIXED(k, v, doc) {k, MK_MODEL, MK_FIXED, 0, 0, -1, v, NULL, doc, 0}
@@ -115,11 +116,26 @@ static const model_key model_keys[] = {
     {"img_size", MK_MODEL, MK_INT, 1, VIT_MAX_IMG, OFF(img_size), NULL, NULL, "input side in pixels", 0},
     {"patch_size", MK_MODEL, MK_INT, 1, VIT_MAX_IMG, OFF(patch_size), NULL, NULL, "patch side", 0},
     {"in_chans", MK_MODEL, MK_INT, 1, VIT_MAX_CHANS, OFF(in_chans), NULL, NULL, "input channels", 0},
-    {"embed_dim", MK_MODEL, MK_INT, 1, VIT_MAX_DIM, OFF(embed_dim), NULL, NULL, "D", MF_VIT},
+    {"embed_dim", MK_MODEL, MK_INT, 1, VIT_MAX_DIM, OFF(embed_dim), NULL, NULL, "D", MF_VIT | MF_CAIT},
     {"embed_dim", MK_MODEL, MK_OWN, 1, VIT_MAX_DIM, -1, "integer 1..65536, or one per stage", NULL,
      "stage 0's width, doubled by every merge as in timm; or a list of the stage widths", MF_SWIN},
     {"depth", MK_MODEL, MK_INT, 1, VIT_MAX_DEPTH, OFF(depth), NULL, NULL, "blocks", MF_VIT},
-    {"num_heads", MK_MODEL, MK_INT, 1, VIT_MAX_DIM, OFF(num_heads), NULL, NULL, "H, dividing D", MF_VIT},
+    {"num_heads", MK_MODEL, MK_INT, 1, VIT_MAX_DIM, OFF(num_heads), NULL, NULL, "H, dividing D", MF_VIT | MF_CAIT},
+    /* CaiT (timm's Cait keyword arguments; docs/models.md, CaiT) */
+    {"depth", MK_MODEL, MK_OWN, 1, VIT_MAX_DEPTH, -1, "integer 1..255", NULL,
+     "CaiT: self-attention blocks (stage 0)", MF_CAIT},
+    {"depth_token_only", MK_MODEL, MK_OWN, 1, VIT_MAX_DEPTH, -1, "integer 1..255", NULL,
+     "CaiT: class-attention blocks (stage 1; timm's default 2)", MF_CAIT},
+    {"mlp_ratio_token_only", MK_MODEL, MK_OWN, 1.0 / 64, 64, -1, "number in [1/64, 64]", NULL,
+     "CaiT: MLP ratio of the class-attention blocks (default: the base's, 4)", MF_CAIT},
+    {"init_values", MK_MODEL, MK_FLOAT, 0, 1e3, OFF(init_values), NULL, NULL,
+     "CaiT: LayerScale's initial gamma (gamma_1, gamma_2 in every block); 0: no LayerScale", MF_CAIT},
+    {"talking_heads", MK_MODEL, MK_BOOL, 0, 1, OFF(talking_heads), NULL, NULL,
+     "CaiT (attnscope's key): the self-attention blocks mix heads with attn.proj_l and "
+     "attn.proj_w (timm's TalkingHeadAttn, default true); false: plain attention", MF_CAIT},
+    {"mask_mix", MK_MODEL, MK_CHOICE, 0, 0, OFF(mask_mix), "before_mix|after_mix", NULL,
+     "CaiT with MaiT blocks (attnscope's key): masks on each head's logits before proj_l "
+     "(default) or on the mixed logits after it", MF_CAIT},
     {"mlp_ratio", MK_MODEL, MK_OWN, 1.0 / 64, 64, -1, "number in [1/64, 64]", NULL,
      "MLP width int(mlp_ratio x D) as timm; default 4 (the base architecture's ratio)", 0},
     {"mlp_hidden", MK_MODEL, MK_INT, 1, VIT_MAX_HIDDEN, OFF(mlp_hidden), NULL, NULL,
@@ -137,8 +153,8 @@ static const model_key model_keys[] = {
     {"ln_eps", MK_MODEL, MK_FLOAT, 1e-12, 1, OFF(ln_eps), NULL, NULL, "LayerNorm epsilon", 0},
     {"num_features", MK_MODEL, MK_OWN, 0, 0, -1, "integer", NULL,
      "timm's feature width; checked to equal `embed_dim` (Swin: the last stage's width)", 0},
-    {"family", MK_MODEL, MK_CHOICE, 0, 0, OFF(family), "vit|swin|pvt_v2", "|cait",
-     "the model family; a custom Swin or PVT v2 needs it, an architecture name implies it", 0},
+    {"family", MK_MODEL, MK_CHOICE, 0, 0, OFF(family), "vit|swin|pvt_v2|cait", NULL,
+     "the model family; a custom Swin, PVT v2 or CaiT needs it, an architecture name implies it", 0},
     {"depths", MK_MODEL, MK_OWN, 1, VIT_MAX_DEPTH, -1, "1 to 4 integers", NULL,
      "blocks per stage; a patch merging (Swin) or strided conv (PVT v2) starts every stage after the first",
      MF_SWIN | MF_PVT},
@@ -265,7 +281,10 @@ static void key_other_family(char *msg, size_t n, const char *prefix, const char
         {"distilled", "Swin has no distillation token"},
         {"fc_norm", "Swin normalises before its average pooling (\"norm\")"},
     };
-    if (fam & MF_PVT) {
+    if (fam & MF_CAIT) {
+        snprintf(msg, n, "\"%s%.48s\" is not a CaiT key (timm's Cait has no such option or "
+                 "attnscope fixes it: docs/models.md, CaiT): remove it", prefix, key);
+    } else if (fam & MF_PVT) {
         static const struct {
             const char *key, *why;
         } pvt_why[] = {
@@ -1001,6 +1020,57 @@ static int pvt_from_json(vit_config *c, const cJSON *root, const cJSON *ma, char
     return 1;
 }
 
+/* A number key in [lo, hi] into *v (left as it is when absent or null); 0 with a message. */
+static int json_number(const cJSON *root, const cJSON *ma, const char *key, double lo, double hi, double *v,
+                       char *msg, size_t n) {
+    const cJSON *j = model_value(root, ma, key);
+    if (!j || cJSON_IsNull(j)) return 1;
+    if (!cJSON_IsNumber(j) || !as_double_in(j->valuedouble, lo, hi)) {
+        snprintf(msg, n, "\"%s\" must be a finite number in [%g, %g]", key, lo, hi);
+        return 0;
+    }
+    *v = j->valuedouble;
+    return 1;
+}
+
+/* CaiT's stage keys into c: depth (self-attention blocks), depth_token_only, mlp_ratio and
+ * mlp_ratio_token_only, with both stages rebuilt from embed_dim and num_heads. What is not given
+ * keeps the base's (the architecture's, or cait_xxs24_224 for a custom model). */
+static int cait_from_json(vit_config *c, const cJSON *root, const cJSON *ma, int base_dim, int base_hidden,
+                          char *msg, size_t n) {
+    double d0 = c->stage[0].depth, d1 = c->stage[1].depth;
+    double r0 = (double)base_hidden / base_dim, r1 = (double)c->stage[1].mlp_hidden / base_dim;
+    if (!json_number(root, ma, "depth", 1, VIT_MAX_DEPTH - 1, &d0, msg, n) ||
+        !json_number(root, ma, "depth_token_only", 1, VIT_MAX_DEPTH - 1, &d1, msg, n) ||
+        !json_number(root, ma, "mlp_ratio", 1.0 / 64, 64, &r0, msg, n) ||
+        !json_number(root, ma, "mlp_ratio_token_only", 1.0 / 64, 64, &r1, msg, n))
+        return 0;
+    if (d0 != floor(d0) || d1 != floor(d1) || d0 + d1 > VIT_MAX_DEPTH) {
+        snprintf(msg, n, "\"depth\" and \"depth_token_only\" must be integers adding up to at most %d",
+                 VIT_MAX_DEPTH);
+        return 0;
+    }
+    const double h0 = floor(r0 * c->embed_dim), h1 = floor(r1 * c->embed_dim);
+    if (!(h0 >= 1 && h0 <= VIT_MAX_HIDDEN && h1 >= 1 && h1 <= VIT_MAX_HIDDEN)) {
+        snprintf(msg, n, "\"mlp_ratio\" or \"mlp_ratio_token_only\" x embed_dim %d gives an MLP width "
+                 "outside 1..%d", c->embed_dim, VIT_MAX_HIDDEN);
+        return 0;
+    }
+    for (int s = 0; s < 2; s++)
+        c->stage[s] = (vit_stage){.depth = (int)(s ? d1 : d0), .embed_dim = c->embed_dim,
+                                  .num_heads = c->num_heads, .mlp_hidden = (int)(s ? h1 : h0),
+                                  .scope = s ? VIT_SCOPE_CLASS : VIT_SCOPE_GLOBAL};
+    c->n_stages = 2;
+    c->depth = (int)(d0 + d1);
+    c->mlp_hidden = (int)h0;
+    const cJSON *nf = model_value(root, ma, "num_features");
+    if (nf && !cJSON_IsNull(nf) && !(cJSON_IsNumber(nf) && nf->valuedouble == c->embed_dim)) {
+        snprintf(msg, n, "\"num_features\" must equal embed_dim %d (timm's feature width)", c->embed_dim);
+        return 0;
+    }
+    return 1;
+}
+
 /* Everything of the config into *c (which holds the base); 0 with a message on error. The keys
  * are checked before any value, so a typo is reported as a typo and not as what its default
  * did to some other key. */
@@ -1044,6 +1114,8 @@ static int config_from_json(vit_config *c, const cJSON *root, char *msg, size_t 
         if (!pvt_from_json(c, root, ma, msg, n)) return 0;
     } else if (c->family == VIT_FAMILY_SWIN) {
         if (!swin_from_json(c, root, ma, base_dim, base_hidden, msg, n)) return 0;
+    } else if (c->family == VIT_FAMILY_CAIT) {
+        if (!cait_from_json(c, root, ma, base_dim, base_hidden, msg, n)) return 0;
     } else if (!vit_mlp_from_json(c, root, ma, base_dim, base_hidden, msg, n)) {
         return 0;
     }
@@ -1199,8 +1271,8 @@ as_status model_config_apply_json(vit_config *cfg, const char *json, const char 
         /* a custom model starts from timm's defaults of its family (a custom base stays) */
         const vit_family f = family >= 0 ? (vit_family)family : VIT_FAMILY_VIT;
         if (!cfg->name[0] || strcmp(cfg->name, "custom") != 0 || cfg->family != f) {
-            if (f == VIT_FAMILY_SWIN) {
-                c = *vit_arch_find("swin_tiny_patch4_window7_224");
+            if (f == VIT_FAMILY_SWIN || f == VIT_FAMILY_CAIT) {
+                c = *vit_arch_find(f == VIT_FAMILY_SWIN ? "swin_tiny_patch4_window7_224" : "cait_xxs24_224");
                 snprintf(c.name, sizeof c.name, "custom");
             } else if (f == VIT_FAMILY_PVT2) { /* timm's class defaults: b2 with stage 2 at 256 / 4 */
                 c = *vit_arch_find("pvt_v2_b2");
@@ -1300,6 +1372,29 @@ static void pvt_to_json(const vit_config *c, cJSON *o) {
     cJSON_AddNumberToObject(o, "conv_ln_eps", c->conv_ln_eps);
 }
 
+/* CaiT's keys (model_config_to_json). */
+static void cait_to_json(const vit_config *c, cJSON *o) {
+    cJSON_AddStringToObject(o, "family", vit_family_name(c->family));
+    cJSON_AddNumberToObject(o, "img_size", c->img_size);
+    cJSON_AddNumberToObject(o, "patch_size", c->patch_size);
+    cJSON_AddNumberToObject(o, "in_chans", c->in_chans);
+    cJSON_AddNumberToObject(o, "embed_dim", c->embed_dim);
+    cJSON_AddNumberToObject(o, "depth", c->stage[0].depth);
+    cJSON_AddNumberToObject(o, "depth_token_only", c->stage[1].depth);
+    cJSON_AddNumberToObject(o, "num_heads", c->num_heads);
+    /* the ratios that give the widths back through floor(r x embed_dim) */
+    const double r0 = (double)c->stage[0].mlp_hidden / c->embed_dim, r1 = (double)c->stage[1].mlp_hidden / c->embed_dim;
+    cJSON_AddNumberToObject(o, "mlp_ratio", floor(r0 * c->embed_dim) == c->stage[0].mlp_hidden ? r0 : nextafter(r0, INFINITY));
+    cJSON_AddNumberToObject(o, "mlp_ratio_token_only", floor(r1 * c->embed_dim) == c->stage[1].mlp_hidden ? r1 : nextafter(r1, INFINITY));
+    cJSON_AddNumberToObject(o, "num_classes", c->num_classes);
+    cJSON_AddBoolToObject(o, "qkv_bias", c->qkv_bias);
+    cJSON_AddStringToObject(o, "global_pool", vit_pool_name(c->global_pool));
+    cJSON_AddNumberToObject(o, "ln_eps", c->ln_eps);
+    cJSON_AddNumberToObject(o, "init_values", c->init_values);
+    cJSON_AddBoolToObject(o, "talking_heads", c->talking_heads);
+    cJSON_AddStringToObject(o, "mask_mix", vit_mask_mix_name(c->mask_mix));
+}
+
 /* A ViT's keys (model_config_to_json). */
 static void vit_to_json(const vit_config *c, cJSON *o) {
     cJSON_AddNumberToObject(o, "img_size", c->img_size);
@@ -1328,6 +1423,7 @@ char *model_config_to_json(const vit_config *c) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "architecture", c->name);
     if (c->family == VIT_FAMILY_PVT2) pvt_to_json(c, o);
+    else if (c->family == VIT_FAMILY_CAIT) cait_to_json(c, o);
     else if (c->family != VIT_FAMILY_VIT) swin_to_json(c, o);
     else vit_to_json(c, o);
     int mixed = 0;
@@ -1648,7 +1744,8 @@ as_status model_load_report(model *m, const char *path, const char *arch, int im
     }
     if ((rc = vit_config_validate(&cfg, err)) != AS_OK) return rc;
     if ((rc = safetensors_open(&m->st, weights, err)) != AS_OK) return rc;
-    if (cfg.n_stages > 0) { /* Swin: the official and torchvision names, renamed to timm's */
+    const int timm_swin = cfg.n_stages > 0 && cfg.family != VIT_FAMILY_CAIT; /* CaiT: timm's names only */
+    if (timm_swin) { /* Swin: the official and torchvision names, renamed to timm's */
         layout_info li;
         if ((rc = layout_to_timm(&m->st, &cfg, &li, err)) != AS_OK) {
             model_free(m);
@@ -1660,7 +1757,7 @@ as_status model_load_report(model *m, const char *path, const char *arch, int im
     /* a checkpoint's own head size wins over the table's 1000 (fine-tuned models) */
     vit_geom last;
     vit_block_geom(&cfg, cfg.depth - 1, &last);
-    const int fc = cfg.n_stages > 0 && cfg.family != VIT_FAMILY_PVT2; /* Swin's head.fc */
+    const int fc = cfg.family == VIT_FAMILY_SWIN; /* Swin's head.fc */
     const char *hw = fc ? "head.fc.weight" : "head.weight";
     const char *hb = fc ? "head.fc.bias" : "head.bias";
     const safetensors_tensor *head = safetensors_find(&m->st, hw);
@@ -1740,7 +1837,7 @@ as_status model_init_random(model *m, const vit_config *cfg, unsigned long long 
 
 void model_layout_note(const model *m, char *buf, size_t n) {
     if (n) buf[0] = 0;
-    if (m->cfg.n_stages == 0 || !m->source[0] || strncmp(m->source, "random", 6) == 0) return;
+    if (m->cfg.n_stages == 0 || m->cfg.family == VIT_FAMILY_CAIT || !m->source[0] || strncmp(m->source, "random", 6) == 0) return;
     const char *words = m->cfg.family != VIT_FAMILY_PVT2 ? layout_describe(m->layout)
                       : m->layout == LAYOUT_OFFICIAL ? "whai362/PVT's official names (patch_embed1..4, "
                         "block1..4, norm1..4, mlp.dwconv.dwconv), renamed to timm's" : "timm's names";

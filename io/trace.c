@@ -4,6 +4,7 @@
  * was flushed, and /images/done marks which images are complete. */
 #define _POSIX_C_SOURCE 200809L
 #include "trace.h"
+#include "../core/cait.h"
 
 #include <errno.h>
 #include <hdf5.h>
@@ -128,8 +129,9 @@ static int q_shape(const trace_spec *s, trace_quantity q, int l, hsize_t dims[4]
         return 2;
     }
     dims[0] = (hsize_t)q_heads(s, q, l, NULL);
-    if (!is_map(q)) { /* SRA: k over the reduced keys */
-        dims[1] = (hsize_t)(q == TRACE_Q_K && t.scope == VIT_SCOPE_SRA ? t.Tk : t.T), dims[2] = (hsize_t)t.qk_dim;
+    if (!is_map(q)) { /* SRA: k over the reduced keys; CLASS: q of the class token only */
+        dims[1] = (hsize_t)(q == TRACE_Q_K && t.scope == VIT_SCOPE_SRA ? t.Tk
+                            : q == TRACE_Q_Q && t.scope == VIT_SCOPE_CLASS ? 1 : t.T), dims[2] = (hsize_t)t.qk_dim;
         return 3;
     }
     if (t.scope == VIT_SCOPE_WINDOW) {
@@ -192,6 +194,7 @@ static size_t q_engine_heads(const vit_config *c, trace_quantity q, int l) {
 
 /* Rows of a q/k record: the tokens, or an SRA layer's reduced keys for k. */
 static int key_rows(const vit_geom *g, trace_quantity q) {
+    if (q == TRACE_Q_Q && g->scope == VIT_SCOPE_CLASS) return 1; /* CaiT: q of the class token */
     return q == TRACE_Q_K && g->scope == VIT_SCOPE_SRA ? g->Tk : g->T;
 }
 
@@ -227,8 +230,10 @@ static const char *q_description(const vit_config *c, trace_quantity q, int l) {
     const vit_mech *m = vit_mech_of(c, l);
     vit_extra x;
     switch (q) {
-    case TRACE_Q_ATTN: return m->attn_doc ? m->attn_doc : "softmax(scores): the map that multiplies the values";
-    case TRACE_Q_SCORES: return m->scores_doc ? m->scores_doc : "q k^T * scale before the softmax";
+    case TRACE_Q_ATTN: if (vit_cait_attn_doc(c, l)) return vit_cait_attn_doc(c, l);
+        return m->attn_doc ? m->attn_doc : "softmax(scores): the map that multiplies the values";
+    case TRACE_Q_SCORES: if (vit_cait_scores_doc(c, l)) return vit_cait_scores_doc(c, l);
+        return m->scores_doc ? m->scores_doc : "q k^T * scale before the softmax";
     case TRACE_Q_Q: return "per-head queries after the projection";
     case TRACE_Q_K:
         if (layer_sra(c, l)) return "per-head keys of the reduced grid (key_grid, row-major), after attn.kv";
@@ -451,6 +456,7 @@ static int layer_attrs(hid_t g, const trace_spec *s, int l) {
     attr_writer w = {{.ctx = &g, .num = attr_num, .floats = attr_floats, .boolean = attr_bool,
                       .str = attr_str, .nums = attr_nums}};
     if (m->trace_attrs) m->trace_attrs(c, s->params, l, &w.w);
+    vit_cait_trace_attrs(c, l, &w.w); /* talking heads, signed maps, query rows "cls" */
     rc |= w.w.failed;
     vit_static st;
     const int learnt = s->params && vit_static_info(c, l, 0, NULL);
@@ -492,6 +498,11 @@ static int layer_attrs(hid_t g, const trace_spec *s, int l) {
 static const char *q_dims(const vit_config *c, trace_quantity q, int l) {
     if (q == TRACE_Q_TOKENS) return "image,token,channel";
     if (q == TRACE_Q_K && layer_sra(c, l)) return "image,head,key,qk_channel";
+    if (q == TRACE_Q_Q && vit_mech_of(c, l) && c->family == VIT_FAMILY_CAIT) {
+        vit_geom g; /* CaiT's class attention: q of the class token alone */
+        vit_block_geom(c, l, &g);
+        if (g.scope == VIT_SCOPE_CLASS) return "image,head,query,qk_channel";
+    }
     if (q == TRACE_Q_Q || q == TRACE_Q_K) return "image,head,token,qk_channel";
     const int win = layer_windowed(c, l);
     if ((q == TRACE_Q_X0 || q == TRACE_Q_X1) && vit_mech_of(c, l)->maps)
@@ -1678,6 +1689,9 @@ static as_status layer_geom_read(trace_reader *r, int li, as_error *err) {
         t->kgh = kg[0], t->kgw = kg[1];
         ok &= (t->sr_pool > 0) != (t->sr_ratio > 0) && t->kgh >= 1 && t->kgw >= 1 &&
               (long)t->kgh * t->kgw == t->Tk && t->Tk <= t->T;
+    } else if (strcmp(scope, "class") == 0) { /* CaiT: the class token's row over [cls; patches] */
+        t->scope = VIT_SCOPE_CLASS;
+        ok &= t->Tq == 1 && t->prefix == 1;
     } else {
         ok &= strcmp(scope, "global") == 0;
     }
@@ -1685,6 +1699,9 @@ static as_status layer_geom_read(trace_reader *r, int li, as_error *err) {
         t->kgh = t->gh, t->kgw = t->gw;
         t->key_stride_px = t->stride_px, t->key_offset_px = t->offset_px;
     }
+    /* CaiT's talking heads: the map that multiplies the values is signed, not row-stochastic */
+    int rs = 1;
+    if (h5u_attr_read_int(g, "attn_row_stochastic", &rs, 1) == 1) t->attn_signed = !rs;
     H5Gclose(g);
     const long cells = (long)t->gh * t->gw;
     ok = ok && t->gh >= 1 && t->gw >= 1 && t->gh <= VIT_MAX_IMG && t->gw <= VIT_MAX_IMG &&

@@ -137,6 +137,7 @@ typedef struct {
      * are in the layer's key_centre_px attribute). Else kgh, kgw = gh, gw and the token centres. */
     int kgh, kgw, sr_ratio, sr_pool;
     float key_stride_px, key_offset_px;
+    int attn_signed;        /* CaiT talking heads: attn is signed and not row-stochastic */
 } trace_layer_geom;
 
 typedef struct {

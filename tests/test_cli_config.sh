@@ -10,7 +10,7 @@ t_init test_cli_config cfg
 expect 0 "$A" info vit_small_patch16_224.dino
 has "$T/out" "head        none (features only"; has "$T/out" "mean (0.485, 0.456, 0.406)"
 expect 1 "$A" info vit_small_patch16_224.made_up;  has "$T/err" "pretrained tag"; one_line
-for n in swinv2_tiny_window8_256 cait_s24_224 deit3_large_patch16_224 vit_large_patch14_dinov2; do
+for n in swinv2_tiny_window8_256 beit_base_patch16_224 deit3_large_patch16_224 vit_large_patch14_dinov2; do
     expect 1 "$A" info "$n"; has "$T/err" "not support yet"; has "$T/err" "deit_tiny_patch16_224"
     lacks "$T/err" "no such file"; one_line
 done

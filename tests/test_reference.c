@@ -118,6 +118,27 @@ static void compare_expected(const char *label, const run_out *o, const char *ex
     safetensors_close(&st);
 }
 
+/* CaiT (tools/make_cait_fixtures.py, tools/cait_ref.py): talking heads with the maps before and
+ * after the mix, class attention, LayerScale; MaiT masks before and after the mix. */
+static void test_cait(void) {
+    const char *models[] = {"cait_tiny", "cait_mait_before", "cait_mait_after"};
+    for (int i = 0; i < 3; i++) {
+        model m;
+        as_error err = {0};
+        int ok = model_load(&m, fx(models[i]), NULL, 0, &err) == AS_OK;
+        CHECK(ok, "%s: %s", models[i], err.msg);
+        if (!ok) continue;
+        run_out o;
+        if (run_model(&m, fx("inputs.npy"), &o)) {
+            char exp[256];
+            snprintf(exp, sizeof exp, "%s/expected.safetensors", models[i]);
+            compare_expected(models[i], &o, fx(exp), 1, 1e-4);
+            free(o.mem);
+        }
+        model_free(&m);
+    }
+}
+
 static void test_models(void) {
     const char *models[] = {"vit_cls", "deit_dist", "vit_gap", "mech_cls", "mech_gap", "mech_dist"};
     for (int i = 0; i < 6; i++) {
@@ -432,6 +453,7 @@ static void test_vitfam(void) {
 int main(void) {
     test_swin();
     test_pvt();
+    test_cait();
     runtime_set_threads(0);
     test_models();
     test_reduced_precision();

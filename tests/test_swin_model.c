@@ -86,7 +86,7 @@ static void test_builtins(void) {
     /* the families that stay refused, Swin V2 among them */
     CHECK(vit_arch_resolve("swinv2_tiny_window8_256", &c, &err) == AS_ERR_UNSUPPORTED &&
               strstr(err.msg, "Swin Transformer V2"), "swinv2: %s", err.msg);
-    CHECK(vit_arch_resolve("cait_s24_224", &c, &err) == AS_ERR_UNSUPPORTED, "cait: %s", err.msg);
+    CHECK(vit_arch_resolve("beit_base_patch16_224", &c, &err) == AS_ERR_UNSUPPORTED, "beit: %s", err.msg);
     CHECK(vit_arch_resolve("swin_tiny_patch4_window7_22", &c, &err) == AS_ERR_CONFIG &&
               strstr(err.msg, "did you mean \"swin_tiny_patch4_window7_224\""), "typo: %s", err.msg);
 }

@@ -209,6 +209,12 @@ static as_status load_tables(view *v, as_error *err) {
                            "in the viewer for it (drawn over the token grid its keys would be misplaced); "
                            "read it with h5py (docs/trace-format.md) or record other layers", r->path,
                            layer, g->gh, g->gw, g->kgh, g->kgw);
+        if (g->attn_signed) /* CaiT's talking heads: not a distribution over keys */
+            return as_fail(err, AS_ERR_UNSUPPORTED, "%s: layer %d is a talking-heads layer whose map is "
+                           "signed and not row-stochastic (proj_w mixes the heads' softmax maps): the "
+                           "viewer does not draw it yet; record other layers with --layers, or read "
+                           "attn and internals/attn_softmax with h5py (docs/trace-format.md)",
+                           r->path, layer);
         if (g->prefix > 0 || (!windowed(v, li) && g->Tq != g->T))
             return as_fail(err, AS_ERR_UNSUPPORTED, "%s: layer %d has %s: stage-aware support is not "
                            "there yet in the viewer for staged layers with prefix tokens or prefix "

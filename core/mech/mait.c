@@ -184,7 +184,9 @@ static void cost(const vit_config *c, int l, const vit_geom *g, vit_cost_part *o
 }
 
 static int statics(const vit_config *c, int l, vit_static *v) {
-    const int T = vit_num_tokens(c), H = c->num_heads;
+    vit_geom g; /* the block's own tokens (CaiT's SA blocks have no class token) */
+    vit_block_geom(c, l, &g);
+    const int T = g.T, H = g.H;
     int n = 0;
     v[n++] = (vit_static){"mask", 3, {H, T, T}, "1 where the score is kept, 0 where the mask applies (see mask_mode)"};
     if (c->attn[l].mask_mode == VIT_MASK_SOFT) v[n++] = (vit_static){"mask_alpha", 1, {H, 0, 0}, "soft mask value per head"};
@@ -193,7 +195,9 @@ static int statics(const vit_config *c, int l, vit_static *v) {
 
 static void static_fill(const vit_config *c, const vit_params *p, int l, int i, float *out) {
     const vit_attn *at = &c->attn[l];
-    const int T = vit_num_tokens(c), H = c->num_heads;
+    vit_geom g;
+    vit_block_geom(c, l, &g);
+    const int T = g.T, H = g.H;
     const size_t TT = (size_t)T * T;
     if (i == 1 && at->mask_mode == VIT_MASK_SOFT) {
         memcpy(out, p->blocks[l].mask_alpha, (size_t)H * sizeof(float));
@@ -205,7 +209,7 @@ static void static_fill(const vit_config *c, const vit_params *p, int l, int i, 
     zero.mask_mode = VIT_MASK_ZERO;
     for (size_t e = 0; e < (size_t)H * TT; e++) out[e] = 1.0f;
     for (int h = 0; h < H && h < VIT_MAX_MASK_HEADS; h++)
-        if (at->mask_size[h]) mait_apply(out + (size_t)h * TT, &zero, NULL, h, T, vit_num_prefix(c), vit_grid(c));
+        if (at->mask_size[h]) mait_apply(out + (size_t)h * TT, &zero, NULL, h, T, g.prefix, g.gw);
 }
 
 static int check(const vit_config *c, const vit_params *p, int l, char *msg, size_t n) {
