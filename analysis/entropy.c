@@ -77,7 +77,7 @@ const analysis_metric analysis_metric_entropy = {
 
 /* ---- staged traces (format 3): docs/analysis.md, "Staged traces" ---------------------------- */
 
-enum { SOUT_ENT, SOUT_MEAN, SOUT_VALID, SOUT_STAGE };
+enum { SOUT_ENT, SOUT_MEAN, SOUT_VALID, SOUT_NEG, SOUT_DROP, SOUT_STAGE };
 
 static as_status sent_plan(analysis_ctx *c, as_error *err) {
     const analysis_layout *lay = c->lay;
@@ -88,6 +88,7 @@ static as_status sent_plan(analysis_ctx *c, as_error *err) {
                         "averaged over the rows (NaN beyond a layer's own heads)", u, 2, dims, ax);
     analysis_output_add(c, "head_mean", "entropy averaged over the layer's recorded heads", u, 1, dims, ax);
     analysis_output_add(c, "valid_keys", "valid keys per query row, averaged over the rows", "", 1, dims, ax);
+    analysis_rows_outputs_add(c); /* negative_maps, dropped_rows */
     analysis_stage_output_add(c, "stage_mean", "head_mean averaged over the stage's recorded layers", u);
     snprintf(c->params, sizeof c->params, "normalize=%s; valid_keys=tokens not masked (pad slots "
              "and shift-masked keys excluded); rows=tokens",
@@ -102,15 +103,22 @@ static void sent_image(const analysis_ctx *c, const analysis_image *im, double *
     int Hx = lay->n_heads, norm = c->opt->entropy_normalize;
     double *out = vals + c->out[SOUT_ENT].offset, *hm = vals + c->out[SOUT_MEAN].offset;
     double *nv = vals + c->out[SOUT_VALID].offset;
+    double *neg = vals + c->out[SOUT_NEG].offset, *drop = vals + c->out[SOUT_DROP].offset;
     (void)scratch;
     for (int li = 0; li < S->n_layers; li++) {
         const analysis_lgeom *g = &S->l[li];
         double vs = 0;
         int vn = 0;
-        for (int hi = 0; hi < Hx; hi++) out[li * Hx + hi] = NAN;
+        for (int hi = 0; hi < Hx; hi++) out[li * Hx + hi] = drop[li * Hx + hi] = NAN;
+        /* a signed map (CaiT's talking heads, LSLA's outer bias) is no distribution over keys */
+        neg[li] = analysis_staged_negative(g, im->attn[li]);
+        if (neg[li]) {
+            hm[li] = nv[li] = NAN;
+            continue;
+        }
         for (int hi = 0; hi < g->H; hi++) {
             double s = 0;
-            int n = 0;
+            int n = 0, dropped = 0;
             for (int w = 0; w < g->P; w++)
                 for (int i = 0; i < g->Tq; i++) {
                     if (g->qtok[(size_t)w * g->Tq + i] < 0) continue; /* pad query rows */
@@ -129,12 +137,14 @@ static void sent_image(const analysis_ctx *c, const analysis_image *im, double *
                         vs += k;
                         vn++;
                     }
+                    if (S1 <= 0) dropped++;
                     if (S1 <= 0 || (norm && k < 2)) continue;
                     double H = log(S1) - alog / S1; /* -sum p log p with p = a / S1 */
                     s += norm ? H / log((double)k) : H;
                     n++;
                 }
             out[li * Hx + hi] = n ? s / n : NAN;
+            drop[li * Hx + hi] = dropped;
         }
         hm[li] = analysis_heads_mean(out + li * Hx, g->H);
         nv[li] = vn ? vs / vn : NAN;
@@ -147,8 +157,12 @@ static as_status sent_finish(analysis_ctx *c, const double *mean, as_error *err)
     const double *hm = mean + c->out[SOUT_MEAN].offset, *nv = mean + c->out[SOUT_VALID].offset;
     analysis_report_add(c, "  layer  stage  entropy (%s), head mean  valid keys per row\n",
                         c->opt->entropy_normalize ? "/ log valid keys" : "nats");
-    for (int li = 0; li < lay->n_layers; li++)
-        analysis_report_add(c, "  %5d  %5d  %.4f  %.2f\n", lay->layers[li], lay->staged->l[li].stage, hm[li], nv[li]);
+    for (int li = 0; li < lay->n_layers; li++) {
+        if (isnan(hm[li]) && isnan(nv[li])) analysis_report_add(c, "  %5d  %5d  left out (negative map entries: notes)\n",
+                                                                  lay->layers[li], lay->staged->l[li].stage);
+        else analysis_report_add(c, "  %5d  %5d  %.4f  %.2f\n", lay->layers[li], lay->staged->l[li].stage, hm[li], nv[li]);
+    }
+    analysis_rows_note(c, mean, SOUT_NEG, NULL);
     (void)err;
     return AS_OK;
 }
@@ -163,7 +177,9 @@ static const analysis_metric ent_staged = {
                   "shifted window's seam, masked with -100, are not valid); p = max(a,0) / sum "
                   "max(a,0) over the valid keys, H = -sum p log p (0 log 0 = 0), divided by "
                   "log(#valid keys of the row) when normalised (rows with one valid key are then "
-                  "left out); averaged over the rows; valid_keys = the mean count per row; "
+                  "left out); averaged over the rows; a layer whose grid-token rows hold a negative "
+                  "entry (CaiT's talking heads, LSLA's outer bias) is left out for that image "
+                  "(NaN, negative_maps = 1); valid_keys = the mean count per row; "
                   "stage_mean = head_mean averaged over the stage's layers",
     .needs = 1u << TRACE_Q_ATTN,
     .traces = ANALYSIS_TRACES_STAGED,

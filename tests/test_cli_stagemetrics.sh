@@ -131,4 +131,13 @@ expect 1 "$A" analyze "$T/full.h5" --metrics rollout --discard 0.2 --out "$T/c.r
 has "$T/err" "--discard 0.2: on staged traces vit-explain's rule would rank the structural zeros"
 one_line
 [ ! -e "$T/c.r.h5" ] && ok || bad "a refused analyze left results"
+# ---- 4. signed maps (CaiT's talking heads): no distribution, so left out, never a number -----
+expect 0 "$A" record --model "$FX/cait_tiny" --images "$FX/inputs.npy" --out "$T/cait.h5" --layers 0,1 -q
+expect 0 "$A" analyze "$T/cait.h5" --metrics entropy,distance --out "$T/cait.d.h5"
+has "$T/out" "0      0  left out (negative map entries: notes)"
+py 'import h5py, math, sys
+e = h5py.File(sys.argv[1])["analysis/entropy"]
+assert list(e["negative_maps"]["mean"][:]) == [1.0, 1.0], e["negative_maps"]["mean"][:]
+assert all(math.isnan(v) for v in e["head_mean"]["mean"][:]), e["head_mean"]["mean"][:]' "$T/cait.d.h5"
+expect 0 "$PY" "$REF" compare "$T/cait.h5" "$T/cait.d.h5" default
 t_done

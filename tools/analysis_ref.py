@@ -554,27 +554,34 @@ def s_distance(tr, i, o):
 
 
 def s_entropy(tr, i, o):
-    out = _nan_heads(tr)
+    out, drop = _nan_heads(tr), _nan_heads(tr)
+    neg = np.zeros(len(tr.L))
     hm = np.full(len(tr.L), np.nan)
     nv = np.full(len(tr.L), np.nan)
     for k, g in enumerate(tr.L):
         A = g.maps("attn", i)
+        if any((g.dense(A[h])[0][g.p:] < 0).any() for h in range(A.shape[0])) or (A < 0).any():
+            neg[k] = 1  # a signed map is no distribution over keys: left out
+            continue
         V = g.valid()
         rows = [t for t in range(g.T) if V[t].any() or not g.window]
         nv[k] = np.mean([V[t].sum() for t in rows])
         for h in range(A.shape[0]):
             G, _ = g.dense(A[h])
-            Hs = []
+            Hs, d = [], 0
             for t in rows:
                 a = np.clip(G[t, V[t]], 0, None)
+                d += a.sum() <= 0
                 if a.sum() <= 0 or (o["normalize"] and len(a) < 2):
                     continue
                 p = a / a.sum()
                 e = -sum(x * np.log(x) for x in p if x > 0)
                 Hs.append(e / np.log(len(a)) if o["normalize"] else e)
             out[k, h] = np.mean(Hs) if Hs else np.nan
+            drop[k, h] = d
         hm[k] = out[k, :A.shape[0]].mean()
-    return {"entropy": out, "head_mean": hm, "valid_keys": nv, "stage_mean": _stage_mean(tr, hm)}
+    return {"entropy": out, "head_mean": hm, "valid_keys": nv, "negative_maps": neg, "dropped_rows": drop,
+            "stage_mean": _stage_mean(tr, hm)}
 
 
 def s_als(tr, i, o):
