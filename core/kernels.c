@@ -242,6 +242,44 @@ void kernels_fill_rows(float *y, const float *bias, int n, int d) {
     for (int r = 0; r < n; r++) memcpy(y + (size_t)r * d, bias, (size_t)d * sizeof *y);
 }
 
+/* One image row y of a depth-wise 3x3 conv (pad 1) over channels [c0, c0 + nc): wt[t][c] are the
+ * taps' weights gathered for the block, so the inner loop runs over contiguous channels and keeps
+ * each output in a register over the 9 taps (a tap outside the map reads zeros). */
+#define DW_BLOCK 64
+static const float dw_zeros[DW_BLOCK];
+KERNEL_CLONES static void dwconv3_row(float *restrict out, const float *restrict in, const float wt[9][DW_BLOCK],
+                                      const float *bias, int y, int gh, int gw, int C, int nc) {
+    for (int x = 0; x < gw; x++) {
+        const float *src[9];
+        for (int t = 0; t < 9; t++) {
+            const int iy = y + t / 3 - 1, ix = x + t % 3 - 1;
+            src[t] = iy < 0 || iy >= gh || ix < 0 || ix >= gw ? dw_zeros : in + ((size_t)iy * gw + ix) * C;
+        }
+        float *restrict o = out + (size_t)x * C;
+        for (int ch = 0; ch < nc; ch++) {
+            float acc = bias[ch];
+            for (int t = 0; t < 9; t++) acc += wt[t][ch] * src[t][ch];
+            o[ch] = acc;
+        }
+    }
+}
+
+void kernels_dwconv3(float *out, const float *in, const float *w, const float *bias, int n, int gh, int gw,
+                     int C) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < n; b++)
+        for (int y = 0; y < gh; y++)
+            for (int c0 = 0; c0 < C; c0 += DW_BLOCK) {
+                const int nc = C - c0 < DW_BLOCK ? C - c0 : DW_BLOCK;
+                float wt[9][DW_BLOCK];
+                for (int t = 0; t < 9; t++)
+                    for (int ch = 0; ch < nc; ch++) wt[t][ch] = w[(size_t)(c0 + ch) * 9 + t];
+                const size_t img = (size_t)b * gh * gw * C;
+                dwconv3_row(out + img + (size_t)y * gw * C + c0, in + img + c0, (const float(*)[DW_BLOCK])wt,
+                            bias + c0, y, gh, gw, C, nc);
+            }
+}
+
 void kernels_scaled_add(float *x, const float *y, const float *gamma, int n, int d) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {

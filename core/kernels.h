@@ -43,6 +43,11 @@ void kernels_softmax_rows(float *x, int n, int d);
 void kernels_fill_rows(float *y, const float *bias, int n, int d);
 /* y[r,:] += bias. y: (n, d). */
 void kernels_add_rows(float *y, const float *bias, int n, int d);
+/* Depth-wise 3x3 convolution, padding 1, with bias, of NHWC maps: out, in (n, gh, gw, C); w
+ * (C, 1, 3, 3) as PyTorch stores it (MixFFN's mlp.dwconv). Each output sums bias, then the taps
+ * row-major, in float. */
+void kernels_dwconv3(float *out, const float *in, const float *w, const float *bias, int n, int gh, int gw,
+                     int C);
 /* x[r,:] += gamma * y[r,:] (LayerScale's residual add; gamma NULL: x += y). x, y: (n, d). */
 void kernels_scaled_add(float *x, const float *y, const float *gamma, int n, int d);
 

@@ -243,35 +243,6 @@ static const float *sra_reduce(const vit_config *c, const vit_geom *g, const vit
     return a->xr;
 }
 
-/* MixFFN's depth-wise 3x3 conv (pad 1, bias) of hid (n, gh, gw, Hm) into out. Per image row and
- * block of channels, the 9 taps' weights are gathered once into wt (PyTorch keeps them (Hm, 1, 3,
- * 3), 9 apart per channel), so the inner loop runs over contiguous channels. */
-#define DW_BLOCK 64
-static void dwconv3(float *out, const float *hid, const float *w, const float *bias, int n, int gh, int gw,
-                    int Hm) {
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < n; b++)
-        for (int y = 0; y < gh; y++)
-            for (int c0 = 0; c0 < Hm; c0 += DW_BLOCK) {
-                const int nc = Hm - c0 < DW_BLOCK ? Hm - c0 : DW_BLOCK;
-                float wt[9][DW_BLOCK];
-                for (int t = 0; t < 9; t++)
-                    for (int ch = 0; ch < nc; ch++) wt[t][ch] = w[(size_t)(c0 + ch) * 9 + t];
-                for (int x = 0; x < gw; x++) {
-                    float *o = out + (((size_t)b * gh + y) * gw + x) * Hm + c0;
-                    memcpy(o, bias + c0, (size_t)nc * sizeof(float));
-                    for (int ky = 0; ky < 3; ky++)
-                        for (int kx = 0; kx < 3; kx++) {
-                            const int iy = y + ky - 1, ix = x + kx - 1;
-                            if (iy < 0 || iy >= gh || ix < 0 || ix >= gw) continue;
-                            const float *in = hid + (((size_t)b * gh + iy) * gw + ix) * Hm + c0;
-                            const float *wk = wt[ky * 3 + kx];
-                            for (int ch = 0; ch < nc; ch++) o[ch] += wk[ch] * in[ch];
-                        }
-                }
-            }
-}
-
 void pvt_block(const vit_config *c, int l, const vit_geom *g, const vit_block_params *bp, vit_acts *a,
                int n, const vit_record *rec) {
     const int T = g->T, D = g->D, H = g->H, hd = D / H, Hm = g->Hm, Tk = g->Tk, M = n * T;
@@ -322,7 +293,7 @@ void pvt_block(const vit_config *c, int l, const vit_geom *g, const vit_block_pa
     vit_linear(a->hid, a->xn, bp->fc1_w, bp->fc1_b, M, Hm, D, 0);
     if (c->sr_linear)
         for (size_t i = 0; i < (size_t)M * Hm; i++) a->hid[i] = a->hid[i] > 0.0f ? a->hid[i] : 0.0f;
-    dwconv3(a->hid2, a->hid, bp->dw_w, bp->dw_b, n, g->gh, g->gw, Hm);
+    kernels_dwconv3(a->hid2, a->hid, bp->dw_w, bp->dw_b, n, g->gh, g->gw, Hm);
     kernels_gelu(a->hid2, (size_t)M * Hm);
     vit_linear(a->x, a->hid2, bp->fc2_w, bp->fc2_b, M, D, Hm, 1);
     float *tok = rec->tokens ? rec->tokens[l] : NULL;
