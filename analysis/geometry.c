@@ -49,9 +49,10 @@ static as_status layer_open(analysis_lgeom *g, const trace_reader *r, int li, as
      * patches]) need their own key geometry here: refused rather than read as global maps */
     if (t->scope != VIT_SCOPE_GLOBAL && t->scope != VIT_SCOPE_WINDOW)
         return as_fail(err, AS_ERR_UNSUPPORTED, "%s: layer %d has %s attention, which the "
-                       "stage-aware metrics do not read yet (global and window layers only): "
-                       "analyse a trace of those layers (record --layers), or read these maps "
-                       "with h5py (docs/trace-format.md)", r->path, t->layer, vit_scope_name(t->scope));
+                       "stage-aware metrics do not read yet (global and window layers only): %s"
+                       "read these maps with h5py (docs/trace-format.md)", r->path, t->layer, vit_scope_name(t->scope),
+                       t->scope == VIT_SCOPE_SRA ? "" /* every PVT v2 layer is one */
+                                                 : "analyse a trace of those layers (record --layers), or ");
     g->layer = t->layer, g->stage = t->stage, g->scope = t->scope;
     g->gh = t->gh, g->gw = t->gw, g->prefix = t->prefix, g->T = t->T, g->D = t->D;
     g->H = trace_layer_heads(r, t->layer, ids);

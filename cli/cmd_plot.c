@@ -14,7 +14,7 @@ static const cli_opt plot_opts_table[] = {
     {'L', 0,   "layer",      "L",    "a recorded layer", "the last recorded", "layer of the map figures (attention, lsla, rollout)"},
     {'H', 0,   "head",       "H",    "a recorded head", "the first recorded", "head of the map figures"},
     {'I', 0,   "image",      "I",    "0..images-1", "0", "image of the map figures"},
-    {'Q', 0,   "query",      "Q",    "a token index (0 = class token)", "the first prefix token, else the centre patch",
+    {'Q', 0,   "query",      "Q",    "a token index (the prefix tokens first: class, distillation, registers)", "the first prefix token, else the centre patch",
      "the query token whose attention row is drawn"},
     {'D', 0,   "definition", "D",    "deepvit, row, map", "the figure's paper's, as plot --list shows",
      "cross-layer similarity definition (docs/analysis.md)"},

@@ -13,7 +13,7 @@ static const cli_opt view_opts_table[] = {
     {'I', 0,   "image",      "I",      "0..images-1", "0", "image shown first"},
     {'L', 0,   "layer",      "L",      "a recorded layer", "the last recorded", "layer shown first"},
     {'H', 0,   "head",       "H",      "a recorded head", "the first recorded", "head shown first"},
-    {'Q', 0,   "query",      "Q",      "a token index (0 = class token)", "the first prefix token, else the centre patch",
+    {'Q', 0,   "query",      "Q",      "a token index (the prefix tokens first: class, distillation, registers)", "the first prefix token, else the centre patch",
      "query token whose attention is shown"},
     {'M', 0,   "mode",       "MODE",   "query, grid, depth, similarity, als", "query",
      "view shown first: one query's map over the image, the layer's heads, the depth strip of every layer, "

@@ -64,7 +64,8 @@
 
 /* The modern ViT family (timm/models/deit.py and vision_transformer.py model_args; the
  * defaults of each architecture's first pretrained tag, which timm applies when no tag is given:
- * DINOv2 and SigLIP have no head, DINOv2 runs at 518 px, CLIP's head is its 512-d projection).
+ * DINOv2 and SigLIP have no head, DINOv2 runs at 518 px; CLIP is the .openai image tower, whose
+ * head is its 512-d projection, not timm's first tag, the fine-tuned .laion2b_ft_in12k_in1k).
  * ls: init_values; nec: no_embed_class; reg: reg_tokens. */
 #define VITFAM(nm, img, p, d, h, mean_, std_, crop, classes, ls, nec, reg, prenorm, act, pool, cls, eps) \
     {.name = nm, .img_size = img, .patch_size = p, .in_chans = 3, .embed_dim = d, .depth = 12,    \
@@ -613,14 +614,16 @@ static as_status validate_stages(const vit_config *c, as_error *err) {
     }
     if ((unsigned)c->family >= VIT_FAMILY_COUNT || c->family == VIT_FAMILY_VIT)
         return as_fail(err, AS_ERR_CONFIG, "%s: stages are given but the family is not one with "
-                       "stages: set \"family\": \"swin\" (the only staged family so far)", n);
+                       "stages: set \"family\" to \"swin\", \"pvt_v2\" or \"cait\"", n);
     if (c->n_stages < 1 || c->n_stages > VIT_MAX_STAGES)
         return as_fail(err, AS_ERR_CONFIG, "%s: \"depths\" lists %d stages: give 1 to %d (one "
                        "block count per stage)", n, c->n_stages, VIT_MAX_STAGES);
     if ((unsigned)c->pad_order >= VIT_PAD_COUNT || (unsigned)c->window_clamp >= VIT_CLAMP_COUNT)
         return as_fail(err, AS_ERR_CONFIG, "%s: unknown pad_order or window_clamp", n);
     const int G = c->img_size / c->patch_size;
-    if (G < 1 << (c->n_stages - 1))
+    /* Swin's merges halve a k = s = P grid; PVT v2's convolutions never reach an empty grid
+     * (pvt_validate checks each stage's grid against its sr_ratio with the conv arithmetic) */
+    if (c->family == VIT_FAMILY_SWIN && G < 1 << (c->n_stages - 1))
         return as_fail(err, AS_ERR_CONFIG, "%s: img_size %d / patch_size %d is a %dx%d grid, too "
                        "small for %d patch mergings (each halves it): use img_size >= %d, or fewer "
                        "stages in \"depths\"", n, c->img_size, c->patch_size, G, G,
@@ -724,7 +727,7 @@ as_status vit_config_validate(const vit_config *c, as_error *err) {
         return as_fail(err, AS_ERR_CONFIG,
                        "%s: img_size %d is not a multiple of patch_size %d: use an input size "
                        "such as %d", n, c->img_size, c->patch_size,
-                       (c->img_size / c->patch_size) * c->patch_size);
+                       (c->img_size / c->patch_size > 0 ? c->img_size / c->patch_size : 1) * c->patch_size);
     if ((double)c->in_chans * c->patch_size * c->patch_size > VIT_MAX_HIDDEN)
         return as_fail(err, AS_ERR_CONFIG, "%s: in_chans %d x patch_size %d^2 is over attnscope's "
                        "limit of %d values per patch", n, c->in_chans, c->patch_size,

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "figures.h"
+#include "../core/vitfam.h"
 
 #define GRID_LEFT 16.0    /* the head labels */
 #define GRID_BAR 48.0     /* the colour bar with its ticks and label */
@@ -28,8 +29,11 @@ static void grid_title(const fig_opts *o, int flip, int zero, char *out, size_t 
     const trace_reader *r = &s->tr;
     int query = fig_query(o, s), p = r->num_prefix, g = vit_grid(&r->cfg);
     long image = o->image >= 0 ? o->image : 0;
-    char q[64];
-    if (query < p) snprintf(q, sizeof q, "the %s token", query == 0 ? "class" : "distillation");
+    char q[64], label[48];
+    if (query < p) { /* class, distillation, register k */
+        vit_prefix_label(&r->cfg, query, label, sizeof label);
+        snprintf(q, sizeof q, "the %s", label);
+    }
     else snprintf(q, sizeof q, "patch (%d, %d)", (query - p) / g, (query - p) % g);
     snprintf(out, n, "Image %ld: attention of %s in every layer (%s) and head (%s), on one colour "
              "scale (%s); under each map: %speak / uniform 1/T", image, q, flip ? "rows" : "columns",

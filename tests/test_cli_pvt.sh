@@ -60,4 +60,8 @@ one_line
 expect 2 "$A" record --model "$FX/pvt_tiny" --images "$FX/pvt_tiny/inputs58.npy" --out "$T/w.h5" --windows 0
 has "$T/err" "PVT v2's attention is spatial reduction"
 one_line
+# a small input the overlapping stem still maps to a grid (k5 s4 p2 on 9 px: 3x3, then 2x2): not
+# Swin's "too small for the merges" (the old check divided img_size by patch_size)
+printf '%s' '{"architecture": "custom", "family": "pvt_v2", "img_size": 9, "patch_kernel": 5, "embed_dims": [8, 16], "depths": [1, 1], "num_heads": [1, 1], "mlp_ratios": [2, 2], "sr_ratios": [1, 1], "num_classes": 3}' >"$T/p9.json"
+expect 0 "$A" info "$T/p9.json"; has "$T/out" "3x3 grid"
 t_done

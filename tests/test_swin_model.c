@@ -333,7 +333,7 @@ static void test_validate(void) {
     invalid(c, "give 1 to 4", "five stages");
     c = base;
     c.family = VIT_FAMILY_VIT;
-    invalid(c, "\"family\": \"swin\"", "stages without the family");
+    invalid(c, "set \"family\" to \"swin\"", "stages without the family");
     /* windows larger than the grid are fine: the clamp makes one window */
     c = base;
     for (int s = 0; s < 4; s++) c.stage[s].window = 64;

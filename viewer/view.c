@@ -207,7 +207,7 @@ static as_status load_tables(view *v, as_error *err) {
             return as_fail(err, AS_ERR_UNSUPPORTED, "%s: layer %d is a spatial-reduction layer (PVT v2: "
                            "%dx%d queries over a %dx%d key grid): stage-aware support is not there yet "
                            "in the viewer for it (drawn over the token grid its keys would be misplaced); "
-                           "read it with h5py (docs/trace-format.md) or record other layers", r->path,
+                           "read it with h5py (docs/trace-format.md)", r->path,
                            layer, g->gh, g->gw, g->kgh, g->kgw);
         if (g->attn_signed) /* CaiT's talking heads: not a distribution over keys */
             return as_fail(err, AS_ERR_UNSUPPORTED, "%s: layer %d is a talking-heads layer whose map is "
