@@ -98,10 +98,19 @@ int pvt_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, 
     } while (0)
             BPUT(&b->norm1_w, ((int[]){C}), "norm1.weight");
             BPUT(&b->norm1_b, ((int[]){C}), "norm1.bias");
-            BPUT(&b->q_w, ((int[]){Q, C}), "attn.q.weight");
-            if (c->qkv_bias) BPUT(&b->q_b, ((int[]){Q}), "attn.q.bias");
-            BPUT(&b->kv_w, ((int[]){Q + C, C}), "attn.kv.weight");
-            if (c->qkv_bias) BPUT(&b->kv_b, ((int[]){Q + C}), "attn.kv.bias");
+            if (vit_has_keys(c, first + j)) {
+                BPUT(&b->q_w, ((int[]){Q, C}), "attn.q.weight");
+                if (c->qkv_bias) BPUT(&b->q_b, ((int[]){Q}), "attn.q.bias");
+                BPUT(&b->kv_w, ((int[]){Q + C, C}), "attn.kv.weight");
+                if (c->qkv_bias) BPUT(&b->kv_b, ((int[]){Q + C}), "attn.kv.bias");
+            } else { /* less-attention: the module's attn.v over the reduced keys, Theta, Psi */
+                vit_spec_sink sink = {specs, max, &n, ""};
+                snprintf(sink.prefix, sizeof sink.prefix, "stages.%d.blocks.%d", s, j);
+                vit_geom mg;
+                vit_mech_block mb;
+                vit_mech_block_at(&mb, c, first + j, NULL, &mg);
+                vit_mech_of(c, first + j)->specs(&mb, b, &sink);
+            }
             if (c->sr_linear || R > 1) {
                 BPUT(&b->sr_w, ((int[]){C, C, R, R}), "attn.sr.weight");
                 BPUT(&b->sr_b, ((int[]){C}), "attn.sr.bias");
@@ -246,11 +255,12 @@ static const float *sra_reduce(const vit_config *c, const vit_geom *g, const vit
 void pvt_block(const vit_config *c, int l, const vit_geom *g, const vit_block_params *bp, vit_acts *a,
                int n, const vit_record *rec) {
     const int T = g->T, D = g->D, H = g->H, hd = D / H, Hm = g->Hm, Tk = g->Tk, M = n * T;
-    const int Q = qk_width(c, l), dq = Q / H, KV = Q + D; /* q (Q), kv rows [k (Q) | v (D)] */
+    /* q (Q), kv rows [k (Q) | v (D)]; less-attention: no q or k, kv rows are v (D) */
+    const int keys = vit_has_keys(c, l), Q = keys ? qk_width(c, l) : 0, dq = keys ? Q / H : 0, KV = Q + D;
     kernels_layernorm(a->xn, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
-    vit_linear(a->qkv, a->xn, bp->q_w, bp->q_b, M, Q, D, 0);
+    if (keys) vit_linear(a->qkv, a->xn, bp->q_w, bp->q_b, M, Q, D, 0);
     const float *src = sra_reduce(c, g, bp, a, n);
-    vit_linear(a->kv, src, bp->kv_w, bp->kv_b, n * Tk, KV, D, 0);
+    vit_linear(a->kv, src, keys ? bp->kv_w : bp->v_w, keys ? bp->kv_b : bp->v_b, n * Tk, KV, D, 0);
     float *att = rec->attn && rec->attn[l] ? rec->attn[l] : a->att;
     float *scores = rec->scores ? rec->scores[l] : NULL;
     const vit_mech *m = vit_mech_of(c, l);
@@ -259,23 +269,30 @@ void pvt_block(const vit_config *c, int l, const vit_geom *g, const vit_block_pa
     vit_mech_block_at(&mb, c, l, bp, &mg);
     const float scale = vit_attn_scale(c, l);
     const size_t TT = (size_t)T * Tk;
+    /* scores handed from block to block for less-attention (both in this stage: same T x T') */
+    const float *prev = m->flags & VIT_MECH_REUSES_SCORES ? a->keep[(l + 1) & 1] : NULL;
+    float *keep = prev || vit_mech_next_reuses(c, l) ? a->keep[l & 1] : NULL;
     /* one job per (image, head): Tq = T queries over the Tk reduced keys */
 #pragma omp parallel for schedule(dynamic, 1)
     for (int job = 0; job < n * H; job++) {
         const int b = job / H, h = job % H;
-        const float *q = a->qkv + (size_t)b * T * Q + (size_t)h * dq;
         const float *kv = a->kv + (size_t)b * Tk * KV;
         vit_attn_problem pr = {.Tq = T, .Tk = Tk, .prefix = 0, .gh = g->gh, .gw = g->gw, .H = H, .h = h,
-                               .dq = dq, .scale = scale, .q = q, .k = kv + (size_t)h * dq,
-                               .v = kv + Q + (size_t)h * hd, .ldq = Q, .ldk = KV, .ldv = KV,
-                               .kgh = g->kgh, .kgw = g->kgw};
+                               .dq = dq, .scale = scale, .v = kv + Q + (size_t)h * hd, .ldq = Q, .ldk = KV,
+                               .ldv = KV, .kgh = g->kgh, .kgw = g->kgw,
+                               .prev = prev ? prev + ((size_t)b * H + h) * TT : NULL,
+                               .keep = keep ? keep + ((size_t)b * H + h) * TT : NULL};
+        if (keys) {
+            pr.q = a->qkv + (size_t)b * T * Q + (size_t)h * dq;
+            pr.k = kv + (size_t)h * dq;
+        }
         float *A = att + ((size_t)b * H + h) * TT;
         vit_mech_problem_forward(m, &mb, &pr, A, scores ? scores + ((size_t)b * H + h) * TT : NULL);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, Tk, 1.0f, A, Tk, pr.v, KV, 0.0f,
                     a->ao + (size_t)b * T * D + (size_t)h * hd, D);
     }
     float *rq = rec->q ? rec->q[l] : NULL, *rk = rec->k ? rec->k[l] : NULL;
-    if (rq || rk) { /* q over the T tokens, k over the T' reduced ones, (n, H, rows, hd) */
+    if (keys && (rq || rk)) { /* q over the T tokens, k over the T' reduced ones, (n, H, rows, hd) */
 #pragma omp parallel for collapse(2) schedule(static)
         for (int b = 0; b < n; b++)
             for (int h = 0; h < H; h++) {
@@ -326,8 +343,13 @@ void pvt_stage_cost(const vit_config *c, int s, vit_cost_part *o) {
         const double Q = qk_width(c, l), dq = Q / H; /* LMSA: compressed q | k */
         vit_cost_add(o, VIT_COMP_NORM, 2 * 2 * C, 0, 2 * 8 * T * C);
         /* q over T tokens, k | v over T' keys; the reduction before them under attn.sr */
-        vit_cost_add(o, VIT_COMP_QKV, Q * (C + bias) + (Q + C) * (C + bias), T * C * Q + Tk * (Q + C) * C,
-                     (T * Q + Tk * (Q + C)) * bias);
+        if (vit_has_keys(c, l)) {
+            vit_cost_add(o, VIT_COMP_QKV, Q * (C + bias) + (Q + C) * (C + bias), T * C * Q + Tk * (Q + C) * C,
+                         (T * Q + Tk * (Q + C)) * bias);
+            vit_cost_add(o, VIT_COMP_ATTN_SCORES, 0, maps * dq, maps + 5 * maps);
+        } else {
+            vit_mech_of(c, l)->cost(c, l, &g, o); /* less-attention: v over T', Theta and Psi */
+        }
         if (c->sr_linear) { /* pool (T adds per channel), 1x1 conv, GELU; then the LN */
             vit_cost_add(o, VIT_COMP_SR, C * C + C, Tk * C * C, T * C + Tk * C + 8 * Tk * C);
             vit_cost_add(o, VIT_COMP_NORM, 2 * C, 0, 8 * Tk * C);
@@ -336,7 +358,6 @@ void pvt_stage_cost(const vit_config *c, int s, vit_cost_part *o) {
             vit_cost_add(o, VIT_COMP_SR, R2 * C * C + C, Tk * R2 * C * C, Tk * C);
             vit_cost_add(o, VIT_COMP_NORM, 2 * C, 0, 8 * Tk * C);
         }
-        vit_cost_add(o, VIT_COMP_ATTN_SCORES, 0, maps * dq, maps + 5 * maps);
         vit_cost_add(o, VIT_COMP_ATTN_VALUES, 0, maps * hd, 0);
         vit_cost_add(o, VIT_COMP_PROJ, C * C + C, T * C * C, T * C + T * C);
         /* fc1, the depth-wise 3x3 with bias, GELU, fc2 */

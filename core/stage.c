@@ -174,6 +174,8 @@ size_t vit_stage_acts_carve(const vit_config *c, int B, void *base, vit_acts *a)
     carve_f(p, &off, b * TD, &v->xn);
     carve_f(p, &off, b * TW, &v->qkv);
     carve_f(p, &off, b * maps, &v->att);
+    if (vit_mech_any(c, VIT_MECH_REUSES_SCORES)) /* scores handed on to less-attention (PVT v2) */
+        for (int i = 0; i < 2; i++) carve_f(p, &off, b * maps, &v->keep[i]);
     carve_f(p, &off, b * TD, &v->ao);
     carve_f(p, &off, b * TH, &v->hid);
     if (merge) carve_f(p, &off, b * merge, &v->merge);

@@ -225,7 +225,10 @@ static void test_json(void) {
          "not a positive multiple of num_heads 2"},
         {"{\"architecture\": \"pvt_v2_b0\", \"attention\": {\"type\": \"lsla\", \"blocks\": [0]}}",
          "cannot run in sra scope (its queries and keys live on different grids"},
-        {"{\"architecture\": \"pvt_v2_b0\", \"attention\": {\"type\": \"less\"}}", "cannot run in sra scope"},
+        {"{\"architecture\": \"pvt_v2_b0\", \"attention\": {\"type\": \"less\"}}",
+         "no vanilla block comes before it in its stage to compute the scores it reuses: make block 0 vanilla"},
+        {"{\"architecture\": \"pvt_v2_b0\", \"attention\": {\"type\": \"less\", \"blocks\": [1, 2]}}",
+         "block 2 is a less-attention block, but no vanilla block comes before it in its stage"},
         {"{\"architecture\": \"pvt_v2_b0\", \"attention\": {\"type\": \"mait\", \"mask_size\": [3], \"blocks\": [0]}}",
          "cannot run in sra scope"},
     };
@@ -320,10 +323,119 @@ static void test_official_names(void) {
     model_free(&m);
 }
 
-/* The forward's bits do not depend on the thread count (both fixtures, 1 against 2 threads). */
+/* LaViT's less-attention in SRA blocks (design note 3.5): S = Psi S_prev Theta^T with Theta
+ * (T', T') over the reduced keys and Psi (T, T) over the queries; identity Theta and Psi hand
+ * the previous block's scores on unchanged; random ones give the product computed here in
+ * double from the recorded previous scores; parameters and MACs of the closed form. */
+static void test_less(void) {
+    vit_config c;
+    CHECK(apply(&c, "{\"architecture\": \"custom\", \"family\": \"pvt_v2\", \"img_size\": 32, "
+                    "\"embed_dims\": [8, 16], \"depths\": [2, 2], \"num_heads\": [2, 4], \"mlp_ratios\": [2, 2], "
+                    "\"sr_ratios\": [2, 1], \"num_classes\": 3, \"attention\": {\"type\": \"less\", "
+                    "\"blocks\": [1, 3]}}") == AS_OK, "%s", err.msg);
+    vit_geom g0, g1;
+    vit_block_geom(&c, 1, &g0);
+    vit_block_geom(&c, 3, &g1);
+    CHECK(g0.T == 64 && g0.Tk == 16 && g1.T == 16 && g1.Tk == 16, "grids %d x %d, %d x %d", g0.T, g0.Tk, g1.T, g1.Tk);
+    vit_config plain = c;
+    plain.attn[1].kind = plain.attn[3].kind = VIT_ATTN_VANILLA;
+    vit_cost kp, kl;
+    vit_config_cost(&plain, &kp);
+    vit_config_cost(&c, &kl);
+    /* a less block: v (C^2 + C) and Theta, Psi instead of q and kv (3 C^2 + 3 C) */
+    const double dp = (8.0 * 8 + 8 + 16 * 16 + 64 * 64 - 3 * (8.0 * 8 + 8)) + (16.0 * 16 + 16 + 2 * 16 * 16 - 3 * (16.0 * 16 + 16));
+    CHECK(kl.params_total - kp.params_total == dp, "less params: %+.0f, want %+.0f", kl.params_total - kp.params_total, dp);
+    const double maps = 2.0 * 64 * 16 * (64 + 16) + 4.0 * 16 * 16 * (16 + 16); /* H Tq Tk (Tq + Tk) per block */
+    CHECK(kl.macs[VIT_COMP_ATTN_MAPS] == maps, "less MACs %.0f, want %.0f", kl.macs[VIT_COMP_ATTN_MAPS], maps);
+    model m;
+    CHECK(model_init_random(&m, &c, 7, &err) == AS_OK, "%s", err.msg);
+    static vit_tensor_spec specs[VIT_MAX_TENSORS];
+    vit_params names;
+    const int ns = vit_param_specs(&c, &names, specs, VIT_MAX_TENSORS);
+    int seen = 0;
+    for (int i = 0; i < ns; i++)
+        seen += (!strcmp(specs[i].name, "stages.0.blocks.1.attn.theta.weight") && specs[i].shape[0] == 16) +
+                (!strcmp(specs[i].name, "stages.0.blocks.1.attn.psi.weight") && specs[i].shape[0] == 64) +
+                (!strcmp(specs[i].name, "stages.0.blocks.1.attn.v.weight") && specs[i].shape[0] == 8) +
+                !strcmp(specs[i].name, "stages.0.blocks.1.attn.q.weight") * -9;
+    CHECK(seen == 3, "less in SRA: attn.v, theta (16, 16), psi (64, 64) and no attn.q expected (%d)", seen);
+    const int n = 2, S = 32;
+    float *img = malloc(sizeof(float) * n * 3 * S * S);
+    for (int i = 0; i < n * 3 * S * S; i++) img[i] = sinf(0.29f * (float)i) + 0.2f * cosf(1.3f * (float)i);
+    float *sc[4], *at[4];
+    for (int l = 0; l < 4; l++) {
+        vit_geom g;
+        vit_block_geom(&c, l, &g);
+        sc[l] = malloc(sizeof(float) * n * g.H * g.T * g.Tk);
+        at[l] = malloc(sizeof(float) * n * g.H * g.T * g.Tk);
+    }
+    vit_record rec = {.attn = at, .scores = sc};
+    const size_t bytes = vit_acts_carve(&c, n, NULL, NULL);
+    void *arena = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    vit_acts a;
+    vit_acts_carve(&c, n, arena, &a);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 0) /* identity Theta and Psi */
+            for (int l = 1; l < 4; l += 2) {
+                vit_geom g;
+                vit_block_geom(&c, l, &g);
+                float *th = (float *)(uintptr_t)m.params.blocks[l].theta, *ps = (float *)(uintptr_t)m.params.blocks[l].psi;
+                for (int i = 0; i < g.Tk * g.Tk; i++) th[i] = i % (g.Tk + 1) == 0;
+                for (int i = 0; i < g.T * g.T; i++) ps[i] = i % (g.T + 1) == 0;
+            }
+        else
+            for (int l = 1; l < 4; l += 2) {
+                vit_geom g;
+                vit_block_geom(&c, l, &g);
+                float *th = (float *)(uintptr_t)m.params.blocks[l].theta, *ps = (float *)(uintptr_t)m.params.blocks[l].psi;
+                for (int i = 0; i < g.Tk * g.Tk; i++) th[i] = 0.3f * sinf(1.7f * (float)i + (float)l);
+                for (int i = 0; i < g.T * g.T; i++) ps[i] = 0.15f * cosf(0.9f * (float)i - (float)l);
+            }
+        vit_forward(&c, &m.params, &a, img, n, &rec);
+        for (int l = 1; l < 4; l += 2) {
+            vit_geom g;
+            vit_block_geom(&c, l, &g);
+            const int T = g.T, Tk = g.Tk;
+            const size_t N = (size_t)n * g.H * T * Tk;
+            if (pass == 0) {
+                CHECK(memcmp(sc[l], sc[l - 1], N * sizeof(float)) == 0, "block %d: identity Theta, Psi changed the scores", l);
+                CHECK(memcmp(at[l], at[l - 1], N * sizeof(float)) == 0, "block %d: identity Theta, Psi changed the map", l);
+                continue;
+            }
+            const float *th = m.params.blocks[l].theta, *ps = m.params.blocks[l].psi;
+            float *want = malloc(N * sizeof(float));
+            for (int bh = 0; bh < n * g.H; bh++) {
+                const float *P = sc[l - 1] + (size_t)bh * T * Tk;
+                for (int i = 0; i < T; i++)
+                    for (int j = 0; j < Tk; j++) { /* sum_a sum_b Psi[i][a] P[a][b] Theta[j][b] */
+                        double s = 0;
+                        for (int u = 0; u < T; u++) {
+                            double r = 0;
+                            for (int v = 0; v < Tk; v++) r += (double)P[(size_t)u * Tk + v] * th[(size_t)j * Tk + v];
+                            s += ps[(size_t)i * T + u] * r;
+                        }
+                        want[((size_t)bh * T + i) * Tk + j] = (float)s;
+                    }
+            }
+            char what[64];
+            snprintf(what, sizeof what, "block %d: Psi S Theta^T", l);
+            check_close(what, sc[l], want, N, 1e-4, 1e-4);
+            free(want);
+        }
+    }
+    free(arena);
+    free(img);
+    for (int l = 0; l < 4; l++) {
+        free(sc[l]);
+        free(at[l]);
+    }
+    model_free(&m);
+}
+
+/* The forward's bits do not depend on the thread count (the fixtures, 1 against 2 threads). */
 static void test_threads(void) {
-    const char *dirs[2] = {"pvt_tiny", "pvt_li"};
-    for (int i = 0; i < 2; i++) {
+    const char *dirs[3] = {"pvt_tiny", "pvt_li", "pvt_less"};
+    for (int i = 0; i < 3; i++) {
         model m;
         memset(&err, 0, sizeof err);
         const int ok = model_load(&m, fx(dirs[i]), NULL, 0, &err) == AS_OK;
@@ -354,6 +466,7 @@ int main(void) {
     test_ratio_one();
     test_json();
     test_official_names();
+    test_less();
     test_threads();
     return check_finish("pvt");
 }

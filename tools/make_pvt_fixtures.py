@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes the tiny PVT v2 reference fixtures of tests/fixtures/ (pvt_tiny, pvt_li) with PyTorch:
+"""Writes the tiny PVT v2 reference fixtures of tests/fixtures/ (pvt_tiny, pvt_li, pvt_lmsa, pvt_less)
+with PyTorch:
 /usr/bin/python3 tools/make_pvt_fixtures.py [OUT_DIR]
 Weights are seeded random tensors in timm's names (scaled so the maps are far from uniform); the
 expected tensors come from tools/pvt_ref.py (written from the equations, not from attnscope's C
@@ -36,8 +37,15 @@ def weights(cfg, seed):
         for j in range(d):
             p = "stages.%d.blocks.%d." % (s, j)
             Q = cfg.get("lmsa", {}).get(sum(cfg["depths"][:s]) + j, c)  # LMSA: compressed q/k width
-            shapes.update({p + "norm1.weight": (c,), p + "norm1.bias": (c,), p + "attn.q.weight": (Q, c),
-                           p + "attn.q.bias": (Q,), p + "attn.kv.weight": (Q + c, c), p + "attn.kv.bias": (Q + c,)})
+            shapes.update({p + "norm1.weight": (c,), p + "norm1.bias": (c,)})
+            if sum(cfg["depths"][:s]) + j in cfg.get("less", ()):  # LaViT's less-attention: v, Theta, Psi
+                tok, keys = centres(cfg)[s]  # per axis: the stage's tokens and reduced keys
+                T, Tk = len(tok) ** 2, len(keys) ** 2
+                shapes.update({p + "attn.v.weight": (c, c), p + "attn.v.bias": (c,),
+                               p + "attn.theta.weight": (Tk, Tk), p + "attn.psi.weight": (T, T)})
+            else:
+                shapes.update({p + "attn.q.weight": (Q, c), p + "attn.q.bias": (Q,),
+                               p + "attn.kv.weight": (Q + c, c), p + "attn.kv.bias": (Q + c,)})
             if cfg["linear"] or R > 1:
                 shapes.update({p + "attn.sr.weight": (c, c, R, R), p + "attn.sr.bias": (c,),
                                p + "attn.norm.weight": (c,), p + "attn.norm.bias": (c,)})
@@ -56,7 +64,8 @@ def weights(cfg, seed):
             x = 0.1 * x
         else:
             fan = int(np.prod(shp[1:]))
-            x = 1.5 * x / fan ** 0.5  # maps far from uniform
+            # maps far from uniform; Theta and Psi keep the norm of the scores they transform
+            x = (1.0 if "attn.theta" in name or "attn.psi" in name else 1.5) * x / fan ** 0.5
         sd[name] = x.float()
     return sd
 
@@ -93,7 +102,8 @@ def fixture(name, cfg, seed, images):
     exp = {"logits": logits.numpy()}
     for l, r in enumerate(rec):
         for q in ("attn", "scores", "q", "k", "tokens"):
-            exp["%s.%d" % (q, l)] = r[q].contiguous().numpy().astype(np.float32)
+            if q in r:  # less-attention blocks have no q or k
+                exp["%s.%d" % (q, l)] = r[q].contiguous().numpy().astype(np.float32)
     # per block: key grid and key centres (rows) from the arithmetic above
     geom, l = {}, 0
     for s, (tok, keys) in enumerate(centres(cfg)):
@@ -113,13 +123,15 @@ def fixture(name, cfg, seed, images):
         margs["sr_ratios"] = cfg["sr_ratios"]
     if cfg.get("lmsa"):
         margs["attention"] = [{"type": "lmsa", "qk_dim": q, "blocks": [b]} for b, q in sorted(cfg["lmsa"].items())]
+    if cfg.get("less"):
+        margs["attention"] = [{"type": "less", "blocks": sorted(cfg["less"])}]
     conf = {"architecture": "custom", "num_classes": cfg["num_classes"], "model_args": margs,
             "pretrained_cfg": {"input_size": [3, cfg["img_size"], cfg["img_size"]], "crop_pct": 0.9,
                                "interpolation": "bicubic", **IMAGENET}}
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(conf, f, indent=2)
         f.write("\n")
-    if not cfg.get("lmsa"):
+    if not cfg.get("lmsa") and not cfg.get("less"):
         assert pvt_ref.count_params(cfg) == sum(v.numel() for v in sd.values())
     print(name, "params", sum(v.numel() for v in sd.values()), "logits", logits.numpy().round(4).tolist()[0][:4])
 
@@ -145,6 +157,12 @@ def main():
     lm = dict(base, img_size=32, embed_dims=[16, 32], depths=[2, 1], num_heads=[2, 4], mlp_ratios=[2, 2],
               sr_ratios=[2, 1], linear=False, lmsa={0: 4, 2: 8})
     fixture("pvt_lmsa", lm, 3, np.load(os.path.join(OUT, "inputs.npy")))
+    # LaViT's less-attention over reduced keys (design note 3.5): block 1 transforms block 0's
+    # 64 x 16 scores (stage 0, R = 2: Theta 16 x 16, Psi 64 x 64), block 2 block 1's (a chain);
+    # block 3 starts stage 1 vanilla, block 4 transforms its 16 x 16 scores (R = 1)
+    la = dict(base, img_size=32, embed_dims=[16, 32], depths=[3, 2], num_heads=[2, 4], mlp_ratios=[2, 2],
+              sr_ratios=[2, 1], linear=False, less=[1, 2, 4])
+    fixture("pvt_less", la, 4, np.load(os.path.join(OUT, "inputs.npy")))
 
 
 if __name__ == "__main__":

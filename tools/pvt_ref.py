@@ -10,6 +10,9 @@ tools/make_pvt_fixtures.py and the ONNX export of the benchmark.
     SRA:    q = x Wq + b (T, C; LMSA: (T, qk_dim), k likewise, 1/sqrt(qk_dim / H)); x' = LN_1e-5(Conv2d(R x R, stride R)(x)) (T' = T / R^2) or, R = 1,
             x' = x; or (linear) x' = GELU(LN_1e-5(Conv1x1(AdaptiveAvgPool2d(7)(x)))) (T' = 49);
             [k | v] = x' Wkv + b; A_h = softmax((q_h k_h^T) d^-1/2) (T x T'); out = [A_h v_h] Wproj + b
+            less-attention (LaViT eq. 5; a block with attn.theta): no q, k; v = x' Wv + b and
+            S_h = Psi(Theta(S_prev,h)^T)^T with Theta = Linear(T', T') and Psi = Linear(T, T), no
+            bias, S_prev the previous block's pre-softmax scores; A_h = softmax(S_h), unscaled
     MixFFN: fc1 -> [ReLU (linear)] -> depth-wise Conv2d(3x3, p1, bias) -> GELU -> fc2
     every stage ends with LN_1e-6 (stages.s.norm); mean over the grid; head (no other norm)
 
@@ -90,12 +93,14 @@ class PVTv2(torch.nn.Module):
     def params(self):
         return {n: getattr(self, "w%d" % i) for i, n in enumerate(self.names)}
 
-    def attention(self, x, h, w, sd, p, heads, R, rec):
+    def attention(self, x, h, w, sd, p, heads, R, rec, prev):
         n, T, C = x.shape
         d = C // heads
-        q = linear(x, sd, p + "attn.q")
-        Q = q.shape[-1]  # C, or LMSA's compressed q/k width (attn.q (Q, C), attn.kv (Q + C, C))
-        dq = Q // heads
+        less = p + "attn.theta.weight" in sd
+        if not less:
+            q = linear(x, sd, p + "attn.q")
+            Q = q.shape[-1]  # C, or LMSA's compressed q/k width (attn.q (Q, C), attn.kv (Q + C, C))
+            dq = Q // heads
         if self.linear:
             xr = adaptive_pool(to_grid(x, h, w), POOL)
             xr = F.conv2d(xr, sd[p + "attn.sr.weight"], sd[p + "attn.sr.bias"])
@@ -107,18 +112,28 @@ class PVTv2(torch.nn.Module):
             xr = ln(to_tokens(xr), sd, p + "attn.norm", self.ceps)
         else:
             xr, kh, kw = x, h, w
-        kv = linear(xr, sd, p + "attn.kv")
-        Tk = kv.shape[1]
-        k, v = kv[..., :Q], kv[..., Q:]
-        qh = q.reshape(n, T, heads, dq).transpose(1, 2)
-        kh_ = k.reshape(n, Tk, heads, dq).transpose(1, 2)
-        vh = v.reshape(n, Tk, heads, d).transpose(1, 2)
-        s = (qh @ kh_.transpose(-1, -2)) * dq ** -0.5
+        if less:
+            v = linear(xr, sd, p + "attn.v")
+            Tk = v.shape[1]
+            vh = v.reshape(n, Tk, heads, d).transpose(1, 2)
+            # eq. 5 as printed: Theta over each row (the keys), transpose, Psi over the queries
+            s = F.linear(F.linear(prev, sd[p + "attn.theta.weight"]).transpose(-1, -2),
+                         sd[p + "attn.psi.weight"]).transpose(-1, -2)
+        else:
+            kv = linear(xr, sd, p + "attn.kv")
+            Tk = kv.shape[1]
+            k, v = kv[..., :Q], kv[..., Q:]
+            qh = q.reshape(n, T, heads, dq).transpose(1, 2)
+            kh_ = k.reshape(n, Tk, heads, dq).transpose(1, 2)
+            vh = v.reshape(n, Tk, heads, d).transpose(1, 2)
+            s = (qh @ kh_.transpose(-1, -2)) * dq ** -0.5
         a = torch.softmax(s, -1)
         o = (a @ vh).transpose(1, 2).reshape(n, T, C)
         if rec is not None:
-            rec.update(attn=a, scores=s, q=qh, k=kh_, key_grid=(int(kh), int(kw)))
-        return linear(o, sd, p + "attn.proj")
+            rec.update(attn=a, scores=s, key_grid=(int(kh), int(kw)))
+            if not less:
+                rec.update(q=qh, k=kh_)
+        return linear(o, sd, p + "attn.proj"), s
 
     def mixffn(self, x, h, w, sd, p):
         y = linear(x, sd, p + "mlp.fc1")
@@ -141,11 +156,13 @@ class PVTv2(torch.nn.Module):
                              sd["stages.%d.downsample.proj.bias" % s], stride=2, padding=1)
                 h, w = y.shape[2:]
                 x = ln(to_tokens(y), sd, "stages.%d.downsample.norm" % s, self.ceps)
+            prev = None  # the scores a less-attention block transforms (never across stages)
             for j in range(depth):
                 p = "stages.%d.blocks.%d." % (s, j)
                 rec = {} if record is not None else None
-                x = x + self.attention(ln(x, sd, p + "norm1", self.eps), h, w, sd, p, self.heads[s],
-                                       self.sr[s], rec)
+                y, prev = self.attention(ln(x, sd, p + "norm1", self.eps), h, w, sd, p, self.heads[s],
+                                         self.sr[s], rec, prev)
+                x = x + y
                 x = x + self.mixffn(ln(x, sd, p + "norm2", self.eps), h, w, sd, p)
                 if rec is not None:
                     rec["tokens"] = x

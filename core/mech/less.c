@@ -45,7 +45,9 @@ static void describe(const vit_config *c, int l, char *buf, size_t n) {
 }
 
 static void layout(const vit_config *c, int l, vit_mech_layout *out) {
-    const int D = c->embed_dim;
+    vit_geom g;
+    vit_block_geom(c, l, &g);
+    const int D = g.D; /* in SRA scope (core/pvt.c) v runs over the reduced keys */
     *out = (vit_mech_layout){
         .W = D,
         .n_proj = 1,
@@ -55,25 +57,29 @@ static void layout(const vit_config *c, int l, vit_mech_layout *out) {
     };
 }
 
+/* Theta acts on a score row (over the keys), Psi on a column (over the queries): (Tk, Tk) and
+ * (Tq, Tq); both (T, T) in GLOBAL scope, (T', T') and (T, T) over PVT's reduced keys. */
 static void specs(const vit_mech_block *b, vit_block_params *bp, vit_spec_sink *s) {
-    const int D = b->c->embed_dim, T = b->g->Tq;
+    const int D = b->g->D, Tq = b->g->Tq, Tk = b->g->Tk;
     VIT_MECH_SPEC(s, &bp->v_w, ".attn.v.weight", D, D);
     if (b->c->qkv_bias) VIT_MECH_SPEC(s, &bp->v_b, ".attn.v.bias", D);
-    VIT_MECH_SPEC(s, &bp->theta, ".attn.theta.weight", T, T);
-    VIT_MECH_SPEC(s, &bp->psi, ".attn.psi.weight", T, T);
+    VIT_MECH_SPEC(s, &bp->theta, ".attn.theta.weight", Tk, Tk);
+    VIT_MECH_SPEC(s, &bp->psi, ".attn.psi.weight", Tq, Tq);
 }
 
-/* A^l = Psi(Theta(A^{l-1})^T)^T = Psi A^{l-1} Theta^T, with Linear(T, T) maps */
+/* A^l = Psi(Theta(A^{l-1})^T)^T = Psi A^{l-1} Theta^T: (Tq, Tq) (Tq, Tk) (Tk, Tk) */
 static void scores(const vit_mech_block *b, const vit_attn_problem *p, float *A) {
-    const int T = p->Tq;
+    const int Tq = p->Tq, Tk = p->Tk;
     float *S = p->keep;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, T, 1.0f, p->prev, T, b->bp->theta, T,
-                0.0f, A, T);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, T, T, 1.0f, b->bp->psi, T, A, T, 0.0f, S, T);
-    memcpy(A, S, (size_t)T * T * sizeof(float));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, Tk, 1.0f, p->prev, Tk, b->bp->theta, Tk,
+                0.0f, A, Tk);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, Tk, Tq, 1.0f, b->bp->psi, Tq, A, Tk, 0.0f,
+                S, Tk);
+    memcpy(A, S, (size_t)Tq * Tk * sizeof(float));
 }
 
-/* S = Psi A1, A1 = prev Theta^T: X = A1, dA1 (into dA) = Psi^T dS, dprev = dA1 Theta */
+/* S = Psi A1, A1 = prev Theta^T: X = A1, dA1 (into dA) = Psi^T dS, dprev = dA1 Theta. Training
+ * runs GLOBAL scope only (staged models are refused by train_run), so Tq = Tk = T here. */
 static void head_backward(const vit_mech_block *b, vit_mech_head_bwd *x) {
     const int T = x->p->Tq;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, T, 1.0f, x->p->prev, T, b->bp->theta, T,
@@ -107,25 +113,30 @@ static void params_backward(const vit_mech_block *b, const vit_block_params *gb,
     kernels_gemm(1, 0, T, T, n * H * T, 1.0f, ws->dA, T, tape->blk[b->l - 1].keep, T, 1.0f, WR(gb->theta), T);
 }
 
+/* v over the rows the keys come from (the reduced grid in SRA scope); Theta then Psi: per head
+ * (Tq x Tk) @ (Tk x Tk) and (Tq x Tq) @ (Tq x Tk) */
 static void cost(const vit_config *c, int l, const vit_geom *g, vit_cost_part *o) {
-    const double D = g->D, H = g->H, T = vit_mech_rows(g), P = vit_mech_score_entries(g), N = g->Tq;
+    const double D = g->D, H = g->H, P = vit_mech_score_entries(g), Tq = g->Tq, Tk = g->Tk;
+    const double V = g->scope == VIT_SCOPE_SRA ? (double)g->problems * Tk : vit_mech_rows(g);
     const double bias = c->qkv_bias ? 1 : 0, softmax = 5 * H * P;
-    vit_cost_add(o, VIT_COMP_QKV, D * (D + bias), T * D * D, T * D * bias);
-    /* Theta then Psi: two (N x N) @ (N x N) products per head */
-    vit_cost_add(o, VIT_COMP_ATTN_MAPS, 2 * N * N, 2 * H * P * N, 0);
+    vit_cost_add(o, VIT_COMP_QKV, D * (D + bias), V * D * D, V * D * bias);
+    vit_cost_add(o, VIT_COMP_ATTN_MAPS, Tq * Tq + Tk * Tk, H * P * (Tq + Tk), 0);
     vit_cost_add(o, VIT_COMP_ATTN_SCORES, 0, 0, softmax);
 }
 
 static int statics(const vit_config *c, int l, vit_static *v) {
-    const int T = vit_num_tokens(c);
-    v[0] = (vit_static){"theta", 2, {T, T, 0}, "Theta: Linear(T, T) applied to the previous scores' rows"};
-    v[1] = (vit_static){"psi", 2, {T, T, 0}, "Psi: Linear(T, T) applied to the columns after Theta"};
+    vit_geom g;
+    vit_block_geom(c, l, &g);
+    v[0] = (vit_static){"theta", 2, {g.Tk, g.Tk, 0}, "Theta: Linear(Tk, Tk) applied to the previous scores' rows"};
+    v[1] = (vit_static){"psi", 2, {g.Tq, g.Tq, 0}, "Psi: Linear(Tq, Tq) applied to the columns after Theta"};
     return 2;
 }
 
 static void static_fill(const vit_config *c, const vit_params *p, int l, int i, float *out) {
-    const size_t T = (size_t)vit_num_tokens(c);
-    if (i == 0 || i == 1) memcpy(out, i ? p->blocks[l].psi : p->blocks[l].theta, T * T * sizeof(float));
+    vit_geom g;
+    vit_block_geom(c, l, &g);
+    const size_t n = i ? (size_t)g.Tq * g.Tq : (size_t)g.Tk * g.Tk;
+    if (i == 0 || i == 1) memcpy(out, i ? p->blocks[l].psi : p->blocks[l].theta, n * sizeof(float));
 }
 
 static void trace_attrs(const vit_config *c, const vit_params *p, int l, vit_mech_writer *w) {
@@ -136,7 +147,7 @@ const vit_mech vit_mech_less = {
     .name = "less",
     .summary = "LaViT's less-attention: scores = Psi(Theta(A_prev)^T)^T, no q or k",
     .flags = VIT_MECH_REUSES_SCORES | VIT_MECH_DP_TERM | VIT_MECH_WS_DY | VIT_MECH_NO_SCALE,
-    .scopes = 1u << VIT_SCOPE_GLOBAL,
+    .scopes = 1u << VIT_SCOPE_GLOBAL | 1u << VIT_SCOPE_SRA, /* SRA: core/pvt.c; queries x reduced keys */
     .validate = validate,
     .describe = describe,
     .layout = layout,
