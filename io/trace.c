@@ -1687,8 +1687,11 @@ static as_status layer_geom_read(trace_reader *r, int li, as_error *err) {
         if (h5u_attr_read_int(g, "sr_pool", &t->sr_pool, 1) != 1) t->sr_pool = 0;
         if (h5u_attr_read_int(g, "sr_ratio", &t->sr_ratio, 1) != 1) t->sr_ratio = 0;
         t->kgh = kg[0], t->kgw = kg[1];
+        /* a conv's keys are at most the tokens; a pool's are its P x P bins, more than the
+         * tokens on a grid smaller than P (the bins overlap) */
         ok &= (t->sr_pool > 0) != (t->sr_ratio > 0) && t->kgh >= 1 && t->kgw >= 1 &&
-              (long)t->kgh * t->kgw == t->Tk && t->Tk <= t->T;
+              (long)t->kgh * t->kgw == t->Tk &&
+              (t->sr_pool ? t->kgh == t->sr_pool && t->kgw == t->sr_pool : t->Tk <= t->T);
     } else if (strcmp(scope, "class") == 0) { /* CaiT: the class token's row over [cls; patches] */
         t->scope = VIT_SCOPE_CLASS;
         ok &= t->Tq == 1 && t->prefix == 1;

@@ -49,10 +49,18 @@ assert L.attrs["sr_pool"] == 7 and "sr_ratio" not in L.attrs and list(L.attrs["k
 assert L["attn"].shape == (2, 2, 100, 49), L["attn"].shape
 c = L.attrs["key_centre_px"]; assert abs(c[0] - 2.5) < 1e-6 and abs(c[1] - 6.5) < 1e-6, c' "$T/l.h5"
 
-# the viewer, a metric and a figure refuse in one line, writing nothing
-SDL_VIDEODRIVER=dummy expect 1 "$A" view "$T/p.h5"
-has "$T/err" "layer 0 is a spatial-reduction layer (PVT v2: 15x15 queries over a 3x3 key grid): stage-aware support is not there yet in the viewer"
-one_line
+# every layer of the linear fixture: stage 1's 5x5 grid is pooled to 7x7 keys, more keys than
+# tokens (the bins overlap): recorded, read back by info and the viewer
+expect 0 "$A" record --model "$FX/pvt_li" --images "$FX/pvt_li/inputs40.npy" --out "$T/la.h5"
+expect 0 "$A" info "$T/la.h5"
+has_wrapped "$T/out" "5x5 tokens every 8 px"
+py 'import sys, h5py; L = h5py.File(sys.argv[1], "r")["layers/01"]
+assert list(L.attrs["key_grid"]) == [7, 7] and L["attn"].shape == (2, 2, 25, 49), L["attn"].shape' "$T/la.h5"
+# the viewer draws each layer over its key grid (tests/test_view_pvt.c checks the drawing)
+printf 'status\n' >"$T/s.txt"
+SDL_VIDEODRIVER=dummy expect 0 "$A" view "$T/la.h5" --layer 1 --script "$T/s.txt"
+has "$T/out" "spatial reduction, grid 5 x 5, keys 7 x 7"
+# a metric and a figure refuse in one line, writing nothing
 expect 1 "$A" analyze "$T/p.h5" --metrics entropy
 has "$T/err" "layer 0 has sra attention, which the stage-aware metrics do not read yet"; has "$T/err" "docs/trace-format.md"
 one_line

@@ -5,6 +5,7 @@
 #include "view.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,6 +131,8 @@ static int index_in(const int *v, int n, int x) {
  * one problem whose rows are the grid's tokens in order. */
 static const trace_layer_geom *geom_of(const view *v, int li) { return &v->src.tr.geom[li]; }
 static int windowed(const view *v, int li) { return v->staged && geom_of(v, li)->scope == VIT_SCOPE_WINDOW; }
+/* Spatial reduction (PVT v2): queries are the grid's tokens, keys the cells of a reduced grid. */
+static int reduced(const view *v, int li) { return v->staged && geom_of(v, li)->scope == VIT_SCOPE_SRA; }
 /* The token table's shape: the model's windows (all of them, recorded or not) and their rows. */
 static int table_problems(const view *v, int li) {
     return windowed(v, li) ? geom_of(v, li)->nwh * geom_of(v, li)->nww : 1;
@@ -157,6 +160,40 @@ static int staged_token(const view *v, int li) {
 static void cell_span(double off, double stride, int i, int img, double *lo, double *hi) {
     *lo = fmax(0, off + stride * (i - 0.5));
     *hi = fmin(img, off + stride * (i + 0.5));
+}
+
+/* The tokens [*a, *b) along an axis (n tokens) that key i of spatial-reduction layer g reduces:
+ * R i .. R i + R - 1 for an R x R stride-R conv (R = 1: the token itself), or adaptive pooling's
+ * bin floor(i n / P) .. ceil((i + 1) n / P) - 1 (bins overlap where P does not divide n). */
+static void key_tokens(const trace_layer_geom *g, int n, int i, int *a, int *b) {
+    if (g->sr_pool > 0) {
+        *a = i * n / g->sr_pool;
+        *b = ((i + 1) * n + g->sr_pool - 1) / g->sr_pool;
+    } else {
+        const int R = g->sr_ratio > 0 ? g->sr_ratio : 1;
+        *a = R * i;
+        *b = R * i + R;
+    }
+}
+
+/* Where key i of layer g is drawn along an axis, pixels [lo, hi): a conv key over the tokens it
+ * reduces; a pooled key over the i-th of P equal parts of the grid's pixels, which is its bin's
+ * pixels when P divides the grid (every stage at 224 px) and keeps all P keys visible, in order,
+ * when bins overlap (the hover text names the bin's tokens). */
+static void key_span(const trace_layer_geom *g, int n, int i, int img, double *lo, double *hi) {
+    double l, h;
+    if (g->sr_pool > 0) {
+        double a0, b1;
+        cell_span(g->offset_px, g->stride_px, 0, img, &a0, &h);
+        cell_span(g->offset_px, g->stride_px, n - 1, img, &l, &b1);
+        *lo = a0 + (b1 - a0) * i / g->sr_pool;
+        *hi = a0 + (b1 - a0) * (i + 1) / g->sr_pool;
+        return;
+    }
+    int a, b;
+    key_tokens(g, n, i, &a, &b);
+    cell_span(g->offset_px, g->stride_px, a, img, lo, &h);
+    cell_span(g->offset_px, g->stride_px, b - 1, img, &l, hi);
 }
 
 /* Moves the query point to the centre of token t of layer li (its part inside the image). */
@@ -203,12 +240,6 @@ static as_status load_tables(view *v, as_error *err) {
     for (int li = 0; li < r->n_layers; li++) {
         const trace_layer_geom *g = geom_of(v, li);
         int R = table_rows(v, li), layer = r->layers[li];
-        if (g->scope == VIT_SCOPE_SRA) /* T x T' maps: keys on another grid than the queries */
-            return as_fail(err, AS_ERR_UNSUPPORTED, "%s: layer %d is a spatial-reduction layer (PVT v2: "
-                           "%dx%d queries over a %dx%d key grid): stage-aware support is not there yet "
-                           "in the viewer for it (drawn over the token grid its keys would be misplaced); "
-                           "read it with h5py (docs/trace-format.md)", r->path,
-                           layer, g->gh, g->gw, g->kgh, g->kgw);
         if (g->attn_signed) /* CaiT's talking heads: not a distribution over keys */
             return as_fail(err, AS_ERR_UNSUPPORTED, "%s: layer %d is a talking-heads layer whose map is "
                            "signed and not row-stochastic (proj_w mixes the heads' softmax maps): the "
@@ -220,12 +251,13 @@ static as_status load_tables(view *v, as_error *err) {
                            "there yet in the viewer for staged layers with prefix tokens or prefix "
                            "rows only; it shows window and global layers over the grid", r->path,
                            layer, g->prefix > 0 ? "prefix tokens" : "prefix query rows only");
+        const int K = windowed(v, li) ? R : reduced(v, li) ? g->kgh * g->kgw : g->T; /* keys per row */
         for (int ds = 0; ds < VIEW_N_MAPS; ds++) {
             const int *dm = v->dims[li][ds];
-            if (dm[0] > 0 && (dm[1] != R || dm[2] != (windowed(v, li) ? R : g->T)))
+            if (dm[0] > 0 && (dm[1] != R || dm[2] != K))
                 return as_fail(err, AS_ERR_FORMAT, "%s: layers/%02d/%s is %d x %d per problem where "
                                "the layer's geometry gives %d x %d: the file is corrupt", r->path,
-                               layer, map_names[ds], dm[1], dm[2], R, windowed(v, li) ? R : g->T);
+                               layer, map_names[ds], dm[1], dm[2], R, K);
         }
         size_t n = (size_t)table_problems(v, li) * R;
         int *tok = v->wtok[li] = malloc(n * sizeof *tok);
@@ -577,6 +609,18 @@ static const float *problem_map(view *v, int ds, int li, int hi, view_place *pl,
 static as_status staged_values(view *v, int ds, int li, int hi, double *vals, double *state, mapscale *ms,
                                as_error *err) {
     const trace_layer_geom *g = geom_of(v, li);
+    if (reduced(v, li)) { /* the query token's row over the reduced keys, one value per key cell */
+        const int K = v->dims[li][ds][2];
+        view_place q;
+        const float *A = problem_map(v, ds, li, hi, &q, err);
+        if (!A) return err->status;
+        for (int j = 0; j < K; j++) {
+            vals[j] = A[(size_t)q.row * K + j];
+            if (state) state[j] = VIEW_KEY_IN;
+        }
+        mapscale_make(ms, vals, 1, K, 0, 0, v->range);
+        return AS_OK;
+    }
     int n = g->gh * g->gw, R = v->dims[li][ds][1], K = v->dims[li][ds][2];
     for (int i = 0; i < n; i++) {
         vals[i] = 0;
@@ -606,8 +650,19 @@ static as_status staged_values(view *v, int ds, int li, int hi, double *vals, do
 
 /* Values drawn over the image per token: the g x g patches of a single-grid trace, the gh x gw
  * grid of a staged layer. */
+static void overlay_dims(const view *v, int li, int *rows, int *cols);
 static int overlay_cells(const view *v, int li) {
-    return v->staged ? geom_of(v, li)->gh * geom_of(v, li)->gw : grid_of(v) * grid_of(v);
+    int r, c;
+    overlay_dims(v, li, &r, &c);
+    return r * c;
+}
+
+/* The cells of an image panel of layer li: the g x g patches, a staged layer's gh x gw tokens,
+ * or a spatial-reduction layer's kgh x kgw keys. */
+static void overlay_dims(const view *v, int li, int *rows, int *cols) {
+    const trace_layer_geom *g = v->staged ? geom_of(v, li) : NULL;
+    *rows = !g ? grid_of(v) : reduced(v, li) ? g->kgh : g->gh;
+    *cols = !g ? grid_of(v) : reduced(v, li) ? g->kgw : g->gw;
 }
 
 /* The values drawn over the image (the row's last P keys) and the row's scale. */
@@ -668,7 +723,7 @@ static view_panel *panel_add(view *v, view_panel_kind k, double x, double y, dou
     if (v->n_panels >= VIEW_MAX_PANELS) return NULL;
     view_panel *p = &v->panels[v->n_panels];
     *p = (view_panel){k, x, y, w, h, rows, cols, li >= 0 ? v->src.tr.layers[li] : -1, head, ds,
-                      v->query, s.lo, s.hi, v->panel_mem[v->n_panels], s.ms, 0, 0, 0, -1, NULL};
+                      v->query, s.lo, s.hi, v->panel_mem[v->n_panels], s.ms, 0, 0, 0, -1, NULL, NULL, 0};
     v->n_panels++;
     return p;
 }
@@ -683,7 +738,15 @@ static void panel_staged(view *v, view_panel *p, int li) {
     p->img = v->src.tr.cfg.img_size;
     p->query = staged_token(v, li);
     p->window = windowed(v, li) ? place_of(v, li, p->query).w : -1;
-    p->key_state = p->values + (size_t)g->gh * g->gw;
+    p->key_state = p->values + (size_t)p->rows * p->cols;
+    p->qcols = g->gw;
+    if (reduced(v, li)) { /* the key cells' pixel spans after the states (overlay_values) */
+        double *sp = (double *)(uintptr_t)(p->key_state + (size_t)p->rows * p->cols);
+        for (int r = 0; r < g->kgh; r++) key_span(g, g->gh, r, p->img, &sp[r], &sp[g->kgh + r]);
+        for (int c = 0; c < g->kgw; c++)
+            key_span(g, g->gw, c, p->img, &sp[2 * g->kgh + c], &sp[2 * g->kgh + g->kgw + c]);
+        p->kspan = sp;
+    }
 }
 
 /* A colour bar right of a; what NULL: ticks only (small multiples, one bar per panel). */
@@ -706,6 +769,14 @@ static void colorbar_add(view *v, plot_figure *f, const plot_axes *a, vscale s, 
 
 /* The rectangle (plot points) of cell (r, c) of panel p. */
 static void cell_rect(const view_panel *p, int r, int c, double *x, double *y, double *w, double *h) {
+    if (p->kspan) { /* a reduced key: the pixels of the tokens it reduces */
+        const double k = p->w / p->img, *sp = p->kspan;
+        *x = p->x + sp[2 * p->rows + c] * k;
+        *y = p->y + sp[r] * k;
+        *w = (sp[2 * p->rows + p->cols + c] - sp[2 * p->rows + c]) * k;
+        *h = (sp[p->rows + r] - sp[r]) * k;
+        return;
+    }
     if (p->stride_px > 0) {
         double k = p->w / p->img, y0, y1, x0, x1;
         cell_span(p->offset_px, p->stride_px, r, p->img, &y0, &y1);
@@ -878,10 +949,50 @@ static void paint_staged(view *v, plot_figure *f, int i, vscale s) {
     outline(cr, x, y, w, h, 1, 0.15, 0.1, 1.0);
 }
 
+/* A spatial-reduction layer's panel: each reduced key's weight over the pixels of the tokens it
+ * reduces (a pool's overlapping bins in key order, so a later bin covers the overlap), the key
+ * cells' edges, and the query token's cell on the query grid. */
+static void paint_reduced(view *v, plot_figure *f, int i, vscale s) {
+    const view_panel *pn = &v->panels[i];
+    cairo_t *cr = plot_cairo(f);
+    plot_axes a = {.x = pn->x, .y = pn->y, .w = pn->w, .h = pn->h};
+    plot_image(f, &a, v->rgb, v->rgb_size, v->rgb_size);
+    double x, y, w, h;
+    cairo_save(cr);
+    cairo_rectangle(cr, a.x, a.y, a.w, a.h);
+    cairo_clip(cr);
+    for (int r = 0; r < pn->rows; r++)
+        for (int c = 0; c < pn->cols; c++) {
+            double t = (scale_apply(s, pn->values[r * pn->cols + c]) - s.lo) / (s.hi - s.lo);
+            plot_color col = plot_cmap_color(v->cmap, fmin(1, fmax(0, t)));
+            cell_rect(pn, r, c, &x, &y, &w, &h);
+            cairo_rectangle(cr, x, y, w, h);
+            cairo_set_source_rgba(cr, col.r, col.g, col.b, v->opacity);
+            cairo_fill(cr);
+        }
+    cairo_set_source_rgba(cr, 1, 1, 1, 0.45);
+    cairo_set_line_width(cr, 0.3);
+    for (int r = 0; r < pn->rows; r++)
+        for (int c = 0; c < pn->cols; c++) {
+            cell_rect(pn, r, c, &x, &y, &w, &h);
+            cairo_rectangle(cr, x, y, w, h);
+        }
+    cairo_stroke(cr);
+    cairo_restore(cr);
+    double y0, y1, x0, x1, k = pn->w / pn->img;
+    cell_span(pn->offset_px, pn->stride_px, pn->query / pn->qcols, pn->img, &y0, &y1);
+    cell_span(pn->offset_px, pn->stride_px, pn->query % pn->qcols, pn->img, &x0, &x1);
+    outline(cr, a.x + x0 * k, a.y + y0 * k, (x1 - x0) * k, (y1 - y0) * k, 1, 0.15, 0.1, 1.0);
+}
+
 /* Panel i (an image panel): the image, its values scaled by s over it, the patch grid with
  * the query's patch. */
 static void paint_overlay(view *v, plot_figure *f, int i, vscale s) {
     const view_panel *pn = &v->panels[i];
+    if (pn->kspan) {
+        paint_reduced(v, f, i, s);
+        return;
+    }
     if (pn->stride_px > 0) {
         paint_staged(v, f, i, s);
         return;
@@ -902,7 +1013,8 @@ static const char *overlay_label(const view *v, int ds) {
 /* The image with the next panel's values (frame_alloc'ed, g x g, raw) over it. */
 static void draw_image_panel(view *v, plot_figure *f, double x, double y, double side, int li,
                              int head, int ds, vscale s, const char *title, int cbar) {
-    int gh = v->staged ? geom_of(v, li)->gh : grid_of(v), gw = v->staged ? geom_of(v, li)->gw : grid_of(v);
+    int gh, gw;
+    overlay_dims(v, li, &gh, &gw);
     view_panel *p = panel_add(v, VIEW_PANEL_IMAGE, x, y, side, side, gh, gw, li, head, ds, s);
     if (!p) return;
     panel_staged(v, p, li);
@@ -923,7 +1035,13 @@ static void draw_image_panel(view *v, plot_figure *f, double x, double y, double
         int masked = 0;
         for (int i = 0; i < gh * gw; i++) masked += p->key_state[i] == VIEW_KEY_MASKED;
         char t[160];
-        if (windowed(v, li))
+        if (reduced(v, li) && g->sr_pool)
+            snprintf(t, sizeof t, "token (%d, %d) over %d x %d keys pooled from the %d x %d grid",
+                     p->query / g->gw, p->query % g->gw, g->kgh, g->kgw, g->gh, g->gw);
+        else if (reduced(v, li))
+            snprintf(t, sizeof t, "token (%d, %d) over %d x %d keys, each %d x %d tokens (R %d)",
+                     p->query / g->gw, p->query % g->gw, g->kgh, g->kgw, g->sr_ratio, g->sr_ratio, g->sr_ratio);
+        else if (windowed(v, li))
             snprintf(t, sizeof t, "window %d of %d%s: outside it exactly 0 (hatched)%s", q.w, g->nwh * g->nww,
                      g->shift ? ", shifted" : "", masked ? "; masked keys \xc3\x97" : "");
         else
@@ -978,6 +1096,10 @@ static void draw_map_panel(view *v, plot_figure *f, plot_axes a, int li, int hi,
     if (win) {
         snprintf(xl, sizeof xl, "key: row of window %d (yN: window row N, %d tokens each)", q.w, M);
         snprintf(yl, sizeof yl, "query: row of window %d", q.w);
+    } else if (reduced(v, li)) {
+        const trace_layer_geom *g = geom_of(v, li);
+        snprintf(xl, sizeof xl, "reduced key (y * %d + x) of %d x %d", g->kgw, g->kgh, g->kgw);
+        snprintf(yl, sizeof yl, "query token (y * %d + x)", g->gw);
     } else if (v->staged) {
         snprintf(xl, sizeof xl, "key token (y * %d + x)", geom_of(v, li)->gw);
         snprintf(yl, sizeof yl, "query token");
@@ -1048,7 +1170,10 @@ static void query_name(const view *v, int q, char *buf, size_t n) {
 /* Fills a panel's values for (ds, li, hi) and their scale. */
 static double *overlay_values(view *v, int ds, int li, int hi, mapscale *ms, as_error *err) {
     size_t n = (size_t)overlay_cells(v, li);
-    double *vals = frame_alloc(v, v->staged ? 2 * n : n); /* staged: the key states after the values */
+    const trace_layer_geom *g = v->staged ? geom_of(v, li) : NULL;
+    /* staged: the key states after the values; reduced keys: then their pixel spans */
+    size_t spans = g && reduced(v, li) ? 2 * (size_t)(g->kgh + g->kgw) : 0;
+    double *vals = frame_alloc(v, v->staged ? 2 * n + spans : n);
     if (!vals) {
         as_fail(err, AS_ERR_NOMEM, "too many panels");
         return NULL;
@@ -1207,7 +1332,8 @@ static as_status draw_multiples(view *v, plot_figure *f, double x0, double y0, d
         pms[v->n_panels] = ms;
         double px = x0 + (k % best_c) * (best + bw), py = y0 + (k / best_c) * (best + 11 + NOTE) + 10;
         int head = head_id(v, ds, hk);
-        int gh = v->staged ? geom_of(v, li)->gh : grid_of(v), gw = v->staged ? geom_of(v, li)->gw : grid_of(v);
+        int gh, gw;
+        overlay_dims(v, li, &gh, &gw);
         panel_staged(v, panel_add(v, VIEW_PANEL_IMAGE, px, py, side, side, gh, gw, li, head, ds,
                                   (vscale){ms.lo, ms.hi, 0, 0, ms}), li);
     }
@@ -1369,6 +1495,16 @@ static void hover_text(const view *v, char *buf, size_t n) {
     if (p->scale.probability) snprintf(u, sizeof u, " (%.3g \xc3\x97 1/T)", val / p->scale.uniform);
     switch (p->kind) {
     case VIEW_PANEL_IMAGE:
+        if (p->kspan) { /* a reduced key: which tokens it covers */
+            const trace_layer_geom *g = geom_of(v, layer_pos(v, p->layer));
+            int y0, y1, x0, x1;
+            key_tokens(g, g->gh, v->hover_row, &y0, &y1);
+            key_tokens(g, g->gw, v->hover_col, &x0, &x1);
+            snprintf(buf, n, "%s at key (%d, %d) of %d x %d (%s tokens y %d-%d, x %d-%d): %.4g%s",
+                     map_names[p->ds], v->hover_row, v->hover_col, p->rows, p->cols,
+                     g->sr_pool ? "the mean of" : "a conv over", y0, y1 - 1, x0, x1 - 1, val, u);
+            break;
+        }
         if (p->stride_px > 0) { /* staged: the token, and whether it is in the query's window */
             int st = (int)p->key_state[(size_t)v->hover_row * p->cols + v->hover_col];
             snprintf(buf, n, "%s at token (%d, %d): %.4g%s%s", map_names[p->ds], v->hover_row, v->hover_col,
@@ -1448,6 +1584,9 @@ static void build_status(view *v) {
         if (w >= 0)
             snprintf(where, sizeof where, "stage %d, block %d, window %d (of %d), grid %d x %d, M %d, shift %d; ",
                      g->stage, block, w, nw, g->gh, g->gw, g->M, g->shift);
+        else if (g->scope == VIT_SCOPE_SRA)
+            snprintf(where, sizeof where, "stage %d, block %d, spatial reduction, grid %d x %d, keys %d x %d; ",
+                     g->stage, block, g->gh, g->gw, g->kgh, g->kgw);
         else
             snprintf(where, sizeof where, "stage %d, block %d, global, grid %d x %d; ", g->stage, block, g->gh, g->gw);
     }
@@ -1582,6 +1721,20 @@ static int hit(const view *v, double x, double y, int *row, int *col) {
     for (int i = v->n_panels - 1; i >= 0; i--) {
         const view_panel *p = &v->panels[i];
         if (x >= p->x && x < p->x + p->w && y >= p->y && y < p->y + p->h) {
+            if (p->kspan) { /* reduced keys: the last key cell whose pixels hold the point, else the nearest */
+                const double py = (y - p->y) / p->h * p->img, px = (x - p->x) / p->w * p->img, *sp = p->kspan;
+                double by = 1e300, bx = 1e300;
+                for (int r = 0; r < p->rows; r++) {
+                    double d = py < sp[r] ? sp[r] - py : py >= sp[p->rows + r] ? py - sp[p->rows + r] + 1e-9 : 0;
+                    if (d <= by) by = d, *row = r;
+                }
+                for (int c = 0; c < p->cols; c++) {
+                    const double lo = sp[2 * p->rows + c], hi = sp[2 * p->rows + p->cols + c];
+                    double d = px < lo ? lo - px : px >= hi ? px - hi + 1e-9 : 0;
+                    if (d <= bx) bx = d, *col = c;
+                }
+                return i;
+            }
             if (p->stride_px > 0) { /* staged image: the token whose pixels lie there */
                 *col = cell_at((x - p->x) / p->w * p->img, p->offset_px, p->stride_px, p->cols);
                 *row = cell_at((y - p->y) / p->h * p->img, p->offset_px, p->stride_px, p->rows);
@@ -1747,10 +1900,10 @@ static int click(view *v, double x, double y) {
             else v->li = layer_pos(v, p->layer);
             v->mode = VIEW_MODE_QUERY;
         } else if (v->staged) { /* the point clicked; clicking the query's cell again frees it */
-            int q = row * p->cols + col;
-            v->query_locked = !(v->query_locked && v->query == q);
             v->qpt[0] = (y / v->zoom - p->y) / p->h * p->img;
             v->qpt[1] = (x / v->zoom - p->x) / p->w * p->img;
+            const int q = staged_token(v, layer_pos(v, p->layer)); /* a reduced layer's cells are keys */
+            v->query_locked = !(v->query_locked && v->query == q);
         } else if (full && v->row != VIEW_ROW_CLASS) {
             int q = pfx + row * p->cols + col;
             v->query_locked = !(v->query_locked && v->query == q);

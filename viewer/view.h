@@ -74,6 +74,12 @@ typedef struct {
     int img;
     int window;              /* IMAGE, MAP: the query's window in a window layer, else -1 */
     const double *key_state; /* staged IMAGE: per cell VIEW_KEY_OUTSIDE, _IN or _MASKED */
+    /* spatial-reduction layers (PVT v2): the IMAGE panel's cells are the rows x cols reduced
+     * keys, key (r, c) over the pixels [kspan[r], kspan[rows + r]) x [kspan[2 rows + c],
+     * kspan[2 rows + cols + c]) (the tokens it reduces; a pool's bins may overlap); stride_px
+     * and offset_px stay the query grid's, qcols its width. NULL in every other panel. */
+    const double *kspan;
+    int qcols;
 } view_panel;
 
 /* Where a staged IMAGE panel's token lies for the query's row: outside the query's window (its
