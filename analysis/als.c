@@ -501,6 +501,12 @@ static void sals_image(const analysis_ctx *c, const analysis_image *im, double *
                     for (int j = 0; j < g->Tk; j++) {
                         double a = soft ? exp(row[j] - mx) / z : (double)row[j];
                         tot += a;
+                        if (analysis_reduced(g)) { /* a reduced key: the token cell its centre lies in */
+                            const int ky = (int)floor((g->kcy[j / g->kgw] - g->offset) / g->stride + 0.5);
+                            const int kx = (int)floor((g->kcx[j % g->kgw] - g->offset) / g->stride + 0.5);
+                            if (abs(ky - q / g->gw) <= h && abs(kx - q % g->gw) <= h) wsum += a;
+                            continue;
+                        }
                         if (kt[j] < 0) continue; /* pad keys are never neighbours */
                         int u = analysis_grid_of(g, kt[j]);
                         if (u < 0) wsum += prefix ? a : 0;
@@ -551,8 +557,10 @@ static const analysis_metric als_staged = {
                   "plus the prefix columns with prefix_columns=include; rows=normalise divides w_t "
                   "by the row's sum over all its slots (pad keys included); map=softmax uses the "
                   "softmax of the recorded scores row (every slot); R = --als-window or 3; layers "
-                  "with negative entries are left out (NaN, negative_maps); stage_mean = head_mean "
-                  "averaged over the stage's layers",
+                  "with negative entries are left out (NaN, negative_maps); spatial-reduction "
+                  "layers: a reduced key counts when the token cell holding its centre (the mean of "
+                  "its tokens' centres; cell of pixel p = floor((p - offset) / stride + 1/2)) is "
+                  "within R/2 of t on both axes; stage_mean = head_mean averaged over the stage's layers",
     .needs = 1u << TRACE_Q_ATTN,
     .traces = ANALYSIS_TRACES_STAGED,
     .plan = sals_plan,

@@ -123,14 +123,29 @@ const analysis_metric analysis_metric_diag = {
 
 /* ---- staged traces (format 3): docs/analysis.md, "Staged traces" ---------------------------- */
 
+/* An SRA layer whose keys are its tokens (sr_ratio 1: a 1 x 1 stride-1 conv): a square map. */
+static int sdiag_square(const analysis_lgeom *g) {
+    return g->kgh == g->gh && g->kgw == g->gw && g->kb[g->kgh] == 1 && g->kb[2 * g->kgh + g->kgw] == 1;
+}
+
 static as_status sdiag_plan(analysis_ctx *c, as_error *err) {
     const analysis_layout *lay = c->lay;
     const analysis_staged *S = lay->staged;
-    for (int li = 0; li < S->n_layers; li++)
+    int reduced = 0;
+    for (int li = 0; li < S->n_layers; li++) {
+        if (analysis_reduced(&S->l[li])) { /* T x T' over reduced keys: no diagonal unless R = 1 */
+            reduced += !sdiag_square(&S->l[li]);
+            continue;
+        }
         if (S->l[li].Tq != S->l[li].Tk)
             return as_fail(err, AS_ERR_ARG, "diag needs square maps, but layer %d's are %d x %d "
                            "(prefix rows only): record with --query-rows all", S->l[li].layer,
                            S->l[li].Tq, S->l[li].Tk);
+    }
+    if (reduced)
+        analysis_note(c, "diag: %d spatial-reduction layer%s with fewer keys than queries (T x T' maps, no "
+                      "diagonal) left out (NaN); an SRA layer with sr_ratio 1 has its tokens as keys and is "
+                      "kept", reduced, reduced > 1 ? "s" : "");
     if (on_scores(c)) {
         int n = 0;
         for (int li = 0; li < lay->n_layers; li++) n += lay->cfg.attn[lay->layers[li]].kind == VIT_ATTN_LESS;
@@ -166,7 +181,7 @@ static void sdiag_image(const analysis_ctx *c, const analysis_image *im, double 
     for (int li = 0; li < S->n_layers; li++) {
         const analysis_lgeom *g = &S->l[li];
         for (int hi = 0; hi < Hx; hi++) sym[li * Hx + hi] = dg[li * Hx + hi] = NAN;
-        int off = sc && lay->cfg.attn[g->layer].kind != VIT_ATTN_LESS;
+        int off = (sc && lay->cfg.attn[g->layer].kind != VIT_ATTN_LESS) || (analysis_reduced(g) && !sdiag_square(g));
         for (int hi = 0; hi < g->H && !off; hi++) {
             double ms = 0, md = 0;
             int nw = 0;

@@ -157,7 +157,44 @@ const analysis_metric analysis_metric_distance = {
 
 enum { SOUT_DIST, SOUT_MEAN, SOUT_NEG, SOUT_DROP, SOUT_PLESS, SOUT_STAGE };
 
-/* state: per layer position, d(dy, dx) in px for grid offsets 0..gh-1 x 0..gw-1 */
+/* An SRA layer's (T, Tk) table: d(t, key j) in px. pixel: the mean distance between every pixel of
+ * t's footprint and every pixel of the key's, the union of the equal footprints of the tokens it
+ * reduces, so the mean over those tokens u of d(t, u); centre: between t's centre and the key's
+ * (the mean of its tokens' centres). */
+static double *reduced_table(const analysis_lgeom *g, int pixel) {
+    const int T = g->gh * g->gw, K = g->kgh * g->kgw, *kb = g->kb;
+    double *d = malloc((size_t)T * K * sizeof *d), *pm = NULL;
+    if (!d) return NULL;
+    if (pixel) { /* the token-to-token table by offsets, once */
+        if (!(pm = malloc((size_t)g->gh * g->gw * sizeof *pm))) {
+            free(d);
+            return NULL;
+        }
+        for (int dy = 0; dy < g->gh; dy++)
+            for (int dx = 0; dx < g->gw; dx++) pm[dy * g->gw + dx] = pixel_mean_distance(dy, dx, (int)g->stride);
+    }
+    for (int t = 0; t < T; t++) {
+        const int ty = t / g->gw, tx = t % g->gw;
+        for (int j = 0; j < K; j++) {
+            const int r = j / g->kgw, c = j % g->kgw;
+            if (!pixel) {
+                d[(size_t)t * K + j] = hypot(g->offset + g->stride * ty - g->kcy[r], g->offset + g->stride * tx - g->kcx[c]);
+                continue;
+            }
+            double sum = 0;
+            int n = 0;
+            for (int y = kb[r]; y < kb[g->kgh + r]; y++)
+                for (int x = kb[2 * g->kgh + c]; x < kb[2 * g->kgh + g->kgw + c]; x++, n++)
+                    sum += pm[abs(y - ty) * g->gw + abs(x - tx)];
+            d[(size_t)t * K + j] = sum / n;
+        }
+    }
+    free(pm);
+    return d;
+}
+
+/* state: per layer position, d(dy, dx) in px for grid offsets 0..gh-1 x 0..gw-1 (SRA layers:
+ * reduced_table's (T, Tk) table) */
 static as_status sdist_plan(analysis_ctx *c, as_error *err) {
     const analysis_layout *lay = c->lay;
     const analysis_staged *S = lay->staged;
@@ -176,6 +213,11 @@ static as_status sdist_plan(analysis_ctx *c, as_error *err) {
     c->state = tab;
     for (int li = 0; li < S->n_layers; li++) {
         const analysis_lgeom *g = &S->l[li];
+        if (analysis_reduced(g)) { /* d(t, key j) for every token and reduced key: (T, Tk) */
+            if (!(tab[li] = reduced_table(g, pixel)))
+                return as_fail(err, AS_ERR_NOMEM, "out of memory for the distance tables");
+            continue;
+        }
         if (!(tab[li] = malloc((size_t)g->gh * (size_t)g->gw * sizeof **tab)))
             return as_fail(err, AS_ERR_NOMEM, "out of memory for the distance tables");
         for (int dy = 0; dy < g->gh; dy++)
@@ -228,6 +270,22 @@ static void sdist_image(const analysis_ctx *c, const analysis_image *im, double 
                     const float *row = im->attn[li] + (((size_t)hi * g->P + w) * g->Tq + i) * g->Tk;
                     const int *kt = g->ktok + (size_t)w * g->Tk;
                     double m = 0, wpos = 0, wless = 0;
+                    if (analysis_reduced(g)) { /* every reduced key has a place */
+                        for (int j = 0; j < g->Tk; j++) m += row[j] * tab[li][(size_t)q * g->Tk + j];
+                        nq++;
+                        if (c->opt->distance_renorm) {
+                            double sum = 0;
+                            for (int j = 0; j < g->Tk; j++) sum += row[j];
+                            if (sum <= 0) {
+                                dropped++;
+                                continue;
+                            }
+                            m /= sum;
+                        }
+                        s += m;
+                        n++;
+                        continue;
+                    }
                     for (int j = 0; j < g->Tk; j++) {
                         int u = kt[j] < 0 ? -1 : analysis_grid_of(g, kt[j]);
                         if (u < 0) {
@@ -294,8 +352,10 @@ static const analysis_metric dist_staged = {
                   "prefix tokens) are dropped, or with renormalise the weights are divided by the "
                   "positioned keys' sum (rows whose sum is 0 or less are left out, dropped_rows); "
                   "averaged over the grid tokens; a layer whose grid-token rows hold a negative "
-                  "entry is left out for that image (NaN, negative_maps = 1); stage_mean = "
-                  "head_mean averaged over the stage's layers",
+                  "entry is left out for that image (NaN, negative_maps = 1); spatial-reduction "
+                  "layers: u is a reduced key, its footprint the union of the footprints of the "
+                  "tokens it reduces (so d is the mean of d(t,v) over those tokens v; centre: from "
+                  "the mean of their centres); stage_mean = head_mean averaged over the stage's layers",
     .needs = 1u << TRACE_Q_ATTN,
     .traces = ANALYSIS_TRACES_STAGED,
     .plan = sdist_plan,

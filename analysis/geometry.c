@@ -41,18 +41,50 @@ static as_status read_mask(const trace_reader *r, const analysis_lgeom *g, float
                            "corrupt", r->path, name, g->n_windows, (int)N, (int)N) : AS_OK;
 }
 
+/* The tokens each reduced key of an SRA layer averages, per axis of n tokens: an R x R stride-R
+ * conv's key i the tokens R i .. R i + R - 1; a P x P adaptive pool's bin i the tokens
+ * floor(i n / P) .. ceil((i + 1) n / P) - 1 (PyTorch's AdaptiveAvgPool2d); and the key's centre,
+ * the mean of those tokens' centres. */
+static void key_axis(const trace_layer_geom *t, int n, int k, int *lo, int *hi, double *centre, double off,
+                     double stride) {
+    for (int i = 0; i < k; i++) {
+        int a = t->sr_pool ? i * n / t->sr_pool : t->sr_ratio * i;
+        int b = t->sr_pool ? ((i + 1) * n + t->sr_pool - 1) / t->sr_pool : t->sr_ratio * (i + 1);
+        lo[i] = a, hi[i] = b;
+        centre[i] = off + stride * 0.5 * (a + b - 1);
+    }
+}
+
+static as_status reduced_keys(analysis_lgeom *g, const trace_layer_geom *t, const char *path, as_error *err) {
+    g->kgh = t->kgh, g->kgw = t->kgw;
+    const int sane = t->kgh * t->kgw == g->Tk && g->prefix == 0 && g->Tq == g->T &&
+                     (t->sr_pool ? t->kgh == t->sr_pool && t->kgw == t->sr_pool
+                                 : t->sr_ratio >= 1 && t->kgh == (g->gh - t->sr_ratio) / t->sr_ratio + 1 &&
+                                       t->kgw == (g->gw - t->sr_ratio) / t->sr_ratio + 1);
+    if (!sane)
+        return as_fail(err, AS_ERR_FORMAT, "%s: layer %d's key grid %d x %d does not follow from its %d x %d "
+                       "grid and its sr_ratio %d / sr_pool %d: the trace is corrupt", path, t->layer,
+                       t->kgh, t->kgw, g->gh, g->gw, t->sr_ratio, t->sr_pool);
+    g->kb = malloc(2 * (size_t)(g->kgh + g->kgw) * sizeof *g->kb);
+    g->kcy = malloc((size_t)g->kgh * sizeof *g->kcy);
+    g->kcx = malloc((size_t)g->kgw * sizeof *g->kcx);
+    if (!g->kb || !g->kcy || !g->kcx) return as_fail(err, AS_ERR_NOMEM, "out of memory for layer %d's keys", t->layer);
+    key_axis(t, g->gh, g->kgh, g->kb, g->kb + g->kgh, g->kcy, g->offset, g->stride);
+    key_axis(t, g->gw, g->kgw, g->kb + 2 * g->kgh, g->kb + 2 * g->kgh + g->kgw, g->kcx, g->offset, g->stride);
+    return AS_OK;
+}
+
 static as_status layer_open(analysis_lgeom *g, const trace_reader *r, int li, as_error *err) {
     const trace_layer_geom *t = &r->geom[li];
     int ids[1024];
     memset(g, 0, sizeof *g);
     /* reduced keys (SRA: a key grid of its own) and class attention (one class row over [cls;
      * patches]) need their own key geometry here: refused rather than read as global maps */
-    if (t->scope != VIT_SCOPE_GLOBAL && t->scope != VIT_SCOPE_WINDOW)
-        return as_fail(err, AS_ERR_UNSUPPORTED, "%s: layer %d has %s attention, which the "
-                       "stage-aware metrics do not read yet (global and window layers only): %s"
-                       "read these maps with h5py (docs/trace-format.md)", r->path, t->layer, vit_scope_name(t->scope),
-                       t->scope == VIT_SCOPE_SRA ? "" /* every PVT v2 layer is one */
-                                                 : "analyse a trace of those layers (record --layers), or ");
+    if (t->scope == VIT_SCOPE_CLASS)
+        return as_fail(err, AS_ERR_UNSUPPORTED, "%s: layer %d has %s attention (CaiT's class row), which "
+                       "the stage-aware metrics do not read yet (global, window and spatial-reduction "
+                       "layers): analyse a trace of the other layers (record --layers), or read these "
+                       "maps with h5py (docs/trace-format.md)", r->path, t->layer, vit_scope_name(t->scope));
     g->layer = t->layer, g->stage = t->stage, g->scope = t->scope;
     g->gh = t->gh, g->gw = t->gw, g->prefix = t->prefix, g->T = t->T, g->D = t->D;
     g->H = trace_layer_heads(r, t->layer, ids);
@@ -83,14 +115,16 @@ static as_status layer_open(analysis_lgeom *g, const trace_reader *r, int li, as
             if (check_dims(r, name, win ? w4 : w3, win ? 4 : 3, err) != AS_OK) return err->status;
         }
     snprintf(name, sizeof name, "layers/%02d/q", t->layer);
+    const int kr = t->scope == VIT_SCOPE_SRA ? g->Tk : g->T; /* k's rows: an SRA layer's reduced keys */
     if ((r->quantities & (1u << TRACE_Q_Q)) && trace_dataset_dims(r, name, (long[4]){0}, 4) >= 0) {
         g->qk = t->qk_dim;
         for (int w = 0; w < 2; w++) {
             snprintf(name, sizeof name, "layers/%02d/%s", t->layer, w ? "k" : "q");
-            long want[3] = {g->H, g->T, g->qk};
+            long want[3] = {g->H, w ? kr : g->T, g->qk};
             if (check_dims(r, name, want, 3, err) != AS_OK) return err->status;
         }
         g->qk_floats = (size_t)g->H * g->T * g->qk;
+        g->k_floats = (size_t)g->H * kr * g->qk;
     }
     if (r->quantities & (1u << TRACE_Q_TOKENS)) {
         snprintf(name, sizeof name, "layers/%02d/tokens", t->layer);
@@ -100,10 +134,10 @@ static as_status layer_open(analysis_lgeom *g, const trace_reader *r, int li, as
     g->qtok = malloc((size_t)g->P * g->Tq * sizeof *g->qtok);
     g->ktok = malloc((size_t)g->P * g->Tk * sizeof *g->ktok);
     if (!g->qtok || !g->ktok) return as_fail(err, AS_ERR_NOMEM, "out of memory for layer %d's geometry", t->layer);
-    if (t->scope != VIT_SCOPE_WINDOW) { /* one problem: rows are tokens 0..Tq-1, keys all T */
+    if (t->scope != VIT_SCOPE_WINDOW) { /* one problem: rows are tokens 0..Tq-1, keys all T (or the reduced keys) */
         for (int i = 0; i < g->Tq; i++) g->qtok[i] = i;
         for (int j = 0; j < g->Tk; j++) g->ktok[j] = j;
-        return AS_OK;
+        return t->scope == VIT_SCOPE_SRA ? reduced_keys(g, t, r->path, err) : AS_OK;
     }
     const size_t N = (size_t)g->M * g->M;
     int *tok = malloc((size_t)g->n_windows * N * sizeof *tok);
@@ -130,6 +164,9 @@ void analysis_staged_free(analysis_staged *s) {
         free(s->l[li].qtok);
         free(s->l[li].ktok);
         free(s->l[li].mask);
+        free(s->l[li].kb);
+        free(s->l[li].kcy);
+        free(s->l[li].kcx);
     }
     free(s);
 }
@@ -153,13 +190,22 @@ as_status analysis_staged_open(analysis_staged **out, const trace_reader *r, as_
 }
 
 int analysis_cell_of(const analysis_lgeom *fine, int gi, const analysis_lgeom *coarse) {
-    const double cy = fine->offset + fine->stride * (gi / fine->gw);
-    const double cx = fine->offset + fine->stride * (gi % fine->gw);
+    return analysis_point_cell(coarse, fine->offset + fine->stride * (gi / fine->gw),
+                               fine->offset + fine->stride * (gi % fine->gw));
+}
+
+int analysis_point_cell(const analysis_lgeom *coarse, double cy, double cx) {
     /* cell c spans [offset + stride c - stride / 2, offset + stride c + stride / 2) */
     const double fy = floor((cy - coarse->offset) / coarse->stride + 0.5);
     const double fx = floor((cx - coarse->offset) / coarse->stride + 0.5);
     if (fy < 0 || fx < 0 || fy >= coarse->gh || fx >= coarse->gw) return -1;
     return (int)fy * coarse->gw + (int)fx;
+}
+
+int analysis_key_cell(const analysis_lgeom *g, int w, int j, const analysis_lgeom *coarse) {
+    if (analysis_reduced(g)) return analysis_point_cell(coarse, g->kcy[j / g->kgw], g->kcx[j % g->kgw]);
+    const int kt = g->ktok[(size_t)w * g->Tk + j], u = kt < 0 ? -1 : analysis_grid_of(g, kt);
+    return u < 0 ? -1 : analysis_cell_of(g, u, coarse);
 }
 
 void analysis_cells(int *cell, int *n, const analysis_lgeom *fine, const analysis_lgeom *coarse) {

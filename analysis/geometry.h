@@ -27,9 +27,17 @@ typedef struct {
     float scale;                /* the attribute "scale" (q k^T scale); 0 when absent */
     double stride, offset;      /* px: centre of grid row/column i = offset + stride i */
     int *qtok;                  /* (P, Tq) token of each query slot, -1 for a pad slot */
-    int *ktok;                  /* (P, Tk) token of each key slot, -1 for a pad slot */
+    int *ktok;                  /* (P, Tk) token of each key slot, -1 for a pad slot; SRA: the key
+                                 * index j (keys are not tokens: read kcy, kcx, kb below) */
+    /* SRA (PVT v2, scope sra): the T queries are the grid's tokens (qtok), the Tk = kgh kgw keys
+     * the cells of a reduced grid. Key row r reduces token rows kb[r] .. kb[kgh + r] - 1 and is
+     * centred at kcy[r] px (the mean of those rows' centres); key column c likewise with
+     * kb[2 kgh + c] .. kb[2 kgh + kgw + c] - 1 and kcx[c]. NULL / 0 in other scopes. */
+    int kgh, kgw;
+    int *kb;
+    double *kcy, *kcx;
     float *mask;                /* (P, Tq, Tk) the shift mask added to the scores; NULL: none */
-    size_t map_floats, qk_floats, tok_floats; /* one image's attn, q (or k), tokens */
+    size_t map_floats, qk_floats, k_floats, tok_floats; /* one image's attn, q, k, tokens */
 } analysis_lgeom;
 
 typedef struct analysis_staged {
@@ -47,6 +55,8 @@ void analysis_staged_free(analysis_staged *s);
  * (metric.h says what each field means then). */
 as_status analysis_layout_staged(analysis_layout *lay, const trace_reader *r, as_error *err);
 
+/* 1 for a spatial-reduction layer, whose keys are reduced cells rather than tokens. */
+static inline int analysis_reduced(const analysis_lgeom *g) { return g->scope == VIT_SCOPE_SRA; }
 /* Grid index (y * gw + x) of token t of g, or -1 for a prefix token or a pad slot (t = -1). */
 static inline int analysis_grid_of(const analysis_lgeom *g, int t) {
     return t < g->prefix ? -1 : t - g->prefix;
@@ -61,6 +71,11 @@ static inline int analysis_key_valid(const analysis_lgeom *g, int w, int i, int 
  * the centre of grid index gi of fine; -1 when it falls outside coarse's grid. Across a Swin
  * merge this is (y / 2, x / 2); across k merges (y >> k, x >> k). */
 int analysis_cell_of(const analysis_lgeom *fine, int gi, const analysis_lgeom *coarse);
+/* The cell of coarse's grid whose footprint holds the point (cy, cx) px, or -1 (outside). */
+int analysis_point_cell(const analysis_lgeom *coarse, double cy, double cx);
+/* The cell of coarse's grid that holds key slot j of layer g: its token's cell, or (SRA) the cell
+ * of the reduced key's centre; -1 for a positionless key (pad slot, prefix token) or outside. */
+int analysis_key_cell(const analysis_lgeom *g, int w, int j, const analysis_lgeom *coarse);
 /* cell[gi] = analysis_cell_of(fine, gi, coarse) for every grid index of fine, and n[c] = how many
  * fine grid tokens fall in coarse cell c (coarse->gh * gw entries; n may be NULL). */
 void analysis_cells(int *cell, int *n, const analysis_lgeom *fine, const analysis_lgeom *coarse);

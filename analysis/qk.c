@@ -193,7 +193,7 @@ static void sqk_image(const analysis_ctx *c, const analysis_image *im, double *v
         for (int li = 0; li < L; li++) {
             const analysis_lgeom *g = &lay->staged->l[li];
             const float *x = which == 0 ? im->q[li] : im->k[li];
-            size_t n = x ? g->qk_floats : 0;
+            size_t n = x ? (which ? g->k_floats : g->qk_floats) : 0;
             float sc = which == 0 && n ? sq_scale(c, li) : 1.0f;
             cnt[li] = (double)n;
             for (int ti = 0; ti < nt; ti++) {

@@ -226,7 +226,10 @@ static as_status sroll_plan(analysis_ctx *c, as_error *err) {
                                 "tokens" : "rollout through layer l back to the first grid: the "
                                 "mean of layer l's rows over the first layer's grid tokens", "", 2, dims, ax);
     c->out[o].keep_images = 1;
-    c->scratch_bytes = ((size_t)st->tsum + 2 * (size_t)st->tmax) * sizeof(double);
+    int kmax = 0; /* sroll_apply's T' scratch for spatial-reduction layers */
+    for (int li = 0; li < S->n_layers; li++)
+        if (analysis_reduced(&S->l[li]) && S->l[li].Tk > kmax) kmax = S->l[li].Tk;
+    c->scratch_bytes = ((size_t)st->tsum + 2 * (size_t)st->tmax + (size_t)kmax) * sizeof(double);
     snprintf(c->params, sizeof c->params, "head_fusion=%s; discard_ratio=0; identity=added; "
              "rows=renormalised; pad_keys=dropped; merge=children mean (U[c,t] = 1/#children of c); "
              "source=%s; grid=%dx%d (layer %d)", fusion_names[c->opt->fusion],
@@ -247,10 +250,30 @@ static double sroll_fused(const analysis_lgeom *g, const float *A, analysis_fusi
     return fusion == ANALYSIS_FUSE_MEAN ? f / g->H : f;
 }
 
-/* v = u a, a = (F + I) / rowsum in grid space (pad keys dropped): one pass over the windows. */
+/* v = u a, a = (F + I) / rowsum in grid space (pad keys dropped): one pass over the windows. A
+ * spatial-reduction layer's F is its T x T' map spread back onto the tokens, F S with S (T' x T)
+ * giving each reduced key's weight to the tokens it reduces in equal parts (1/R^2, or 1/#bin);
+ * its rows keep their sums. z: T' doubles of scratch. */
 static void sroll_apply(const analysis_lgeom *g, const float *A, analysis_fusion fusion,
-                        const double *rowsum, const double *u, double *v) {
+                        const double *rowsum, const double *u, double *v, double *z) {
     memset(v, 0, (size_t)g->T * sizeof *v);
+    if (analysis_reduced(g)) {
+        memset(z, 0, (size_t)g->Tk * sizeof *z);
+        for (int t = 0; t < g->T; t++) {
+            if (u[t] == 0) continue;
+            double cf = u[t] / rowsum[t];
+            v[t] += cf;
+            for (int j = 0; j < g->Tk; j++) z[j] += cf * sroll_fused(g, A, fusion, 0, t, j);
+        }
+        for (int j = 0; j < g->Tk; j++) {
+            const int r = j / g->kgw, c = j % g->kgw, *kb = g->kb;
+            const int y0 = kb[r], y1 = kb[g->kgh + r], x0 = kb[2 * g->kgh + c], x1 = kb[2 * g->kgh + g->kgw + c];
+            const double share = z[j] / ((y1 - y0) * (x1 - x0));
+            for (int y = y0; y < y1; y++)
+                for (int x = x0; x < x1; x++) v[y * g->gw + x] += share;
+        }
+        return;
+    }
     for (int w = 0; w < g->P; w++)
         for (int i = 0; i < g->Tq; i++) {
             int t = g->qtok[(size_t)w * g->Tq + i];
@@ -290,7 +313,7 @@ static void sroll_image(const analysis_ctx *c, const analysis_image *im, double 
         for (int t = 0; t < gl->T; t++) u[t] = gl->prefix ? (t == 0) : 1.0 / gl->T;
         for (int k = l; k >= 0; k--) {
             const analysis_lgeom *g = &S->l[k];
-            sroll_apply(g, im->attn[k], c->opt->fusion, rowsum[k], u, v);
+            sroll_apply(g, im->attn[k], c->opt->fusion, rowsum[k], u, v, v + st->tmax);
             if (k > 0 && st->cell[k]) { /* back across the merge: each cell to its children */
                 const analysis_lgeom *f = &S->l[k - 1];
                 for (int t = 0; t < f->prefix; t++) u[t] = v[t];
@@ -329,7 +352,10 @@ static const analysis_metric roll_staged = {
                   "children, fewer at a padded edge), so every merged token is the mean of its "
                   "children; map[l] = e^T a_l ... U a_k ... a_0 over the first layer's grid tokens, "
                   "computed from e down to layer 0 as a row vector (memory O(tokens)); e = the first "
-                  "prefix token, or the mean of layer l's tokens",
+                  "prefix token, or the mean of layer l's tokens; a spatial-reduction layer's F is "
+                  "its T x T' map times S (T' x T), S[j,u] = 1/n_j for the n_j tokens u key j reduces "
+                  "(its R x R block or pool bin); a strided-conv downsampling (PVT v2) transfers like a "
+                  "merge, by the cells the finer tokens' centres fall in",
     .needs = 1u << TRACE_Q_ATTN,
     .traces = ANALYSIS_TRACES_STAGED,
     .plan = sroll_plan,

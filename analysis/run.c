@@ -118,8 +118,9 @@ static size_t map_floats(const analysis_layout *lay, int li) {
     if (lay->staged) return lay->staged->l[li].map_floats;
     return (size_t)lay->n_heads * lay->q_rows * lay->tokens;
 }
-static size_t qk_floats(const analysis_layout *lay, int li) {
-    if (lay->staged) return lay->staged->l[li].qk_floats;
+/* w 0: q, 1: k (a staged SRA layer's k runs over its reduced keys) */
+static size_t qk_floats(const analysis_layout *lay, int li, int w) {
+    if (lay->staged) return w ? lay->staged->l[li].k_floats : lay->staged->l[li].qk_floats;
     return (size_t)lay->n_heads * lay->tokens * lay->qk_width[li];
 }
 static size_t tok_floats(const analysis_layout *lay, int li) {
@@ -132,7 +133,7 @@ static size_t image_floats(const analysis_layout *lay, unsigned needs) {
     for (int li = 0; li < lay->n_layers; li++) {
         if (needs & (1u << TRACE_Q_ATTN)) n += map_floats(lay, li);
         if (needs & (1u << TRACE_Q_SCORES)) n += map_floats(lay, li);
-        if (needs & (1u << TRACE_Q_Q)) n += 2 * qk_floats(lay, li);
+        if (needs & (1u << TRACE_Q_Q)) n += qk_floats(lay, li, 0) + qk_floats(lay, li, 1);
         if (needs & (1u << TRACE_Q_TOKENS)) n += tok_floats(lay, li);
     }
     return n;
@@ -163,7 +164,7 @@ static as_status read_image(const trace_reader *r, const analysis_layout *lay, u
                 if (trace_read_image_slab(r, name, image, buf, err) != AS_OK) return err->status;
                 if (w) im->k[li] = buf;
                 else im->q[li] = buf;
-                buf += qk_floats(lay, li);
+                buf += qk_floats(lay, li, w);
             }
         }
         if (needs & (1u << TRACE_Q_TOKENS)) {

@@ -300,8 +300,8 @@ static void ssim_image(const analysis_ctx *c, const analysis_image *im, double *
                 int cq = q < 0 ? -1 : st->cell[li][q];
                 if (cq < 0) continue;
                 for (int j = 0; j < g->Tk; j++) {
-                    int kt = g->ktok[(size_t)w * g->Tk + j], u = kt < 0 ? -1 : analysis_grid_of(g, kt);
-                    int ck = u < 0 ? -1 : st->cell[li][u];
+                    /* a token's coarse cell, or a reduced key's: the cell of its centre */
+                    int ck = analysis_key_cell(g, w, j, &S->l[S->coarse]);
                     if (ck < 0) continue;
                     double f = 0;
                     for (int hi = 0; hi < g->H; hi++)

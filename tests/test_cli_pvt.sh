@@ -60,11 +60,11 @@ assert list(L.attrs["key_grid"]) == [7, 7] and L["attn"].shape == (2, 2, 25, 49)
 printf 'status\n' >"$T/s.txt"
 SDL_VIDEODRIVER=dummy expect 0 "$A" view "$T/la.h5" --layer 1 --script "$T/s.txt"
 has "$T/out" "spatial reduction, grid 5 x 5, keys 7 x 7"
-# a metric and a figure refuse in one line, writing nothing
-expect 1 "$A" analyze "$T/p.h5" --metrics entropy
-has "$T/err" "layer 0 has sra attention, which the stage-aware metrics do not read yet"; has "$T/err" "docs/trace-format.md"
-one_line
-[ ! -e "$T/p.analysis.h5" ] && ok || bad "a refused analyze left p.analysis.h5"
+# analyze reads the SRA layers (tests/test_cli_stagemetrics.sh checks every metric against numpy)
+expect 0 "$A" analyze "$T/p.h5" --metrics entropy,distance -q
+py 'import h5py, sys; f = h5py.File(sys.argv[1], "r")
+v = f["analysis/entropy/valid_keys"]["mean"][:]; assert list(v) == [9, 16, 16, 16], v
+assert (f["analysis/distance/head_mean"]["mean"][:] > 0).all()' "$T/p.analysis.h5"
 expect 2 "$A" record --model "$FX/pvt_tiny" --images "$FX/pvt_tiny/inputs58.npy" --out "$T/w.h5" --windows 0
 has "$T/err" "PVT v2's attention is spatial reduction"
 one_line

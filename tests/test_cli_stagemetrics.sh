@@ -6,7 +6,8 @@
 # committed fixtures (shifted windows, padded windows, a one-window stage, timm's and
 # torchvision's clamps), under the default options, the other reading of every choice, and ALS
 # on softmax maps; on a closed-form trace with a subset of windows and timm's roll order. What
-# cannot be defined is refused in one line. And single-grid (format 2) results are bit for bit
+# cannot be defined is refused in one line. PVT v2's spatial-reduction layers (conv and pooled
+# keys, less-attention) likewise. And single-grid (format 2) results are bit for bit
 # those of attnscope before stage-aware metrics (hashes in tests/fixtures/analysis/mono_results.sha256).
 #
 # STAGEMETRICS_WRITE_HASHES=BINARY rewrites that fixture with BINARY's results (it was written
@@ -140,4 +141,38 @@ e = h5py.File(sys.argv[1])["analysis/entropy"]
 assert list(e["negative_maps"]["mean"][:]) == [1.0, 1.0], e["negative_maps"]["mean"][:]
 assert all(math.isnan(v) for v in e["head_mean"]["mean"][:]), e["head_mean"]["mean"][:]' "$T/cait.d.h5"
 expect 0 "$PY" "$REF" compare "$T/cait.h5" "$T/cait.d.h5" default
+# CaiT's class-attention layers are refused in one line (their one class row has no grid)
+expect 0 "$A" record --model "$FX/cait_tiny" --images "$FX/inputs.npy" --out "$T/cait2.h5" -q
+expect 1 "$A" analyze "$T/cait2.h5" --metrics entropy --out "$T/cait2.d.h5"
+has "$T/err" "has class attention (CaiT's class row), which the stage-aware metrics do not read yet"
+one_line
+
+# ---- 5. spatial-reduction layers (PVT v2): queries over reduced keys -------------------------
+# pvt_tiny: 4 x 4, 2 x 2 and 1 x 1 convs (58 px: the 4 x 4 conv drops the last 3 tokens of each
+# axis); pvt_li: 7 x 7 pools over 10 x 10 and 5 x 5 grids (unequal and overlapping bins);
+# pvt_less: less-attention layers (diag on their scores: R = 2 left out, R = 1 square)
+for m in pvt_tiny:pvt_tiny/inputs58.npy pvt_li:pvt_li/inputs40.npy pvt_less:inputs.npy; do
+    model=${m%%:*} in=${m#*:}
+    expect 0 "$A" record --model "$FX/$model" --images "$FX/$in" --out "$T/$model.h5" --record all --dtype f32 --threads 1 -q
+    expect 0 "$A" analyze "$T/$model.h5" --out "$T/$model.d.h5" -q
+    expect 0 "$PY" "$REF" compare "$T/$model.h5" "$T/$model.d.h5" default
+    has "$T/out" "^rollout .*map/mean"
+    # shellcheck disable=SC2086
+    expect 0 "$A" analyze "$T/$model.h5" --out "$T/$model.v.h5" -q $VARIANT
+    expect 0 "$PY" "$REF" compare "$T/$model.h5" "$T/$model.v.h5" variant
+    has "$T/out" "^similarity .*pooled/mean"
+    expect 0 "$A" analyze "$T/$model.h5" --out "$T/$model.s.h5" -q --metrics als --als-map softmax
+    expect 0 "$PY" "$REF" compare "$T/$model.h5" "$T/$model.s.h5" softmax
+done
+has "$T/out" "^als .*score/mean"
+py 'import h5py, numpy as np, sys
+t = h5py.File(sys.argv[1], "r")["analysis"]
+assert list(t["entropy/valid_keys"]["mean"][:]) == [9, 16, 16, 16]
+assert np.isnan(t["diag/diagonality_head_mean"]["mean"][:3]).all() and not np.isnan(t["diag/diagonality_head_mean"]["mean"][3])
+l = h5py.File(sys.argv[2], "r")["analysis"]
+assert list(l["entropy/valid_keys"]["mean"][:]) == [49, 49], "a pool has 49 keys on a 5 x 5 grid too"
+r = l["rollout/map"]["per_image"][:]
+assert np.allclose(r.sum(-1), 1), "rollout rows stay distributions through reduced keys"
+s = h5py.File(sys.argv[3], "r")["analysis/diag/diagonality_head_mean"]["mean"][:]
+assert np.isnan(s[:4]).all() and not np.isnan(s[4]), s' "$T/pvt_tiny.v.h5" "$T/pvt_li.d.h5" "$T/pvt_less.d.h5"
 t_done

@@ -13,6 +13,7 @@ and writes <name>.expected.h5, laid out like attnscope's results (/default/analy
 default options, /variant/analysis/... for VARIANT_ARGS). tests/test_analysis.c compares.
 Needs numpy, h5py and mpmath (Debian: python3-numpy python3-h5py python3-mpmath).
 """
+import math
 import os
 import subprocess
 import sys
@@ -392,6 +393,7 @@ class StagedLayer:
         self.stride = float(a["token_stride_px"])
         self.offset = float(a["token_offset_px"])
         self.window = str(a["scope"]) == "window"
+        self.sra = str(a["scope"]) == "sra"
         self.shift = int(a["shift"]) if self.window else 0
         self.scale = float(a["scale"]) if "scale" in a else None
         self.g = g
@@ -402,6 +404,28 @@ class StagedLayer:
         yy, xx = np.divmod(np.arange(self.gh * self.gw), self.gw)
         self.yx = np.stack([yy, xx], 1)
         self.centre = self.offset + self.stride * self.yx   # (P, 2) px
+        if self.sra:
+            # PVT v2's reduced keys (docs/analysis.md, "Spatial-reduction layers"): key (r, c)
+            # reduces the tokens of an R x R stride-R conv window, or of adaptive pooling's bin
+            # [floor(i n / P), ceil((i + 1) n / P)); its centre is the trace's key_centre_px
+            # (written by the engine from the conv arithmetic; rows and columns alike here)
+            self.kgh, self.kgw = [int(x) for x in a["key_grid"]]
+            if "sr_pool" in a:
+                P = int(a["sr_pool"])
+                rng = lambda i, n: range(math.floor(i * n / P), math.ceil((i + 1) * n / P))
+            else:
+                R = int(a["sr_ratio"])
+                rng = lambda i, n: range(R * i, R * i + R)
+            self.bins = [[y * self.gw + x for y in rng(r, self.gh) for x in rng(c, self.gw)]
+                         for r in range(self.kgh) for c in range(self.kgw)]
+            kc = np.asarray(a["key_centre_px"], np.float64)
+            assert self.kgh == self.kgw and len(kc) == self.kgh, "square key grids only here"
+            self.kcentre = np.array([[kc[r], kc[c]] for r in range(self.kgh) for c in range(self.kgw)])
+            self.Tk = self.kgh * self.kgw
+            # S (Tk x T): each key's weight shared equally by the tokens it reduces
+            self.S = np.zeros((self.Tk, self.T))
+            for j, b in enumerate(self.bins):
+                self.S[j, b] = 1.0 / len(b)
 
     def problems(self):
         """[(window index, token of each query slot, token of each key slot)] as trace tokens."""
@@ -421,7 +445,9 @@ class StagedLayer:
 
     def dense(self, A):
         """A: one head's (problems, Tq, Tk) -> the grid-space (T, T) map (pad slots dropped) and
-        each token's weight on pad keys."""
+        each token's weight on pad keys; an SRA layer's (T, T') map as it is (no pad keys)."""
+        if self.sra:
+            return A[0].copy(), np.zeros(self.T)
         G = np.zeros((self.T, self.T))
         pad = np.zeros(self.T)
         for k, qt, kt in self.problems():
@@ -436,7 +462,10 @@ class StagedLayer:
         return G, pad
 
     def valid(self):
-        """(T, T) True where key u is a valid key of query t: in t's window, not masked."""
+        """(T, T) True where key u is a valid key of query t: in t's window, not masked (SRA:
+        (T, T'), every reduced key)."""
+        if self.sra:
+            return np.ones((self.T, self.Tk), bool)
         V = np.zeros((self.T, self.T), bool)
         for k, qt, kt in self.problems():
             m = self.mask[self.wins[k]] if self.window else np.zeros((len(qt), len(kt)))
@@ -520,6 +549,25 @@ def _pixel_table(g, how):
     return _pixel_tables[key]
 
 
+def _key_table(g, how):
+    """An SRA layer's (T, T') px distances from each token to each reduced key: centre: to the
+    key's centre; pixel: the mean over every pixel of the token's footprint and every pixel of the
+    key's (the union of its tokens' stride x stride footprints), by brute force over the pixels."""
+    if how == "centre":
+        d = g.centre[:, None, :] - g.kcentre[None]
+        return np.sqrt((d ** 2).sum(-1))
+    s = int(g.stride)
+    a, b = np.divmod(np.arange(s * s), s)
+    pix = lambda t: np.stack([g.yx[t, 0] * s + a, g.yx[t, 1] * s + b], 1)   # (s^2, 2) of token t
+    D = np.zeros((g.T, g.Tk))
+    kp = [np.concatenate([pix(u) for u in bn]) for bn in g.bins]
+    for t in range(g.T):
+        pt = pix(t)
+        for j in range(g.Tk):
+            D[t, j] = np.sqrt(((pt[:, None, :] - kp[j][None]) ** 2).sum(-1)).mean()
+    return D
+
+
 def _nan_heads(tr):
     return np.full((len(tr.L), tr.Hx), np.nan)
 
@@ -530,13 +578,24 @@ def s_distance(tr, i, o):
     hm = np.full(len(tr.L), np.nan)
     for k, g in enumerate(tr.L):
         A = g.maps("attn", i)
-        D = _pixel_table(g, o["distance"])
+        D = _key_table(g, o["distance"]) if g.sra else _pixel_table(g, o["distance"])
         Gs = [g.dense(A[h]) for h in range(A.shape[0])]
         if any((G[g.p:] < 0).any() for G, _ in Gs) or (A < 0).any():
             neg[k] = 1
             continue
         Q = g.queries()
         for h, (G, pad) in enumerate(Gs):
+            if g.sra:  # every reduced key has a place; no prefix tokens
+                W = G[Q]
+                m = (W * D[Q]).sum(1)
+                if o["renorm"]:
+                    s = W.sum(1)
+                    drop[k, h] = (s <= 0).sum()
+                    m = m[s > 0] / s[s > 0]
+                else:
+                    drop[k, h] = 0
+                out[k, h], pl[k, h] = m.mean(), 0.0
+                continue
             W = G[g.p:, g.p:][Q]
             m = (W * D[Q]).sum(1)
             less = (pad[g.p:] + G[g.p:, :g.p].sum(1))[Q]
@@ -599,8 +658,13 @@ def s_als(tr, i, o):
             if (A < 0).any():
                 neg[k] = 1
                 continue
-        dy = np.abs(g.yx[:, None, 0] - g.yx[None, :, 0])
-        dx = np.abs(g.yx[:, None, 1] - g.yx[None, :, 1])
+        if g.sra:  # a reduced key: the token cell its centre lies in (cell c spans c -+ stride/2)
+            cell = np.floor((g.kcentre - g.offset) / g.stride + 0.5)
+            dy = np.abs(g.yx[:, None, 0] - cell[None, :, 0])
+            dx = np.abs(g.yx[:, None, 1] - cell[None, :, 1])
+        else:
+            dy = np.abs(g.yx[:, None, 0] - g.yx[None, :, 0])
+            dx = np.abs(g.yx[:, None, 1] - g.yx[None, :, 1])
         N = (dy <= half) & (dx <= half)
         Q = g.queries()
         for h in range(A.shape[0]):
@@ -626,6 +690,10 @@ def s_diag(tr, i, o):
     sym, dg = _nan_heads(tr), _nan_heads(tr)
     sm, dm = np.full(len(tr.L), np.nan), np.full(len(tr.L), np.nan)
     for k, g in enumerate(tr.L):
+        if g.sra and not (g.Tk == g.T and all(b == [u] for u, b in enumerate(g.bins))):
+            continue  # T x T' over reduced keys: no diagonal (kept when the keys are the tokens)
+        if o["diag"] == "scores" and str(g.g.attrs.get("mechanism", "")) != "less":
+            continue  # LaViT's terms are on the less-attention layers' scores
         A = g.maps("scores" if o["diag"] == "scores" else "attn", i)
         for h in range(A.shape[0]):
             G, _ = g.dense(A[h])
@@ -671,6 +739,8 @@ def s_qk(tr, i, o):
 def _same_support(a, b):
     if a.window != b.window or (a.gh, a.gw, a.p, a.shift) != (b.gh, b.gw, b.p, b.shift):
         return False
+    if a.sra or b.sra:
+        return a.sra and b.sra and a.bins == b.bins
     return not a.window or (np.array_equal(a.tok, b.tok) and a.wins == b.wins)
 
 
@@ -703,6 +773,12 @@ def s_similarity(tr, i, o):
     for k, g in enumerate(tr.L):
         F = np.mean(dense[k], 0)[g.p:, g.p:]
         U, Dm = g.transfer_to(c)
+        if g.sra:  # a reduced key's column goes to the coarse cell that holds its centre
+            Dm = np.zeros((c.gh * c.gw, g.Tk))
+            for j in range(g.Tk):
+                cc = c.footprint_cell(g.kcentre[j])
+                if cc >= 0:
+                    Dm[cc, j] = 1
         pooled_maps.append(U @ F @ Dm.T)
     po = np.array([[[_three(pooled_maps[a], pooled_maps[b])[d] for b in range(L)] for a in range(L)]
                    for d in range(3)])
@@ -715,6 +791,8 @@ def s_rollout(tr, i, o):
     for g in tr.L:
         A = g.maps("attn", i)
         F = fuse(np.array([g.dense(A[h])[0] for h in range(A.shape[0])]))
+        if g.sra:  # the reduced keys' weights shared by the tokens they reduce: F S (T x T)
+            F = F @ g.S
         M = F + np.eye(g.T)
         a.append(M / M.sum(1, keepdims=True))
     maps = []
@@ -763,7 +841,9 @@ STAGED = {"als": s_als, "similarity": s_similarity, "qk": s_qk, "evolution": s_e
 def s_missing(tr, name, o):
     need = {"qk": ["q", "k"], "evolution": ["tokens"]}.get(name, ["attn"])
     if name == "diag" and o["diag"] == "scores":
-        return "no less-attention layer recorded"      # staged models have none
+        if not any(str(g.g.attrs.get("mechanism", "")) == "less" for g in tr.L):
+            return "no less-attention layer recorded"
+        need = ["scores"]
     if name == "als" and o["map"] == "softmax":
         need = ["scores"]
     lack = [q for q in need if q not in tr.q]
