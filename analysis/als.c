@@ -534,8 +534,17 @@ static as_status sals_finish(analysis_ctx *c, const double *mean, as_error *err)
     const analysis_layout *lay = c->lay;
     const double *hm = mean + c->out[SOUT_MEAN].offset, *st = mean + c->out[SOUT_STAGE].offset;
     analysis_report_add(c, "  layer  stage  ALS, head mean\n");
-    for (int li = 0; li < lay->n_layers; li++)
-        analysis_report_add(c, "  %5d  %5d  %.4f\n", lay->layers[li], lay->staged->l[li].stage, hm[li]);
+    int cls = 0;
+    for (int li = 0; li < lay->n_layers; li++) {
+        cls += lay->staged->l[li].scope == VIT_SCOPE_CLASS;
+        if (lay->staged->l[li].scope == VIT_SCOPE_CLASS)
+            analysis_report_add(c, "  %5d  %5d  no grid-token query (class attention)\n", lay->layers[li],
+                                lay->staged->l[li].stage);
+        else analysis_report_add(c, "  %5d  %5d  %.4f\n", lay->layers[li], lay->staged->l[li].stage, hm[li]);
+    }
+    if (cls)
+        analysis_note(c, "als: %d class-attention layer%s (CaiT) left out (NaN): their one query is the "
+                      "class token, which has no neighbourhood on the grid", cls, cls > 1 ? "s" : "");
     for (int s = 0; s < lay->n_stages; s++)
         if (!isnan(st[s])) analysis_report_add(c, "  stage %d: %.4f\n", s, st[s]);
     analysis_rows_note(c, mean, SOUT_NEG, "analyse the softmax of the recorded scores (--als-map "

@@ -137,15 +137,19 @@ static as_status sdiag_plan(analysis_ctx *c, as_error *err) {
             reduced += !sdiag_square(&S->l[li]);
             continue;
         }
+        if (S->l[li].scope == VIT_SCOPE_CLASS) { /* one class row: no square map */
+            reduced++;
+            continue;
+        }
         if (S->l[li].Tq != S->l[li].Tk)
             return as_fail(err, AS_ERR_ARG, "diag needs square maps, but layer %d's are %d x %d "
                            "(prefix rows only): record with --query-rows all", S->l[li].layer,
                            S->l[li].Tq, S->l[li].Tk);
     }
     if (reduced)
-        analysis_note(c, "diag: %d spatial-reduction layer%s with fewer keys than queries (T x T' maps, no "
-                      "diagonal) left out (NaN); an SRA layer with sr_ratio 1 has its tokens as keys and is "
-                      "kept", reduced, reduced > 1 ? "s" : "");
+        analysis_note(c, "diag: %d layer%s without a square map left out (NaN): spatial-reduction layers "
+                      "with fewer keys than queries (T x T' maps; one with sr_ratio 1 has its tokens as keys "
+                      "and is kept) and class-attention layers (one class row)", reduced, reduced > 1 ? "s" : "");
     if (on_scores(c)) {
         int n = 0;
         for (int li = 0; li < lay->n_layers; li++) n += lay->cfg.attn[lay->layers[li]].kind == VIT_ATTN_LESS;
@@ -181,7 +185,8 @@ static void sdiag_image(const analysis_ctx *c, const analysis_image *im, double 
     for (int li = 0; li < S->n_layers; li++) {
         const analysis_lgeom *g = &S->l[li];
         for (int hi = 0; hi < Hx; hi++) sym[li * Hx + hi] = dg[li * Hx + hi] = NAN;
-        int off = (sc && lay->cfg.attn[g->layer].kind != VIT_ATTN_LESS) || (analysis_reduced(g) && !sdiag_square(g));
+        int off = (sc && lay->cfg.attn[g->layer].kind != VIT_ATTN_LESS) || (analysis_reduced(g) && !sdiag_square(g)) ||
+                  g->scope == VIT_SCOPE_CLASS;
         for (int hi = 0; hi < g->H && !off; hi++) {
             double ms = 0, md = 0;
             int nw = 0;

@@ -320,14 +320,22 @@ static as_status sdist_finish(analysis_ctx *c, const double *mean, as_error *err
     const analysis_layout *lay = c->lay;
     const double *hm = mean + c->out[SOUT_MEAN].offset, *st = mean + c->out[SOUT_STAGE].offset;
     analysis_report_add(c, "  layer  stage  mean distance (px), head mean\n");
+    int cls = 0;
     for (int li = 0; li < lay->n_layers; li++) {
-        if (isnan(hm[li])) analysis_report_add(c, "  %5d  %5d  left out (negative map entries: notes)\n",
+        if (lay->staged->l[li].scope == VIT_SCOPE_CLASS) {
+            analysis_report_add(c, "  %5d  %5d  no grid-token query (class attention)\n", lay->layers[li],
+                                lay->staged->l[li].stage);
+            cls++;
+        } else if (isnan(hm[li])) analysis_report_add(c, "  %5d  %5d  left out (negative map entries: notes)\n",
                                                lay->layers[li], lay->staged->l[li].stage);
         else analysis_report_add(c, "  %5d  %5d  %6.2f\n", lay->layers[li], lay->staged->l[li].stage, hm[li]);
     }
     for (int s = 0; s < lay->n_stages; s++)
         if (!isnan(st[s])) analysis_report_add(c, "  stage %d: %.2f px\n", s, st[s]);
     analysis_rows_note(c, mean, SOUT_NEG, NULL);
+    if (cls)
+        analysis_note(c, "distance: %d class-attention layer%s (CaiT) left out (NaN): their one query is "
+                      "the class token, which has no place on the grid", cls, cls > 1 ? "s" : "");
     (void)err;
     return AS_OK;
 }

@@ -80,11 +80,10 @@ static as_status layer_open(analysis_lgeom *g, const trace_reader *r, int li, as
     memset(g, 0, sizeof *g);
     /* reduced keys (SRA: a key grid of its own) and class attention (one class row over [cls;
      * patches]) need their own key geometry here: refused rather than read as global maps */
-    if (t->scope == VIT_SCOPE_CLASS)
-        return as_fail(err, AS_ERR_UNSUPPORTED, "%s: layer %d has %s attention (CaiT's class row), which "
-                       "the stage-aware metrics do not read yet (global, window and spatial-reduction "
-                       "layers): analyse a trace of the other layers (record --layers), or read these "
-                       "maps with h5py (docs/trace-format.md)", r->path, t->layer, vit_scope_name(t->scope));
+    if (t->scope == VIT_SCOPE_CLASS && !(t->Tq == 1 && t->prefix == 1 && t->Tk == t->T))
+        return as_fail(err, AS_ERR_FORMAT, "%s: layer %d's class attention is %d x %d over %d tokens "
+                       "with %d prefix tokens, not the class row over [cls; patches]: the trace is "
+                       "corrupt", r->path, t->layer, t->Tq, t->Tk, t->T, t->prefix);
     g->layer = t->layer, g->stage = t->stage, g->scope = t->scope;
     g->gh = t->gh, g->gw = t->gw, g->prefix = t->prefix, g->T = t->T, g->D = t->D;
     g->H = trace_layer_heads(r, t->layer, ids);
@@ -92,6 +91,7 @@ static as_status layer_open(analysis_lgeom *g, const trace_reader *r, int li, as
     g->stride = t->stride_px, g->offset = t->offset_px;
     g->n_windows = t->scope == VIT_SCOPE_WINDOW ? t->nwh * t->nww : 1;
     g->every_problem = g->P == g->n_windows;
+    g->signed_maps = t->attn_signed;
     if (t->scope == VIT_SCOPE_WINDOW) g->M = t->M, g->shift = t->shift;
     char name[64];
     snprintf(name, sizeof name, "layers/%02d", t->layer);
@@ -116,14 +116,15 @@ static as_status layer_open(analysis_lgeom *g, const trace_reader *r, int li, as
         }
     snprintf(name, sizeof name, "layers/%02d/q", t->layer);
     const int kr = t->scope == VIT_SCOPE_SRA ? g->Tk : g->T; /* k's rows: an SRA layer's reduced keys */
+    const int qr = t->scope == VIT_SCOPE_CLASS ? 1 : g->T;   /* q's rows: a class layer's class token */
     if ((r->quantities & (1u << TRACE_Q_Q)) && trace_dataset_dims(r, name, (long[4]){0}, 4) >= 0) {
         g->qk = t->qk_dim;
         for (int w = 0; w < 2; w++) {
             snprintf(name, sizeof name, "layers/%02d/%s", t->layer, w ? "k" : "q");
-            long want[3] = {g->H, w ? kr : g->T, g->qk};
+            long want[3] = {g->H, w ? kr : qr, g->qk};
             if (check_dims(r, name, want, 3, err) != AS_OK) return err->status;
         }
-        g->qk_floats = (size_t)g->H * g->T * g->qk;
+        g->qk_floats = (size_t)g->H * qr * g->qk;
         g->k_floats = (size_t)g->H * kr * g->qk;
     }
     if (r->quantities & (1u << TRACE_Q_TOKENS)) {

@@ -2,7 +2,7 @@
  * as the stage-aware metrics read it (docs/analysis.md, "Staged traces"). Not a public header.
  *
  * Tokens of a layer are numbered 0..T-1: its prefix tokens first, then the grid tokens row-major
- * (grid index y * gw + x). A layer's maps are problems (one for a GLOBAL layer, the recorded
+ * (grid index y * gw + x). A layer's maps are problems (one for a GLOBAL, SRA or CLASS layer, the recorded
  * windows for a WINDOW layer) of Tq query slots x Tk key slots; qtok and ktok say which token each
  * slot holds (-1: a pad slot, which is no token). Every grid token is the query of exactly one
  * slot when every window is recorded. Token (y, x) is centred on input pixel (offset + stride y,
@@ -23,6 +23,7 @@ typedef struct {
     int P, Tq, Tk;              /* recorded problems per head and image; query and key slots of one */
     int M, shift, n_windows;    /* WINDOW: side, cyclic shift, windows of the padded grid; else 0, 0, 1 */
     int every_problem;          /* 1 when every window (or the global problem) is recorded */
+    int signed_maps;            /* attn is signed, not row-stochastic (CaiT's talking heads) */
     int qk;                     /* q/k width per head in the trace (0: none recorded) */
     float scale;                /* the attribute "scale" (q k^T scale); 0 when absent */
     double stride, offset;      /* px: centre of grid row/column i = offset + stride i */

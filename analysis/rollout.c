@@ -194,14 +194,20 @@ static as_status sroll_plan(analysis_ctx *c, as_error *err) {
                        "--discard 0", c->opt->discard);
     for (int li = 0; li < S->n_layers; li++) {
         const analysis_lgeom *g = &S->l[li];
-        if (!g->every_problem || (g->scope != VIT_SCOPE_WINDOW && g->Tq != g->T))
+        if (!g->every_problem || (g->scope == VIT_SCOPE_GLOBAL && g->Tq != g->T))
             return as_fail(err, AS_ERR_ARG, "rollout needs every query row of every window, but layer "
                            "%d holds %s: record with --windows all --query-rows all", g->layer,
                            g->every_problem ? "only the prefix rows" : "a subset of its windows");
-        if (g->prefix != S->l[0].prefix)
+        if (g->signed_maps)
+            return as_fail(err, AS_ERR_ARG, "rollout composes row-stochastic maps, but layer %d's are "
+                           "signed (CaiT's talking heads mix the heads after the softmax): not defined "
+                           "there; a CaiT without talking heads (\"talking_heads\": false) rolls out", g->layer);
+        /* CaiT: the class token joins at its first class-attention block (prefix 0 -> 1) */
+        const int joins = li > 0 && g->scope == VIT_SCOPE_CLASS && S->l[li - 1].prefix == 0 && g->prefix == 1;
+        if (li > 0 && g->prefix != S->l[li - 1].prefix && !joins)
             return as_fail(err, AS_ERR_ARG, "rollout: layer %d has %d prefix tokens and layer %d %d: "
                            "a transfer between them is not defined yet", g->layer, g->prefix,
-                           S->l[0].layer, S->l[0].prefix);
+                           S->l[li - 1].layer, S->l[li - 1].prefix);
     }
     sroll_state *st = calloc(1, sizeof *st);
     if (!st) return as_fail(err, AS_ERR_NOMEM, "out of memory");
@@ -233,7 +239,9 @@ static as_status sroll_plan(analysis_ctx *c, as_error *err) {
     snprintf(c->params, sizeof c->params, "head_fusion=%s; discard_ratio=0; identity=added; "
              "rows=renormalised; pad_keys=dropped; merge=children mean (U[c,t] = 1/#children of c); "
              "source=%s; grid=%dx%d (layer %d)", fusion_names[c->opt->fusion],
-             lay->prefix ? "prefix token 0" : "mean of all tokens", S->l[0].gh, S->l[0].gw, S->l[0].layer);
+             lay->prefix ? "prefix token 0"
+             : S->l[S->n_layers - 1].prefix ? "prefix token 0 where the layer has one, else the mean of all tokens"
+                                            : "mean of all tokens", S->l[0].gh, S->l[0].gw, S->l[0].layer);
     return AS_OK;
 }
 
@@ -257,6 +265,8 @@ static double sroll_fused(const analysis_lgeom *g, const float *A, analysis_fusi
 static void sroll_apply(const analysis_lgeom *g, const float *A, analysis_fusion fusion,
                         const double *rowsum, const double *u, double *v, double *z) {
     memset(v, 0, (size_t)g->T * sizeof *v);
+    if (g->scope == VIT_SCOPE_CLASS) /* a class-attention block passes the other tokens on: identity rows */
+        for (int t = 1; t < g->T; t++) v[t] = u[t];
     if (analysis_reduced(g)) {
         memset(z, 0, (size_t)g->Tk * sizeof *z);
         for (int t = 0; t < g->T; t++) {
@@ -314,7 +324,11 @@ static void sroll_image(const analysis_ctx *c, const analysis_image *im, double 
         for (int k = l; k >= 0; k--) {
             const analysis_lgeom *g = &S->l[k];
             sroll_apply(g, im->attn[k], c->opt->fusion, rowsum[k], u, v, v + st->tmax);
-            if (k > 0 && st->cell[k]) { /* back across the merge: each cell to its children */
+            if (k > 0 && g->prefix != S->l[k - 1].prefix) { /* CaiT: below the class token's first
+                                                              * block its share ends (a parameter) */
+                const analysis_lgeom *f = &S->l[k - 1];
+                for (int t = 0; t < f->T; t++) u[t] = v[g->prefix + t];
+            } else if (k > 0 && st->cell[k]) { /* back across the merge: each cell to its children */
                 const analysis_lgeom *f = &S->l[k - 1];
                 for (int t = 0; t < f->prefix; t++) u[t] = v[t];
                 for (int gi = 0; gi < f->gh * f->gw; gi++) {
@@ -355,7 +369,10 @@ static const analysis_metric roll_staged = {
                   "prefix token, or the mean of layer l's tokens; a spatial-reduction layer's F is "
                   "its T x T' map times S (T' x T), S[j,u] = 1/n_j for the n_j tokens u key j reduces "
                   "(its R x R block or pool bin); a strided-conv downsampling (PVT v2) transfers like a "
-                  "merge, by the cells the finer tokens' centres fall in",
+                  "merge, by the cells the finer tokens' centres fall in; a class-attention layer "
+                  "(CaiT) has its class row and identity rows for the patches it passes on, and below "
+                  "the first one the class token's share ends (it enters there as a parameter), so "
+                  "the class row is composed with the self-attention rollout of the patches",
     .needs = 1u << TRACE_Q_ATTN,
     .traces = ANALYSIS_TRACES_STAGED,
     .plan = sroll_plan,

@@ -141,11 +141,35 @@ e = h5py.File(sys.argv[1])["analysis/entropy"]
 assert list(e["negative_maps"]["mean"][:]) == [1.0, 1.0], e["negative_maps"]["mean"][:]
 assert all(math.isnan(v) for v in e["head_mean"]["mean"][:]), e["head_mean"]["mean"][:]' "$T/cait.d.h5"
 expect 0 "$PY" "$REF" compare "$T/cait.h5" "$T/cait.d.h5" default
-# CaiT's class-attention layers are refused in one line (their one class row has no grid)
-expect 0 "$A" record --model "$FX/cait_tiny" --images "$FX/inputs.npy" --out "$T/cait2.h5" -q
-expect 1 "$A" analyze "$T/cait2.h5" --metrics entropy --out "$T/cait2.d.h5"
-has "$T/err" "has class attention (CaiT's class row), which the stage-aware metrics do not read yet"
+# every CaiT layer: class-attention rows (entropy over [cls; patches], no grid query for distance
+# and ALS, similarity of the class rows); rollout is refused on the signed talking-heads maps
+expect 0 "$A" record --model "$FX/cait_tiny" --images "$FX/inputs.npy" --out "$T/cait2.h5" --record all --dtype f32 -q
+expect 0 "$A" analyze "$T/cait2.h5" --out "$T/cait2.d.h5"
+has "$T/err" "rollout composes row-stochastic maps, but layer 0's are signed (CaiT's talking heads"
+has "$T/out" "2      1  no grid-token query (class attention)"
+expect 0 "$PY" "$REF" compare "$T/cait2.h5" "$T/cait2.d.h5" default
+# shellcheck disable=SC2086
+expect 0 "$A" analyze "$T/cait2.h5" --out "$T/cait2.v.h5" -q $VARIANT
+expect 0 "$PY" "$REF" compare "$T/cait2.h5" "$T/cait2.v.h5" variant
+expect 1 "$A" analyze "$T/cait2.h5" --metrics rollout --out "$T/cait2.r.h5"
 one_line
+# a CaiT without talking heads: the class row composed with the self-attention rollout
+"$PY" -c 'import sys, json; sys.path.insert(0, sys.argv[3]); import safetensors_io as st
+d = {k: v for k, v in st.load(sys.argv[1] + "/model.safetensors").items() if ".proj_l." not in k and ".proj_w." not in k}
+st.save(sys.argv[2] + "/model.safetensors", d)
+c = json.load(open(sys.argv[1] + "/config.json")); c["model_args"]["talking_heads"] = False
+json.dump(c, open(sys.argv[2] + "/config.json", "w"))' "$FX/cait_tiny" "$(mkdir -p "$T/cnt" && echo "$T/cnt")" \
+    "$(dirname "$0")/../tools" && ok || bad "a CaiT without talking heads"
+expect 0 "$A" record --model "$T/cnt" --images "$FX/inputs.npy" --out "$T/cnt.h5" --record all --dtype f32 -q
+expect 0 "$A" analyze "$T/cnt.h5" --out "$T/cnt.d.h5" -q
+expect 0 "$PY" "$REF" compare "$T/cnt.h5" "$T/cnt.d.h5" default
+has "$T/out" "^rollout .*map/mean"
+py 'import h5py, numpy as np, sys
+f = h5py.File(sys.argv[1], "r")["analysis"]
+r = f["rollout/map"]["per_image"][:]
+assert r.shape[1:] == (4, 16) and np.allclose(r[:, :2].sum(-1), 1), r.sum(-1)
+assert (r[:, 2:].sum(-1) < 1 - 1e-6).all(), "the class token keeps a share of the class rows"
+assert list(f["entropy/valid_keys"]["mean"][:]) == [16, 16, 17, 17]' "$T/cnt.d.h5"
 
 # ---- 5. spatial-reduction layers (PVT v2): queries over reduced keys -------------------------
 # pvt_tiny: 4 x 4, 2 x 2 and 1 x 1 convs (58 px: the 4 x 4 conv drops the last 3 tokens of each

@@ -394,6 +394,8 @@ class StagedLayer:
         self.offset = float(a["token_offset_px"])
         self.window = str(a["scope"]) == "window"
         self.sra = str(a["scope"]) == "sra"
+        self.cls_scope = str(a["scope"]) == "class"  # CaiT: the class token's row over [cls; patches]
+        self.signed = int(a.get("attn_row_stochastic", 1)) == 0
         self.shift = int(a["shift"]) if self.window else 0
         self.scale = float(a["scale"]) if "scale" in a else None
         self.g = g
@@ -429,6 +431,8 @@ class StagedLayer:
 
     def problems(self):
         """[(window index, token of each query slot, token of each key slot)] as trace tokens."""
+        if self.cls_scope:
+            return [(0, np.array([0]), np.arange(self.T))]
         if not self.window:
             return [(0, np.arange(self.T), np.arange(self.T))]
         return [(k, self.tok[w], self.tok[w]) for k, w in enumerate(self.wins)]
@@ -584,6 +588,10 @@ def s_distance(tr, i, o):
             neg[k] = 1
             continue
         Q = g.queries()
+        if not len(Q):  # a class-attention layer: its one query has no place on the grid
+            out[k], pl[k], drop[k], hm[k] = np.nan, np.nan, 0, np.nan
+            out[k, len(Gs):] = pl[k, len(Gs):] = drop[k, len(Gs):] = np.nan
+            continue
         for h, (G, pad) in enumerate(Gs):
             if g.sra:  # every reduced key has a place; no prefix tokens
                 W = G[Q]
@@ -623,7 +631,7 @@ def s_entropy(tr, i, o):
             neg[k] = 1  # a signed map is no distribution over keys: left out
             continue
         V = g.valid()
-        rows = [t for t in range(g.T) if V[t].any() or not g.window]
+        rows = [t for t in range(g.T) if V[t].any() or not (g.window or g.cls_scope)]
         nv[k] = np.mean([V[t].sum() for t in rows])
         for h in range(A.shape[0]):
             G, _ = g.dense(A[h])
@@ -667,6 +675,9 @@ def s_als(tr, i, o):
             dx = np.abs(g.yx[:, None, 1] - g.yx[None, :, 1])
         N = (dy <= half) & (dx <= half)
         Q = g.queries()
+        if not len(Q):  # a class-attention layer: no query on the grid
+            drop[k, :A.shape[0]] = 0
+            continue
         for h in range(A.shape[0]):
             G, pad = g.dense(A[h])
             w = (G[g.p:, g.p:] * N).sum(1)
@@ -692,6 +703,8 @@ def s_diag(tr, i, o):
     for k, g in enumerate(tr.L):
         if g.sra and not (g.Tk == g.T and all(b == [u] for u, b in enumerate(g.bins))):
             continue  # T x T' over reduced keys: no diagonal (kept when the keys are the tokens)
+        if g.cls_scope:
+            continue  # one class row: no square map
         if o["diag"] == "scores" and str(g.g.attrs.get("mechanism", "")) != "less":
             continue  # LaViT's terms are on the less-attention layers' scores
         A = g.maps("scores" if o["diag"] == "scores" else "attn", i)
@@ -741,6 +754,8 @@ def _same_support(a, b):
         return False
     if a.sra or b.sra:
         return a.sra and b.sra and a.bins == b.bins
+    if a.cls_scope != b.cls_scope:
+        return False
     return not a.window or (np.array_equal(a.tok, b.tok) and a.wins == b.wins)
 
 
@@ -760,6 +775,8 @@ def s_similarity(tr, i, o):
                 continue
             for h in range(min(tr.H[a], tr.H[b])):
                 A, B = dense[a][h], dense[b][h]
+                if tr.L[a].cls_scope:  # the class row is the layer's only query row
+                    A, B = A[:1], B[:1]
                 # key columns: only those of tokens (every column of the grid-space map)
                 ph[:, h, a, b] = _three(A, B)
     hm = np.array([[[nanmean(ph[d, :, a, b]) for b in range(L)] for a in range(L)] for d in range(3)])
@@ -806,11 +823,15 @@ def s_rollout(tr, i, o):
         R = a[l]
         for k in range(l - 1, -1, -1):
             f = tr.L[k]
-            if (f.gh, f.gw, f.stride) != (tr.L[k + 1].gh, tr.L[k + 1].gw, tr.L[k + 1].stride):
-                U, _ = f.transfer_to(tr.L[k + 1])             # (T_{k+1} grid, T_k grid)
-                Uf = np.zeros((tr.L[k + 1].T, f.T))
-                Uf[:f.p, :f.p] = np.eye(f.p)
-                Uf[tr.L[k + 1].p:, f.p:] = U
+            nx = tr.L[k + 1]
+            if (f.gh, f.gw, f.stride, f.p) != (nx.gh, nx.gw, nx.stride, nx.p):
+                U, _ = f.transfer_to(nx)                     # (T_{k+1} grid, T_k grid)
+                Uf = np.zeros((nx.T, f.T))
+                if nx.p == f.p:
+                    Uf[:f.p, :f.p] = np.eye(f.p)
+                # else CaiT: the class token enters at its first class-attention block, a parameter
+                # with no source below: its row of the transfer is zero
+                Uf[nx.p:, f.p:] = U
                 R = R @ Uf
             R = R @ a[k]
         maps.append((e @ R)[g0.p:])
@@ -851,6 +872,8 @@ def s_missing(tr, name, o):
         return "the trace lacks " + ",".join(lack)
     if name == "rollout" and (tr.layers != list(range(tr.depth)) or o["discard"] != 0):
         return "not every layer recorded, or a discard ratio"
+    if name == "rollout" and any(g.signed for g in tr.L):
+        return "signed maps (talking heads): rollout composes row-stochastic maps"
     return None
 
 
