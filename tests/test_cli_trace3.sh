@@ -46,7 +46,7 @@ expect 0 env SDL_VIDEODRIVER=dummy "$A" view "$T/s.h5" --layer 0 --script "$T/s.
 has "$T/out" "layer 1 (stage 0, block 1, window 6 (of 16), grid 14 x 14, M 4, shift 2; vanilla)  |  attn head 0  |  query token (7, 11) (fixed)"
 [ -s "$T/s.png" ] && ok || bad "view wrote no screenshot of the staged trace"
 expect 1 env SDL_VIDEODRIVER=dummy "$A" view "$T/s.h5" --mode similarity
-has "$T/err" "similarity: stage-aware support is not there yet for staged traces"
+has "$T/err" "similarity: the viewer does not draw it for staged traces yet (attnscope analyze computes it"
 one_line
 
 # --windows: refused with the fix where no recorded layer is windowed

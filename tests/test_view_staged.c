@@ -287,8 +287,8 @@ static void test_modes(const char *trace) {
     /* one-line refusals, and nothing drawn instead */
     struct { int key; view_mode mode; view_row row; const char *says; } no[] = {
         {'r', VIEW_MODE_QUERY, VIEW_ROW_QUERY, "rollout: stage-aware support is not there yet for staged traces"},
-        {'s', VIEW_MODE_QUERY, VIEW_ROW_QUERY, "similarity: stage-aware support is not there yet for staged traces"},
-        {'a', VIEW_MODE_QUERY, VIEW_ROW_QUERY, "als: stage-aware support is not there yet for staged traces"},
+        {'s', VIEW_MODE_QUERY, VIEW_ROW_QUERY, "similarity: the viewer does not draw it for staged traces yet"},
+        {'a', VIEW_MODE_QUERY, VIEW_ROW_QUERY, "als: the viewer does not draw it for staged traces yet"},
         {'c', VIEW_MODE_QUERY, VIEW_ROW_QUERY, "no class token"},
     };
     for (size_t k = 0; k < sizeof no / sizeof no[0]; k++) {
@@ -298,7 +298,7 @@ static void test_modes(const char *trace) {
               !strchr(v.message, '\n') && v.n_panels == 2,
               "'%c': \"%s\" (mode %d, row %d, %d panels)", no[k].key, v.message, v.mode, v.row, v.n_panels);
     }
-    CHECK(view_mode_missing(&v, VIEW_MODE_SIMILARITY, &err) && strstr(err.msg, "stage-aware"), "%s", err.msg);
+    CHECK(view_mode_missing(&v, VIEW_MODE_SIMILARITY, &err) && strstr(err.msg, "does not draw it for staged traces"), "%s", err.msg);
     char cmd[512];
     view_plot_command(&v, "x", cmd, sizeof cmd);
     CHECK(strstr(cmd, "no attnscope plot figure for staged traces yet") != NULL, "plot command: %s", cmd);

@@ -133,6 +133,8 @@ static const trace_layer_geom *geom_of(const view *v, int li) { return &v->src.t
 static int windowed(const view *v, int li) { return v->staged && geom_of(v, li)->scope == VIT_SCOPE_WINDOW; }
 /* Spatial reduction (PVT v2): queries are the grid's tokens, keys the cells of a reduced grid. */
 static int reduced(const view *v, int li) { return v->staged && geom_of(v, li)->scope == VIT_SCOPE_SRA; }
+/* Class attention (CaiT): the layer's one query is the class token, over [cls; patches]. */
+static int classrow(const view *v, int li) { return v->staged && geom_of(v, li)->scope == VIT_SCOPE_CLASS; }
 /* The token table's shape: the model's windows (all of them, recorded or not) and their rows. */
 static int table_problems(const view *v, int li) {
     return windowed(v, li) ? geom_of(v, li)->nwh * geom_of(v, li)->nww : 1;
@@ -240,13 +242,8 @@ static as_status load_tables(view *v, as_error *err) {
     for (int li = 0; li < r->n_layers; li++) {
         const trace_layer_geom *g = geom_of(v, li);
         int R = table_rows(v, li), layer = r->layers[li];
-        if (g->attn_signed) /* CaiT's talking heads: not a distribution over keys */
-            return as_fail(err, AS_ERR_UNSUPPORTED, "%s: layer %d is a talking-heads layer whose map is "
-                           "signed and not row-stochastic (proj_w mixes the heads' softmax maps): the "
-                           "viewer does not draw it yet; record other layers with --layers, or read "
-                           "attn and internals/attn_softmax with h5py (docs/trace-format.md)",
-                           r->path, layer);
-        if (g->prefix > 0 || (!windowed(v, li) && g->Tq != g->T))
+        const int cr = classrow(v, li) && g->prefix == 1 && g->Tq == 1; /* the class row over [cls; patches] */
+        if (!cr && (g->prefix > 0 || (!windowed(v, li) && g->Tq != g->T)))
             return as_fail(err, AS_ERR_UNSUPPORTED, "%s: layer %d has %s: stage-aware support is not "
                            "there yet in the viewer for staged layers with prefix tokens or prefix "
                            "rows only; it shows window and global layers over the grid", r->path,
@@ -254,10 +251,10 @@ static as_status load_tables(view *v, as_error *err) {
         const int K = windowed(v, li) ? R : reduced(v, li) ? g->kgh * g->kgw : g->T; /* keys per row */
         for (int ds = 0; ds < VIEW_N_MAPS; ds++) {
             const int *dm = v->dims[li][ds];
-            if (dm[0] > 0 && (dm[1] != R || dm[2] != K))
+            if (dm[0] > 0 && (dm[1] != (cr ? 1 : R) || dm[2] != K))
                 return as_fail(err, AS_ERR_FORMAT, "%s: layers/%02d/%s is %d x %d per problem where "
                                "the layer's geometry gives %d x %d: the file is corrupt", r->path,
-                               layer, map_names[ds], dm[1], dm[2], R, K);
+                               layer, map_names[ds], dm[1], dm[2], cr ? 1 : R, K);
         }
         size_t n = (size_t)table_problems(v, li) * R;
         int *tok = v->wtok[li] = malloc(n * sizeof *tok);
@@ -589,7 +586,9 @@ static as_status row_values(view *v, int ds, int li, int hi, double *row, int *c
  * a window layer, else the whole map; *pl receives the query's place (staged traces). */
 static const float *problem_map(view *v, int ds, int li, int hi, view_place *pl, as_error *err) {
     view_place q = {v->query, -1, v->query, 0};
-    if (v->staged) {
+    if (classrow(v, li)) /* one row: the class token's */
+        q = (view_place){0, 0, 0, 0};
+    else if (v->staged) {
         q = place_of(v, li, staged_token(v, li));
         if (q.pos < 0) {
             as_fail(err, AS_ERR_ARG, "layer %d: window %d, which holds the query, was not recorded "
@@ -609,6 +608,22 @@ static const float *problem_map(view *v, int ds, int li, int hi, view_place *pl,
 static as_status staged_values(view *v, int ds, int li, int hi, double *vals, double *state, mapscale *ms,
                                as_error *err) {
     const trace_layer_geom *g = geom_of(v, li);
+    if (classrow(v, li)) { /* the class row over its patches; cls's own share in the scale's note */
+        const int T = v->dims[li][ds][2], p = g->prefix;
+        const float *A = problem_map(v, ds, li, hi, NULL, err);
+        if (!A) return err->status;
+        double *row = malloc((size_t)T * sizeof *row);
+        if (!row) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+        for (int j = 0; j < T; j++) row[j] = A[j];
+        for (int i = 0; i < g->gh * g->gw; i++) {
+            vals[i] = row[p + i];
+            if (state) state[i] = VIEW_KEY_IN;
+        }
+        mapscale_make(ms, row, 1, T, p, p, v->range);
+        mapscale_name_prefix(ms, row, 1, T, 1, 0, 0);
+        free(row);
+        return AS_OK;
+    }
     if (reduced(v, li)) { /* the query token's row over the reduced keys, one value per key cell */
         const int K = v->dims[li][ds][2];
         view_place q;
@@ -736,7 +751,7 @@ static void panel_staged(view *v, view_panel *p, int li) {
     p->stride_px = g->stride_px;
     p->offset_px = g->offset_px;
     p->img = v->src.tr.cfg.img_size;
-    p->query = staged_token(v, li);
+    p->query = classrow(v, li) ? -1 : staged_token(v, li); /* the class token has no cell */
     p->window = windowed(v, li) ? place_of(v, li, p->query).w : -1;
     p->key_state = p->values + (size_t)p->rows * p->cols;
     p->qcols = g->gw;
@@ -945,6 +960,7 @@ static void paint_staged(view *v, plot_figure *f, int i, vscale s) {
             }
         cairo_stroke(cr);
     }
+    if (pn->query < 0) return; /* a class row: no query cell */
     cell_rect(pn, pn->query / C, pn->query % C, &x, &y, &w, &h);
     outline(cr, x, y, w, h, 1, 0.15, 0.1, 1.0);
 }
@@ -1035,7 +1051,9 @@ static void draw_image_panel(view *v, plot_figure *f, double x, double y, double
         int masked = 0;
         for (int i = 0; i < gh * gw; i++) masked += p->key_state[i] == VIEW_KEY_MASKED;
         char t[160];
-        if (reduced(v, li) && g->sr_pool)
+        if (classrow(v, li))
+            snprintf(t, sizeof t, "the class token's row over the %d x %d patches (class attention)", g->gh, g->gw);
+        else if (reduced(v, li) && g->sr_pool)
             snprintf(t, sizeof t, "token (%d, %d) over %d x %d keys pooled from the %d x %d grid",
                      p->query / g->gw, p->query % g->gw, g->kgh, g->kgw, g->gh, g->gw);
         else if (reduced(v, li))
@@ -1052,6 +1070,9 @@ static void draw_image_panel(view *v, plot_figure *f, double x, double y, double
             plot_text_fit(f, x, y + side + 2 + used + 13, 6, 0, side, t);
         }
     }
+    if (v->staged && geom_of(v, li)->attn_signed && ds == 0) /* CaiT's talking heads */
+        plot_text_fit(f, x, y + side + 2 + used + 6, 6, 0, side, "signed: heads mixed after the softmax (talking "
+                      "heads); Tab: attn_softmax");
 }
 
 /* One head's full map (Q x T) with the query row outlined. */
@@ -1096,6 +1117,9 @@ static void draw_map_panel(view *v, plot_figure *f, plot_axes a, int li, int hi,
     if (win) {
         snprintf(xl, sizeof xl, "key: row of window %d (yN: window row N, %d tokens each)", q.w, M);
         snprintf(yl, sizeof yl, "query: row of window %d", q.w);
+    } else if (classrow(v, li)) {
+        snprintf(xl, sizeof xl, "key token: cls, then patch y * %d + x", geom_of(v, li)->gw);
+        snprintf(yl, sizeof yl, "class token");
     } else if (reduced(v, li)) {
         const trace_layer_geom *g = geom_of(v, li);
         snprintf(xl, sizeof xl, "reduced key (y * %d + x) of %d x %d", g->kgw, g->kgh, g->kgw);
@@ -1136,7 +1160,7 @@ static void draw_map_panel(view *v, plot_figure *f, plot_axes a, int li, int hi,
             cairo_fill(cr);
         }
     }
-    int p = prefix_of(v);
+    int p = v->staged ? geom_of(v, li)->prefix : prefix_of(v);
     if (p > 0 && p < T) { /* prefix | patches */
         cairo_set_source_rgba(cr, 1, 1, 1, 0.7);
         cairo_set_line_width(cr, 0.4);
@@ -1162,7 +1186,8 @@ static void draw_map_panel(view *v, plot_figure *f, plot_axes a, int li, int hi,
 
 static void query_name(const view *v, int q, char *buf, size_t n) {
     int p = prefix_of(v), g = grid_of(v);
-    if (v->staged) snprintf(buf, n, "token (%d, %d)", q / geom_of(v, v->li)->gw, q % geom_of(v, v->li)->gw);
+    if (classrow(v, v->li)) snprintf(buf, n, "class token (class attention)");
+    else if (v->staged) snprintf(buf, n, "token (%d, %d)", q / geom_of(v, v->li)->gw, q % geom_of(v, v->li)->gw);
     else if (q < p) vit_prefix_label(&v->src.tr.cfg, q, buf, n); /* class, distillation, register k */
     else snprintf(buf, n, "patch (%d, %d)", (q - p) / g, (q - p) % g);
 }
@@ -1400,8 +1425,9 @@ static as_status draw_results(view *v, plot_figure *f, double top, double bottom
 
 int view_mode_missing(const view *v, view_mode m, as_error *err) {
     if (v->staged && (m == VIEW_MODE_SIMILARITY || m == VIEW_MODE_ALS || m == VIEW_MODE_PAIR)) {
-        as_fail(err, AS_ERR_UNSUPPORTED, "%s: stage-aware support is not there yet for staged traces "
-                "(attnscope analyze does not compute it on them)", mode_names[m]);
+        as_fail(err, AS_ERR_UNSUPPORTED, "%s: the viewer does not draw it for staged traces yet "
+                "(attnscope analyze computes it: read analysis/%s in the results with h5py)", mode_names[m],
+                m == VIEW_MODE_ALS ? "als" : "similarity");
         return 1;
     }
     const char *metric = m == VIEW_MODE_SIMILARITY && !v->sim ? "similarity"
@@ -1584,6 +1610,9 @@ static void build_status(view *v) {
         if (w >= 0)
             snprintf(where, sizeof where, "stage %d, block %d, window %d (of %d), grid %d x %d, M %d, shift %d; ",
                      g->stage, block, w, nw, g->gh, g->gw, g->M, g->shift);
+        else if (g->scope == VIT_SCOPE_CLASS)
+            snprintf(where, sizeof where, "stage %d, block %d, class attention over [cls; %d x %d patches]; ",
+                     g->stage, block, g->gh, g->gw);
         else if (g->scope == VIT_SCOPE_SRA)
             snprintf(where, sizeof where, "stage %d, block %d, spatial reduction, grid %d x %d, keys %d x %d; ",
                      g->stage, block, g->gh, g->gw, g->kgh, g->kgw);
@@ -1911,6 +1940,10 @@ static int click(view *v, double x, double y) {
         }
         break;
     case VIEW_PANEL_MAP:
+        if (classrow(v, layer_pos(v, p->layer))) { /* its one row is the class token's */
+            note(v, "layer %d is class attention: its one query is the class token", p->layer);
+            return VIEW_REDRAW;
+        }
         if (v->staged) { /* the token of that row of the shown window */
             int li = layer_pos(v, p->layer), t = v->wtok[li][(size_t)(p->window > 0 ? p->window : 0) * p->rows + row];
             if (t < 0) {

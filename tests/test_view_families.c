@@ -1,13 +1,19 @@
-/* test_view_pvt.c: the viewer on PVT v2 traces (spatial-reduction layers: T queries over a
- * reduced key grid), drawn offscreen. The traces are recorded by `attnscope record` from the
- * tiny fixtures: pvt_tiny (58 px, a 15 x 15 grid reduced by a 4 x 4 conv to 3 x 3 keys, which
- * leave the last 3 tokens of each axis out, then R = 2 and R = 1) and pvt_li (linear SRA: a 10 x 10
- * and a 5 x 5 grid pooled to 7 x 7 keys, with unequal and overlapping bins). For query points
- * on every layer it checks, from the reader alone: the query token is the cell under the point
- * at the layer's stride; the image panel's cells are the key grid and hold the query token's row;
- * a conv key's cell covers the pixels of the tokens it reduces; the brightest cell is the row's
- * argmax in the colour map's top colour; the map panel is the T x T' map; the status bar and the
- * hover text name the key grid. Screenshots go to $VIEW_PVT_SHOTS when set. */
+/* test_view_families.c: the viewer on PVT v2 and CaiT traces, drawn offscreen.
+ *
+ * PVT v2 (spatial-reduction layers: T queries over a reduced key grid), recorded by `attnscope
+ * record` from the tiny fixtures pvt_tiny (58 px, a 15 x 15 grid reduced by a 4 x 4 conv to 3 x 3
+ * keys, which leave the last 3 tokens of each axis out, then R = 2 and R = 1) and pvt_li (linear
+ * SRA: a 10 x 10 and a 5 x 5 grid pooled to 7 x 7 keys, with unequal and overlapping bins). For
+ * query points on every layer it checks, from the reader alone: the query token is the cell under
+ * the point at the layer's stride; the image panel's cells are the key grid and hold the query
+ * token's row; a conv key's cell covers the pixels of the tokens it reduces; the brightest cell is
+ * the row's argmax in the colour map's top colour; the map panel is the T x T' map; the status bar
+ * and the hover text name the key grid.
+ *
+ * CaiT (cait_tiny): a class-attention layer shows the class token's row over the patches (the
+ * class token's own weight in the scale, not on the image), its 1 x (1 + N) map, no query cell;
+ * a talking-heads layer's signed map is drawn on a min..max scale, never as probabilities.
+ * Screenshots go to $VIEW_FAMILIES_SHOTS when set. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 
@@ -170,11 +176,84 @@ static void test_trace(const char *fixture, const char *inputs, const char *name
     view_close(&v);
 }
 
+/* CaiT: the class row of layer `layer` (class attention) and a talking-heads layer 0 */
+static void test_cait(const char *shots) {
+    const char *trace = check_tmp("cait.h5");
+    CHECK(record("cait_tiny", "inputs.npy", trace) == 0, "record cait_tiny");
+    view v;
+    as_error err = {0};
+    CHECK(view_open(&v, trace, &err) == AS_OK, "a CaiT trace opens: %s", err.msg);
+    if (err.status) return;
+    const trace_reader *r = &v.src.tr;
+    cairo_surface_t *s = cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H);
+    const int layer = 2;
+    const trace_layer_geom *g = trace_layer(r, layer);
+    CHECK(g->scope == VIT_SCOPE_CLASS && g->Tq == 1 && g->prefix == 1, "layer 2 is class attention");
+    CHECK(view_select(&v, 1, layer, 1, 0, &err) == AS_OK, "select: %s", err.msg);
+    v.opacity = 1;
+    draw(&v, s);
+    const int T = g->T, P = g->gh * g->gw;
+    float *A = malloc((size_t)T * sizeof *A);
+    CHECK(trace_read_head(r, TRACE_Q_ATTN, 1, layer, 1, A, &err) == AS_OK, "%s", err.msg);
+    const view_panel *ip = &v.panels[0], *mp = &v.panels[1];
+    int same = ip->rows == g->gh && ip->cols == g->gw && ip->query < 0, best = 0;
+    for (int i = 0; same && i < P; i++) {
+        same &= ip->values[i] == (double)A[1 + i];
+        if (A[1 + i] > A[1 + best]) best = i;
+    }
+    CHECK(same, "class row: the image panel holds the class token's row over the %d patches, no query cell", P);
+    double x, y, c[3];
+    view_panel_cell_centre(ip, best / ip->cols, best % ip->cols, &x, &y);
+    pixel(&v, s, x + 0.7, y + 0.7, c);
+    plot_color top = plot_cmap_color(v.cmap, 1);
+    CHECK(A[1 + best] > A[0] ? fabs(c[0] - top.r) < 0.03 && fabs(c[1] - top.g) < 0.03 && fabs(c[2] - top.b) < 0.03 : 1,
+          "class row: its largest patch weight in the top colour (%.2f %.2f %.2f)", c[0], c[1], c[2]);
+    int msame = mp->kind == VIEW_PANEL_MAP && mp->rows == 1 && mp->cols == T;
+    for (int j = 0; msame && j < T; j++) msame &= mp->values[j] == (double)A[j];
+    CHECK(msame, "class row: the map panel is the 1 x %d row", T);
+    CHECK(ip->scale.probability && fabs(ip->scale.prefix_share - A[0]) < 1e-6,
+          "class row: a probability row whose class-token share is %.4f (%.4f)", A[0], ip->scale.prefix_share);
+    CHECK(strstr(v.status, "class attention over [cls; 4 x 4 patches]") && strstr(v.status, "query class token"),
+          "class row: status %s", v.status);
+    if (shots) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/cait_class.png", shots);
+        cairo_surface_write_to_png(s, path);
+    }
+    /* a click on the map's one row keeps the class token as the query, with a note */
+    view_panel_cell_centre(mp, 0, 3, &x, &y);
+    view_event e = {.type = VIEW_EV_CLICK, .x = x * v.zoom, .y = y * v.zoom};
+    view_handle(&v, &e);
+    CHECK(strstr(v.message, "its one query is the class token") != NULL, "class row click: %s", v.message);
+    /* layer 0: talking heads, a signed map on a min..max scale, never probabilities */
+    CHECK(view_select(&v, 1, 0, 0, 0, &err) == AS_OK, "select: %s", err.msg);
+    v.qpt[0] = v.qpt[1] = 13;
+    v.query_locked = 1;
+    draw(&v, s);
+    const trace_layer_geom *g0 = trace_layer(r, 0);
+    float *B = malloc((size_t)g0->T * g0->T * sizeof *B);
+    CHECK(trace_read_head(r, TRACE_Q_ATTN, 1, 0, 0, B, &err) == AS_OK, "%s", err.msg);
+    const int t = v.query;
+    int neg = 0, bsame = v.panels[0].rows == g0->gh;
+    for (int j = 0; j < g0->T; j++) {
+        neg |= B[(size_t)t * g0->T + j] < 0;
+        bsame &= v.panels[0].values[j] == (double)B[(size_t)t * g0->T + j];
+    }
+    CHECK(g0->attn_signed && bsame, "talking heads: the overlay is the query token's signed row");
+    CHECK(!v.panels[0].scale.probability && (!neg || v.panels[0].scale.lo < 0),
+          "talking heads: not drawn as probabilities (lo %g)", v.panels[0].scale.lo);
+    free(A);
+    free(B);
+    cairo_surface_destroy(s);
+    view_close(&v);
+}
+
 int main(void) {
-    check_tmp_init("view_pvt");
-    const char *shots = getenv("VIEW_PVT_SHOTS");
+    check_tmp_init("view_families");
+    const char *shots = getenv("VIEW_FAMILIES_SHOTS");
     test_trace("pvt_tiny", "pvt_tiny/inputs58.npy", "tiny.h5", shots);
     test_trace("pvt_li", "pvt_li/inputs40.npy", "li.h5", NULL);
+    test_cait(shots);
     check_tmp_remove();
-    return check_finish("view_pvt");
+    return check_finish("view_families");
 }
