@@ -19,23 +19,30 @@ static const analysis_choice diag_choices[] = {
 
 static int on_scores(const analysis_ctx *c) { return analysis_choice_of(c, ANALYSIS_CH_DIAG_MAP) == DIAG_SCORES; }
 
+/* diag=scores (LaViT's definition): the trace must record a less-attention layer and its scores. */
+static as_status need_less_scores(analysis_ctx *c, as_error *err) {
+    const analysis_layout *lay = c->lay;
+    int n = 0;
+    for (int li = 0; li < lay->n_layers; li++) n += lay->cfg.attn[lay->layers[li]].kind == VIT_ATTN_LESS;
+    if (!n)
+        return as_fail(err, AS_ERR_ARG, "diag: LaViT defines its terms on the pre-softmax scores "
+                       "of less-attention layers, and this trace records none: use --diag-map "
+                       "attn for the softmax-map variant");
+    if (!(lay->quantities & (1u << TRACE_Q_SCORES)))
+        return as_fail(err, AS_ERR_ARG, "diag needs the pre-softmax scores of the less-attention "
+                       "layers, which this trace lacks: record with --record attn,scores (or "
+                       "--diag-map attn for the softmax-map variant)");
+    c->needs = 1u << TRACE_Q_SCORES;
+    return AS_OK;
+}
+
 static as_status diag_plan(analysis_ctx *c, as_error *err) {
     const analysis_layout *lay = c->lay;
     if (lay->q_rows != lay->tokens)
         return as_fail(err, AS_ERR_ARG, "diag needs square maps, but the trace holds only the prefix "
                        "query rows: record with --query-rows all");
     if (on_scores(c)) {
-        int n = 0;
-        for (int li = 0; li < lay->n_layers; li++) n += lay->cfg.attn[lay->layers[li]].kind == VIT_ATTN_LESS;
-        if (!n)
-            return as_fail(err, AS_ERR_ARG, "diag: LaViT defines its terms on the pre-softmax scores "
-                           "of less-attention layers, and this trace records none: use --diag-map "
-                           "attn for the softmax-map variant");
-        if (!(lay->quantities & (1u << TRACE_Q_SCORES)))
-            return as_fail(err, AS_ERR_ARG, "diag needs the pre-softmax scores of the less-attention "
-                           "layers, which this trace lacks: record with --record attn,scores (or "
-                           "--diag-map attn for the softmax-map variant)");
-        c->needs = 1u << TRACE_Q_SCORES;
+        if (need_less_scores(c, err) != AS_OK) return err->status;
         analysis_note(c, "diag: layers that are not less-attention are NaN (--diag-map attn "
                       "measures every layer's map)");
     }
@@ -151,17 +158,7 @@ static as_status sdiag_plan(analysis_ctx *c, as_error *err) {
                       "with fewer keys than queries (T x T' maps; one with sr_ratio 1 has its tokens as keys "
                       "and is kept) and class-attention layers (one class row)", reduced, reduced > 1 ? "s" : "");
     if (on_scores(c)) {
-        int n = 0;
-        for (int li = 0; li < lay->n_layers; li++) n += lay->cfg.attn[lay->layers[li]].kind == VIT_ATTN_LESS;
-        if (!n)
-            return as_fail(err, AS_ERR_ARG, "diag: LaViT defines its terms on the pre-softmax scores "
-                           "of less-attention layers, and this trace records none: use --diag-map "
-                           "attn for the softmax-map variant");
-        if (!(lay->quantities & (1u << TRACE_Q_SCORES)))
-            return as_fail(err, AS_ERR_ARG, "diag needs the pre-softmax scores of the less-attention "
-                           "layers, which this trace lacks: record with --record attn,scores (or "
-                           "--diag-map attn for the softmax-map variant)");
-        c->needs = 1u << TRACE_Q_SCORES;
+        if (need_less_scores(c, err) != AS_OK) return err->status;
     }
     int dims[2] = {lay->n_layers, lay->n_heads};
     analysis_axis ax[2] = {ANALYSIS_AX_LAYER, ANALYSIS_AX_HEAD};

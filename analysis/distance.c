@@ -270,23 +270,12 @@ static void sdist_image(const analysis_ctx *c, const analysis_image *im, double 
                     const float *row = im->attn[li] + (((size_t)hi * g->P + w) * g->Tq + i) * g->Tk;
                     const int *kt = g->ktok + (size_t)w * g->Tk;
                     double m = 0, wpos = 0, wless = 0;
-                    if (analysis_reduced(g)) { /* every reduced key has a place */
-                        for (int j = 0; j < g->Tk; j++) m += row[j] * tab[li][(size_t)q * g->Tk + j];
-                        nq++;
-                        if (c->opt->distance_renorm) {
-                            double sum = 0;
-                            for (int j = 0; j < g->Tk; j++) sum += row[j];
-                            if (sum <= 0) {
-                                dropped++;
-                                continue;
-                            }
-                            m /= sum;
+                    if (analysis_reduced(g)) /* every reduced key has a place */
+                        for (int j = 0; j < g->Tk; j++) {
+                            m += row[j] * tab[li][(size_t)q * g->Tk + j];
+                            wpos += row[j];
                         }
-                        s += m;
-                        n++;
-                        continue;
-                    }
-                    for (int j = 0; j < g->Tk; j++) {
+                    for (int j = 0; j < g->Tk && !analysis_reduced(g); j++) {
                         int u = kt[j] < 0 ? -1 : analysis_grid_of(g, kt[j]);
                         if (u < 0) {
                             wless += row[j];

@@ -5,15 +5,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "../io/model.h"
 #include "check.h"
+#include "configtest.h"
 
-static as_error err;
-
-/* Applies json to a zeroed config; returns the status, the message in err. */
-static as_status apply(vit_config *c, const char *json) {
-    memset(c, 0, sizeof *c);
-    memset(&err, 0, sizeof err);
-    return model_config_apply_json(c, json, "cfg.json", &err);
-}
 
 /* json is refused and the message holds every one of the strings (NULL-terminated). */
 static void refused(const char *json, const char *want1, const char *want2) {

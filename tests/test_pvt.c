@@ -9,14 +9,8 @@
 
 #include "../io/model.h"
 #include "check.h"
+#include "configtest.h"
 
-static as_error err;
-
-static as_status apply(vit_config *c, const char *json) {
-    memset(c, 0, sizeof *c);
-    memset(&err, 0, sizeof err);
-    return model_config_apply_json(c, json, "cfg.json", &err);
-}
 
 /* Parameters of a PVT v2 from the equations (design note 3.2), independent of core/pvt.c. */
 static double closed_params(const vit_config *c) {

@@ -118,11 +118,9 @@ static void compare_expected(const char *label, const run_out *o, const char *ex
     safetensors_close(&st);
 }
 
-/* CaiT (tools/make_cait_fixtures.py, tools/cait_ref.py): talking heads with the maps before and
- * after the mix, class attention, LayerScale; MaiT masks before and after the mix. */
-static void test_cait(void) {
-    const char *models[] = {"cait_tiny", "cait_mait_before", "cait_mait_after"};
-    for (int i = 0; i < 3; i++) {
+/* Each fixture model on the shared inputs.npy against its expected.safetensors. */
+static void test_fixtures(const char *const *models, int n) {
+    for (int i = 0; i < n; i++) {
         model m;
         as_error err = {0};
         int ok = model_load(&m, fx(models[i]), NULL, 0, &err) == AS_OK;
@@ -139,23 +137,16 @@ static void test_cait(void) {
     }
 }
 
+/* CaiT (tools/make_cait_fixtures.py, tools/cait_ref.py): talking heads with the maps before and
+ * after the mix, class attention, LayerScale; MaiT masks before and after the mix. */
+static void test_cait(void) {
+    static const char *const models[] = {"cait_tiny", "cait_mait_before", "cait_mait_after"};
+    test_fixtures(models, 3);
+}
+
 static void test_models(void) {
-    const char *models[] = {"vit_cls", "deit_dist", "vit_gap", "mech_cls", "mech_gap", "mech_dist"};
-    for (int i = 0; i < 6; i++) {
-        model m;
-        as_error err = {0};
-        int ok = model_load(&m, fx(models[i]), NULL, 0, &err) == AS_OK;
-        CHECK(ok, "%s: %s", models[i], err.msg);
-        if (!ok) continue;
-        run_out o;
-        if (run_model(&m, fx("inputs.npy"), &o)) {
-            char exp[256];
-            snprintf(exp, sizeof exp, "%s/expected.safetensors", models[i]);
-            compare_expected(models[i], &o, fx(exp), 1, 1e-4);
-            free(o.mem);
-        }
-        model_free(&m);
-    }
+    static const char *const models[] = {"vit_cls", "deit_dist", "vit_gap", "mech_cls", "mech_gap", "mech_dist"};
+    test_fixtures(models, 6);
 }
 
 /* Swin (tools/make_swin_fixtures.py: torchvision's SwinTransformer, timm's names): logits,

@@ -10,14 +10,8 @@
 #include "../io/model.h"
 #include "check.h"
 #include "swin_names.h"
+#include "configtest.h" /* after swin_names.h, whose locals are named err too */
 
-static as_error err;
-
-static as_status apply(vit_config *c, const char *json) {
-    memset(c, 0, sizeof *c);
-    memset(&err, 0, sizeof err);
-    return model_config_apply_json(c, json, "cfg.json", &err);
-}
 
 static void refused(const char *json, const char *want1, const char *want2) {
     vit_config c;

@@ -23,28 +23,9 @@
 
 #define W 1200
 #define H 760
-
-
+#include "viewtest.h"
 
 static cairo_surface_t *surface(void) { return cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H); }
-
-static void draw(view *v, cairo_surface_t *s) {
-    cairo_t *cr = cairo_create(s);
-    view_draw(v, cr, W, H);
-    cairo_destroy(cr);
-    cairo_surface_flush(s);
-}
-
-/* The colour at (x, y) in plot points of the view (its zoom applied). */
-static void pixel(const view *v, cairo_surface_t *s, double x, double y, double rgb[3]) {
-    int px = (int)(x * v->zoom), py = (int)(y * v->zoom);
-    const unsigned char *d = cairo_image_surface_get_data(s);
-    uint32_t p;
-    memcpy(&p, d + (size_t)py * cairo_image_surface_get_stride(s) + 4 * (size_t)px, 4);
-    rgb[0] = (p >> 16 & 255) / 255.0;
-    rgb[1] = (p >> 8 & 255) / 255.0;
-    rgb[2] = (p & 255) / 255.0;
-}
 
 static double luma(const double c[3]) { return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2]; }
 

@@ -23,23 +23,7 @@
 
 #define W 1200
 #define H 760
-
-static void draw(view *v, cairo_surface_t *s) {
-    cairo_t *cr = cairo_create(s);
-    view_draw(v, cr, W, H);
-    cairo_destroy(cr);
-    cairo_surface_flush(s);
-}
-
-static void pixel(const view *v, cairo_surface_t *s, double x, double y, double rgb[3]) {
-    int px = (int)(x * v->zoom), py = (int)(y * v->zoom);
-    const unsigned char *d = cairo_image_surface_get_data(s);
-    uint32_t p;
-    memcpy(&p, d + (size_t)py * cairo_image_surface_get_stride(s) + 4 * (size_t)px, 4);
-    rgb[0] = (p >> 16 & 255) / 255.0;
-    rgb[1] = (p >> 8 & 255) / 255.0;
-    rgb[2] = (p & 255) / 255.0;
-}
+#include "viewtest.h"
 
 static int record(const char *fixture, const char *inputs, const char *out) {
     char dir[512], images[512], path[512], a[8][16] = {"record", "--model", "--images", "--out", "--record",

@@ -15,13 +15,7 @@
 
 #define W 1200
 #define H 760
-
-static void draw(view *v, cairo_surface_t *s) {
-    cairo_t *cr = cairo_create(s);
-    view_draw(v, cr, W, H);
-    cairo_destroy(cr);
-    cairo_surface_flush(s);
-}
+#include "viewtest.h"
 
 static int press(view *v, int key) {
     view_event e = {.type = VIEW_EV_KEY, .key = key};
@@ -42,17 +36,6 @@ static int at_pixel(view *v, view_event_type type, int p, double py, double px) 
     view_event e = {.type = type, .x = (pn->x + px / pn->img * pn->w) * v->zoom,
                     .y = (pn->y + py / pn->img * pn->h) * v->zoom};
     return view_handle(v, &e);
-}
-
-/* The colour at (x, y) in plot points. */
-static void pixel(const view *v, cairo_surface_t *s, double x, double y, double rgb[3]) {
-    int px = (int)(x * v->zoom), py = (int)(y * v->zoom);
-    const unsigned char *d = cairo_image_surface_get_data(s);
-    uint32_t p;
-    memcpy(&p, d + (size_t)py * cairo_image_surface_get_stride(s) + 4 * (size_t)px, 4);
-    rgb[0] = (p >> 16 & 255) / 255.0;
-    rgb[1] = (p >> 8 & 255) / 255.0;
-    rgb[2] = (p & 255) / 255.0;
 }
 
 /* What the overlay must hold for query token t of layer `layer`, head `head`, image `image`,

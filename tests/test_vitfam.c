@@ -6,14 +6,8 @@
 #include "../core/vitfam.h"
 #include "../io/model.h"
 #include "check.h"
+#include "configtest.h"
 
-static as_error err;
-
-static as_status apply(vit_config *c, const char *json) {
-    memset(c, 0, sizeof *c);
-    memset(&err, 0, sizeof err);
-    return model_config_apply_json(c, json, "cfg.json", &err);
-}
 
 /* forward of n random images through (c, p): logits or features into out */
 static void run(const vit_config *c, const vit_params *p, int n, float *out, int seed) {

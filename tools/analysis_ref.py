@@ -594,19 +594,11 @@ def s_distance(tr, i, o):
             continue
         for h, (G, pad) in enumerate(Gs):
             if g.sra:  # every reduced key has a place; no prefix tokens
-                W = G[Q]
-                m = (W * D[Q]).sum(1)
-                if o["renorm"]:
-                    s = W.sum(1)
-                    drop[k, h] = (s <= 0).sum()
-                    m = m[s > 0] / s[s > 0]
-                else:
-                    drop[k, h] = 0
-                out[k, h], pl[k, h] = m.mean(), 0.0
-                continue
-            W = G[g.p:, g.p:][Q]
+                W, less = G[Q], np.zeros(len(Q))
+            else:
+                W = G[g.p:, g.p:][Q]
+                less = (pad[g.p:] + G[g.p:, :g.p].sum(1))[Q]
             m = (W * D[Q]).sum(1)
-            less = (pad[g.p:] + G[g.p:, :g.p].sum(1))[Q]
             if o["renorm"]:
                 s = W.sum(1)
                 drop[k, h] = (s <= 0).sum()
