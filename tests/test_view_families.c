@@ -25,14 +25,15 @@
 #define H 760
 #include "viewtest.h"
 
+/* attnscope record as main calls it: cmd_record(argc - 1, argv + 1), the program name before. */
 static int record(const char *fixture, const char *inputs, const char *out) {
-    char dir[512], images[512], path[512], a[8][16] = {"record", "--model", "--images", "--out", "--record",
-                                                          "all", "--dtype", "f32"}, q[16] = "--quiet";
+    char dir[512], images[512], path[512], a[9][16] = {"attnscope", "record", "--model", "--images", "--out",
+                                                          "--record", "all", "--dtype", "f32"}, q[16] = "--quiet";
     snprintf(dir, sizeof dir, "%s", fx(fixture));
     snprintf(images, sizeof images, "%s", fx(inputs));
     snprintf(path, sizeof path, "%s", out);
-    char *argv[] = {a[0], a[1], dir, a[2], images, a[3], path, a[4], a[5], a[6], a[7], q, NULL};
-    return cmd_record(12, argv);
+    char *argv[] = {a[0], a[1], a[2], dir, a[3], images, a[4], path, a[5], a[6], a[7], a[8], q, NULL};
+    return cmd_record(12, argv + 1);
 }
 
 /* The token of the cell that holds pixel p along an axis of n tokens centred at off + stride i. */
