@@ -465,6 +465,17 @@ static as_status sals_plan(analysis_ctx *c, as_error *err) {
     return AS_OK;
 }
 
+/* An SRA layer's key j: the share of the tokens it reduces that lie within h of (y, x) on both
+ * axes (1 when the key is a token there, 0 when none of its tokens is): ALS of the map spread
+ * back onto the tokens, F S, as rollout reads it. */
+static double sra_share(const analysis_lgeom *g, int j, int y, int x, int h) {
+    const int r = j / g->kgw, c = j % g->kgw, *kb = g->kb;
+    const int y0 = kb[r], y1 = kb[g->kgh + r], x0 = kb[2 * g->kgh + c], x1 = kb[2 * g->kgh + g->kgw + c];
+    const int iy = (y1 < y + h + 1 ? y1 : y + h + 1) - (y0 > y - h ? y0 : y - h);
+    const int ix = (x1 < x + h + 1 ? x1 : x + h + 1) - (x0 > x - h ? x0 : x - h);
+    return iy > 0 && ix > 0 ? (double)iy * ix / ((double)(y1 - y0) * (x1 - x0)) : 0.0;
+}
+
 static void sals_image(const analysis_ctx *c, const analysis_image *im, double *vals, void *scratch) {
     const analysis_layout *lay = c->lay;
     const analysis_staged *S = lay->staged;
@@ -501,10 +512,8 @@ static void sals_image(const analysis_ctx *c, const analysis_image *im, double *
                     for (int j = 0; j < g->Tk; j++) {
                         double a = soft ? exp(row[j] - mx) / z : (double)row[j];
                         tot += a;
-                        if (analysis_reduced(g)) { /* a reduced key: the token cell its centre lies in */
-                            const int ky = (int)floor((g->kcy[j / g->kgw] - g->offset) / g->stride + 0.5);
-                            const int kx = (int)floor((g->kcx[j % g->kgw] - g->offset) / g->stride + 0.5);
-                            if (abs(ky - q / g->gw) <= h && abs(kx - q % g->gw) <= h) wsum += a;
+                        if (analysis_reduced(g)) { /* a reduced key: the share of its tokens in t's neighbourhood */
+                            wsum += a * sra_share(g, j, q / g->gw, q % g->gw, h);
                             continue;
                         }
                         if (kt[j] < 0) continue; /* pad keys are never neighbours */
@@ -567,9 +576,9 @@ static const analysis_metric als_staged = {
                   "by the row's sum over all its slots (pad keys included); map=softmax uses the "
                   "softmax of the recorded scores row (every slot); R = --als-window or 3; layers "
                   "with negative entries are left out (NaN, negative_maps); spatial-reduction "
-                  "layers: a reduced key counts when the token cell holding its centre (the mean of "
-                  "its tokens' centres; cell of pixel p = floor((p - offset) / stride + 1/2)) is "
-                  "within R/2 of t on both axes; stage_mean = head_mean averaged over the stage's layers",
+                  "layers: a reduced key counts with the share of the tokens it reduces that lie "
+                  "within R/2 of t on both axes (the ALS of its map spread back onto the tokens, "
+                  "F S as in rollout); stage_mean = head_mean averaged over the stage's layers",
     .needs = 1u << TRACE_Q_ATTN,
     .traces = ANALYSIS_TRACES_STAGED,
     .plan = sals_plan,

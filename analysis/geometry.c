@@ -59,7 +59,8 @@ static as_status reduced_keys(analysis_lgeom *g, const trace_layer_geom *t, cons
     g->kgh = t->kgh, g->kgw = t->kgw;
     const int sane = t->kgh * t->kgw == g->Tk && g->prefix == 0 && g->Tq == g->T &&
                      (t->sr_pool ? t->kgh == t->sr_pool && t->kgw == t->sr_pool
-                                 : t->sr_ratio >= 1 && t->kgh == (g->gh - t->sr_ratio) / t->sr_ratio + 1 &&
+                                 : t->sr_ratio >= 1 && t->sr_ratio <= g->gh && t->sr_ratio <= g->gw &&
+                                       t->kgh == (g->gh - t->sr_ratio) / t->sr_ratio + 1 &&
                                        t->kgw == (g->gw - t->sr_ratio) / t->sr_ratio + 1);
     if (!sane)
         return as_fail(err, AS_ERR_FORMAT, "%s: layer %d's key grid %d x %d does not follow from its %d x %d "
@@ -191,6 +192,16 @@ as_status analysis_staged_open(analysis_staged **out, const trace_reader *r, as_
 }
 
 int analysis_cell_of(const analysis_lgeom *fine, int gi, const analysis_lgeom *coarse) {
+    /* strides r apart (r a whole number): per axis the cell t / r, so every fine token falls in
+     * exactly one cell: a Swin merge's 2 x 2 children, and PVT's strided conv, whose output y is
+     * centred on fine token 2y (a centre rule would put fine token 2y - 1 in cell y, leave cell 0
+     * one child and the last fine row in no cell) */
+    const double ratio = coarse->stride / fine->stride;
+    const int r = (int)lround(ratio);
+    if (r >= 1 && fabs(ratio - r) < 1e-9) {
+        const int y = gi / fine->gw / r, x = gi % fine->gw / r;
+        return y < coarse->gh && x < coarse->gw ? y * coarse->gw + x : -1;
+    }
     return analysis_point_cell(coarse, fine->offset + fine->stride * (gi / fine->gw),
                                fine->offset + fine->stride * (gi % fine->gw));
 }

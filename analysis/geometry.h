@@ -68,9 +68,10 @@ static inline int analysis_key_valid(const analysis_lgeom *g, int w, int i, int 
     return g->ktok[(size_t)w * g->Tk + j] >= 0 &&
            (!g->mask || g->mask[((size_t)w * g->Tq + i) * g->Tk + j] == 0.0f);
 }
-/* The cell of coarse's grid whose footprint (a stride x stride square around its centre) holds
- * the centre of grid index gi of fine; -1 when it falls outside coarse's grid. Across a Swin
- * merge this is (y / 2, x / 2); across k merges (y >> k, x >> k). */
+/* The cell of coarse's grid that grid index gi of fine falls in; -1 outside coarse's grid. With
+ * strides r apart (a whole number) the cell (y / r, x / r): across a Swin merge or a PVT v2
+ * strided conv (y / 2, x / 2), across k of them (y >> k, x >> k); else the cell whose footprint
+ * (a stride x stride square around its centre) holds gi's centre. */
 int analysis_cell_of(const analysis_lgeom *fine, int gi, const analysis_lgeom *coarse);
 /* The cell of coarse's grid whose footprint holds the point (cy, cx) px, or -1 (outside). */
 int analysis_point_cell(const analysis_lgeom *coarse, double cy, double cx);

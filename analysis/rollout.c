@@ -227,10 +227,14 @@ static as_status sroll_plan(analysis_ctx *c, as_error *err) {
     if (lay->n_heads > S->l[0].H) analysis_note(c, "rollout: each layer fuses its own recorded heads");
     int dims[2] = {lay->n_layers, lay->patches};
     analysis_axis ax[2] = {ANALYSIS_AX_LAYER, ANALYSIS_AX_PATCH};
+    const int late = !lay->prefix && S->l[S->n_layers - 1].prefix; /* CaiT: the class token joins later */
     int o = analysis_output_add(c, "map", lay->prefix ? "rollout through layer l back to the first "
                                 "grid: the first prefix token's row over the first layer's grid "
-                                "tokens" : "rollout through layer l back to the first grid: the "
-                                "mean of layer l's rows over the first layer's grid tokens", "", 2, dims, ax);
+                                "tokens" : late ? "rollout through layer l back to the first grid: the "
+                                "class token's row where layer l has it (class attention), else the mean "
+                                "of layer l's rows, over the first layer's grid tokens" : "rollout through "
+                                "layer l back to the first grid: the mean of layer l's rows over the first "
+                                "layer's grid tokens", "", 2, dims, ax);
     c->out[o].keep_images = 1;
     int kmax = 0; /* sroll_apply's T' scratch for spatial-reduction layers */
     for (int li = 0; li < S->n_layers; li++)

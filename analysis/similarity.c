@@ -157,6 +157,7 @@ enum { SOUT_HEAD, SOUT_MEAN, SOUT_ADJ, SOUT_POOLED };
 typedef struct {
     int *cell[VIT_MAX_DEPTH];
     int *n[VIT_MAX_DEPTH];
+    int *kcell[VIT_MAX_DEPTH];  /* (P, Tk): the coarse cell of each key slot (analysis_key_cell) */
     int tc;                     /* cells of the coarsest recorded grid */
     int tk;                     /* the most key slots of a problem */
 } ssim_state;
@@ -176,6 +177,9 @@ static as_status ssim_plan(analysis_ctx *c, as_error *err) {
         st->n[li] = malloc((size_t)st->tc * sizeof(int));
         if (!st->cell[li] || !st->n[li]) return as_fail(err, AS_ERR_NOMEM, "out of memory");
         analysis_cells(st->cell[li], st->n[li], g, gc);
+        if (!(st->kcell[li] = malloc((size_t)g->P * g->Tk * sizeof(int)))) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+        for (int w = 0; w < g->P; w++)
+            for (int j = 0; j < g->Tk; j++) st->kcell[li][(size_t)w * g->Tk + j] = analysis_key_cell(g, w, j, gc);
         if (g->Tk > st->tk) st->tk = g->Tk;
     }
     int d4[4] = {N_DEFS, H, L, L}, d3[3] = {N_DEFS, L, L}, d2[2] = {N_DEFS, L};
@@ -301,7 +305,7 @@ static void ssim_image(const analysis_ctx *c, const analysis_image *im, double *
                 if (cq < 0) continue;
                 for (int j = 0; j < g->Tk; j++) {
                     /* a token's coarse cell, or a reduced key's: the cell of its centre */
-                    int ck = analysis_key_cell(g, w, j, &S->l[S->coarse]);
+                    int ck = st->kcell[li][(size_t)w * g->Tk + j];
                     if (ck < 0) continue;
                     double f = 0;
                     for (int hi = 0; hi < g->H; hi++)
@@ -341,6 +345,7 @@ static void ssim_release(analysis_ctx *c) {
     for (int li = 0; st && li < VIT_MAX_DEPTH; li++) {
         free(st->cell[li]);
         free(st->n[li]);
+        free(st->kcell[li]);
     }
     free(st);
     c->state = NULL;

@@ -89,6 +89,12 @@ void mapscale_make(mapscale *s, const double *m, int rows, int cols, int prefix,
     finish(s);
 }
 
+void mapscale_not_probability(mapscale *s) {
+    s->probability = 0;
+    s->prefix_share = s->token_share[0] = s->token_share[1] = s->reg_share = NAN;
+    finish(s);
+}
+
 void mapscale_make_patches(mapscale *s, const double *patches, int P, int T, mapscale_range r) {
     start(s, T, T - P, r);
     double sum = 0;

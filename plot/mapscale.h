@@ -56,6 +56,10 @@ int mapscale_range_parse(const char *s);   /* -1 when unknown */
  * shown_from = prefix; a whole map: 0). NaN values are ignored. */
 void mapscale_make(mapscale *s, const double *m, int rows, int cols, int prefix, int shown_from,
                    mapscale_range r);
+/* Marks s as no probability map whatever its values (CaiT's talking heads mix the heads after
+ * the softmax: signed by construction, even where a row happens to be >= 0 and sum to 1): no
+ * 1/T mark, no prefix shares, the colours from its min (or 0) to its max. */
+void mapscale_not_probability(mapscale *s);
 /* The same for a distribution over T keys of which only the P = T - prefix patch values are
  * stored (analysis/rollout/map): the prefix share is what the patches leave of 1. */
 void mapscale_make_patches(mapscale *s, const double *patches, int P, int T, mapscale_range r);

@@ -492,11 +492,18 @@ class StagedLayer:
         return k[0] * self.gw + k[1]
 
     def transfer_to(self, coarse):
-        """U (coarse grid cells x this layer's grid tokens): 1/n_c for the n_c tokens whose
-        centres fall in cell c."""
+        """U (coarse grid cells x this layer's grid tokens): 1/n_c for the n_c tokens in cell c:
+        with strides r apart (whole), token (y, x) is in cell (y // r, x // r) (docs/analysis.md:
+        a merge's children, a strided conv's 2 x 2 blocks); else the cell whose footprint holds
+        its centre."""
         U = np.zeros((coarse.gh * coarse.gw, self.gh * self.gw))
+        r = coarse.stride / self.stride
         for t in range(self.gh * self.gw):
-            c = coarse.footprint_cell(self.centre[t])
+            if abs(r - round(r)) < 1e-9 and round(r) >= 1:
+                y, x = self.yx[t] // int(round(r))
+                c = y * coarse.gw + x if y < coarse.gh and x < coarse.gw else -1
+            else:
+                c = coarse.footprint_cell(self.centre[t])
             if c >= 0:
                 U[c, t] = 1
         n = U.sum(1, keepdims=True)
@@ -658,14 +665,11 @@ def s_als(tr, i, o):
             if (A < 0).any():
                 neg[k] = 1
                 continue
-        if g.sra:  # a reduced key: the token cell its centre lies in (cell c spans c -+ stride/2)
-            cell = np.floor((g.kcentre - g.offset) / g.stride + 0.5)
-            dy = np.abs(g.yx[:, None, 0] - cell[None, :, 0])
-            dx = np.abs(g.yx[:, None, 1] - cell[None, :, 1])
-        else:
-            dy = np.abs(g.yx[:, None, 0] - g.yx[None, :, 0])
-            dx = np.abs(g.yx[:, None, 1] - g.yx[None, :, 1])
+        dy = np.abs(g.yx[:, None, 0] - g.yx[None, :, 0])
+        dx = np.abs(g.yx[:, None, 1] - g.yx[None, :, 1])
         N = (dy <= half) & (dx <= half)
+        if g.sra:  # the map spread back onto the tokens (F S), then the token neighbourhood
+            N = N.astype(np.float64) @ g.S.T   # (T, T'): key j's share of tokens near t
         Q = g.queries()
         if not len(Q):  # a class-attention layer: no query on the grid
             drop[k, :A.shape[0]] = 0

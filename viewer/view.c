@@ -659,6 +659,7 @@ static as_status staged_values(view *v, int ds, int li, int hi, double *vals, do
             if (state) state[keys[j]] = mk && mk[j] ? VIEW_KEY_MASKED : VIEW_KEY_IN;
         }
     mapscale_make(ms, ord, 1, K, 0, np, v->range);
+    if (g->attn_signed && ds == 0) mapscale_not_probability(ms); /* talking heads: signed by construction */
     free(ord);
     return AS_OK;
 }
@@ -965,9 +966,9 @@ static void paint_staged(view *v, plot_figure *f, int i, vscale s) {
     outline(cr, x, y, w, h, 1, 0.15, 0.1, 1.0);
 }
 
-/* A spatial-reduction layer's panel: each reduced key's weight over the pixels of the tokens it
- * reduces (a pool's overlapping bins in key order, so a later bin covers the overlap), the key
- * cells' edges, and the query token's cell on the query grid. */
+/* A spatial-reduction layer's panel: each reduced key's weight over its cell (key_span: a conv
+ * key over the tokens it reduces, a pooled key over its seventh of the grid), the key cells'
+ * edges, and the query token's cell on the query grid. */
 static void paint_reduced(view *v, plot_figure *f, int i, vscale s) {
     const view_panel *pn = &v->panels[i];
     cairo_t *cr = plot_cairo(f);
@@ -1098,7 +1099,8 @@ static void draw_map_panel(view *v, plot_figure *f, plot_axes a, int li, int hi,
         a.ystep = 1;
     }
     view_place q = {v->query, -1, v->query, 0};
-    if (v->staged) q = place_of(v, li, staged_token(v, li));
+    if (classrow(v, li)) q = (view_place){0, 0, 0, 0}; /* the one row, the class token's */
+    else if (v->staged) q = place_of(v, li, staged_token(v, li));
     int win = windowed(v, li), M = win ? geom_of(v, li)->M : 0;
     char lab[64][8];
     const char *labels[4096];
@@ -1306,6 +1308,8 @@ static as_status draw_query_column(view *v, plot_figure *f, double x0, double w,
     as_status rc = map_scale(v, A, Q, T, &mms, err);
     if (rc == AS_OK) peak_text(&mms, pk, sizeof pk);
     if (rc == AS_OK && !rollout && v->norm == VIEW_NORM_GLOBAL) rc = global_map_scale(v, ds, li, &mms, err);
+    if (rc == AS_OK && !rollout && v->staged && geom_of(v, li)->attn_signed && ds == 0)
+        mapscale_not_probability(&mms); /* talking heads: signed by construction */
     if (rc != AS_OK) {
         free(fused);
         return rc;

@@ -75,9 +75,10 @@ typedef struct {
     int window;              /* IMAGE, MAP: the query's window in a window layer, else -1 */
     const double *key_state; /* staged IMAGE: per cell VIEW_KEY_OUTSIDE, _IN or _MASKED */
     /* spatial-reduction layers (PVT v2): the IMAGE panel's cells are the rows x cols reduced
-     * keys, key (r, c) over the pixels [kspan[r], kspan[rows + r]) x [kspan[2 rows + c],
-     * kspan[2 rows + cols + c]) (the tokens it reduces; a pool's bins may overlap); stride_px
-     * and offset_px stay the query grid's, qcols its width. NULL in every other panel. */
+     * keys, key (r, c) drawn over the pixels [kspan[r], kspan[rows + r]) x [kspan[2 rows + c],
+     * kspan[2 rows + cols + c]) (a conv key: the tokens it reduces; a pooled key: its seventh of
+     * the grid, its bin when 7 divides the grid); stride_px and offset_px stay the query grid's,
+     * qcols its width. NULL in every other panel. */
     const double *kspan;
     int qcols;
 } view_panel;
