@@ -112,6 +112,14 @@ static as_status layout_from_reader(analysis_layout *lay, const trace_reader *r,
     return AS_OK;
 }
 
+/* Results of a staged trace: each recorded layer's stage (layer_stage, in the order of the layer
+ * axis) and the model's depth (model_depth), so figures draw stage boundaries and relative depth. */
+static int staged_attrs(hid_t res, const analysis_layout *lay) {
+    int st[VIT_MAX_DEPTH];
+    for (int li = 0; li < lay->n_layers; li++) st[li] = lay->staged->l[li].stage;
+    return h5u_attr_ints(res, "layer_stage", st, lay->n_layers) | h5u_attr_int(res, "model_depth", lay->cfg.depth);
+}
+
 /* Floats of one image's records that the metrics need, and where each lands. */
 /* Floats of one image's attn (or scores), q (or k) and tokens of layer position li. */
 static size_t map_floats(const analysis_layout *lay, int li) {
@@ -754,7 +762,7 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
         h5u_attr_str(res, "source_trace", trace_path) | h5u_attr_str(res, "trace_start_time", start) |
         h5u_attr_str(res, "software", "attnscope " ATTNSCOPE_VERSION) |
         /* results of a staged trace say so: readers of single-grid results refuse them */
-        (lay.staged ? h5u_attr_int(res, "source_format_version", r.version) : 0)) {
+        (lay.staged ? h5u_attr_int(res, "source_format_version", r.version) | staged_attrs(res, &lay) : 0)) {
         rc = as_fail(err, AS_ERR_HDF5, "%s: cannot write results (disk full?)", tmp);
         goto fail;
     }

@@ -24,4 +24,4 @@ const figure_recipe fig_adjacent = {
     .needs = "analysis/similarity of each input",
     .summary = "curve of layer l vs l-1 similarity with 95% bands, one line per model",
     .width = PLOT_COLUMN, .height = 170, .max_sources = FIG_MAX_SOURCES,
-    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};
+    .traces = FIG_TRACES_SINGLE_GRID | FIG_TRACES_STAGED, .draw = draw};

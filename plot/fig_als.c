@@ -52,4 +52,4 @@ const figure_recipe fig_als = {
     .needs = "analysis/als (attnscope analyze --metrics als)",
     .summary = "heatmap of ALS, layers x heads, dots on the heads to mask",
     .width = PLOT_COLUMN, .height = 220, .max_sources = 1,
-    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};
+    .traces = FIG_TRACES_SINGLE_GRID | FIG_TRACES_STAGED, .draw = draw};

@@ -28,4 +28,4 @@ const figure_recipe fig_cka = {
     .needs = "analysis/evolution (record with --record attn,tokens)",
     .summary = "L x L heatmap of minibatch linear CKA between block outputs",
     .width = PLOT_COLUMN, .height = 215, .max_sources = 1,
-    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};
+    .traces = FIG_TRACES_SINGLE_GRID | FIG_TRACES_STAGED, .draw = draw};

@@ -44,28 +44,34 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     if (rc == AS_OK) {
         plot_axes a = plot_axes_grid(f, 0, 0, 1, 1, o->n_sources > 1 ? PLOT_LEGEND_PAD : 0);
         plot_nice_range(&lo, &hi);
-        plot_axes_range(&a, -0.5, lmax + 0.5, 0, hi);
-        a.xcat = 1;
-        a.xstep = lmax > 16 ? 2 : 1;
+        int nl[FIG_MAX_SOURCES];
+        for (int i = 0; i < o->n_sources; i++) nl[i] = (int)d[i][0];
+        /* models of different depths (ViT against Swin): against relative depth */
+        const int rel = fig_relative_depth(o, layers, nl);
+        fig_depth_axis(&a, rel, lmax, 0, hi);
         const char *names[FIG_MAX_SOURCES];
         plot_color cols[FIG_MAX_SOURCES];
         plot_marker marks[FIG_MAX_SOURCES];
+        double x0[256];
         for (int i = 0; i < o->n_sources; i++) {
             int L = (int)d[i][0], H = (int)d[i][1];
             cols[i] = plot_series_color(i);
             marks[i] = plot_series_marker(i);
             names[i] = o->src[i].label;
-            for (int h = 0; h < H; h++) {
+            fig_depth_x(&o->src[i], layers[i], L, rel, x0);
+            const double spread = rel ? 0.006 : 0.18;
+            for (int h = 0; h < H; h++) { /* a staged layer's heads beyond its own are NaN: not drawn */
                 double x[256], y[256];
                 for (int l = 0; l < L; l++) {
                     /* spread the heads of a model a little, models apart */
-                    x[l] = layers[i][l] + (o->n_sources > 1 ? (i - (o->n_sources - 1) / 2.0) * 0.18 : 0);
+                    x[l] = x0[l] + (o->n_sources > 1 ? (i - (o->n_sources - 1) / 2.0) * spread : 0);
                     y[l] = m[i][l * H + h];
                 }
                 plot_scatter(f, &a, x, y, L, cols[i], marks[i], 1.5);
             }
+            if (o->n_sources == 1) fig_stage_bounds(f, &a, &o->src[0], x0, L);
         }
-        plot_axes_draw(f, &a, "Mean attention distance per head", "layer",
+        plot_axes_draw(f, &a, "Mean attention distance per head", rel ? "relative depth (layer / (layers - 1))" : "layer",
                        strcmp(kind, "pixel") == 0 ? "pixel-to-pixel distance (pixels)"
                                                   : "patch-centre distance (pixels)");
         if (o->n_sources > 1 || o->labels_set) /* one input: a legend only when --labels names it */
@@ -81,4 +87,4 @@ const figure_recipe fig_distance = {
     .needs = "analysis/distance of each input",
     .summary = "every head's mean attention distance in pixels against its layer",
     .width = PLOT_COLUMN, .height = 180, .max_sources = FIG_MAX_SOURCES,
-    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};
+    .traces = FIG_TRACES_SINGLE_GRID | FIG_TRACES_STAGED, .draw = draw};

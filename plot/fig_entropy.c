@@ -14,4 +14,4 @@ const figure_recipe fig_entropy = {
     .needs = "analysis/entropy of each input",
     .summary = "entropy per layer, head mean with 95% bands, one line per model",
     .width = PLOT_COLUMN, .height = 170, .max_sources = FIG_MAX_SOURCES,
-    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};
+    .traces = FIG_TRACES_SINGLE_GRID | FIG_TRACES_STAGED, .draw = draw};

@@ -21,4 +21,4 @@ const figure_recipe fig_evolution = {
     .needs = "analysis/evolution of each input (record with --record attn,tokens)",
     .summary = "token cosine and CKA of each block to the final block, one line per model",
     .width = PLOT_DOUBLE, .height = 170, .max_sources = FIG_MAX_SOURCES,
-    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};
+    .traces = FIG_TRACES_SINGLE_GRID | FIG_TRACES_STAGED, .draw = draw};

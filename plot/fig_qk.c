@@ -52,4 +52,4 @@ const figure_recipe fig_qk = {
     .needs = "analysis/qk of each input (record with --record attn,q,k)",
     .summary = "bars of the fraction of |q| and |k| above each threshold per layer, models side by side",
     .width = PLOT_DOUBLE, .height = 250, .max_sources = 4,
-    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};
+    .traces = FIG_TRACES_SINGLE_GRID | FIG_TRACES_STAGED, .draw = draw};

@@ -37,4 +37,4 @@ const figure_recipe fig_similarity = {
     .needs = "analysis/similarity (attnscope analyze --metrics similarity)",
     .summary = "L x L heatmap of cross-layer cosine similarity (--definition deepvit|row|map)",
     .width = PLOT_COLUMN, .height = 215, .max_sources = 1,
-    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};
+    .traces = FIG_TRACES_SINGLE_GRID | FIG_TRACES_STAGED, .draw = draw};

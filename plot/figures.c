@@ -151,6 +151,62 @@ int fig_labels(const fig_source *s, const char *metric, const char *output, cons
     return n < 0 ? 0 : n;
 }
 
+int fig_source_depth(const fig_source *s, const int *layers, int n) {
+    int d = 0;
+    if (s->results >= 0 && h5u_attr_read_int((hid_t)s->results, "model_depth", &d, 1) == 1 && d > 0) return d;
+    if (s->is_trace && s->tr.cfg.depth > 0) return s->tr.cfg.depth;
+    return n > 0 ? layers[n - 1] + 1 : 1; /* results of a single-grid trace: its last layer */
+}
+
+int fig_layer_stages(const fig_source *s, int *stage, int n) {
+    if (s->results < 0 || n < 1) return 0;
+    int k = h5u_attr_read_int((hid_t)s->results, "layer_stage", stage, n);
+    return k == n;
+}
+
+int fig_relative_depth(const fig_opts *o, int (*layers)[256], const int *n) {
+    for (int i = 1; i < o->n_sources; i++)
+        if (fig_source_depth(&o->src[i], layers[i], n[i]) != fig_source_depth(&o->src[0], layers[0], n[0])) return 1;
+    return 0;
+}
+
+void fig_depth_x(const fig_source *s, const int *layers, int n, int relative, double *x) {
+    const int depth = fig_source_depth(s, layers, n);
+    for (int l = 0; l < n; l++) x[l] = relative ? (depth > 1 ? (double)layers[l] / (depth - 1) : 0) : layers[l];
+}
+
+void fig_depth_axis(plot_axes *a, int relative, double lmax, double ylo, double yhi) {
+    if (relative) {
+        plot_axes_range(a, -0.04, 1.04, ylo, yhi);
+        return;
+    }
+    plot_axes_range(a, -0.5, lmax + 0.5, ylo, yhi);
+    a->xcat = 1;
+    a->xstep = lmax > 16 ? 2 : 1;
+}
+
+void fig_stage_bounds(plot_figure *f, const plot_axes *a, const fig_source *s, const double *x, int n) {
+    int st[256];
+    if (n > 256 || !fig_layer_stages(s, st, n)) return;
+    cairo_t *cr = plot_cairo(f);
+    cairo_save(cr);
+    cairo_set_source_rgba(cr, 0.45, 0.45, 0.45, 0.9);
+    cairo_set_line_width(cr, 0.5);
+    const double dash[2] = {2.0, 2.0};
+    cairo_set_dash(cr, dash, 2, 0);
+    for (int l = 1; l < n; l++) {
+        if (st[l] == st[l - 1]) continue;
+        const double xb = plot_x(a, (x[l - 1] + x[l]) / 2);
+        cairo_move_to(cr, xb, a->y);
+        cairo_line_to(cr, xb, a->y + a->h);
+        cairo_stroke(cr);
+        char t[24];
+        snprintf(t, sizeof t, "stage %d", st[l]);
+        plot_text(f, xb + 1.5, a->y + 7, 5.5, 0, t);
+    }
+    cairo_restore(cr);
+}
+
 int fig_label_doubles(const fig_source *s, const char *metric, const char *output,
                       const char *axis, double *out, int max) {
     char name[256];
@@ -276,23 +332,24 @@ as_status fig_layer_curves(plot_figure *f, plot_axes *a, const fig_opts *o, cons
         if (!isnan(ylo)) vlo = ylo;
         if (!isnan(yhi)) vhi = yhi;
         if (isnan(ylo) || isnan(yhi)) plot_nice_range(&vlo, &vhi);
-        plot_axes_range(a, -0.5, lmax + 0.5, vlo, vhi);
-        a->xcat = 1;
-        a->xstep = lmax > 16 ? 2 : 1;
+        /* models of different depths: against relative depth; a staged model: stage boundaries */
+        const int rel = fig_relative_depth(o, layers, nl);
+        fig_depth_axis(a, rel, lmax, vlo, vhi);
         const char *names[FIG_MAX_SOURCES];
         plot_color cols[FIG_MAX_SOURCES];
         plot_marker marks[FIG_MAX_SOURCES];
+        double x[FIG_MAX_SOURCES][256];
         for (int i = 0; i < o->n_sources; i++) {
-            double x[256];
             size_t off = row >= 0 ? (size_t)row * nl[i] : 0;
-            for (int l = 0; l < nl[i]; l++) x[l] = layers[i][l];
+            fig_depth_x(&o->src[i], layers[i], nl[i], rel, x[i]);
             cols[i] = plot_series_color(i);
             marks[i] = plot_series_marker(i);
             names[i] = o->src[i].label;
-            plot_line(f, a, x, m[i] + off, nl[i], cols[i], marks[i], lo[i] ? lo[i] + off : NULL,
+            plot_line(f, a, x[i], m[i] + off, nl[i], cols[i], marks[i], lo[i] ? lo[i] + off : NULL,
                       hi[i] ? hi[i] + off : NULL);
         }
-        plot_axes_draw(f, a, title, "layer", ylabel);
+        if (o->n_sources == 1) fig_stage_bounds(f, a, &o->src[0], x[0], nl[0]);
+        plot_axes_draw(f, a, title, rel ? "relative depth (layer / (layers - 1))" : "layer", ylabel);
         /* one input has no legend unless --labels names it (inside: no room was kept outside) */
         if (legend && (o->n_sources > 1 || o->labels_set))
             plot_legend(f, a, names, o->n_sources, cols, marks,

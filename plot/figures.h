@@ -118,6 +118,18 @@ void fig_heatmap(plot_figure *f, plot_axes *a, const double *v, int rows, int co
  * axis when row >= 0), with the 95% interval as a band when band is set; derived: a derived
  * dataset (no band). ylo/yhi NaN: fit the data. legend: one entry per source outside right
  * when there are several. */
+/* Depth and stages of the models on a figure against depth. fig_source_depth: the model's depth
+ * (the results' model_depth, the trace's config, else the last recorded layer + 1);
+ * fig_layer_stages: 1 and each layer-axis entry's stage for results of a staged trace (their
+ * layer_stage), else 0; fig_relative_depth: 1 when the inputs' models differ in depth, so their
+ * layers are drawn at layer / (depth - 1); fig_depth_x: each entry's x that way; fig_depth_axis:
+ * the x range and ticks; fig_stage_bounds: a dashed line and "stage s" between stages. */
+int fig_source_depth(const fig_source *s, const int *layers, int n);
+int fig_layer_stages(const fig_source *s, int *stage, int n);
+int fig_relative_depth(const fig_opts *o, int (*layers)[256], const int *n);
+void fig_depth_x(const fig_source *s, const int *layers, int n, int relative, double *x);
+void fig_depth_axis(plot_axes *a, int relative, double lmax, double ylo, double yhi);
+void fig_stage_bounds(plot_figure *f, const plot_axes *a, const fig_source *s, const double *x, int n);
 as_status fig_layer_curves(plot_figure *f, plot_axes *a, const fig_opts *o, const char *metric,
                            const char *output, int derived, int row, int band, double ylo,
                            double yhi, const char *title, const char *ylabel, int legend,

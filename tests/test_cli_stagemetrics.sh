@@ -102,9 +102,21 @@ assert not np.isnan(po).any() and abs(po[1, 3, 3] - 1) < 1e-12, "pooled: every p
 assert "distance=pixel" in f["analysis/distance"].attrs["parameters"]
 q = f["analysis/qk/q_stage"]
 assert q.attrs["axes"] == "stage,threshold"' "$T/swin_tiny.d.h5"
-# figures are single-grid still: results of a staged trace are refused in one line, not drawn
-expect 1 "$A" plot distance "$T/swin_tiny.d.h5" -o "$T/f.png"
-has "$T/err" "stage-aware support is not there yet for the distance figure: $T/swin_tiny.d.h5 holds results of a staged trace"
+# figures of staged results: each layer's stage and the model's depth are in the results, so the
+# figures against depth draw stage boundaries, and models of different depths share one figure
+# against relative depth (ViT against Swin); the map figures still refuse staged inputs
+py 'import h5py, sys; f = h5py.File(sys.argv[1], "r")
+assert list(f.attrs["layer_stage"]) == [0, 0, 1, 1], f.attrs["layer_stage"]
+assert int(f.attrs["model_depth"]) == 4' "$T/swin_tiny.d.h5"
+for fig in distance entropy adjacent similarity als qk cka; do
+    expect 0 "$A" plot $fig "$T/swin_tiny.d.h5" -o "$T/f_$fig.png" --dpi 72
+    [ -s "$T/f_$fig.png" ] && ok || bad "plot $fig on staged results wrote nothing"
+done
+expect 0 "$A" analyze "$FX/analysis/mech_cls.h5" --out "$T/vit.d.h5" -q --metrics distance
+expect 0 "$A" plot distance "$T/vit.d.h5" "$T/swin_tiny.d.h5" --labels ViT,Swin -o "$T/f2.pdf"
+[ -s "$T/f2.pdf" ] && ok || bad "a ViT and a Swin on one distance figure"
+expect 1 "$A" plot rollout "$T/swin_tiny.d.h5" -o "$T/f.png"
+has "$T/err" "stage-aware support is not there yet for the rollout figure: $T/swin_tiny.d.h5 holds results of a staged trace"
 one_line
 [ ! -e "$T/f.png" ] && ok || bad "a refused figure left f.png"
 # swin_pad's stage 1 is one 4 x 4 window (timm clamp): its diag is the global value, so the
