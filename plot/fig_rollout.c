@@ -36,7 +36,10 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
         plot_overlay(f, &a, map, g, ms.lo, ms.hi, cm, 0.6);
         plot_patch_grid(f, &a, g, -1);
         char title[128];
-        snprintf(title, sizeof title, "image %ld: rollout through layer %d", image, layers[li]);
+        int st[256];
+        if (L <= 256 && fig_layer_stages(s, st, L)) /* a staged trace: back to its first grid */
+            snprintf(title, sizeof title, "image %ld: rollout through layer %d (stage %d)", image, layers[li], st[li]);
+        else snprintf(title, sizeof title, "image %ld: rollout through layer %d", image, layers[li]);
         plot_text(f, a.x + a.w / 2, a.y - 3, 6.5, 0.5, title);
         mapscale_colorbar(f, &a, &ms, cm, "rollout weight");
         mapscale_note(f, a.x, a.y + side + 2, side, ns, &ms);
@@ -54,4 +57,4 @@ const figure_recipe fig_rollout = {
     .needs = "a trace analysed with --metrics rollout (--image, --layer)",
     .summary = "the rollout map through a layer (default the last) over the input image",
     .width = PLOT_COLUMN, .height = 200, .max_sources = 1,
-    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};
+    .traces = FIG_TRACES_SINGLE_GRID | FIG_TRACES_STAGED, .draw = draw};

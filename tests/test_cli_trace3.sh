@@ -36,7 +36,7 @@ figs=$("$A" plot --list | awk 'NR > 1 && /^[a-z]/ {print $1}')
 [ "$(echo "$figs" | wc -w)" -ge 12 ] && ok || bad "plot --list gave: $figs"
 for f in $figs; do
     case $f in
-    attention | grid | rollout | lsla)
+    attention | grid | lsla)
         expect 1 "$A" plot $f "$T/s.h5" -o "$T/f.pdf"
         has "$T/err" "stage-aware support is not there yet for the $f figure: $T/s.h5 is a staged trace"
         one_line
