@@ -130,22 +130,21 @@ const analysis_metric analysis_metric_diag = {
 
 /* ---- staged traces (format 3): docs/analysis.md, "Staged traces" ---------------------------- */
 
-/* An SRA layer whose keys are its tokens (sr_ratio 1: a 1 x 1 stride-1 conv): a square map. */
-static int sdiag_square(const analysis_lgeom *g) {
-    return g->kgh == g->gh && g->kgw == g->gw && g->kb[g->kgh] == 1 && g->kb[2 * g->kgh + g->kgw] == 1;
+/* A layer without a square map: class attention (one class row), or spatial reduction unless its
+ * keys are its tokens (sr_ratio 1, or a 7 x 7 pool of a 7 x 7 grid: bins of one token). */
+static int sdiag_not_square(const analysis_lgeom *g) {
+    if (g->scope == VIT_SCOPE_CLASS) return 1;
+    return analysis_reduced(g) &&
+           !(g->kgh == g->gh && g->kgw == g->gw && g->kb[g->kgh] == 1 && g->kb[2 * g->kgh + g->kgw] == 1);
 }
 
 static as_status sdiag_plan(analysis_ctx *c, as_error *err) {
     const analysis_layout *lay = c->lay;
     const analysis_staged *S = lay->staged;
-    int reduced = 0;
+    int left_out = 0;
     for (int li = 0; li < S->n_layers; li++) {
-        if (analysis_reduced(&S->l[li])) { /* T x T' over reduced keys: no diagonal unless R = 1 */
-            reduced += !sdiag_square(&S->l[li]);
-            continue;
-        }
-        if (S->l[li].scope == VIT_SCOPE_CLASS) { /* one class row: no square map */
-            reduced++;
+        if (sdiag_not_square(&S->l[li])) {
+            left_out++;
             continue;
         }
         if (S->l[li].Tq != S->l[li].Tk)
@@ -153,10 +152,10 @@ static as_status sdiag_plan(analysis_ctx *c, as_error *err) {
                            "(prefix rows only): record with --query-rows all", S->l[li].layer,
                            S->l[li].Tq, S->l[li].Tk);
     }
-    if (reduced)
+    if (left_out)
         analysis_note(c, "diag: %d layer%s without a square map left out (NaN): spatial-reduction layers "
                       "with fewer keys than queries (T x T' maps; one with sr_ratio 1 has its tokens as keys "
-                      "and is kept) and class-attention layers (one class row)", reduced, reduced > 1 ? "s" : "");
+                      "and is kept) and class-attention layers (one class row)", left_out, left_out > 1 ? "s" : "");
     if (on_scores(c)) {
         if (need_less_scores(c, err) != AS_OK) return err->status;
     }
@@ -182,8 +181,7 @@ static void sdiag_image(const analysis_ctx *c, const analysis_image *im, double 
     for (int li = 0; li < S->n_layers; li++) {
         const analysis_lgeom *g = &S->l[li];
         for (int hi = 0; hi < Hx; hi++) sym[li * Hx + hi] = dg[li * Hx + hi] = NAN;
-        int off = (sc && lay->cfg.attn[g->layer].kind != VIT_ATTN_LESS) || (analysis_reduced(g) && !sdiag_square(g)) ||
-                  g->scope == VIT_SCOPE_CLASS;
+        int off = (sc && lay->cfg.attn[g->layer].kind != VIT_ATTN_LESS) || sdiag_not_square(g);
         for (int hi = 0; hi < g->H && !off; hi++) {
             double ms = 0, md = 0;
             int nw = 0;

@@ -270,19 +270,21 @@ static void sdist_image(const analysis_ctx *c, const analysis_image *im, double 
                     const float *row = im->attn[li] + (((size_t)hi * g->P + w) * g->Tq + i) * g->Tk;
                     const int *kt = g->ktok + (size_t)w * g->Tk;
                     double m = 0, wpos = 0, wless = 0;
-                    if (analysis_reduced(g)) /* every reduced key has a place */
+                    if (analysis_reduced(g)) { /* every reduced key has a place */
                         for (int j = 0; j < g->Tk; j++) {
                             m += row[j] * tab[li][(size_t)q * g->Tk + j];
                             wpos += row[j];
                         }
-                    for (int j = 0; j < g->Tk && !analysis_reduced(g); j++) {
-                        int u = kt[j] < 0 ? -1 : analysis_grid_of(g, kt[j]);
-                        if (u < 0) {
-                            wless += row[j];
-                            continue;
+                    } else {
+                        for (int j = 0; j < g->Tk; j++) {
+                            int u = kt[j] < 0 ? -1 : analysis_grid_of(g, kt[j]);
+                            if (u < 0) {
+                                wless += row[j];
+                                continue;
+                            }
+                            m += row[j] * tab[li][abs(q / g->gw - u / g->gw) * g->gw + abs(q % g->gw - u % g->gw)];
+                            wpos += row[j];
                         }
-                        m += row[j] * tab[li][abs(q / g->gw - u / g->gw) * g->gw + abs(q % g->gw - u % g->gw)];
-                        wpos += row[j];
                     }
                     nq++;
                     pm += wless;

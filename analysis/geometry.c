@@ -41,17 +41,13 @@ static as_status read_mask(const trace_reader *r, const analysis_lgeom *g, float
                            "corrupt", r->path, name, g->n_windows, (int)N, (int)N) : AS_OK;
 }
 
-/* The tokens each reduced key of an SRA layer averages, per axis of n tokens: an R x R stride-R
- * conv's key i the tokens R i .. R i + R - 1; a P x P adaptive pool's bin i the tokens
- * floor(i n / P) .. ceil((i + 1) n / P) - 1 (PyTorch's AdaptiveAvgPool2d); and the key's centre,
- * the mean of those tokens' centres. */
+/* The tokens each reduced key of an SRA layer averages, per axis of n tokens
+ * (vit_sra_key_tokens), and the key's centre, the mean of those tokens' centres. */
 static void key_axis(const trace_layer_geom *t, int n, int k, int *lo, int *hi, double *centre, double off,
                      double stride) {
     for (int i = 0; i < k; i++) {
-        int a = t->sr_pool ? i * n / t->sr_pool : t->sr_ratio * i;
-        int b = t->sr_pool ? ((i + 1) * n + t->sr_pool - 1) / t->sr_pool : t->sr_ratio * (i + 1);
-        lo[i] = a, hi[i] = b;
-        centre[i] = off + stride * 0.5 * (a + b - 1);
+        vit_sra_key_tokens(t->sr_ratio, t->sr_pool, n, i, &lo[i], &hi[i]);
+        centre[i] = off + stride * 0.5 * (lo[i] + hi[i] - 1);
     }
 }
 

@@ -294,6 +294,11 @@ void vit_block_geom(const vit_config *c, int l, vit_geom *g);
  * centre in pixels of key index i along axis 0 (rows) or 1 (columns). */
 void vit_sra_geom(const vit_config *c, vit_geom *g);
 float vit_sra_key_centre(const vit_geom *g, int i, int axis);
+/* The tokens [*lo, *hi) along an axis of n tokens that key i reduces: R i .. R i + R - 1 for the
+ * R x R stride-R conv (sr_ratio R; 1: the token itself), or adaptive pooling's bin
+ * floor(i n / P) .. ceil((i + 1) n / P) - 1 (sr_pool P, PyTorch's AdaptiveAvgPool2d; bins overlap
+ * where P does not divide n). The engine, analysis/ and the viewer share it. */
+void vit_sra_key_tokens(int sr_ratio, int sr_pool, int n, int i, int *lo, int *hi);
 /* WINDOW: tok[w * M^2 + r] = the flat grid token (y * gw + x, prefix not counted) at row r
  * (row-major inside the window) of window w (row-major over the shifted, padded grid), or -1
  * for a pad slot; roll and pad folded in per c->pad_order. tok has problems * M^2 entries. */

@@ -14,10 +14,16 @@
 
 /* ---- geometry ---- */
 
-/* Adaptive average pooling of n cells to VIT_SR_POOL bins (PyTorch's AdaptiveAvgPool2d):
- * bin i covers [floor(i n / P), ceil((i + 1) n / P)). */
-static int pool_lo(int i, int n) { return i * n / VIT_SR_POOL; }
-static int pool_hi(int i, int n) { return ((i + 1) * n + VIT_SR_POOL - 1) / VIT_SR_POOL; }
+void vit_sra_key_tokens(int sr_ratio, int sr_pool, int n, int i, int *lo, int *hi) {
+    if (sr_pool > 0) {
+        *lo = i * n / sr_pool;
+        *hi = ((i + 1) * n + sr_pool - 1) / sr_pool;
+    } else {
+        const int R = sr_ratio > 0 ? sr_ratio : 1;
+        *lo = R * i;
+        *hi = R * i + R;
+    }
+}
 
 void vit_sra_geom(const vit_config *c, vit_geom *g) {
     const vit_stage *st = &c->stage[g->stage];
@@ -43,7 +49,8 @@ float vit_sra_key_centre(const vit_geom *g, int i, int axis) {
     const int n = axis ? g->gw : g->gh;
     if (!g->sr_pool) return g->key_offset_px + g->key_stride_px * (float)i;
     /* the mean of the bin's token centres */
-    const int lo = pool_lo(i, n), hi = pool_hi(i, n);
+    int lo, hi;
+    vit_sra_key_tokens(0, VIT_SR_POOL, n, i, &lo, &hi);
     return g->offset_px + g->stride_px * 0.5f * (float)(lo + hi - 1);
 }
 
@@ -231,7 +238,9 @@ static const float *sra_reduce(const vit_config *c, const vit_geom *g, const vit
         for (int b = 0; b < n; b++)
             for (int i = 0; i < VIT_SR_POOL * VIT_SR_POOL; i++) {
                 const int py = i / VIT_SR_POOL, px = i % VIT_SR_POOL;
-                const int y0 = pool_lo(py, gh), y1 = pool_hi(py, gh), x0 = pool_lo(px, gw), x1 = pool_hi(px, gw);
+                int y0, y1, x0, x1;
+                vit_sra_key_tokens(0, VIT_SR_POOL, gh, py, &y0, &y1);
+                vit_sra_key_tokens(0, VIT_SR_POOL, gw, px, &x0, &x1);
                 float *o = a->sr_col + ((size_t)b * Tk + i) * D;
                 for (int ch = 0; ch < D; ch++) {
                     double sum = 0;

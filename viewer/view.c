@@ -164,18 +164,9 @@ static void cell_span(double off, double stride, int i, int img, double *lo, dou
     *hi = fmin(img, off + stride * (i + 0.5));
 }
 
-/* The tokens [*a, *b) along an axis (n tokens) that key i of spatial-reduction layer g reduces:
- * R i .. R i + R - 1 for an R x R stride-R conv (R = 1: the token itself), or adaptive pooling's
- * bin floor(i n / P) .. ceil((i + 1) n / P) - 1 (bins overlap where P does not divide n). */
+/* The tokens [*a, *b) along an axis (n tokens) that key i of spatial-reduction layer g reduces. */
 static void key_tokens(const trace_layer_geom *g, int n, int i, int *a, int *b) {
-    if (g->sr_pool > 0) {
-        *a = i * n / g->sr_pool;
-        *b = ((i + 1) * n + g->sr_pool - 1) / g->sr_pool;
-    } else {
-        const int R = g->sr_ratio > 0 ? g->sr_ratio : 1;
-        *a = R * i;
-        *b = R * i + R;
-    }
+    vit_sra_key_tokens(g->sr_ratio, g->sr_pool, n, i, a, b);
 }
 
 /* Where key i of layer g is drawn along an axis, pixels [lo, hi): a conv key over the tokens it
@@ -225,6 +216,14 @@ static view_place place_of(const view *v, int li, int t) {
     const trace_reader *r = &v->src.tr;
     if (q.w >= 0) q.pos = !windowed(v, li) ? 0 : r->n_windows ? index_in(r->windows, r->n_windows, q.w) : q.w;
     return q;
+}
+
+/* The query's place in layer li's maps: the single-grid trace's query row, a staged layer's
+ * token under the query point, or a class-attention layer's one row (the class token's). */
+static view_place query_place(const view *v, int li) {
+    if (classrow(v, li)) return (view_place){0, 0, 0, 0};
+    if (v->staged) return place_of(v, li, staged_token(v, li));
+    return (view_place){v->query, -1, v->query, 0};
 }
 
 int view_query_window(const view *v, int *row, int *n) {
@@ -585,11 +584,8 @@ static as_status row_values(view *v, int ds, int li, int hi, double *row, int *c
 /* The map block of the problem that holds the query in layer li: its window's (rows, keys) in
  * a window layer, else the whole map; *pl receives the query's place (staged traces). */
 static const float *problem_map(view *v, int ds, int li, int hi, view_place *pl, as_error *err) {
-    view_place q = {v->query, -1, v->query, 0};
-    if (classrow(v, li)) /* one row: the class token's */
-        q = (view_place){0, 0, 0, 0};
-    else if (v->staged) {
-        q = place_of(v, li, staged_token(v, li));
+    view_place q = query_place(v, li);
+    if (v->staged) {
         if (q.pos < 0) {
             as_fail(err, AS_ERR_ARG, "layer %d: window %d, which holds the query, was not recorded "
                     "(record --windows all; ',' and '.' step to recorded windows)", v->src.tr.layers[li], q.w);
@@ -1098,9 +1094,7 @@ static void draw_map_panel(view *v, plot_figure *f, plot_axes a, int li, int hi,
         a.ycat = 1;
         a.ystep = 1;
     }
-    view_place q = {v->query, -1, v->query, 0};
-    if (classrow(v, li)) q = (view_place){0, 0, 0, 0}; /* the one row, the class token's */
-    else if (v->staged) q = place_of(v, li, staged_token(v, li));
+    view_place q = query_place(v, li);
     int win = windowed(v, li), M = win ? geom_of(v, li)->M : 0;
     char lab[64][8];
     const char *labels[4096];
