@@ -167,6 +167,7 @@ typedef struct {
     long resumed;     /* images already in the trace */
     long skipped;     /* inputs skipped as unreadable (--skip-bad), earlier runs' included */
     double seconds;   /* wall time of the loop */
+    double writer_cpu; /* CPU seconds of the trace's writer thread (conversion, HDF5, the kernel's copy) */
     int complete;
 } record_result;
 

@@ -315,6 +315,7 @@ typedef struct {
     float scale;           /* of q k^T */
     head_view q, k, v;     /* q.base NULL without keys (less-attention) */
     float *att;            /* (n, H, T, T) maps that multiply the values */
+    uint16_t *att16;       /* (n, H, T, T) their binary16 record, or NULL */
     float *scores, *q_out, *k_out, *extra[VIT_MAX_EXTRAS]; /* records, or NULL */
     const float *prev;     /* reuse mechanisms: the previous block's scores */
     float *keep;           /* scores for the next reuse block, or NULL */
@@ -347,11 +348,18 @@ static void attn_head(const attn_job *j, int b, int h) {
     vit_mech_problem_forward(m, j->mb, &p, A, j->scores ? j->scores + bh * TT : NULL);
 }
 
+/* The product of problem (b, h)'s final map with the values, and the map's binary16 record
+ * while the map is still in cache. */
 static void attn_values(const attn_job *j, int b, int h) {
     const int T = j->T, dv = j->D / j->H;
-    const float *A = j->att + ((size_t)b * j->H + h) * T * T;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dv, T, 1.0f, A, T,
+    const size_t at = ((size_t)b * j->H + h) * T * T;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dv, T, 1.0f, j->att + at, T,
                 head_at(&j->v, T, b, h), j->v.ld, 0.0f, j->ao + (size_t)b * T * j->D + (size_t)h * dv, j->D);
+    if (j->att16) kernels_f32_to_f16_array(j->att16 + at, j->att + at, (size_t)T * T);
+}
+
+int vit_attn16_ok(const vit_config *c, int l) {
+    return c->n_stages == 0 && l >= 0 && l < c->depth;
 }
 
 /* Head views of a mechanism's layout over the qkv buffer (rows W apart) or xn (rows D apart). */
@@ -389,6 +397,8 @@ static void attention(const vit_config *c, int l, const vit_block_params *bp, vi
     if (reuses) j.prev = a->keep[(l + 1) & 1];
     float *att = rec_layer(rec->attn, l);
     j.att = att ? att : a->att;
+    j.att16 = rec->attn16 ? rec->attn16[l] : NULL;
+    assert(!(att && j.att16));
     j.scores = rec_layer(rec->scores, l);
     j.q_out = rec_layer(rec->q, l);
     j.k_out = rec_layer(rec->k, l);

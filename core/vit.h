@@ -3,6 +3,8 @@
 #ifndef AS_VIT_H
 #define AS_VIT_H
 
+#include <stdint.h>
+
 #include "config.h"
 
 /* Usage:
@@ -182,7 +184,14 @@ typedef struct {
     float **k;      /* [l]: (B, H, T, dq) keys (x itself for LSLA) */
     float **tokens; /* [l]: (B, T, D) block output */
     float **extra[VIT_MAX_EXTRAS]; /* [i][l]: (B, heads, T, T), see vit_extra_info */
+    uint16_t **attn16; /* [l]: attn's map as IEEE binary16, converted by the engine as soon as
+                          each problem's map is final, while it is in cache; only where
+                          vit_attn16_ok(c, l), and attn[l] must then be NULL */
 } vit_record;
+
+/* 1 when the forward can record block l's attn map as binary16 itself (vit_record.attn16):
+ * the blocks of a monolithic ViT; the staged forwards (Swin, PVT v2, CaiT) record float32. */
+int vit_attn16_ok(const vit_config *c, int l);
 
 /* The mechanism's intermediate maps of block l (LSLA: the softmax before the outer bias;
  * Refiner: the expanded and the convolved maps). Returns 0 when block l has no extra i. */

@@ -879,7 +879,10 @@ struct trace_writer {
     char path[1024];
     hid_t file;
     trace_dsets d;
-    long done;
+    long done;          /* images whose data is written */
+    long flagged;       /* images whose done flag is written (<= done; see flag_done) */
+    double flag_time;   /* when flag_done last ran (CLOCK_MONOTONIC seconds) */
+    double cpu_s;       /* the writer thread's CPU time after its last batch */
     trace_slot slots[TRACE_SLOTS];
     void *slot_mem[TRACE_SLOTS];
     trace_slot *free_q[TRACE_SLOTS], *ready_q[TRACE_SLOTS];
@@ -960,9 +963,16 @@ static int slot_alloc(trace_writer *w, int i) {
         if (!(s->quantities & (1u << q))) continue;
         TAKE(*arrs[q], (size_t)c->depth * sizeof(float *));
         for (int l = 0; l < c->depth; l++) (*arrs[q])[l] = NULL;
+        if (q == TRACE_Q_ATTN && s->f16) {
+            TAKE(sl->rec.attn16, (size_t)c->depth * sizeof(uint16_t *));
+            for (int l = 0; l < c->depth; l++) sl->rec.attn16[l] = NULL;
+        }
         for (int li = 0; li < s->n_layers; li++) {
-            const size_t f = q_engine_floats(c, (trace_quantity)q, s->layers[li]);
-            if (f && q_in_layer(c, (trace_quantity)q, s->layers[li])) TAKE((*arrs[q])[s->layers[li]], B * f * 4);
+            const int l = s->layers[li];
+            const size_t f = q_engine_floats(c, (trace_quantity)q, l);
+            if (!f || !q_in_layer(c, (trace_quantity)q, l)) continue;
+            if (q == TRACE_Q_ATTN && s->f16 && vit_attn16_ok(c, l)) TAKE(sl->rec.attn16[l], B * f * 2);
+            else TAKE((*arrs[q])[l], B * f * 4);
         }
     }
     TAKE(sl->logits, B * (size_t)(c->num_classes > 0 ? c->num_classes : 1) * 4);
@@ -973,23 +983,33 @@ static int slot_alloc(trace_writer *w, int i) {
     return off <= bytes + 63 * 64;
 }
 
-/* Copies (f32) or converts (f16) count floats to position o (in values) of the staging buffer. */
-static void stage_put(trace_writer *w, size_t o, const float *src, size_t count) {
-    if (w->spec.f16) kernels_f32_to_f16_array((uint16_t *)w->stage + o, src, count);
-    else memcpy((float *)w->stage + o, src, count * 4);
+/* The engine's buffer of one quantity of one block: float32, or binary16 (vit_record.attn16). */
+typedef struct {
+    const float *f32;
+    const uint16_t *f16;
+} engine_buf;
+
+/* Copies (same precision) or converts (float32 to a float16 trace) count values from position
+ * i of the engine's buffer to position o (in values) of the staging buffer. */
+static void stage_put(trace_writer *w, size_t o, engine_buf src, size_t i, size_t count) {
+    if (src.f16) memcpy((uint16_t *)w->stage + o, src.f16 + i, count * 2);
+    else if (w->spec.f16) kernels_f32_to_f16_array((uint16_t *)w->stage + o, src.f32 + i, count);
+    else memcpy((float *)w->stage + o, src.f32 + i, count * 4);
 }
 
-/* Converts block l's quantity for n images into the staging buffer, selecting heads, query
- * rows (prefix rows of a GLOBAL block) and windows (WINDOW blocks). The engine's buffer holds
- * every head: maps (n, H, problems, Tq, Tk), q/k (n, H, T, dq), tokens (n, T, D). */
-static void stage_layer(trace_writer *w, trace_quantity q, int l, const float *src, int n) {
+/* Block l's quantity for n images as the trace stores it, selecting heads, query rows (prefix
+ * rows of a GLOBAL block) and windows (WINDOW blocks), and returns where it lies: the engine's
+ * own buffer when that is already the stored record (binary16 maps of every head and row), else
+ * the staging buffer it was converted into. The engine's buffer holds every head: maps (n, H,
+ * problems, Tq, Tk), q/k (n, H, T, dq), tokens (n, T, D). */
+static const void *stage_layer(trace_writer *w, trace_quantity q, int l, engine_buf src, int n) {
     const trace_spec *s = &w->spec;
     const vit_config *c = &s->cfg;
     vit_geom g;
     vit_block_geom(c, l, &g);
     if (q == TRACE_Q_TOKENS) {
-        stage_put(w, 0, src, (size_t)n * g.T * g.D);
-        return;
+        stage_put(w, 0, src, 0, (size_t)n * g.T * g.D);
+        return w->stage;
     }
     int ids[4096];
     const int nh = q_heads(s, q, l, ids);
@@ -1000,19 +1020,22 @@ static void stage_layer(trace_writer *w, trace_quantity q, int l, const float *s
     const int windows = is_map(q) && g.scope == VIT_SCOPE_WINDOW;
     /* contiguous in a head: the first rows (global maps), or all of q/k */
     const size_t block = !is_map(q) ? per_head_src : (size_t)(s->prefix_rows_only ? g.prefix : g.Tq) * g.Tk;
+    if (src.f16 && (size_t)nh == H && block == per_head_src && (!windows || s->n_windows <= 0))
+        return src.f16; /* every head's whole record, already binary16 */
     size_t o = 0;
     for (int b = 0; b < n; b++)
         for (int hi = 0; hi < nh; hi++) {
-            const float *hsrc = src + ((size_t)b * H + (size_t)ids[hi]) * per_head_src;
+            const size_t hsrc = ((size_t)b * H + (size_t)ids[hi]) * per_head_src;
             if (!windows) {
-                stage_put(w, o, hsrc, block);
+                stage_put(w, o, src, hsrc, block);
                 o += block;
                 continue;
             }
             const int nw = s->n_windows > 0 ? s->n_windows : g.problems;
             for (int k = 0; k < nw; k++, o += problem)
-                stage_put(w, o, hsrc + (size_t)(s->n_windows > 0 ? s->windows[k] : k) * problem, problem);
+                stage_put(w, o, src, hsrc + (size_t)(s->n_windows > 0 ? s->windows[k] : k) * problem, problem);
         }
+    return w->stage;
 }
 
 static herr_t write_rows(hid_t d, hid_t memtype, long start, int n, const void *buf) {
@@ -1086,6 +1109,49 @@ static void top5(const float *lg, int C, int *cls, float *prob) {
     }
 }
 
+static double monotonic_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The done flags of the images written since the last call: the data flushed first, then the
+ * flags, then flushed again, so that a reader never sees a flag before its image's data. Why
+ * not per batch: the two flushes cost about 0.3 ms, 2% of a DeiT-Tiny image at batch 1, on a
+ * core the forward needs; every TRACE_FLAG_SECONDS (and at the end of the run) a killed run
+ * loses at most that much of its work. */
+#define TRACE_FLAG_SECONDS 0.25
+
+static int flag_done(trace_writer *w) {
+    w->flag_time = monotonic_s();
+    if (w->flagged == w->done) return 0;
+    if (H5Fflush(w->file, H5F_SCOPE_GLOBAL) < 0) return -1;
+    unsigned char ones[TRACE_MAX_BATCH];
+    memset(ones, 1, sizeof ones);
+    for (long r = w->flagged; r < w->done; r += TRACE_MAX_BATCH) {
+        const int k = w->done - r < TRACE_MAX_BATCH ? (int)(w->done - r) : TRACE_MAX_BATCH;
+        if (write_rows(w->d.done, H5T_NATIVE_UCHAR, r, k, ones) < 0) return -1;
+    }
+    if (H5Fflush(w->file, H5F_SCOPE_GLOBAL) < 0) return -1;
+    pthread_mutex_lock(&w->mu); /* trace_writer_done reads it */
+    w->flagged = w->done;
+    pthread_mutex_unlock(&w->mu);
+    return 0;
+}
+
+/* flag_done on the writer thread, a failure recorded as the run's error. */
+static void flag_step(trace_writer *w) {
+    if (flag_done(w) == 0) return;
+    pthread_mutex_lock(&w->mu);
+    if (!w->failed) {
+        w->failed = 1;
+        as_fail(&w->err, AS_ERR_IO, "%s: flushing images %ld..%ld failed (disk full or I/O error); "
+                "the trace keeps its %ld completed images: free space, then run again with --resume",
+                w->path, w->flagged, w->done - 1, w->flagged);
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
 static int write_batch(trace_writer *w, trace_slot *sl, int *err_no) {
     const trace_spec *s = &w->spec;
     const vit_config *c = &s->cfg;
@@ -1109,9 +1175,10 @@ static int write_batch(trace_writer *w, trace_slot *sl, int *err_no) {
             if (w->d.q[q][li] < 0) continue; /* not in this block's mechanism */
             const int per_image = record_chunks_per_image(s, (trace_quantity)q, l);
             const size_t chunk = record_chunk_bytes(s, (trace_quantity)q, l);
-            stage_layer(w, (trace_quantity)q, l, (*arrs[q])[l], n);
+            engine_buf src = {(*arrs[q])[l], q == TRACE_Q_ATTN && sl->rec.attn16 ? sl->rec.attn16[l] : NULL};
+            const void *buf = stage_layer(w, (trace_quantity)q, l, src, n);
             /* split records are several chunks per head: HDF5 cuts them */
-            bad |= write_chunks(w->d.q[q][li], store, start, n, per_image, chunk, w->stage,
+            bad |= write_chunks(w->d.q[q][li], store, start, n, per_image, chunk, buf,
                                 s->compress != TRACE_COMPRESS_NONE ||
                                     record_is_split(s, (trace_quantity)q, l)) < 0;
         }
@@ -1133,24 +1200,33 @@ static int write_batch(trace_writer *w, trace_slot *sl, int *err_no) {
         bad |= write_rows(w->d.top5, H5T_NATIVE_INT, start, n, cls) < 0;
         bad |= write_rows(w->d.top5_prob, H5T_NATIVE_FLOAT, start, n, prob) < 0;
     }
-    /* data first, then the done flags, each flushed: a reader never sees a flag before data */
-    if (bad || H5Fflush(w->file, H5F_SCOPE_GLOBAL) < 0) return -1;
-    unsigned char ones[TRACE_MAX_BATCH];
-    memset(ones, 1, sizeof ones);
-    if (write_rows(w->d.done, H5T_NATIVE_UCHAR, start, n, ones) < 0) return -1;
-    if (H5Fflush(w->file, H5F_SCOPE_GLOBAL) < 0) return -1;
+    if (bad) return -1;
     w->done = end;
     return 0;
 }
 
+/* Stores the batches the compute thread submits, in order; flags them done (flag_done) at most
+ * TRACE_FLAG_SECONDS after they are written, whether or not more batches come, and at the end. */
 static void *writer_main(void *arg) {
     trace_writer *w = arg;
     for (;;) {
         pthread_mutex_lock(&w->mu);
-        while (w->nready == 0 && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
-        if (w->nready == 0 && w->stop) {
+        int due = 0;
+        while (w->nready == 0 && !w->stop && !due) {
+            if (w->flagged < w->done && !w->failed) {
+                double t = w->flag_time + TRACE_FLAG_SECONDS;
+                struct timespec dl = {(time_t)t, (long)((t - (double)(time_t)t) * 1e9)};
+                due = pthread_cond_timedwait(&w->cv, &w->mu, &dl) == ETIMEDOUT;
+            } else {
+                pthread_cond_wait(&w->cv, &w->mu);
+            }
+        }
+        if (w->nready == 0) { /* the flags are due, or the run ends */
+            const int stop = w->stop;
             pthread_mutex_unlock(&w->mu);
-            break;
+            flag_step(w);
+            if (stop) break;
+            continue;
         }
         trace_slot *sl = w->ready_q[w->ready_head];
         w->ready_head = (w->ready_head + 1) % TRACE_SLOTS;
@@ -1160,7 +1236,11 @@ static void *writer_main(void *arg) {
 
         int err_no = 0;
         int rc = failed || sl->n == 0 ? 0 : write_batch(w, sl, &err_no);
+        if (rc == 0 && !failed && monotonic_s() - w->flag_time >= TRACE_FLAG_SECONDS) flag_step(w);
+        struct timespec cpu;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
         pthread_mutex_lock(&w->mu);
+        w->cpu_s = (double)cpu.tv_sec + 1e-9 * (double)cpu.tv_nsec;
         if (rc < 0 && !w->failed) {
             w->failed = 1;
             struct stat sb;
@@ -1202,9 +1282,16 @@ int trace_writer_failed(trace_writer *w, as_error *err) {
     return f;
 }
 
+double trace_writer_cpu_seconds(trace_writer *w) {
+    pthread_mutex_lock(&w->mu);
+    double t = w->cpu_s;
+    pthread_mutex_unlock(&w->mu);
+    return t;
+}
+
 long trace_writer_done(trace_writer *w) {
     pthread_mutex_lock(&w->mu);
-    long d = w->done;
+    long d = w->flagged;
     pthread_mutex_unlock(&w->mu);
     return d;
 }
@@ -1425,7 +1512,11 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
     dsets_init(&w->d);
     snprintf(w->path, sizeof w->path, "%s", path);
     pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
+    pthread_condattr_t ca; /* the writer's deadlines for the done flags are CLOCK_MONOTONIC */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
     as_status rc = AS_OK;
 
     /* staging buffer: the largest quantity of one layer for a batch, converted */
@@ -1495,7 +1586,7 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
             writer_free(w);
             return rc;
         }
-        w->done = count_done(w->d.done);
+        w->done = w->flagged = count_done(w->d.done);
         hid_t ids[TRACE_Q_COUNT * VIT_MAX_DEPTH + 16];
         int nids;
         all_dsets(&w->d, ids, &nids);
@@ -1541,7 +1632,7 @@ as_status trace_writer_close(trace_writer *w, int complete, const char *reason, 
         complete = 0;
         if (!reason) reason = "write error";
     }
-    long done = w->done;
+    long done = w->flagged; /* the writer flagged every image it wrote before it stopped */
     dsets_close(&w->d);
     /* The end state is written in SWMR mode, in place into the attributes made at creation
      * (HDF5 1.10 allows that, not creating or deleting them): a reader (h5py swmr=True) opens

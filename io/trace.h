@@ -101,6 +101,8 @@ void trace_writer_submit(trace_writer *w, trace_slot *s);
 int trace_writer_failed(trace_writer *w, as_error *err);
 /* Images stored so far (completed). */
 long trace_writer_done(trace_writer *w);
+/* CPU seconds the writer thread has used so far (bench: what recording costs a core). */
+double trace_writer_cpu_seconds(trace_writer *w);
 /* Drains the queue, then records the end state: complete (1), or interrupted with a reason. */
 as_status trace_writer_close(trace_writer *w, int complete, const char *reason, as_error *err);
 

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "../cli/cli.h"
+#include "../core/kernels.h"
 
 /* The staged model; pad: the pad order (both are recorded and must rebuild alike). */
 static inline void staged_config(vit_config *c, vit_pad_order pad) {
@@ -164,7 +165,14 @@ static inline as_status staged_write_fill(const char *path, const vit_config *c,
                 float *ptr[5] = {sl->rec.attn[l], sl->rec.scores[l], sl->rec.q[l], sl->rec.k[l], sl->rec.tokens[l]};
                 for (int qi = 0; qi < 5; qi++)
                     if (ptr[qi]) ptr[qi] += (size_t)b * staged_floats(c, l, (trace_quantity)qi);
-                fill(c, l, img, ptr[0], ptr[1], ptr[2], ptr[3], ptr[4]);
+                /* a float16 trace of a monolithic model takes binary16 maps from the engine */
+                uint16_t *a16 = sl->rec.attn16 ? sl->rec.attn16[l] : NULL;
+                const size_t fa = staged_floats(c, l, TRACE_Q_ATTN);
+                float *tmp16 = a16 ? malloc(fa * sizeof *tmp16) : NULL;
+                if (a16 && !tmp16) abort();
+                fill(c, l, img, a16 ? tmp16 : ptr[0], ptr[1], ptr[2], ptr[3], ptr[4]);
+                if (a16) kernels_f32_to_f16_array(a16 + (size_t)b * fa, tmp16, fa);
+                free(tmp16);
             }
             for (int i = 0; i < S * S * 3; i++) sl->rgb[(size_t)b * S * S * 3 + i] = (uint8_t)((i * 7 + img) & 255);
             for (int k = 0; k < c->num_classes; k++) sl->logits[b * c->num_classes + k] = (float)((k + img) % 5);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "../cli/cli.h"
+#include "../core/kernels.h"
 #include "../core/rng.h"
 #include "check.h"
 
@@ -484,6 +485,66 @@ static void test_mechanism_trace(void) {
     model_free(&mm);
 }
 
+/* A float16 trace of a monolithic model takes its maps from the engine in binary16
+ * (vit_record.attn16, converted while each map is in cache): every value must be exactly the
+ * binary16 rounding of the float32 trace's value, for every mechanism of fixture mech_cls (the
+ * Refiner's block-wide map work included), with the whole record written as it lies and with a
+ * head and query-row selection cut out of it. */
+static void test_f16_maps(void) {
+    const char *fxd = getenv("FIXTURES") ? getenv("FIXTURES") : "tests/fixtures";
+    char path[512];
+    model mm;
+    dataset ds;
+    as_error err = {0};
+    snprintf(path, sizeof path, "%s/mech_cls", fxd);
+    if (model_load(&mm, path, NULL, 0, &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/inputs.npy", fxd);
+    CHECK(dataset_open(&ds, path, &err) == AS_OK, "%s", err.msg);
+    const vit_config *c = &mm.cfg;
+    const int T = vit_num_tokens(c), H = c->num_heads;
+    CHECK(vit_attn16_ok(c, 0) && vit_attn16_ok(c, c->depth - 1), "a monolithic model records binary16 maps");
+    const char *sel[2][2] = {{"all", "all"}, {"1", "prefix"}};
+    float *a32 = malloc((size_t)T * T * sizeof *a32), *a16 = malloc((size_t)T * T * sizeof *a16);
+    for (int k = 0; k < 2; k++) {
+        const char *p32 = tmp("f16_ref.h5"), *p16 = tmp("f16_maps.h5");
+        record_opts o32 = opts_for(c, p32, TRACE_FORCE, "attn", "all", sel[k][0], "f32", sel[k][1]);
+        record_opts o16 = opts_for(c, p16, TRACE_FORCE, "attn", "all", sel[k][0], "f16", sel[k][1]);
+        record_result res;
+        CHECK(record_run(&mm, &ds, &o32, &res, &err) == AS_OK, "%s", err.msg);
+        CHECK(record_run(&mm, &ds, &o16, &res, &err) == AS_OK, "%s", err.msg);
+        trace_reader r32, r16;
+        if (trace_reader_open(&r32, p32, &err) != AS_OK || trace_reader_open(&r16, p16, &err) != AS_OK) {
+            CHECK(0, "%s", err.msg);
+            continue;
+        }
+        const size_t n = (size_t)(k ? 1 : T) * T;
+        long differ = 0, compared = 0;
+        for (long img = 0; img < r16.n_images; img++)
+            for (int l = 0; l < c->depth; l++)
+                for (int h = 0; h < H; h++) {
+                    if (k && h != 1) continue;
+                    if (trace_read_head(&r32, TRACE_Q_ATTN, img, l, h, a32, &err) != AS_OK ||
+                        trace_read_head(&r16, TRACE_Q_ATTN, img, l, h, a16, &err) != AS_OK) {
+                        CHECK(0, "image %ld layer %d head %d: %s", img, l, h, err.msg);
+                        continue;
+                    }
+                    for (size_t i = 0; i < n; i++, compared++)
+                        differ += a16[i] != kernels_f16_to_f32(kernels_f32_to_f16(a32[i]));
+                }
+        CHECK(compared > 0 && differ == 0, "heads %s rows %s: %ld of %ld binary16 values are not the "
+              "float32 trace's rounded", sel[k][0], sel[k][1], differ, compared);
+        trace_reader_close(&r32);
+        trace_reader_close(&r16);
+    }
+    free(a32);
+    free(a16);
+    dataset_free(&ds);
+    model_free(&mm);
+}
+
 int main(void) {
     check_tmp_init("trace");
     as_error err = {0};
@@ -498,6 +559,7 @@ int main(void) {
     test_reader_errors();
     test_interruptions();
     test_mechanism_trace();
+    test_f16_maps();
     model_free(&M);
     check_tmp_remove();
     return check_finish("trace");
