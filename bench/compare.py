@@ -162,8 +162,7 @@ def torch_spec(a):
 
 def blas_env(a):
     """The environment of the OpenBLAS users (attnscope, PyTorch) under --openblas-coretype."""
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(a.threads), OMP_NUM_THREADS=str(a.threads),
-               OMP_WAIT_POLICY="PASSIVE")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(a.threads), OMP_NUM_THREADS=str(a.threads))
     if a.openblas_coretype == "unset":
         env.pop("OPENBLAS_CORETYPE", None)
     elif a.openblas_coretype != "inherit":

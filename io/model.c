@@ -1654,12 +1654,13 @@ static as_status bind_specs(model *m, const vit_tensor_spec *specs, int n, FILE 
 /* What a trace or checkpoint says it was made from: the file behind any link (a checkpoint's
  * "latest" moves on) and the hash of its bytes. The file is mapped and the forward pass reads
  * every page of it anyway, so hashing here costs the hash's compute only (docs/trace-format.md
- * gives the measured rate). */
+ * gives the measured rate); files of 32 MB and more have their hash remembered while they stay
+ * unchanged (sha256_cached). */
 static void model_identify(model *m, const char *weights) {
     char real[PATH_MAX];
     const char *src = realpath(weights, real) && strlen(real) < sizeof m->source ? real : weights;
     snprintf(m->source, sizeof m->source, "%.*s", (int)sizeof m->source - 1, src);
-    sha256_hex(m->st.map, m->st.map_size, m->sha256);
+    sha256_cached(m->source, m->st.map, m->st.map_size, (size_t)32 << 20, m->sha256);
 }
 
 as_status model_load(model *m, const char *path, const char *arch, int img_size, as_error *err) {

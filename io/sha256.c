@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include "atomic.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
@@ -186,4 +189,84 @@ as_status sha256_file(const char *path, char out[SHA256_HEX], as_error *err) {
     if (bad) return as_fail(err, AS_ERR_IO, "%s: read error while hashing", path);
     sha256_final_hex(&c, out);
     return AS_OK;
+}
+
+/* ---- the hashes of big files, remembered ------------------------------------------------------
+ * One line per file: "SHA SIZE MTIME CTIME DEV INO PATH", times as seconds.nanoseconds. A line
+ * is used only when every field matches the file's stat now: the file has not been written since
+ * (a write moves ctime, which no user call can set back), the way git trusts its index. */
+
+#define HASH_CACHE_LINES 64
+
+static int hash_cache_path(char *out, size_t n) {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int k = xdg && xdg[0] == '/' ? snprintf(out, n, "%s/attnscope/sha256", xdg)
+            : home && home[0] ? snprintf(out, n, "%s/.cache/attnscope/sha256", home) : -1;
+    return k > 0 && (size_t)k < n;
+}
+
+static void hash_cache_key(char *out, size_t n, const struct stat *sb, const char *path) {
+    snprintf(out, n, "%lld %lld.%09ld %lld.%09ld %llu %llu %s", (long long)sb->st_size,
+             (long long)sb->st_mtim.tv_sec, (long)sb->st_mtim.tv_nsec, (long long)sb->st_ctim.tv_sec,
+             (long)sb->st_ctim.tv_nsec, (unsigned long long)sb->st_dev, (unsigned long long)sb->st_ino, path);
+}
+
+static void mkdir_parents(const char *file) {
+    char d[1024];
+    snprintf(d, sizeof d, "%s", file);
+    for (char *p = d + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(d, 0755); /* exists already, or made now; a failure shows at the write */
+            *p = '/';
+        }
+}
+
+int sha256_cached(const char *path, const void *data, size_t n, size_t min_bytes, char out[SHA256_HEX]) {
+    struct stat sb;
+    char cache[1024], key[1400], line[1500];
+    const int usable = n >= min_bytes && !strchr(path, '\n') && path[0] == '/' &&
+                       stat(path, &sb) == 0 && (size_t)sb.st_size == n && hash_cache_path(cache, sizeof cache);
+    if (usable) {
+        hash_cache_key(key, sizeof key, &sb, path);
+        FILE *f = fopen(cache, "r");
+        int hit = 0;
+        while (f && !hit && fgets(line, sizeof line, f)) {
+            line[strcspn(line, "\n")] = 0;
+            hit = strlen(line) > SHA256_HEX && line[SHA256_HEX - 1] == ' ' && strcmp(line + SHA256_HEX, key) == 0;
+            for (int i = 0; hit && i < SHA256_HEX - 1; i++) hit = strchr("0123456789abcdef", line[i]) && line[i];
+        }
+        if (f) fclose(f);
+        if (hit) {
+            memcpy(out, line, SHA256_HEX - 1);
+            out[SHA256_HEX - 1] = 0;
+            return 1;
+        }
+    }
+    sha256_hex(data, n, out);
+    if (!usable) return 0;
+    /* keep the newest lines of other files, then this one; written whole under a temporary
+     * name (io/atomic.h), so that a crash or two runs at once leave one whole version */
+    char(*keep)[1500] = malloc(HASH_CACHE_LINES * sizeof *keep);
+    int nk = 0;
+    FILE *f = keep ? fopen(cache, "r") : NULL;
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        /* drop older lines of the same path: the path is the key's last field */
+        const size_t L = strlen(line), lp = strlen(path);
+        if (L <= SHA256_HEX || (L > lp && line[L - lp - 1] == ' ' && strcmp(line + L - lp, path) == 0)) continue;
+        if (nk == HASH_CACHE_LINES - 1) memmove(keep, keep + 1, (size_t)--nk * sizeof *keep);
+        snprintf(keep[nk++], sizeof *keep, "%s", line);
+    }
+    if (f) fclose(f);
+    mkdir_parents(cache);
+    atomic_file af;
+    as_error err;
+    if (keep && atomic_file_begin(&af, cache, &err) == AS_OK) {
+        for (int i = 0; i < nk; i++) fprintf(af.fp, "%s\n", keep[i]);
+        fprintf(af.fp, "%s %s\n", out, key);
+        atomic_file_commit(&af, &err); /* a cache that cannot be written is only slower */
+    }
+    free(keep);
+    return 0;
 }

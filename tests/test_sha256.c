@@ -85,6 +85,45 @@ int main(void) {
     CHECK(strcmp(h, want) == 0, "file: %s, sha256sum %s", h, want);
     CHECK(sha256_file(check_tmp("missing.bin"), h, &err) == AS_ERR_IO && strstr(err.msg, "missing.bin"),
           "a missing file: %s", err.msg);
+    /* the cache of big files' hashes: a hit only while the file is unchanged */
+    {
+        char cdir[512], ab[512], line[1600];
+        snprintf(cdir, sizeof cdir, "%s", check_tmp("cache"));
+        setenv("XDG_CACHE_HOME", cdir, 1);
+        const char *blob = check_tmp("cached.bin"), *cache = check_tmp("cache/attnscope/sha256");
+        snprintf(ab, sizeof ab, "%s", blob);
+        const size_t n = 100000;
+        unsigned char *buf = malloc(n);
+        char want1[SHA256_HEX], want2[SHA256_HEX];
+        for (int ver = 0; ver < 2; ver++) {
+            for (size_t i = 0; i < n; i++) buf[i] = r[i % 4096] ^ (unsigned char)ver;
+            f = fopen(ab, "wb"); /* the same size, other bytes: mtime and ctime move */
+            fwrite(buf, 1, n, f);
+            fclose(f);
+            sha256_hex(buf, n, ver ? want2 : want1);
+            const char *wv = ver ? want2 : want1;
+            CHECK(sha256_cached(ab, buf, n, 0, h) == 0 && strcmp(h, wv) == 0, "version %d computed: %s", ver, h);
+            CHECK(sha256_cached(ab, buf, n, 0, h) == 1 && strcmp(h, wv) == 0, "version %d from the cache: %s", ver, h);
+        }
+        CHECK(strcmp(want1, want2) != 0, "the two versions differ");
+        int lines = 0;
+        f = fopen(cache, "r");
+        while (f && fgets(line, sizeof line, f)) lines++;
+        if (f) fclose(f);
+        CHECK(lines == 1, "one line per file in the cache, %d", lines);
+        /* below min_bytes, a relative path, a corrupt cache: computed, never a wrong answer */
+        remove(cache);
+        CHECK(sha256_cached(ab, buf, n, n + 1, h) == 0 && sha256_cached(ab, buf, n, n + 1, h) == 0 &&
+              strcmp(h, want2) == 0, "below min_bytes: not remembered");
+        CHECK(sha256_cached("cached.bin", buf, n, 0, h) == 0 && strcmp(h, want2) == 0, "relative path");
+        f = fopen(cache, "w");
+        fprintf(f, "zz%.62s junk\n%s 1 2 3\n", want1, want1);
+        fclose(f);
+        CHECK(sha256_cached(ab, buf, n, 0, h) == 0 && strcmp(h, want2) == 0, "corrupt cache lines are not trusted");
+        CHECK(sha256_cached(ab, buf, n, 0, h) == 1 && strcmp(h, want2) == 0, "and the cache is rewritten");
+        free(buf);
+        unsetenv("XDG_CACHE_HOME");
+    }
     /* throughput: what hashing a weights file costs at load (ViT-B/16 is 346 MB in F32) */
     const size_t big = 64u << 20;
     unsigned char *b = malloc(big);
