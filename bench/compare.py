@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """attnscope against PyTorch and ONNX Runtime on the same architecture, batch and thread count,
-in one invocation: rounds of (attnscope plain + recording every map, PyTorch, ONNX Runtime),
-img/s medians and ranges, and the ratios. Benchmarks are not tests: nothing here asserts a time.
+in one invocation: rounds of (attnscope plain + recording every map, PyTorch, ONNX Runtime, and
+whole processes on --process-images images: `attnscope record` and ONNX Runtime from start to
+exit), img/s medians and ranges, and the ratios. Every program runs with its own default thread
+waiting (OMP_WAIT_POLICY is not set: forcing PASSIVE slowed attnscope's many short parallel
+regions by a quarter at batch 1). Benchmarks are not tests: nothing here asserts a time.
 
     python3 bench/compare.py --arch deit_tiny_patch16_224 --batch 8 --threads 2 --ort-dir /tmp/ort
     python3 bench/compare.py --arch swin_tiny_patch4_window7_224 --batch 1 --threads 2 --ort-dir /tmp/ort
@@ -28,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -62,7 +66,8 @@ elif spec["builder"] == "pvt_ref":
     sys.path.insert(0, spec["tools"])
     from make_pvt_fixtures import weights
     from pvt_ref import PVTv2
-    m = PVTv2(spec["cfg"], weights(spec["cfg"], 0)).eval()
+    sd = weights(spec["cfg"], 0)
+    m = PVTv2(spec["cfg"], sd).eval()
 else:
     import torchvision
     m = getattr(torchvision.models, spec["builder"])().eval()
@@ -74,7 +79,17 @@ try:
 except (OSError, AttributeError):
     core = "(not OpenBLAS)"
 out = {"openblas_core": core}
-if mode == "export":
+if mode == "save":
+    # the same weights in timm's names for `attnscope record`, and N random images (.npy)
+    sys.path.insert(0, spec["tools"])
+    import numpy as np, safetensors_io
+    sd = sd if spec["builder"] == "pvt_ref" else m.state_dict()
+    safetensors_io.save(os.path.join(arg, "weights.safetensors"),
+                        {k: v.detach().float().contiguous().numpy() for k, v in sd.items()})
+    n = int(sys.argv[6])
+    np.save(os.path.join(arg, "images.npy"),
+            torch.randn(n, spec["in_chans"], spec["img_size"], spec["img_size"]).numpy())
+elif mode == "export":
     with torch.inference_mode():
         y = m(x)
     torch.onnx.export(m, x, os.path.join(arg, "model.onnx"), opset_version=spec["opset"],
@@ -110,6 +125,26 @@ const f32 = (p) => { const b = fs.readFileSync(p); return new Float32Array(b.buf
   console.log(JSON.stringify({img_s: k / dt, max_abs_err: err}));
 })().catch((e) => { console.error(String(e)); process.exit(1); });
 """
+
+# ONNX Runtime as a whole process: start, session, ceil(N / B) batches, exit (timed from outside).
+ORT_PROCESS_CODE = r"""
+const ort = require('onnxruntime-node'), fs = require('fs');
+const [dir, B, C, S, threads, N] = process.argv.slice(1);
+(async () => {
+  const sess = await ort.InferenceSession.create(dir + '/model.onnx', {intraOpNumThreads: +threads,
+      interOpNumThreads: 1, graphOptimizationLevel: 'all', executionMode: 'sequential'});
+  const b = fs.readFileSync(dir + '/x.f32');
+  const feeds = {x: new ort.Tensor('float32', new Float32Array(b.buffer, b.byteOffset, b.length / 4), [+B, +C, +S, +S])};
+  for (let k = 0; k < +N; k += +B) await sess.run(feeds);
+})().catch((e) => { console.error(String(e)); process.exit(1); });
+"""
+
+
+def timed(cmd, env=None):
+    """Wall seconds of cmd as a whole process (Failed as run's)."""
+    t0 = time.perf_counter()
+    run(cmd, env=env)
+    return time.perf_counter() - t0
 
 
 class Failed(Exception):
@@ -185,6 +220,10 @@ def main():
                     help="per attnscope variant per round; half that for PyTorch and ONNX Runtime")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians and ranges over them")
     ap.add_argument("--attnscope", default=os.path.join(ROOT, "build", "attnscope"), help="the binary timed")
+    ap.add_argument("--process-images", type=int, default=64,
+                    help="also time whole processes on this many images each round: `attnscope record` "
+                         "(start-up, weights file, trace, every map) and ONNX Runtime (start-up, "
+                         "session, batches); 0: not. Default: 64")
     ap.add_argument("--ort-dir", default=os.environ.get("ORT_DIR", ""),
                     help="folder whose node_modules holds onnxruntime-node")
     ap.add_argument("--opset", type=int, help="ONNX opset of the export, with --ort-dir (torch 1.13: "
@@ -196,8 +235,9 @@ def main():
     ap.add_argument("--python", default="/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable,
                     help="the Python with torch (and torchvision) that runs the PyTorch side")
     a = ap.parse_args()
-    if a.rounds < 1 or a.seconds <= 0 or a.batch < 1 or a.threads < 1:
-        sys.exit("compare.py: --rounds, --batch and --threads must be >= 1 and --seconds > 0")
+    if a.rounds < 1 or a.seconds <= 0 or a.batch < 1 or a.threads < 1 or a.process_images < 0:
+        sys.exit("compare.py: --rounds, --batch and --threads must be >= 1, --seconds > 0 and "
+                 "--process-images >= 0")
     if a.opset is not None and not a.ort_dir:
         sys.exit("compare.py: --opset is the ONNX export's, which runs only for ONNX Runtime: give --ort-dir too")
     a.opset = 17 if a.opset is None else a.opset
@@ -223,8 +263,10 @@ def main():
     if a.ort_dir:
         with open(os.path.join(a.ort_dir, "node_modules", "onnxruntime-node", "package.json")) as f:
             ort_name += " " + json.load(f)["version"]
+    N = a.process_images
     names = {"fwd": "attnscope forward", "rec": "attnscope recording every map",
-             "torch": torch_name, "ort": ort_name}
+             "torch": torch_name, "ort": ort_name,
+             "proc": f"attnscope record, process, {N} img", "ortproc": f"ONNX Runtime, process, {N} img"}
     samples = {k: [] for k in names}
     overheads, ours, ours_why, cores, ort_err = [], None, "", {}, 0.0
     ours_ok, torch_ok = True, True
@@ -239,6 +281,22 @@ def main():
                 print(f"ONNX Runtime: not run: the ONNX export failed: {e}")
                 ort_ok = False
         node_env = dict(env, NODE_PATH=os.path.join(a.ort_dir, "node_modules"))
+        # whole processes: the PyTorch model's weights in timm's names for `attnscope record`
+        proc_ok, proc_why = N > 0 and spec["builder"] != "torchvision" and "cfg" in spec, ""
+        if N > 0 and not proc_ok:
+            proc_why = f"whole process: not measured for {a.arch} (torchvision's names are not timm's)"
+            print(proc_why)
+        if proc_ok:
+            try:
+                run([a.python, "-c", TORCH_CODE, json.dumps(spec), str(a.batch), str(a.threads), "save",
+                     tmp, str(N)], env=env)
+            except Failed as e:
+                proc_why = f"whole process: not measured: saving the weights failed: {e}"
+                print(proc_why)
+                proc_ok = False
+        proc_cmd = [a.attnscope, "record", "--model", os.path.join(tmp, "weights.safetensors"), "--arch",
+                    a.arch, "--images", os.path.join(tmp, "images.npy"), "--out", os.path.join(tmp, "whole.h5"),
+                    "--force", "--batch", str(a.batch), "--threads", str(a.threads)]
         # Rounds of (attnscope, PyTorch, ONNX Runtime), medians reported: on a shared machine the
         # speed drifts by tens of percent within a minute, and ratios of runs minutes apart would
         # measure the drift.
@@ -277,6 +335,20 @@ def main():
                 except Failed as e:
                     print(f"ONNX Runtime: not run: {e}")
                     ort_ok = False
+            if proc_ok and ours_ok:
+                try:
+                    samples["proc"].append(N / timed(proc_cmd, env=env))
+                except Failed as e:
+                    proc_why = f"whole process: attnscope record failed: {e}"
+                    print(proc_why)
+                    proc_ok = False
+            if proc_ok and ort_ok:
+                try:
+                    samples["ortproc"].append(N / timed(["node", "-e", ORT_PROCESS_CODE, tmp, str(a.batch),
+                                                         str(spec["in_chans"]), str(spec["img_size"]),
+                                                         str(a.threads), str(N)], env=node_env))
+                except Failed as e:
+                    print(f"ONNX Runtime whole process: not run: {e}")
             print(f"round {r + 1}/{a.rounds}: " + ", ".join(f"{names[k].split()[0] if k != 'rec' else 'recording'} "
                                                           f"{v[-1]:.1f}" for k, v in samples.items()
                                                           if len(v) == r + 1), flush=True)
@@ -309,6 +381,10 @@ def main():
     if "fwd" in med:
         print(f"\nrecording every map costs {100 * (med['fwd'] / med['rec'] - 1):.1f}% over attnscope's "
               f"plain forward (ratio of medians; per round from {min(overheads):.1f}% to {max(overheads):.1f}%)")
+    if "proc" in med:
+        vs = "".join(f"; {med['proc'] / med[k]:.2f}x {names[k]}" for k in ("ort", "ortproc", "torch") if k in med)
+        print(f"whole process: `attnscope record` of {N} images (start-up, weights file, trace, every map) "
+              f"at {med['proc']:.1f} img/s{vs}")
     print(f"medians of {a.rounds} alternating rounds; ranges are min-max over the rounds")
     if ours_why:
         print(ours_why)

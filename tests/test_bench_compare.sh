@@ -17,6 +17,8 @@ expect 1 "$PY" "$CMP" --ort-dir "$T/nothing" --attnscope "$A"
 one_line; has "$T/err" "npm install --ignore-scripts onnxruntime-node"
 expect 1 "$PY" "$CMP" --opset 14 --attnscope "$A"
 one_line; has "$T/err" "give --ort-dir"
+expect 1 "$PY" "$CMP" --process-images -1 --attnscope "$A"
+one_line; has "$T/err" "--process-images >= 0"
 expect 1 "$PY" "$CMP" --attnscope "$T/none"
 one_line; has "$T/err" "no attnscope binary at $T/none"
 expect 1 "$PY" "$CMP" --arch swin_base_patch4_window12_384 --attnscope "$A"
@@ -30,8 +32,11 @@ fi
 # ViT: every row with a range over the 2 rounds and its ratio to PyTorch; the environment's
 # OPENBLAS_CORETYPE reaches both OpenBLAS users and draws the offer to unset it
 if grep -q avx2 /proc/cpuinfo; then core=Haswell; else core=""; fi
-expect 0 env ${core:+OPENBLAS_CORETYPE=$core} "$PY" "$CMP" --arch deit_tiny_patch16_224 "${quick[@]}"
+expect 0 env ${core:+OPENBLAS_CORETYPE=$core} "$PY" "$CMP" --arch deit_tiny_patch16_224 "${quick[@]}" --process-images 3
 has "$T/out" "^attnscope forward  *[0-9.]*  *[0-9.]*-[0-9.]*  *[0-9.]*  *[0-9.]*x$"
+# the whole `attnscope record` process on the PyTorch model's own weights (timm names)
+has "$T/out" "^attnscope record, process, 3 img  *[0-9.]*  *[0-9.]*-[0-9.]*  *[0-9.]*  *[0-9.]*x$"
+has "$T/out" "^whole process: .attnscope record. of 3 images .* at [0-9.]* img/s; [0-9.]*x PyTorch"
 has "$T/out" "^attnscope recording every map  *[0-9.]*  *[0-9.]*-[0-9.]*  *[0-9.]*  *[0-9.]*x$"
 has "$T/out" "^PyTorch [0-9]"
 has "$T/out" "ONNX Runtime: not run (give --ort-dir"
@@ -46,6 +51,7 @@ fi
 expect 0 env ${core:+OPENBLAS_CORETYPE=$core} "$PY" "$CMP" --arch $SWIN "${quick[@]}" --openblas-coretype unset
 has "$T/out" "OPENBLAS_CORETYPE unset for attnscope and PyTorch"
 lacks "$T/out" "Haswell"
+has "$T/out" "^whole process: not measured for $SWIN (torchvision's names are not timm's)"
 has "$T/out" "^PyTorch [0-9][^ ]*  *[0-9.]*  *[0-9.]*-[0-9.]*"
 if "$A" info $SWIN >/dev/null 2>&1; then
     has "$T/out" "^attnscope recording every map  *[0-9.]*  *[0-9.]*-[0-9.]*  *[0-9.]*  *[0-9.]*x$"
