@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "../core/gemm.h"
 #include "../core/status.h"
 #include "../io/dataset.h"
 #include "../io/model.h"
@@ -141,9 +142,11 @@ typedef struct {
     int slow;           /* not the CPU's fastest kernels (advice says what to do) */
     char advice[512];
     char software[32];  /* "attnscope 0.1.0" */
+    char gemm[96];      /* what the linear layers run on (vit_gemm_name) */
 } runtime_info;
 void runtime_get_info(runtime_info *ri);
-/* "OpenBLAS SkylakeX kernels, 2 threads" (with the forcing variable when one is set). */
+/* "OpenBLAS SkylakeX kernels, 2 threads" (with the forcing variable when one is set), after
+ * "linear layers on oneDNN 2.6.3 matmul, prepacked weights; " when they run there. */
 void runtime_describe(const runtime_info *ri, char *buf, size_t n);
 /* One warning ("attnscope CMD: warning: ...", wrapped at 100 columns) on stderr when OpenBLAS
  * runs slower kernels than the CPU's best, forced by OPENBLAS_CORETYPE or not; nothing otherwise.

@@ -137,6 +137,7 @@ int cmd_bench(int argc, char **argv) {
         vit_config cfg = {0};
         if (model_config_from_arch(&cfg, arch, &err) != AS_OK) return cli_error(&err);
         if (model_init_random(&m, &cfg, 1, &err) != AS_OK) return cli_error(&err);
+        m.params.pack = vit_gemm_pack_new(); /* timed as a loaded model runs: weights prepacked */
     }
     const vit_config *c = &m.cfg;
     vit_cost cost;
@@ -152,6 +153,8 @@ int cmd_bench(int argc, char **argv) {
         printf("attnscope bench: %s, batch %d, %d threads, float32\n", c->name, B, runtime_threads());
         printf("OpenBLAS    kernel %s; SGEMM ceiling %.1f GFLOP/s (M=%d N=%d K=%d, measured now)\n",
                core, ceiling, B * T, c->mlp_hidden, c->embed_dim);
+        printf("linear      layers on %s%s\n", vit_gemm_name(),
+               m.params.pack ? " (ATTNSCOPE_GEMM=openblas: on OpenBLAS; the ceiling is OpenBLAS's)" : "");
         if (warn) printf("WARNING     "), cli_wrap(stdout, 12, 12, advice);
         fflush(stdout);
     }
@@ -244,10 +247,10 @@ int cmd_bench(int argc, char **argv) {
     if (json && !rc) {
         runtime_warn("bench"); /* stdout is JSON: the warning goes to stderr */
         printf("{\"arch\": \"%s\", \"batch\": %d, \"threads\": %d, \"openblas_core\": \"%s\", "
-               "\"openblas_forced_by\": \"%s\", \"openblas_suboptimal\": %s, \"gemm_ceiling_gflops\": %.2f, "
+               "\"openblas_forced_by\": \"%s\", \"openblas_suboptimal\": %s, \"linear_gemm\": \"%s\", \"gemm_ceiling_gflops\": %.2f, "
                "\"flops_per_image\": %.0f, \"forward\": {\"img_s\": %.3f, \"ms_img\": %.4f, "
                "\"gflops\": %.2f, \"pct_ceiling\": %.2f}",
-               c->name, B, runtime_threads(), core, ri.forced, warn ? "true" : "false", ceiling,
+               c->name, B, runtime_threads(), core, ri.forced, warn ? "true" : "false", vit_gemm_name(), ceiling,
                cost.flops_total, plain.img_s, plain.ms_img, plain.gflops, plain.pct);
         if (record)
             printf(", \"recording\": {\"img_s\": %.3f, \"ms_img\": %.4f, \"gflops\": %.2f, "

@@ -264,7 +264,7 @@ static int print_config(const vit_config *c, const char *source, const char *dty
 /* What the trace was made from: the weights (resolved path and sha256; format 1 traces have the
  * path only) and how (OpenBLAS kernels and threads: bit-identical results need the same). */
 typedef struct {
-    char src[1100], sha[80], core[64], forced[160], cfg[300], resumed[600], sw[64];
+    char src[1100], sha[80], core[64], forced[160], cfg[300], resumed[600], sw[64], gemm[96];
     int threads, version;
     long skipped;
 } trace_provenance;
@@ -275,6 +275,7 @@ static void read_provenance(const trace_reader *r, trace_provenance *p) {
     trace_read_attr_string(r, "model_sha256", p->sha, sizeof p->sha);
     trace_read_attr_string(r, "blas_core", p->core, sizeof p->core);
     trace_read_attr_string(r, "blas_forced_by", p->forced, sizeof p->forced);
+    trace_read_attr_string(r, "linear_gemm", p->gemm, sizeof p->gemm);
     trace_read_attr_string(r, "blas_config", p->cfg, sizeof p->cfg);
     trace_read_attr_string(r, "resumed_with", p->resumed, sizeof p->resumed);
     trace_read_attr_string(r, "software", p->sw, sizeof p->sw);
@@ -292,6 +293,7 @@ static void info_provenance(const trace_reader *r, const trace_provenance *p) {
         line("computed    %s, OpenBLAS %s kernels%s%s%s, %d thread%s (%s)", p->sw, p->core,
              p->forced[0] ? " (forced by " : "", p->forced, p->forced[0] ? ")" : "", p->threads,
              p->threads == 1 ? "" : "s", p->cfg);
+        if (p->gemm[0]) line("linear      layers on %s", p->gemm);
         if (p->resumed[0]) line("resumed     %s", p->resumed);
     }
 }
@@ -454,6 +456,7 @@ static int info_trace_json(trace_reader *r, const char *path, const char *analys
     json_string_or_null(comp, "blas_core", p.core);
     json_string_or_null(comp, "blas_forced_by", p.forced);
     json_string_or_null(comp, "blas_config", p.cfg);
+    json_string_or_null(comp, "linear_gemm", p.gemm);
     if (p.core[0]) cJSON_AddNumberToObject(comp, "threads", p.threads);
     else cJSON_AddNullToObject(comp, "threads");
     json_string_or_null(comp, "resumed_with", p.resumed);

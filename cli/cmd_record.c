@@ -86,6 +86,7 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
     s->blas_core = ri.core;
     s->blas_config = ri.config;
     s->blas_forced = ri.forced;
+    s->gemm = ri.gemm;
     s->threads = ri.threads;
     s->weights_dtype = m->weights_dtype;
     s->n_class_names = ds->n_classes;

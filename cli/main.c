@@ -1,6 +1,7 @@
 /* main.c: attnscope, git-style: attnscope COMMAND [options]. */
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -71,5 +72,10 @@ int main(int argc, char **argv) {
     int i = find_command(argv[1]);
     if (i < 0) return 2;
     cli_set_command(commands[i].name);
+    /* what the linear layers run on (core/gemm.h); docs/performance.md */
+    const char *gemm = getenv("ATTNSCOPE_GEMM");
+    char msg[256];
+    if (gemm && gemm[0] && !vit_gemm_select(gemm, msg, sizeof msg))
+        return cli_fail(2, "ATTNSCOPE_GEMM: %s; unset it or give one of them", msg);
     return commands[i].run(argc - 1, argv + 1);
 }

@@ -117,11 +117,14 @@ void runtime_get_info(runtime_info *ri) {
     if (env && env[0]) snprintf(ri->forced, sizeof ri->forced, "OPENBLAS_CORETYPE=%.100s", env);
     ri->threads = runtime_threads();
     snprintf(ri->software, sizeof ri->software, "attnscope %s", ATTNSCOPE_VERSION);
+    snprintf(ri->gemm, sizeof ri->gemm, "%s", vit_gemm_name());
 }
 
 void runtime_describe(const runtime_info *ri, char *buf, size_t n) {
-    snprintf(buf, n, "OpenBLAS %s kernels%s%s%s, %d thread%s", ri->core, ri->forced[0] ? " (" : "",
-             ri->forced, ri->forced[0] ? " set)" : "", ri->threads, ri->threads == 1 ? "" : "s");
+    const int dnnl = strcmp(ri->gemm, "OpenBLAS") != 0 && strncmp(ri->gemm, "OpenBLAS ", 9) != 0;
+    snprintf(buf, n, "%s%s%sOpenBLAS %s kernels%s%s%s, %d thread%s", dnnl ? "linear layers on " : "",
+             dnnl ? ri->gemm : "", dnnl ? "; " : "", ri->core, ri->forced[0] ? " (" : "", ri->forced,
+             ri->forced[0] ? " set)" : "", ri->threads, ri->threads == 1 ? "" : "s");
 }
 
 void runtime_warn(const char *cmd) {

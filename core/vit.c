@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "kernels.h"
 #include "attn_ops.h"
 #include "mech.h"
@@ -220,6 +221,7 @@ size_t vit_tape_carve(const vit_config *c, int B, void *base, vit_tape *t) {
  * accumulate adds to y (the residual stream) instead of overwriting it. */
 static void linear_ld(float *y, int ldy, const float *x, const float *w, const float *bias, int M,
                       int N, int K, int accumulate) {
+    if (vit_gemm_linear(y, ldy, x, w, bias, M, N, K, accumulate)) return; /* prepacked weights */
     if (bias && ldy == N) {
         if (accumulate) kernels_add_rows(y, bias, M, N);
         else kernels_fill_rows(y, bias, M, N);
@@ -432,12 +434,20 @@ static void attention(const vit_config *c, int l, const vit_block_params *bp, vi
 }
 
 
+static void forward_monolithic(const vit_config *c, const vit_params *p, vit_acts *a, const float *images,
+                               int n, const vit_record *rec);
+
 void vit_forward(const vit_config *c, const vit_params *p, vit_acts *a, const float *images,
                  int n, const vit_record *rec) {
-    if (c->n_stages > 0) {
-        vit_stage_forward(c, p, a, images, n, rec);
-        return;
-    }
+    /* the linear layers use the weights' prepacked copies, except in training */
+    vit_gemm_pack *old = vit_gemm_use(a->tape ? NULL : p->pack);
+    if (c->n_stages > 0) vit_stage_forward(c, p, a, images, n, rec);
+    else forward_monolithic(c, p, a, images, n, rec);
+    vit_gemm_use(old);
+}
+
+static void forward_monolithic(const vit_config *c, const vit_params *p, vit_acts *a, const float *images,
+                               int n, const vit_record *rec) {
     assert(n >= 1 && n <= a->B);
     const int D = c->embed_dim, T = vit_num_tokens(c), Np = vit_num_patches(c);
     const int P = c->patch_size, Cin = c->in_chans, K = Cin * P * P, Hm = c->mlp_hidden;

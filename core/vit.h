@@ -82,6 +82,9 @@ typedef struct {
         const float *fc1_w, *fc1_b;       /* (Hm, D), (Hm) */
         const float *fc2_w, *fc2_b;       /* (D, Hm), (D) */
     } pool;
+    /* The weights' prepacked copies for the linear layers (core/gemm.h), or NULL (OpenBLAS):
+     * made by model_load for weights that stay as loaded; never in training. */
+    struct vit_gemm_pack *pack;
 } vit_params;
 
 /* One expected checkpoint tensor: timm's name, its shape, and where its pointer goes. */

@@ -18,6 +18,7 @@
 #include "../core/rng.h"
 #include "../core/vitfam.h"
 #include "atomic.h"
+#include "../core/gemm.h"
 #include "sha256.h"
 
 char *model_read_text(const char *path, as_error *err) {
@@ -1778,6 +1779,7 @@ as_status model_load_report(model *m, const char *path, const char *arch, int im
         model_free(m);
         return as_fail(err, AS_ERR_FORMAT, "%s: %s: fix the checkpoint", weights, msg);
     }
+    m->params.pack = vit_gemm_pack_new(); /* loaded weights stay as they are: prepack them */
     return AS_OK;
 }
 
@@ -1848,6 +1850,7 @@ void model_layout_note(const model *m, char *buf, size_t n) {
 }
 
 void model_free(model *m) {
+    vit_gemm_pack_free(m->params.pack);
     safetensors_close(&m->st);
     free(m->owned);
     memset(m, 0, sizeof *m);

@@ -747,6 +747,7 @@ static int write_provenance_attrs(hid_t f, const trace_spec *s) {
     rc |= h5u_attr_str(f, "blas_core", nz(s->blas_core));
     rc |= h5u_attr_str(f, "blas_config", nz(s->blas_config));
     rc |= h5u_attr_str(f, "blas_forced_by", nz(s->blas_forced));
+    rc |= h5u_attr_str(f, "linear_gemm", s->gemm ? s->gemm : "OpenBLAS");
     rc |= h5u_attr_int(f, "threads", s->threads);
     char names[VIT_MAX_DEPTH][16];
     const char *ptr[VIT_MAX_DEPTH];
@@ -768,16 +769,18 @@ static as_status resume_provenance(hid_t f, const trace_spec *s, const char *pat
         return as_fail(err, AS_ERR_ARG, "%s: recorded from weights with sha256 %.12s..., these "
                        "have %.12s...: resume with the same --model or write a new trace", path,
                        had, s->model_sha256);
-    char core[64] = "", note[512] = "";
+    char core[64] = "", gemm[96] = "OpenBLAS", note[512] = "";
     int threads = 0;
+    const char *ours = s->gemm ? s->gemm : "OpenBLAS";
     h5u_attr_read_str(f, "blas_core", core, sizeof core);
+    h5u_attr_read_str(f, "linear_gemm", gemm, sizeof gemm); /* traces before it: OpenBLAS */
     h5u_attr_read_int(f, "threads", &threads, 1);
-    if (strcmp(core, nz(s->blas_core)) == 0 && threads == s->threads) return AS_OK;
+    if (strcmp(core, nz(s->blas_core)) == 0 && threads == s->threads && strcmp(gemm, ours) == 0) return AS_OK;
     h5u_attr_read_str(f, "resumed_with", note, sizeof note);
     char now[32];
     h5u_iso_now(now, sizeof now);
-    snprintf(note + strlen(note), sizeof note - strlen(note), "%s%s: OpenBLAS %s kernels, %d threads",
-             note[0] ? "; " : "", now, nz(s->blas_core), s->threads);
+    snprintf(note + strlen(note), sizeof note - strlen(note), "%s%s: linear layers on %s, OpenBLAS %s kernels, %d threads",
+             note[0] ? "; " : "", now, ours, nz(s->blas_core), s->threads);
     return h5u_attr_str(f, "resumed_with", note) == 0 ? AS_OK
            : as_fail(err, AS_ERR_HDF5, "%s: cannot update its attributes for --resume", path);
 }

@@ -56,6 +56,7 @@ typedef struct {
     const char *blas_core;       /* OpenBLAS's kernel set ("SkylakeX") */
     const char *blas_config;     /* openblas_get_config() */
     const char *blas_forced;     /* "OPENBLAS_CORETYPE=..." when the environment chose it, or "" */
+    const char *gemm;            /* what the linear layers ran on (vit_gemm_name), or NULL */
     int threads;
     unsigned quantities;         /* bit (1 << trace_quantity) */
     int n_layers, layers[VIT_MAX_DEPTH];  /* recorded layers, ascending */

@@ -181,6 +181,9 @@ int main(int argc, char **argv) {
         CHECK(0, "cannot rerun without OPENBLAS_CORETYPE");
         return check_finish("mech_exact");
     }
+    /* the digests are of OpenBLAS's products (the linear layers before oneDNN, core/gemm.h) */
+    char msg[256];
+    CHECK(vit_gemm_select("openblas", msg, sizeof msg), "%s", msg);
     test_registry();
     test_scopes();
     FILE *f = fopen(fx("mech_exact.txt"), "r");

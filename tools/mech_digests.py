@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """mech_digests.py: SHA-256 digests of every record of attnscope traces, for bit-identity tests.
 
-    attnscope record --model tests/fixtures/M --images tests/fixtures/inputs.npy --out M.h5 \
-        --record all --dtype f32
+    ATTNSCOPE_GEMM=openblas attnscope record --model tests/fixtures/M \
+        --images tests/fixtures/inputs.npy --out M.h5 --record all --dtype f32
     tools/mech_digests.py M.h5 [...] > tests/fixtures/mech_exact.txt
 
 One line per record: MODEL NAME SHA256 of its raw float32 bytes (C order, little-endian), where
 MODEL is the trace's file name without .h5 and NAME is "logits" or "LAYER/QUANTITY". The digests
 of tests/fixtures/mech_exact.txt came from the binary before the mechanisms became modules
-(main at 1a6c192); tests/test_mech_exact.c checks that today's engine gives the same bytes.
+(main at 1a6c192), whose linear layers ran on OpenBLAS (ATTNSCOPE_GEMM=openblas today);
+tests/test_mech_exact.c checks that today's engine gives the same bytes.
 """
 import hashlib
 import os

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 
 packages=(meson ninja-build pkg-config gcc libc6-dev
           libhdf5-dev hdf5-tools hdf5-filter-plugin libgsl-dev libcairo2-dev libsdl2-dev
-          libopenblas-openmp-dev libpng-dev libjpeg62-turbo-dev libcjson-dev fonts-dejavu-core
+          libopenblas-openmp-dev libdnnl-dev libpng-dev libjpeg62-turbo-dev libcjson-dev fonts-dejavu-core
           xvfb xauth python3 python3-h5py python3-numpy
           python3-xarray python3-h5netcdf  # tests/test_cli_provenance.sh reads traces with xarray
           python3-mpmath   # tests/test_cli_fix2.sh runs tools/analysis_ref.py compare
