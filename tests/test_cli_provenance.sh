@@ -180,4 +180,20 @@ assert f.attrs["format_version"] == 1 and f["images/path"].dtype.kind == "S"
 assert [p.decode().rsplit("/", 1)[1] for p in f["images/path"][:]] == ["im1.png", "im2.png", "im4.png"]' "$T/old2.h5"
 fi
 
+# ---- linear layers: what ran is recorded and shown; ATTNSCOPE_GEMM's values are checked ----
+expect 0 "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" --out "$T/gemm.h5" --threads 1
+if ldd "$A" 2>/dev/null | grep -q libdnnl; then   # built with oneDNN
+    want="oneDNN [0-9.]* matmul, prepacked weights"
+else
+    want="OpenBLAS"
+fi
+expect 0 "$A" info "$T/gemm.h5"; has "$T/out" "^linear      layers on $want"
+py 'import h5py, sys, re
+a = h5py.File(sys.argv[1], "r").attrs["linear_gemm"]
+a = a.decode() if isinstance(a, bytes) else a
+assert re.fullmatch(sys.argv[2], a), a' "$T/gemm.h5" "$want"
+expect 0 env ATTNSCOPE_GEMM=openblas "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" --out "$T/gemm_ob.h5" --threads 1
+expect 0 "$A" info "$T/gemm_ob.h5"; has "$T/out" "^linear      layers on OpenBLAS$"
+expect 2 env ATTNSCOPE_GEMM=mkl "$A" info "$T/gemm.h5"
+one_line; has "$T/err" "ATTNSCOPE_GEMM: unknown GEMM 'mkl'.*onednn.*openblas"
 t_done
