@@ -395,6 +395,21 @@ static void test_interruptions(void) {
     }
 }
 
+/* Fixture mech_cls and the fixtures' inputs; 0 (a failed check) when either cannot be read. */
+static int load_mech_cls(model *mm, dataset *ds) {
+    const char *fxd = getenv("FIXTURES") ? getenv("FIXTURES") : "tests/fixtures";
+    char path[512];
+    as_error err = {0};
+    snprintf(path, sizeof path, "%s/mech_cls", fxd);
+    if (model_load(mm, path, NULL, 0, &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+        return 0;
+    }
+    snprintf(path, sizeof path, "%s/inputs.npy", fxd);
+    CHECK(dataset_open(ds, path, &err) == AS_OK, "%s", err.msg);
+    return 1;
+}
+
 /* A model mixing every mechanism (fixture mech_cls): record everything with a head selection;
  * the trace reads back equal to PyTorch's reference maps, intermediate maps included, and the
  * mechanisms' learnt tensors sit under layers/LL/params. */
@@ -405,13 +420,7 @@ static void test_mechanism_trace(void) {
     dataset ds;
     safetensors st;
     as_error err = {0};
-    snprintf(path, sizeof path, "%s/mech_cls", fxd);
-    if (model_load(&mm, path, NULL, 0, &err) != AS_OK) {
-        CHECK(0, "%s", err.msg);
-        return;
-    }
-    snprintf(path, sizeof path, "%s/inputs.npy", fxd);
-    CHECK(dataset_open(&ds, path, &err) == AS_OK, "%s", err.msg);
+    if (!load_mech_cls(&mm, &ds)) return;
     snprintf(path, sizeof path, "%s/mech_cls/expected.safetensors", fxd);
     CHECK(safetensors_open(&st, path, &err) == AS_OK, "%s", err.msg);
     const char *out = tmp("mech.h5");
@@ -491,18 +500,10 @@ static void test_mechanism_trace(void) {
  * Refiner's block-wide map work included), with the whole record written as it lies and with a
  * head and query-row selection cut out of it. */
 static void test_f16_maps(void) {
-    const char *fxd = getenv("FIXTURES") ? getenv("FIXTURES") : "tests/fixtures";
-    char path[512];
     model mm;
     dataset ds;
     as_error err = {0};
-    snprintf(path, sizeof path, "%s/mech_cls", fxd);
-    if (model_load(&mm, path, NULL, 0, &err) != AS_OK) {
-        CHECK(0, "%s", err.msg);
-        return;
-    }
-    snprintf(path, sizeof path, "%s/inputs.npy", fxd);
-    CHECK(dataset_open(&ds, path, &err) == AS_OK, "%s", err.msg);
+    if (!load_mech_cls(&mm, &ds)) return;
     const vit_config *c = &mm.cfg;
     const int T = vit_num_tokens(c), H = c->num_heads;
     CHECK(vit_attn16_ok(c, 0) && vit_attn16_ok(c, c->depth - 1), "a monolithic model records binary16 maps");
