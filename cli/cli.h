@@ -145,6 +145,9 @@ typedef struct {
     char gemm[96];      /* what the linear layers run on (vit_gemm_name) */
 } runtime_info;
 void runtime_get_info(runtime_info *ri);
+/* Sets ri->gemm to what the linear layers of params with this pack run on: a params without a
+ * pack (training, models made in memory) runs them on OpenBLAS whatever ATTNSCOPE_GEMM says. */
+void runtime_info_for_pack(runtime_info *ri, const vit_gemm_pack *pack);
 /* "OpenBLAS SkylakeX kernels, 2 threads" (with the forcing variable when one is set), after
  * "linear layers on oneDNN 2.6.3 matmul, prepacked weights; " when they run there. */
 void runtime_describe(const runtime_info *ri, char *buf, size_t n);

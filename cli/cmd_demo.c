@@ -227,9 +227,14 @@ int cmd_demo(int argc, char **argv) {
     snprintf(out, sizeof out, "%s/run.h5", dir);
     runtime_info ri;
     runtime_get_info(&ri);
-    char blas[256];
+    char blas[256], gemm[96];
+    snprintf(gemm, sizeof gemm, "%s", ri.gemm); /* the recording's; training runs on OpenBLAS */
+    runtime_info_for_pack(&ri, NULL);
     runtime_describe(&ri, blas, sizeof blas);
-    step("attnscope demo: everything goes into %s/ (%s)", dir, blas);
+    if (strcmp(gemm, "OpenBLAS") != 0)
+        step("attnscope demo: everything goes into %s/ (%s; the recording's linear layers on %s)", dir, blas, gemm);
+    else
+        step("attnscope demo: everything goes into %s/ (%s)", dir, blas);
     if (!demo_empty(dir)) step("               (files in %s that a demo does not write stay as they were)", dir);
     fflush(stdout);
     runtime_warn("demo");

@@ -120,6 +120,10 @@ void runtime_get_info(runtime_info *ri) {
     snprintf(ri->gemm, sizeof ri->gemm, "%s", vit_gemm_name());
 }
 
+void runtime_info_for_pack(runtime_info *ri, const vit_gemm_pack *pack) {
+    snprintf(ri->gemm, sizeof ri->gemm, "%s", pack ? vit_gemm_name() : "OpenBLAS");
+}
+
 void runtime_describe(const runtime_info *ri, char *buf, size_t n) {
     const int dnnl = strcmp(ri->gemm, "OpenBLAS") != 0 && strncmp(ri->gemm, "OpenBLAS ", 9) != 0;
     snprintf(buf, n, "%s%s%sOpenBLAS %s kernels%s%s%s, %d thread%s", dnnl ? "linear layers on " : "",

@@ -194,6 +194,8 @@ a = a.decode() if isinstance(a, bytes) else a
 assert re.fullmatch(sys.argv[2], a), a' "$T/gemm.h5" "$want"
 expect 0 env ATTNSCOPE_GEMM=openblas "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" --out "$T/gemm_ob.h5" --threads 1
 expect 0 "$A" info "$T/gemm_ob.h5"; has "$T/out" "^linear      layers on OpenBLAS$"
+# training never packs its weights: its traces say OpenBLAS whatever the process could use
+expect 0 "$A" info "$D/train/trace-epoch-000.h5"; has "$T/out" "^linear      layers on OpenBLAS$"
 expect 2 env ATTNSCOPE_GEMM=mkl "$A" info "$T/gemm.h5"
 one_line; has "$T/err" "ATTNSCOPE_GEMM: unknown GEMM 'mkl'.*onednn.*openblas"
 t_done
