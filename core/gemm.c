@@ -14,6 +14,7 @@
  * output stride, accumulation and bias, and which packed copy of the weights it reads. */
 typedef struct {
     int M, ldy, acc, bias, wi;
+    long used;            /* pack->products at its last use (the least recent is replaced) */
     dnnl_primitive_t prim;
     dnnl_memory_t src, dst, b;
 } gemm_way;
@@ -55,6 +56,13 @@ static void engine_init(void) {
     snprintf(g_name, sizeof g_name, "oneDNN %d.%d.%d matmul, prepacked weights", v->major, v->minor, v->patch);
 }
 
+static void way_free(gemm_way *g) {
+    dnnl_primitive_destroy(g->prim);
+    dnnl_memory_destroy(g->src);
+    dnnl_memory_destroy(g->dst);
+    if (g->b) dnnl_memory_destroy(g->b);
+}
+
 vit_gemm_pack *vit_gemm_pack_new(void) {
     if (!g_use_dnnl) return NULL;
     pthread_once(&g_once, engine_init);
@@ -68,12 +76,7 @@ void vit_gemm_pack_free(vit_gemm_pack *pk) {
     if (!pk) return;
     for (int i = 0; i < pk->n; i++) {
         gemm_entry *e = &pk->e[i];
-        for (int k = 0; k < e->nw; k++) {
-            dnnl_primitive_destroy(e->way[k].prim);
-            dnnl_memory_destroy(e->way[k].src);
-            dnnl_memory_destroy(e->way[k].dst);
-            if (e->way[k].b) dnnl_memory_destroy(e->way[k].b);
-        }
+        for (int k = 0; k < e->nw; k++) way_free(&e->way[k]);
         for (int k = 0; k < e->nl; k++) dnnl_memory_destroy(e->lmem[k]);
     }
     free(pk->e);
@@ -149,7 +152,14 @@ static gemm_way *way_of(gemm_entry *e, int M, int ldy, int acc, int bias) {
         gemm_way *g = &e->way[i];
         if (g->M == M && g->ldy == ldy && g->acc == acc && g->bias == bias) return g;
     }
-    if (e->nw == GEMM_WAYS) return NULL;
+    /* full: the least recently used way makes room (a run's batch sizes can be many: the last
+     * batch, --skip-bad's), so that every product stays on oneDNN whatever came before */
+    if (e->nw == GEMM_WAYS) {
+        int lru = 0;
+        for (int i = 1; i < e->nw; i++) lru = e->way[i].used < e->way[lru].used ? i : lru;
+        way_free(&e->way[lru]);
+        e->way[lru] = e->way[--e->nw];
+    }
     dnnl_memory_desc_t sd, wd, bd, dd;
     dnnl_dims_t mk = {M, e->K}, kn = {e->K, e->N}, one = {1, e->N}, mn = {M, e->N}, strides = {ldy, 1};
     dnnl_primitive_attr_t attr = NULL;
@@ -201,9 +211,14 @@ int vit_gemm_linear(float *y, int ldy, const float *x, const float *w, const flo
     if (ok) {
         dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, g->src}, {DNNL_ARG_WEIGHTS, e->lmem[g->wi]},
                                    {DNNL_ARG_DST, g->dst}, {DNNL_ARG_BIAS, g->b}};
-        ok = dnnl_primitive_execute(g->prim, g_stream, bias ? 4 : 3, args) == dnnl_success &&
-             dnnl_stream_wait(g_stream) == dnnl_success;
-        pk->products += ok;
+        /* once it has run, y may hold part of the product: OpenBLAS cannot take over */
+        if (dnnl_primitive_execute(g->prim, g_stream, bias ? 4 : 3, args) != dnnl_success ||
+            dnnl_stream_wait(g_stream) != dnnl_success) {
+            fprintf(stderr, "attnscope: oneDNN failed in a %d x %d x %d product; rerun with "
+                    "ATTNSCOPE_GEMM=openblas\n", M, N, K);
+            abort();
+        }
+        g->used = ++pk->products;
     }
     pthread_mutex_unlock(&pk->mu);
     return ok;

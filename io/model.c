@@ -1661,7 +1661,7 @@ static void model_identify(model *m, const char *weights) {
     char real[PATH_MAX];
     const char *src = realpath(weights, real) && strlen(real) < sizeof m->source ? real : weights;
     snprintf(m->source, sizeof m->source, "%.*s", (int)sizeof m->source - 1, src);
-    sha256_cached(m->source, m->st.map, m->st.map_size, (size_t)32 << 20, m->sha256);
+    sha256_cached(m->source, &m->st.file, m->st.map, m->st.map_size, (size_t)32 << 20, m->sha256);
 }
 
 as_status model_load(model *m, const char *path, const char *arch, int img_size, as_error *err) {

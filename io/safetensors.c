@@ -203,6 +203,7 @@ as_status safetensors_open(safetensors *st, const char *path, as_error *err) {
         return rc;
     }
     st->owns_map = 1;
+    st->file = sb;
     return AS_OK;
 }
 

@@ -4,6 +4,7 @@
 #define AS_SAFETENSORS_H
 
 #include <stddef.h>
+#include <sys/stat.h>
 #include <stdint.h>
 
 #include "../core/status.h"
@@ -39,6 +40,7 @@ typedef struct {
     char path[512];
     void *map;        /* the mapped file (or a caller's buffer for safetensors_parse) */
     size_t map_size;
+    struct stat file; /* safetensors_open: the file as it was when mapped */
     int owns_map;
     safetensors_tensor *tensors;
     int count;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "atomic.h"
 
@@ -222,11 +223,21 @@ static void mkdir_parents(const char *file) {
         }
 }
 
-int sha256_cached(const char *path, const void *data, size_t n, size_t min_bytes, char out[SHA256_HEX]) {
-    struct stat sb;
+static int same_file(const struct stat *a, const struct stat *b) {
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+           a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+int sha256_cached(const char *path, const struct stat *mapped, const void *data, size_t n, size_t min_bytes,
+                  char out[SHA256_HEX]) {
+    struct stat sb, now;
     char cache[1024], key[1400], line[1500];
-    const int usable = n >= min_bytes && !strchr(path, '\n') && path[0] == '/' &&
-                       stat(path, &sb) == 0 && (size_t)sb.st_size == n && hash_cache_path(cache, sizeof cache);
+    /* the key is the mapped file's identity, and path must still name that very file */
+    const int usable = n >= min_bytes && !strchr(path, '\n') && path[0] == '/' && stat(path, &now) == 0 &&
+                       (!mapped || same_file(mapped, &now)) && (size_t)now.st_size == n &&
+                       hash_cache_path(cache, sizeof cache);
+    if (usable) sb = mapped ? *mapped : now;
     if (usable) {
         hash_cache_key(key, sizeof key, &sb, path);
         FILE *f = fopen(cache, "r");
@@ -244,7 +255,7 @@ int sha256_cached(const char *path, const void *data, size_t n, size_t min_bytes
         }
     }
     sha256_hex(data, n, out);
-    if (!usable) return 0;
+    if (!usable || (long long)time(NULL) - (long long)sb.st_ctim.tv_sec < 2) return 0;
     /* keep the newest lines of other files, then this one; written whole under a temporary
      * name (io/atomic.h), so that a crash or two runs at once leave one whole version */
     char(*keep)[1500] = malloc(HASH_CACHE_LINES * sizeof *keep);

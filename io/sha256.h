@@ -31,13 +31,17 @@ void sha256_final(sha256_ctx *c, unsigned char out[32]);
 void sha256_final_hex(sha256_ctx *c, char out[SHA256_HEX]);
 void sha256_hex(const void *data, size_t n, char out[SHA256_HEX]);
 as_status sha256_file(const char *path, char out[SHA256_HEX], as_error *err);
-/* The hash of the n bytes at data, which are the whole file at absolute path (mapped): from the
- * cache of earlier hashes ($XDG_CACHE_HOME/attnscope/sha256, else ~/.cache/attnscope/sha256)
+/* The hash of the n bytes at data, which are the whole file at absolute path (mapped; mapped: its
+ * fstat when it was mapped, or NULL to stat path now): from the cache of earlier hashes ($XDG_CACHE_HOME/attnscope/sha256, else ~/.cache/attnscope/sha256)
  * when its line for the file matches the file's size, mtime, ctime, device and inode now, else
- * computed and, for files of min_bytes or more, remembered there. Why: a ViT-B weights file is
+ * computed and, for files of min_bytes or more, remembered there, unless the file changed in the
+ * last 2 s (a change within one timestamp tick could keep ctime: git's "racy" case) or path is no
+ * longer the file that was mapped. Why: a ViT-B weights file is
  * 346 MB, 0.17 s of hashing in every run that opens it. Returns 1 when the cache answered.
  * Deleting the cache file is always safe. */
-int sha256_cached(const char *path, const void *data, size_t n, size_t min_bytes, char out[SHA256_HEX]);
+struct stat;
+int sha256_cached(const char *path, const struct stat *mapped, const void *data, size_t n, size_t min_bytes,
+                  char out[SHA256_HEX]);
 /* "sha-ni" or "portable": what sha256_init chooses on this CPU. */
 const char *sha256_impl_name(void);
 

@@ -897,6 +897,7 @@ struct trace_writer {
         float *logits, *prob;
     } meta;
     off_t reserved;     /* the file is allocated up to here (reserve_space) */
+    size_t meta_bytes;  /* upper bound of one image's small rows in the file */
     trace_slot slots[TRACE_SLOTS];
     void *slot_mem[TRACE_SLOTS];
     trace_slot *free_q[TRACE_SLOTS], *ready_q[TRACE_SLOTS];
@@ -925,7 +926,9 @@ static int reserve_space(trace_writer *w, int n, int *err_no) {
         *err_no = EIO;
         return -1;
     }
-    off_t want = (off_t)eoa + (off_t)(w->image_bytes * (size_t)n) + TRACE_RESERVE_BYTES;
+    /* this batch, the small rows still held for flag_done (w->meta), and the end state */
+    off_t want = (off_t)eoa + (off_t)(w->image_bytes * (size_t)n) + (off_t)(w->meta_bytes * (size_t)w->meta.n) +
+                 TRACE_RESERVE_BYTES;
     *err_no = 0;
     if (want <= w->reserved) return 0;
     /* ahead by 16 batches (or 64 MB) when the disk has it, so that most batches need no call;
@@ -1045,8 +1048,10 @@ static const void *stage_layer(trace_writer *w, trace_quantity q, int l, engine_
     const int windows = is_map(q) && g.scope == VIT_SCOPE_WINDOW;
     /* contiguous in a head: the first rows (global maps), or all of q/k */
     const size_t block = !is_map(q) ? per_head_src : (size_t)(s->prefix_rows_only ? g.prefix : g.Tq) * g.Tk;
-    if (src.f16 && (size_t)nh == H && block == per_head_src && (!windows || s->n_windows <= 0))
-        return src.f16; /* every head's whole record, already binary16 */
+    int in_order = (size_t)nh == H;
+    for (int hi = 0; hi < nh && in_order; hi++) in_order = ids[hi] == hi;
+    if (src.f16 && in_order && block == per_head_src && (!windows || s->n_windows <= 0))
+        return src.f16; /* every head's whole record in the engine's order, already binary16 */
     size_t o = 0;
     for (int b = 0; b < n; b++)
         for (int hi = 0; hi < nh; hi++) {
@@ -1160,24 +1165,27 @@ static int write_meta(trace_writer *w) {
         bad |= write_rows(w->d.top5, H5T_NATIVE_INT, start, n, w->meta.top5) < 0;
         bad |= write_rows(w->d.top5_prob, H5T_NATIVE_FLOAT, start, n, w->meta.prob) < 0;
     }
+    if (bad) return -1; /* the rows stay held: flag_done flags nothing past them */
     w->meta.start += n;
     w->meta.n = 0;
-    return bad ? -1 : 0;
+    return 0;
 }
 
 static int flag_done(trace_writer *w) {
     w->flag_time = monotonic_s();
     if (w->flagged == w->done) return 0;
     if (write_meta(w) < 0 || H5Fflush(w->file, H5F_SCOPE_GLOBAL) < 0) return -1;
+    /* every image below meta.start has its maps and its small rows written */
+    const long upto = w->meta.start < w->done ? w->meta.start : w->done;
     unsigned char ones[TRACE_MAX_BATCH];
     memset(ones, 1, sizeof ones);
-    for (long r = w->flagged; r < w->done; r += TRACE_MAX_BATCH) {
-        const int k = w->done - r < TRACE_MAX_BATCH ? (int)(w->done - r) : TRACE_MAX_BATCH;
+    for (long r = w->flagged; r < upto; r += TRACE_MAX_BATCH) {
+        const int k = upto - r < TRACE_MAX_BATCH ? (int)(upto - r) : TRACE_MAX_BATCH;
         if (write_rows(w->d.done, H5T_NATIVE_UCHAR, r, k, ones) < 0) return -1;
     }
     if (H5Fflush(w->file, H5F_SCOPE_GLOBAL) < 0) return -1;
     pthread_mutex_lock(&w->mu); /* trace_writer_done reads it */
-    w->flagged = w->done;
+    w->flagged = upto;
     pthread_mutex_unlock(&w->mu);
     return 0;
 }
@@ -1287,8 +1295,8 @@ static void *writer_main(void *arg) {
             struct stat sb;
             long long size = stat(w->path, &sb) == 0 ? (long long)sb.st_size : -1;
             as_fail(&w->err, AS_ERR_IO, "%s: writing images %ld..%ld failed (%s; file is %lld "
-                    "bytes); the trace keeps its %ld completed images: free space, then run again "
-                    "with --resume", w->path, w->done, w->done + sl->n - 1,
+                    "bytes); the trace keeps its %ld completed images (fewer if the closing flush fails too): "
+                    "free space, then run again with --resume", w->path, w->done, w->done + sl->n - 1,
                     err_no ? strerror(err_no) : "disk full or I/O error", size, w->done);
         }
         w->free_q[w->nfree++] = sl;
@@ -1593,6 +1601,7 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
     w->stage = malloc(w->stage_bytes);
     {
         const size_t R = TRACE_MAX_BATCH, C = spec->cfg.num_classes > 0 ? (size_t)spec->cfg.num_classes : 1;
+        w->meta_bytes = (TRACE_PATH_LEN + 64 + C * 4 + 5 * 8 + 16) * 11 / 10;
         w->meta.path = malloc(R * TRACE_PATH_LEN);
         w->meta.label = malloc(R * sizeof(int));
         w->meta.pred = malloc(R * sizeof(int));

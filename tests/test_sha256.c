@@ -2,6 +2,7 @@
  * (SHA extensions and portable C) over every split of random messages; prints the throughput
  * (the cost of hashing a weights file while loading it). */
 #define _POSIX_C_SOURCE 200809L
+#include <sys/stat.h>
 #include <time.h>
 
 #include "../core/rng.h"
@@ -102,10 +103,21 @@ int main(void) {
             fclose(f);
             sha256_hex(buf, n, ver ? want2 : want1);
             const char *wv = ver ? want2 : want1;
-            CHECK(sha256_cached(ab, buf, n, 0, h) == 0 && strcmp(h, wv) == 0, "version %d computed: %s", ver, h);
-            CHECK(sha256_cached(ab, buf, n, 0, h) == 1 && strcmp(h, wv) == 0, "version %d from the cache: %s", ver, h);
+            /* changed in the last 2 s: computed and not remembered (a second change within one
+             * timestamp tick could keep ctime) */
+            CHECK(sha256_cached(ab, NULL, buf, n, 0, h) == 0 && sha256_cached(ab, NULL, buf, n, 0, h) == 0 &&
+                  strcmp(h, wv) == 0, "version %d just written: %s", ver, h);
+            nanosleep(&(struct timespec){2, 100000000}, NULL);
+            CHECK(sha256_cached(ab, NULL, buf, n, 0, h) == 0 && strcmp(h, wv) == 0, "version %d computed: %s", ver, h);
+            CHECK(sha256_cached(ab, NULL, buf, n, 0, h) == 1 && strcmp(h, wv) == 0, "version %d from the cache: %s", ver, h);
         }
         CHECK(strcmp(want1, want2) != 0, "the two versions differ");
+        /* the bytes hashed must be the file that path names now: a mapped file that is not it
+         * (moved away, replaced) is neither looked up nor remembered */
+        struct stat other;
+        CHECK(stat(blob, &other) == 0, "stat");
+        other.st_ino ^= 1;
+        CHECK(sha256_cached(ab, &other, buf, n, 0, h) == 0 && strcmp(h, want2) == 0, "another file's bytes");
         int lines = 0;
         f = fopen(cache, "r");
         while (f && fgets(line, sizeof line, f)) lines++;
@@ -113,14 +125,14 @@ int main(void) {
         CHECK(lines == 1, "one line per file in the cache, %d", lines);
         /* below min_bytes, a relative path, a corrupt cache: computed, never a wrong answer */
         remove(cache);
-        CHECK(sha256_cached(ab, buf, n, n + 1, h) == 0 && sha256_cached(ab, buf, n, n + 1, h) == 0 &&
+        CHECK(sha256_cached(ab, NULL, buf, n, n + 1, h) == 0 && sha256_cached(ab, NULL, buf, n, n + 1, h) == 0 &&
               strcmp(h, want2) == 0, "below min_bytes: not remembered");
-        CHECK(sha256_cached("cached.bin", buf, n, 0, h) == 0 && strcmp(h, want2) == 0, "relative path");
+        CHECK(sha256_cached("cached.bin", NULL, buf, n, 0, h) == 0 && strcmp(h, want2) == 0, "relative path");
         f = fopen(cache, "w");
         fprintf(f, "zz%.62s junk\n%s 1 2 3\n", want1, want1);
         fclose(f);
-        CHECK(sha256_cached(ab, buf, n, 0, h) == 0 && strcmp(h, want2) == 0, "corrupt cache lines are not trusted");
-        CHECK(sha256_cached(ab, buf, n, 0, h) == 1 && strcmp(h, want2) == 0, "and the cache is rewritten");
+        CHECK(sha256_cached(ab, NULL, buf, n, 0, h) == 0 && strcmp(h, want2) == 0, "corrupt cache lines are not trusted");
+        CHECK(sha256_cached(ab, NULL, buf, n, 0, h) == 1 && strcmp(h, want2) == 0, "and the cache is rewritten");
         free(buf);
         unsetenv("XDG_CACHE_HOME");
     }
