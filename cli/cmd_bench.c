@@ -147,13 +147,14 @@ int cmd_bench(int argc, char **argv) {
     runtime_blas_info(core, sizeof core, advice, sizeof advice, &warn);
     runtime_info ri;
     runtime_get_info(&ri);
+    runtime_info_for_pack(&ri, m.params.pack); /* what this model's linear layers run on */
     const int T = vit_num_tokens(c);
     double ceiling = runtime_gemm_ceiling(B * T, c->mlp_hidden, c->embed_dim, seconds < 2 ? 0.5 : 1.0);
     if (!json) {
         printf("attnscope bench: %s, batch %d, %d threads, float32\n", c->name, B, runtime_threads());
         printf("OpenBLAS    kernel %s; SGEMM ceiling %.1f GFLOP/s (M=%d N=%d K=%d, measured now)\n",
                core, ceiling, B * T, c->mlp_hidden, c->embed_dim);
-        printf("linear      layers on %s%s\n", vit_gemm_name(),
+        printf("linear      layers on %s%s\n", ri.gemm,
                m.params.pack ? " (ATTNSCOPE_GEMM=openblas: on OpenBLAS; the ceiling is OpenBLAS's)" : "");
         if (warn) printf("WARNING     "), cli_wrap(stdout, 12, 12, advice);
         fflush(stdout);
@@ -250,7 +251,7 @@ int cmd_bench(int argc, char **argv) {
                "\"openblas_forced_by\": \"%s\", \"openblas_suboptimal\": %s, \"linear_gemm\": \"%s\", \"gemm_ceiling_gflops\": %.2f, "
                "\"flops_per_image\": %.0f, \"forward\": {\"img_s\": %.3f, \"ms_img\": %.4f, "
                "\"gflops\": %.2f, \"pct_ceiling\": %.2f}",
-               c->name, B, runtime_threads(), core, ri.forced, warn ? "true" : "false", vit_gemm_name(), ceiling,
+               c->name, B, runtime_threads(), core, ri.forced, warn ? "true" : "false", ri.gemm, ceiling,
                cost.flops_total, plain.img_s, plain.ms_img, plain.gflops, plain.pct);
         if (record)
             printf(", \"recording\": {\"img_s\": %.3f, \"ms_img\": %.4f, \"gflops\": %.2f, "

@@ -125,7 +125,7 @@ void runtime_info_for_pack(runtime_info *ri, const vit_gemm_pack *pack) {
 }
 
 void runtime_describe(const runtime_info *ri, char *buf, size_t n) {
-    const int dnnl = strcmp(ri->gemm, "OpenBLAS") != 0 && strncmp(ri->gemm, "OpenBLAS ", 9) != 0;
+    const int dnnl = strncmp(ri->gemm, "OpenBLAS", 8) != 0; /* "OpenBLAS", or why oneDNN is not used */
     snprintf(buf, n, "%s%s%sOpenBLAS %s kernels%s%s%s, %d thread%s", dnnl ? "linear layers on " : "",
              dnnl ? ri->gemm : "", dnnl ? "; " : "", ri->core, ri->forced[0] ? " (" : "", ri->forced,
              ri->forced[0] ? " set)" : "", ri->threads, ri->threads == 1 ? "" : "s");

@@ -56,10 +56,11 @@ static void engine_init(void) {
     snprintf(g_name, sizeof g_name, "oneDNN %d.%d.%d matmul, prepacked weights", v->major, v->minor, v->patch);
 }
 
+/* Destroys what way g holds (a way that failed half-way included). */
 static void way_free(gemm_way *g) {
-    dnnl_primitive_destroy(g->prim);
-    dnnl_memory_destroy(g->src);
-    dnnl_memory_destroy(g->dst);
+    if (g->prim) dnnl_primitive_destroy(g->prim);
+    if (g->src) dnnl_memory_destroy(g->src);
+    if (g->dst) dnnl_memory_destroy(g->dst);
     if (g->b) dnnl_memory_destroy(g->b);
 }
 
@@ -188,10 +189,7 @@ static gemm_way *way_of(gemm_entry *e, int M, int ldy, int acc, int bias) {
     if (po) dnnl_post_ops_destroy(po);
     if (attr) dnnl_primitive_attr_destroy(attr);
     if (!ok) {
-        if (g.prim) dnnl_primitive_destroy(g.prim);
-        if (g.src) dnnl_memory_destroy(g.src);
-        if (g.dst) dnnl_memory_destroy(g.dst);
-        if (g.b) dnnl_memory_destroy(g.b);
+        way_free(&g);
         return NULL;
     }
     e->way[e->nw] = g;

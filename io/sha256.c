@@ -237,8 +237,8 @@ int sha256_cached(const char *path, const struct stat *mapped, const void *data,
     const int usable = n >= min_bytes && !strchr(path, '\n') && path[0] == '/' && stat(path, &now) == 0 &&
                        (!mapped || same_file(mapped, &now)) && (size_t)now.st_size == n &&
                        hash_cache_path(cache, sizeof cache);
-    if (usable) sb = mapped ? *mapped : now;
     if (usable) {
+        sb = mapped ? *mapped : now;
         hash_cache_key(key, sizeof key, &sb, path);
         FILE *f = fopen(cache, "r");
         int hit = 0;

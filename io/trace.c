@@ -1584,8 +1584,10 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
     w->stage_bytes = biggest * (size_t)spec->batch * 4 + 64;
     {
         const vit_config *c = &spec->cfg;
-        size_t ib = (size_t)c->img_size * c->img_size * 3 + TRACE_PATH_LEN + 64 +
-                    (size_t)(c->num_classes > 0 ? c->num_classes : 1) * 4;
+        /* an image's small rows (path, label, logits, prediction, top 5), which w->meta holds
+         * until flag_done, and what it adds to the file in all: those, its pixels, its records */
+        w->meta_bytes = (TRACE_PATH_LEN + 64 + (size_t)(c->num_classes > 0 ? c->num_classes : 1) * 4 + 5 * 8 + 16) * 11 / 10;
+        size_t ib = (size_t)c->img_size * c->img_size * 3 + w->meta_bytes;
         for (int q = 0; q < TRACE_Q_COUNT; q++)
             for (int li = 0; li < spec->n_layers && (spec->quantities & (1u << q)); li++) {
                 const int l = spec->layers[li];
@@ -1601,7 +1603,6 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
     w->stage = malloc(w->stage_bytes);
     {
         const size_t R = TRACE_MAX_BATCH, C = spec->cfg.num_classes > 0 ? (size_t)spec->cfg.num_classes : 1;
-        w->meta_bytes = (TRACE_PATH_LEN + 64 + C * 4 + 5 * 8 + 16) * 11 / 10;
         w->meta.path = malloc(R * TRACE_PATH_LEN);
         w->meta.label = malloc(R * sizeof(int));
         w->meta.pred = malloc(R * sizeof(int));
