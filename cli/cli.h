@@ -174,6 +174,7 @@ typedef struct {
     long skipped;     /* inputs skipped as unreadable (--skip-bad), earlier runs' included */
     double seconds;   /* wall time of the loop */
     double writer_cpu; /* CPU seconds of the trace's writer thread (conversion, HDF5, the kernel's copy) */
+    double direct_bytes; /* of those written, the bytes written with O_DIRECT, past the page cache */
     int complete;
 } record_result;
 

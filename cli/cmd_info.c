@@ -438,6 +438,7 @@ static int info_trace_json(trace_reader *r, const char *path, const char *analys
         if ((r->quantities & (1u << i)) && i != TRACE_Q_X1)
             cJSON_AddItemToArray(q, cJSON_CreateString(trace_quantity_name((trace_quantity)i)));
     cJSON_AddStringToObject(j, "query_rows", r->prefix_rows_only ? "prefix" : "all");
+    cJSON_AddBoolToObject(j, "pool_attn", r->has_pool_attn);
     cJSON_AddItemToObject(j, "layers", json_ints(r->layers, r->n_layers));
     cJSON_AddNumberToObject(j, "depth", r->cfg.depth);
     if (r->heads_all) cJSON_AddStringToObject(j, "heads", "all");
@@ -527,6 +528,9 @@ static int info_trace(const char *path, int json) {
         if ((r.quantities & (1u << i)) && i != TRACE_Q_X1)
             printf("%s%s", q++ ? "," : "", trace_quantity_name((trace_quantity)i));
     printf("  (query rows: %s)\n", r.prefix_rows_only ? "prefix tokens only" : "all");
+    if (r.has_pool_attn)
+        line("pool        /pool/attn: the attention pooling's map, %d heads of its learnt query over the "
+             "%d patch tokens", r.cfg.num_heads, vit_num_patches(&r.cfg));
     if (!r.staged) print_attention(&r.cfg); /* its config holds one grid (format 3: above) */
     printf("layers      ");
     for (int i = 0; i < r.n_layers; i++) printf("%s%d", i ? "," : "", r.layers[i]);

@@ -206,7 +206,9 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
                          : loop_rc != AS_OK ? "input error" : NULL;
     as_error close_err = {0};
     const int finished = i == total || (want > 0 && done + stored >= want);
+    trace_writer_wait(w); /* every batch written: what the writer did, whole */
     res->writer_cpu = trace_writer_cpu_seconds(w);
+    res->direct_bytes = trace_writer_direct_bytes(w);
     as_status crc = trace_writer_close(w, reason == NULL && finished, reason, &close_err);
     res->seconds = cli_now() - t0;
     res->recorded = stored;

@@ -317,7 +317,8 @@ typedef struct {
     float scale;           /* of q k^T */
     head_view q, k, v;     /* q.base NULL without keys (less-attention) */
     float *att;            /* (n, H, T, T) maps that multiply the values */
-    uint16_t *att16;       /* (n, H, T, T) their binary16 record, or NULL */
+    uint16_t *att16;       /* (n, H, T, T) their binary16 record, or NULL; heads att16_stride apart */
+    size_t att16_stride;
     float *scores, *q_out, *k_out, *extra[VIT_MAX_EXTRAS]; /* records, or NULL */
     const float *prev;     /* reuse mechanisms: the previous block's scores */
     float *keep;           /* scores for the next reuse block, or NULL */
@@ -357,7 +358,8 @@ static void attn_values(const attn_job *j, int b, int h) {
     const size_t at = ((size_t)b * j->H + h) * T * T;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dv, T, 1.0f, j->att + at, T,
                 head_at(&j->v, T, b, h), j->v.ld, 0.0f, j->ao + (size_t)b * T * j->D + (size_t)h * dv, j->D);
-    if (j->att16) kernels_f32_to_f16_array(j->att16 + at, j->att + at, (size_t)T * T);
+    if (j->att16)
+        kernels_f32_to_f16_array(j->att16 + ((size_t)b * j->H + h) * j->att16_stride, j->att + at, (size_t)T * T);
 }
 
 int vit_attn16_ok(const vit_config *c, int l) {
@@ -400,6 +402,8 @@ static void attention(const vit_config *c, int l, const vit_block_params *bp, vi
     float *att = rec_layer(rec->attn, l);
     j.att = att ? att : a->att;
     j.att16 = rec->attn16 ? rec->attn16[l] : NULL;
+    j.att16_stride = rec->attn16_stride ? rec->attn16_stride : (size_t)T * T;
+    assert(j.att16_stride >= (size_t)T * T);
     assert(!(att && j.att16));
     j.scores = rec_layer(rec->scores, l);
     j.q_out = rec_layer(rec->q, l);
@@ -518,7 +522,8 @@ static void forward_monolithic(const vit_config *c, const vit_params *p, vit_act
         } else {
             if (!c->fc_norm) kernels_layernorm(xb, xb, p->norm_w, p->norm_b, T, D, c->ln_eps);
             if (c->global_pool == VIT_POOL_MAP) /* attention pooling over the patch tokens */
-                vitfam_map_pool(c, p, xb + (size_t)prefix * D, Np, pb, a->scratch);
+                vitfam_map_pool(c, p, xb + (size_t)prefix * D, Np, pb, a->scratch,
+                                rec && rec->pool_attn ? rec->pool_attn + (size_t)b * c->num_heads * Np : NULL);
             for (int i = 0; i < D && c->global_pool == VIT_POOL_AVG; i++) {
                 double s = 0;
                 for (int t = prefix; t < T; t++) s += xb[(size_t)t * D + i];

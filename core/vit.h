@@ -190,6 +190,11 @@ typedef struct {
     uint16_t **attn16; /* [l]: attn's map as IEEE binary16, converted by the engine as soon as
                           each problem's map is final, while it is in cache; only where
                           vit_attn16_ok(c, l), and attn[l] must then be NULL */
+    float *pool_attn; /* (B, H, Np): the attention pooling's map (global_pool "map"), its learnt
+                         latent query over the Np patch tokens; NULL skips */
+    size_t attn16_stride; /* values from one head's binary16 map to the next (0: T * T, packed);
+                             the trace writer pads each map to a 4096-byte boundary so that it
+                             can be written to disk without the page cache (O_DIRECT) */
 } vit_record;
 
 /* 1 when the forward can record block l's attn map as binary16 itself (vit_record.attn16):

@@ -106,7 +106,7 @@ size_t vitfam_map_scratch(const vit_config *c) {
 }
 
 void vitfam_map_pool(const vit_config *c, const vit_params *p, const float *x, int N, float *out,
-                     float *scratch) {
+                     float *scratch, float *attn) {
     const int D = c->embed_dim, H = c->num_heads, hd = D / H, Hm = c->mlp_hidden;
     float *kv = scratch, *att = kv + (size_t)N * 2 * D, *q = att + (size_t)H * N, *o = q + D, *hid = o + D;
     /* q = latent W_q^T + b_q; kv = x W_kv^T + b_kv (k: columns 0..D-1, v: D..2D-1) */
@@ -120,6 +120,7 @@ void vitfam_map_pool(const vit_config *c, const vit_params *p, const float *x, i
         cblas_sgemv(CblasRowMajor, CblasNoTrans, N, hd, scale, kv + (size_t)h * hd, 2 * D, q + (size_t)h * hd, 1,
                     0.0f, a, 1);
         kernels_softmax_rows(a, 1, N);
+        if (attn) memcpy(attn + (size_t)h * N, a, (size_t)N * sizeof(float));
         cblas_sgemv(CblasRowMajor, CblasTrans, N, hd, 1.0f, kv + D + (size_t)h * hd, 2 * D, a, 1, 0.0f,
                     o + (size_t)h * hd, 1);
     }

@@ -40,9 +40,10 @@ void vitfam_embed(const vit_config *c, const vit_params *p, float *xb);
 void vitfam_act(const vit_config *c, float *y, const float *x, size_t n);
 
 /* timm's AttentionPoolLatent over one image's N patch tokens x (N, D) into out (D).
- * scratch: N * 2D + H * N + 2D + Hm floats. */
+ * scratch: N * 2D + H * N + 2D + Hm floats. attn, when not NULL, receives the latent query's
+ * map (H, N). */
 void vitfam_map_pool(const vit_config *c, const vit_params *p, const float *x, int N, float *out,
-                     float *scratch);
+                     float *scratch, float *attn);
 size_t vitfam_map_scratch(const vit_config *c);
 
 /* The family's parameters and work added to a monolithic ViT's counts (norm_pre, LayerScale,

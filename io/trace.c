@@ -2,15 +2,17 @@
  * thread while opening and closing, the writer thread in between. The writer runs in SWMR mode
  * so that on-disk metadata is always consistent: a live reader or a crash sees every batch that
  * was flushed, and /images/done marks which images are complete. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* O_DIRECT */
 #include "trace.h"
 #include "../core/cait.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <hdf5.h>
 #include <hdf5_hl.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,6 +184,38 @@ static int record_chunks_per_image(const trace_spec *s, trace_quantity q, int l)
     return q == TRACE_Q_TOKENS ? 1 : q_heads(s, q, l, NULL);
 }
 
+/* Records of TRACE_DIRECT_MIN bytes and more per chunk (DINOv2 at 518 px: a head's map is
+ * 3.75 MB, an image's maps 270 MB) are written with O_DIRECT, from the buffer straight to their
+ * chunk's place in the file. Why: copying them into the page cache cost the writer 295 ms of CPU
+ * per such image, 54% of the forward's time (perf: copy_folio_from_iter_atomic, 16% of all
+ * samples). How: those datasets allocate their chunks when extended (H5D_ALLOC_TIME_EARLY, never
+ * filled), the file aligns objects of that size to TRACE_DIRECT_ALIGN (H5Pset_alignment),
+ * H5Dget_chunk_info_by_coord gives a chunk's address, and the buffers hold every chunk at a
+ * TRACE_DIRECT_ALIGN boundary (vit_record.attn16_stride; the staging buffer likewise). A chunk's
+ * last partial page goes through the page cache. A file system without O_DIRECT, a trace made
+ * before (chunks not allocated early), or a chunk that is not aligned is written through
+ * H5Dwrite_chunk as before. */
+#define TRACE_DIRECT_MIN (1u << 20)
+#define TRACE_DIRECT_ALIGN ((size_t)4096)
+
+static size_t direct_min(const trace_spec *s) {
+    return s->direct_min < 0 ? SIZE_MAX : s->direct_min == 0 ? TRACE_DIRECT_MIN : (size_t)s->direct_min;
+}
+
+/* 1 when q's records in block l are written chunk by chunk and large enough for O_DIRECT. */
+static int record_direct(const trace_spec *s, trace_quantity q, int l) {
+    return s->compress == TRACE_COMPRESS_NONE && !record_is_split(s, q, l) &&
+           record_chunk_bytes(s, q, l) >= direct_min(s);
+}
+
+static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+/* Bytes from one chunk of q to the next in the buffers handed to write_chunks. */
+static size_t record_chunk_stride(const trace_spec *s, trace_quantity q, int l) {
+    const size_t b = record_chunk_bytes(s, q, l);
+    return record_direct(s, q, l) ? align_up(b, TRACE_DIRECT_ALIGN) : b;
+}
+
 /* Heads in the engine's buffer of q in block l (all of them, before any selection). */
 static size_t q_engine_heads(const vit_config *c, trace_quantity q, int l) {
     vit_extra x;
@@ -246,19 +280,30 @@ static const char *q_description(const vit_config *c, trace_quantity q, int l) {
 typedef struct {
     hid_t q[TRACE_Q_COUNT][VIT_MAX_DEPTH]; /* [quantity][position in spec.layers] */
     hid_t path, label, pred, top5, top5_prob, logits, rgb, done;
+    hid_t pool; /* pool/attn: the attention pooling's map (has_pool_attn) */
 } trace_dsets;
+
+/* 1 when the trace records /pool/attn: the attention pooling's map (global_pool "map"), (H, Np)
+ * per image, with the maps (attn) and every head. */
+static int has_pool_attn(const trace_spec *s) {
+    return (s->quantities & (1u << TRACE_Q_ATTN)) && s->cfg.global_pool == VIT_POOL_MAP;
+}
+
+static size_t pool_attn_bytes(const trace_spec *s) {
+    return (size_t)s->cfg.num_heads * vit_num_patches(&s->cfg) * q_elt(s);
+}
 
 static void dsets_init(trace_dsets *d) {
     for (int q = 0; q < TRACE_Q_COUNT; q++)
         for (int l = 0; l < VIT_MAX_DEPTH; l++) d->q[q][l] = -1;
-    d->path = d->label = d->pred = d->top5 = d->top5_prob = d->logits = d->rgb = d->done = -1;
+    d->path = d->label = d->pred = d->top5 = d->top5_prob = d->logits = d->rgb = d->done = d->pool = -1;
 }
 
 static void dsets_close(trace_dsets *d) {
     for (int q = 0; q < TRACE_Q_COUNT; q++)
         for (int l = 0; l < VIT_MAX_DEPTH; l++)
             if (d->q[q][l] >= 0) H5Dclose(d->q[q][l]);
-    hid_t *all[] = {&d->path, &d->label, &d->pred, &d->top5, &d->top5_prob, &d->logits, &d->rgb, &d->done};
+    hid_t *all[] = {&d->path, &d->label, &d->pred, &d->top5, &d->top5_prob, &d->logits, &d->rgb, &d->done, &d->pool};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (*all[i] >= 0) H5Dclose(*all[i]);
     dsets_init(d);
@@ -276,9 +321,10 @@ static hid_t dset_access(int many_images_per_chunk) {
 
 /* Creates an extendible dataset of (0, dims...) with chunks of chunk0 images. */
 /* split (records): the chunk's extent along the first axis after the image and head (0: all). */
+/* early: chunks allocated when the dataset is extended, never filled (TRACE_DIRECT_MIN). */
 static hid_t make_dset(hid_t loc, const char *name, hid_t type, int nd, const hsize_t *dims,
                        hsize_t chunk0, const trace_spec *s, int compress, int per_head,
-                       hsize_t split) {
+                       hsize_t split, int early) {
     hsize_t cur[5] = {0}, max[5] = {H5S_UNLIMITED}, chunk[5] = {chunk0};
     for (int i = 0; i < nd; i++) {
         cur[i + 1] = max[i + 1] = dims[i];
@@ -290,6 +336,10 @@ static hid_t make_dset(hid_t loc, const char *name, hid_t type, int nd, const hs
     hid_t space = H5Screate_simple(nd + 1, cur, max);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_chunk(dcpl, nd + 1, chunk);
+    if (early) {
+        H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
+        H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+    }
     if (compress && s->compress == TRACE_COMPRESS_DEFLATE) {
         H5Pset_shuffle(dcpl);
         H5Pset_deflate(dcpl, (unsigned)s->level);
@@ -657,7 +707,8 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
                 hsize_t dims[4];
                 int nd = q_shape(s, (trace_quantity)q, l, dims), ids[4096];
                 d->q[q][li] = make_dset(g, dn, store, nd, dims, 1, s, 1, q != TRACE_Q_TOKENS,
-                                        record_split(s, (trace_quantity)q, l));
+                                        record_split(s, (trace_quantity)q, l),
+                                        record_direct(s, (trace_quantity)q, l));
                 if (d->q[q][li] >= 0) {
                     h5u_attr_str(d->q[q][li], "axes", q_axes(c, (trace_quantity)q, l));
                     h5u_attr_str(d->q[q][li], "description", q_description(c, (trace_quantity)q, l));
@@ -710,7 +761,7 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
             if (!tab[i].present) continue;
             if (create) {
                 *tab[i].id = make_dset(g, tab[i].name, tab[i].type, tab[i].nd, tab[i].dims,
-                                       tab[i].chunk0, s, 0, 0, 0);
+                                       tab[i].chunk0, s, 0, 0, 0, 0);
                 if (*tab[i].id >= 0) h5u_attr_str(*tab[i].id, "description", tab[i].desc);
                 if (*tab[i].id >= 0) ok &= dims_attach(g, *tab[i].id, images_dims(tab[i].name)) == 0;
             } else {
@@ -719,6 +770,29 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
             ok &= *tab[i].id >= 0;
         }
         if (create && ok && s->n_class_names > 0) h5u_attr_strs(g, "class_names", (const char *const *)s->class_names, s->n_class_names);
+        if (g >= 0) H5Gclose(g);
+    }
+    if (ok && has_pool_attn(s)) { /* /pool/attn (image, head, 1, Np) */
+        const int H = c->num_heads, gh = c->img_size / c->patch_size, Np = vit_num_patches(c);
+        hid_t g = create ? H5Gcreate2(f, "pool", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)
+                         : H5Gopen2(f, "pool", H5P_DEFAULT);
+        ok = g >= 0;
+        if (ok && create) {
+            hsize_t dims[3] = {(hsize_t)H, 1, (hsize_t)Np};
+            d->pool = make_dset(g, "attn", store, 3, dims, 1, s, 1, 0, 0, 0);
+            int heads[1024], grid[2] = {gh, Np / gh};
+            for (int h = 0; h < H && h < 1024; h++) heads[h] = h;
+            ok = d->pool >= 0 && h5u_attr_str(d->pool, "axes", "image,head,query,key") == 0 &&
+                 h5u_attr_str(d->pool, "description", "the attention pooling's map (global_pool \"map\", "
+                              "timm's AttentionPoolLatent): per head, softmax(q k^T / sqrt(d)) of its one "
+                              "learnt query (attn_pool.latent) over the patch tokens after the final norm") == 0 &&
+                 h5u_attr_str(d->pool, "keys", "patch tokens, row-major over grid; prefix tokens "
+                              "(class, registers) excluded") == 0 &&
+                 h5u_attr_ints(d->pool, "grid", grid, 2) == 0 && h5u_attr_ints(d->pool, "heads", heads, H) == 0;
+        } else if (ok) {
+            d->pool = open_dset(g, "attn", 1);
+            ok = d->pool >= 0;
+        }
         if (g >= 0) H5Gclose(g);
     }
     H5Tclose(pstr);
@@ -911,6 +985,9 @@ struct trace_writer {
     size_t stage_bytes;
     size_t image_bytes; /* upper bound of the bytes one image adds to the file */
     int lock_fd;        /* the claim on the output (atomic_lock_fd) for the run's duration */
+    int dio_fd;         /* the trace opened with O_DIRECT (TRACE_DIRECT_MIN), or -1 */
+    double direct_bytes; /* written through dio_fd (the writer thread's count) */
+    double direct_bytes_seen; /* its value after the last batch, under mu */
 };
 
 /* Space for the next batch is allocated in the file before anything of it is written. Why: a
@@ -951,6 +1028,7 @@ size_t trace_slot_bytes(const trace_spec *s) {
     for (int q = 0; q < TRACE_Q_COUNT; q++)
         for (int li = 0; li < s->n_layers && (s->quantities & (1u << q)); li++)
             per_image += q_engine_floats(c, (trace_quantity)q, s->layers[li]) * 4;
+    if (has_pool_attn(s)) per_image += (size_t)c->num_heads * vit_num_patches(c) * 4;
     per_image += (size_t)(c->num_classes > 0 ? c->num_classes : 1) * 4;
     per_image += (size_t)c->img_size * c->img_size * 3 + TRACE_PATH_LEN + sizeof(int) + 64 * 8;
     return per_image * (size_t)s->batch;
@@ -967,54 +1045,85 @@ static void slot_arrays(trace_slot *sl, float ***arrs[TRACE_Q_COUNT]) {
     arrs[TRACE_Q_X1] = &sl->rec.extra[1];
 }
 
-static int slot_alloc(trace_writer *w, int i) {
-    const trace_spec *s = &w->spec;
+/* The values from one head's binary16 map to the next in the engine's buffer: padded to
+ * TRACE_DIRECT_ALIGN when the maps are written with O_DIRECT, else packed (0). A monolithic
+ * model's maps all have one size. */
+static size_t slot_attn16_stride(const trace_spec *s) {
     const vit_config *c = &s->cfg;
-    const size_t B = (size_t)s->batch;
-    size_t bytes = trace_slot_bytes(s) + (size_t)TRACE_Q_COUNT * c->depth * sizeof(float *) + 4096;
-    char *mem = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-    if (!mem) return 0;
-    /* touch every page now, at open, rather than in the first batches of the run */
-    memset(mem, 0, (bytes + 63) & ~(size_t)63);
-    w->slot_mem[i] = mem;
-    trace_slot *sl = &w->slots[i];
-    memset(sl, 0, sizeof *sl);
+    if (!(s->quantities & (1u << TRACE_Q_ATTN)) || !s->f16) return 0;
+    for (int li = 0; li < s->n_layers; li++) {
+        const int l = s->layers[li];
+        if (vit_attn16_ok(c, l) && record_direct(s, TRACE_Q_ATTN, l)) {
+            const size_t TT = (size_t)vit_num_tokens(c) * vit_num_tokens(c);
+            return align_up(TT * 2, TRACE_DIRECT_ALIGN) / 2;
+        }
+    }
+    return 0;
+}
+
+/* Carves slot sl's buffers out of mem (NULL: only counts) and returns the bytes used. Buffers
+ * start at 64 bytes, the binary16 maps written with O_DIRECT at TRACE_DIRECT_ALIGN. */
+static size_t slot_carve(const trace_spec *s, trace_slot *sl, char *mem) {
+    const vit_config *c = &s->cfg;
+    const size_t B = (size_t)s->batch, a16 = slot_attn16_stride(s);
     size_t off = 0;
-#define TAKE(ptr, nbytes)                                   \
-    do {                                                    \
-        (ptr) = (void *)(mem + off);                        \
-        off += ((size_t)(nbytes) + 63) & ~(size_t)63;       \
+#define TAKE(ptr, nbytes, align)                                             \
+    do {                                                                     \
+        off = align_up(off, (align));                                        \
+        if (mem) (ptr) = (void *)(mem + off);                                \
+        off += align_up((size_t)(nbytes), 64);                               \
     } while (0)
     float ***arrs[TRACE_Q_COUNT];
     slot_arrays(sl, arrs);
+    if (mem) memset(sl, 0, sizeof *sl);
+    slot_arrays(sl, arrs);
     for (int q = 0; q < TRACE_Q_COUNT; q++) {
         if (!(s->quantities & (1u << q))) continue;
-        TAKE(*arrs[q], (size_t)c->depth * sizeof(float *));
-        for (int l = 0; l < c->depth; l++) (*arrs[q])[l] = NULL;
+        TAKE(*arrs[q], (size_t)c->depth * sizeof(float *), 64);
+        for (int l = 0; mem && l < c->depth; l++) (*arrs[q])[l] = NULL;
         if (q == TRACE_Q_ATTN && s->f16) {
-            TAKE(sl->rec.attn16, (size_t)c->depth * sizeof(uint16_t *));
-            for (int l = 0; l < c->depth; l++) sl->rec.attn16[l] = NULL;
+            TAKE(sl->rec.attn16, (size_t)c->depth * sizeof(uint16_t *), 64);
+            for (int l = 0; mem && l < c->depth; l++) sl->rec.attn16[l] = NULL;
+            sl->rec.attn16_stride = a16;
         }
         for (int li = 0; li < s->n_layers; li++) {
             const int l = s->layers[li];
             const size_t f = q_engine_floats(c, (trace_quantity)q, l);
             if (!f || !q_in_layer(c, (trace_quantity)q, l)) continue;
-            if (q == TRACE_Q_ATTN && s->f16 && vit_attn16_ok(c, l)) TAKE(sl->rec.attn16[l], B * f * 2);
-            else TAKE((*arrs[q])[l], B * f * 4);
+            if (q == TRACE_Q_ATTN && s->f16 && vit_attn16_ok(c, l)) {
+                const size_t heads = q_engine_heads(c, TRACE_Q_ATTN, l);
+                const size_t per_image = a16 ? heads * a16 : f;
+                TAKE(sl->rec.attn16[l], B * per_image * 2, a16 ? TRACE_DIRECT_ALIGN : 64);
+            } else {
+                TAKE((*arrs[q])[l], B * f * 4, 64);
+            }
         }
     }
-    TAKE(sl->logits, B * (size_t)(c->num_classes > 0 ? c->num_classes : 1) * 4);
-    TAKE(sl->rgb, B * (size_t)c->img_size * c->img_size * 3);
-    TAKE(sl->paths, B * TRACE_PATH_LEN);
-    TAKE(sl->labels, B * sizeof(int));
+    if (has_pool_attn(s)) TAKE(sl->rec.pool_attn, B * (size_t)c->num_heads * vit_num_patches(c) * 4, 64);
+    TAKE(sl->logits, B * (size_t)(c->num_classes > 0 ? c->num_classes : 1) * 4, 64);
+    TAKE(sl->rgb, B * (size_t)c->img_size * c->img_size * 3, 64);
+    TAKE(sl->paths, B * TRACE_PATH_LEN, 64);
+    TAKE(sl->labels, B * sizeof(int), 64);
 #undef TAKE
-    return off <= bytes + 63 * 64;
+    return off;
+}
+
+static int slot_alloc(trace_writer *w, int i) {
+    trace_slot *sl = &w->slots[i];
+    const size_t bytes = align_up(slot_carve(&w->spec, sl, NULL), TRACE_DIRECT_ALIGN);
+    char *mem = aligned_alloc(TRACE_DIRECT_ALIGN, bytes);
+    if (!mem) return 0;
+    /* touch every page now, at open, rather than in the first batches of the run */
+    memset(mem, 0, bytes);
+    w->slot_mem[i] = mem;
+    return slot_carve(&w->spec, sl, mem) <= bytes;
 }
 
 /* The engine's buffer of one quantity of one block: float32, or binary16 (vit_record.attn16). */
 typedef struct {
     const float *f32;
     const uint16_t *f16;
+    size_t f16_stride; /* values from one head's f16 map to the next (0: packed) */
 } engine_buf;
 
 /* Copies (same precision) or converts (float32 to a float16 trace) count values from position
@@ -1026,39 +1135,41 @@ static void stage_put(trace_writer *w, size_t o, engine_buf src, size_t i, size_
 }
 
 /* Block l's quantity for n images as the trace stores it, selecting heads, query rows (prefix
- * rows of a GLOBAL block) and windows (WINDOW blocks), and returns where it lies: the engine's
- * own buffer when that is already the stored record (binary16 maps of every head and row), else
- * the staging buffer it was converted into. The engine's buffer holds every head: maps (n, H,
- * problems, Tq, Tk), q/k (n, H, T, dq), tokens (n, T, D). */
+ * rows of a GLOBAL block) and windows (WINDOW blocks), and returns where it lies, one stored
+ * chunk every record_chunk_stride bytes: the engine's own buffer when that is already the stored
+ * record (binary16 maps of every head and row), else the staging buffer it was converted into.
+ * The engine's buffer holds every head: maps (n, H, problems, Tq, Tk), q/k (n, H, T, dq),
+ * tokens (n, T, D). */
 static const void *stage_layer(trace_writer *w, trace_quantity q, int l, engine_buf src, int n) {
     const trace_spec *s = &w->spec;
     const vit_config *c = &s->cfg;
     vit_geom g;
     vit_block_geom(c, l, &g);
+    const size_t out = record_chunk_stride(s, q, l) / q_elt(s); /* values from chunk to chunk */
     if (q == TRACE_Q_TOKENS) {
-        stage_put(w, 0, src, 0, (size_t)n * g.T * g.D);
+        for (int b = 0; b < n; b++) stage_put(w, (size_t)b * out, src, (size_t)b * g.T * g.D, (size_t)g.T * g.D);
         return w->stage;
     }
     int ids[4096];
     const int nh = q_heads(s, q, l, ids);
     const size_t H = q_engine_heads(c, q, l);
     const size_t problem = (size_t)g.Tq * g.Tk; /* one window's map, or the whole global map */
-    const size_t per_head_src = is_map(q) ? (size_t)g.problems * problem
-                                          : (size_t)key_rows(&g, q) * vit_qk_head_dim(c, l);
+    const size_t per_head = is_map(q) ? (size_t)g.problems * problem
+                                      : (size_t)key_rows(&g, q) * vit_qk_head_dim(c, l);
+    const size_t src_head = src.f16 && src.f16_stride ? src.f16_stride : per_head;
     const int windows = is_map(q) && g.scope == VIT_SCOPE_WINDOW;
     /* contiguous in a head: the first rows (global maps), or all of q/k */
-    const size_t block = !is_map(q) ? per_head_src : (size_t)(s->prefix_rows_only ? g.prefix : g.Tq) * g.Tk;
+    const size_t block = !is_map(q) ? per_head : (size_t)(s->prefix_rows_only ? g.prefix : g.Tq) * g.Tk;
     int in_order = (size_t)nh == H;
     for (int hi = 0; hi < nh && in_order; hi++) in_order = ids[hi] == hi;
-    if (src.f16 && in_order && block == per_head_src && (!windows || s->n_windows <= 0))
+    if (src.f16 && in_order && block == per_head && (!windows || s->n_windows <= 0) && src_head == out)
         return src.f16; /* every head's whole record in the engine's order, already binary16 */
-    size_t o = 0;
     for (int b = 0; b < n; b++)
         for (int hi = 0; hi < nh; hi++) {
-            const size_t hsrc = ((size_t)b * H + (size_t)ids[hi]) * per_head_src;
+            const size_t hsrc = ((size_t)b * H + (size_t)ids[hi]) * src_head;
+            size_t o = ((size_t)b * nh + hi) * out;
             if (!windows) {
                 stage_put(w, o, src, hsrc, block);
-                o += block;
                 continue;
             }
             const int nw = s->n_windows > 0 ? s->n_windows : g.problems;
@@ -1084,20 +1195,80 @@ static herr_t write_rows(hid_t d, hid_t memtype, long start, int n, const void *
     return e;
 }
 
-/* Writes n images of per_image chunks of chunk_bytes each, laid out consecutively in buf. Why
+/* Writes all of n bytes at file offset at. */
+static int pwrite_all(int fd, const unsigned char *p, size_t n, off_t at) {
+    while (n > 0) {
+        ssize_t k = pwrite(fd, p, n, at);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            if (k == 0) errno = EIO;
+            return -1;
+        }
+        p += k, n -= (size_t)k, at += k;
+    }
+    return 0;
+}
+
+/* Writes one chunk at the address HDF5 allocated for it, with O_DIRECT up to its last whole
+ * TRACE_DIRECT_ALIGN block and the rest through HDF5's own descriptor (TRACE_DIRECT_MIN).
+ * Returns 0 when written, 1 when it cannot be done that way (the caller uses H5Dwrite_chunk),
+ * -1 on an I/O error (errno). */
+static int write_direct(trace_writer *w, hid_t d, const hsize_t *off, const unsigned char *p, size_t bytes) {
+    unsigned mask = 0;
+    haddr_t addr = HADDR_UNDEF;
+    hsize_t size = 0;
+    int *fd = NULL;
+    if (w->dio_fd < 0 || (uintptr_t)p % TRACE_DIRECT_ALIGN != 0 ||
+        H5Dget_chunk_info_by_coord(d, off, &mask, &addr, &size) < 0 || addr == HADDR_UNDEF ||
+        size != bytes || addr % TRACE_DIRECT_ALIGN != 0 ||
+        H5Fget_vfd_handle(w->file, H5P_DEFAULT, (void **)&fd) < 0 || !fd)
+        return 1;
+    const size_t whole = bytes / TRACE_DIRECT_ALIGN * TRACE_DIRECT_ALIGN;
+    size_t done = 0;
+    while (done < whole) {
+        ssize_t k = pwrite(w->dio_fd, p + done, whole - done, (off_t)(addr + done));
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && errno == EINVAL && w->direct_bytes == 0 && done == 0) {
+            /* opened, but this file system takes no O_DIRECT writes: the page cache it is */
+            close(w->dio_fd);
+            w->dio_fd = -1;
+            return 1;
+        }
+        if (k < 0) return -1;
+        if (k == 0 || (size_t)k % TRACE_DIRECT_ALIGN != 0) {
+            done += (size_t)k; /* a short write: the rest through the page cache */
+            break;
+        }
+        done += (size_t)k;
+    }
+    w->direct_bytes += (double)done;
+    return pwrite_all(*fd, p + done, bytes - done, (off_t)(addr + done));
+}
+
+/* Writes n images of per_image chunks of chunk_bytes each, stride bytes apart in buf. Why
  * H5Dwrite_chunk: a chunk is exactly one record, so HDF5's selection and type machinery has
- * nothing to do; going through it cost ~1 ms per 150 kB image here. Filtered (compressed)
- * datasets go through H5Dwrite so that HDF5 applies the filters. */
-static herr_t write_chunks(hid_t d, hid_t memtype, long start, int n, int per_image,
-                           size_t chunk_bytes, const void *buf, int filtered) {
-    if (filtered) return write_rows(d, memtype, start, n, buf);
+ * nothing to do; going through it cost ~1 ms per 150 kB image here. Filtered (compressed) and
+ * split datasets go through H5Dwrite (stride == chunk_bytes) so that HDF5 applies the filters
+ * and cuts the pieces. Chunks of TRACE_DIRECT_MIN bytes and more go through write_direct. */
+static herr_t write_chunks(trace_writer *w, hid_t d, hid_t memtype, long start, int n, int per_image,
+                           size_t chunk_bytes, size_t stride, const void *buf, int filtered, int *err_no) {
+    if (filtered) {
+        assert(stride == chunk_bytes);
+        return write_rows(d, memtype, start, n, buf);
+    }
     hsize_t off[5] = {0};
     const unsigned char *p = buf;
+    const int direct = chunk_bytes >= direct_min(&w->spec);
     for (int b = 0; b < n; b++)
-        for (int k = 0; k < per_image; k++, p += chunk_bytes) {
+        for (int k = 0; k < per_image; k++, p += stride) {
             off[0] = (hsize_t)(start + b);
             off[1] = (hsize_t)(per_image > 1 ? k : 0);
-            if (H5Dwrite_chunk(d, H5P_DEFAULT, 0, off, chunk_bytes, p) < 0) return -1;
+            const int rc = direct ? write_direct(w, d, off, p, chunk_bytes) : 1;
+            if (rc < 0) {
+                *err_no = errno;
+                return -1;
+            }
+            if (rc == 1 && H5Dwrite_chunk(d, H5P_DEFAULT, 0, off, chunk_bytes, p) < 0) return -1;
         }
     return 0;
 }
@@ -1117,7 +1288,7 @@ static void all_dsets(trace_dsets *d, hid_t *out, int *n) {
     for (int q = 0; q < TRACE_Q_COUNT; q++)
         for (int l = 0; l < VIT_MAX_DEPTH; l++)
             if (d->q[q][l] >= 0) out[(*n)++] = d->q[q][l];
-    hid_t rest[] = {d->path, d->label, d->pred, d->top5, d->top5_prob, d->logits, d->rgb, d->done};
+    hid_t rest[] = {d->path, d->label, d->pred, d->top5, d->top5_prob, d->logits, d->rgb, d->done, d->pool};
     for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
         if (rest[i] >= 0) out[(*n)++] = rest[i];
 }
@@ -1226,17 +1397,26 @@ static int write_batch(trace_writer *w, trace_slot *sl, int *err_no) {
             if (w->d.q[q][li] < 0) continue; /* not in this block's mechanism */
             const int per_image = record_chunks_per_image(s, (trace_quantity)q, l);
             const size_t chunk = record_chunk_bytes(s, (trace_quantity)q, l);
-            engine_buf src = {(*arrs[q])[l], q == TRACE_Q_ATTN && sl->rec.attn16 ? sl->rec.attn16[l] : NULL};
+            engine_buf src = {(*arrs[q])[l], q == TRACE_Q_ATTN && sl->rec.attn16 ? sl->rec.attn16[l] : NULL,
+                              sl->rec.attn16_stride};
             const void *buf = stage_layer(w, (trace_quantity)q, l, src, n);
             /* split records are several chunks per head: HDF5 cuts them */
-            bad |= write_chunks(w->d.q[q][li], store, start, n, per_image, chunk, buf,
+            bad |= write_chunks(w, w->d.q[q][li], store, start, n, per_image, chunk,
+                                record_chunk_stride(s, (trace_quantity)q, l), buf,
                                 s->compress != TRACE_COMPRESS_NONE ||
-                                    record_is_split(s, (trace_quantity)q, l)) < 0;
+                                    record_is_split(s, (trace_quantity)q, l), err_no) < 0;
         }
+    }
+    if (!bad && has_pool_attn(s)) {
+        const size_t bytes = pool_attn_bytes(s);
+        stage_put(w, 0, (engine_buf){sl->rec.pool_attn, NULL, 0}, 0, (size_t)n * bytes / q_elt(s));
+        bad |= write_chunks(w, w->d.pool, store, start, n, 1, bytes, bytes, w->stage,
+                            s->compress != TRACE_COMPRESS_NONE, err_no) < 0;
     }
     H5Tclose(store);
     if (bad) return -1;
-    bad |= write_chunks(w->d.rgb, H5T_NATIVE_UCHAR, start, n, 1, (size_t)c->img_size * c->img_size * 3, sl->rgb, 0) < 0;
+    const size_t rgb = (size_t)c->img_size * c->img_size * 3;
+    bad |= write_chunks(w, w->d.rgb, H5T_NATIVE_UCHAR, start, n, 1, rgb, rgb, sl->rgb, 0, err_no) < 0;
     /* the small per-image rows wait in w->meta for flag_done */
     if (!bad && w->meta.n + n > TRACE_MAX_BATCH) bad |= write_meta(w) < 0;
     if (bad) return -1;
@@ -1290,6 +1470,7 @@ static void *writer_main(void *arg) {
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
         pthread_mutex_lock(&w->mu);
         w->cpu_s = (double)cpu.tv_sec + 1e-9 * (double)cpu.tv_nsec;
+        w->direct_bytes_seen = w->direct_bytes;
         if (rc < 0 && !w->failed) {
             w->failed = 1;
             struct stat sb;
@@ -1331,11 +1512,24 @@ int trace_writer_failed(trace_writer *w, as_error *err) {
     return f;
 }
 
+void trace_writer_wait(trace_writer *w) {
+    pthread_mutex_lock(&w->mu);
+    while (w->nfree < TRACE_SLOTS) pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+}
+
 double trace_writer_cpu_seconds(trace_writer *w) {
     pthread_mutex_lock(&w->mu);
     double t = w->cpu_s;
     pthread_mutex_unlock(&w->mu);
     return t;
+}
+
+double trace_writer_direct_bytes(trace_writer *w) {
+    pthread_mutex_lock(&w->mu);
+    double b = w->direct_bytes_seen;
+    pthread_mutex_unlock(&w->mu);
+    return b;
 }
 
 long trace_writer_done(trace_writer *w) {
@@ -1345,9 +1539,27 @@ long trace_writer_done(trace_writer *w) {
     return d;
 }
 
-static hid_t fapl_latest(int clear_flags) {
+/* Opens the trace a second time, with O_DIRECT, when some record is written that way and the
+ * file system allows it (TRACE_DIRECT_MIN); through /proc so that it is the very file HDF5 has
+ * open, whatever its name. */
+static void direct_open(trace_writer *w) {
+    const trace_spec *s = &w->spec;
+    int any = 0, *fd = NULL;
+    for (int q = 0; q < TRACE_Q_COUNT; q++)
+        for (int li = 0; li < s->n_layers && (s->quantities & (1u << q)); li++)
+            any |= q_in_layer(&s->cfg, (trace_quantity)q, s->layers[li]) &&
+                   record_direct(s, (trace_quantity)q, s->layers[li]);
+    if (!any || H5Fget_vfd_handle(w->file, H5P_DEFAULT, (void **)&fd) < 0 || !fd) return;
+    char p[64];
+    snprintf(p, sizeof p, "/proc/self/fd/%d", *fd);
+    w->dio_fd = open(p, O_WRONLY | O_DIRECT | O_CLOEXEC);
+}
+
+/* align: objects of that many bytes and more start at TRACE_DIRECT_ALIGN boundaries (0: none) */
+static hid_t fapl_latest(int clear_flags, size_t align) {
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+    if (align > 0 && align < SIZE_MAX) H5Pset_alignment(fapl, (hsize_t)align, TRACE_DIRECT_ALIGN);
     if (clear_flags) {
         /* What h5clear -s does: a run killed while writing (kill -9, power loss) leaves the
          * superblock marked "open for SWMR write"; the data is consistent, only the mark stays. */
@@ -1412,6 +1624,7 @@ static long count_done(hid_t done_d) {
 }
 
 static void writer_free(trace_writer *w) {
+    if (w->dio_fd >= 0) close(w->dio_fd);
     dsets_close(&w->d);
     if (w->file >= 0) H5Fclose(w->file);
     for (int i = 0; i < TRACE_SLOTS; i++) free(w->slot_mem[i]);
@@ -1489,7 +1702,7 @@ static as_status create_and_claim(trace_writer *w, const trace_spec *spec, trace
     w->lock_fd = fd;
     atomic_lock_fd(fd); /* new and unnamed to others: cannot be held elsewhere */
     as_status rc = AS_OK;
-    hid_t fapl = fapl_latest(0);
+    hid_t fapl = fapl_latest(0, direct_min(spec));
     w->file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
     if (w->file < 0) {
@@ -1564,6 +1777,7 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
     w->spec.class_names = NULL; /* only needed while creating */
     w->file = -1;
     w->lock_fd = -1;
+    w->dio_fd = -1;
     dsets_init(&w->d);
     snprintf(w->path, sizeof w->path, "%s", path);
     pthread_mutex_init(&w->mu, NULL);
@@ -1574,14 +1788,23 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
     pthread_condattr_destroy(&ca);
     as_status rc = AS_OK;
 
-    /* staging buffer: the largest quantity of one layer for a batch, converted */
-    size_t biggest = 0;
+    /* staging buffer: the largest quantity of one layer for a batch, converted, its chunks
+     * TRACE_DIRECT_ALIGN apart where written with O_DIRECT */
+    w->stage_bytes = 64;
     for (int q = 0; q < TRACE_Q_COUNT; q++)
         for (int li = 0; li < spec->n_layers && (spec->quantities & (1u << q)); li++) {
-            size_t f = q_engine_floats(&spec->cfg, (trace_quantity)q, spec->layers[li]);
-            biggest = f > biggest ? f : biggest;
+            const int l = spec->layers[li];
+            const size_t f = q_engine_floats(&spec->cfg, (trace_quantity)q, l) * 4,
+                         padded = (size_t)record_chunks_per_image(spec, (trace_quantity)q, l) *
+                                  record_chunk_stride(spec, (trace_quantity)q, l),
+                         need = (f > padded ? f : padded) * (size_t)spec->batch;
+            w->stage_bytes = need > w->stage_bytes ? need : w->stage_bytes;
         }
-    w->stage_bytes = biggest * (size_t)spec->batch * 4 + 64;
+    if (has_pool_attn(spec)) {
+        const size_t pool = (size_t)spec->batch * spec->cfg.num_heads * vit_num_patches(&spec->cfg) * 4;
+        w->stage_bytes = pool > w->stage_bytes ? pool : w->stage_bytes;
+    }
+    w->stage_bytes = align_up(w->stage_bytes, TRACE_DIRECT_ALIGN);
     {
         const vit_config *c = &spec->cfg;
         /* an image's small rows (path, label, logits, prediction, top 5), which w->meta holds
@@ -1598,9 +1821,10 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
                 const size_t pieces = record_is_split(spec, (trace_quantity)q, l) ? bytes / TRACE_SPLIT_BYTES + 2 : 1;
                 ib += k * (bytes * 11 / 10 + 64 * pieces);
             }
+        if (has_pool_attn(spec)) ib += pool_attn_bytes(spec) * 11 / 10 + 64;
         w->image_bytes = ib;
     }
-    w->stage = malloc(w->stage_bytes);
+    w->stage = aligned_alloc(TRACE_DIRECT_ALIGN, w->stage_bytes);
     {
         const size_t R = TRACE_MAX_BATCH, C = spec->cfg.num_classes > 0 ? (size_t)spec->cfg.num_classes : 1;
         w->meta.path = malloc(R * TRACE_PATH_LEN);
@@ -1632,7 +1856,7 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
         }
         /* SWMR-write from the start: a reader (h5py swmr=True) opens the file at every moment of
          * the resume, a kill included; clear_status_flags drops a killed run's mark. */
-        hid_t fapl = fapl_latest(1);
+        hid_t fapl = fapl_latest(1, direct_min(&w->spec));
         w->file = H5Fopen(path, H5F_ACC_RDWR | H5F_ACC_SWMR_WRITE, fapl);
         H5Pclose(fapl);
         if (w->file < 0) {
@@ -1677,6 +1901,7 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
         return rc;
     }
     if (done) *done = (int)w->done;
+    direct_open(w);
     if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
         writer_free(w);
         return as_fail(err, AS_ERR_NOMEM, "cannot start the writer thread");
@@ -1729,7 +1954,7 @@ as_status trace_writer_close(trace_writer *w, int complete, const char *reason, 
 
 as_status trace_write_skipped(const char *path, const trace_skipped *items, long n, as_error *err) {
     h5u_quiet();
-    hid_t fapl = fapl_latest(0);
+    hid_t fapl = fapl_latest(0, 0);
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, fapl);
     H5Pclose(fapl);
     if (f < 0) return as_fail(err, AS_ERR_HDF5, "%s: cannot reopen to list the skipped inputs", path);
@@ -1971,6 +2196,8 @@ as_status trace_reader_open(trace_reader *r, const char *path, as_error *err) {
         trace_reader_close(r);
         return rc;
     }
+    r->has_pool_attn = c.global_pool == VIT_POOL_MAP && H5Lexists(f, "pool", H5P_DEFAULT) > 0 &&
+                       H5Lexists(f, "pool/attn", H5P_DEFAULT) > 0;
     rc = trace_reader_refresh(r, err);
     if (rc != AS_OK) trace_reader_close(r); /* found by fuzz_trace: it leaked the open trace */
     return rc;
@@ -2176,6 +2403,13 @@ as_status trace_read_map(const trace_reader *r, const char *name, long image, in
 as_status trace_read_image_slab(const trace_reader *r, const char *name, long image, float *out,
                                 as_error *err) {
     return read_slab(r, name, image, -1, 0, out, err);
+}
+
+as_status trace_read_pool_attn(const trace_reader *r, long image, float *out, as_error *err) {
+    if (!r->has_pool_attn)
+        return as_fail(err, AS_ERR_ARG, "%s: no attention-pooling map in this trace (the model has "
+                       "global_pool \"map\" and --record includes attn to have one)", r->path);
+    return read_slab(r, "pool/attn", image, -1, (size_t)r->cfg.num_heads * vit_num_patches(&r->cfg), out, err);
 }
 
 int trace_dataset_dims(const trace_reader *r, const char *name, long *dims, int max) {

@@ -70,6 +70,9 @@ typedef struct {
     trace_compress compress;
     int level;                   /* deflate level 1..9 */
     int batch;                   /* images per slot, 1..TRACE_MAX_BATCH */
+    long direct_min;             /* uncompressed records of at least this many bytes per chunk are
+                                    written with O_DIRECT where the file system allows it; 0: the
+                                    default (1 MiB), < 0: never (tests set it to reach the path) */
     const char *command_line;
     const char *training;        /* JSON: the training options of a trace that attnscope train
                                     writes (the root attribute "training"), or NULL */
@@ -102,8 +105,12 @@ void trace_writer_submit(trace_writer *w, trace_slot *s);
 int trace_writer_failed(trace_writer *w, as_error *err);
 /* Images stored so far (completed). */
 long trace_writer_done(trace_writer *w);
+/* Returns once every submitted batch is written (or failed). */
+void trace_writer_wait(trace_writer *w);
 /* CPU seconds the writer thread has used so far (bench: what recording costs a core). */
 double trace_writer_cpu_seconds(trace_writer *w);
+/* Bytes written so far with O_DIRECT, past the page cache (see TRACE_DIRECT_MIN in trace.c). */
+double trace_writer_direct_bytes(trace_writer *w);
 /* Drains the queue, then records the end state: complete (1), or interrupted with a reason. */
 as_status trace_writer_close(trace_writer *w, int complete, const char *reason, as_error *err);
 
@@ -163,6 +170,7 @@ typedef struct {
     int heads_all;         /* staged: each layer recorded all its heads (n_heads/heads unused) */
     int n_windows, windows[TRACE_MAX_WINDOWS]; /* recorded windows of WINDOW layers; 0: all */
     trace_layer_geom geom[VIT_MAX_DEPTH]; /* per position in layers */
+    int has_pool_attn;     /* /pool/attn: the attention pooling's map (global_pool "map") */
 } trace_reader;
 
 as_status trace_reader_open(trace_reader *r, const char *path, as_error *err);
@@ -203,6 +211,9 @@ as_status trace_read_image_slab(const trace_reader *r, const char *name, long im
                                 as_error *err);
 /* The dataset's dimensions after the image axis; returns their count, or -1 when it is absent. */
 int trace_dataset_dims(const trace_reader *r, const char *name, long *dims, int max);
+/* The attention pooling's map of one image (global_pool "map"): (H, Np) floats, per head the
+ * learnt latent query's weights over the patch tokens (row-major grid; prefix tokens excluded). */
+as_status trace_read_pool_attn(const trace_reader *r, long image, float *out, as_error *err);
 /* Block output tokens (T, D) of one image and layer. */
 as_status trace_read_tokens(const trace_reader *r, long image, int layer, float *out,
                             as_error *err);

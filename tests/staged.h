@@ -171,7 +171,13 @@ static inline as_status staged_write_fill(const char *path, const vit_config *c,
                 float *tmp16 = a16 ? malloc(fa * sizeof *tmp16) : NULL;
                 if (a16 && !tmp16) abort();
                 fill(c, l, img, a16 ? tmp16 : ptr[0], ptr[1], ptr[2], ptr[3], ptr[4]);
-                if (a16) kernels_f32_to_f16_array(a16 + (size_t)b * fa, tmp16, fa);
+                /* heads attn16_stride apart when the writer pads them for O_DIRECT */
+                vit_geom g16;
+                vit_block_geom(c, l, &g16);
+                const size_t H16 = (size_t)g16.H, per = fa / (H16 ? H16 : 1),
+                             st = sl->rec.attn16_stride ? sl->rec.attn16_stride : per;
+                for (size_t h = 0; a16 && h < H16; h++)
+                    kernels_f32_to_f16_array(a16 + ((size_t)b * H16 + h) * st, tmp16 + h * per, per);
                 free(tmp16);
             }
             for (int i = 0; i < S * S * 3; i++) sl->rgb[(size_t)b * S * S * 3 + i] = (uint8_t)((i * 7 + img) & 255);

@@ -16,6 +16,7 @@ typedef struct {
     float *logits;
     float *features; /* (n, D) the pooled features (models without a head: what they give) */
     float *q[RQ][64]; /* [quantity][layer], NULL where the layer has none */
+    float *pool_attn; /* (n, H, Np) the attention pooling's map (global_pool "map"), else NULL */
     const vit_config *cfg;
     void *mem;
 } run_out;
@@ -43,7 +44,8 @@ static int run_model(const model *m, const char *inputs, run_out *o) {
     }
     const vit_config *c = &m->cfg;
     const int n = ds.count, S = c->img_size;
-    size_t total = (size_t)n * c->num_classes + (size_t)n * c->embed_dim;
+    const size_t pool = c->global_pool == VIT_POOL_MAP ? (size_t)n * c->num_heads * vit_num_patches(c) : 0;
+    size_t total = (size_t)n * c->num_classes + (size_t)n * c->embed_dim + pool;
     for (int q = 0; q < RQ; q++)
         for (int l = 0; l < c->depth; l++) total += per_image(c, q, l) * n;
     memset(o, 0, sizeof *o);
@@ -56,6 +58,8 @@ static int run_model(const model *m, const char *inputs, run_out *o) {
     mem += (size_t)n * c->num_classes;
     o->features = mem;
     mem += (size_t)n * c->embed_dim;
+    o->pool_attn = pool ? mem : NULL;
+    mem += pool;
     for (int q = 0; q < RQ; q++)
         for (int l = 0; l < c->depth; l++) {
             const size_t f = per_image(c, q, l) * n;
@@ -63,7 +67,7 @@ static int run_model(const model *m, const char *inputs, run_out *o) {
             mem += f;
         }
     vit_record rec = {.attn = o->q[0], .scores = o->q[1], .q = o->q[2], .k = o->q[3],
-                      .tokens = o->q[4], .extra = {o->q[5], o->q[6]}};
+                      .tokens = o->q[4], .extra = {o->q[5], o->q[6]}, .pool_attn = o->pool_attn};
     size_t bytes = vit_acts_carve(c, n, NULL, NULL);
     void *arena = aligned_alloc(64, bytes);
     vit_acts a;
@@ -99,6 +103,7 @@ static void compare_expected(const char *label, const run_out *o, const char *ex
         const float *got = NULL;
         if (strcmp(t->name, "logits") == 0) got = o->logits;
         if (strcmp(t->name, "features") == 0) got = o->features;
+        if (strcmp(t->name, "pool_attn") == 0) got = o->pool_attn;
         const char *dot = strrchr(t->name, '.');
         const int l = dot ? atoi(dot + 1) : -1;
         for (int q = 0; q < RQ && !got && dot && l >= 0 && l < o->L; q++) {

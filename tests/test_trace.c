@@ -1,9 +1,10 @@
 /* test_trace.c: traces written then read back equal what the engine computed, with all
  * attributes; selections; refusing to overwrite; Ctrl-C, kill -9 and a full disk keep every
  * completed image, and --resume continues to the same result. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* O_DIRECT */
 #include <fcntl.h>
 #include <hdf5.h>
+#include <math.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -255,8 +256,7 @@ static long wait_for_images(const char *path, long n, pid_t child) {
 }
 
 /* Writes n random images (seed) as a .npy file the CLI can record. */
-static void write_npy(const char *path, int n, unsigned long long seed) {
-    const int S = M.cfg.img_size;
+static void write_npy_sized(const char *path, int n, int S, unsigned long long seed) {
     char dict[256];
     int hl = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, 3, %d, %d), }",
                       n, S, S);
@@ -275,6 +275,10 @@ static void write_npy(const char *path, int n, unsigned long long seed) {
         fwrite(&v, 4, 1, f);
     }
     fclose(f);
+}
+
+static void write_npy(const char *path, int n, unsigned long long seed) {
+    write_npy_sized(path, n, M.cfg.img_size, seed);
 }
 
 /* Starts `attnscope record` on inputs; stderr goes to errfd when >= 0; fsize limits the file
@@ -546,6 +550,202 @@ static void test_f16_maps(void) {
     model_free(&mm);
 }
 
+/* 1 when the file system of dir takes O_DIRECT writes (tmpfs before Linux 6.6 does not). */
+static int fs_takes_direct(const char *dir) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/direct_probe", dir);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0600), ok = 0;
+    void *buf = NULL;
+    if (fd >= 0 && posix_memalign(&buf, 4096, 4096) == 0) {
+        memset(buf, 0, 4096);
+        ok = pwrite(fd, buf, 4096, 0) == 4096;
+    }
+    free(buf);
+    if (fd >= 0) close(fd);
+    unlink(p);
+    return ok;
+}
+
+/* Records written with O_DIRECT (trace_spec.direct_min, here forced down to every chunk) read
+ * back bit for bit equal to the same records written through the page cache: binary16 maps from
+ * the engine's padded buffer, float32 maps, scores, q, k and tokens through the padded staging
+ * buffer, one head cut out of the padded buffer, and a run stopped after 8 images and resumed. */
+static void test_direct_io(void) {
+    model m0, mm;
+    dataset ds;
+    as_error err = {0};
+    if (!load_mech_cls(&m0, &ds)) return;
+    dataset_free(&ds); /* 11 images: batches of 4, the last one partial */
+    const char *inputs = tmp("direct.npy");
+    write_npy_sized(inputs, 11, m0.cfg.img_size, 9);
+    if (dataset_open(&ds, inputs, &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+        model_free(&m0);
+        return;
+    }
+    /* the fixture's mechanisms on a 8 x 8 grid, so that a head's map spans whole 4096-byte
+     * blocks (only those go past the page cache) */
+    vit_config cfg = m0.cfg;
+    cfg.patch_size = 4;
+    model_free(&m0);
+    if (model_init_random(&mm, &cfg, 5, &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+        dataset_free(&ds);
+        return;
+    }
+    const vit_config *c = &mm.cfg;
+    const int T = vit_num_tokens(c), H = c->num_heads, D = c->embed_dim;
+    CHECK((size_t)T * T * 2 > 8192, "maps of %d tokens span two blocks", T);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tmp("x"));
+    *strrchr(dir, '/') = 0;
+    const int direct_fs = fs_takes_direct(dir);
+    const char *cases[3][4] = {{"attn,scores,q,k,tokens", "all", "f16", "all"},
+                               {"attn,scores,q,k,tokens", "all", "f32", "all"},
+                               {"attn,scores", "1", "f16", "all"}};
+    const size_t big = (size_t)T * (T > D ? T : D);
+    float *a = malloc(big * sizeof *a), *b = malloc(big * sizeof *b);
+    for (int k = 0; k < 3; k++) {
+        const char *pc = tmp("cached.h5"), *pd = tmp("direct.h5");
+        record_opts oc = opts_for(c, pc, TRACE_FORCE, cases[k][0], "all", cases[k][1], cases[k][2], cases[k][3]);
+        record_opts od = opts_for(c, pd, TRACE_FORCE, cases[k][0], "all", cases[k][1], cases[k][2], cases[k][3]);
+        oc.spec.direct_min = -1;
+        od.spec.direct_min = 1;
+        record_result rc, rd;
+        CHECK(record_run(&mm, &ds, &oc, &rc, &err) == AS_OK, "%s", err.msg);
+        if (k == 0) { /* stopped after 8 images, then resumed: batches as in the other run */
+            od.max_images = 8;
+            CHECK(record_run(&mm, &ds, &od, &rd, &err) == AS_OK, "%s", err.msg);
+            od.mode = TRACE_RESUME;
+            od.max_images = 0;
+        }
+        CHECK(record_run(&mm, &ds, &od, &rd, &err) == AS_OK, "%s", err.msg);
+        CHECK(rc.direct_bytes == 0, "direct_min < 0 writes nothing with O_DIRECT (%.0f bytes)", rc.direct_bytes);
+        CHECK(rd.direct_bytes > 0 || !direct_fs, "%s %s: nothing written with O_DIRECT (%.0f bytes) on a file "
+              "system that takes it", cases[k][0], cases[k][2], rd.direct_bytes);
+        trace_reader r1, r2;
+        if (trace_reader_open(&r1, pc, &err) != AS_OK || trace_reader_open(&r2, pd, &err) != AS_OK) {
+            CHECK(0, "%s", err.msg);
+            continue;
+        }
+        CHECK(r1.n_images == r2.n_images && r2.n_images == ds.count && r2.complete, "%ld and %ld images",
+              r1.n_images, r2.n_images);
+        long differ = 0, compared = 0;
+        const trace_quantity qs[4] = {TRACE_Q_ATTN, TRACE_Q_SCORES, TRACE_Q_Q, TRACE_Q_K};
+        for (long img = 0; img < r2.n_images; img++)
+            for (int l = 0; l < c->depth; l++) {
+                for (int qi = 0; qi < 4; qi++) {
+                    if (!(oc.spec.quantities & (1u << qs[qi]))) continue;
+                    for (int h = 0; h < H; h++) {
+                        if (k == 2 && h != 1) continue;
+                        memset(a, 0, big * sizeof *a);
+                        memset(b, 0, big * sizeof *b);
+                        as_status s1 = trace_read_head(&r1, qs[qi], img, l, h, a, &err);
+                        as_status s2 = trace_read_head(&r2, qs[qi], img, l, h, b, &err);
+                        if (s1 != AS_OK || s2 != AS_OK) continue; /* a quantity this block has not */
+                        differ += memcmp(a, b, big * sizeof *a) != 0;
+                        compared++;
+                    }
+                }
+                if (oc.spec.quantities & (1u << TRACE_Q_TOKENS)) {
+                    CHECK(trace_read_tokens(&r1, img, l, a, &err) == AS_OK &&
+                          trace_read_tokens(&r2, img, l, b, &err) == AS_OK, "%s", err.msg);
+                    differ += memcmp(a, b, (size_t)T * D * sizeof *a) != 0;
+                    compared++;
+                }
+            }
+        CHECK(compared > (long)ds.count * c->depth && differ == 0, "%s %s heads %s: %ld of %ld records "
+              "differ between O_DIRECT and the page cache", cases[k][0], cases[k][2], cases[k][1],
+              differ, compared);
+        trace_reader_close(&r1);
+        trace_reader_close(&r2);
+    }
+    free(a);
+    free(b);
+    dataset_free(&ds);
+    model_free(&mm);
+}
+
+/* A model with attention pooling (fixture vf_map, global_pool "map"): the trace holds
+ * /pool/attn, (H, Np) per image, equal to PyTorch's map of the pooling query
+ * (tools/vitfam_ref.py) in float32 and to its binary16 rounding in float16; a trace of a model
+ * without it says so in one line. */
+static void test_pool_attn(void) {
+    const char *fxd = getenv("FIXTURES") ? getenv("FIXTURES") : "tests/fixtures";
+    char path[512];
+    model mm;
+    dataset ds;
+    safetensors st;
+    as_error err = {0};
+    snprintf(path, sizeof path, "%s/vf_map", fxd);
+    if (model_load(&mm, path, NULL, 0, &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    const vit_config *c = &mm.cfg;
+    const int H = c->num_heads, Np = vit_num_patches(c);
+    snprintf(path, sizeof path, "%s/inputs.npy", fxd);
+    CHECK(dataset_open(&ds, path, &err) == AS_OK, "%s", err.msg);
+    snprintf(path, sizeof path, "%s/vf_map/expected.safetensors", fxd);
+    CHECK(safetensors_open(&st, path, &err) == AS_OK, "%s", err.msg);
+    const safetensors_tensor *t = safetensors_find(&st, "pool_attn");
+    CHECK(t && t->numel == (size_t)ds.count * H * Np, "the fixture holds PyTorch's pool_attn (%d, %d, %d)",
+          ds.count, H, Np);
+    float *want = malloc((size_t)ds.count * H * Np * sizeof *want), *got = malloc((size_t)H * Np * sizeof *got);
+    if (t && t->numel == (size_t)ds.count * H * Np) safetensors_read_f32(&st, t, want, &err);
+    for (int f16 = 0; f16 < 2 && t; f16++) {
+        const char *out = tmp(f16 ? "pool16.h5" : "pool32.h5");
+        record_opts o = opts_for(c, out, TRACE_FORCE, "attn", "all", "all", f16 ? "f16" : "f32", "all");
+        record_result res;
+        CHECK(record_run(&mm, &ds, &o, &res, &err) == AS_OK, "%s", err.msg);
+        trace_reader r;
+        if (trace_reader_open(&r, out, &err) != AS_OK) {
+            CHECK(0, "%s", err.msg);
+            continue;
+        }
+        CHECK(r.has_pool_attn, "%s: the trace has /pool/attn", out);
+        for (long img = 0; img < r.n_images; img++) {
+            CHECK(trace_read_pool_attn(&r, img, got, &err) == AS_OK, "%s", err.msg);
+            const float *w = want + (size_t)img * H * Np;
+            double worst = 0, rows = 0;
+            for (int h = 0; h < H; h++) {
+                double sum = 0;
+                for (int i = 0; i < Np; i++) {
+                    const double ref = f16 ? kernels_f16_to_f32(kernels_f32_to_f16(w[h * Np + i])) : w[h * Np + i];
+                    const double d = fabs(got[h * Np + i] - ref);
+                    worst = d > worst ? d : worst;
+                    sum += got[h * Np + i];
+                }
+                rows = fabs(sum - 1) > rows ? fabs(sum - 1) : rows;
+            }
+            CHECK(worst < (f16 ? 2e-3 : 1e-5) && rows < (f16 ? 5e-3 : 1e-5), "%s image %ld: pool/attn "
+                  "off PyTorch's by %g, rows sum to 1 within %g", f16 ? "f16" : "f32", img, worst, rows);
+        }
+        trace_reader_close(&r);
+    }
+    /* a trace of a model without attention pooling */
+    const char *plain = tmp("nopool.h5");
+    record_opts o = opts(plain, TRACE_FORCE, "attn", "all", "all", "f32", "all");
+    record_result res;
+    dataset d2;
+    snprintf(path, sizeof path, "%s/inputs.npy", fxd);
+    if (dataset_open(&d2, path, &err) == AS_OK) {
+        CHECK(record_run(&M, &d2, &o, &res, &err) == AS_OK, "%s", err.msg);
+        trace_reader r;
+        if (trace_reader_open(&r, plain, &err) == AS_OK) {
+            CHECK(!r.has_pool_attn && trace_read_pool_attn(&r, 0, got, &err) == AS_ERR_ARG &&
+                  strstr(err.msg, "global_pool"), "no pool map: %s", err.msg);
+            trace_reader_close(&r);
+        }
+        dataset_free(&d2);
+    }
+    free(want);
+    free(got);
+    safetensors_close(&st);
+    dataset_free(&ds);
+    model_free(&mm);
+}
+
 int main(void) {
     check_tmp_init("trace");
     as_error err = {0};
@@ -561,6 +761,8 @@ int main(void) {
     test_interruptions();
     test_mechanism_trace();
     test_f16_maps();
+    test_direct_io();
+    test_pool_attn();
     model_free(&M);
     check_tmp_remove();
     return check_finish("trace");

@@ -60,6 +60,8 @@ def record(model, x):
     for l, r in enumerate(rec):
         for k, v in r.items():
             res[f"{k}.{l}"] = v.contiguous().numpy()
+    if model.c["global_pool"] == "map":  # the latent query's map over the patch tokens
+        res["pool_attn"] = model.attn_pool.attn_map.contiguous().numpy()
     return res
 
 

@@ -144,6 +144,7 @@ class AttnPool(nn.Module):
         q = self.q(self.latent).reshape(1, H, hd)                       # (1, H, hd)
         k, v = self.kv(x).reshape(B, N, 2, H, hd).permute(2, 0, 3, 1, 4)  # (B, H, N, hd) each
         a = ((q.unsqueeze(2) @ k.transpose(-2, -1)) / math.sqrt(hd)).softmax(-1)  # (B, H, 1, N)
+        self.attn_map = a[:, :, 0]  # (B, H, N): what a trace records as pool/attn
         y = self.proj((a @ v).reshape(B, D))
         return y + self.mlp(self.norm(y))
 
