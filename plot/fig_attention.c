@@ -5,7 +5,56 @@
 #include <stdlib.h>
 
 #include "figures.h"
+#include "keymap.h"
 #include "../core/vitfam.h"
+
+/* ---- staged traces (format 3): a layer's row placed by its own geometry (keymap.h) ---------- */
+
+/* The position of model layer `layer` in the trace's layers, or -1. */
+static int layer_pos(const trace_reader *r, int layer) {
+    for (int li = 0; li < r->n_layers; li++)
+        if (r->layers[li] == layer) return li;
+    return -1;
+}
+
+as_status fig_staged_token(const fig_opts *o, const fig_source *s, int li, int *token, as_error *err) {
+    const trace_reader *r = &s->tr;
+    const trace_layer_geom *g0 = &r->geom[0], *g = &r->geom[li];
+    const int N0 = g0->gh * g0->gw, S = r->cfg.img_size;
+    const int q = o->query >= 0 ? o->query : (g0->gh / 2) * g0->gw + g0->gw / 2;
+    if (q >= N0)
+        return as_fail(err, AS_ERR_ARG, "%s: --query %d: a staged trace's query is a cell of its first "
+                       "recorded layer's %d x %d grid, 0..%d (row-major); each layer takes the cell "
+                       "under that cell's centre", s->path, q, g0->gh, g0->gw, N0 - 1);
+    double lo, hi, py, px;
+    keymap_cell_span(g0->offset_px, g0->stride_px, q / g0->gw, S, &lo, &hi);
+    py = (lo + hi) / 2;
+    keymap_cell_span(g0->offset_px, g0->stride_px, q % g0->gw, S, &lo, &hi);
+    px = (lo + hi) / 2;
+    *token = keymap_cell_at(py, g->offset_px, g->stride_px, g->gh) * g->gw +
+             keymap_cell_at(px, g->offset_px, g->stride_px, g->gw);
+    return AS_OK;
+}
+
+/* The row of (layer, head) for the query, and its scale by o's --range. */
+static as_status staged_row(const fig_opts *o, const fig_source *s, int layer, int head, long image,
+                            keymap_row *k, mapscale *scale, as_error *err) {
+    const trace_reader *r = &s->tr;
+    const int li = layer_pos(r, layer);
+    int token = 0, ids[1024], nh;
+    if (li < 0) return as_fail(err, AS_ERR_ARG, "%s: layer %d is not recorded", s->path, layer);
+    nh = trace_layer_heads(r, layer, ids);
+    int known = 0;
+    for (int i = 0; i < nh; i++) known |= ids[i] == head;
+    if (!known)
+        return as_fail(err, AS_ERR_ARG, "%s: layer %d has no recorded head %d (it has %d: 0..%d)",
+                       s->path, layer, head, nh, nh - 1);
+    if (fig_staged_token(o, s, li, &token, err) != AS_OK) return err->status;
+    if (keymap_row_read(s, li, image, head, token, k, err) != AS_OK) return err->status;
+    mapscale_make(scale, k->keys, 1, k->n_keys, k->prefix, k->prefix, o->range);
+    if (k->signed_map) mapscale_not_probability(scale);
+    return AS_OK;
+}
 
 /* Reads row `query` of (layer, head)'s map for image: all T keys, prefix tokens first. */
 static as_status query_row(const fig_source *s, int layer, int head, long image, int query,
@@ -39,6 +88,12 @@ static as_status row_scale(const fig_opts *o, const fig_source *s, int layer, in
 
 as_status fig_attention_scale(const fig_opts *o, const fig_source *s, int layer, int head,
                               long image, int query, mapscale *scale, as_error *err) {
+    if (s->tr.staged) {
+        keymap_row k;
+        as_status rc = staged_row(o, s, layer, head, image, &k, scale, err);
+        if (rc == AS_OK) keymap_row_free(&k);
+        return rc;
+    }
     double row[MAX_KEYS];
     return row_scale(o, s, layer, head, image, query, row, scale, err);
 }
@@ -48,13 +103,32 @@ static double note_size(double w) { return fmin(6, fmax(3.5, w / 30)); }
 
 double fig_attention_note_height(const fig_source *s, double w) {
     double ns = note_size(w);
-    return (s->tr.num_prefix > 0 ? fmax(1.5, ns * 0.45) + 1 : 0) + ns * 1.1 + 2;
+    int prefix = s->tr.num_prefix > 0; /* staged: a class-attention layer has the class key */
+    for (int li = 0; s->tr.staged && li < s->tr.n_layers; li++) prefix |= s->tr.geom[li].scope == VIT_SCOPE_CLASS;
+    return (prefix ? fmax(1.5, ns * 0.45) + 1 : 0) + ns * 1.1 + 2;
 }
 
 as_status fig_attention_panel(plot_figure *f, plot_axes *a, const fig_opts *o, const fig_source *s,
                               int layer, int head, long image, int query, const uint8_t *rgb,
                               int S, int colorbar, const mapscale *shared, const char *title,
                               mapscale *scale, as_error *err) {
+    if (s->tr.staged) {
+        keymap_row k;
+        mapscale ms;
+        if (staged_row(o, s, layer, head, image, &k, &ms, err) != AS_OK) return err->status;
+        const mapscale *cs = shared ? shared : &ms;
+        double ns = note_size(a->w), side = fmax(4, fmin(a->w, a->h - fig_attention_note_height(s, a->w)));
+        a->w = a->h = side;
+        plot_cmap cm = fig_cmap(o);
+        plot_image(f, a, rgb, S, S);
+        keymap_row_draw(f, a, &k, S, cs->lo, cs->hi, cm, 0.6);
+        if (title) plot_text_fit(f, a->x + a->w / 2, a->y - 3, 6.5, 0.5, a->w + 14, title);
+        if (colorbar) mapscale_colorbar(f, a, cs, cm, "attention weight");
+        mapscale_note(f, a->x, a->y + side + 2, side, ns, &ms);
+        if (scale) *scale = ms;
+        keymap_row_free(&k);
+        return AS_OK;
+    }
     int g = vit_grid(&s->tr.cfg), p = s->tr.num_prefix;
     double row[MAX_KEYS];
     mapscale ms; /* the map's own: its note; its colours too unless the scale is shared */
@@ -67,7 +141,7 @@ as_status fig_attention_panel(plot_figure *f, plot_axes *a, const fig_opts *o, c
     plot_image(f, a, rgb, S, S);
     plot_overlay(f, a, row + p, g, cs->lo, cs->hi, cm, 0.6);
     plot_patch_grid(f, a, g, query >= p ? query - p : -1);
-    if (title) plot_text(f, a->x + a->w / 2, a->y - 3, 6.5, 0.5, title);
+    if (title) plot_text_fit(f, a->x + a->w / 2, a->y - 3, 6.5, 0.5, a->w + 14, title);
     if (colorbar) mapscale_colorbar(f, a, cs, cm, "attention weight");
     mapscale_note(f, a->x, a->y + side + 2, side, ns, &ms);
     if (scale) *scale = ms;
@@ -78,20 +152,40 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     const fig_source *s = &o->src[0];
     if (fig_need_trace(s, "attention", err) != AS_OK) return err->status;
     const trace_reader *r = &s->tr;
-    int layer = o->layer >= 0 ? o->layer : r->layers[r->n_layers - 1];
-    int head = o->head >= 0 ? o->head : r->heads[0];
+    int layer = o->layer >= 0 ? o->layer : r->layers[r->n_layers - 1], ids[1024];
+    if (r->staged && trace_layer_heads(r, layer, ids) <= 0)
+        return as_fail(err, AS_ERR_ARG, "%s: --layer %d is not recorded", s->path, layer);
+    int head = o->head >= 0 ? o->head : r->staged ? ids[0] : r->heads[0];
     long image = o->image >= 0 ? o->image : 0;
     int query = fig_query(o, s), S;
     uint8_t *rgb;
     if (fig_read_rgb(s, image, &rgb, &S, err) != AS_OK) return err->status;
     plot_axes a = {.x = 8, .y = 16, .w = plot_width(f) - 70, .h = plot_height(f) - 18};
-    char title[160], q[48];
+    char title[200], q[120];
     int p = r->num_prefix, g = vit_grid(&r->cfg);
-    if (query < p) vit_prefix_label(&r->cfg, query, q, sizeof q); /* class, distillation, register k */
+    if (r->staged) {
+        const int li = layer_pos(r, layer);
+        keymap_row k;
+        mapscale ms;
+        if (staged_row(o, s, layer, head, image, &k, &ms, err) != AS_OK) {
+            free(rgb);
+            return err->status;
+        }
+        keymap_row_describe(s, li, &k, q, sizeof q);
+        keymap_row_free(&k);
+    } else if (query < p) vit_prefix_label(&r->cfg, query, q, sizeof q); /* class, distillation, register k */
     else snprintf(q, sizeof q, "patch (%d, %d)", (query - p) / g, (query - p) % g);
-    snprintf(title, sizeof title, "image %ld, layer %d, head %d, query: %s", image, layer, head, q);
+    snprintf(title, sizeof title, "image %ld, layer %d, head %d%s%s", image, layer, head,
+             r->staged ? ": " : ", query: ", q);
+    if (r->staged) { /* the layer's place is longer: the title wraps over the figure's width */
+        const double w = plot_width(f) - 8;
+        const int lines = plot_text_wrap(f, 4, 0, 6.5, 0, w, 0, title);
+        plot_text_wrap(f, 4 + w / 2, 8, 6.5, 0.5, w, 1, title);
+        a.y += (lines - 1) * 6.5 * 1.2;
+        a.h -= (lines - 1) * 6.5 * 1.2;
+    }
     as_status rc = fig_attention_panel(f, &a, o, s, layer, head, image, query, rgb, S, 1, NULL,
-                                       title, NULL, err);
+                                       r->staged ? NULL : title, NULL, err);
     free(rgb);
     return rc;
 }
@@ -100,7 +194,8 @@ const figure_recipe fig_attention = {
     .name = "attention",
     .options = FIG_OPT_LAYER | FIG_OPT_HEAD | FIG_OPT_IMAGE | FIG_OPT_QUERY | FIG_OPT_CMAP | FIG_OPT_RANGE,
     .mirrors = "the attention map of one query over the image (ViT Fig. 6)",
-    .needs = "a trace with attn (--layer, --head, --image, --query: token index, 0 = class)",
+    .needs = "a trace with attn (--layer, --head, --image, --query: token index, 0 = class; staged "
+             "traces: a cell of the first recorded layer's grid, each layer taking the cell under it)",
     .summary = "one query's attention over the input image with the patch grid",
     .width = PLOT_COLUMN, .height = 200, .max_sources = 1,
-    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};
+    .traces = FIG_TRACES_SINGLE_GRID | FIG_TRACES_STAGED, .draw = draw};

@@ -23,14 +23,34 @@ typedef struct {
     int flip;            /* layers in rows, heads in columns (few layers, many heads) */
 } grid_layout;
 
+/* The heads of layer position li (a staged trace: each layer's own, 3/6/12/24 on Swin-T). */
+static int grid_heads(const trace_reader *r, int li, int *ids) {
+    return trace_layer_heads(r, r->layers[li], ids);
+}
+
+/* Rows (or columns) of heads: the most any layer has. */
+static int max_heads(const trace_reader *r) {
+    int ids[1024], m = 0;
+    for (int li = 0; li < r->n_layers; li++) {
+        int n = grid_heads(r, li, ids);
+        m = n > m ? n : m;
+    }
+    return m;
+}
+
 /* zero: the shared scale starts at 0 (mapscale's zero-based rule held for every panel) */
 static void grid_title(const fig_opts *o, int flip, int zero, char *out, size_t n) {
     const fig_source *s = &o->src[0];
     const trace_reader *r = &s->tr;
     int query = fig_query(o, s), p = r->num_prefix, g = vit_grid(&r->cfg);
     long image = o->image >= 0 ? o->image : 0;
-    char q[64], label[48];
-    if (query < p) { /* class, distillation, register k */
+    char q[100], label[48];
+    if (r->staged) {
+        const trace_layer_geom *g0 = &r->geom[0];
+        const int q0 = o->query >= 0 ? o->query : (g0->gh / 2) * g0->gw + g0->gw / 2;
+        snprintf(q, sizeof q, "cell (%d, %d) of the %d x %d grid (each layer: the cell under it)",
+                 q0 / g0->gw, q0 % g0->gw, g0->gh, g0->gw);
+    } else if (query < p) { /* class, distillation, register k */
         vit_prefix_label(&r->cfg, query, label, sizeof label);
         snprintf(q, sizeof q, "the %s", label);
     }
@@ -44,7 +64,7 @@ static void grid_title(const fig_opts *o, int flip, int zero, char *out, size_t 
 /* Where the panels go on a width x height figure (height 0: as tall as the grid needs). */
 static void grid_place(plot_figure *f, const fig_opts *o, double width, double height, grid_layout *g) {
     const trace_reader *r = &o->src[0].tr;
-    char title[256];
+    char title[400];
     int lines = 0;
     for (int zero = 0; zero < 2; zero++) { /* the scale is not known yet: room for either */
         grid_title(o, 0, zero, title, sizeof title);
@@ -57,18 +77,18 @@ static void grid_place(plot_figure *f, const fig_opts *o, double width, double h
     /* each row holds the images and their notes; the note is no taller under a smaller image */
     double note = fig_attention_note_height(&o->src[0], GRID_MAX_CELL), cells[2];
     for (int k = 0; k < 2; k++) {
-        int cols = k ? r->n_heads : r->n_layers, rows = k ? r->n_layers : r->n_heads;
+        int cols = k ? max_heads(r) : r->n_layers, rows = k ? r->n_layers : max_heads(r);
         cells[k] = fmin(fmin((width - GRID_LEFT - GRID_BAR - 4) / cols, GRID_MAX_CELL),
                         room_h / rows - note);
     }
     /* layers in columns reads like the papers: turn only for clearly larger panels, or for
      * equally large ones in a shorter figure */
     g->flip = cells[1] > 1.25 * cells[0] ||
-              (cells[1] >= cells[0] && r->n_layers < r->n_heads);
+              (cells[1] >= cells[0] && r->n_layers < max_heads(r));
     g->cell = cells[g->flip];
     if (g->cell < 4) g->cell = 4;
     g->pitch = g->cell + fig_attention_note_height(&o->src[0], g->cell);
-    int cols = g->flip ? r->n_heads : r->n_layers;
+    int cols = g->flip ? max_heads(r) : r->n_layers;
     double used = GRID_LEFT + g->cell * cols + GRID_BAR;
     g->x0 = GRID_LEFT + fmax(0, (width - 4 - used) / 2);
     g->y0 = g->title_h + GRID_HEAD;
@@ -84,7 +104,7 @@ static double height_for(const fig_opts *o, double width) {
     if (f) {
         grid_layout g;
         grid_place(f, o, width, 0, &g);
-        h = g.y0 + g.pitch * (g.flip ? o->src[0].tr.n_layers : o->src[0].tr.n_heads) + 4;
+        h = g.y0 + g.pitch * (g.flip ? o->src[0].tr.n_layers : max_heads(&o->src[0].tr)) + 4;
         plot_figure_abort(f);
     }
     cairo_destroy(cr);
@@ -96,45 +116,51 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     const fig_source *s = &o->src[0];
     if (fig_need_trace(s, "grid", err) != AS_OK) return err->status;
     const trace_reader *r = &s->tr;
-    int L = r->n_layers, H = r->n_heads, query = fig_query(o, s), S;
+    int L = r->n_layers, H = max_heads(r), query = r->staged ? -1 : fig_query(o, s), S, ids[1024];
     long image = o->image >= 0 ? o->image : 0;
     /* one scale for every panel: each panel's own by --range, widened over all of them */
     mapscale shared;
-    for (int li = 0; li < L; li++)
-        for (int hi = 0; hi < H; hi++) {
+    for (int li = 0, first = 1; li < L; li++)
+        for (int hi = 0, nh = grid_heads(r, li, ids); hi < nh; hi++, first = 0) {
             mapscale ms;
-            if (fig_attention_scale(o, s, r->layers[li], r->heads[hi], image, query, &ms, err) != AS_OK)
+            if (fig_attention_scale(o, s, r->layers[li], ids[hi], image, query, &ms, err) != AS_OK)
                 return err->status;
-            if (li == 0 && hi == 0) shared = ms;
+            if (first) shared = ms;
             else mapscale_widen(&shared, &ms);
         }
     uint8_t *rgb;
     if (fig_read_rgb(s, image, &rgb, &S, err) != AS_OK) return err->status;
     grid_layout g;
     grid_place(f, o, plot_width(f), plot_height(f), &g);
-    char title[256];
+    char title[400];
     grid_title(o, g.flip, shared.zero, title, sizeof title);
     plot_text_wrap(f, 4, 2 + GRID_TITLE, GRID_TITLE, 0, plot_width(f) - 8, 1, title);
     double lab = fmin(6, fmax(4.5, g.cell * 0.4)); /* label size follows the panels */
     as_status rc = AS_OK;
     char t[32];
     for (int li = 0; li < L && rc == AS_OK; li++)
-        for (int hi = 0; hi < H && rc == AS_OK; hi++) {
+        for (int hi = 0, nh = grid_heads(r, li, ids); hi < H && rc == AS_OK; hi++) {
             int col = g.flip ? hi : li, row = g.flip ? li : hi;
+            if (hi >= nh) continue; /* a stage with fewer heads: no panel */
             double pad = fmin(0.6, g.cell * 0.03);
             plot_axes a = {.x = g.x0 + g.cell * col + pad, .y = g.y0 + g.pitch * row + pad,
                            .w = g.cell - 2 * pad, .h = g.pitch - 2 * pad};
-            rc = fig_attention_panel(f, &a, o, s, r->layers[li], r->heads[hi], image, query, rgb, S,
+            rc = fig_attention_panel(f, &a, o, s, r->layers[li], ids[hi], image, query, rgb, S,
                                      0, &shared, NULL, NULL, err);
-            if (row == 0) { /* column labels on top, row labels on the left */
-                snprintf(t, sizeof t, g.flip ? "h%d" : "L%d", g.flip ? r->heads[hi] : r->layers[li]);
-                plot_text_fit(f, g.x0 + g.cell * (col + 0.5), g.y0 - 2.5, lab, 0.5, g.cell, t);
-            }
-            if (col == 0) {
-                snprintf(t, sizeof t, g.flip ? "L%d" : "h%d", g.flip ? r->layers[li] : r->heads[hi]);
-                plot_text_fit(f, g.x0 - 2, a.y + g.cell / 2 + lab * 0.35, lab, 1, GRID_LEFT - 2, t);
-            }
         }
+    /* column labels on top, row labels on the left; the heads of the layer that has the most */
+    int most = 0, hid[1024];
+    for (int li = 0; li < L; li++)
+        if (grid_heads(r, li, ids) > grid_heads(r, most, hid)) most = li;
+    grid_heads(r, most, hid);
+    for (int k = 0; rc == AS_OK && k < (g.flip ? H : L); k++) {
+        snprintf(t, sizeof t, g.flip ? "h%d" : "L%d", g.flip ? hid[k] : r->layers[k]);
+        plot_text_fit(f, g.x0 + g.cell * (k + 0.5), g.y0 - 2.5, lab, 0.5, g.cell, t);
+    }
+    for (int k = 0; rc == AS_OK && k < (g.flip ? L : H); k++) {
+        snprintf(t, sizeof t, g.flip ? "L%d" : "h%d", g.flip ? r->layers[k] : hid[k]);
+        plot_text_fit(f, g.x0 - 2, g.y0 + g.pitch * k + g.cell / 2 + lab * 0.35, lab, 1, GRID_LEFT - 2, t);
+    }
     if (rc == AS_OK) {
         int cols = g.flip ? H : L, rows = g.flip ? L : H;
         /* from the top of the first row's images to the foot of the last row's */
@@ -153,4 +179,4 @@ const figure_recipe fig_grid = {
     .summary = "the query's attention over the image for every recorded layer (columns) and head "
                "(rows), one colour scale",
     .width = PLOT_DOUBLE, .height = 150, .height_for = height_for, .max_sources = 1,
-    .traces = FIG_TRACES_SINGLE_GRID, .draw = draw};
+    .traces = FIG_TRACES_SINGLE_GRID | FIG_TRACES_STAGED, .draw = draw};

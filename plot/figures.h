@@ -158,6 +158,13 @@ as_status fig_attention_panel(plot_figure *f, plot_axes *a, const fig_opts *o, c
                               int layer, int head, long image, int query, const uint8_t *rgb,
                               int S, int colorbar, const mapscale *shared, const char *title,
                               mapscale *scale, as_error *err);
+/* A staged trace (format 3): these two read the query as a point, the centre of cell --query
+ * (default: the centre cell) of the first recorded layer's grid, and place each layer's row by
+ * its own geometry (keymap.h): a window layer's keys over the query's window, every other token
+ * washed out (exactly 0), the window outlined (a shifted window: its wrapped pieces); reduced
+ * keys over the tokens they reduce; a class-attention layer's class row over the patches.
+ * fig_staged_token: that query's token on the grid of layer position li. */
+as_status fig_staged_token(const fig_opts *o, const fig_source *s, int li, int *token, as_error *err);
 /* Min and max over the non-NaN values. */
 void fig_range(const double *v, size_t n, double *lo, double *hi);
 

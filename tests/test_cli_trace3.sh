@@ -30,13 +30,14 @@ expect 0 "$A" analyze "$T/s.h5"
 has "$T/err" "skipped: diag: LaViT defines its terms on the pre-softmax scores of less-attention layers"
 has "$T/out" "7 metrics -> $T/s.analysis.h5"
 expect 0 "$A" analyze "$T/s.h5" --metrics diag --diag-map attn
-# the figures of analysis results draw staged traces (stage boundaries against depth); the map
-# figures refuse them in one line, writing nothing
+# the figures of analysis results draw staged traces (stage boundaries against depth); so do the
+# map figures attention and grid (each layer's row by its own geometry: tests/test_keymap.c);
+# lsla refuses them in one line, writing nothing
 figs=$("$A" plot --list | awk 'NR > 1 && /^[a-z]/ {print $1}')
 [ "$(echo "$figs" | wc -w)" -ge 12 ] && ok || bad "plot --list gave: $figs"
 for f in $figs; do
     case $f in
-    attention | grid | lsla)
+    lsla)
         expect 1 "$A" plot $f "$T/s.h5" -o "$T/f.pdf"
         has "$T/err" "stage-aware support is not there yet for the $f figure: $T/s.h5 is a staged trace"
         one_line
@@ -47,6 +48,16 @@ for f in $figs; do
         [ -s "$T/f_$f.pdf" ] && ok || bad "plot $f on a staged trace wrote nothing" ;;
     esac
 done
+# the map figures' query is a cell of the first layer's 14 x 14 grid; a layer's own heads
+expect 0 "$A" plot attention "$T/s.h5" --layer 3 --head 1 --query 0 -o "$T/att.png" --dpi 40
+[ -s "$T/att.png" ] && ok || bad "plot attention on a staged trace wrote nothing"
+expect 1 "$A" plot attention "$T/s.h5" --query 196 -o "$T/no.png"
+has "$T/err" "--query 196: a staged trace's query is a cell of its first recorded layer's 14 x 14 grid, 0..195"
+one_line
+expect 1 "$A" plot attention "$T/s.h5" --layer 0 --head 1 -o "$T/no.png"
+has "$T/err" "layer 0 has no recorded head 1 (it has 1: 0..0)"
+one_line
+[ ! -e "$T/no.png" ] && ok || bad "a refused figure left no.png"
 # the viewer opens it (window maps per window, tests/test_view_staged.c); what needs single-grid
 # analysis or rollout refuses in one line
 printf 'key Down\nkey .\nstatus\nkey r\nstatus\n' >"$T/s.txt"

@@ -13,6 +13,7 @@
 
 #include "../analysis/analysis.h"
 #include "../core/vitfam.h"
+#include "../plot/keymap.h"
 
 static const char *const map_names[VIEW_N_MAPS] = {"attn", "scores", "attn_softmax",
                                                    "attn_expanded", "attn_convolved"};
@@ -144,58 +145,20 @@ static int table_rows(const view *v, int li) {
     return windowed(v, li) ? g->M * g->M : g->gh * g->gw;
 }
 
-/* The cell of an axis that holds pixel p: n cells centred at off + stride * i. */
-static int cell_at(double p, double off, double stride, int n) {
-    int c = (int)floor((p - off) / stride + 0.5);
-    return c < 0 ? 0 : c >= n ? n - 1 : c;
-}
-
 /* The query token (flat grid index y * gw + x) of layer li. */
 static int staged_token(const view *v, int li) {
     const trace_layer_geom *g = geom_of(v, li);
-    return cell_at(v->qpt[0], g->offset_px, g->stride_px, g->gh) * g->gw +
-           cell_at(v->qpt[1], g->offset_px, g->stride_px, g->gw);
-}
-
-/* The pixels [lo, hi) of cell i of an axis, clipped to the image (a merge pads odd grids, so
- * the last cells can reach past it). */
-static void cell_span(double off, double stride, int i, int img, double *lo, double *hi) {
-    *lo = fmax(0, off + stride * (i - 0.5));
-    *hi = fmin(img, off + stride * (i + 0.5));
-}
-
-/* The tokens [*a, *b) along an axis (n tokens) that key i of spatial-reduction layer g reduces. */
-static void key_tokens(const trace_layer_geom *g, int n, int i, int *a, int *b) {
-    vit_sra_key_tokens(g->sr_ratio, g->sr_pool, n, i, a, b);
-}
-
-/* Where key i of layer g is drawn along an axis, pixels [lo, hi): a conv key over the tokens it
- * reduces; a pooled key over the i-th of P equal parts of the grid's pixels, which is its bin's
- * pixels when P divides the grid (every stage at 224 px) and keeps all P keys visible, in order,
- * when bins overlap (the hover text names the bin's tokens). */
-static void key_span(const trace_layer_geom *g, int n, int i, int img, double *lo, double *hi) {
-    double l, h;
-    if (g->sr_pool > 0) {
-        double a0, b1;
-        cell_span(g->offset_px, g->stride_px, 0, img, &a0, &h);
-        cell_span(g->offset_px, g->stride_px, n - 1, img, &l, &b1);
-        *lo = a0 + (b1 - a0) * i / g->sr_pool;
-        *hi = a0 + (b1 - a0) * (i + 1) / g->sr_pool;
-        return;
-    }
-    int a, b;
-    key_tokens(g, n, i, &a, &b);
-    cell_span(g->offset_px, g->stride_px, a, img, lo, &h);
-    cell_span(g->offset_px, g->stride_px, b - 1, img, &l, hi);
+    return keymap_cell_at(v->qpt[0], g->offset_px, g->stride_px, g->gh) * g->gw +
+           keymap_cell_at(v->qpt[1], g->offset_px, g->stride_px, g->gw);
 }
 
 /* Moves the query point to the centre of token t of layer li (its part inside the image). */
 static void point_at_token(view *v, int li, int t) {
     const trace_layer_geom *g = geom_of(v, li);
     double lo, hi;
-    cell_span(g->offset_px, g->stride_px, t / g->gw, v->src.tr.cfg.img_size, &lo, &hi);
+    keymap_cell_span(g->offset_px, g->stride_px, t / g->gw, v->src.tr.cfg.img_size, &lo, &hi);
     v->qpt[0] = (lo + hi) / 2;
-    cell_span(g->offset_px, g->stride_px, t % g->gw, v->src.tr.cfg.img_size, &lo, &hi);
+    keymap_cell_span(g->offset_px, g->stride_px, t % g->gw, v->src.tr.cfg.img_size, &lo, &hi);
     v->qpt[1] = (lo + hi) / 2;
 }
 
@@ -754,9 +717,9 @@ static void panel_staged(view *v, view_panel *p, int li) {
     p->qcols = g->gw;
     if (reduced(v, li)) { /* the key cells' pixel spans after the states (overlay_values) */
         double *sp = (double *)(uintptr_t)(p->key_state + (size_t)p->rows * p->cols);
-        for (int r = 0; r < g->kgh; r++) key_span(g, g->gh, r, p->img, &sp[r], &sp[g->kgh + r]);
+        for (int r = 0; r < g->kgh; r++) keymap_key_span(g, g->gh, r, p->img, &sp[r], &sp[g->kgh + r]);
         for (int c = 0; c < g->kgw; c++)
-            key_span(g, g->gw, c, p->img, &sp[2 * g->kgh + c], &sp[2 * g->kgh + g->kgw + c]);
+            keymap_key_span(g, g->gw, c, p->img, &sp[2 * g->kgh + c], &sp[2 * g->kgh + g->kgw + c]);
         p->kspan = sp;
     }
 }
@@ -791,8 +754,8 @@ static void cell_rect(const view_panel *p, int r, int c, double *x, double *y, d
     }
     if (p->stride_px > 0) {
         double k = p->w / p->img, y0, y1, x0, x1;
-        cell_span(p->offset_px, p->stride_px, r, p->img, &y0, &y1);
-        cell_span(p->offset_px, p->stride_px, c, p->img, &x0, &x1);
+        keymap_cell_span(p->offset_px, p->stride_px, r, p->img, &y0, &y1);
+        keymap_cell_span(p->offset_px, p->stride_px, c, p->img, &x0, &x1);
         *x = p->x + x0 * k;
         *y = p->y + y0 * k;
         *w = (x1 - x0) * k;
@@ -993,8 +956,8 @@ static void paint_reduced(view *v, plot_figure *f, int i, vscale s) {
     cairo_stroke(cr);
     cairo_restore(cr);
     double y0, y1, x0, x1, k = pn->w / pn->img;
-    cell_span(pn->offset_px, pn->stride_px, pn->query / pn->qcols, pn->img, &y0, &y1);
-    cell_span(pn->offset_px, pn->stride_px, pn->query % pn->qcols, pn->img, &x0, &x1);
+    keymap_cell_span(pn->offset_px, pn->stride_px, pn->query / pn->qcols, pn->img, &y0, &y1);
+    keymap_cell_span(pn->offset_px, pn->stride_px, pn->query % pn->qcols, pn->img, &x0, &x1);
     outline(cr, a.x + x0 * k, a.y + y0 * k, (x1 - x0) * k, (y1 - y0) * k, 1, 0.15, 0.1, 1.0);
 }
 
@@ -1522,8 +1485,8 @@ static void hover_text(const view *v, char *buf, size_t n) {
         if (p->kspan) { /* a reduced key: which tokens it covers */
             const trace_layer_geom *g = geom_of(v, layer_pos(v, p->layer));
             int y0, y1, x0, x1;
-            key_tokens(g, g->gh, v->hover_row, &y0, &y1);
-            key_tokens(g, g->gw, v->hover_col, &x0, &x1);
+            vit_sra_key_tokens(g->sr_ratio, g->sr_pool, g->gh, v->hover_row, &y0, &y1);
+            vit_sra_key_tokens(g->sr_ratio, g->sr_pool, g->gw, v->hover_col, &x0, &x1);
             snprintf(buf, n, "%s at key (%d, %d) of %d x %d (%s tokens y %d-%d, x %d-%d): %.4g%s",
                      map_names[p->ds], v->hover_row, v->hover_col, p->rows, p->cols,
                      g->sr_pool ? "the mean of" : "a conv over", y0, y1 - 1, x0, x1 - 1, val, u);
@@ -1763,8 +1726,8 @@ static int hit(const view *v, double x, double y, int *row, int *col) {
                 return i;
             }
             if (p->stride_px > 0) { /* staged image: the token whose pixels lie there */
-                *col = cell_at((x - p->x) / p->w * p->img, p->offset_px, p->stride_px, p->cols);
-                *row = cell_at((y - p->y) / p->h * p->img, p->offset_px, p->stride_px, p->rows);
+                *col = keymap_cell_at((x - p->x) / p->w * p->img, p->offset_px, p->stride_px, p->cols);
+                *row = keymap_cell_at((y - p->y) / p->h * p->img, p->offset_px, p->stride_px, p->rows);
                 return i;
             }
             *col = (int)((x - p->x) / p->w * p->cols);
