@@ -22,8 +22,11 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     lo = 0;
     plot_nice_range(&lo, &hi);
     if (hi > 1) hi = 1;
+    int st[256], staged = L <= 256 && fig_layer_stages(s, st, L);
     fig_heatmap(f, &a, m, L, H, layers, heads, 0, hi, fig_cmap(o),
-                "Attention locality score", "head", "layer", "ALS (mean)");
+                staged ? "Attention locality score (lines: stages)" : "Attention locality score",
+                "head", "layer", "ALS (mean)");
+    if (staged) fig_heatmap_stages(f, &a, st, L, NULL, H);
     if (rec) { /* white dot: mask (ALS >= high); ring: candidate */
         cairo_t *cr = plot_cairo(f);
         double r = fmin(a.w / H, a.h / L) * 0.14;

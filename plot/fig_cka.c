@@ -17,8 +17,11 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     hi = 1;
     plot_nice_range(&lo, &hi);
     if (lo < -1) lo = -1;
+    int st[256], staged = L <= 256 && fig_layer_stages(s, st, L);
     fig_heatmap(f, &a, m, L, L, layers, layers, lo, 1, fig_cmap(o),
-                "Linear CKA between blocks", "block", "block", "CKA (minibatch)");
+                staged ? "Linear CKA between blocks (lines: stages)" : "Linear CKA between blocks",
+                "block", "block", "CKA (minibatch)");
+    if (staged) fig_heatmap_stages(f, &a, st, L, st, L);
     free(m);
     return AS_OK;
 }

@@ -25,8 +25,12 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     if (lo < -1) lo = -1;
     char title[96];
     snprintf(title, sizeof title, "Cross-layer similarity (%s, head mean)", analysis_definition_name(di));
+    int st[256], staged = L <= 256 && fig_layer_stages(s, st, L);
+    if (staged) snprintf(title, sizeof title, "Cross-layer similarity (%s, head mean; lines: stages)",
+                         analysis_definition_name(di));
     fig_heatmap(f, &a, m + (size_t)di * L * L, L, L, layers, layers, lo, 1,
                 fig_cmap(o), title, "layer", "layer", "cosine similarity");
+    if (staged) fig_heatmap_stages(f, &a, st, L, st, L);
     free(m);
     return AS_OK;
 }

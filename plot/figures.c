@@ -289,6 +289,26 @@ void fig_heatmap(plot_figure *f, plot_axes *a, const double *v, int rows, int co
     plot_colorbar(f, a, vmin, vmax, cm, cbar);
 }
 
+void fig_heatmap_stages(plot_figure *f, const plot_axes *a, const int *row_stage, int rows,
+                        const int *col_stage, int cols) {
+    cairo_t *cr = plot_cairo(f);
+    cairo_save(cr);
+    cairo_set_line_width(cr, 1.2);
+    cairo_set_source_rgb(cr, 1, 1, 1);
+    for (int i = 1; row_stage && i < rows; i++)
+        if (row_stage[i] != row_stage[i - 1]) {
+            cairo_move_to(cr, plot_x(a, -0.5), plot_y(a, i - 0.5));
+            cairo_line_to(cr, plot_x(a, cols - 0.5), plot_y(a, i - 0.5));
+        }
+    for (int j = 1; col_stage && j < cols; j++)
+        if (col_stage[j] != col_stage[j - 1]) {
+            cairo_move_to(cr, plot_x(a, j - 0.5), plot_y(a, -0.5));
+            cairo_line_to(cr, plot_x(a, j - 0.5), plot_y(a, rows - 0.5));
+        }
+    cairo_stroke(cr);
+    cairo_restore(cr);
+}
+
 as_status fig_layer_curves(plot_figure *f, plot_axes *a, const fig_opts *o, const char *metric,
                            const char *output, int derived, int row, int band, double ylo,
                            double yhi, const char *title, const char *ylabel, int legend,

@@ -114,6 +114,10 @@ as_status fig_read_rgb(const fig_source *s, long image, uint8_t **rgb, int *size
 void fig_heatmap(plot_figure *f, plot_axes *a, const double *v, int rows, int cols,
                  const int *row_ids, const int *col_ids, double vmin, double vmax, plot_cmap cm,
                  const char *title, const char *xlabel, const char *ylabel, const char *cbar);
+/* White lines across a heatmap drawn by fig_heatmap (axes a) between rows (and columns, when
+ * col_stage is not NULL) of different stages: row_stage[i] is row i's stage (NULL: none). */
+void fig_heatmap_stages(plot_figure *f, const plot_axes *a, const int *row_stage, int rows,
+                        const int *col_stage, int cols);
 /* One curve per source over the layers: analysis/METRIC/OUTPUT mean (row `row` of its first
  * axis when row >= 0), with the 95% interval as a band when band is set; derived: a derived
  * dataset (no band). ylo/yhi NaN: fit the data. legend: one entry per source outside right

@@ -58,15 +58,17 @@ expect 1 "$A" plot attention "$T/s.h5" --layer 0 --head 1 -o "$T/no.png"
 has "$T/err" "layer 0 has no recorded head 1 (it has 1: 0..0)"
 one_line
 [ ! -e "$T/no.png" ] && ok || bad "a refused figure left no.png"
-# the viewer opens it (window maps per window, tests/test_view_staged.c); what needs single-grid
-# analysis or rollout refuses in one line
+# the viewer opens it (window maps per window, tests/test_view_staged.c); rollout refuses in one
+# line
 printf 'key Down\nkey .\nstatus\nkey r\nstatus\n' >"$T/s.txt"
 expect 0 env SDL_VIDEODRIVER=dummy "$A" view "$T/s.h5" --layer 0 --script "$T/s.txt" --screenshot "$T/s.png"
 has "$T/out" "layer 1 (stage 0, block 1, window 6 (of 16), grid 14 x 14, M 4, shift 2; vanilla)  |  attn head 0  |  query token (7, 11) (fixed)"
 [ -s "$T/s.png" ] && ok || bad "view wrote no screenshot of the staged trace"
-expect 1 env SDL_VIDEODRIVER=dummy "$A" view "$T/s.h5" --mode similarity
-has "$T/err" "similarity: the viewer does not draw it for staged traces yet (attnscope analyze computes it"
-one_line
+# the similarity and ALS panels of the analysed trace (tests/test_view_staged.c: their cells)
+printf 'title\nkey a\ntitle\n' >"$T/r.txt"
+expect 0 env SDL_VIDEODRIVER=dummy "$A" view "$T/s.h5" --mode similarity --script "$T/r.txt" --screenshot "$T/r.png"
+has "$T/out" "similarity view"
+has "$T/out" "als view"
 
 # --windows: refused with the fix where no recorded layer is windowed
 expect 2 "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" --out "$T/w.h5" --windows 0

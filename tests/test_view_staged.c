@@ -10,6 +10,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "staged.h"
 
+#include "../analysis/analysis.h"
+#include "../plot/keymap.h"
 #include "../viewer/view.h"
 #include "check.h"
 
@@ -270,8 +272,8 @@ static void test_modes(const char *trace) {
     /* one-line refusals, and nothing drawn instead */
     struct { int key; view_mode mode; view_row row; const char *says; } no[] = {
         {'r', VIEW_MODE_QUERY, VIEW_ROW_QUERY, "rollout: stage-aware support is not there yet for staged traces"},
-        {'s', VIEW_MODE_QUERY, VIEW_ROW_QUERY, "similarity: the viewer does not draw it for staged traces yet"},
-        {'a', VIEW_MODE_QUERY, VIEW_ROW_QUERY, "als: the viewer does not draw it for staged traces yet"},
+        {'s', VIEW_MODE_QUERY, VIEW_ROW_QUERY, "no similarity results in this trace: run attnscope analyze"},
+        {'a', VIEW_MODE_QUERY, VIEW_ROW_QUERY, "no als results in this trace: run attnscope analyze"},
         {'c', VIEW_MODE_QUERY, VIEW_ROW_QUERY, "no class token"},
     };
     for (size_t k = 0; k < sizeof no / sizeof no[0]; k++) {
@@ -281,10 +283,15 @@ static void test_modes(const char *trace) {
               !strchr(v.message, '\n') && v.n_panels == 2,
               "'%c': \"%s\" (mode %d, row %d, %d panels)", no[k].key, v.message, v.mode, v.row, v.n_panels);
     }
-    CHECK(view_mode_missing(&v, VIEW_MODE_SIMILARITY, &err) && strstr(err.msg, "does not draw it for staged traces"), "%s", err.msg);
-    char cmd[512];
+    CHECK(view_mode_missing(&v, VIEW_MODE_SIMILARITY, &err) && strstr(err.msg, "--metrics similarity"), "%s", err.msg);
+    /* the figure of the view: its query as the cell of the first (14 x 14) grid under the point */
+    char cmd[512], want[96];
     view_plot_command(&v, "x", cmd, sizeof cmd);
-    CHECK(strstr(cmd, "no attnscope plot figure for staged traces yet") != NULL, "plot command: %s", cmd);
+    const trace_layer_geom *g0 = trace_layer(&v.src.tr, 0);
+    snprintf(want, sizeof want, "--layer %d --head %d --query %d ", view_layer(&v), view_head(&v),
+             keymap_cell_at(v.qpt[0], g0->offset_px, g0->stride_px, g0->gh) * g0->gw +
+                 keymap_cell_at(v.qpt[1], g0->offset_px, g0->stride_px, g0->gw));
+    CHECK(strstr(cmd, "attnscope plot attention ") && strstr(cmd, want), "plot command: %s (want %s)", cmd, want);
     /* Tab: the scores of the same window */
     press(&v, VIEW_KEY_TAB);
     draw(&v, s);
@@ -332,6 +339,71 @@ static void test_window_subset(const char *path) {
     view_close(&v);
 }
 
+/* Moves the pointer to cell (r, c) of panel i and draws. */
+static void hover(view *v, cairo_surface_t *s, int i, int r, int c) {
+    double x, y;
+    view_panel_cell_centre(&v->panels[i], r, c, &x, &y);
+    view_event e = {.type = VIEW_EV_MOTION, .x = x * v->zoom, .y = y * v->zoom};
+    view_handle(v, &e);
+    draw(v, s);
+}
+
+static void click_cell(view *v, cairo_surface_t *s, int i, int r, int c) {
+    double x, y;
+    view_panel_cell_centre(&v->panels[i], r, c, &x, &y);
+    view_event e = {.type = VIEW_EV_CLICK, .x = x * v->zoom, .y = y * v->zoom};
+    view_handle(v, &e);
+    draw(v, s);
+}
+
+/* The similarity and ALS panels of an analysed staged trace: layers of other supports (shifted
+ * and unshifted windows, other stages) are not compared and say so; a stage's missing heads
+ * are no cells to open; a compared pair and a present head open as in a single-grid trace. */
+static void test_results(const char *trace) {
+    analysis_opts o;
+    analysis_opts_default(&o);
+    o.quiet = 1;
+    o.threads = 1;
+    analysis_report rep;
+    as_error err = {0};
+    CHECK(analysis_run(trace, NULL, &o, &rep, &err) == AS_OK, "analyse: %s", err.msg);
+    view v;
+    if (view_open(&v, trace, &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    cairo_surface_t *s = cairo_image_surface_create(CAIRO_FORMAT_ARGB32, 1280, 800);
+    draw(&v, s);
+    press(&v, 's');
+    draw(&v, s);
+    CHECK(v.mode == VIEW_MODE_SIMILARITY && v.n_panels == 1 && v.panels[0].kind == VIEW_PANEL_SIMILARITY &&
+          v.panels[0].rows == 6 && v.panels[0].cols == 6, "similarity: one 6 x 6 panel (mode %d, %d panels)",
+          v.mode, v.n_panels);
+    hover(&v, s, 0, 0, 1); /* block 0 unshifted, block 1 shifted */
+    CHECK(strstr(v.status, "layers 0 and 1: not compared (their maps have different supports"),
+          "hover over layers 0 and 1: %s", v.status);
+    hover(&v, s, 0, 0, 0);
+    CHECK(strstr(v.status, "similarity of layers 0 and 0: 1.0000"), "hover over layers 0 and 0: %s", v.status);
+    click_cell(&v, s, 0, 3, 3);
+    CHECK(v.mode == VIEW_MODE_PAIR && v.pair[0] == 3 && v.pair[1] == 3 && v.n_panels >= 2,
+          "a click opens the pair (mode %d, %d panels)", v.mode, v.n_panels);
+    press(&v, VIEW_KEY_ESCAPE);
+    press(&v, 'a');
+    draw(&v, s);
+    CHECK(v.mode == VIEW_MODE_ALS && v.panels[0].kind == VIEW_PANEL_ALS && v.panels[0].rows == 6 &&
+          v.panels[0].cols == 4, "ALS: 6 layers x 4 heads (the most any stage has)");
+    hover(&v, s, 0, 0, 3);
+    CHECK(strstr(v.status, "layer 0 has no head 3"), "hover over a stage's missing head: %s", v.status);
+    click_cell(&v, s, 0, 0, 3);
+    CHECK(v.mode == VIEW_MODE_ALS && strstr(v.message, "layer 0 has no head 3"), "a click on a missing head "
+          "stays (mode %d): %s", v.mode, v.message);
+    click_cell(&v, s, 0, 5, 3);
+    CHECK(v.mode == VIEW_MODE_QUERY && view_layer(&v) == 5 && view_head(&v) == 3,
+          "a click on layer 5 head 3 opens it (layer %d head %d)", view_layer(&v), view_head(&v));
+    cairo_surface_destroy(s);
+    view_close(&v);
+}
+
 int main(void) {
     check_tmp_init("view_staged");
     const char *trace = check_tmp("s.h5");
@@ -343,6 +415,7 @@ int main(void) {
     test_query(trace, getenv("VIEW_STAGED_SHOTS"));
     test_modes(trace);
     test_window_subset(check_tmp("w.h5"));
+    test_results(trace);
     check_tmp_remove();
     return check_finish("view_staged");
 }

@@ -1374,23 +1374,34 @@ static as_status draw_results(view *v, plot_figure *f, double top, double bottom
     memcpy(vals, m, (size_t)rows * cols * sizeof *vals);
     panel_add(v, kind, a.x, a.y, a.w, a.h, rows, cols, -1, -1, 0, (vscale){.lo = lo, .hi = hi});
     fig_heatmap(f, &a, m, rows, cols, row_ids, col_ids, lo, hi, v->cmap, NULL, xlabel, "layer", cbar);
+    if (v->staged) { /* white lines between the stages (rows are layers; similarity's columns too) */
+        int rs[VIT_MAX_DEPTH], cs[VIT_MAX_DEPTH];
+        const int cols_layers = kind == VIEW_PANEL_SIMILARITY;
+        for (int i = 0; i < rows && i < VIT_MAX_DEPTH; i++) {
+            const trace_layer_geom *g = trace_layer(&v->src.tr, row_ids[i]);
+            rs[i] = g ? g->stage : -1;
+        }
+        for (int j = 0; cols_layers && j < cols && j < VIT_MAX_DEPTH; j++) {
+            const trace_layer_geom *g = trace_layer(&v->src.tr, col_ids[j]);
+            cs[j] = g ? g->stage : -1;
+        }
+        if (rows <= VIT_MAX_DEPTH && cols <= VIT_MAX_DEPTH)
+            fig_heatmap_stages(f, &a, rs, rows, cols_layers ? cs : NULL, cols);
+    }
     plot_text(f, a.x, a.y - 5, 8, 0, title); /* left-aligned: a narrow panel would clip it */
     if (v->n_cbars < 8) {
         v->cbars[v->n_cbars] = (view_colorbar){lo, hi, ""};
         snprintf(v->cbars[v->n_cbars++].label, sizeof v->cbars[0].label, "%s", cbar);
     }
     outline_hover(v, f, v->n_panels - 1, 0.8);
-    if (!v->exporting) plot_text(f, a.x + a.w + 80, a.y + 10, 7, 0, hint);
+    if (!v->exporting) { /* right of the colour bar, or under the axis labels when that is full */
+        const int right = a.x + a.w + 80 + 7 * 0.55 * strlen(hint) < v->width / v->zoom - 4;
+        plot_text(f, right ? a.x + a.w + 80 : a.x, right ? a.y + 10 : a.y + a.h + 34, 7, 0, hint);
+    }
     return AS_OK;
 }
 
 int view_mode_missing(const view *v, view_mode m, as_error *err) {
-    if (v->staged && (m == VIEW_MODE_SIMILARITY || m == VIEW_MODE_ALS || m == VIEW_MODE_PAIR)) {
-        as_fail(err, AS_ERR_UNSUPPORTED, "%s: the viewer does not draw it for staged traces yet "
-                "(attnscope analyze computes it: read analysis/%s in the results with h5py)", mode_names[m],
-                m == VIEW_MODE_ALS ? "als" : "similarity");
-        return 1;
-    }
     const char *metric = m == VIEW_MODE_SIMILARITY && !v->sim ? "similarity"
                        : m == VIEW_MODE_ALS && !v->als ? "als" : NULL;
     if (metric) as_fail(err, AS_ERR_ARG, "no %s results in this trace: run attnscope analyze %s "
@@ -1524,12 +1535,19 @@ static void hover_text(const view *v, char *buf, size_t n) {
                  v->hover_row, v->hover_col, val, u);
         break;
     case VIEW_PANEL_SIMILARITY:
-        snprintf(buf, n, "similarity of layers %d and %d: %.4f", v->sim_layers[v->hover_row],
-                 v->sim_layers[v->hover_col], val);
+        if (isnan(val)) /* staged: shifted and unshifted windows, or stages, have other supports */
+            snprintf(buf, n, "layers %d and %d: not compared (their maps have different supports: "
+                     "docs/analysis.md)", v->sim_layers[v->hover_row], v->sim_layers[v->hover_col]);
+        else
+            snprintf(buf, n, "similarity of layers %d and %d: %.4f", v->sim_layers[v->hover_row],
+                     v->sim_layers[v->hover_col], val);
         break;
     case VIEW_PANEL_ALS:
-        snprintf(buf, n, "ALS of layer %d head %d: %.4f", v->als_layers[v->hover_row],
-                 v->als_heads[v->hover_col], val);
+        if (isnan(val))
+            snprintf(buf, n, "layer %d has no head %d", v->als_layers[v->hover_row], v->als_heads[v->hover_col]);
+        else
+            snprintf(buf, n, "ALS of layer %d head %d: %.4f", v->als_layers[v->hover_row],
+                     v->als_heads[v->hover_col], val);
         break;
     }
 }
@@ -1927,9 +1945,18 @@ static int click(view *v, double x, double y) {
         break;
     }
     case VIEW_PANEL_ALS: {
-        int li = layer_pos(v, v->als_layers[row]), hi = head_pos(v, v->als_heads[col]);
-        if (li < 0 || hi < 0) return 0;
-        v->li = li;
+        const int li = layer_pos(v, v->als_layers[row]), old = v->li;
+        if (li < 0) return 0;
+        if (isnan(v->als[(size_t)row * v->als_h + col])) { /* a staged layer's missing head */
+            note(v, "layer %d has no head %d", v->als_layers[row], v->als_heads[col]);
+            return VIEW_REDRAW;
+        }
+        v->li = li; /* head_pos reads the layer's own heads */
+        const int hi = head_pos(v, v->als_heads[col]);
+        if (hi < 0) {
+            v->li = old;
+            return 0;
+        }
         v->hi = hi;
         v->ds = 0;
         v->mode = VIEW_MODE_QUERY;
@@ -2069,24 +2096,27 @@ void view_plot_command(const view *v, const char *name, char *out, size_t n) {
     snprintf(cm, sizeof cm, " --cmap %s", plot_cmap_name(v->cmap));
     snprintf(sc, sizeof sc, "%s%s", cm, v->range == MAPSCALE_MINMAX ? " --range minmax" : "");
     const char *logn = v->log_scale ? "   # the view's log scale: the figure is linear" : "";
+    /* a staged trace's figures take the query as a cell of the first recorded layer's grid */
+    int query = v->query;
     if (v->staged) {
-        snprintf(out, n, "# no attnscope plot figure for staged traces yet: stage-aware figures are not there yet");
-        return;
+        const trace_layer_geom *g0 = geom_of(v, 0);
+        query = keymap_cell_at(v->qpt[0], g0->offset_px, g0->stride_px, g0->gh) * g0->gw +
+                keymap_cell_at(v->qpt[1], g0->offset_px, g0->stride_px, g0->gw);
     }
     switch (v->mode) {
     case VIEW_MODE_QUERY:
         if (v->row == VIEW_ROW_ROLLOUT)
             snprintf(out, n, "attnscope plot rollout %s --image %ld --layer %d%s -o %s%s%s", t, v->image,
-                     layer, sc, ow, v->query == 0 && prefix_of(v) > 0 ? "" : "   # the figure rolls out "
+                     layer, sc, ow, query == 0 && prefix_of(v) > 0 ? "" : "   # the figure rolls out "
                      "from the class token (analyze --metrics rollout), the view from the query", logn);
         else
             snprintf(out, n, "attnscope plot attention %s --image %ld --layer %d --head %d --query %d"
-                     "%s -o %s%s%s", t, v->image, layer, head, v->query, sc, ow,
+                     "%s -o %s%s%s", t, v->image, layer, head, query, sc, ow,
                      v->ds ? "   # the figure draws attn; the view shows another map" : "", logn);
         break;
     case VIEW_MODE_GRID:
     case VIEW_MODE_DEPTH:
-        snprintf(out, n, "attnscope plot grid %s --image %ld --query %d%s -o %s%s%s", t, v->image, v->query,
+        snprintf(out, n, "attnscope plot grid %s --image %ld --query %d%s -o %s%s%s", t, v->image, query,
                  sc, ow, rollout_drawn(v) ? "   # the figure draws each layer's attention; the view shows "
                  "rollout" : v->mode == VIEW_MODE_GRID && v->ds ? "   # the figure draws attn; the view shows "
                  "another map" : "", logn);
@@ -2104,8 +2134,8 @@ void view_plot_command(const view *v, const char *name, char *out, size_t n) {
         shell_word(o2, w2, sizeof w2);
         snprintf(out, n, "attnscope plot attention %s --image %ld --layer %d --head %d --query %d%s -o %s%s\n"
                  "attnscope plot attention %s --image %ld --layer %d --head %d --query %d%s -o %s%s", t,
-                 v->image, v->src.tr.layers[v->pair[0]], head, v->query, sc, w1, logn, t, v->image,
-                 v->src.tr.layers[v->pair[1]], head, v->query, sc, w2, logn);
+                 v->image, v->src.tr.layers[v->pair[0]], head, query, sc, w1, logn, t, v->image,
+                 v->src.tr.layers[v->pair[1]], head, query, sc, w2, logn);
         break;
     }
     case VIEW_MODE_ALS: snprintf(out, n, "attnscope plot als %s%s -o %s", t, cm, ow); break;
