@@ -142,7 +142,7 @@ typedef struct {
     int slow;           /* not the CPU's fastest kernels (advice says what to do) */
     char advice[512];
     char software[32];  /* "attnscope 0.1.0" */
-    char gemm[96];      /* what the linear layers run on (vit_gemm_name) */
+    char gemm[192];      /* what the linear layers run on (vit_gemm_name) */
 } runtime_info;
 void runtime_get_info(runtime_info *ri);
 /* Sets ri->gemm to what the linear layers of params with this pack run on: a params without a
@@ -157,6 +157,17 @@ void runtime_describe(const runtime_info *ri, char *buf, size_t n);
 void runtime_warn(const char *cmd);
 /* Measured SGEMM GFLOP/s at the model's largest GEMM shape class, all threads. */
 double runtime_gemm_ceiling(int m, int n, int k, double seconds);
+
+/* --precision f32|bf16 (precision.c): *bf16 set; else 2 with err filled. */
+int record_parse_precision(const char *s, int *bf16, as_error *err);
+/* Puts m's linear layers on bfloat16 products (a new oneDNN pack); refused without oneDNN. */
+as_status model_use_bf16(model *m, as_error *err);
+/* Forwards image x (1, C, S, S) with m's products (bfloat16) and with float32 ones and fills out
+ * with the difference: logits (features without a head) and the attn maps of every block (of the
+ * first, middle and last when all would take more than 128 MB). */
+as_status precision_check(const model *m, const float *x, trace_precision *out, as_error *err);
+/* One line for info and record: what the check measured. */
+void precision_describe(const trace_precision *p, char *buf, size_t n);
 
 /* recording loop shared by record, demo and bench */
 typedef struct {

@@ -25,6 +25,9 @@ static const cli_opt bench_opts_table[] = {
     {'d', 0,   "dtype",        "T",     "f16, f32", "f16", "storage precision with --record"},
     {'c', 0,   "compress",     "C",     "none, lz4, deflate[:1-9]", "none", "compression with --record"},
     {'o', 0,   "out",          "FILE",  NULL, "a temporary file, removed", "keep the trace --record writes here"},
+    {'X', 0,   "precision",    "P",     "f32, bf16", "f32", "the linear layers' products (as record --precision); "
+     "bf16 also times the float32 forward in the same rounds and prints the speed-up and bfloat16's "
+     "difference to float32 on one image"},
     {'j', 0,   "json",         NULL,    NULL, NULL, "print the results as one JSON object"},
     {0}};
 
@@ -103,7 +106,7 @@ static void time_forward(const model *m, int B, double seconds, double flops_img
 
 int cmd_bench(int argc, char **argv) {
     const char *arch = "deit_tiny_patch16_224", *model_path = NULL, *what = "attn", *dtype = "f16";
-    const char *compress = "none", *out = NULL;
+    const char *compress = "none", *out = NULL, *precision = "f32";
     int B = 8, threads = 0, record = 0, json = 0, rounds = 3, ch;
     double seconds = 5;
     optind = 1;
@@ -120,6 +123,7 @@ int cmd_bench(int argc, char **argv) {
         case 'd': dtype = optarg; break;
         case 'c': compress = optarg; break;
         case 'o': out = optarg; break;
+        case 'X': precision = optarg; break;
         case 'j': json = 1; break;
         case 'R': ok = cli_parse_int(optarg, 1, 16, &rounds); break;
         }
@@ -129,6 +133,11 @@ int cmd_bench(int argc, char **argv) {
     if (optind < argc) return cli_extra(&bench_cmd, argv[optind]);
     runtime_set_threads(threads);
     as_error err = {0};
+    int bf16 = 0;
+    if (record_parse_precision(precision, &bf16, &err)) {
+        cli_error(&err);
+        return 2;
+    }
     model m;
     if (model_path) {
         if (model_load(&m, model_path, strcmp(arch, "deit_tiny_patch16_224") ? arch : NULL, 0, &err) != AS_OK)
@@ -139,6 +148,16 @@ int cmd_bench(int argc, char **argv) {
         if (model_init_random(&m, &cfg, 1, &err) != AS_OK) return cli_error(&err);
         m.params.pack = vit_gemm_pack_new(); /* timed as a loaded model runs: weights prepacked */
     }
+    /* bf16: the float32 pack stays for the reference runs, the bfloat16 one does the rest */
+    vit_gemm_pack *f32_pack = m.params.pack;
+    m.params.pack = NULL;
+    if (bf16 && model_use_bf16(&m, &err) != AS_OK) {
+        m.params.pack = f32_pack;
+        model_free(&m);
+        return cli_error(&err);
+    }
+    vit_gemm_pack *run_pack = bf16 ? m.params.pack : f32_pack;
+    m.params.pack = run_pack;
     const vit_config *c = &m.cfg;
     vit_cost cost;
     vit_config_cost(c, &cost);
@@ -151,7 +170,8 @@ int cmd_bench(int argc, char **argv) {
     const int T = vit_num_tokens(c);
     double ceiling = runtime_gemm_ceiling(B * T, c->mlp_hidden, c->embed_dim, seconds < 2 ? 0.5 : 1.0);
     if (!json) {
-        printf("attnscope bench: %s, batch %d, %d threads, float32\n", c->name, B, runtime_threads());
+        printf("attnscope bench: %s, batch %d, %d threads, %s\n", c->name, B, runtime_threads(),
+               bf16 ? "bfloat16 products (float32 elsewhere)" : "float32");
         printf("OpenBLAS    kernel %s; SGEMM ceiling %.1f GFLOP/s (M=%d N=%d K=%d, measured now)\n",
                core, ceiling, B * T, c->mlp_hidden, c->embed_dim);
         printf("linear      layers on %s%s\n", ri.gemm,
@@ -161,7 +181,7 @@ int cmd_bench(int argc, char **argv) {
     }
     /* Plain and recording runs alternate in short rounds and each reports its median: on a
      * shared machine the speed drifts, and a ratio of runs minutes apart would measure that. */
-    double plain_v[16], rec_v[16], wcpu_v[16], mb_s = 0, direct_pct = 0;
+    double plain_v[16], rec_v[16], wcpu_v[16], f32_v[16], mb_s = 0, direct_pct = 0;
     bench_result plain = {0}, rec = {0}, tmpres;
     int rc = 0;
     const double per_round = seconds / rounds;
@@ -204,6 +224,12 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     for (int r = 0; r < rounds && !rc; r++) {
+        if (bf16) { /* the float32 forward, alternating with the bfloat16 one */
+            m.params.pack = f32_pack;
+            time_forward(&m, B, per_round, cost.flops_total, ceiling, &tmpres);
+            f32_v[r] = tmpres.img_s;
+            m.params.pack = run_pack;
+        }
         time_forward(&m, B, per_round, cost.flops_total, ceiling, &tmpres);
         plain_v[r] = tmpres.img_s;
         if (!record) continue;
@@ -230,6 +256,33 @@ int cmd_bench(int argc, char **argv) {
     if (!json)
         printf("forward     %8.1f img/s %8.2f ms/img %8.1f GFLOP/s  %5.1f%% of ceiling\n",
                plain.img_s, plain.ms_img, plain.gflops, plain.pct);
+    trace_precision pr = {0};
+    double speedup_lo = 0, speedup_hi = 0;
+    if (bf16) { /* the speed-up per round, and what bfloat16 does to one random image */
+        for (int r = 0; r < rounds; r++) {
+            const double k = plain_v[r] / f32_v[r];
+            speedup_lo = r == 0 || k < speedup_lo ? k : speedup_lo;
+            speedup_hi = r == 0 || k > speedup_hi ? k : speedup_hi;
+        }
+        const size_t nx = (size_t)c->in_chans * c->img_size * c->img_size;
+        float *x1 = malloc(nx * sizeof *x1);
+        rng_state rs = {7};
+        for (size_t i = 0; x1 && i < nx; i++) x1[i] = rng_normal(&rs);
+        if (!x1 || precision_check(&m, x1, &pr, &err) != AS_OK) rc = x1 ? cli_error(&err) : cli_fail(1, "out of memory");
+        free(x1);
+        if (!json && !rc) {
+            bench_result f;
+            fill_result(&f, median(f32_v, rounds), cost.flops_total, ceiling);
+            printf("float32     %8.1f img/s %8.2f ms/img %8.1f GFLOP/s  %5.1f%% of ceiling  (same rounds)\n",
+                   f.img_s, f.ms_img, f.gflops, f.pct);
+            char line[700], chk[600];
+            precision_describe(&pr, chk, sizeof chk);
+            snprintf(line, sizeof line, "bfloat16 products: %.2fx the float32 forward (per round %.2f-%.2fx); "
+                     "%s (the first image: a random one)", plain.img_s / f.img_s, speedup_lo, speedup_hi, chk + 19);
+            printf("%12s", "");
+            cli_wrap(stdout, 12, 12, line);
+        }
+    }
     if (record) {
         fill_result(&rec, median(rec_v, rounds), cost.flops_total, ceiling);
         if (!json) {
@@ -264,8 +317,15 @@ int cmd_bench(int argc, char **argv) {
                    "\"direct_io_pct\": %.1f}",
                    rec.img_s, rec.ms_img, rec.gflops, rec.pct, 100.0 * (plain.img_s / rec.img_s - 1.0),
                    median(wcpu_v, rounds), direct_pct);
+        if (bf16)
+            printf(", \"precision\": \"bfloat16\", \"float32_forward_img_s\": %.3f, \"bf16_speedup\": %.4f, "
+                   "\"bf16_speedup_range\": [%.4f, %.4f], \"bf16_output_max_abs_err\": %.6g, "
+                   "\"bf16_attn_max_abs_err\": %.6g, \"bf16_attn_mean_abs_err\": %.6g",
+                   median(f32_v, rounds), plain.img_s / median(f32_v, rounds), speedup_lo, speedup_hi,
+                   pr.out_max_abs, pr.attn_max_abs, pr.attn_mean_abs);
         printf("}\n");
     }
+    if (bf16) vit_gemm_pack_free(f32_pack); /* m holds the bfloat16 pack */
     model_free(&m);
     return rc;
 }

@@ -227,7 +227,7 @@ int cmd_demo(int argc, char **argv) {
     snprintf(out, sizeof out, "%s/run.h5", dir);
     runtime_info ri;
     runtime_get_info(&ri);
-    char blas[256], gemm[96];
+    char blas[256], gemm[192];
     snprintf(gemm, sizeof gemm, "%s", ri.gemm); /* the recording's; training runs on OpenBLAS */
     runtime_info_for_pack(&ri, NULL);
     runtime_describe(&ri, blas, sizeof blas);

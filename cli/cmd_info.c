@@ -264,7 +264,7 @@ static int print_config(const vit_config *c, const char *source, const char *dty
 /* What the trace was made from: the weights (resolved path and sha256; format 1 traces have the
  * path only) and how (OpenBLAS kernels and threads: bit-identical results need the same). */
 typedef struct {
-    char src[1100], sha[80], core[64], forced[160], cfg[300], resumed[600], sw[64], gemm[96];
+    char src[1100], sha[80], core[64], forced[160], cfg[300], resumed[600], sw[64], gemm[192];
     int threads, version;
     long skipped;
 } trace_provenance;
@@ -284,6 +284,23 @@ static void read_provenance(const trace_reader *r, trace_provenance *p) {
     p->skipped = trace_num_skipped(r);
 }
 
+/* The trace's bfloat16 check (record --precision bf16); 0 when it has none (float32 products). */
+static int read_precision(const trace_reader *r, trace_precision *p) {
+    const hid_t f = (hid_t)r->file_id;
+    char prec[16] = "";
+    memset(p, 0, sizeof *p);
+    trace_read_attr_string(r, "precision", prec, sizeof prec);
+    if (strcmp(prec, "bfloat16") != 0) return 0;
+    p->n_layers = h5u_attr_read_int(f, "bf16_check_layers", p->layers, VIT_MAX_DEPTH);
+    p->checked = p->n_layers > 0 && h5u_attr_read_doubles(f, "bf16_output_max_abs_err", &p->out_max_abs, 1) == 1 &&
+                 h5u_attr_read_doubles(f, "bf16_output_max_abs", &p->out_max, 1) == 1 &&
+                 h5u_attr_read_doubles(f, "bf16_attn_max_abs_err", &p->attn_max_abs, 1) == 1 &&
+                 h5u_attr_read_doubles(f, "bf16_attn_mean_abs_err", &p->attn_mean_abs, 1) == 1 &&
+                 h5u_attr_read_int(f, "bf16_top1_same", &p->top1_same, 1) == 1;
+    if (p->n_layers < 0) p->n_layers = 0;
+    return 1;
+}
+
 static void info_provenance(const trace_reader *r, const trace_provenance *p) {
     line("model       %s from %s", r->cfg.name, p->src);
     if (p->sha[0]) printf("weights     sha256 %s\n", p->sha);
@@ -294,6 +311,13 @@ static void info_provenance(const trace_reader *r, const trace_provenance *p) {
              p->forced[0] ? " (forced by " : "", p->forced, p->forced[0] ? ")" : "", p->threads,
              p->threads == 1 ? "" : "s", p->cfg);
         if (p->gemm[0]) line("linear      layers on %s", p->gemm);
+        trace_precision pr;
+        if (read_precision(r, &pr)) {
+            char buf[600];
+            if (pr.checked) precision_describe(&pr, buf, sizeof buf);
+            else snprintf(buf, sizeof buf, "bfloat16 products (no check recorded)");
+            line("precision   %s", buf);
+        }
         if (p->resumed[0]) line("resumed     %s", p->resumed);
     }
 }

@@ -121,7 +121,7 @@ void runtime_get_info(runtime_info *ri) {
 }
 
 void runtime_info_for_pack(runtime_info *ri, const vit_gemm_pack *pack) {
-    snprintf(ri->gemm, sizeof ri->gemm, "%s", pack ? vit_gemm_name() : "OpenBLAS");
+    snprintf(ri->gemm, sizeof ri->gemm, "%s", pack ? vit_gemm_pack_name(pack) : "OpenBLAS");
 }
 
 void runtime_describe(const runtime_info *ri, char *buf, size_t n) {

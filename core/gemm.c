@@ -17,6 +17,9 @@ typedef struct {
     long used;            /* pack->products at its last use (the least recent is replaced) */
     dnnl_primitive_t prim;
     dnnl_memory_t src, dst, b;
+    /* bfloat16 packs: x is rounded to bfloat16 into src (its own buffer) by cvt from src32 */
+    dnnl_primitive_t cvt;
+    dnnl_memory_t src32;
 } gemm_way;
 
 #define GEMM_WAYS 8   /* row counts per weight: full and last batches, stages' token counts */
@@ -36,6 +39,7 @@ struct vit_gemm_pack {
     gemm_entry *e;
     int n, cap;
     long products;
+    vit_gemm_precision precision;
 };
 
 /* oneDNN's memory objects take void *; it only reads sources, weights and biases */
@@ -47,13 +51,15 @@ static int g_ok = -1;          /* engine made (1), failed (0), not yet (-1) */
 static int g_use_dnnl = 1;     /* vit_gemm_select */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static _Thread_local vit_gemm_pack *g_current;
-static char g_name[96];
+static char g_name[96], g_name_bf16[160];
 
 static void engine_init(void) {
     g_ok = dnnl_engine_create(&g_engine, dnnl_cpu, 0) == dnnl_success &&
            dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags) == dnnl_success;
     const dnnl_version_t *v = dnnl_version();
     snprintf(g_name, sizeof g_name, "oneDNN %d.%d.%d matmul, prepacked weights", v->major, v->minor, v->patch);
+    snprintf(g_name_bf16, sizeof g_name_bf16, "oneDNN %d.%d.%d matmul, prepacked weights, bfloat16 "
+             "products (inputs and weights rounded to bfloat16, float32 sums)", v->major, v->minor, v->patch);
 }
 
 /* Destroys what way g holds (a way that failed half-way included). */
@@ -62,15 +68,28 @@ static void way_free(gemm_way *g) {
     if (g->src) dnnl_memory_destroy(g->src);
     if (g->dst) dnnl_memory_destroy(g->dst);
     if (g->b) dnnl_memory_destroy(g->b);
+    if (g->cvt) dnnl_primitive_destroy(g->cvt);
+    if (g->src32) dnnl_memory_destroy(g->src32);
 }
 
-vit_gemm_pack *vit_gemm_pack_new(void) {
+vit_gemm_pack *vit_gemm_pack_new_precision(vit_gemm_precision precision) {
     if (!g_use_dnnl) return NULL;
     pthread_once(&g_once, engine_init);
     if (!g_ok) return NULL;
     vit_gemm_pack *pk = calloc(1, sizeof *pk);
     if (pk) pthread_mutex_init(&pk->mu, NULL);
+    if (pk) pk->precision = precision;
     return pk;
+}
+
+vit_gemm_pack *vit_gemm_pack_new(void) { return vit_gemm_pack_new_precision(VIT_GEMM_F32); }
+
+vit_gemm_precision vit_gemm_pack_precision(const vit_gemm_pack *pk) { return pk ? pk->precision : VIT_GEMM_F32; }
+
+const char *vit_gemm_pack_name(const vit_gemm_pack *pk) {
+    if (!pk) return "OpenBLAS";
+    pthread_once(&g_once, engine_init);
+    return pk->precision == VIT_GEMM_BF16 ? g_name_bf16 : g_name;
 }
 
 void vit_gemm_pack_free(vit_gemm_pack *pk) {
@@ -148,7 +167,7 @@ static int layout_of(gemm_entry *e, const dnnl_memory_desc_t *md) {
 
 /* The primitive computing e's product for M rows (stride ldy, accumulate, bias), made at its
  * first use. NULL: oneDNN cannot (or this weight already has GEMM_WAYS ways). */
-static gemm_way *way_of(gemm_entry *e, int M, int ldy, int acc, int bias) {
+static gemm_way *way_of(gemm_entry *e, int M, int ldy, int acc, int bias, vit_gemm_precision precision) {
     for (int i = 0; i < e->nw; i++) {
         gemm_way *g = &e->way[i];
         if (g->M == M && g->ldy == ldy && g->acc == acc && g->bias == bias) return g;
@@ -168,8 +187,12 @@ static gemm_way *way_of(gemm_entry *e, int M, int ldy, int acc, int bias) {
     dnnl_primitive_desc_t pd = NULL;
     dnnl_matmul_desc_t mdesc;
     gemm_way g = {.M = M, .ldy = ldy, .acc = acc, .bias = bias, .wi = -1};
-    int ok = dnnl_memory_desc_init_by_tag(&sd, 2, mk, dnnl_f32, dnnl_ab) == dnnl_success &&
-             dnnl_memory_desc_init_by_tag(&wd, 2, kn, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
+    const int bf16 = precision == VIT_GEMM_BF16;
+    const dnnl_data_type_t dt = bf16 ? dnnl_bf16 : dnnl_f32; /* of x and W; y and the bias: f32 */
+    dnnl_memory_desc_t s32;
+    int ok = dnnl_memory_desc_init_by_tag(&sd, 2, mk, dt, dnnl_ab) == dnnl_success &&
+             dnnl_memory_desc_init_by_tag(&s32, 2, mk, dnnl_f32, dnnl_ab) == dnnl_success &&
+             dnnl_memory_desc_init_by_tag(&wd, 2, kn, dt, dnnl_format_tag_any) == dnnl_success &&
              dnnl_memory_desc_init_by_tag(&bd, 2, one, dnnl_f32, dnnl_ab) == dnnl_success &&
              dnnl_memory_desc_init_by_strides(&dd, 2, mn, dnnl_f32, strides) == dnnl_success &&
              dnnl_matmul_desc_init(&mdesc, &sd, &wd, bias ? &bd : NULL, &dd) == dnnl_success &&
@@ -181,9 +204,16 @@ static gemm_way *way_of(gemm_entry *e, int M, int ldy, int acc, int bias) {
     if (ok) {
         const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         ok = wq && (g.wi = layout_of(e, wq)) >= 0 && dnnl_primitive_create(&g.prim, pd) == dnnl_success &&
-             dnnl_memory_create(&g.src, &sd, g_engine, DNNL_MEMORY_NONE) == dnnl_success &&
+             dnnl_memory_create(&g.src, &sd, g_engine, bf16 ? DNNL_MEMORY_ALLOCATE : DNNL_MEMORY_NONE) == dnnl_success &&
              dnnl_memory_create(&g.dst, &dd, g_engine, DNNL_MEMORY_NONE) == dnnl_success &&
              (!bias || dnnl_memory_create(&g.b, &bd, g_engine, DNNL_MEMORY_NONE) == dnnl_success);
+    }
+    if (ok && bf16) { /* x rounded to bfloat16 (round to nearest even) before each product */
+        dnnl_primitive_desc_t rpd = NULL;
+        ok = dnnl_memory_create(&g.src32, &s32, g_engine, DNNL_MEMORY_NONE) == dnnl_success &&
+             dnnl_reorder_primitive_desc_create(&rpd, &s32, g_engine, &sd, g_engine, NULL) == dnnl_success &&
+             dnnl_primitive_create(&g.cvt, rpd) == dnnl_success;
+        if (rpd) dnnl_primitive_desc_destroy(rpd);
     }
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (po) dnnl_post_ops_destroy(po);
@@ -202,15 +232,17 @@ int vit_gemm_linear(float *y, int ldy, const float *x, const float *w, const flo
     if (!pk || M <= 0) return 0;
     pthread_mutex_lock(&pk->mu);
     gemm_entry *e = entry_of(pk, w, N, K);
-    gemm_way *g = e ? way_of(e, M, ldy, accumulate != 0, bias != NULL) : NULL;
-    int ok = g && dnnl_memory_set_data_handle(g->src, unconst(x)) == dnnl_success &&
+    gemm_way *g = e ? way_of(e, M, ldy, accumulate != 0, bias != NULL, pk->precision) : NULL;
+    int ok = g && dnnl_memory_set_data_handle(g->cvt ? g->src32 : g->src, unconst(x)) == dnnl_success &&
              dnnl_memory_set_data_handle(g->dst, y) == dnnl_success &&
              (!bias || dnnl_memory_set_data_handle(g->b, unconst(bias)) == dnnl_success);
     if (ok) {
         dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, g->src}, {DNNL_ARG_WEIGHTS, e->lmem[g->wi]},
                                    {DNNL_ARG_DST, g->dst}, {DNNL_ARG_BIAS, g->b}};
+        dnnl_exec_arg_t cargs[2] = {{DNNL_ARG_FROM, g->src32}, {DNNL_ARG_TO, g->src}};
         /* once it has run, y may hold part of the product: OpenBLAS cannot take over */
-        if (dnnl_primitive_execute(g->prim, g_stream, bias ? 4 : 3, args) != dnnl_success ||
+        if ((g->cvt && dnnl_primitive_execute(g->cvt, g_stream, 2, cargs) != dnnl_success) ||
+            dnnl_primitive_execute(g->prim, g_stream, bias ? 4 : 3, args) != dnnl_success ||
             dnnl_stream_wait(g_stream) != dnnl_success) {
             fprintf(stderr, "attnscope: oneDNN failed in a %d x %d x %d product; rerun with "
                     "ATTNSCOPE_GEMM=openblas\n", M, N, K);
@@ -240,6 +272,18 @@ const char *vit_gemm_name(void) {
 #else /* built without oneDNN */
 
 vit_gemm_pack *vit_gemm_pack_new(void) { return NULL; }
+vit_gemm_pack *vit_gemm_pack_new_precision(vit_gemm_precision precision) {
+    (void)precision;
+    return NULL;
+}
+vit_gemm_precision vit_gemm_pack_precision(const vit_gemm_pack *pk) {
+    (void)pk;
+    return VIT_GEMM_F32;
+}
+const char *vit_gemm_pack_name(const vit_gemm_pack *pk) {
+    (void)pk;
+    return "OpenBLAS";
+}
 void vit_gemm_pack_free(vit_gemm_pack *pk) { (void)pk; }
 long vit_gemm_pack_products(const vit_gemm_pack *pk) {
     (void)pk;

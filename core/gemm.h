@@ -19,8 +19,19 @@
 
 typedef struct vit_gemm_pack vit_gemm_pack;
 
+/* The products' precision: float32 (the default), or bfloat16 (opt-in: x and W rounded to
+ * bfloat16, round to nearest even; sums, bias and y in float32), which runs on AVX512-BF16
+ * (oneDNN's brg:avx512_core_bf16) at about 1.9x the float32 product on this project's machines
+ * (bench/gemm_onednn.c); docs/performance.md gives its error. */
+typedef enum { VIT_GEMM_F32 = 0, VIT_GEMM_BF16 } vit_gemm_precision;
+
 /* A new, empty pack; NULL when linear layers run on OpenBLAS (see vit_gemm_select). */
 vit_gemm_pack *vit_gemm_pack_new(void);
+/* The same with the products in the given precision. */
+vit_gemm_pack *vit_gemm_pack_new_precision(vit_gemm_precision precision);
+vit_gemm_precision vit_gemm_pack_precision(const vit_gemm_pack *pk);
+/* What the pack's products run on: vit_gemm_name's, with the precision ("OpenBLAS" for NULL). */
+const char *vit_gemm_pack_name(const vit_gemm_pack *pk);
 void vit_gemm_pack_free(vit_gemm_pack *pk);
 
 /* Products the pack has computed so far (0 for NULL): tests check that it is used. */

@@ -108,28 +108,29 @@ int h5u_attr_strs(hid_t loc, const char *name, const char *const *v, int n) {
     return rc;
 }
 
-int h5u_attr_read_int(hid_t loc, const char *name, int *out, int n) {
+/* Reads attribute `name` (at most n values) as `type`; returns the count, or -1. */
+static int attr_read(hid_t loc, const char *name, hid_t type, void *out, int n) {
     if (H5Aexists(loc, name) <= 0) return -1;
     hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
     hid_t s = H5Aget_space(a);
     hssize_t np = H5Sget_simple_extent_npoints(s);
     int rc = -1;
-    if (np >= 1 && np <= n) rc = H5Aread(a, H5T_NATIVE_INT, out) < 0 ? -1 : (int)np;
+    if (np >= 1 && np <= n) rc = H5Aread(a, type, out) < 0 ? -1 : (int)np;
     H5Sclose(s);
     H5Aclose(a);
     return rc;
 }
 
+int h5u_attr_read_int(hid_t loc, const char *name, int *out, int n) {
+    return attr_read(loc, name, H5T_NATIVE_INT, out, n);
+}
+
+int h5u_attr_read_doubles(hid_t loc, const char *name, double *out, int n) {
+    return attr_read(loc, name, H5T_NATIVE_DOUBLE, out, n);
+}
+
 int h5u_attr_read_floats(hid_t loc, const char *name, float *out, int n) {
-    if (H5Aexists(loc, name) <= 0) return -1;
-    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-    hid_t s = H5Aget_space(a);
-    hssize_t np = H5Sget_simple_extent_npoints(s);
-    int rc = -1;
-    if (np >= 1 && np <= n) rc = H5Aread(a, H5T_NATIVE_FLOAT, out) < 0 ? -1 : (int)np;
-    H5Sclose(s);
-    H5Aclose(a);
-    return rc;
+    return attr_read(loc, name, H5T_NATIVE_FLOAT, out, n);
 }
 
 void h5u_attr_read_str(hid_t loc, const char *name, char *out, size_t n) {

@@ -28,6 +28,7 @@ int h5u_attr_overwrite(hid_t loc, const char *name, hid_t mtype, const void *v);
 int h5u_attr_overwrite_str(hid_t loc, const char *name, const char *v);
 /* Reads up to n ints; returns the count, or -1 when missing or longer than n. */
 int h5u_attr_read_int(hid_t loc, const char *name, int *out, int n);
+int h5u_attr_read_doubles(hid_t loc, const char *name, double *out, int n); /* count, or -1 */
 int h5u_attr_read_floats(hid_t loc, const char *name, float *out, int n); /* the same, as float */
 /* String attribute (variable or fixed length) into out; "" when missing. */
 void h5u_attr_read_str(hid_t loc, const char *name, char *out, size_t n);

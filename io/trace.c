@@ -822,6 +822,16 @@ static int write_provenance_attrs(hid_t f, const trace_spec *s) {
     rc |= h5u_attr_str(f, "blas_config", nz(s->blas_config));
     rc |= h5u_attr_str(f, "blas_forced_by", nz(s->blas_forced));
     rc |= h5u_attr_str(f, "linear_gemm", s->gemm ? s->gemm : "OpenBLAS");
+    rc |= h5u_attr_str(f, "precision", s->bf16 ? "bfloat16" : "float32");
+    const trace_precision *p = &s->precision;
+    if (s->bf16 && p->checked) { /* docs/trace-format.md: what bfloat16 did to the first image */
+        rc |= h5u_attr_ints(f, "bf16_check_layers", p->layers, p->n_layers);
+        rc |= h5u_attr_doubles(f, "bf16_output_max_abs_err", &p->out_max_abs, 1);
+        rc |= h5u_attr_doubles(f, "bf16_output_max_abs", &p->out_max, 1);
+        rc |= h5u_attr_doubles(f, "bf16_attn_max_abs_err", &p->attn_max_abs, 1);
+        rc |= h5u_attr_doubles(f, "bf16_attn_mean_abs_err", &p->attn_mean_abs, 1);
+        rc |= h5u_attr_int(f, "bf16_top1_same", p->top1_same);
+    }
     rc |= h5u_attr_int(f, "threads", s->threads);
     char names[VIT_MAX_DEPTH][16];
     const char *ptr[VIT_MAX_DEPTH];
@@ -843,7 +853,7 @@ static as_status resume_provenance(hid_t f, const trace_spec *s, const char *pat
         return as_fail(err, AS_ERR_ARG, "%s: recorded from weights with sha256 %.12s..., these "
                        "have %.12s...: resume with the same --model or write a new trace", path,
                        had, s->model_sha256);
-    char core[64] = "", gemm[96] = "OpenBLAS", note[512] = "";
+    char core[64] = "", gemm[192] = "OpenBLAS", note[512] = "";
     int threads = 0;
     const char *ours = s->gemm ? s->gemm : "OpenBLAS";
     h5u_attr_read_str(f, "blas_core", core, sizeof core);
@@ -1601,6 +1611,11 @@ static as_status resume_check(trace_writer *w, as_error *err) {
                nl == s->n_layers && same_heads && same_windows &&
                memcmp(layers, s->layers, (size_t)nl * sizeof(int)) == 0 &&
                strcmp(rows, s->prefix_rows_only ? "prefix" : "all") == 0;
+    char prec[16] = "float32"; /* traces before the attribute: float32 */
+    h5u_attr_read_str(w->file, "precision", prec, sizeof prec);
+    if (strcmp(prec, s->bf16 ? "bfloat16" : "float32") != 0)
+        return as_fail(err, AS_ERR_ARG, "%s: recorded with %s products; resume with --precision %s, or "
+                       "write a new trace", w->path, prec, strcmp(prec, "bfloat16") == 0 ? "bf16" : "f32");
     if (!same)
         return as_fail(err, AS_ERR_ARG, "%s: recorded with another model or other --record/"
                        "--layers/--heads/--windows/--dtype options (%s, %s); resume with the same ones "

@@ -46,6 +46,17 @@ typedef enum { TRACE_CREATE = 0, TRACE_FORCE, TRACE_RESUME } trace_mode;
 const char *trace_quantity_name(trace_quantity q);
 const char *trace_compress_name(trace_compress c);
 
+/* What bfloat16 products did to one image against float32 products (record --precision bf16,
+ * cli/precision.c): the first image the run reads, forwarded both ways. */
+typedef struct {
+    int checked;             /* 1: the fields below hold a measurement */
+    int n_layers, layers[VIT_MAX_DEPTH]; /* blocks whose attn maps were compared */
+    double out_max_abs;      /* logits (features without a head): max |bf16 - f32| */
+    double out_max;          /* ... and max |f32| */
+    double attn_max_abs, attn_mean_abs; /* attn maps: max and mean |bf16 - f32| */
+    int top1_same;           /* the argmax of the logits agrees (models with a head; else -1) */
+} trace_precision;
+
 typedef struct {
     vit_config cfg;
     const vit_params *params;    /* for the mechanisms' learnt maps under layers/LL/params; may be NULL */
@@ -57,6 +68,8 @@ typedef struct {
     const char *blas_config;     /* openblas_get_config() */
     const char *blas_forced;     /* "OPENBLAS_CORETYPE=..." when the environment chose it, or "" */
     const char *gemm;            /* what the linear layers ran on (vit_gemm_name), or NULL */
+    int bf16;                    /* the linear layers' products in bfloat16 (--precision bf16) */
+    trace_precision precision;   /* with bf16: the measured difference to float32 */
     int threads;
     unsigned quantities;         /* bit (1 << trace_quantity) */
     int n_layers, layers[VIT_MAX_DEPTH];  /* recorded layers, ascending */

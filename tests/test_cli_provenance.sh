@@ -198,4 +198,35 @@ expect 0 "$A" info "$T/gemm_ob.h5"; has "$T/out" "^linear      layers on OpenBLA
 expect 0 "$A" info "$D/train/trace-epoch-000.h5"; has "$T/out" "^linear      layers on OpenBLAS$"
 expect 2 env ATTNSCOPE_GEMM=mkl "$A" info "$T/gemm.h5"
 one_line; has "$T/err" "ATTNSCOPE_GEMM: unknown GEMM 'mkl'.*onednn.*openblas"
+
+# ---- --precision bf16: bfloat16 products, recorded with what they did to the first image ----
+expect 2 "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" --out "$T/bf.h5" --precision bf8
+one_line; has "$T/err" "--precision bf8: the values are f32 (the default) and bf16"
+expect 1 env ATTNSCOPE_GEMM=openblas "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" --out "$T/bf.h5" --precision bf16
+one_line; has "$T/err" "--precision bf16 needs the linear layers on oneDNN, and they run on OpenBLAS"
+[ ! -e "$T/bf.h5" ] && ok || bad "a refused --precision bf16 left a trace"
+if [[ "$want" == oneDNN* ]]; then
+    expect 0 "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" --out "$T/bf.h5" --precision bf16 --threads 1
+    has "$T/out" "bfloat16 products; against float32 ones on the first image, logits within"
+    expect 0 "$A" info "$T/bf.h5"
+    has "$T/out" "^linear      layers on oneDNN .* bfloat16 products"
+    has "$T/out" "^precision   bfloat16 products; against float32 ones on the first image"
+    py 'import h5py, sys
+f = h5py.File(sys.argv[1], "r"); a = f.attrs
+assert a["precision"] == "bfloat16", a["precision"]
+assert list(a["bf16_check_layers"]) == list(range(3)), a["bf16_check_layers"]
+# bfloat16 keeps 8 bits: the logits move, but by far less than their size, and the maps barely
+assert 0 < a["bf16_output_max_abs_err"] < 0.05 * a["bf16_output_max_abs"], dict(a)
+assert 0 < a["bf16_attn_max_abs_err"] < 0.05 and 0 < a["bf16_attn_mean_abs_err"] <= a["bf16_attn_max_abs_err"], dict(a)
+assert a["bf16_top1_same"] in (0, 1)' "$T/bf.h5"
+    # its float32 twin says float32 and has no check; a resume must keep the precision
+    py 'import h5py, sys; a = h5py.File(sys.argv[1], "r").attrs
+assert a["precision"] == "float32" and "bf16_check_layers" not in a, dict(a)' "$T/gemm.h5"
+    expect 1 "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" --out "$T/bf.h5" --resume
+    one_line; has "$T/err" "recorded with bfloat16 products; resume with --precision bf16"
+    expect 0 "$A" bench --batch 2 --seconds 0.4 --rounds 2 --precision bf16 --json
+    py 'import json, sys; j = json.load(open(sys.argv[1]))
+assert j["precision"] == "bfloat16" and j["bf16_speedup"] > 0 and j["float32_forward_img_s"] > 0, j
+assert 0 <= j["bf16_attn_max_abs_err"] < 0.05, j' "$T/out"
+fi
 t_done

@@ -6,9 +6,11 @@
  * the comparisons are of OpenBLAS with itself, which the test says. */
 #define _POSIX_C_SOURCE 200809L
 #include <omp.h>
+#include <stdint.h>
 
 #include "../cli/cli.h"
 #include "../core/gemm.h"
+#include "../core/rng.h"
 #include "check.h"
 
 /* logits and every layer's attention maps of n images, with params p, at the given threads */
@@ -107,6 +109,60 @@ static void check_model(const char *name, int packed_expected) {
     model_free(&m);
 }
 
+/* x rounded to bfloat16, round to nearest even (its upper 16 bits), as a float. */
+static float to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* --precision bf16's products: y = x W^T + b with x and W rounded to bfloat16 and the sums in
+ * float32, against the same rounding done here and summed in double (so a float32 product, or
+ * another rounding, fails), for a batch of rows whose count needs its own primitive, with and
+ * without accumulation. */
+static void check_bf16(void) {
+    vit_gemm_pack *pk = vit_gemm_pack_new_precision(VIT_GEMM_BF16);
+    if (!pk) {
+        printf("note: no oneDNN: bfloat16 products not checked\n");
+        return;
+    }
+    CHECK(vit_gemm_pack_precision(pk) == VIT_GEMM_BF16 && strstr(vit_gemm_pack_name(pk), "bfloat16"),
+          "the pack says bfloat16: %s", vit_gemm_pack_name(pk));
+    enum { M = 37, N = 48, K = 200 };
+    float *x = malloc(M * K * 4), *w = malloc(N * K * 4), *b = malloc(N * 4), *y = malloc(M * N * 4);
+    rng_state rs = {3};
+    for (int i = 0; i < M * K; i++) x[i] = rng_normal(&rs);
+    for (int i = 0; i < N * K; i++) w[i] = rng_normal(&rs) * 0.1f;
+    for (int i = 0; i < N; i++) b[i] = rng_normal(&rs);
+    vit_gemm_pack *old = vit_gemm_use(pk);
+    for (int acc = 0; acc < 2; acc++) {
+        for (int i = 0; i < M * N; i++) y[i] = acc ? 0.5f * (float)i / (M * N) : 0.0f;
+        CHECK(vit_gemm_linear(y, N, x, w, b, M, N, K, acc), "bf16 product ran (acc %d)", acc);
+        double worst = 0, f32_gap = 0;
+        for (int r = 0; r < M; r++)
+            for (int c = 0; c < N; c++) {
+                double want = b[c] + (acc ? 0.5 * (float)(r * N + c) / (M * N) : 0), exact = want, scale = 0;
+                for (int k = 0; k < K; k++) {
+                    want += (double)to_bf16(x[r * K + k]) * to_bf16(w[c * K + k]);
+                    exact += (double)x[r * K + k] * w[c * K + k];
+                    scale += fabs((double)x[r * K + k] * w[c * K + k]);
+                }
+                const double e = fabs(y[r * N + c] - want) / (scale + 1e-30);
+                worst = e > worst ? e : worst;
+                const double g = fabs(y[r * N + c] - exact) / (scale + 1e-30);
+                f32_gap = g > f32_gap ? g : f32_gap;
+            }
+        /* float32 sums of K products: a few float32 ulps of the products' magnitude */
+        CHECK(worst < 1e-5, "acc %d: bfloat16 product off the bf16-rounded sum by %g (relative to sum |x w|)", acc, worst);
+        CHECK(f32_gap > 1e-4, "acc %d: the product is bfloat16's, not float32's (gap to the exact sum %g)", acc, f32_gap);
+    }
+    vit_gemm_use(old);
+    vit_gemm_pack_free(pk);
+    free(x), free(w), free(b), free(y);
+}
+
 int main(void) {
     check_tmp_init("gemm");
     char msg[256];
@@ -121,6 +177,7 @@ int main(void) {
     if (!dnnl) printf("note: built without oneDNN (%s): OpenBLAS compared with itself\n", msg);
     const char *models[] = {"vit_cls", "mech_cls", "vit_gap", "swin_tiny", "pvt_tiny", "pvt_li", "cait_tiny"};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) check_model(models[i], dnnl);
+    check_bf16();
     check_tmp_remove();
     return check_finish("gemm");
 }
