@@ -3,7 +3,8 @@
  * process: OpenBLAS's cblas_sgemm as core/vit.c calls it today (bias rows, then beta = 1), and
  * oneDNN's matmul primitive with the weights in the user's layout (runtime M: one primitive for
  * every batch) and with the weights reordered once into the layout the primitive asks for
- * (format_tag::any, fixed M: "prepacked"). Prints medians, ranges and ratios, the oneDNN
+ * (format_tag::any, fixed M: "prepacked"), and prepacked in bfloat16 (x rounded by a reorder
+ * before each product, W packed in bfloat16, float32 sums and y: record --precision bf16). Prints medians, ranges and ratios, the oneDNN
  * implementation chosen, the largest difference from OpenBLAS, and whether each oneDNN variant
  * gives the same bits at 1 and 2 threads. Not built by meson (oneDNN is not a dependency):
  *
@@ -42,19 +43,22 @@ static double now(void) {
 }
 
 typedef struct {
-    dnnl_primitive_t p;
-    dnnl_memory_t src, w, b, dst;
+    dnnl_primitive_t p, cvt; /* cvt: bfloat16 only, x -> src */
+    dnnl_memory_t src, w, b, dst, x32;
     const char *impl;
 } matmul;
 
 /* packed: weights reordered into the primitive's own layout, M fixed; else the user's (N, K)
  * row-major weights read as (K, N) "ba", M given at run time. */
-static void matmul_make(matmul *m, int packed, int M, int N, int K, float *x, float *W, float *bias, float *y) {
-    dnnl_memory_desc_t sd, wd, wu, bd, dd, sr, dr;
+static void matmul_make(matmul *m, int packed, int bf16, int M, int N, int K, float *x, float *W, float *bias, float *y) {
+    dnnl_memory_desc_t sd, wd, wu, bd, dd, sr, dr, s16;
+    const dnnl_data_type_t dt = bf16 ? dnnl_bf16 : dnnl_f32;
+    memset(m, 0, sizeof *m);
     dnnl_dims_t s = {packed ? M : DNNL_RUNTIME_DIM_VAL, K}, w = {K, N}, b = {1, N},
                 d = {packed ? M : DNNL_RUNTIME_DIM_VAL, N}, s2 = {M, K}, d2 = {M, N};
-    CK(dnnl_memory_desc_init_by_tag(&sd, 2, s, dnnl_f32, dnnl_ab));
-    CK(dnnl_memory_desc_init_by_tag(&wd, 2, w, dnnl_f32, packed ? dnnl_format_tag_any : dnnl_ba));
+    CK(dnnl_memory_desc_init_by_tag(&sd, 2, s, dt, dnnl_ab));
+    CK(dnnl_memory_desc_init_by_tag(&s16, 2, s2, dt, dnnl_ab));
+    CK(dnnl_memory_desc_init_by_tag(&wd, 2, w, dt, packed ? dnnl_format_tag_any : dnnl_ba));
     CK(dnnl_memory_desc_init_by_tag(&wu, 2, w, dnnl_f32, dnnl_ba));
     CK(dnnl_memory_desc_init_by_tag(&bd, 2, b, dnnl_f32, dnnl_ab));
     CK(dnnl_memory_desc_init_by_tag(&dd, 2, d, dnnl_f32, dnnl_ab));
@@ -80,13 +84,25 @@ static void matmul_make(matmul *m, int packed, int M, int N, int K, float *x, fl
     } else {
         m->w = mu;
     }
-    CK(dnnl_memory_create(&m->src, &sr, eng, x));
+    if (bf16) { /* x is rounded into src's own buffer before each product */
+        dnnl_primitive_desc_t cpd;
+        CK(dnnl_memory_create(&m->x32, &sr, eng, x));
+        CK(dnnl_memory_create(&m->src, &s16, eng, DNNL_MEMORY_ALLOCATE));
+        CK(dnnl_reorder_primitive_desc_create(&cpd, &sr, eng, &s16, eng, NULL));
+        CK(dnnl_primitive_create(&m->cvt, cpd));
+    } else {
+        CK(dnnl_memory_create(&m->src, &sr, eng, x));
+    }
     CK(dnnl_memory_create(&m->b, &bd, eng, bias));
     CK(dnnl_memory_create(&m->dst, &dr, eng, y));
     CK(dnnl_primitive_create(&m->p, pd));
 }
 
 static void matmul_run(const matmul *m) {
+    if (m->cvt) {
+        dnnl_exec_arg_t c[2] = {{DNNL_ARG_FROM, m->x32}, {DNNL_ARG_TO, m->src}};
+        CK(dnnl_primitive_execute(m->cvt, st, 2, c));
+    }
     dnnl_exec_arg_t a[4] = {{DNNL_ARG_SRC, m->src}, {DNNL_ARG_WEIGHTS, m->w}, {DNNL_ARG_BIAS, m->b}, {DNNL_ARG_DST, m->dst}};
     CK(dnnl_primitive_execute(m->p, st, 4, a));
     CK(dnnl_stream_wait(st));
@@ -117,30 +133,30 @@ int main(int argc, char **argv) {
     CK(dnnl_stream_create(&st, eng, dnnl_stream_default_flags));
     printf("M=%d D=%d, %d threads, %d alternating rounds of 0.1 s each; us per GEMM: median (min-max)\n",
            M, D, omp_get_max_threads(), ROUNDS);
-    printf("%-5s %-16s %-24s %-24s %-24s %s\n", "GEMM", "N x K", "OpenBLAS", "oneDNN user layout",
-           "oneDNN prepacked", "ratios to OpenBLAS; max |diff|; same bits at 1 and 2 threads");
+    printf("%-5s %-16s %-24s %-24s %-24s %-24s %s\n", "GEMM", "N x K", "OpenBLAS", "oneDNN user layout",
+           "oneDNN prepacked", "prepacked bfloat16", "ratios to OpenBLAS; max |diff|; same bits at 1 and 2 threads");
     srand(1);
     for (int s = 0; s < 4; s++) {
         const int N = shapes[s][0], K = shapes[s][1];
         float *x = malloc((size_t)M * K * 4), *W = malloc((size_t)N * K * 4), *b = malloc((size_t)N * 4);
-        float *y[3], *y1[3];
-        for (int v = 0; v < 3; v++) y[v] = malloc((size_t)M * N * 4), y1[v] = malloc((size_t)M * N * 4);
+        float *y[4], *y1[4];
+        for (int v = 0; v < 4; v++) y[v] = malloc((size_t)M * N * 4), y1[v] = malloc((size_t)M * N * 4);
         for (size_t i = 0; i < (size_t)M * K; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
         for (size_t i = 0; i < (size_t)N * K; i++) W[i] = ((float)rand() / RAND_MAX - 0.5f) * 0.1f;
         for (int i = 0; i < N; i++) b[i] = 0.01f * (float)i;
-        matmul mm[2];
-        for (int packed = 0; packed < 2; packed++) matmul_make(&mm[packed], packed, M, N, K, x, W, b, y[1 + packed]);
+        matmul mm[3];
+        for (int v = 0; v < 3; v++) matmul_make(&mm[v], v > 0, v == 2, M, N, K, x, W, b, y[1 + v]);
         /* bits at 1 thread, then the timed runs at the caller's count */
         const int threads = omp_get_max_threads();
         omp_set_num_threads(1);
-        for (int v = 1; v < 3; v++) {
+        for (int v = 1; v < 4; v++) {
             matmul_run(&mm[v - 1]);
             memcpy(y1[v], y[v], (size_t)M * N * 4);
         }
         omp_set_num_threads(threads);
-        double t[3][ROUNDS];
+        double t[4][ROUNDS];
         for (int r = 0; r < ROUNDS; r++)
-            for (int v = 0; v < 3; v++) {
+            for (int v = 0; v < 4; v++) {
                 int it = 0;
                 const double t0 = now();
                 do {
@@ -150,9 +166,9 @@ int main(int argc, char **argv) {
                 } while (now() - t0 < 0.1);
                 t[v][r] = (now() - t0) / it * 1e6;
             }
-        double med[3], err[3] = {0, 0, 0};
-        char col[3][64];
-        for (int v = 0; v < 3; v++) {
+        double med[4], err[4] = {0, 0, 0, 0};
+        char col[4][64];
+        for (int v = 0; v < 4; v++) {
             qsort(t[v], ROUNDS, sizeof(double), cmp);
             med[v] = t[v][ROUNDS / 2];
             snprintf(col[v], sizeof col[v], "%.1f (%.1f-%.1f)", med[v], t[v][0], t[v][ROUNDS - 1]);
@@ -163,12 +179,14 @@ int main(int argc, char **argv) {
         }
         char nk[32];
         snprintf(nk, sizeof nk, "%d x %d", N, K);
-        printf("%-5s %-16s %-24s %-24s %-24s %.2fx %.2fx; %.1e %.1e; %s %s\n", names[s], nk, col[0], col[1], col[2],
-               med[0] / med[1], med[0] / med[2], err[1], err[2],
-               memcmp(y[1], y1[1], (size_t)M * N * 4) ? "no" : "yes", memcmp(y[2], y1[2], (size_t)M * N * 4) ? "no" : "yes");
-        if (s == 0) printf("      oneDNN implementations: user layout %s, prepacked %s\n", mm[0].impl, mm[1].impl);
+        printf("%-5s %-16s %-24s %-24s %-24s %-24s %.2fx %.2fx %.2fx; %.1e %.1e %.1e; %s %s %s\n", names[s], nk,
+               col[0], col[1], col[2], col[3], med[0] / med[1], med[0] / med[2], med[0] / med[3], err[1], err[2], err[3],
+               memcmp(y[1], y1[1], (size_t)M * N * 4) ? "no" : "yes", memcmp(y[2], y1[2], (size_t)M * N * 4) ? "no" : "yes",
+               memcmp(y[3], y1[3], (size_t)M * N * 4) ? "no" : "yes");
+        if (s == 0) printf("      oneDNN implementations: user layout %s, prepacked %s, bfloat16 %s\n", mm[0].impl,
+                           mm[1].impl, mm[2].impl);
         free(x), free(W), free(b);
-        for (int v = 0; v < 3; v++) free(y[v]), free(y1[v]);
+        for (int v = 0; v < 4; v++) free(y[v]), free(y1[v]);
     }
     return 0;
 }
