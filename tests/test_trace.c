@@ -400,11 +400,12 @@ static void test_interruptions(void) {
 }
 
 /* Fixture mech_cls and the fixtures' inputs; 0 (a failed check) when either cannot be read. */
-static int load_mech_cls(model *mm, dataset *ds) {
+/* Fixture model `name` and the shared inputs.npy. */
+static int load_fixture(const char *name, model *mm, dataset *ds) {
     const char *fxd = getenv("FIXTURES") ? getenv("FIXTURES") : "tests/fixtures";
     char path[512];
     as_error err = {0};
-    snprintf(path, sizeof path, "%s/mech_cls", fxd);
+    snprintf(path, sizeof path, "%s/%s", fxd, name);
     if (model_load(mm, path, NULL, 0, &err) != AS_OK) {
         CHECK(0, "%s", err.msg);
         return 0;
@@ -413,6 +414,8 @@ static int load_mech_cls(model *mm, dataset *ds) {
     CHECK(dataset_open(ds, path, &err) == AS_OK, "%s", err.msg);
     return 1;
 }
+
+static int load_mech_cls(model *mm, dataset *ds) { return load_fixture("mech_cls", mm, ds); }
 
 /* A model mixing every mechanism (fixture mech_cls): record everything with a head selection;
  * the trace reads back equal to PyTorch's reference maps, intermediate maps included, and the
@@ -677,15 +680,9 @@ static void test_pool_attn(void) {
     dataset ds;
     safetensors st;
     as_error err = {0};
-    snprintf(path, sizeof path, "%s/vf_map", fxd);
-    if (model_load(&mm, path, NULL, 0, &err) != AS_OK) {
-        CHECK(0, "%s", err.msg);
-        return;
-    }
+    if (!load_fixture("vf_map", &mm, &ds)) return;
     const vit_config *c = &mm.cfg;
     const int H = c->num_heads, Np = vit_num_patches(c);
-    snprintf(path, sizeof path, "%s/inputs.npy", fxd);
-    CHECK(dataset_open(&ds, path, &err) == AS_OK, "%s", err.msg);
     snprintf(path, sizeof path, "%s/vf_map/expected.safetensors", fxd);
     CHECK(safetensors_open(&st, path, &err) == AS_OK, "%s", err.msg);
     const safetensors_tensor *t = safetensors_find(&st, "pool_attn");

@@ -10,9 +10,9 @@
 #define _POSIX_C_SOURCE 200809L
 #include "staged.h"
 
-#include "../analysis/analysis.h"
 #include "../plot/keymap.h"
 #include "../viewer/view.h"
+#include "analysed.h"
 #include "check.h"
 
 #define W 1200
@@ -360,13 +360,8 @@ static void click_cell(view *v, cairo_surface_t *s, int i, int r, int c) {
  * and unshifted windows, other stages) are not compared and say so; a stage's missing heads
  * are no cells to open; a compared pair and a present head open as in a single-grid trace. */
 static void test_results(const char *trace) {
-    analysis_opts o;
-    analysis_opts_default(&o);
-    o.quiet = 1;
-    o.threads = 1;
-    analysis_report rep;
     as_error err = {0};
-    CHECK(analysis_run(trace, NULL, &o, &rep, &err) == AS_OK, "analyse: %s", err.msg);
+    analyse_all(trace);
     view v;
     if (view_open(&v, trace, &err) != AS_OK) {
         CHECK(0, "%s", err.msg);
