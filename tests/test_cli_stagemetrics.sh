@@ -118,8 +118,11 @@ expect 0 "$A" plot distance "$T/vit.d.h5" "$T/swin_tiny.d.h5" --labels ViT,Swin 
 expect 0 "$A" analyze "$T/swin_tiny.h5" --metrics rollout -q   # beside the trace: the figure reads its image
 expect 0 "$A" plot rollout "$T/swin_tiny.h5" -o "$T/f_rollout.png" --dpi 72
 [ -s "$T/f_rollout.png" ] && ok || bad "plot rollout on a staged trace wrote nothing"
+# the map figures draw the staged trace itself (tests/test_keymap.c), and refuse its results file
+expect 0 "$A" plot attention "$T/swin_tiny.h5" --layer 1 -o "$T/f_att.png" --dpi 72
+[ -s "$T/f_att.png" ] && ok || bad "plot attention on a staged trace wrote nothing"
 expect 1 "$A" plot attention "$T/swin_tiny.d.h5" -o "$T/f.png"
-has "$T/err" "stage-aware support is not there yet for the attention figure: $T/swin_tiny.d.h5 holds results of a staged trace"
+has "$T/err" "the attention figure draws recorded maps and images: give the trace, not a results file"
 one_line
 [ ! -e "$T/f.png" ] && ok || bad "a refused figure left f.png"
 # swin_pad's stage 1 is one 4 x 4 window (timm clamp): its diag is the global value, so the
