@@ -203,6 +203,7 @@ int cmd_bench(int argc, char **argv) {
         float *tensor = malloc(per * (size_t)count * sizeof(float));
         if (!tensor || dataset_from_memory(&ds, tensor, (int)count, c->in_chans, c->img_size,
                                            "bench", &err) != AS_OK) {
+            if (bf16) vit_gemm_pack_free(f32_pack); /* m holds the bfloat16 pack */
             model_free(&m);
             return cli_fail(1, "out of memory for %ld input images: lower --seconds or --batch", count);
         }
@@ -218,6 +219,7 @@ int cmd_bench(int argc, char **argv) {
         o.quiet = 1;
         if (record_parse_selection(&o, c, what, "all", "all", dtype, compress, "all", &err)) {
             dataset_free(&ds);
+            if (bf16) vit_gemm_pack_free(f32_pack); /* m holds the bfloat16 pack */
             model_free(&m);
             cli_error(&err);
             return 2;
@@ -249,6 +251,7 @@ int cmd_bench(int argc, char **argv) {
     if (record && !out) remove(tmp);
     dataset_free(&ds);
     if (rc) {
+        if (bf16) vit_gemm_pack_free(f32_pack); /* m holds the bfloat16 pack */
         model_free(&m);
         return rc;
     }

@@ -21,6 +21,11 @@ as_status model_use_bf16(model *m, as_error *err) {
     if (!pk)
         return as_fail(err, AS_ERR_UNSUPPORTED, "--precision bf16 needs the linear layers on oneDNN, "
                        "and they run on %s: unset ATTNSCOPE_GEMM (or build with libdnnl-dev)", vit_gemm_name());
+    if (!vit_gemm_bf16_available()) {
+        vit_gemm_pack_free(pk);
+        return as_fail(err, AS_ERR_UNSUPPORTED, "--precision bf16: oneDNN has no bfloat16 matmul for "
+                       "this CPU (it needs AVX-512): use --precision f32");
+    }
     vit_gemm_pack_free(m->params.pack);
     m->params.pack = pk;
     return AS_OK;

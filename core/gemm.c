@@ -40,6 +40,8 @@ struct vit_gemm_pack {
     int n, cap;
     long products;
     vit_gemm_precision precision;
+    void *scratch;        /* bfloat16: x rounded for the product running now (under mu) */
+    size_t scratch_bytes;
 };
 
 /* oneDNN's memory objects take void *; it only reads sources, weights and biases */
@@ -86,6 +88,23 @@ vit_gemm_pack *vit_gemm_pack_new(void) { return vit_gemm_pack_new_precision(VIT_
 
 vit_gemm_precision vit_gemm_pack_precision(const vit_gemm_pack *pk) { return pk ? pk->precision : VIT_GEMM_F32; }
 
+int vit_gemm_bf16_available(void) {
+    if (!g_use_dnnl) return 0;
+    pthread_once(&g_once, engine_init);
+    if (!g_ok) return 0;
+    dnnl_memory_desc_t sd, wd, dd;
+    dnnl_dims_t mk = {8, 64}, kn = {64, 64}, mn = {8, 64};
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_desc_t pd = NULL;
+    int ok = dnnl_memory_desc_init_by_tag(&sd, 2, mk, dnnl_bf16, dnnl_ab) == dnnl_success &&
+             dnnl_memory_desc_init_by_tag(&wd, 2, kn, dnnl_bf16, dnnl_format_tag_any) == dnnl_success &&
+             dnnl_memory_desc_init_by_tag(&dd, 2, mn, dnnl_f32, dnnl_ab) == dnnl_success &&
+             dnnl_matmul_desc_init(&md, &sd, &wd, NULL, &dd) == dnnl_success &&
+             dnnl_primitive_desc_create(&pd, &md, NULL, g_engine, NULL) == dnnl_success;
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    return ok;
+}
+
 const char *vit_gemm_pack_name(const vit_gemm_pack *pk) {
     if (!pk) return "OpenBLAS";
     pthread_once(&g_once, engine_init);
@@ -100,6 +119,7 @@ void vit_gemm_pack_free(vit_gemm_pack *pk) {
         for (int k = 0; k < e->nl; k++) dnnl_memory_destroy(e->lmem[k]);
     }
     free(pk->e);
+    free(pk->scratch);
     pthread_mutex_destroy(&pk->mu);
     free(pk);
 }
@@ -204,7 +224,7 @@ static gemm_way *way_of(gemm_entry *e, int M, int ldy, int acc, int bias, vit_ge
     if (ok) {
         const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         ok = wq && (g.wi = layout_of(e, wq)) >= 0 && dnnl_primitive_create(&g.prim, pd) == dnnl_success &&
-             dnnl_memory_create(&g.src, &sd, g_engine, bf16 ? DNNL_MEMORY_ALLOCATE : DNNL_MEMORY_NONE) == dnnl_success &&
+             dnnl_memory_create(&g.src, &sd, g_engine, DNNL_MEMORY_NONE) == dnnl_success &&
              dnnl_memory_create(&g.dst, &dd, g_engine, DNNL_MEMORY_NONE) == dnnl_success &&
              (!bias || dnnl_memory_create(&g.b, &bd, g_engine, DNNL_MEMORY_NONE) == dnnl_success);
     }
@@ -233,7 +253,15 @@ int vit_gemm_linear(float *y, int ldy, const float *x, const float *w, const flo
     pthread_mutex_lock(&pk->mu);
     gemm_entry *e = entry_of(pk, w, N, K);
     gemm_way *g = e ? way_of(e, M, ldy, accumulate != 0, bias != NULL, pk->precision) : NULL;
-    int ok = g && dnnl_memory_set_data_handle(g->cvt ? g->src32 : g->src, unconst(x)) == dnnl_success &&
+    /* bfloat16: one buffer per pack for the rounded x (every way's would add up to GBs) */
+    const size_t need = g && g->cvt ? (size_t)M * K * 2 : 0;
+    if (need > pk->scratch_bytes) {
+        free(pk->scratch);
+        pk->scratch = aligned_alloc(64, (need + 63) & ~(size_t)63);
+        pk->scratch_bytes = pk->scratch ? need : 0;
+    }
+    int ok = g && (!g->cvt || (pk->scratch && dnnl_memory_set_data_handle(g->src, pk->scratch) == dnnl_success)) &&
+             dnnl_memory_set_data_handle(g->cvt ? g->src32 : g->src, unconst(x)) == dnnl_success &&
              dnnl_memory_set_data_handle(g->dst, y) == dnnl_success &&
              (!bias || dnnl_memory_set_data_handle(g->b, unconst(bias)) == dnnl_success);
     if (ok) {
@@ -251,6 +279,12 @@ int vit_gemm_linear(float *y, int ldy, const float *x, const float *w, const flo
         g->used = ++pk->products;
     }
     pthread_mutex_unlock(&pk->mu);
+    if (!ok && pk->precision == VIT_GEMM_BF16) {
+        /* OpenBLAS would compute it in float32 while the trace says bfloat16: never silently */
+        fprintf(stderr, "attnscope: oneDNN could not set up a %d x %d x %d product in bfloat16 (out of "
+                "memory, or no bfloat16 kernel); rerun with --precision f32\n", M, N, K);
+        abort();
+    }
     return ok;
 }
 
@@ -280,6 +314,7 @@ vit_gemm_precision vit_gemm_pack_precision(const vit_gemm_pack *pk) {
     (void)pk;
     return VIT_GEMM_F32;
 }
+int vit_gemm_bf16_available(void) { return 0; }
 const char *vit_gemm_pack_name(const vit_gemm_pack *pk) {
     (void)pk;
     return "OpenBLAS";

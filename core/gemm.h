@@ -30,6 +30,9 @@ vit_gemm_pack *vit_gemm_pack_new(void);
 /* The same with the products in the given precision. */
 vit_gemm_pack *vit_gemm_pack_new_precision(vit_gemm_precision precision);
 vit_gemm_precision vit_gemm_pack_precision(const vit_gemm_pack *pk);
+/* 1 when oneDNN can make bfloat16 products on this CPU (a bfloat16 pack never falls back to
+ * OpenBLAS's float32: a product it cannot compute aborts with a one-line message). */
+int vit_gemm_bf16_available(void);
 /* What the pack's products run on: vit_gemm_name's, with the precision ("OpenBLAS" for NULL). */
 const char *vit_gemm_pack_name(const vit_gemm_pack *pk);
 void vit_gemm_pack_free(vit_gemm_pack *pk);

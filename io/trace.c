@@ -772,7 +772,8 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
         if (create && ok && s->n_class_names > 0) h5u_attr_strs(g, "class_names", (const char *const *)s->class_names, s->n_class_names);
         if (g >= 0) H5Gclose(g);
     }
-    if (ok && has_pool_attn(s)) { /* /pool/attn (image, head, 1, Np) */
+    /* /pool/attn (image, head, 1, Np); a trace from before it, resumed, stays without one */
+    if (ok && has_pool_attn(s) && (create || H5Lexists(f, "pool", H5P_DEFAULT) > 0)) {
         const int H = c->num_heads, gh = c->img_size / c->patch_size, Np = vit_num_patches(c);
         hid_t g = create ? H5Gcreate2(f, "pool", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)
                          : H5Gopen2(f, "pool", H5P_DEFAULT);
@@ -1417,7 +1418,7 @@ static int write_batch(trace_writer *w, trace_slot *sl, int *err_no) {
                                     record_is_split(s, (trace_quantity)q, l), err_no) < 0;
         }
     }
-    if (!bad && has_pool_attn(s)) {
+    if (!bad && w->d.pool >= 0) {
         const size_t bytes = pool_attn_bytes(s);
         stage_put(w, 0, (engine_buf){sl->rec.pool_attn, NULL, 0}, 0, (size_t)n * bytes / q_elt(s));
         bad |= write_chunks(w, w->d.pool, store, start, n, 1, bytes, bytes, w->stage,
@@ -1611,8 +1612,9 @@ static as_status resume_check(trace_writer *w, as_error *err) {
                nl == s->n_layers && same_heads && same_windows &&
                memcmp(layers, s->layers, (size_t)nl * sizeof(int)) == 0 &&
                strcmp(rows, s->prefix_rows_only ? "prefix" : "all") == 0;
-    char prec[16] = "float32"; /* traces before the attribute: float32 */
+    char prec[16];
     h5u_attr_read_str(w->file, "precision", prec, sizeof prec);
+    if (!prec[0]) snprintf(prec, sizeof prec, "float32"); /* traces before the attribute */
     if (strcmp(prec, s->bf16 ? "bfloat16" : "float32") != 0)
         return as_fail(err, AS_ERR_ARG, "%s: recorded with %s products; resume with --precision %s, or "
                        "write a new trace", w->path, prec, strcmp(prec, "bfloat16") == 0 ? "bf16" : "f32");
@@ -1835,6 +1837,7 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
                 const size_t bytes = record_chunk_bytes(spec, (trace_quantity)q, l);
                 const size_t pieces = record_is_split(spec, (trace_quantity)q, l) ? bytes / TRACE_SPLIT_BYTES + 2 : 1;
                 ib += k * (bytes * 11 / 10 + 64 * pieces);
+                if (bytes >= direct_min(spec)) ib += k * TRACE_DIRECT_ALIGN; /* aligned: a gap each */
             }
         if (has_pool_attn(spec)) ib += pool_attn_bytes(spec) * 11 / 10 + 64;
         w->image_bytes = ib;

@@ -216,7 +216,8 @@ f = h5py.File(sys.argv[1], "r"); a = f.attrs
 assert a["precision"] == "bfloat16", a["precision"]
 assert list(a["bf16_check_layers"]) == list(range(3)), a["bf16_check_layers"]
 # bfloat16 keeps 8 bits: the logits move, but by far less than their size, and the maps barely
-assert 0 < a["bf16_output_max_abs_err"] < 0.05 * a["bf16_output_max_abs"], dict(a)
+# and more than float32 kernels differ by (1e-6): the products really were bfloat16
+assert 1e-4 < a["bf16_output_max_abs_err"] < 0.05 * a["bf16_output_max_abs"], dict(a)
 assert 0 < a["bf16_attn_max_abs_err"] < 0.05 and 0 < a["bf16_attn_mean_abs_err"] <= a["bf16_attn_max_abs_err"], dict(a)
 assert a["bf16_top1_same"] in (0, 1)' "$T/bf.h5"
     # its float32 twin says float32 and has no check; a resume must keep the precision
@@ -229,4 +230,17 @@ assert a["precision"] == "float32" and "bf16_check_layers" not in a, dict(a)' "$
 assert j["precision"] == "bfloat16" and j["bf16_speedup"] > 0 and j["float32_forward_img_s"] > 0, j
 assert 0 <= j["bf16_attn_max_abs_err"] < 0.05, j' "$T/out"
 fi
+# traces from before the precision attribute and /pool/attn resume as float32, without one
+expect 0 "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" --out "$T/old.h5" --limit 1
+py 'import h5py, sys
+with h5py.File(sys.argv[1], "r+") as f: del f.attrs["precision"]' "$T/old.h5"
+expect 0 "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" --out "$T/old.h5" --resume
+has "$T/out" "resumed after 1 images already in the trace"
+expect 0 "$A" record --model "$FX/vf_map" --images "$FX/inputs.npy" --out "$T/oldpool.h5" --limit 1
+py 'import h5py, sys
+with h5py.File(sys.argv[1], "r+") as f: del f["pool"]' "$T/oldpool.h5"
+expect 0 "$A" record --model "$FX/vf_map" --images "$FX/inputs.npy" --out "$T/oldpool.h5" --resume
+expect 0 "$A" info "$T/oldpool.h5"; lacks "$T/out" "^pool "; has "$T/out" "2 complete"
+expect 0 "$A" record --model "$FX/vf_map" --images "$FX/inputs.npy" --out "$T/pool.h5"
+expect 0 "$A" info "$T/pool.h5"; has "$T/out" "^pool        /pool/attn: the attention pooling's map"
 t_done

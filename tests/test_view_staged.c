@@ -383,6 +383,20 @@ static void test_results(const char *trace) {
     CHECK(v.mode == VIEW_MODE_PAIR && v.pair[0] == 3 && v.pair[1] == 3 && v.n_panels >= 2,
           "a click opens the pair (mode %d, %d panels)", v.mode, v.n_panels);
     press(&v, VIEW_KEY_ESCAPE);
+    /* a pair of a 1-head and a 4-head layer: each column shows the head it has, the export names
+     * it, and the head chosen before comes back */
+    CHECK(view_select(&v, -1, 5, 3, -1, &err) == AS_OK, "%s", err.msg);
+    press(&v, 's');
+    draw(&v, s);
+    click_cell(&v, s, 0, 0, 5);
+    char cmd[600];
+    view_plot_command(&v, "x", cmd, sizeof cmd);
+    CHECK(v.mode == VIEW_MODE_PAIR && strstr(cmd, "--layer 0 --head 0 ") && strstr(cmd, "--layer 5 --head 3 "),
+          "pair of layers 0 and 5: %s", cmd);
+    press(&v, VIEW_KEY_ESCAPE);
+    draw(&v, s);
+    CHECK(view_layer(&v) == 5 && view_head(&v) == 3, "back from the pair: layer %d head %d", view_layer(&v),
+          view_head(&v));
     press(&v, 'a');
     draw(&v, s);
     CHECK(v.mode == VIEW_MODE_ALS && v.panels[0].kind == VIEW_PANEL_ALS && v.panels[0].rows == 6 &&

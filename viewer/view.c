@@ -1668,14 +1668,17 @@ static void draw_frame(view *v, cairo_t *cr, double width, double height, int ch
                                 bottom - top - 4, v->mode == VIEW_MODE_DEPTH, &err);
             break;
         case VIEW_MODE_PAIR: {
-            int keep = v->li;
+            /* each layer clamps the head and map to what it has (a staged stage may have fewer
+             * heads); the selection comes back unchanged for the next frame */
+            const int keep = v->li, keep_hi = v->hi, keep_ds = v->ds, keep_q = v->query;
             double w = (U - 12) / 2;
             for (int k = 0; k < 2 && rc == AS_OK; k++) {
                 v->li = v->pair[k];
+                v->hi = keep_hi, v->ds = keep_ds, v->query = keep_q;
                 clamp_selection(v);
                 rc = draw_query_column(v, f, 6 + k * w, w, top, bottom, v->li, 1, &err);
             }
-            v->li = keep;
+            v->li = keep, v->hi = keep_hi, v->ds = keep_ds, v->query = keep_q;
             clamp_selection(v);
             break;
         }
@@ -2132,10 +2135,15 @@ void view_plot_command(const view *v, const char *name, char *out, size_t n) {
         char w1[1200], w2[1200];
         shell_word(o1, w1, sizeof w1);
         shell_word(o2, w2, sizeof w2);
+        int hk[2]; /* the head each column shows: a staged layer may have fewer */
+        for (int k = 0; k < 2; k++) {
+            const int nh = n_heads(v, v->pair[k], 0);
+            hk[k] = head_id(v, 0, v->hi < nh ? v->hi : nh - 1);
+        }
         snprintf(out, n, "attnscope plot attention %s --image %ld --layer %d --head %d --query %d%s -o %s%s\n"
                  "attnscope plot attention %s --image %ld --layer %d --head %d --query %d%s -o %s%s", t,
-                 v->image, v->src.tr.layers[v->pair[0]], head, query, sc, w1, logn, t, v->image,
-                 v->src.tr.layers[v->pair[1]], head, query, sc, w2, logn);
+                 v->image, v->src.tr.layers[v->pair[0]], hk[0], query, sc, w1, logn, t, v->image,
+                 v->src.tr.layers[v->pair[1]], hk[1], query, sc, w2, logn);
         break;
     }
     case VIEW_MODE_ALS: snprintf(out, n, "attnscope plot als %s%s -o %s", t, cm, ow); break;
