@@ -222,6 +222,8 @@ int main(void) {
     /* a head the layer does not have, a token off the grid: refused in one line */
     CHECK(keymap_row_read(&src, 0, 0, 0, 14 * 14, &k, &err) == AS_ERR_ARG && strstr(err.msg, "grid"),
           "off-grid token: %s", err.msg);
+    CHECK(keymap_row_read(&src, 0, 0, 3, 0, &k, &err) != AS_OK && strstr(err.msg, "head"),
+          "layer 0 has 1 head, not 4: %s", err.msg);
     fig_source_close(&src);
     test_sra();
     test_class_rows();
