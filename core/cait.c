@@ -55,7 +55,8 @@ int vit_cait_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *sp
     PUT(&top, &p->patch_w, "patch_embed.proj.weight", D, c->in_chans, P, P);
     PUT(&top, &p->patch_b, "patch_embed.proj.bias", D);
     PUT(&top, &p->cls_token, "cls_token", 1, 1, D);
-    PUT(&top, &p->pos_embed, "pos_embed", 1, G * G, D); /* no class slot; not resampled */
+    PUT(&top, &p->pos_embed, "pos_embed", 1, G * G, D); /* no class slot (vit_pos_embed_prefix 0) */
+    if (n - 1 < max) specs[n - 1].is_pos_embed = 1;    /* --img-size resamples it, as a ViT's */
     for (int l = 0; l < c->depth && l < VIT_MAX_DEPTH; l++) {
         vit_block_params *b = &p->blocks[l];
         vit_geom g;

@@ -21,7 +21,11 @@ int vit_act_parse(const char *s) {
     return -1;
 }
 
-int vit_pos_embed_prefix(const vit_config *c) { return c->no_embed_class ? 0 : vit_num_prefix(c); }
+/* CaiT's position embedding has no class slot: the class token joins at the class-attention
+ * blocks, after the patches took their positions. */
+int vit_pos_embed_prefix(const vit_config *c) {
+    return c->no_embed_class || c->family == VIT_FAMILY_CAIT ? 0 : vit_num_prefix(c);
+}
 int vit_pos_embed_len(const vit_config *c) { return vit_pos_embed_prefix(c) + vit_num_patches(c); }
 
 void vit_prefix_names(const vit_config *c, char *buf, size_t n) {

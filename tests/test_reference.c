@@ -147,6 +147,18 @@ static void test_fixtures(const char *const *models, int n) {
 static void test_cait(void) {
     static const char *const models[] = {"cait_tiny", "cait_mait_before", "cait_mait_after"};
     test_fixtures(models, 3);
+    /* --img-size 48: the 4 x 4 position embedding (no class slot) resampled to 6 x 6 as a ViT's
+     * (tools/vitfam_ref.py resample_grid; tools/make_cait_fixtures.py) */
+    model m;
+    as_error err = {0};
+    int ok = model_load(&m, fx("cait_tiny"), NULL, 48, &err) == AS_OK;
+    CHECK(ok, "cait_tiny @48: %s", err.msg);
+    run_out o;
+    if (ok && run_model(&m, fx("inputs48.npy"), &o)) {
+        compare_expected("cait_tiny@48", &o, fx("cait_tiny/expected48.safetensors"), 1, 1e-4);
+        free(o.mem);
+    }
+    if (ok) model_free(&m);
 }
 
 static void test_models(void) {

@@ -3,7 +3,9 @@
 the paper's equations and ../shared/design/hierarchical.md section 3.3, not from timm or from
 attnscope's C. It reads a state dict with timm's Cait names and records every block:
 
-    x = patch_embed(img) + pos_embed                      (pos_embed (1, N, D): no class slot)
+    x = patch_embed(img) + pos_embed                      (pos_embed (1, N, D): no class slot;
+                                                           at another input size its grid is
+                                                           resampled: vitfam_ref.resample_grid)
     SA block i:  x += g1 * TH(LN1(x));  x += g2 * MLP(LN2(x))
         TH: L_h = (q_h * d^-1/2) k_h^T;  L'_g = sum_h Wl[g,h] L_h + bl[g]   (attn.proj_l)
             P = softmax(L');  A'_g = sum_h Ww[g,h] P_h + bw[g]              (attn.proj_w)
@@ -16,7 +18,13 @@ attnscope's C. It reads a state dict with timm's Cait names and records every bl
 MaiT masks (optional, "zero" mode, MaiT Eq. 1: masked logits are multiplied by 0) apply to the
 per-head logits L_h before proj_l (mask_mix "before_mix") or to L'_g after it ("after_mix").
 Usage: logits, rec = forward(sd, cfg, images) with cfg a dict of the config keys."""
+import os
+import sys
+
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vitfam_ref import resample_grid  # noqa: E402  (the --img-size rule, written once)
 
 
 def layer_norm(x, w, b, eps):
@@ -52,7 +60,7 @@ def forward(sd, cfg, img):
     grid = img.shape[-1] // P
     N = grid * grid
     x = torch.nn.functional.conv2d(img, sd["patch_embed.proj.weight"], sd["patch_embed.proj.bias"], stride=P)
-    x = x.flatten(2).transpose(1, 2) + sd["pos_embed"]
+    x = x.flatten(2).transpose(1, 2) + resample_grid(sd["pos_embed"], grid)
     rec = []
 
     def mlp(t, p):

@@ -91,6 +91,10 @@ def main():
           f"row sums {A.sum(-1).min():.3g}..{A.sum(-1).max():.3g} (signed, not row-stochastic)")
     assert A.min() < 0 and abs(A.sum(-1) - 1).max() > 1e-2, "the talking-heads maps should be signed"
     write("cait_tiny", ARGS, None, sd, exp)
+    # run at 48 px (6 x 6 patches): pos_embed's 4 x 4 grid resampled, as attnscope's --img-size
+    x48 = torch.from_numpy(np.load(os.path.join(OUT, "inputs48.npy")))
+    exp48, _ = record(sd, ARGS, x48)
+    st.save(os.path.join(OUT, "cait_tiny", "expected48.safetensors"), exp48)
     att = [{"type": "mait", "blocks": [0], "mask_size": [3, 0, 3], "mask_mode": "zero"}]
     outs = {}
     for mix in ("before_mix", "after_mix"):
