@@ -289,9 +289,12 @@ static int has_pool_attn(const trace_spec *s) {
     return (s->quantities & (1u << TRACE_Q_ATTN)) && s->cfg.global_pool == VIT_POOL_MAP;
 }
 
-static size_t pool_attn_bytes(const trace_spec *s) {
-    return (size_t)s->cfg.num_heads * vit_num_patches(&s->cfg) * q_elt(s);
+/* Values of one image's pool map: every head's row over the patches. */
+static size_t pool_attn_values(const trace_spec *s) {
+    return (size_t)s->cfg.num_heads * vit_num_patches(&s->cfg);
 }
+
+static size_t pool_attn_bytes(const trace_spec *s) { return pool_attn_values(s) * q_elt(s); }
 
 static void dsets_init(trace_dsets *d) {
     for (int q = 0; q < TRACE_Q_COUNT; q++)
@@ -1039,7 +1042,7 @@ size_t trace_slot_bytes(const trace_spec *s) {
     for (int q = 0; q < TRACE_Q_COUNT; q++)
         for (int li = 0; li < s->n_layers && (s->quantities & (1u << q)); li++)
             per_image += q_engine_floats(c, (trace_quantity)q, s->layers[li]) * 4;
-    if (has_pool_attn(s)) per_image += (size_t)c->num_heads * vit_num_patches(c) * 4;
+    if (has_pool_attn(s)) per_image += pool_attn_values(s) * 4;
     per_image += (size_t)(c->num_classes > 0 ? c->num_classes : 1) * 4;
     per_image += (size_t)c->img_size * c->img_size * 3 + TRACE_PATH_LEN + sizeof(int) + 64 * 8;
     return per_image * (size_t)s->batch;
@@ -1085,7 +1088,6 @@ static size_t slot_carve(const trace_spec *s, trace_slot *sl, char *mem) {
         off += align_up((size_t)(nbytes), 64);                               \
     } while (0)
     float ***arrs[TRACE_Q_COUNT];
-    slot_arrays(sl, arrs);
     if (mem) memset(sl, 0, sizeof *sl);
     slot_arrays(sl, arrs);
     for (int q = 0; q < TRACE_Q_COUNT; q++) {
@@ -1110,7 +1112,7 @@ static size_t slot_carve(const trace_spec *s, trace_slot *sl, char *mem) {
             }
         }
     }
-    if (has_pool_attn(s)) TAKE(sl->rec.pool_attn, B * (size_t)c->num_heads * vit_num_patches(c) * 4, 64);
+    if (has_pool_attn(s)) TAKE(sl->rec.pool_attn, B * pool_attn_values(s) * 4, 64);
     TAKE(sl->logits, B * (size_t)(c->num_classes > 0 ? c->num_classes : 1) * 4, 64);
     TAKE(sl->rgb, B * (size_t)c->img_size * c->img_size * 3, 64);
     TAKE(sl->paths, B * TRACE_PATH_LEN, 64);
@@ -1420,7 +1422,7 @@ static int write_batch(trace_writer *w, trace_slot *sl, int *err_no) {
     }
     if (!bad && w->d.pool >= 0) {
         const size_t bytes = pool_attn_bytes(s);
-        stage_put(w, 0, (engine_buf){sl->rec.pool_attn, NULL, 0}, 0, (size_t)n * bytes / q_elt(s));
+        stage_put(w, 0, (engine_buf){sl->rec.pool_attn, NULL, 0}, 0, (size_t)n * pool_attn_values(s));
         bad |= write_chunks(w, w->d.pool, store, start, n, 1, bytes, bytes, w->stage,
                             s->compress != TRACE_COMPRESS_NONE, err_no) < 0;
     }
@@ -1818,7 +1820,7 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
             w->stage_bytes = need > w->stage_bytes ? need : w->stage_bytes;
         }
     if (has_pool_attn(spec)) {
-        const size_t pool = (size_t)spec->batch * spec->cfg.num_heads * vit_num_patches(&spec->cfg) * 4;
+        const size_t pool = (size_t)spec->batch * pool_attn_values(spec) * 4;
         w->stage_bytes = pool > w->stage_bytes ? pool : w->stage_bytes;
     }
     w->stage_bytes = align_up(w->stage_bytes, TRACE_DIRECT_ALIGN);

@@ -108,6 +108,21 @@ double fig_attention_note_height(const fig_source *s, double w) {
     return (prefix ? fmax(1.5, ns * 0.45) + 1 : 0) + ns * 1.1 + 2;
 }
 
+/* fig_attention_panel for a staged layer's row k, its own scale ms. */
+static void staged_panel(plot_figure *f, plot_axes *a, const fig_opts *o, const fig_source *s,
+                         const keymap_row *k, const mapscale *ms, const uint8_t *rgb, int S, int colorbar,
+                         const mapscale *shared, const char *title) {
+    const mapscale *cs = shared ? shared : ms;
+    double ns = note_size(a->w), side = fmax(4, fmin(a->w, a->h - fig_attention_note_height(s, a->w)));
+    a->w = a->h = side;
+    plot_cmap cm = fig_cmap(o);
+    plot_image(f, a, rgb, S, S);
+    keymap_row_draw(f, a, k, S, cs->lo, cs->hi, cm, 0.6);
+    if (title) plot_text_fit(f, a->x + a->w / 2, a->y - 3, 6.5, 0.5, a->w + 14, title);
+    if (colorbar) mapscale_colorbar(f, a, cs, cm, "attention weight");
+    mapscale_note(f, a->x, a->y + side + 2, side, ns, ms);
+}
+
 as_status fig_attention_panel(plot_figure *f, plot_axes *a, const fig_opts *o, const fig_source *s,
                               int layer, int head, long image, int query, const uint8_t *rgb,
                               int S, int colorbar, const mapscale *shared, const char *title,
@@ -116,15 +131,7 @@ as_status fig_attention_panel(plot_figure *f, plot_axes *a, const fig_opts *o, c
         keymap_row k;
         mapscale ms;
         if (staged_row(o, s, layer, head, image, &k, &ms, err) != AS_OK) return err->status;
-        const mapscale *cs = shared ? shared : &ms;
-        double ns = note_size(a->w), side = fmax(4, fmin(a->w, a->h - fig_attention_note_height(s, a->w)));
-        a->w = a->h = side;
-        plot_cmap cm = fig_cmap(o);
-        plot_image(f, a, rgb, S, S);
-        keymap_row_draw(f, a, &k, S, cs->lo, cs->hi, cm, 0.6);
-        if (title) plot_text_fit(f, a->x + a->w / 2, a->y - 3, 6.5, 0.5, a->w + 14, title);
-        if (colorbar) mapscale_colorbar(f, a, cs, cm, "attention weight");
-        mapscale_note(f, a->x, a->y + side + 2, side, ns, &ms);
+        staged_panel(f, a, o, s, &k, &ms, rgb, S, colorbar, shared, title);
         if (scale) *scale = ms;
         keymap_row_free(&k);
         return AS_OK;
@@ -163,29 +170,30 @@ static as_status draw(plot_figure *f, const fig_opts *o, as_error *err) {
     plot_axes a = {.x = 8, .y = 16, .w = plot_width(f) - 70, .h = plot_height(f) - 18};
     char title[200], q[120];
     int p = r->num_prefix, g = vit_grid(&r->cfg);
-    if (r->staged) {
-        const int li = layer_pos(r, layer);
+    if (r->staged) { /* the row, read once: its place names the title, which wraps (it is longer) */
         keymap_row k;
         mapscale ms;
         if (staged_row(o, s, layer, head, image, &k, &ms, err) != AS_OK) {
             free(rgb);
             return err->status;
         }
-        keymap_row_describe(s, li, &k, q, sizeof q);
-        keymap_row_free(&k);
-    } else if (query < p) vit_prefix_label(&r->cfg, query, q, sizeof q); /* class, distillation, register k */
-    else snprintf(q, sizeof q, "patch (%d, %d)", (query - p) / g, (query - p) % g);
-    snprintf(title, sizeof title, "image %ld, layer %d, head %d%s%s", image, layer, head,
-             r->staged ? ": " : ", query: ", q);
-    if (r->staged) { /* the layer's place is longer: the title wraps over the figure's width */
+        keymap_row_describe(s, layer_pos(r, layer), &k, q, sizeof q);
+        snprintf(title, sizeof title, "image %ld, layer %d, head %d: %s", image, layer, head, q);
         const double w = plot_width(f) - 8;
         const int lines = plot_text_wrap(f, 4, 0, 6.5, 0, w, 0, title);
         plot_text_wrap(f, 4 + w / 2, 8, 6.5, 0.5, w, 1, title);
         a.y += (lines - 1) * 6.5 * 1.2;
         a.h -= (lines - 1) * 6.5 * 1.2;
+        staged_panel(f, &a, o, s, &k, &ms, rgb, S, 1, NULL, NULL);
+        keymap_row_free(&k);
+        free(rgb);
+        return AS_OK;
     }
-    as_status rc = fig_attention_panel(f, &a, o, s, layer, head, image, query, rgb, S, 1, NULL,
-                                       r->staged ? NULL : title, NULL, err);
+    if (query < p) vit_prefix_label(&r->cfg, query, q, sizeof q); /* class, distillation, register k */
+    else snprintf(q, sizeof q, "patch (%d, %d)", (query - p) / g, (query - p) % g);
+    snprintf(title, sizeof title, "image %ld, layer %d, head %d, query: %s", image, layer, head, q);
+    as_status rc = fig_attention_panel(f, &a, o, s, layer, head, image, query, rgb, S, 1, NULL, title,
+                                       NULL, err);
     free(rgb);
     return rc;
 }
