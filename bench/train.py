@@ -8,7 +8,8 @@ tests: nothing here asserts a time.
 
 attnscope: `attnscope train` on the built-in shapes for one epoch of --steps batches; its
 img/s counts the training steps (data transform, forward, backward, clipping, AdamW), not the
-dataset generation or the evaluation. PyTorch: tools/vit_ref.py's ViT in train mode on random
+dataset generation or the evaluation. PyTorch: tools/vit_ref.py's ViT (tools/swin_ref.py's Swin
+for a "family": "swin" config) in train mode on random
 tensors already in memory (no data transform, which favours it), the same loss (cross-entropy
 with label smoothing 0.1, plus LaViT's term where the model has less-attention blocks),
 clip_grad_norm_(1.0) and torch.optim.AdamW, warmed up for 5 steps. Both use float32.
@@ -35,17 +36,20 @@ import json, sys, time, torch
 import torch.nn.functional as F
 sys.path.insert(0, sys.argv[1])
 from vit_ref import ViT
+from swin_ref import SwinRef
 from make_train_fixtures import dp_loss
 cfg, B, threads, steps = json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 torch.set_num_threads(threads)
 torch.manual_seed(0)
-m = ViT(cfg).train()
-decay = [p for n, p in m.named_parameters() if p.dim() >= 2 and "token" not in n and "pos_embed" not in n]
-rest = [p for n, p in m.named_parameters() if not (p.dim() >= 2 and "token" not in n and "pos_embed" not in n)]
+m = (SwinRef(cfg) if cfg.get("family") == "swin" else ViT(cfg)).train()
+def decays(n, p):
+    return p.dim() >= 2 and "token" not in n and "pos_embed" not in n and "relative_position_bias_table" not in n
+decay = [p for n, p in m.named_parameters() if decays(n, p)]
+rest = [p for n, p in m.named_parameters() if not decays(n, p)]
 opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": rest, "weight_decay": 0.0}], lr=1e-3)
 xs = torch.randn(8, B, 3, cfg["img_size"], cfg["img_size"])
 ys = torch.randint(0, cfg["num_classes"], (8, B))
-less = any(type(b.attn).__name__ == "LessAttention" for b in m.blocks)
+less = any(type(b.attn).__name__ == "LessAttention" for b in getattr(m, "blocks", []))
 def step(i):
     rec = [] if less else None
     out = m(xs[i % 8], record=rec)

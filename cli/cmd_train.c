@@ -378,9 +378,11 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
     if (cfg.num_classes <= 0)
         return as_fail(err, AS_ERR_CONFIG, "%s: num_classes is 0; training needs a classifier head", o->config);
     if ((rc = vit_config_validate(&cfg, err)) != AS_OK) return rc;
-    if (cfg.n_stages > 0)
-        return as_fail(err, AS_ERR_UNSUPPORTED, "%s: training staged models (swin) is not supported "
-                       "yet: train a ViT/DeiT config, or run this one with record", o->config);
+    const char *staged = cfg.n_stages > 0 ? vit_stage_untrainable(&cfg) : NULL;
+    if (staged) /* issue 18 trains the rest of the stage frame */
+        return as_fail(err, AS_ERR_UNSUPPORTED, "%s: training a staged model with %s is not supported yet: "
+                       "train a Swin config with vanilla attention or a ViT/DeiT config, or run this one with "
+                       "record", o->config, staged);
     const char *fam = vitfam_untrainable(&cfg); /* issue 18 trains the modern ViT family */
     if (fam)
         return as_fail(err, AS_ERR_UNSUPPORTED, "%s: training with %s is not supported yet: remove "

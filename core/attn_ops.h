@@ -8,5 +8,7 @@
 /* A (T, T) += head h's bias: a full (H, T, T) table, or a Swin relative ((2M-1)^2, H) table
  * for an M x M window of tokens. */
 void vit_add_bias(float *A, const float *bias, vit_bias_kind kind, int H, int h, int T, int M);
+/* Its backward: gbias (laid out as bias) += head h's (T, T) gradient g through the same map. */
+void vit_add_bias_backward(float *gbias, const float *g, vit_bias_kind kind, int H, int h, int T, int M);
 
 #endif

@@ -281,17 +281,23 @@ static int fused_plain(const vit_mech *m, const vit_mech_layout *lay, int D) {
            lay->src[0] == VIT_SRC_QKV && lay->col[1] == D && lay->col[2] == 2 * D;
 }
 
-/* One block on n images: x (n, T, D) in place. */
+/* One block on n images: x (n, T, D) in place. A training forward (a->tape) keeps the block's
+ * activations in its tape buffers instead of the shared scratch. */
 static void stage_block(const vit_config *c, int l, const vit_geom *g, const vit_block_params *bp,
                         vit_acts *a, int n, const vit_record *rec) {
     const int T = g->T, D = g->D, Hm = g->Hm, M = n * T;
+    const size_t MD = (size_t)M * D * sizeof(float);
+    const vit_tape_block *t = a->tape ? &a->tape->blk[l] : NULL;
+    float *xn = t ? t->xn1 : a->xn, *qkv = t ? t->qkv : a->qkv, *ao = t ? t->ao : a->ao;
+    float *xn2 = t ? t->xn2 : a->xn, *hpre = t ? t->hpre : a->hid, *hid = t ? t->hid : a->hid;
     const vit_mech *m = vit_mech_of(c, l);
     vit_mech_layout lay;
     m->layout(c, l, &lay);
-    kernels_layernorm(a->xn, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
+    if (t) memcpy(t->x_in, a->x, MD);
+    kernels_layernorm(xn, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
     for (int i = 0; i < lay.n_proj; i++) {
         const vit_mech_proj *pr = &lay.proj[i];
-        vit_linear_ld(a->qkv + pr->col, lay.W, a->xn, vit_mech_weight(bp, pr->w), vit_mech_weight(bp, pr->b),
+        vit_linear_ld(qkv + pr->col, lay.W, xn, vit_mech_weight(bp, pr->w), vit_mech_weight(bp, pr->b),
                       M, pr->out, D, 0);
     }
     if (g->scope == VIT_SCOPE_WINDOW) vit_relative_bias_expand(a->rpb, bp->rpb_table, g->H, g->M);
@@ -302,37 +308,41 @@ static void stage_block(const vit_config *c, int l, const vit_geom *g, const vit
     const int plain = fused_plain(m, &lay, D), dq = vit_qk_head_dim(c, l);
     vit_window_job j = {
         .n = n, .T = T, .D = D, .H = g->H, .P = g->problems, .N = g->Tq, .tok = a->tok[l],
-        .mask = a->mask[l], .rpb = g->scope == VIT_SCOPE_WINDOW ? a->rpb : NULL, .qkv = a->qkv,
+        .mask = a->mask[l], .rpb = g->scope == VIT_SCOPE_WINDOW ? a->rpb : NULL, .qkv = qkv,
         .qkv_b = bp->qkv_b, .scale = m->product_scale ? m->product_scale(c, l) : vit_attn_scale(c, l),
-        .att = att ? att : a->att, .scores = rec_at(rec->scores, l), .ao = a->ao, .scratch = a->scratch,
-        .slots = a->slots, .slot_floats = a->slot_floats};
+        .att = att ? att : t ? t->att : a->att, .scores = rec_at(rec->scores, l), .ao = ao,
+        .scratch = a->scratch, .slots = a->slots, .slot_floats = a->slot_floats};
     if (!plain) {
         vit_mech_problem_grid(g, &j.M, &j.M);
         j.m = m;
         j.mb = &mb;
         j.lay = &lay;
         j.bp = bp;
-        j.xn = a->xn;
+        j.xn = xn;
         j.dq = dq;
         for (int i = 0; i < VIT_MAX_EXTRAS; i++) /* per-head extras (LSLA's softmax before B_outer) */
             j.extra[i] = vit_extra_info(c, l, i, NULL) ? rec_at(rec->extra[i], l) : NULL;
     }
     vit_window_attention(&j);
     if (rec_at(rec->q, l) || rec_at(rec->k, l))
-        record_qk(rec_at(rec->q, l), rec_at(rec->k, l), &lay, a->qkv, a->xn, n, T, D, g->H, dq);
-    if (bp->proj_w) vit_linear(a->x, a->ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
-    else for (size_t i = 0; i < (size_t)M * D; i++) a->x[i] += a->ao[i];      /* LSLA's NP */
-    kernels_layernorm(a->xn, a->x, bp->norm2_w, bp->norm2_b, M, D, c->ln_eps);
-    vit_linear(a->hid, a->xn, bp->fc1_w, bp->fc1_b, M, Hm, D, 0);
-    kernels_gelu(a->hid, (size_t)M * Hm);
-    vit_linear(a->x, a->hid, bp->fc2_w, bp->fc2_b, M, D, Hm, 1); /* x += fc2(gelu(fc1(xn))) */
+        record_qk(rec_at(rec->q, l), rec_at(rec->k, l), &lay, qkv, xn, n, T, D, g->H, dq);
+    if (bp->proj_w) vit_linear(a->x, ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
+    else for (size_t i = 0; i < (size_t)M * D; i++) a->x[i] += ao[i];       /* LSLA's NP */
+    if (t) memcpy(t->x_mid, a->x, MD);
+    kernels_layernorm(xn2, a->x, bp->norm2_w, bp->norm2_b, M, D, c->ln_eps);
+    vit_linear(hpre, xn2, bp->fc1_w, bp->fc1_b, M, Hm, D, 0);
+    if (t) kernels_gelu_to(hid, hpre, (size_t)M * Hm); /* training keeps fc1's output */
+    else kernels_gelu(hid, (size_t)M * Hm);
+    vit_linear(a->x, hid, bp->fc2_w, bp->fc2_b, M, D, Hm, 1); /* x += fc2(gelu(fc1(xn))) */
     float *tok = rec_at(rec->tokens, l);
-    if (tok) memcpy(tok, a->x, (size_t)M * D * sizeof(float));
+    if (tok) memcpy(tok, a->x, MD);
 }
 
 void vit_stage_forward(const vit_config *c, const vit_params *p, vit_acts *a, const float *images,
                        int n, const vit_record *rec) {
-    assert(n >= 1 && n <= a->B && !a->tape);
+    assert(n >= 1 && n <= a->B);
+    vit_tape *tape = a->tape; /* a training forward (Swin; core/stage_train.c) */
+    assert(!tape || (c->family == VIT_FAMILY_SWIN && !rec));
     const vit_record none = {0};
     if (!rec) rec = &none;
     if (c->family == VIT_FAMILY_CAIT) {
@@ -350,6 +360,7 @@ void vit_stage_forward(const vit_config *c, const vit_params *p, vit_acts *a, co
         vit_patchify(a->patches, images, n, Cin, c->img_size, P);
         vit_linear(a->x, a->patches, p->patch_w, p->patch_b, n * gh * gw, D, K, 0);
     }
+    if (tape && c->patch_norm) memcpy(tape->embed, a->x, (size_t)n * gh * gw * D * sizeof(float));
     if (c->patch_norm)
         kernels_layernorm(a->x, a->x, p->patch_norm_w, p->patch_norm_b, n * gh * gw, D, c->ln_eps);
     for (int s = 0; s < c->n_stages; s++) {
@@ -358,9 +369,10 @@ void vit_stage_forward(const vit_config *c, const vit_params *p, vit_acts *a, co
         if (s > 0 && c->stage[s].down == VIT_DOWN_MERGE) {
             const vit_stage_params *sp = &p->stages[s];
             const int rows = n * g.gh * g.gw;
-            merge_gather(a->merge, a->x, n, gh, gw, D);
-            kernels_layernorm(a->merge, a->merge, sp->down_norm_w, sp->down_norm_b, rows, 4 * D, c->ln_eps);
-            vit_linear(a->x, a->merge, sp->down_w, NULL, rows, g.D, 4 * D, 0);
+            float *in = tape ? tape->merge_in[s] : a->merge, *ln = tape ? tape->merge_ln[s] : a->merge;
+            merge_gather(in, a->x, n, gh, gw, D);
+            kernels_layernorm(ln, in, sp->down_norm_w, sp->down_norm_b, rows, 4 * D, c->ln_eps);
+            vit_linear(a->x, ln, sp->down_w, NULL, rows, g.D, 4 * D, 0);
         }
         if (s > 0 && c->stage[s].down == VIT_DOWN_CONV) pvt_downsample(c, s, p, a, n, gh, gw);
         D = g.D;
@@ -375,6 +387,7 @@ void vit_stage_forward(const vit_config *c, const vit_params *p, vit_acts *a, co
     }
     /* head: the final norm on every token, the mean over tokens (in double), the classifier */
     const int T = gh * gw;
+    if (tape) memcpy(tape->x_final, a->x, (size_t)n * T * D * sizeof(float));
     if (p->norm_w) kernels_layernorm(a->x, a->x, p->norm_w, p->norm_b, n * T, D, c->ln_eps);
     for (int b = 0; b < n; b++) {
         const float *xb = a->x + (size_t)b * T * D;

@@ -13,6 +13,17 @@ size_t vit_stage_acts_carve(const vit_config *c, int B, void *base, vit_acts *a)
 void vit_stage_forward(const vit_config *c, const vit_params *p, vit_acts *a, const float *images,
                        int n, const vit_record *rec);
 
+/* Training a staged model (stage_train.c; vit_tape_carve, vit_grad_ws_carve and vit_backward
+ * dispatch here; train.h's vit_stage_untrainable says what it covers). */
+size_t vit_stage_tape_carve(const vit_config *c, int B, void *base, vit_tape *t);
+size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws);
+double vit_stage_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
+                          vit_grad_ws *ws, const float *dlogits, int n);
+/* train.c's Linear backward: dW (N, K) += dy^T x, db += column sums of dy, dx (M, K) = (or +=)
+ * dy W, with the rows of dy ldy and of x ldx floats apart. */
+void vit_linear_backward(float *dW, float *db, float *dx, int dx_accumulate, const float *dy, int ldy,
+                         const float *x, int ldx, const float *W, int M, int N, int K, const float *ones);
+
 /* vit.c's Linear over M rows (y (M, N) = x (M, K) w^T (N, K) + bias, accumulate adds to y)
  * and the stride = kernel patch im2col (patches (n, (S/P)^2, C P P), images (n, C, S, S)). */
 void vit_linear(float *y, const float *x, const float *w, const float *bias, int M, int N, int K,

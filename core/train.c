@@ -16,6 +16,7 @@
 
 #include "kernels.h"
 #include "mech.h"
+#include "stage.h"
 
 /* Gradient tensors are bound like the weights (const float * in vit_params) but point into
  * memory the caller made writable. */
@@ -37,6 +38,7 @@ static int any_maps(const vit_config *c) {
 }
 
 size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws) {
+    if (c->n_stages > 0) return vit_stage_grad_ws_carve(c, B, base, ws);
     const size_t T = (size_t)vit_num_tokens(c), D = (size_t)c->embed_dim, H = (size_t)c->num_heads;
     const size_t b = (size_t)B;
     size_t W, E;
@@ -78,9 +80,8 @@ size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws
 
 /* Backward of y (M, N; rows ldy apart) = x (M, K; rows ldx apart) W^T + b:
  * dW (N, K) += dy^T x, db += column sums of dy, dx (M, K) = (or +=) dy W. */
-static void linear_backward(float *dW, float *db, float *dx, int dx_accumulate, const float *dy,
-                            int ldy, const float *x, int ldx, const float *W, int M, int N, int K,
-                            const float *ones) {
+void vit_linear_backward(float *dW, float *db, float *dx, int dx_accumulate, const float *dy, int ldy,
+                         const float *x, int ldx, const float *W, int M, int N, int K, const float *ones) {
     kernels_gemm(1, 0, N, K, M, 1.0f, dy, ldy, x, ldx, 1.0f, dW, K);
     if (db) kernels_colsum_add(db, dy, M, N, ldy, 1.0f, ones);
     if (dx)
@@ -282,7 +283,7 @@ static double attention_backward(const vit_config *c, int l, const vit_block_par
     for (int i = 0; i < lay.n_proj; i++) {
         const vit_mech_proj *pr = &lay.proj[i];
         const float *gbias = vit_mech_weight(gb, pr->b);
-        linear_backward(WR(vit_mech_weight(gb, pr->w)), gbias ? WR(gbias) : NULL, ws->dxn,
+        vit_linear_backward(WR(vit_mech_weight(gb, pr->w)), gbias ? WR(gbias) : NULL, ws->dxn,
                         i > 0 || k_x || v_x, ws->dqkv + pr->col, lay.W, t->xn1, D,
                         vit_mech_weight(bp, pr->w), M, pr->out, D, ws->ones);
     }
@@ -293,6 +294,7 @@ static double attention_backward(const vit_config *c, int l, const vit_block_par
 
 double vit_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
                     vit_grad_ws *ws, const float *dlogits, int n, float dp_weight, vit_dp_loss dp_loss) {
+    if (c->n_stages > 0) return vit_stage_backward(c, p, g, a, ws, dlogits, n);
     const vit_tape *tape = a->tape;
     const int D = c->embed_dim, T = vit_num_tokens(c), Np = vit_num_patches(c), H = c->num_heads;
     const int prefix = vit_num_prefix(c), M = n * T, Hm = c->mlp_hidden, C = c->num_classes;
@@ -353,14 +355,14 @@ double vit_backward(const vit_config *c, const vit_params *p, const vit_params *
         const vit_block_params *bp = &p->blocks[l], *gb = &g->blocks[l];
         const vit_tape_block *t = &tape->blk[l];
         /* x_out = x_mid + fc2(gelu(fc1(norm2(x_mid)))) */
-        linear_backward(WR(gb->fc2_w), WR(gb->fc2_b), ws->dhid, 0, ws->dx, D, t->hid, Hm, bp->fc2_w, M, D, Hm, ws->ones);
+        vit_linear_backward(WR(gb->fc2_w), WR(gb->fc2_b), ws->dhid, 0, ws->dx, D, t->hid, Hm, bp->fc2_w, M, D, Hm, ws->ones);
         kernels_gelu_backward(ws->dhid, t->hpre, (size_t)M * Hm);
-        linear_backward(WR(gb->fc1_w), WR(gb->fc1_b), ws->dxn, 0, ws->dhid, Hm, t->xn2, D, bp->fc1_w, M, Hm, D, ws->ones);
+        vit_linear_backward(WR(gb->fc1_w), WR(gb->fc1_b), ws->dxn, 0, ws->dhid, Hm, t->xn2, D, bp->fc1_w, M, Hm, D, ws->ones);
         kernels_layernorm_backward(ws->dx, WR(gb->norm2_w), WR(gb->norm2_b), ws->dxn, t->x_mid, bp->norm2_w,
                                ws->ln_scratch, M, D, eps);
         /* x_mid = x_in + proj(attention(norm1(x_in))) */
         if (bp->proj_w)
-            linear_backward(WR(gb->proj_w), WR(gb->proj_b), ws->dao, 0, ws->dx, D, t->ao, D, bp->proj_w, M, D, D, ws->ones);
+            vit_linear_backward(WR(gb->proj_w), WR(gb->proj_b), ws->dao, 0, ws->dx, D, t->ao, D, bp->proj_w, M, D, D, ws->ones);
         else
             memcpy(ws->dao, ws->dx, MD * sizeof(float));
         dp += attention_backward(c, l, bp, gb, tape, ws, n, dp_coef, dp_loss);
@@ -381,7 +383,7 @@ double vit_backward(const vit_config *c, const vit_params *p, const vit_params *
     for (int b = 0; b < n; b++)
         memcpy(ws->dxn + (size_t)b * Np * D, ws->dx + (size_t)b * TD + (size_t)prefix * D,
                (size_t)Np * D * sizeof(float));
-    linear_backward(WR(g->patch_w), WR(g->patch_b), NULL, 0, ws->dxn, D, a->patches, K, p->patch_w,
+    vit_linear_backward(WR(g->patch_w), WR(g->patch_b), NULL, 0, ws->dxn, D, a->patches, K, p->patch_w,
                     n * Np, D, K, ws->ones);
     return dp * dp_norm;
 }

@@ -37,9 +37,22 @@ typedef struct {
     double *scal;   /* (B * H) per-(image, head) partial sums (MaiT soft alpha) */
     float *dpool;   /* (B, 2, D) */
     float *ones;    /* (B * T) ones: column sums as GEMVs */
+    /* Staged models (core/stage_train.c): per-thread slots for one window's gathered rows and
+     * their gradients, and per (image, window) the gradient of the pad slots' q, k, v (their
+     * rows are the qkv bias), summed into the bias in window order afterwards. */
+    float *slot;
+    int slots;
+    size_t slot_floats;
+    float *padg;    /* (B, problems, 3D) */
 } vit_grad_ws;
 
 size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws);
+
+/* What the backward of a staged model (n_stages > 0, core/stage_train.c) does not cover yet, in
+ * words ("PVT v2 (spatial reduction, MixFFN)", ...), or NULL when it trains: Swin v1 with vanilla
+ * window attention (shift mask, relative position bias, padding, patch merging, patch_norm).
+ * A config it names gets a tape of no bytes and must not train. */
+const char *vit_stage_untrainable(const vit_config *c);
 
 /* Mean cross-entropy of n rows of C logits against labels with label smoothing eps (targets
  * (1 - eps) on the label plus eps / C everywhere, as torch's label_smoothing). Writes

@@ -180,10 +180,7 @@ size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a) {
 }
 
 size_t vit_tape_carve(const vit_config *c, int B, void *base, vit_tape *t) {
-    if (c->n_stages > 0) { /* staged models do not train yet (train_run refuses them) */
-        if (t) memset(t, 0, sizeof *t);
-        return 0;
-    }
+    if (c->n_stages > 0) return vit_stage_tape_carve(c, B, base, t); /* core/stage_train.c */
     const size_t T = (size_t)vit_num_tokens(c), D = (size_t)c->embed_dim, H = (size_t)c->num_heads;
     const size_t b = (size_t)B, BTD = b * T * D, maps = b * H * T * T;
     size_t off = 0, W, E;
@@ -300,6 +297,20 @@ void vit_add_bias(float *A, const float *bias, vit_bias_kind kind, int H, int h,
                 for (int xj = 0; xj < M; xj++) row[xj] += t[-(ptrdiff_t)xj * H];
             }
         }
+    }
+}
+
+void vit_add_bias_backward(float *gbias, const float *g, vit_bias_kind kind, int H, int h, int T, int M) {
+    if (kind == VIT_BIAS_FULL) {
+        float *gh = gbias + (size_t)h * T * T;
+        for (size_t i = 0; i < (size_t)T * T; i++) gh[i] += g[i];
+    } else if (kind == VIT_BIAS_RELATIVE) {
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j < T; j++) {
+                const int yi = i / M, xi = i % M, yj = j / M, xj = j % M;
+                const size_t idx = (size_t)(yi - yj + M - 1) * (2 * M - 1) + (size_t)(xi - xj + M - 1);
+                gbias[idx * H + h] += g[(size_t)i * T + j];
+            }
     }
 }
 

@@ -122,6 +122,12 @@ typedef struct {
     vit_tape_block blk[VIT_MAX_DEPTH];
     float *x_final;  /* (B, T, D) the last block's output, before the final norm */
     float *pool_pre; /* (B, 2, D) pooled rows before fc_norm (fc_norm configs) */
+    /* Staged models (Swin, core/stage_train.c): the patch embedding before patch_norm
+     * (B, T_0, C_0), and for each stage s >= 1 with a patch merge its 2x2 gather before
+     * (merge_in) and after (merge_ln) the merge's LayerNorm, (B, T_s, 4 C_{s-1}) each. Block
+     * buffers are block l's own sizes (vit_block_geom); att is (B, H, problems, Tq, Tk). */
+    float *embed;
+    float *merge_in[VIT_MAX_STAGES], *merge_ln[VIT_MAX_STAGES];
 } vit_tape;
 
 /* The widest projection row of any block (W of acts->qkv: 3D, or LMSA's 2 qk_dim + D) and the

@@ -55,7 +55,8 @@ as_status trainable_init(trainable *t, const model *m, as_error *err) {
         *s->slot = t->w + t->offset[i];
         *(const float **)((char *)&t->gp + off) = t->g + t->offset[i];
         const int decays = s->ndim >= 2 && !ends_with(s->name, "cls_token") &&
-                           !ends_with(s->name, "dist_token") && !ends_with(s->name, "pos_embed");
+                           !ends_with(s->name, "dist_token") && !ends_with(s->name, "pos_embed") &&
+                           !ends_with(s->name, "relative_position_bias_table"); /* timm's no_weight_decay */
         if (decays) memset(t->decay + t->offset[i], 1, numel);
     }
     return AS_OK;

@@ -32,6 +32,28 @@ fi
 # a model without less-attention blocks has no diagonality term to show
 expect 0 "$A" train --config "$M/vit_shapes.json" "${TINY[@]}" --epochs 1 --out "$T/vit"
 has "$T/out" "train ce [0-9.]* acc"; lacks "$T/out" " dp "
+# a Swin model trains (windows, shift mask, relative bias, a patch merge): its checkpoint loads
+# in record, whose trace holds window maps; the tables take no weight decay (timm's rule)
+expect 0 "$A" train --config "$M/swin_shapes.json" "${TINY[@]}" --epochs 1 --record-every 1 --record-images 4 \
+    --out "$T/swin"
+has "$T/out" "train ce [0-9.]* acc"; has "$T/out" "held-out accuracy"
+expect 0 "$A" record --model "$T/swin/latest" --images "$T/swin/heldout" --out "$T/swin.h5"
+expect 0 "$A" info "$T/swin.h5"; has "$T/out" "windows 2x2 of 4x4 tokens"
+expect 0 "$A" info "$T/swin/trace-epoch-001.h5"; has "$T/out" "state       complete"
+# staged models the backward does not cover yet are refused in one line naming what is missing
+for f in pvt_tiny cait_tiny; do
+    expect 1 "$A" train --config "$FX/$f/config.json" "${TINY[@]}" --epochs 1 --out "$T/no-$f"
+    has "$T/err" "is not supported yet"; one_line
+    if [ ! -e "$T/no-$f" ]; then ok; else bad "$f: a refused run left $T/no-$f"; fi
+done
+has "$T/err" "CaiT"
+cat >"$T/swin_lsla.json" <<'JSON'
+{"architecture": "custom", "family": "swin", "img_size": 32, "patch_size": 4, "embed_dim": 16,
+ "depths": [2], "num_heads": [2], "window_size": 4, "num_classes": 6,
+ "attention": [{"blocks": "0-1", "type": "lmsa", "qk_dim": 4}]}
+JSON
+expect 1 "$A" train --config "$T/swin_lsla.json" "${TINY[@]}" --epochs 1 --out "$T/no-lmsa"
+has "$T/err" "mechanism other than vanilla inside windows"; one_line
 # resuming with another reading is refused, naming it
 expect 1 "$A" train --config "$M/lavit_shapes.json" "${TINY[@]}" --epochs 1 --record-every 1 \
     --record-images 4 --out "$T/lavit" --resume --dp-loss flipped

@@ -28,27 +28,32 @@ check 'grep -q "attn,scores,q,k,tokens" "$T/info.out"'
 check '[ "$(readlink "$T/demo/train/latest")" = epoch-001 ] && [ ! -e "$T/demo/train/epoch-002" ]'
 
 M=${FIXTURES:-tests/fixtures}/../../experiments/models
-# a run stopped by SIGINT, and one killed with SIGKILL, resume to the same weights, bit for bit
-RUN=("$A" train --config "$M/lavit_shapes.json" --data shapes:1500 --epochs 3 --batch 32 --threads 2 --quiet)
+# a run stopped by SIGINT, and one killed with SIGKILL, resume to the same weights, bit for bit;
+# the same for a staged model (Swin) killed with SIGKILL
+for job in "lavit_shapes INT KILL" "swin_shapes KILL"; do
+set -- $job
+cfg=$1; shift
+RUN=("$A" train --config "$M/$cfg.json" --data shapes:1500 --epochs 3 --batch 32 --threads 2 --quiet)
 run() { "${RUN[@]}" --out "$1" "${@:2}"; }
-run "$T/ra"; check '[ $? -eq 0 ]'
-for sig in INT KILL; do
-    d="$T/r$sig"
-    "${RUN[@]}" --out "$d" 2>"$T/r$sig.err" & pid=$!  # the program itself, so that it gets the signal
+run "$T/ra-$cfg"; check '[ $? -eq 0 ]'
+for sig in "$@"; do
+    d="$T/r$sig-$cfg"
+    "${RUN[@]}" --out "$d" 2>"$d.err" & pid=$!  # the program itself, so that it gets the signal
     for _ in $(seq 600); do [ -d "$d/epoch-001" ] && break; sleep 0.05; done
     sleep 0.3
     kill -$sig $pid; wait $pid; code=$?
     if [ $sig = INT ]; then
-        check '[ $code -eq 130 ] && grep -q "continue with the same command and --resume" "$T/rINT.err"'
+        check '[ $code -eq 130 ] && grep -q "continue with the same command and --resume" "$d.err"'
         check '[ -d "$d/$(readlink "$d/latest")" ] && readlink "$d/latest" | grep -q "^step-"'
     else
         check '[ $code -eq 137 ] && [ "$(readlink "$d/latest")" = epoch-001 ]'
     fi
     run "$d" --resume; check '[ $? -eq 0 ]'
-    check 'cmp -s "$T/ra/epoch-003/model.safetensors" "$d/epoch-003/model.safetensors"'
-    check 'cmp -s "$T/ra/epoch-003/optimizer.safetensors" "$d/epoch-003/optimizer.safetensors"'
-    check 'diff <(cut -d, -f1-7 "$T/ra/log.csv") <(cut -d, -f1-7 "$d/log.csv") >/dev/null'
+    check 'cmp -s "$T/ra-$cfg/epoch-003/model.safetensors" "$d/epoch-003/model.safetensors"'
+    check 'cmp -s "$T/ra-$cfg/epoch-003/optimizer.safetensors" "$d/epoch-003/optimizer.safetensors"'
+    check 'diff <(cut -d, -f1-7 "$T/ra-$cfg/log.csv") <(cut -d, -f1-7 "$d/log.csv") >/dev/null'
     check '[ -z "$(ls -d "$d"/step-* 2>/dev/null)" ]'
+done
 done
 
 # a DeiT-Tiny trace with every quantity (random weights, 16 synthetic images, ~135 MB)

@@ -3,7 +3,8 @@
  * hold every mechanism (vanilla, LMSA, LSLA full and relative biases with and without DS,
  * QXX/QXV and NP, MaiT zero/soft/-inf, LaViT less-attention chains with both readings of the
  * diagonality term (squared, hinge, flipped),
- * Refiner), class/distillation/no prefix tokens, token and average pooling, fc_norm. Then
+ * Refiner), class/distillation/no prefix tokens, token and average pooling, fc_norm, and Swin
+ * (tools/make_stage_train_fixtures.py: shifted windows, padded windows, both clamps). Then
  * AdamW steps with clipping against torch.optim.AdamW, the schedule, thread independence. */
 #define _POSIX_C_SOURCE 200809L
 #include <omp.h>
@@ -397,6 +398,17 @@ int main(void) {
     static const char *models[] = {"vit_cls", "deit_dist", "vit_gap", "mech_cls", "mech_gap", "mech_dist"};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) test_model(models[i], x, n);
     free(x);
+    /* staged models (Swin: windows, shift mask, relative bias, pad slots, patch merging) */
+    static const struct { const char *name, *inputs; } staged[] = {
+        {"swin_tiny", "inputs.npy"}, {"swin_pad", "inputs16_1.npy"}, {"swin_pad_tv", "inputs16_1.npy"}};
+    for (size_t i = 0; i < sizeof staged / sizeof *staged; i++) {
+        if (dataset_open(&ds, fx(staged[i].inputs), &err) != AS_OK) {
+            CHECK(0, "%s", err.msg);
+            continue;
+        }
+        test_model_reading(staged[i].name, ds.tensor, ds.count, VIT_DP_SQUARED);
+        dataset_free(&ds);
+    }
     test_dp_names();
     test_adamw();
     test_schedule();

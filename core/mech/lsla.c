@@ -152,21 +152,6 @@ static void head_backward(const vit_mech_block *b, vit_mech_head_bwd *x) {
     x->s = 1.0f;
 }
 
-/* A bias table's gradient from the summed (T, T) gradient of head h (see vit_add_bias). */
-static void bias_backward(float *gb, const float *g, vit_bias_kind kind, int H, int h, int T, int M) {
-    if (kind == VIT_BIAS_FULL) {
-        float *gh = gb + (size_t)h * T * T;
-        for (size_t i = 0; i < (size_t)T * T; i++) gh[i] += g[i];
-    } else if (kind == VIT_BIAS_RELATIVE) {
-        for (int i = 0; i < T; i++)
-            for (int j = 0; j < T; j++) {
-                const int yi = i / M, xi = i % M, yj = j / M, xj = j % M;
-                const size_t idx = (size_t)(yi - yj + M - 1) * (2 * M - 1) + (size_t)(xi - xj + M - 1);
-                gb[idx * H + h] += g[(size_t)i * T + j];
-            }
-    }
-}
-
 static void params_backward(const vit_mech_block *b, const vit_block_params *gb, const vit_tape *tape,
                             vit_grad_ws *ws, int n, int Tq, int Tk) {
     const vit_attn *at = b->at;
@@ -195,7 +180,7 @@ static void params_backward(const vit_mech_block *b, const vit_block_params *gb,
             ws->dX[i] = (float)s;
         }
         float *table = WR(which ? gb->outer_bias : gb->inner_bias);
-        for (int h = 0; h < H; h++) bias_backward(table, ws->dX + (size_t)h * nt, kind, H, h, T, gw);
+        for (int h = 0; h < H; h++) vit_add_bias_backward(table, ws->dX + (size_t)h * nt, kind, H, h, T, gw);
     }
 }
 

@@ -1,0 +1,328 @@
+/* stage_train.c: training a staged model (Swin v1: patch embedding and its LayerNorm, window
+ * attention with the shift mask and the relative position bias, patch merging, the mean-pooled
+ * head): the tape a training forward keeps (stage.c fills it) and the backward pass, block by
+ * block in reverse, over the same problem tables as the forward.
+ *
+ * Threads, as train.c: big GEMMs in kernels_gemm's fixed tiles; one OpenMP job per (image,
+ * window) with single-threaded GEMMs inside; every gradient shared by windows or images (the
+ * relative table, the qkv bias through the pad slots) is summed afterwards in a fixed order, so
+ * the result does not depend on the thread count. */
+#include <cblas.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "attn_ops.h"
+#include "kernels.h"
+#include "mech.h"
+#include "stage.h"
+#include "train.h"
+
+#define WR(ptr) ((float *)(uintptr_t)(ptr))
+
+static size_t carve(char *base, size_t *off, size_t nfloats, float **view) {
+    const size_t bytes = (nfloats * sizeof(float) + 63) & ~(size_t)63;
+    if (base && view) *view = (float *)(base + *off);
+    *off += bytes;
+    return bytes;
+}
+
+static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
+
+/* The grid of stage s and the merge's row count (n images) and width; 0 without a merge. */
+static size_t merge_floats(const vit_config *c, int s, int n) {
+    if (s == 0 || c->stage[s].down != VIT_DOWN_MERGE) return 0;
+    vit_geom g;
+    vit_block_geom(c, vit_stage_first_block(c, s), &g);
+    return (size_t)n * g.T * 4 * c->stage[s - 1].embed_dim;
+}
+
+const char *vit_stage_untrainable(const vit_config *c) {
+    if (c->family == VIT_FAMILY_PVT2) return "PVT v2 (spatial reduction, MixFFN)";
+    if (c->family == VIT_FAMILY_CAIT) return "CaiT (talking heads, class attention)";
+    for (int s = 1; s < c->n_stages; s++)
+        if (c->stage[s].down != VIT_DOWN_MERGE) return "a convolutional downsampling";
+    for (int l = 0; l < c->depth; l++)
+        if (c->attn[l].kind != VIT_ATTN_VANILLA) return "an attention mechanism other than vanilla inside windows";
+    return NULL;
+}
+
+size_t vit_stage_tape_carve(const vit_config *c, int B, void *base, vit_tape *t) {
+    char *p = base;
+    size_t off = 0;
+    vit_tape tmp;
+    vit_tape *v = t ? t : &tmp;
+    if (base) memset(v, 0, sizeof *v);
+    if (vit_stage_untrainable(c)) return 0; /* train_run refuses it first */
+    const size_t b = (size_t)B;
+    vit_geom g;
+    for (int l = 0; l < c->depth; l++) {
+        vit_block_geom(c, l, &g);
+        vit_tape_block *k = &v->blk[l];
+        const size_t TD = b * g.T * g.D, TH = b * g.T * g.Hm;
+        carve(p, &off, TD, &k->x_in);
+        carve(p, &off, TD, &k->xn1);
+        carve(p, &off, 3 * TD, &k->qkv);
+        carve(p, &off, b * g.H * g.problems * g.Tq * g.Tk, &k->att);
+        carve(p, &off, TD, &k->ao);
+        carve(p, &off, TD, &k->x_mid);
+        carve(p, &off, TD, &k->xn2);
+        carve(p, &off, TH, &k->hpre);
+        carve(p, &off, TH, &k->hid);
+    }
+    for (int s = 1; s < c->n_stages; s++) {
+        const size_t m = merge_floats(c, s, B);
+        if (!m) continue;
+        carve(p, &off, m, &v->merge_in[s]);
+        carve(p, &off, m, &v->merge_ln[s]);
+    }
+    vit_block_geom(c, 0, &g);
+    if (c->patch_norm) carve(p, &off, b * g.T * g.D, &v->embed);
+    vit_block_geom(c, c->depth - 1, &g);
+    carve(p, &off, b * g.T * g.D, &v->x_final);
+    return off;
+}
+
+/* Floats of one thread's window slot: q (scaled), k, v, the output's gradient, the gradients of
+ * q, k and v (N, D) each, and one head's map gradient (N, N). */
+static size_t slot_floats(int N, int D) { return ((7 * (size_t)N * D + (size_t)N * N) + 15) & ~(size_t)15; }
+
+/* LayerNorm backward's scratch for rows of width d. */
+static size_t ln_floats(size_t rows, size_t d) { return 2 * d * ((rows + KERNELS_LN_BLOCK - 1) / KERNELS_LN_BLOCK); }
+
+size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws) {
+    char *p = base;
+    size_t off = 0;
+    vit_grad_ws tmp;
+    vit_grad_ws *v = ws ? ws : &tmp;
+    if (base) {
+        memset(v, 0, sizeof *v);
+        v->B = B;
+    }
+    const size_t b = (size_t)B;
+    size_t TD = 0, TH = 0, maps = 0, rpb = 0, pads = 0, slot = 0, ln = 0, rows = 0;
+    vit_geom g;
+    for (int l = 0; l < c->depth; l++) {
+        vit_block_geom(c, l, &g);
+        TD = max_z(TD, b * g.T * g.D);
+        TH = max_z(TH, b * g.T * g.Hm);
+        maps = max_z(maps, b * g.H * g.problems * g.Tq * g.Tk);
+        rpb = max_z(rpb, (size_t)g.H * g.Tq * g.Tk);
+        pads = max_z(pads, b * g.problems * 3 * g.D);
+        slot = max_z(slot, slot_floats(g.Tq, g.D));
+        ln = max_z(ln, ln_floats(b * g.T, g.D));
+        rows = max_z(rows, b * g.T);
+    }
+    for (int s = 1; s < c->n_stages; s++) {
+        const size_t m = merge_floats(c, s, B);
+        TD = max_z(TD, m);
+        if (m) ln = max_z(ln, ln_floats(m / (4 * (size_t)c->stage[s - 1].embed_dim), 4 * (size_t)c->stage[s - 1].embed_dim));
+    }
+    vit_block_geom(c, c->depth - 1, &g);
+    const size_t Dl = (size_t)g.D;
+    carve(p, &off, TD, &v->dx);
+    carve(p, &off, TD, &v->dxn);
+    carve(p, &off, TD, &v->dao);
+    carve(p, &off, ln, &v->ln_scratch);
+    carve(p, &off, 3 * TD, &v->dqkv);
+    carve(p, &off, TH, &v->dhid);
+    carve(p, &off, maps, &v->dS);
+    carve(p, &off, rpb, &v->dA);
+    carve(p, &off, pads, &v->padg);
+    carve(p, &off, b * Dl, &v->dpool);
+    carve(p, &off, rows, &v->ones);
+    const int slots = omp_get_max_threads();
+    carve(p, &off, (size_t)slots * slot, &v->slot);
+    if (base) {
+        v->slots = slots;
+        v->slot_floats = slot;
+        for (size_t i = 0; i < rows; i++) v->ones[i] = 1.0f;
+    }
+    return off;
+}
+
+/* ---- window attention ---- */
+
+typedef struct {
+    const vit_tape_block *t;
+    const int *tok;      /* (P, N) grid token of each window row, -1 for a pad slot */
+    const float *qkv_b;  /* what a pad slot's q, k, v are, or NULL (zeros) */
+    const float *dao;    /* (n, T, D) gradient of the attention output */
+    float *dqkv;         /* (n, T, 3D) out: gradient of the projections */
+    float *dS;           /* (n, H, P, N, N) out: the scores' gradient of every map */
+    float *padg;         /* (n, P, 3D) out: the pad slots' summed q, k, v gradient per window */
+    int n, T, D, H, P, N;
+    float scale;
+} window_bwd;
+
+/* One (image, window) job. Per head h, with Q already scaled and A the tape's map:
+ *   dA = dO V^T,  dV = A^T dO,  dS = A * (dA - rowsum(A * dA)),  dQ = scale dS K,  dK = dS^T Q.
+ * Real rows scatter to their token's dqkv row (a token sits in one window of a block); pad
+ * rows' gradients add up into the window's padg entry. */
+static void window_problem_bwd(const window_bwd *j, int b, int w, float *scr) {
+    const int N = j->N, D = j->D, H = j->H, hd = D / H;
+    const size_t ND = (size_t)N * D, NN = (size_t)N * N;
+    float *Q = scr, *K = Q + ND, *V = K + ND, *dO = V + ND, *dQ = dO + ND, *dK = dQ + ND, *dV = dK + ND;
+    float *dA = dV + ND;
+    const int *tok = j->tok + (size_t)w * N;
+    for (int r = 0; r < N; r++) {
+        const float *src = tok[r] >= 0 ? j->t->qkv + ((size_t)b * j->T + tok[r]) * 3 * D : j->qkv_b;
+        for (int c = 0; c < D; c++) {
+            Q[(size_t)r * D + c] = src ? src[c] * j->scale : 0.0f;
+            K[(size_t)r * D + c] = src ? src[D + c] : 0.0f;
+            V[(size_t)r * D + c] = src ? src[2 * D + c] : 0.0f;
+        }
+        if (tok[r] >= 0) memcpy(dO + (size_t)r * D, j->dao + ((size_t)b * j->T + tok[r]) * D, (size_t)D * sizeof(float));
+        else memset(dO + (size_t)r * D, 0, (size_t)D * sizeof(float)); /* a pad query's output is dropped */
+    }
+    for (int h = 0; h < H; h++) {
+        const size_t map = (((size_t)b * H + h) * j->P + w) * NN;
+        const float *A = j->t->att + map;
+        float *dS = j->dS + map;
+        const size_t o = (size_t)h * hd;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, N, hd, 1.0f, dO + o, D, V + o, D, 0.0f, dA, N);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, hd, N, 1.0f, A, N, dO + o, D, 0.0f, dV + o, D);
+        kernels_softmax_backward_rows(dS, A, dA, N, N);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, hd, N, j->scale, dS, N, K + o, D, 0.0f, dQ + o, D);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, hd, N, 1.0f, dS, N, Q + o, D, 0.0f, dK + o, D);
+    }
+    float *pg = j->padg + ((size_t)b * j->P + w) * 3 * D;
+    memset(pg, 0, 3 * (size_t)D * sizeof(float));
+    for (int r = 0; r < N; r++) {
+        const float *g[3] = {dQ + (size_t)r * D, dK + (size_t)r * D, dV + (size_t)r * D};
+        for (int i = 0; i < 3; i++) {
+            if (tok[r] >= 0) memcpy(j->dqkv + ((size_t)b * j->T + tok[r]) * 3 * D + (size_t)i * D, g[i], (size_t)D * sizeof(float));
+            else
+                for (int c = 0; c < D; c++) pg[(size_t)i * D + c] += g[i][c];
+        }
+    }
+}
+
+/* Back through a window block's attention: ws->dao -> ws->dqkv, the relative table's gradient
+ * and the pad slots' share of the qkv bias's. */
+static void window_backward(const vit_config *c, int l, const vit_geom *g, const vit_block_params *bp,
+                            const vit_block_params *gb, const vit_tape_block *t, const vit_acts *a,
+                            vit_grad_ws *ws, int n) {
+    const int P = g->problems, N = g->Tq, H = g->H, D = g->D;
+    const size_t NN = (size_t)N * N;
+    const window_bwd j = {.t = t, .tok = a->tok[l], .qkv_b = bp->qkv_b, .dao = ws->dao, .dqkv = ws->dqkv,
+                          .dS = ws->dS, .padg = ws->padg, .n = n, .T = g->T, .D = D, .H = H, .P = P,
+                          .N = N, .scale = vit_attn_scale(c, l)};
+    const int jobs = n * P, max = omp_get_max_threads(), slots = ws->slots < max ? ws->slots : max;
+#pragma omp parallel num_threads(slots)
+    {
+        float *scr = ws->slot + (size_t)omp_get_thread_num() * ws->slot_floats;
+#pragma omp for schedule(dynamic, 1)
+        for (int i = 0; i < jobs; i++) window_problem_bwd(&j, i / P, i % P, scr);
+    }
+    /* the relative table: each head's score gradient summed over images and windows in order,
+     * then through the relative index */
+    if (g->scope == VIT_SCOPE_WINDOW && gb->rpb_table) {
+        float *sum = ws->dA; /* (H, N, N) */
+#pragma omp parallel for schedule(static)
+        for (size_t e = 0; e < (size_t)H * NN; e++) {
+            const size_t h = e / NN, i = e % NN;
+            float s = 0;
+            for (int b = 0; b < n; b++)
+                for (int w = 0; w < P; w++) s += ws->dS[(((size_t)b * H + h) * P + w) * NN + i];
+            sum[e] = s;
+        }
+        for (int h = 0; h < H; h++)
+            vit_add_bias_backward(WR(gb->rpb_table), sum + (size_t)h * NN, VIT_BIAS_RELATIVE, H, h, N, g->M);
+    }
+    /* pad slots take the qkv bias: their gradients, window by window */
+    if (gb->qkv_b)
+        for (int k = 0; k < jobs; k++) {
+            const float *pg = ws->padg + (size_t)k * 3 * D;
+            for (int i = 0; i < 3 * D; i++) WR(gb->qkv_b)[i] += pg[i];
+        }
+}
+
+/* One block in reverse: ws->dx holds the gradient of the block's output and leaves with its
+ * input's. x_mid = x_in + proj(attn(LN1(x_in))); x_out = x_mid + fc2(GELU(fc1(LN2(x_mid)))). */
+static void block_backward(const vit_config *c, int l, const vit_block_params *bp, const vit_block_params *gb,
+                           const vit_tape_block *t, const vit_acts *a, vit_grad_ws *ws, int n) {
+    vit_geom g;
+    vit_block_geom(c, l, &g);
+    const int D = g.D, Hm = g.Hm, M = n * g.T;
+    const float eps = c->ln_eps;
+    vit_linear_backward(WR(gb->fc2_w), WR(gb->fc2_b), ws->dhid, 0, ws->dx, D, t->hid, Hm, bp->fc2_w, M, D, Hm, ws->ones);
+    kernels_gelu_backward(ws->dhid, t->hpre, (size_t)M * Hm);
+    vit_linear_backward(WR(gb->fc1_w), WR(gb->fc1_b), ws->dxn, 0, ws->dhid, Hm, t->xn2, D, bp->fc1_w, M, Hm, D, ws->ones);
+    kernels_layernorm_backward(ws->dx, WR(gb->norm2_w), WR(gb->norm2_b), ws->dxn, t->x_mid, bp->norm2_w,
+                               ws->ln_scratch, M, D, eps);
+    vit_linear_backward(WR(gb->proj_w), WR(gb->proj_b), ws->dao, 0, ws->dx, D, t->ao, D, bp->proj_w, M, D, D, ws->ones);
+    window_backward(c, l, &g, bp, gb, t, a, ws, n);
+    vit_linear_backward(WR(gb->qkv_w), gb->qkv_b ? WR(gb->qkv_b) : NULL, ws->dxn, 0, ws->dqkv, 3 * D, t->xn1, D,
+                        bp->qkv_w, M, 3 * D, D, ws->ones);
+    kernels_layernorm_backward(ws->dx, WR(gb->norm1_w), WR(gb->norm1_b), ws->dxn, t->x_in, bp->norm1_w,
+                               ws->ln_scratch, M, D, eps);
+}
+
+/* The inverse of stage.c's merge gather: dx (n, gh, gw, C) = each child's slice of the merged
+ * rows' gradient dm (n, ceil(gh/2), ceil(gw/2), 4C), children in the order (0,0), (1,0), (0,1),
+ * (1,1) as (dy, dx); the zero padding of an odd side takes no gradient. */
+static void merge_scatter(float *dx, const float *dm, int n, int gh, int gw, int C) {
+    const int h2 = (gh + 1) / 2, w2 = (gw + 1) / 2;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < n; b++)
+        for (int y = 0; y < gh; y++)
+            for (int x = 0; x < gw; x++) {
+                const int k = (y & 1) | ((x & 1) << 1);
+                memcpy(dx + (((size_t)b * gh + y) * gw + x) * C,
+                       dm + (((size_t)b * h2 + y / 2) * w2 + x / 2) * 4 * C + (size_t)k * C, (size_t)C * sizeof(float));
+            }
+}
+
+double vit_stage_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
+                          vit_grad_ws *ws, const float *dlogits, int n) {
+    const vit_tape *tape = a->tape;
+    const float eps = c->ln_eps;
+    const int Cn = c->num_classes;
+    vit_geom gl;
+    vit_block_geom(c, c->depth - 1, &gl);
+    int T = gl.T, D = gl.D;
+    /* head: logits = head(mean_t LN(x_final)) */
+    kernels_gemm(1, 0, Cn, D, n, 1.0f, dlogits, Cn, a->pooled, D, 1.0f, WR(g->head_w), D);
+    kernels_colsum_add(WR(g->head_b), dlogits, n, Cn, Cn, 1.0f, ws->ones);
+    kernels_gemm(0, 0, n, D, Cn, 1.0f, dlogits, Cn, p->head_w, D, 0.0f, ws->dpool, D);
+    for (int b = 0; b < n; b++)
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < D; i++) ws->dxn[((size_t)b * T + t) * D + i] = ws->dpool[(size_t)b * D + i] / (float)T;
+    memset(ws->dx, 0, (size_t)n * T * D * sizeof(float));
+    kernels_layernorm_backward(ws->dx, WR(g->norm_w), WR(g->norm_b), ws->dxn, tape->x_final, p->norm_w,
+                               ws->ln_scratch, n * T, D, eps);
+    for (int s = c->n_stages - 1; s >= 0; s--) {
+        const int first = vit_stage_first_block(c, s);
+        for (int l = first + c->stage[s].depth - 1; l >= first; l--)
+            block_backward(c, l, &p->blocks[l], &g->blocks[l], &tape->blk[l], a, ws, n);
+        if (s == 0) break;
+        /* the merge: x_s = LN(gather(x_{s-1})) down_w^T, back to the previous stage's grid */
+        vit_geom gp, gs;
+        vit_block_geom(c, first - 1, &gp);
+        vit_block_geom(c, first, &gs);
+        const vit_stage_params *sp = &p->stages[s], *gs_p = &g->stages[s];
+        const int rows = n * gs.T, W = 4 * gp.D;
+        vit_linear_backward(WR(gs_p->down_w), NULL, ws->dxn, 0, ws->dx, gs.D, tape->merge_ln[s], W, sp->down_w,
+                            rows, gs.D, W, ws->ones);
+        memset(ws->dao, 0, (size_t)rows * W * sizeof(float));
+        kernels_layernorm_backward(ws->dao, WR(gs_p->down_norm_w), WR(gs_p->down_norm_b), ws->dxn, tape->merge_in[s],
+                                   sp->down_norm_w, ws->ln_scratch, rows, W, eps);
+        merge_scatter(ws->dx, ws->dao, n, gp.gh, gp.gw, gp.D);
+    }
+    /* stem: x0 = LN(patches W^T + b) */
+    vit_block_geom(c, 0, &gl);
+    T = gl.T;
+    D = gl.D;
+    const float *dy = ws->dx;
+    if (c->patch_norm) {
+        memset(ws->dxn, 0, (size_t)n * T * D * sizeof(float));
+        kernels_layernorm_backward(ws->dxn, WR(g->patch_norm_w), WR(g->patch_norm_b), ws->dx, tape->embed,
+                                   p->patch_norm_w, ws->ln_scratch, n * T, D, eps);
+        dy = ws->dxn;
+    }
+    const int K = c->in_chans * c->patch_size * c->patch_size;
+    vit_linear_backward(WR(g->patch_w), WR(g->patch_b), NULL, 0, dy, D, a->patches, K, p->patch_w, n * T, D, K,
+                        ws->ones);
+    return 0;
+}

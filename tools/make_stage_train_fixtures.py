@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Writes the training fixtures of the staged models (tests/fixtures/swin_*/grads.safetensors)
+with PyTorch autograd (Debian's python3-torch): the cross-entropy (label smoothing 0.1) of the
+committed float32 weights and inputs, and the gradient of every parameter tensor, computed in
+float64 through tools/swin_ref.py (Swin v1 written from the paper's equations). Where
+torchvision computes the same model (swin_tiny, swin_pad_tv), its own autograd gradients are
+checked against swin_ref's here, so the fixtures rest on two independent implementations.
+Rerun: /usr/bin/python3 tools/make_stage_train_fixtures.py [FIXTURE_DIR]"""
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_io as st  # noqa: E402
+import swin_ref  # noqa: E402
+from swin_names import from_torchvision  # noqa: E402
+
+OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures")
+SMOOTHING = 0.1
+FAIL = []
+# fixture -> its inputs (make_fixtures.py, make_swin_fixtures.py)
+MODELS = {"swin_tiny": "inputs.npy", "swin_pad": "inputs16_1.npy", "swin_pad_tv": "inputs16_1.npy"}
+
+
+def load(name):
+    d = os.path.join(OUT, name)
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    sd = st.load(os.path.join(d, "model.safetensors"))
+    return d, cfg, {k: torch.from_numpy(v.astype(np.float64)) for k, v in sd.items()}
+
+
+def labels_for(n, classes):
+    return torch.tensor([(3 + 5 * i) % classes for i in range(n)], dtype=torch.long)
+
+
+def torchvision_grads(args, classes, sd, x, labels):
+    """The same loss through torchvision's SwinTransformer (eval: no stochastic depth), its
+    gradients renamed to timm's names."""
+    from torchvision.models.swin_transformer import SwinTransformer
+    tv = SwinTransformer(patch_size=[args["patch_size"]] * 2, embed_dim=args["embed_dim"], depths=args["depths"],
+                         num_heads=args["num_heads"], window_size=[args["window_size"]] * 2,
+                         num_classes=classes).double().eval()
+    swin_ref.load_torchvision(tv, {k: v.float() for k, v in sd.items()})
+    tv.double()
+    loss = F.cross_entropy(tv(x), labels, label_smoothing=SMOOTHING)
+    loss.backward()
+    return loss.item(), from_torchvision({k: p.grad for k, p in tv.named_parameters()})
+
+
+def main():
+    for name, inputs in MODELS.items():
+        d, cfg, sd = load(name)
+        args, classes = cfg["model_args"], cfg["num_classes"]
+        x = torch.from_numpy(np.load(os.path.join(OUT, inputs))).double()
+        labels = labels_for(x.shape[0], classes)
+        m = swin_ref.SwinRef(dict(args, num_classes=classes)).double()
+        m.load_state_dict(sd, strict=True)
+        loss = F.cross_entropy(m(x), labels, label_smoothing=SMOOTHING)
+        loss.backward()
+        grads = {k: p.grad for k, p in m.named_parameters()}
+        worst = 0.0
+        if name != "swin_pad":  # torchvision computes these exactly (make_swin_fixtures.py)
+            tv_loss, tv_grads = torchvision_grads(args, classes, sd, x, labels)
+            if abs(tv_loss - loss.item()) > 1e-10:
+                FAIL.append(f"{name}: torchvision loss {tv_loss} vs swin_ref {loss.item()}")
+            for k, g in grads.items():
+                e = (tv_grads[k] - g).abs().max().item() / max(g.abs().max().item(), 1e-30)
+                worst = max(worst, e)
+            if worst > 1e-9:
+                FAIL.append(f"{name}: torchvision's gradients differ from swin_ref's by {worst:.3g}")
+        out = {f"grad.{k}": g.numpy().astype(np.float32) for k, g in grads.items()}
+        out["labels"] = labels.numpy().astype(np.float32)
+        out["loss.ce"] = np.array([loss.item()], np.float32)
+        out["loss.dp.squared"] = np.zeros(1, np.float32)  # no less-attention blocks: LaViT's term is 0
+        st.save(os.path.join(d, "grads.safetensors"), out, metadata={"smoothing": str(SMOOTHING),
+                                                                    "loss_ce": repr(loss.item())})
+        print(f"{name}: ce {loss.item():.6f}, {len(grads)} gradients"
+              + (f", torchvision agrees to {worst:.2g}" if name != "swin_pad" else ""))
+    if FAIL:
+        print("\n".join(FAIL))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
