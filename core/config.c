@@ -215,13 +215,71 @@ const char *vit_interp_name(vit_interp i) {
     return (unsigned)i < VIT_INTERP_COUNT ? vit_interp_names[i] : "?";
 }
 
-int vit_arch_count(void) { return VIT_ARCH_N; }
-const vit_config *vit_arch_get(int i) { return i >= 0 && i < VIT_ARCH_N ? &vit_archs[i] : NULL; }
+/* The papers' own models (issue 18) as built-in names: a built-in architecture with another
+ * input, stem or head, and a mechanism per stage. One line each; vit_arch_get builds them. */
+typedef struct {
+    const char *name, *base;
+    int img_size, patch_size, num_classes; /* 0: the base's */
+    vit_attn_kind kind;                     /* every block's attention */
+    int qk_dim[VIT_MAX_STAGES];             /* lmsa: the q/k width of each stage's blocks */
+} vit_seed;
+
+static const vit_seed vit_seeds[] = {
+    /* LMSA, Table 3 (001_437a81f61ef2391f.txt): Swin-T on CIFAR, "the Patches Embedding stage of
+     * the model is replaced by Conv 1x1" (patch 1, 32 x 32 grid); q/k at 1 channel per head (the
+     * extreme setting, CIFAR-10) or halved (CIFAR-100), and their MSA baselines */
+    {"swin_tiny_cifar10", "swin_tiny_patch4_window7_224", 32, 1, 10, VIT_ATTN_VANILLA, {0}},
+    {"lmsa_swin_tiny_cifar10", "swin_tiny_patch4_window7_224", 32, 1, 10, VIT_ATTN_LMSA, {3, 6, 12, 24}},
+    {"swin_tiny_cifar100", "swin_tiny_patch4_window7_224", 32, 1, 100, VIT_ATTN_VANILLA, {0}},
+    {"lmsa_swin_tiny_cifar100", "swin_tiny_patch4_window7_224", 32, 1, 100, VIT_ATTN_LMSA, {48, 96, 192, 384}},
+    /* the extreme setting on the ImageNet Swin-T */
+    {"lmsa_swin_tiny_patch4_window7_224", "swin_tiny_patch4_window7_224", 0, 0, 0, VIT_ATTN_LMSA, {3, 6, 12, 24}},
+};
+#define VIT_SEED_N ((int)(sizeof vit_seeds / sizeof vit_seeds[0]))
+
+static const vit_config *base_arch(const char *name) {
+    for (int i = 0; i < VIT_ARCH_N; i++)
+        if (strcmp(vit_archs[i].name, name) == 0) return &vit_archs[i];
+    return NULL;
+}
+
+static void seed_build(const vit_seed *s, vit_config *c) {
+    *c = *base_arch(s->base);
+    snprintf(c->name, sizeof c->name, "%s", s->name);
+    if (s->img_size) {
+        c->img_size = s->img_size;
+        c->crop_pct = 1.0f; /* CIFAR-size images pass unchanged */
+    }
+    if (s->patch_size) c->patch_size = s->patch_size;
+    if (s->num_classes) c->num_classes = s->num_classes;
+    for (int st = 0, l = 0; st < c->n_stages; st++)
+        for (int j = 0; j < c->stage[st].depth; j++, l++) {
+            vit_attn *a = &c->attn[l];
+            memset(a, 0, sizeof *a);
+            a->kind = s->kind;
+            const vit_mech *m = vit_mech_get_kind(s->kind);
+            if (m && m->defaults) m->defaults(a);
+            if (s->kind == VIT_ATTN_LMSA) a->qk_dim = s->qk_dim[st];
+        }
+}
+
+int vit_arch_count(void) { return VIT_ARCH_N + VIT_SEED_N; }
+const vit_config *vit_arch_get(int i) {
+    static vit_config seeds[VIT_SEED_N];
+    static int built;
+    if (i >= 0 && i < VIT_ARCH_N) return &vit_archs[i];
+    if (i < 0 || i >= VIT_ARCH_N + VIT_SEED_N) return NULL;
+    if (!built) {
+        for (int k = 0; k < VIT_SEED_N; k++) seed_build(&vit_seeds[k], &seeds[k]);
+        built = 1;
+    }
+    return &seeds[i - VIT_ARCH_N];
+}
 
 const vit_config *vit_arch_find(const char *name) {
     if (!name) return NULL;
-    for (int i = 0; i < VIT_ARCH_N; i++)
-        if (strcmp(vit_archs[i].name, name) == 0) return &vit_archs[i];
+    for (int i = 0; i < vit_arch_count(); i++)
+        if (strcmp(vit_arch_get(i)->name, name) == 0) return vit_arch_get(i);
     return NULL;
 }
 
@@ -229,8 +287,8 @@ void vit_arch_list(char *buf, size_t n) {
     size_t used = 0;
     if (n == 0) return;
     buf[0] = 0;
-    for (int i = 0; i < VIT_ARCH_N && used < n; i++) {
-        int w = snprintf(buf + used, n - used, "%s%s", i ? ", " : "", vit_archs[i].name);
+    for (int i = 0; i < vit_arch_count() && used < n; i++) {
+        int w = snprintf(buf + used, n - used, "%s%s", i ? ", " : "", vit_arch_get(i)->name);
         if (w < 0) break;
         used += (size_t)w;
     }

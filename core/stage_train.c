@@ -37,13 +37,31 @@ static size_t merge_floats(const vit_config *c, int s, int n) {
     return (size_t)n * g.T * 4 * c->stage[s - 1].embed_dim;
 }
 
+/* A mechanism the window backward covers: its projections and views only (vanilla, lmsa): q
+ * and k from columns of the projections, no hooks on the scores or maps. */
+static int layout_only(const vit_config *c, int l) {
+    const vit_mech *m = vit_mech_of(c, l);
+    vit_mech_layout lay;
+    m->layout(c, l, &lay);
+    return !m->scores && !m->after_softmax && !m->maps && !m->head_backward && !m->params_backward &&
+           !m->maps_backward && !m->product_scale && (!m->has_proj || m->has_proj(&c->attn[l])) &&
+           lay.src[0] == VIT_SRC_QKV && lay.src[1] == VIT_SRC_QKV && lay.src[2] == VIT_SRC_QKV;
+}
+
+/* The block's projection row width (vanilla: 3D; lmsa: 2 qk_dim + D). */
+static int row_width(const vit_config *c, int l) {
+    vit_mech_layout lay;
+    vit_mech_of(c, l)->layout(c, l, &lay);
+    return lay.W;
+}
+
 const char *vit_stage_untrainable(const vit_config *c) {
     if (c->family == VIT_FAMILY_PVT2) return "PVT v2 (spatial reduction, MixFFN)";
     if (c->family == VIT_FAMILY_CAIT) return "CaiT (talking heads, class attention)";
     for (int s = 1; s < c->n_stages; s++)
         if (c->stage[s].down != VIT_DOWN_MERGE) return "a convolutional downsampling";
     for (int l = 0; l < c->depth; l++)
-        if (c->attn[l].kind != VIT_ATTN_VANILLA) return "an attention mechanism other than vanilla inside windows";
+        if (!layout_only(c, l)) return "an attention mechanism with its own map work (lsla, less) inside windows";
     return NULL;
 }
 
@@ -62,7 +80,7 @@ size_t vit_stage_tape_carve(const vit_config *c, int B, void *base, vit_tape *t)
         const size_t TD = b * g.T * g.D, TH = b * g.T * g.Hm;
         carve(p, &off, TD, &k->x_in);
         carve(p, &off, TD, &k->xn1);
-        carve(p, &off, 3 * TD, &k->qkv);
+        carve(p, &off, b * g.T * (size_t)row_width(c, l), &k->qkv);
         carve(p, &off, b * g.H * g.problems * g.Tq * g.Tk, &k->att);
         carve(p, &off, TD, &k->ao);
         carve(p, &off, TD, &k->x_mid);
@@ -83,9 +101,11 @@ size_t vit_stage_tape_carve(const vit_config *c, int B, void *base, vit_tape *t)
     return off;
 }
 
-/* Floats of one thread's window slot: q (scaled), k, v, the output's gradient, the gradients of
- * q, k and v (N, D) each, and one head's map gradient (N, N). */
-static size_t slot_floats(int N, int D) { return ((7 * (size_t)N * D + (size_t)N * N) + 15) & ~(size_t)15; }
+/* Floats of one thread's window slot: q, k and their gradients (N, Wq) each, v, the output's
+ * gradient and v's (N, D) each, one head's map gradient (N, N). */
+static size_t slot_floats(int N, int D, int Wq) {
+    return (4 * (size_t)N * Wq + 3 * (size_t)N * D + (size_t)N * N + 15) & ~(size_t)15;
+}
 
 /* LayerNorm backward's scratch for rows of width d. */
 static size_t ln_floats(size_t rows, size_t d) { return 2 * d * ((rows + KERNELS_LN_BLOCK - 1) / KERNELS_LN_BLOCK); }
@@ -100,16 +120,18 @@ size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_
         v->B = B;
     }
     const size_t b = (size_t)B;
-    size_t TD = 0, TH = 0, maps = 0, rpb = 0, pads = 0, slot = 0, ln = 0, rows = 0;
+    size_t TD = 0, TW = 0, TH = 0, maps = 0, rpb = 0, pads = 0, slot = 0, ln = 0, rows = 0;
     vit_geom g;
     for (int l = 0; l < c->depth; l++) {
         vit_block_geom(c, l, &g);
+        const size_t W = (size_t)row_width(c, l);
         TD = max_z(TD, b * g.T * g.D);
+        TW = max_z(TW, b * g.T * W);
         TH = max_z(TH, b * g.T * g.Hm);
         maps = max_z(maps, b * g.H * g.problems * g.Tq * g.Tk);
         rpb = max_z(rpb, (size_t)g.H * g.Tq * g.Tk);
-        pads = max_z(pads, b * g.problems * 3 * g.D);
-        slot = max_z(slot, slot_floats(g.Tq, g.D));
+        pads = max_z(pads, b * g.problems * W);
+        slot = max_z(slot, slot_floats(g.Tq, g.D, g.H * vit_qk_head_dim(c, l)));
         ln = max_z(ln, ln_floats(b * g.T, g.D));
         rows = max_z(rows, b * g.T);
     }
@@ -124,7 +146,7 @@ size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_
     carve(p, &off, TD, &v->dxn);
     carve(p, &off, TD, &v->dao);
     carve(p, &off, ln, &v->ln_scratch);
-    carve(p, &off, 3 * TD, &v->dqkv);
+    carve(p, &off, TW, &v->dqkv);
     carve(p, &off, TH, &v->dhid);
     carve(p, &off, maps, &v->dS);
     carve(p, &off, rpb, &v->dA);
@@ -145,32 +167,46 @@ size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_
 
 typedef struct {
     const vit_tape_block *t;
+    const vit_mech_layout *lay;
+    const vit_block_params *bp; /* the projections' biases: what a pad slot's columns are */
     const int *tok;      /* (P, N) grid token of each window row, -1 for a pad slot */
-    const float *qkv_b;  /* what a pad slot's q, k, v are, or NULL (zeros) */
     const float *dao;    /* (n, T, D) gradient of the attention output */
-    float *dqkv;         /* (n, T, 3D) out: gradient of the projections */
+    float *dqkv;         /* (n, T, W) out: gradient of the projections */
     float *dS;           /* (n, H, P, N, N) out: the scores' gradient of every map */
-    float *padg;         /* (n, P, 3D) out: the pad slots' summed q, k, v gradient per window */
-    int n, T, D, H, P, N;
+    float *padg;         /* (n, P, W) out: the pad slots' summed projection gradient per window */
+    int n, T, D, H, P, N, dq;
     float scale;
 } window_bwd;
 
-/* One (image, window) job. Per head h, with Q already scaled and A the tape's map:
- *   dA = dO V^T,  dV = A^T dO,  dS = A * (dA - rowsum(A * dA)),  dQ = scale dS K,  dK = dS^T Q.
+/* Columns [col, col + cols) of a pad slot's projection row: each projection's bias where it
+ * covers them (its LN1 output is zero), else 0. */
+static void pad_row(const window_bwd *j, int col, int cols, float *dst) {
+    memset(dst, 0, (size_t)cols * sizeof(float));
+    for (int p = 0; p < j->lay->n_proj; p++) {
+        const vit_mech_proj *pr = &j->lay->proj[p];
+        const float *bias = vit_mech_weight(j->bp, pr->b);
+        for (int c = 0; c < cols && bias; c++)
+            if (col + c >= pr->col && col + c < pr->col + pr->out) dst[c] = bias[col + c - pr->col];
+    }
+}
+
+/* One (image, window) job. Per head h, with A the tape's map and S = scale q k^T + bias + mask:
+ *   dA = dO V^T,  dV = A^T dO,  dS = A * (dA - rowsum(A * dA)),  dQ = scale dS K,  dK = scale dS^T Q.
  * Real rows scatter to their token's dqkv row (a token sits in one window of a block); pad
  * rows' gradients add up into the window's padg entry. */
 static void window_problem_bwd(const window_bwd *j, int b, int w, float *scr) {
-    const int N = j->N, D = j->D, H = j->H, hd = D / H;
-    const size_t ND = (size_t)N * D, NN = (size_t)N * N;
-    float *Q = scr, *K = Q + ND, *V = K + ND, *dO = V + ND, *dQ = dO + ND, *dK = dQ + ND, *dV = dK + ND;
+    const int N = j->N, D = j->D, H = j->H, hd = D / H, dq = j->dq, Wq = H * dq, W = j->lay->W;
+    const size_t NQ = (size_t)N * Wq, ND = (size_t)N * D, NN = (size_t)N * N;
+    float *Q = scr, *K = Q + NQ, *dQ = K + NQ, *dK = dQ + NQ, *V = dK + NQ, *dO = V + ND, *dV = dO + ND;
     float *dA = dV + ND;
     const int *tok = j->tok + (size_t)w * N;
+    const int *col = j->lay->col;
     for (int r = 0; r < N; r++) {
-        const float *src = tok[r] >= 0 ? j->t->qkv + ((size_t)b * j->T + tok[r]) * 3 * D : j->qkv_b;
-        for (int c = 0; c < D; c++) {
-            Q[(size_t)r * D + c] = src ? src[c] * j->scale : 0.0f;
-            K[(size_t)r * D + c] = src ? src[D + c] : 0.0f;
-            V[(size_t)r * D + c] = src ? src[2 * D + c] : 0.0f;
+        float *dst[3] = {Q + (size_t)r * Wq, K + (size_t)r * Wq, V + (size_t)r * D};
+        const int width[3] = {Wq, Wq, D};
+        for (int i = 0; i < 3; i++) {
+            if (tok[r] >= 0) memcpy(dst[i], j->t->qkv + ((size_t)b * j->T + tok[r]) * W + col[i], (size_t)width[i] * sizeof(float));
+            else pad_row(j, col[i], width[i], dst[i]);
         }
         if (tok[r] >= 0) memcpy(dO + (size_t)r * D, j->dao + ((size_t)b * j->T + tok[r]) * D, (size_t)D * sizeof(float));
         else memset(dO + (size_t)r * D, 0, (size_t)D * sizeof(float)); /* a pad query's output is dropped */
@@ -179,35 +215,36 @@ static void window_problem_bwd(const window_bwd *j, int b, int w, float *scr) {
         const size_t map = (((size_t)b * H + h) * j->P + w) * NN;
         const float *A = j->t->att + map;
         float *dS = j->dS + map;
-        const size_t o = (size_t)h * hd;
+        const size_t o = (size_t)h * hd, oq = (size_t)h * dq;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, N, hd, 1.0f, dO + o, D, V + o, D, 0.0f, dA, N);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, hd, N, 1.0f, A, N, dO + o, D, 0.0f, dV + o, D);
         kernels_softmax_backward_rows(dS, A, dA, N, N);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, hd, N, j->scale, dS, N, K + o, D, 0.0f, dQ + o, D);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, hd, N, 1.0f, dS, N, Q + o, D, 0.0f, dK + o, D);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, dq, N, j->scale, dS, N, K + oq, Wq, 0.0f, dQ + oq, Wq);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, dq, N, j->scale, dS, N, Q + oq, Wq, 0.0f, dK + oq, Wq);
     }
-    float *pg = j->padg + ((size_t)b * j->P + w) * 3 * D;
-    memset(pg, 0, 3 * (size_t)D * sizeof(float));
+    float *pg = j->padg + ((size_t)b * j->P + w) * W;
+    memset(pg, 0, (size_t)W * sizeof(float));
     for (int r = 0; r < N; r++) {
-        const float *g[3] = {dQ + (size_t)r * D, dK + (size_t)r * D, dV + (size_t)r * D};
+        const float *g[3] = {dQ + (size_t)r * Wq, dK + (size_t)r * Wq, dV + (size_t)r * D};
+        const int width[3] = {Wq, Wq, D};
         for (int i = 0; i < 3; i++) {
-            if (tok[r] >= 0) memcpy(j->dqkv + ((size_t)b * j->T + tok[r]) * 3 * D + (size_t)i * D, g[i], (size_t)D * sizeof(float));
+            if (tok[r] >= 0) memcpy(j->dqkv + ((size_t)b * j->T + tok[r]) * W + col[i], g[i], (size_t)width[i] * sizeof(float));
             else
-                for (int c = 0; c < D; c++) pg[(size_t)i * D + c] += g[i][c];
+                for (int c = 0; c < width[i]; c++) pg[col[i] + c] += g[i][c];
         }
     }
 }
 
 /* Back through a window block's attention: ws->dao -> ws->dqkv, the relative table's gradient
- * and the pad slots' share of the qkv bias's. */
-static void window_backward(const vit_config *c, int l, const vit_geom *g, const vit_block_params *bp,
-                            const vit_block_params *gb, const vit_tape_block *t, const vit_acts *a,
-                            vit_grad_ws *ws, int n) {
-    const int P = g->problems, N = g->Tq, H = g->H, D = g->D;
+ * and the pad slots' share of the projections' biases. */
+static void window_backward(const vit_config *c, int l, const vit_geom *g, const vit_mech_layout *lay,
+                            const vit_block_params *bp, const vit_block_params *gb, const vit_tape_block *t,
+                            const vit_acts *a, vit_grad_ws *ws, int n) {
+    const int P = g->problems, N = g->Tq, H = g->H, W = lay->W;
     const size_t NN = (size_t)N * N;
-    const window_bwd j = {.t = t, .tok = a->tok[l], .qkv_b = bp->qkv_b, .dao = ws->dao, .dqkv = ws->dqkv,
-                          .dS = ws->dS, .padg = ws->padg, .n = n, .T = g->T, .D = D, .H = H, .P = P,
-                          .N = N, .scale = vit_attn_scale(c, l)};
+    const window_bwd j = {.t = t, .lay = lay, .bp = bp, .tok = a->tok[l], .dao = ws->dao, .dqkv = ws->dqkv,
+                          .dS = ws->dS, .padg = ws->padg, .n = n, .T = g->T, .D = g->D, .H = H, .P = P,
+                          .N = N, .dq = vit_qk_head_dim(c, l), .scale = vit_attn_scale(c, l)};
     const int jobs = n * P, max = omp_get_max_threads(), slots = ws->slots < max ? ws->slots : max;
 #pragma omp parallel num_threads(slots)
     {
@@ -230,12 +267,15 @@ static void window_backward(const vit_config *c, int l, const vit_geom *g, const
         for (int h = 0; h < H; h++)
             vit_add_bias_backward(WR(gb->rpb_table), sum + (size_t)h * NN, VIT_BIAS_RELATIVE, H, h, N, g->M);
     }
-    /* pad slots take the qkv bias: their gradients, window by window */
-    if (gb->qkv_b)
-        for (int k = 0; k < jobs; k++) {
-            const float *pg = ws->padg + (size_t)k * 3 * D;
-            for (int i = 0; i < 3 * D; i++) WR(gb->qkv_b)[i] += pg[i];
+    /* pad slots take the projections' biases: their gradients, window by window */
+    for (int p = 0; p < lay->n_proj; p++) {
+        const vit_mech_proj *pr = &lay->proj[p];
+        float *gbias = WR(vit_mech_weight(gb, pr->b));
+        for (int k = 0; k < jobs && gbias; k++) {
+            const float *pg = ws->padg + (size_t)k * W + pr->col;
+            for (int i = 0; i < pr->out; i++) gbias[i] += pg[i];
         }
+    }
 }
 
 /* One block in reverse: ws->dx holds the gradient of the block's output and leaves with its
@@ -252,9 +292,15 @@ static void block_backward(const vit_config *c, int l, const vit_block_params *b
     kernels_layernorm_backward(ws->dx, WR(gb->norm2_w), WR(gb->norm2_b), ws->dxn, t->x_mid, bp->norm2_w,
                                ws->ln_scratch, M, D, eps);
     vit_linear_backward(WR(gb->proj_w), WR(gb->proj_b), ws->dao, 0, ws->dx, D, t->ao, D, bp->proj_w, M, D, D, ws->ones);
-    window_backward(c, l, &g, bp, gb, t, a, ws, n);
-    vit_linear_backward(WR(gb->qkv_w), gb->qkv_b ? WR(gb->qkv_b) : NULL, ws->dxn, 0, ws->dqkv, 3 * D, t->xn1, D,
-                        bp->qkv_w, M, 3 * D, D, ws->ones);
+    vit_mech_layout lay;
+    vit_mech_of(c, l)->layout(c, l, &lay);
+    window_backward(c, l, &g, &lay, bp, gb, t, a, ws, n);
+    for (int i = 0; i < lay.n_proj; i++) { /* back through the projections into dxn */
+        const vit_mech_proj *pr = &lay.proj[i];
+        const float *gbias = vit_mech_weight(gb, pr->b);
+        vit_linear_backward(WR(vit_mech_weight(gb, pr->w)), gbias ? WR(gbias) : NULL, ws->dxn, i > 0,
+                            ws->dqkv + pr->col, lay.W, t->xn1, D, vit_mech_weight(bp, pr->w), M, pr->out, D, ws->ones);
+    }
     kernels_layernorm_backward(ws->dx, WR(gb->norm1_w), WR(gb->norm1_b), ws->dxn, t->x_in, bp->norm1_w,
                                ws->ln_scratch, M, D, eps);
 }

@@ -4,6 +4,7 @@
  * only once the engine's staged vit_param_specs is in: before that it fails, naming the first
  * tensor the engine does not list. */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdlib.h>
 
 #include "../io/model.h"
@@ -43,7 +44,53 @@ static void check_specs(const char *what, const vit_config *cfg, const swin_arch
     free(s);
 }
 
+/* The LMSA paper's Swin models (001_437a81f61ef2391f.txt, Table 3: "Params(M)") as built-in
+ * names: their parameters to the printed digit, every block's q/k width, and the count against
+ * a closed form written here: Swin-T's with a 1x1 stem, less 2 (D - q) (D + 1) per block (the q
+ * and k projections of width q instead of D, with their biases). */
+static void test_lmsa_seeds(void) {
+    static const struct {
+        const char *name;
+        double mparams;
+        int classes, qk[4];
+    } t[] = {
+        {"swin_tiny_cifar10", 27.52, 10, {96, 192, 384, 768}},
+        {"lmsa_swin_tiny_cifar10", 23.33, 10, {3, 6, 12, 24}},
+        {"swin_tiny_cifar100", 27.59, 100, {96, 192, 384, 768}},
+        {"lmsa_swin_tiny_cifar100", 25.43, 100, {48, 96, 192, 384}},
+    };
+    static const int depth[4] = {2, 2, 6, 2}, dim[4] = {96, 192, 384, 768};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        vit_config c;
+        CHECK(vit_arch_resolve(t[i].name, &c, &err) == AS_OK && vit_config_validate(&c, &err) == AS_OK, "%s: %s",
+              t[i].name, err.msg);
+        CHECK(c.img_size == 32 && c.patch_size == 1 && c.num_classes == t[i].classes, "%s: %d px, patch %d, %d classes",
+              t[i].name, c.img_size, c.patch_size, c.num_classes);
+        vit_cost k;
+        vit_config_cost(&c, &k);
+        CHECK(round(k.params_total / 1e4) / 100 == t[i].mparams, "%s: %.4f M params, Table 3 prints %g", t[i].name,
+              k.params_total / 1e6, t[i].mparams);
+        double closed = 0;
+        /* Swin-T (timm clamp: the last stage's 4 x 4 grid makes its window and table 4 x 4) */
+        const int table[4] = {13 * 13, 13 * 13, 13 * 13, 7 * 7};
+        closed += 3 * 96 + 96 + 2 * 96; /* 1x1 conv stem and its norm */
+        for (int s = 0, l = 0; s < 4; s++) {
+            const double D = dim[s], H = D / 32, q = t[i].qk[s];
+            if (s) closed += 2 * 4 * D / 2 + 4 * (D / 2) * D; /* merge: LN(4C) and Linear(4C, 2C) */
+            for (int j = 0; j < depth[s]; j++, l++) {
+                closed += 4 * D + (3 * D * D + 3 * D) + table[s] * H + D * D + D + 2 * (4 * D * D) + 4 * D + D;
+                closed -= 2 * (D - q) * (D + 1);
+                CHECK((q == D ? c.attn[l].kind == VIT_ATTN_VANILLA : c.attn[l].kind == VIT_ATTN_LMSA && c.attn[l].qk_dim == q),
+                      "%s: block %d: %s qk_dim %d, want %g", t[i].name, l, vit_attn_name(c.attn[l].kind), c.attn[l].qk_dim, q);
+            }
+        }
+        closed += 2 * 768 + 768 * t[i].classes + t[i].classes;
+        CHECK(k.params_total == closed, "%s: %.0f params, closed form %.0f", t[i].name, k.params_total, closed);
+    }
+}
+
 int main(void) {
+    test_lmsa_seeds();
     static const struct {
         const char *name;
         swin_arch a;

@@ -158,6 +158,41 @@ static void test_model_reading(const char *name, const float *x, int n, vit_dp_l
     model_free(&m);
 }
 
+/* The fixture's logits (its reference's forward, expected.safetensors) from the forward. */
+static void check_logits(const char *name, const float *x, int n) {
+    char path[1100];
+    as_error err = {0};
+    model m;
+    if (model_load(&m, fx(name), NULL, 0, &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/expected.safetensors", fx(name));
+    safetensors st;
+    if (safetensors_open(&st, path, &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+        model_free(&m);
+        return;
+    }
+    const int C = m.cfg.num_classes;
+    const safetensors_tensor *lt = safetensors_find(&st, "logits");
+    CHECK(lt && lt->numel == (size_t)n * C, "%s: no logits of %d images in expected.safetensors", name, n);
+    void *aa = aligned_alloc(64, vit_acts_carve(&m.cfg, n, NULL, NULL));
+    float *want = malloc((size_t)n * C * sizeof(float));
+    if (lt && lt->numel == (size_t)n * C && aa && want && safetensors_read_f32(&st, lt, want, &err) == AS_OK) {
+        vit_acts a;
+        vit_acts_carve(&m.cfg, n, aa, &a);
+        vit_forward(&m.cfg, &m.params, &a, x, n, NULL);
+        char what[128];
+        snprintf(what, sizeof what, "%s logits against its reference", name);
+        check_close(what, a.logits, want, (size_t)n * C, 1e-4, 1e-4);
+    }
+    free(want);
+    free(aa);
+    safetensors_close(&st);
+    model_free(&m);
+}
+
 static void test_model(const char *name, const float *x, int n) {
     for (int k = 0; k < VIT_DP_COUNT; k++) test_model_reading(name, x, n, (vit_dp_loss)k);
 }
@@ -400,13 +435,15 @@ int main(void) {
     free(x);
     /* staged models (Swin: windows, shift mask, relative bias, pad slots, patch merging) */
     static const struct { const char *name, *inputs; } staged[] = {
-        {"swin_tiny", "inputs.npy"}, {"swin_pad", "inputs16_1.npy"}, {"swin_pad_tv", "inputs16_1.npy"}};
+        {"swin_tiny", "inputs.npy"}, {"swin_pad", "inputs16_1.npy"}, {"swin_pad_tv", "inputs16_1.npy"},
+        {"swin_lmsa", "inputs.npy"}};
     for (size_t i = 0; i < sizeof staged / sizeof *staged; i++) {
         if (dataset_open(&ds, fx(staged[i].inputs), &err) != AS_OK) {
             CHECK(0, "%s", err.msg);
             continue;
         }
         test_model_reading(staged[i].name, ds.tensor, ds.count, VIT_DP_SQUARED);
+        check_logits(staged[i].name, ds.tensor, ds.count);
         dataset_free(&ds);
     }
     test_dp_names();

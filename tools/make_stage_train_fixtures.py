@@ -22,14 +22,45 @@ from swin_names import from_torchvision  # noqa: E402
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures")
 SMOOTHING = 0.1
 FAIL = []
-# fixture -> its inputs (make_fixtures.py, make_swin_fixtures.py)
-MODELS = {"swin_tiny": "inputs.npy", "swin_pad": "inputs16_1.npy", "swin_pad_tv": "inputs16_1.npy"}
+# fixture -> its inputs (make_fixtures.py, make_swin_fixtures.py; swin_lmsa is made here)
+MODELS = {"swin_tiny": "inputs.npy", "swin_pad": "inputs16_1.npy", "swin_pad_tv": "inputs16_1.npy",
+          "swin_lmsa": "inputs.npy"}
+TORCHVISION = ("swin_tiny", "swin_pad_tv")  # torchvision computes these exactly (make_swin_fixtures.py)
+# LMSA in Swin's windows: the extreme setting (1 channel per head) in stage 0, 2 per head in
+# stage 1; a window the grid does not divide in stage 1 (6 -> pad slots take the q, k, v biases)
+SWIN_LMSA = {"architecture": "custom", "family": "swin", "img_size": 32, "patch_size": 2, "in_chans": 3,
+             "embed_dim": 16, "depths": [2, 2], "num_heads": [2, 4], "window_size": 6, "mlp_ratio": 2,
+             "num_classes": 10, "qkv_bias": True, "patch_norm": True, "pad_order": "pad_first",
+             "window_clamp": "timm",
+             "attention": [{"blocks": "0-1", "type": "lmsa", "qk_dim": 2},
+                           {"blocks": "2-3", "type": "lmsa", "qk_dim": 8}]}
+
+
+def make_swin_lmsa():
+    """Writes tests/fixtures/swin_lmsa: config.json, seeded and perturbed weights, and the logits
+    of tools/swin_ref.py (expected.safetensors)."""
+    d = os.path.join(OUT, "swin_lmsa")
+    os.makedirs(d, exist_ok=True)
+    torch.manual_seed(320)
+    m = swin_ref.SwinRef(SWIN_LMSA)
+    sd = swin_ref.perturb(m.state_dict(), 321)
+    m.load_state_dict(sd, strict=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(SWIN_LMSA, f, indent=2)
+        f.write("\n")
+    st.save(os.path.join(d, "model.safetensors"), {k: v.numpy() for k, v in sd.items()}, metadata={"format": "pt"})
+    x = torch.from_numpy(np.load(os.path.join(OUT, "inputs.npy")))
+    with torch.no_grad():
+        logits = m.double()(x.double())
+    st.save(os.path.join(d, "expected.safetensors"), {"logits": logits.numpy().astype(np.float32)})
 
 
 def load(name):
     d = os.path.join(OUT, name)
     with open(os.path.join(d, "config.json")) as f:
         cfg = json.load(f)
+    if "model_args" in cfg:
+        cfg = dict(cfg["model_args"], num_classes=cfg["num_classes"])
     sd = st.load(os.path.join(d, "model.safetensors"))
     return d, cfg, {k: torch.from_numpy(v.astype(np.float64)) for k, v in sd.items()}
 
@@ -53,18 +84,19 @@ def torchvision_grads(args, classes, sd, x, labels):
 
 
 def main():
+    make_swin_lmsa()
     for name, inputs in MODELS.items():
         d, cfg, sd = load(name)
-        args, classes = cfg["model_args"], cfg["num_classes"]
+        args, classes = cfg, cfg["num_classes"]
         x = torch.from_numpy(np.load(os.path.join(OUT, inputs))).double()
         labels = labels_for(x.shape[0], classes)
-        m = swin_ref.SwinRef(dict(args, num_classes=classes)).double()
+        m = swin_ref.SwinRef(args).double()
         m.load_state_dict(sd, strict=True)
         loss = F.cross_entropy(m(x), labels, label_smoothing=SMOOTHING)
         loss.backward()
         grads = {k: p.grad for k, p in m.named_parameters()}
         worst = 0.0
-        if name != "swin_pad":  # torchvision computes these exactly (make_swin_fixtures.py)
+        if name in TORCHVISION:
             tv_loss, tv_grads = torchvision_grads(args, classes, sd, x, labels)
             if abs(tv_loss - loss.item()) > 1e-10:
                 FAIL.append(f"{name}: torchvision loss {tv_loss} vs swin_ref {loss.item()}")
@@ -80,7 +112,7 @@ def main():
         st.save(os.path.join(d, "grads.safetensors"), out, metadata={"smoothing": str(SMOOTHING),
                                                                     "loss_ce": repr(loss.item())})
         print(f"{name}: ce {loss.item():.6f}, {len(grads)} gradients"
-              + (f", torchvision agrees to {worst:.2g}" if name != "swin_pad" else ""))
+              + (f", torchvision agrees to {worst:.2g}" if name in TORCHVISION else ""))
     if FAIL:
         print("\n".join(FAIL))
         sys.exit(1)

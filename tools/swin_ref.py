@@ -10,6 +10,10 @@ tools/check_swin_ref.py. Needs only torch.
     W-MSA: windows of M x M tokens, S = (q d^-1/2) k^T + B_rel [+ mask], softmax, A v, proj
     head:  LN, mean over the grid, head.fc
 
+LMSA (Low-relation MSA) in the windows of chosen blocks: the config's "attention" entries of type
+"lmsa" give q and k their own projections attn.q, attn.k of qk_dim columns in total (qk_dim / H
+per head, scale (qk_dim / H)^-1/2) beside attn.v; see lmsa_widths.
+
 Choices that differ between implementations are options:
   pad_order   "pad_first": pad the grid to multiples of M, then roll (torchvision, official
               segmentation code); "roll_first": roll the unpadded grid, then pad (timm, whose
@@ -117,10 +121,16 @@ def from_windows(w, ph, pw, M):
 
 
 class WindowAttention(nn.Module):
-    def __init__(self, dim, heads, table_side, qkv_bias=True):
+    def __init__(self, dim, heads, table_side, qkv_bias=True, qk_dim=None):
         super().__init__()
         self.heads = heads
-        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.qk_dim = qk_dim
+        if qk_dim is None:
+            self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        else:  # LMSA (Low-relation MSA): q and k projected to qk_dim in total, v to dim
+            self.q = nn.Linear(dim, qk_dim, bias=qkv_bias)
+            self.k = nn.Linear(dim, qk_dim, bias=qkv_bias)
+            self.v = nn.Linear(dim, dim, bias=qkv_bias)
         self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * table_side - 1) ** 2, heads))
         self.proj = nn.Linear(dim, dim)
 
@@ -135,11 +145,18 @@ class WindowAttention(nn.Module):
         ph, pw = u.shape[1], u.shape[2]
         win = to_windows(u, M)                                         # (B, nW, N, C)
         nW, N = win.shape[1], M * M
-        qkv = self.qkv(win).view(B, nW, N, 3, h, d).permute(3, 0, 4, 1, 2, 5)
-        q, k, v = qkv[0], qkv[1], qkv[2]                               # (B, h, nW, N, d)
+        if self.qk_dim is None:
+            qkv = self.qkv(win).view(B, nW, N, 3, h, d).permute(3, 0, 4, 1, 2, 5)
+            q, k, v = qkv[0], qkv[1], qkv[2]                           # (B, h, nW, N, d)
+            dq = d
+        else:
+            dq = self.qk_dim // h
+            q = self.q(win).view(B, nW, N, h, dq).permute(0, 3, 1, 2, 4)
+            k = self.k(win).view(B, nW, N, h, dq).permute(0, 3, 1, 2, 4)
+            v = self.v(win).view(B, nW, N, h, d).permute(0, 3, 1, 2, 4)
         bias = self.relative_position_bias_table[relative_index(M).reshape(-1)]
         bias = bias.view(N, N, h).permute(2, 0, 1)                     # (h, N, N)
-        scores = (q * d ** -0.5) @ k.transpose(-2, -1) + bias[None, :, None]
+        scores = (q * dq ** -0.5) @ k.transpose(-2, -1) + bias[None, :, None]
         scores = scores + shift_mask(ph, pw, M, s)[None, None]
         attn = scores.softmax(dim=-1)
         o = (attn @ v).permute(0, 2, 3, 1, 4).reshape(B, nW, N, C)
@@ -149,8 +166,8 @@ class WindowAttention(nn.Module):
             wt = to_windows(shift_and_pad(idx[..., None], M, s, pad_order, -1), M)[0, :, :, 0]
             valid = wt >= 0
             order = wt[valid]                                          # grid token of each slot
-            qg = torch.empty(B, h, H * W, d)
-            kg = torch.empty(B, h, H * W, d)
+            qg = torch.empty(B, h, H * W, dq)
+            kg = torch.empty(B, h, H * W, dq)
             qg[:, :, order] = q[:, :, valid]
             kg[:, :, order] = k[:, :, valid]
             assert torch.equal(order.sort().values, torch.arange(H * W)), "every token in one slot"
@@ -170,10 +187,10 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim, heads, table_side, mlp_ratio, qkv_bias):
+    def __init__(self, dim, heads, table_side, mlp_ratio, qkv_bias, qk_dim=None):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=EPS)
-        self.attn = WindowAttention(dim, heads, table_side, qkv_bias)
+        self.attn = WindowAttention(dim, heads, table_side, qkv_bias, qk_dim)
         self.norm2 = nn.LayerNorm(dim, eps=EPS)
         self.mlp = Mlp(dim, int(mlp_ratio * dim))
 
@@ -207,11 +224,30 @@ class PatchEmbed(nn.Module):
 
 
 class Stage(nn.Module):
-    def __init__(self, dim_in, dim, depth, heads, table_side, mlp_ratio, qkv_bias, merge):
+    def __init__(self, dim_in, dim, depth, heads, table_side, mlp_ratio, qkv_bias, merge, qk_dims):
         super().__init__()
         self.downsample = PatchMerging(dim_in) if merge else None
-        self.blocks = nn.ModuleList(Block(dim, heads, table_side, mlp_ratio, qkv_bias)
-                                    for _ in range(depth))
+        self.blocks = nn.ModuleList(Block(dim, heads, table_side, mlp_ratio, qkv_bias, qk_dims[j])
+                                    for j in range(depth))
+
+
+def lmsa_widths(cfg):
+    """Block -> qk_dim from the config's "attention" entries of type "lmsa" ("blocks": "a-b" or a
+    list of block indices over the whole model; entries without "blocks", as attnscope writes
+    them, are one per block in order); None for a vanilla block."""
+    out = [None] * sum(cfg["depths"])
+    for i, e in enumerate(cfg.get("attention", [])):
+        if e.get("type", "vanilla") == "vanilla":
+            continue
+        if e["type"] != "lmsa":
+            raise ValueError(f"swin_ref: attention type {e['type']!r} (vanilla and lmsa only)")
+        b = e.get("blocks", [i])
+        if isinstance(b, str):
+            lo, _, hi = b.partition("-")
+            b = range(int(lo), int(hi or lo) + 1)
+        for j in b:
+            out[j] = e["qk_dim"]
+    return out
 
 
 class Head(nn.Module):
@@ -234,13 +270,14 @@ class SwinRef(nn.Module):
         D, M0 = c["embed_dim"], c["window_size"]
         self.patch_embed = PatchEmbed(c["patch_size"], c.get("in_chans", 3), D, c.get("patch_norm", True))
         grid = c["img_size"] // c["patch_size"]
-        stages = []
+        stages, qk, first = [], lmsa_widths(c), 0
         for s, (depth, heads) in enumerate(zip(c["depths"], c["num_heads"])):
             if s:
                 grid = (grid + 1) // 2
             side = block_window(grid, M0, False, self.clamp)[0]  # the table timm builds
             stages.append(Stage(D // 2 if s else D, D, depth, heads, side, c.get("mlp_ratio", 4),
-                                c.get("qkv_bias", True), s > 0))
+                                c.get("qkv_bias", True), s > 0, qk[first:first + depth]))
+            first += depth
             D *= 2
         self.layers = nn.ModuleList(stages)
         D //= 2
