@@ -4,6 +4,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -409,10 +410,54 @@ void kernels_f32_to_f16_array(uint16_t *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = kernels_f32_to_f16(src[i]);
 }
 
+/* A product of few tiles over a long inner dimension (a small layer's weight gradient, summed
+ * over every row of the batch) would run on one thread. It is cut into KERNELS_GEMM_SPLIT-long
+ * pieces of the inner dimension instead, each piece's product into its own buffer (in parallel),
+ * and the pieces added in order: how it is cut depends on K alone, so the bits do not depend on
+ * the thread count. The buffer is the calling thread's, kept between calls. */
+static void gemm_split(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
+                       const float *B, int ldb, float beta, float *C, int ldc) {
+    static _Thread_local float *buf;
+    static _Thread_local size_t cap;
+    const int pieces = (K + KERNELS_GEMM_SPLIT - 1) / KERNELS_GEMM_SPLIT;
+    const size_t MN = (size_t)M * N, need = (size_t)pieces * MN;
+    if (need > cap) {
+        float *nb = realloc(buf, need * sizeof(float));
+        if (!nb) { /* no memory for the pieces: the plain product, as correct, on fewer threads */
+            cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, M, N,
+                        K, alpha, A, lda, B, ldb, beta, C, ldc);
+            return;
+        }
+        buf = nb;
+        cap = need;
+    }
+    float *part = buf;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int p = 0; p < pieces; p++) {
+        const int k0 = p * KERNELS_GEMM_SPLIT, kc = K - k0 < KERNELS_GEMM_SPLIT ? K - k0 : KERNELS_GEMM_SPLIT;
+        const float *a = A + (transa ? (size_t)k0 * lda : (size_t)k0);
+        const float *b = B + (transb ? (size_t)k0 : (size_t)k0 * ldb);
+        cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, M, N, kc,
+                    alpha, a, lda, b, ldb, 0.0f, part + (size_t)p * MN, N);
+    }
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float s = 0;
+            for (int p = 0; p < pieces; p++) s += part[(size_t)p * MN + (size_t)i * N + j];
+            float *c = C + (size_t)i * ldc + j;
+            *c = beta == 0.0f ? s : beta * *c + s;
+        }
+}
+
 void kernels_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc) {
     enum { TM = KERNELS_GEMM_ROWS, TN = KERNELS_GEMM_COLS };
     const int tm = (M + TM - 1) / TM, tn = (N + TN - 1) / TN;
+    if (tm * tn < 4 && K >= 2 * KERNELS_GEMM_SPLIT) {
+        gemm_split(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
     /* inside the region OpenBLAS runs one thread per call (omp_in_parallel), as it does with a
      * team of one */
 #pragma omp parallel for schedule(dynamic, 1)

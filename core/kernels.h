@@ -68,6 +68,9 @@ void kernels_f16_to_f32_array(float *dst, const uint16_t *src, size_t n);
  * count, so its rounding does too; this gives the same bits for any thread count. */
 #define KERNELS_GEMM_ROWS 128
 #define KERNELS_GEMM_COLS 256
+/* A product of fewer than 4 such tiles whose inner dimension is at least twice this is cut into
+ * pieces of it along the inner dimension, computed in parallel and added in order. */
+#define KERNELS_GEMM_SPLIT 1024
 void kernels_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc);
 
