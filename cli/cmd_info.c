@@ -603,8 +603,10 @@ static void list_archs(void) {
         const vit_config *c = vit_arch_get(i);
         vit_cost cost;
         vit_config_cost(c, &cost);
-        printf("%-*s %7.1fM %7.2f  %s%s%s%s%s\n", w, c->name, cost.params_total / 1e6, cost.macs_total / 1e9,
-               c->n_stages ? vit_family_name(c->family) : "", c->n_stages ? ", " : "", c->distilled ? "distilled, " : "",
+        const char *mech = c->attn[0].kind != VIT_ATTN_VANILLA ? vit_attn_name(c->attn[0].kind) : NULL;
+        printf("%-*s %7.1fM %7.2f  %s%s%s%s%s%s%s\n", w, c->name, cost.params_total / 1e6, cost.macs_total / 1e9,
+               c->n_stages ? vit_family_name(c->family) : "", c->n_stages ? ", " : "", mech ? mech : "",
+               mech ? " attention, " : "", c->distilled ? "distilled, " : "",
                c->num_classes ? "" : "no head, ",
                c->mean[0] > 0.49f ? "inception mean/std" : c->std[0] > 0.26f ? "openai clip mean/std"
                                                                              : "imagenet mean/std");

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <threads.h>
 
 #define IMAGENET_MEAN {0.485f, 0.456f, 0.406f}
 #define IMAGENET_STD {0.229f, 0.224f, 0.225f}
@@ -263,17 +264,18 @@ static void seed_build(const vit_seed *s, vit_config *c) {
         }
 }
 
+static vit_config seed_configs[VIT_SEED_N];
+static once_flag seeds_once = ONCE_FLAG_INIT;
+static void seeds_build(void) {
+    for (int k = 0; k < VIT_SEED_N; k++) seed_build(&vit_seeds[k], &seed_configs[k]);
+}
+
 int vit_arch_count(void) { return VIT_ARCH_N + VIT_SEED_N; }
 const vit_config *vit_arch_get(int i) {
-    static vit_config seeds[VIT_SEED_N];
-    static int built;
     if (i >= 0 && i < VIT_ARCH_N) return &vit_archs[i];
     if (i < 0 || i >= VIT_ARCH_N + VIT_SEED_N) return NULL;
-    if (!built) {
-        for (int k = 0; k < VIT_SEED_N; k++) seed_build(&vit_seeds[k], &seeds[k]);
-        built = 1;
-    }
-    return &seeds[i - VIT_ARCH_N];
+    call_once(&seeds_once, seeds_build); /* built once, whichever thread asks first */
+    return &seed_configs[i - VIT_ARCH_N];
 }
 
 const vit_config *vit_arch_find(const char *name) {
@@ -451,9 +453,9 @@ static as_status arch_unknown(const char *name, as_error *err) {
                            "%s); these run: %s; or describe a ViT or Swin with a JSON model "
                            "config (docs/models.md)", name, vit_families_later[i].family,
                            vit_families_later[i].needs, list);
-    const char *names[VIT_ARCH_N];
-    for (int i = 0; i < VIT_ARCH_N; i++) names[i] = vit_archs[i].name;
-    const int near = vit_closest_name(name, names, VIT_ARCH_N);
+    const char *names[VIT_ARCH_N + VIT_SEED_N];
+    for (int i = 0; i < vit_arch_count(); i++) names[i] = vit_arch_get(i)->name;
+    const int near = vit_closest_name(name, names, vit_arch_count());
     if (near >= 0)
         return as_fail(err, AS_ERR_CONFIG, "unknown architecture \"%.96s\": did you mean \"%s\"?",
                        name, names[near]);

@@ -410,11 +410,40 @@ void kernels_f32_to_f16_array(uint16_t *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = kernels_f32_to_f16(src[i]);
 }
 
+/* The product in fixed tiles of C, each one single-threaded GEMM over the whole inner dimension. */
+static void gemm_tiles(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
+                       const float *B, int ldb, float beta, float *C, int ldc) {
+    enum { TM = KERNELS_GEMM_ROWS, TN = KERNELS_GEMM_COLS };
+    const int tm = (M + TM - 1) / TM, tn = (N + TN - 1) / TN;
+    /* inside the region OpenBLAS runs one thread per call (omp_in_parallel), as it does with a
+     * team of one */
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int t = 0; t < tm * tn; t++) {
+        const int i0 = t / tn * TM, j0 = t % tn * TN;
+        const int m = M - i0 < TM ? M - i0 : TM, n = N - j0 < TN ? N - j0 : TN;
+        const float *a = A + (transa ? (size_t)i0 : (size_t)i0 * lda);
+        const float *b = B + (transb ? (size_t)j0 * ldb : (size_t)j0);
+        cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, m, n,
+                    K, alpha, a, lda, b, ldb, beta, C + (size_t)i0 * ldc + j0, ldc);
+    }
+}
+
+/* Where piece p of the inner dimension starts in A and B. */
+static const float *piece_a(const float *A, int transa, int lda, int k0) {
+    return A + (transa ? (size_t)k0 * lda : (size_t)k0);
+}
+static const float *piece_b(const float *B, int transb, int ldb, int k0) {
+    return B + (transb ? (size_t)k0 : (size_t)k0 * ldb);
+}
+
 /* A product of few tiles over a long inner dimension (a small layer's weight gradient, summed
  * over every row of the batch) would run on one thread. It is cut into KERNELS_GEMM_SPLIT-long
  * pieces of the inner dimension instead, each piece's product into its own buffer (in parallel),
  * and the pieces added in order: how it is cut depends on K alone, so the bits do not depend on
- * the thread count. The buffer is the calling thread's, kept between calls. */
+ * the thread count. The buffer is the calling thread's, kept between calls at its largest size
+ * (pieces x M x N floats: 19 MB for lmsa_swin_tiny_cifar10's stage-0 MLP at batch 128). Without
+ * memory for it, the pieces are added into C one after the other instead: other bits than the
+ * buffered sum, but still the same at any thread count. */
 static void gemm_split(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
                        const float *B, int ldb, float beta, float *C, int ldc) {
     static _Thread_local float *buf;
@@ -423,9 +452,12 @@ static void gemm_split(int transa, int transb, int M, int N, int K, float alpha,
     const size_t MN = (size_t)M * N, need = (size_t)pieces * MN;
     if (need > cap) {
         float *nb = realloc(buf, need * sizeof(float));
-        if (!nb) { /* no memory for the pieces: the plain product, as correct, on fewer threads */
-            cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, M, N,
-                        K, alpha, A, lda, B, ldb, beta, C, ldc);
+        if (!nb) {
+            for (int p = 0; p < pieces; p++) {
+                const int k0 = p * KERNELS_GEMM_SPLIT, kc = K - k0 < KERNELS_GEMM_SPLIT ? K - k0 : KERNELS_GEMM_SPLIT;
+                gemm_tiles(transa, transb, M, N, kc, alpha, piece_a(A, transa, lda, k0), lda,
+                           piece_b(B, transb, ldb, k0), ldb, p ? 1.0f : beta, C, ldc);
+            }
             return;
         }
         buf = nb;
@@ -435,10 +467,9 @@ static void gemm_split(int transa, int transb, int M, int N, int K, float alpha,
 #pragma omp parallel for schedule(dynamic, 1)
     for (int p = 0; p < pieces; p++) {
         const int k0 = p * KERNELS_GEMM_SPLIT, kc = K - k0 < KERNELS_GEMM_SPLIT ? K - k0 : KERNELS_GEMM_SPLIT;
-        const float *a = A + (transa ? (size_t)k0 * lda : (size_t)k0);
-        const float *b = B + (transb ? (size_t)k0 : (size_t)k0 * ldb);
         cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, M, N, kc,
-                    alpha, a, lda, b, ldb, 0.0f, part + (size_t)p * MN, N);
+                    alpha, piece_a(A, transa, lda, k0), lda, piece_b(B, transb, ldb, k0), ldb, 0.0f,
+                    part + (size_t)p * MN, N);
     }
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < M; i++)
@@ -452,23 +483,9 @@ static void gemm_split(int transa, int transb, int M, int N, int K, float alpha,
 
 void kernels_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc) {
-    enum { TM = KERNELS_GEMM_ROWS, TN = KERNELS_GEMM_COLS };
-    const int tm = (M + TM - 1) / TM, tn = (N + TN - 1) / TN;
-    if (tm * tn < 4 && K >= 2 * KERNELS_GEMM_SPLIT) {
-        gemm_split(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        return;
-    }
-    /* inside the region OpenBLAS runs one thread per call (omp_in_parallel), as it does with a
-     * team of one */
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int t = 0; t < tm * tn; t++) {
-        const int i0 = t / tn * TM, j0 = t % tn * TN;
-        const int m = M - i0 < TM ? M - i0 : TM, n = N - j0 < TN ? N - j0 : TN;
-        const float *a = A + (transa ? (size_t)i0 : (size_t)i0 * lda);
-        const float *b = B + (transb ? (size_t)j0 * ldb : (size_t)j0);
-        cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, m, n,
-                    K, alpha, a, lda, b, ldb, beta, C + (size_t)i0 * ldc + j0, ldc);
-    }
+    const int tiles = ((M + KERNELS_GEMM_ROWS - 1) / KERNELS_GEMM_ROWS) * ((N + KERNELS_GEMM_COLS - 1) / KERNELS_GEMM_COLS);
+    if (tiles < 4 && K >= 2 * KERNELS_GEMM_SPLIT) gemm_split(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else gemm_tiles(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void kernels_colsum_add(float *out, const float *x, int M, int N, int ld, float alpha, const float *ones) {

@@ -43,7 +43,7 @@ typedef struct {
     float *slot;
     int slots;
     size_t slot_floats;
-    float *padg;    /* (B, problems, 3D) */
+    float *padg;    /* (B, problems, W): W the block's projection row width (3D; lmsa 2 qk_dim + D) */
 } vit_grad_ws;
 
 size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws);

@@ -436,7 +436,7 @@ int main(void) {
     /* staged models (Swin: windows, shift mask, relative bias, pad slots, patch merging) */
     static const struct { const char *name, *inputs; } staged[] = {
         {"swin_tiny", "inputs.npy"}, {"swin_pad", "inputs16_1.npy"}, {"swin_pad_tv", "inputs16_1.npy"},
-        {"swin_lmsa", "inputs.npy"}};
+        {"swin_lmsa", "inputs.npy"}, {"swin_odd", "inputs28.npy"}};
     for (size_t i = 0; i < sizeof staged / sizeof *staged; i++) {
         if (dataset_open(&ds, fx(staged[i].inputs), &err) != AS_OK) {
             CHECK(0, "%s", err.msg);

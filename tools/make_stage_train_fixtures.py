@@ -24,8 +24,10 @@ SMOOTHING = 0.1
 FAIL = []
 # fixture -> its inputs (make_fixtures.py, make_swin_fixtures.py; swin_lmsa is made here)
 MODELS = {"swin_tiny": "inputs.npy", "swin_pad": "inputs16_1.npy", "swin_pad_tv": "inputs16_1.npy",
-          "swin_lmsa": "inputs.npy"}
-TORCHVISION = ("swin_tiny", "swin_pad_tv")  # torchvision computes these exactly (make_swin_fixtures.py)
+          "swin_lmsa": "inputs.npy", "swin_odd": "inputs28.npy"}
+# torchvision computes these exactly (make_swin_fixtures.py; swin_odd: pad_first, and its last
+# grid equals the window, where both clamps keep M and do not shift)
+TORCHVISION = ("swin_tiny", "swin_pad_tv", "swin_odd")
 # LMSA in Swin's windows: the extreme setting (1 channel per head) in stage 0, 2 per head in
 # stage 1; a window the grid does not divide in stage 1 (6 -> pad slots take the q, k, v biases)
 SWIN_LMSA = {"architecture": "custom", "family": "swin", "img_size": 32, "patch_size": 2, "in_chans": 3,
@@ -36,20 +38,28 @@ SWIN_LMSA = {"architecture": "custom", "family": "swin", "img_size": 32, "patch_
                            {"blocks": "2-3", "type": "lmsa", "qk_dim": 8}]}
 
 
-def make_swin_lmsa():
-    """Writes tests/fixtures/swin_lmsa: config.json, seeded and perturbed weights, and the logits
-    of tools/swin_ref.py (expected.safetensors)."""
-    d = os.path.join(OUT, "swin_lmsa")
+# odd grids at both merges: 28 px, patch 2 -> 14 (window 4: padded to 16), 7 (a zero row and
+# column before the merge; padded to 8), 4 (= the window: no shift)
+SWIN_ODD = {"architecture": "custom", "family": "swin", "img_size": 28, "patch_size": 2, "in_chans": 3,
+            "embed_dim": 8, "depths": [2, 2, 2], "num_heads": [1, 2, 4], "window_size": 4, "mlp_ratio": 2,
+            "num_classes": 10, "qkv_bias": True, "patch_norm": True, "pad_order": "pad_first",
+            "window_clamp": "timm"}
+
+
+def make_fixture(name, cfg, seed, inputs):
+    """Writes tests/fixtures/NAME: config.json, seeded and perturbed weights, and the logits of
+    tools/swin_ref.py on INPUTS (expected.safetensors)."""
+    d = os.path.join(OUT, name)
     os.makedirs(d, exist_ok=True)
-    torch.manual_seed(320)
-    m = swin_ref.SwinRef(SWIN_LMSA)
-    sd = swin_ref.perturb(m.state_dict(), 321)
+    torch.manual_seed(seed)
+    m = swin_ref.SwinRef(cfg)
+    sd = swin_ref.perturb(m.state_dict(), seed + 1)
     m.load_state_dict(sd, strict=True)
     with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(SWIN_LMSA, f, indent=2)
+        json.dump(cfg, f, indent=2)
         f.write("\n")
     st.save(os.path.join(d, "model.safetensors"), {k: v.numpy() for k, v in sd.items()}, metadata={"format": "pt"})
-    x = torch.from_numpy(np.load(os.path.join(OUT, "inputs.npy")))
+    x = torch.from_numpy(np.load(os.path.join(OUT, inputs)))
     with torch.no_grad():
         logits = m.double()(x.double())
     st.save(os.path.join(d, "expected.safetensors"), {"logits": logits.numpy().astype(np.float32)})
@@ -75,7 +85,7 @@ def torchvision_grads(args, classes, sd, x, labels):
     from torchvision.models.swin_transformer import SwinTransformer
     tv = SwinTransformer(patch_size=[args["patch_size"]] * 2, embed_dim=args["embed_dim"], depths=args["depths"],
                          num_heads=args["num_heads"], window_size=[args["window_size"]] * 2,
-                         num_classes=classes).double().eval()
+                         mlp_ratio=args.get("mlp_ratio", 4), num_classes=classes).double().eval()
     swin_ref.load_torchvision(tv, {k: v.float() for k, v in sd.items()})
     tv.double()
     loss = F.cross_entropy(tv(x), labels, label_smoothing=SMOOTHING)
@@ -84,7 +94,8 @@ def torchvision_grads(args, classes, sd, x, labels):
 
 
 def main():
-    make_swin_lmsa()
+    make_fixture("swin_lmsa", SWIN_LMSA, 320, "inputs.npy")
+    make_fixture("swin_odd", SWIN_ODD, 330, "inputs28.npy")
     for name, inputs in MODELS.items():
         d, cfg, sd = load(name)
         args, classes = cfg, cfg["num_classes"]
