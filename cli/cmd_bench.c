@@ -104,6 +104,13 @@ static void time_forward(const model *m, int B, double seconds, double flops_img
     free(x);
 }
 
+/* Frees m and the float32 pack kept beside it for --precision bf16's reference runs (m holds
+ * the bfloat16 pack then; otherwise the two are one). */
+static void bench_model_free(model *m, vit_gemm_pack *f32_pack) {
+    if (f32_pack != m->params.pack) vit_gemm_pack_free(f32_pack);
+    model_free(m);
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *arch = "deit_tiny_patch16_224", *model_path = NULL, *what = "attn", *dtype = "f16";
     const char *compress = "none", *out = NULL, *precision = "f32";
@@ -203,8 +210,7 @@ int cmd_bench(int argc, char **argv) {
         float *tensor = malloc(per * (size_t)count * sizeof(float));
         if (!tensor || dataset_from_memory(&ds, tensor, (int)count, c->in_chans, c->img_size,
                                            "bench", &err) != AS_OK) {
-            if (bf16) vit_gemm_pack_free(f32_pack); /* m holds the bfloat16 pack */
-            model_free(&m);
+            bench_model_free(&m, f32_pack);
             return cli_fail(1, "out of memory for %ld input images: lower --seconds or --batch", count);
         }
         rng_state rs = {11};
@@ -219,8 +225,7 @@ int cmd_bench(int argc, char **argv) {
         o.quiet = 1;
         if (record_parse_selection(&o, c, what, "all", "all", dtype, compress, "all", &err)) {
             dataset_free(&ds);
-            if (bf16) vit_gemm_pack_free(f32_pack); /* m holds the bfloat16 pack */
-            model_free(&m);
+            bench_model_free(&m, f32_pack);
             cli_error(&err);
             return 2;
         }
@@ -251,8 +256,7 @@ int cmd_bench(int argc, char **argv) {
     if (record && !out) remove(tmp);
     dataset_free(&ds);
     if (rc) {
-        if (bf16) vit_gemm_pack_free(f32_pack); /* m holds the bfloat16 pack */
-        model_free(&m);
+        bench_model_free(&m, f32_pack);
         return rc;
     }
     fill_result(&plain, median(plain_v, rounds), cost.flops_total, ceiling);
@@ -328,7 +332,6 @@ int cmd_bench(int argc, char **argv) {
                    pr.out_max_abs, pr.attn_max_abs, pr.attn_mean_abs);
         printf("}\n");
     }
-    if (bf16) vit_gemm_pack_free(f32_pack); /* m holds the bfloat16 pack */
-    model_free(&m);
+    bench_model_free(&m, f32_pack);
     return rc;
 }

@@ -110,12 +110,6 @@ static size_t carve_bytes(char *base, size_t *off, size_t bytes, void **view) {
     return bytes;
 }
 
-static size_t carve_f(char *base, size_t *off, size_t nfloats, float **view) {
-    void *v = NULL;
-    const size_t r = carve_bytes(base, off, nfloats * sizeof(float), view ? &v : NULL);
-    if (base && view) *view = v;
-    return r;
-}
 
 /* Two blocks share their tables when their problems are laid out alike. */
 static int same_tables(const vit_geom *a, const vit_geom *b) {
@@ -169,26 +163,26 @@ size_t vit_stage_acts_carve(const vit_config *c, int B, void *base, vit_acts *a)
         K = pz.stem_col / (size_t)g0.T;
         merge = pz.down_col;
     }
-    carve_f(p, &off, b * g0.T * K, &v->patches);
-    carve_f(p, &off, b * TD, &v->x);
-    carve_f(p, &off, b * TD, &v->xn);
-    carve_f(p, &off, b * TW, &v->qkv);
-    carve_f(p, &off, b * maps, &v->att);
+    vit_carve_floats(p, &off, b * g0.T * K, &v->patches);
+    vit_carve_floats(p, &off, b * TD, &v->x);
+    vit_carve_floats(p, &off, b * TD, &v->xn);
+    vit_carve_floats(p, &off, b * TW, &v->qkv);
+    vit_carve_floats(p, &off, b * maps, &v->att);
     if (vit_mech_any(c, VIT_MECH_REUSES_SCORES)) /* scores handed on to less-attention (PVT v2) */
-        for (int i = 0; i < 2; i++) carve_f(p, &off, b * maps, &v->keep[i]);
-    carve_f(p, &off, b * TD, &v->ao);
-    carve_f(p, &off, b * TH, &v->hid);
-    if (merge) carve_f(p, &off, b * merge, &v->merge);
-    if (rpb) carve_f(p, &off, rpb, &v->rpb);
-    carve_f(p, &off, b * Dmax, &v->pooled);
-    carve_f(p, &off, b * (size_t)(c->num_classes > 0 ? c->num_classes : 1), &v->logits);
+        for (int i = 0; i < 2; i++) vit_carve_floats(p, &off, b * maps, &v->keep[i]);
+    vit_carve_floats(p, &off, b * TD, &v->ao);
+    vit_carve_floats(p, &off, b * TH, &v->hid);
+    if (merge) vit_carve_floats(p, &off, b * merge, &v->merge);
+    if (rpb) vit_carve_floats(p, &off, rpb, &v->rpb);
+    vit_carve_floats(p, &off, b * Dmax, &v->pooled);
+    vit_carve_floats(p, &off, b * (size_t)(c->num_classes > 0 ? c->num_classes : 1), &v->logits);
     if (pz.hid2) {
-        carve_f(p, &off, b * pz.sr_col, &v->sr_col);
-        carve_f(p, &off, b * pz.xr, &v->xr);
-        carve_f(p, &off, b * pz.kv, &v->kv);
-        carve_f(p, &off, b * pz.hid2, &v->hid2);
+        vit_carve_floats(p, &off, b * pz.sr_col, &v->sr_col);
+        vit_carve_floats(p, &off, b * pz.xr, &v->xr);
+        vit_carve_floats(p, &off, b * pz.kv, &v->kv);
+        vit_carve_floats(p, &off, b * pz.hid2, &v->hid2);
     }
-    if (vit_cait_scratch_floats(c)) carve_f(p, &off, b * vit_cait_scratch_floats(c), &v->cait);
+    if (vit_cait_scratch_floats(c)) vit_carve_floats(p, &off, b * vit_cait_scratch_floats(c), &v->cait);
     /* thread-local window scratch for the threads a forward may use; more threads than were
      * counted here just run with fewer (the result does not depend on it) */
     const int slots = omp_get_max_threads();
@@ -196,7 +190,7 @@ size_t vit_stage_acts_carve(const vit_config *c, int B, void *base, vit_acts *a)
         v->slots = slots;
         v->slot_floats = (slot + 15) & ~(size_t)15;
     }
-    carve_f(p, &off, (size_t)slots * ((slot + 15) & ~(size_t)15), &v->scratch);
+    vit_carve_floats(p, &off, (size_t)slots * ((slot + 15) & ~(size_t)15), &v->scratch);
     /* problem tables, once per distinct geometry */
     for (int l = 0; l < c->depth; l++) {
         vit_geom g, h;
@@ -216,7 +210,7 @@ size_t vit_stage_acts_carve(const vit_config *c, int B, void *base, vit_acts *a)
         void *tok = NULL;
         float *mask = NULL;
         carve_bytes(p, &off, (size_t)g.problems * g.Tq * sizeof(int), base ? &tok : NULL);
-        if (g.shift) carve_f(p, &off, (size_t)g.problems * g.Tq * g.Tk, base ? &mask : NULL);
+        if (g.shift) vit_carve_floats(p, &off, (size_t)g.problems * g.Tq * g.Tk, base ? &mask : NULL);
         if (!base) continue;
         if (g.scope == VIT_SCOPE_WINDOW) {
             vit_window_tokens(c, &g, tok);

@@ -24,6 +24,11 @@ double vit_stage_backward(const vit_config *c, const vit_params *p, const vit_pa
 void vit_linear_backward(float *dW, float *db, float *dx, int dx_accumulate, const float *dy, int ldy,
                          const float *x, int ldx, const float *W, int M, int N, int K, const float *ones);
 
+/* vit.c's carving of one buffer into 64-byte aligned float arrays: *view = base + *off when
+ * both are given (base NULL only counts), *off advances by nfloats rounded up to 64 bytes,
+ * which it returns. */
+size_t vit_carve_floats(char *base, size_t *off, size_t nfloats, float **view);
+
 /* vit.c's Linear over M rows (y (M, N) = x (M, K) w^T (N, K) + bias, accumulate adds to y)
  * and the stride = kernel patch im2col (patches (n, (S/P)^2, C P P), images (n, C, S, S)). */
 void vit_linear(float *y, const float *x, const float *w, const float *bias, int M, int N, int K,
@@ -69,5 +74,12 @@ size_t vit_window_scratch_floats(int N, int D, int H, int dq);
 void vit_linear_ld(float *y, int ldy, const float *x, const float *w, const float *bias, int M, int N,
                    int K, int accumulate);
 void vit_window_attention(const vit_window_job *j);
+/* Row of view i (q, k or v of lay; cols wide from the view's first column) for grid token t of
+ * image b, into dst: from qkv (rows lay->W apart) or xn (rows D apart), T tokens per image; a
+ * pad slot (t < 0) has its LN1 output zero, so its projected columns are the biases of the
+ * projections covering them and its xn columns zero. The forward's gather and the backward's
+ * (stage_train.c) both read rows through it. */
+void vit_window_view_row(const vit_mech_layout *lay, const vit_block_params *bp, const float *qkv,
+                         const float *xn, int T, int D, int i, int b, int t, int cols, float *dst);
 
 #endif

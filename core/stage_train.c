@@ -20,13 +20,6 @@
 
 #define WR(ptr) ((float *)(uintptr_t)(ptr))
 
-static size_t carve(char *base, size_t *off, size_t nfloats, float **view) {
-    const size_t bytes = (nfloats * sizeof(float) + 63) & ~(size_t)63;
-    if (base && view) *view = (float *)(base + *off);
-    *off += bytes;
-    return bytes;
-}
-
 static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
 
 /* The grid of stage s and the merge's row count (n images) and width; 0 without a merge. */
@@ -78,26 +71,26 @@ size_t vit_stage_tape_carve(const vit_config *c, int B, void *base, vit_tape *t)
         vit_block_geom(c, l, &g);
         vit_tape_block *k = &v->blk[l];
         const size_t TD = b * g.T * g.D, TH = b * g.T * g.Hm;
-        carve(p, &off, TD, &k->x_in);
-        carve(p, &off, TD, &k->xn1);
-        carve(p, &off, b * g.T * (size_t)row_width(c, l), &k->qkv);
-        carve(p, &off, b * g.H * g.problems * g.Tq * g.Tk, &k->att);
-        carve(p, &off, TD, &k->ao);
-        carve(p, &off, TD, &k->x_mid);
-        carve(p, &off, TD, &k->xn2);
-        carve(p, &off, TH, &k->hpre);
-        carve(p, &off, TH, &k->hid);
+        vit_carve_floats(p, &off, TD, &k->x_in);
+        vit_carve_floats(p, &off, TD, &k->xn1);
+        vit_carve_floats(p, &off, b * g.T * (size_t)row_width(c, l), &k->qkv);
+        vit_carve_floats(p, &off, b * g.H * g.problems * g.Tq * g.Tk, &k->att);
+        vit_carve_floats(p, &off, TD, &k->ao);
+        vit_carve_floats(p, &off, TD, &k->x_mid);
+        vit_carve_floats(p, &off, TD, &k->xn2);
+        vit_carve_floats(p, &off, TH, &k->hpre);
+        vit_carve_floats(p, &off, TH, &k->hid);
     }
     for (int s = 1; s < c->n_stages; s++) {
         const size_t m = merge_floats(c, s, B);
         if (!m) continue;
-        carve(p, &off, m, &v->merge_in[s]);
-        carve(p, &off, m, &v->merge_ln[s]);
+        vit_carve_floats(p, &off, m, &v->merge_in[s]);
+        vit_carve_floats(p, &off, m, &v->merge_ln[s]);
     }
     vit_block_geom(c, 0, &g);
-    if (c->patch_norm) carve(p, &off, b * g.T * g.D, &v->embed);
+    if (c->patch_norm) vit_carve_floats(p, &off, b * g.T * g.D, &v->embed);
     vit_block_geom(c, c->depth - 1, &g);
-    carve(p, &off, b * g.T * g.D, &v->x_final);
+    vit_carve_floats(p, &off, b * g.T * g.D, &v->x_final);
     return off;
 }
 
@@ -142,19 +135,19 @@ size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_
     }
     vit_block_geom(c, c->depth - 1, &g);
     const size_t Dl = (size_t)g.D;
-    carve(p, &off, TD, &v->dx);
-    carve(p, &off, TD, &v->dxn);
-    carve(p, &off, TD, &v->dao);
-    carve(p, &off, ln, &v->ln_scratch);
-    carve(p, &off, TW, &v->dqkv);
-    carve(p, &off, TH, &v->dhid);
-    carve(p, &off, maps, &v->dS);
-    carve(p, &off, rpb, &v->dA);
-    carve(p, &off, pads, &v->padg);
-    carve(p, &off, b * Dl, &v->dpool);
-    carve(p, &off, rows, &v->ones);
+    vit_carve_floats(p, &off, TD, &v->dx);
+    vit_carve_floats(p, &off, TD, &v->dxn);
+    vit_carve_floats(p, &off, TD, &v->dao);
+    vit_carve_floats(p, &off, ln, &v->ln_scratch);
+    vit_carve_floats(p, &off, TW, &v->dqkv);
+    vit_carve_floats(p, &off, TH, &v->dhid);
+    vit_carve_floats(p, &off, maps, &v->dS);
+    vit_carve_floats(p, &off, rpb, &v->dA);
+    vit_carve_floats(p, &off, pads, &v->padg);
+    vit_carve_floats(p, &off, b * Dl, &v->dpool);
+    vit_carve_floats(p, &off, rows, &v->ones);
     const int slots = omp_get_max_threads();
-    carve(p, &off, (size_t)slots * slot, &v->slot);
+    vit_carve_floats(p, &off, (size_t)slots * slot, &v->slot);
     if (base) {
         v->slots = slots;
         v->slot_floats = slot;
@@ -178,18 +171,6 @@ typedef struct {
     float scale;
 } window_bwd;
 
-/* Columns [col, col + cols) of a pad slot's projection row: each projection's bias where it
- * covers them (its LN1 output is zero), else 0. */
-static void pad_row(const window_bwd *j, int col, int cols, float *dst) {
-    memset(dst, 0, (size_t)cols * sizeof(float));
-    for (int p = 0; p < j->lay->n_proj; p++) {
-        const vit_mech_proj *pr = &j->lay->proj[p];
-        const float *bias = vit_mech_weight(j->bp, pr->b);
-        for (int c = 0; c < cols && bias; c++)
-            if (col + c >= pr->col && col + c < pr->col + pr->out) dst[c] = bias[col + c - pr->col];
-    }
-}
-
 /* One (image, window) job. Per head h, with A the tape's map and S = scale q k^T + bias + mask:
  *   dA = dO V^T,  dV = A^T dO,  dS = A * (dA - rowsum(A * dA)),  dQ = scale dS K,  dK = scale dS^T Q.
  * Real rows scatter to their token's dqkv row (a token sits in one window of a block); pad
@@ -204,10 +185,8 @@ static void window_problem_bwd(const window_bwd *j, int b, int w, float *scr) {
     for (int r = 0; r < N; r++) {
         float *dst[3] = {Q + (size_t)r * Wq, K + (size_t)r * Wq, V + (size_t)r * D};
         const int width[3] = {Wq, Wq, D};
-        for (int i = 0; i < 3; i++) {
-            if (tok[r] >= 0) memcpy(dst[i], j->t->qkv + ((size_t)b * j->T + tok[r]) * W + col[i], (size_t)width[i] * sizeof(float));
-            else pad_row(j, col[i], width[i], dst[i]);
-        }
+        for (int i = 0; i < 3; i++)
+            vit_window_view_row(j->lay, j->bp, j->t->qkv, j->t->xn1, j->T, D, i, b, tok[r], width[i], dst[i]);
         if (tok[r] >= 0) memcpy(dO + (size_t)r * D, j->dao + ((size_t)b * j->T + tok[r]) * D, (size_t)D * sizeof(float));
         else memset(dO + (size_t)r * D, 0, (size_t)D * sizeof(float)); /* a pad query's output is dropped */
     }

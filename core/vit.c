@@ -136,7 +136,7 @@ void vit_widths(const vit_config *c, size_t *W, size_t *E) {
 }
 
 /* Rounds every view up to 64 bytes so that each starts on a cache line. */
-static size_t carve(char *base, size_t *off, size_t nfloats, float **view) {
+size_t vit_carve_floats(char *base, size_t *off, size_t nfloats, float **view) {
     size_t bytes = (nfloats * sizeof(float) + 63) & ~(size_t)63;
     if (base && view) *view = (float *)(base + *off);
     *off += bytes;
@@ -158,24 +158,24 @@ size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a) {
         v->B = B;
         v->tape = NULL;
     }
-    carve(p, &off, b * Np * K, &v->patches);
-    carve(p, &off, b * T * D, &v->x);
-    carve(p, &off, b * T * D, &v->xn);
+    vit_carve_floats(p, &off, b * Np * K, &v->patches);
+    vit_carve_floats(p, &off, b * T * D, &v->x);
+    vit_carve_floats(p, &off, b * T * D, &v->xn);
     size_t W, E;
     vit_widths(c, &W, &E);
-    carve(p, &off, b * T * W, &v->qkv);
-    carve(p, &off, b * H * T * T, &v->att);
+    vit_carve_floats(p, &off, b * T * W, &v->qkv);
+    vit_carve_floats(p, &off, b * H * T * T, &v->att);
     const int less = vit_mech_any(c, VIT_MECH_REUSES_SCORES);
     for (int i = 0; i < 2; i++) {
         v->keep[i] = v->ext[i] = NULL;
-        if (less) carve(p, &off, b * H * T * T, &v->keep[i]);
-        if (E) carve(p, &off, b * E * T * T, &v->ext[i]);
+        if (less) vit_carve_floats(p, &off, b * H * T * T, &v->keep[i]);
+        if (E) vit_carve_floats(p, &off, b * E * T * T, &v->ext[i]);
     }
-    carve(p, &off, b * T * D, &v->ao);
-    carve(p, &off, b * T * (size_t)c->mlp_hidden, &v->hid);
-    carve(p, &off, b * 2 * D, &v->pooled);
-    carve(p, &off, b * (size_t)(c->num_classes > 0 ? c->num_classes : 1), &v->logits);
-    if (c->global_pool == VIT_POOL_MAP) carve(p, &off, vitfam_map_scratch(c), &v->scratch); /* one image's pool */
+    vit_carve_floats(p, &off, b * T * D, &v->ao);
+    vit_carve_floats(p, &off, b * T * (size_t)c->mlp_hidden, &v->hid);
+    vit_carve_floats(p, &off, b * 2 * D, &v->pooled);
+    vit_carve_floats(p, &off, b * (size_t)(c->num_classes > 0 ? c->num_classes : 1), &v->logits);
+    if (c->global_pool == VIT_POOL_MAP) vit_carve_floats(p, &off, vitfam_map_scratch(c), &v->scratch); /* one image's pool */
     return off;
 }
 
@@ -192,25 +192,25 @@ size_t vit_tape_carve(const vit_config *c, int B, void *base, vit_tape *t) {
     for (int l = 0; l < c->depth; l++) {
         vit_tape_block *k = &v->blk[l];
         const vit_mech *m = vit_mech_of(c, l);
-        carve(p, &off, BTD, &k->x_in);
-        carve(p, &off, BTD, &k->xn1);
-        carve(p, &off, b * T * W, &k->qkv);
-        carve(p, &off, maps, &k->att);
-        if (m->maps) carve(p, &off, maps, &k->soft);
+        vit_carve_floats(p, &off, BTD, &k->x_in);
+        vit_carve_floats(p, &off, BTD, &k->xn1);
+        vit_carve_floats(p, &off, b * T * W, &k->qkv);
+        vit_carve_floats(p, &off, maps, &k->att);
+        if (m->maps) vit_carve_floats(p, &off, maps, &k->soft);
         for (int i = 0; i < VIT_MAX_EXTRAS; i++) {
             vit_extra x;
-            if (vit_extra_info(c, l, i, &x)) carve(p, &off, b * (size_t)x.heads * T * T, &k->ext[i]);
+            if (vit_extra_info(c, l, i, &x)) vit_carve_floats(p, &off, b * (size_t)x.heads * T * T, &k->ext[i]);
         }
         if ((m->flags & VIT_MECH_REUSES_SCORES) || vit_mech_next_reuses(c, l))
-            carve(p, &off, maps, &k->keep);
-        carve(p, &off, BTD, &k->ao);
-        carve(p, &off, BTD, &k->x_mid);
-        carve(p, &off, BTD, &k->xn2);
-        carve(p, &off, b * T * (size_t)c->mlp_hidden, &k->hpre);
-        carve(p, &off, b * T * (size_t)c->mlp_hidden, &k->hid);
+            vit_carve_floats(p, &off, maps, &k->keep);
+        vit_carve_floats(p, &off, BTD, &k->ao);
+        vit_carve_floats(p, &off, BTD, &k->x_mid);
+        vit_carve_floats(p, &off, BTD, &k->xn2);
+        vit_carve_floats(p, &off, b * T * (size_t)c->mlp_hidden, &k->hpre);
+        vit_carve_floats(p, &off, b * T * (size_t)c->mlp_hidden, &k->hid);
     }
-    carve(p, &off, BTD, &v->x_final);
-    carve(p, &off, b * 2 * D, &v->pool_pre);
+    vit_carve_floats(p, &off, BTD, &v->x_final);
+    vit_carve_floats(p, &off, b * 2 * D, &v->pool_pre);
     return off;
 }
 

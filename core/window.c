@@ -85,14 +85,12 @@ static void window_problem(const vit_window_job *j, int b, int w, float *scr) {
 
 /* ---- any other mechanism: its layout's views, its hooks per (window, head) ---- */
 
-/* Row r of view i (q, k or v; width cols from the view's first column) for grid token t of
- * image b, or a pad slot (t < 0): a projection's columns are its bias, x's are zero. */
-static void view_row(const vit_window_job *j, int i, int b, int t, int cols, float *dst) {
-    const vit_mech_layout *lay = j->lay;
+void vit_window_view_row(const vit_mech_layout *lay, const vit_block_params *bp, const float *qkv,
+                         const float *xn, int T, int D, int i, int b, int t, int cols, float *dst) {
     const int col = lay->col[i];
     if (t >= 0) {
-        const float *src = lay->src[i] == VIT_SRC_X ? j->xn + ((size_t)b * j->T + t) * j->D + col
-                                                    : j->qkv + ((size_t)b * j->T + t) * lay->W + col;
+        const float *src = lay->src[i] == VIT_SRC_X ? xn + ((size_t)b * T + t) * D + col
+                                                    : qkv + ((size_t)b * T + t) * lay->W + col;
         memcpy(dst, src, (size_t)cols * sizeof(float));
         return;
     }
@@ -100,10 +98,14 @@ static void view_row(const vit_window_job *j, int i, int b, int t, int cols, flo
     if (lay->src[i] != VIT_SRC_QKV) return;
     for (int p = 0; p < lay->n_proj; p++) { /* the bias of each projection these columns cross */
         const vit_mech_proj *pr = &lay->proj[p];
-        const float *bias = vit_mech_weight(j->bp, pr->b);
+        const float *bias = vit_mech_weight(bp, pr->b);
         for (int c = 0; c < cols && bias; c++)
             if (col + c >= pr->col && col + c < pr->col + pr->out) dst[c] = bias[col + c - pr->col];
     }
+}
+
+static void view_row(const vit_window_job *j, int i, int b, int t, int cols, float *dst) {
+    vit_window_view_row(j->lay, j->bp, j->qkv, j->xn, j->T, j->D, i, b, t, cols, dst);
 }
 
 static void mech_problem(const vit_window_job *j, int b, int w, float *scr) {

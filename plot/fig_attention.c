@@ -17,11 +17,15 @@ static int layer_pos(const trace_reader *r, int layer) {
     return -1;
 }
 
+int fig_staged_query(const fig_opts *o, const fig_source *s) {
+    const trace_layer_geom *g0 = &s->tr.geom[0];
+    return o->query >= 0 ? o->query : (g0->gh / 2) * g0->gw + g0->gw / 2;
+}
+
 as_status fig_staged_token(const fig_opts *o, const fig_source *s, int li, int *token, as_error *err) {
     const trace_reader *r = &s->tr;
     const trace_layer_geom *g0 = &r->geom[0], *g = &r->geom[li];
-    const int N0 = g0->gh * g0->gw, S = r->cfg.img_size;
-    const int q = o->query >= 0 ? o->query : (g0->gh / 2) * g0->gw + g0->gw / 2;
+    const int N0 = g0->gh * g0->gw, S = r->cfg.img_size, q = fig_staged_query(o, s);
     if (q >= N0)
         return as_fail(err, AS_ERR_ARG, "%s: --query %d: a staged trace's query is a cell of its first "
                        "recorded layer's %d x %d grid, 0..%d (row-major); each layer takes the cell "

@@ -47,7 +47,7 @@ static void grid_title(const fig_opts *o, int flip, int zero, char *out, size_t 
     char q[100], label[48];
     if (r->staged) {
         const trace_layer_geom *g0 = &r->geom[0];
-        const int q0 = o->query >= 0 ? o->query : (g0->gh / 2) * g0->gw + g0->gw / 2;
+        const int q0 = fig_staged_query(o, s);
         snprintf(q, sizeof q, "cell (%d, %d) of the %d x %d grid (each layer: the cell under it)",
                  q0 / g0->gw, q0 % g0->gw, g0->gh, g0->gw);
     } else if (query < p) { /* class, distillation, register k */

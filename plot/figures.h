@@ -167,7 +167,9 @@ as_status fig_attention_panel(plot_figure *f, plot_axes *a, const fig_opts *o, c
  * its own geometry (keymap.h): a window layer's keys over the query's window, every other token
  * washed out (exactly 0), the window outlined (a shifted window: its wrapped pieces); reduced
  * keys over the tokens they reduce; a class-attention layer's class row over the patches.
- * fig_staged_token: that query's token on the grid of layer position li. */
+ * fig_staged_query: that cell (row-major; not checked against the grid); fig_staged_token: the
+ * query's token on the grid of layer position li. */
+int fig_staged_query(const fig_opts *o, const fig_source *s);
 as_status fig_staged_token(const fig_opts *o, const fig_source *s, int li, int *token, as_error *err);
 /* Min and max over the non-NaN values. */
 void fig_range(const double *v, size_t n, double *lo, double *hi);

@@ -399,9 +399,9 @@ static void test_interruptions(void) {
     }
 }
 
-/* Fixture mech_cls and the fixtures' inputs; 0 (a failed check) when either cannot be read. */
-/* Fixture model `name` and the shared inputs.npy. */
-static int load_fixture(const char *name, model *mm, dataset *ds) {
+/* Fixture model `name`, the shared inputs.npy and, with expected non-NULL, the fixture's
+ * expected.safetensors (PyTorch's reference); 0 (a failed check) when one cannot be read. */
+static int load_fixture(const char *name, model *mm, dataset *ds, safetensors *expected) {
     const char *fxd = getenv("FIXTURES") ? getenv("FIXTURES") : "tests/fixtures";
     char path[512];
     as_error err = {0};
@@ -411,25 +411,32 @@ static int load_fixture(const char *name, model *mm, dataset *ds) {
         return 0;
     }
     snprintf(path, sizeof path, "%s/inputs.npy", fxd);
-    CHECK(dataset_open(ds, path, &err) == AS_OK, "%s", err.msg);
+    if (dataset_open(ds, path, &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+        model_free(mm);
+        return 0;
+    }
+    snprintf(path, sizeof path, "%s/%s/expected.safetensors", fxd, name);
+    if (expected && safetensors_open(expected, path, &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+        dataset_free(ds);
+        model_free(mm);
+        return 0;
+    }
     return 1;
 }
 
-static int load_mech_cls(model *mm, dataset *ds) { return load_fixture("mech_cls", mm, ds); }
+static int load_mech_cls(model *mm, dataset *ds) { return load_fixture("mech_cls", mm, ds, NULL); }
 
 /* A model mixing every mechanism (fixture mech_cls): record everything with a head selection;
  * the trace reads back equal to PyTorch's reference maps, intermediate maps included, and the
  * mechanisms' learnt tensors sit under layers/LL/params. */
 static void test_mechanism_trace(void) {
-    const char *fxd = getenv("FIXTURES") ? getenv("FIXTURES") : "tests/fixtures";
-    char path[512];
     model mm;
     dataset ds;
     safetensors st;
     as_error err = {0};
-    if (!load_mech_cls(&mm, &ds)) return;
-    snprintf(path, sizeof path, "%s/mech_cls/expected.safetensors", fxd);
-    CHECK(safetensors_open(&st, path, &err) == AS_OK, "%s", err.msg);
+    if (!load_fixture("mech_cls", &mm, &ds, &st)) return;
     const char *out = tmp("mech.h5");
     record_opts o = opts_for(&mm.cfg, out, TRACE_CREATE, "all", "all", "0,2", "f32", "all");
     record_result res;
@@ -674,17 +681,13 @@ static void test_direct_io(void) {
  * (tools/vitfam_ref.py) in float32 and to its binary16 rounding in float16; a trace of a model
  * without it says so in one line. */
 static void test_pool_attn(void) {
-    const char *fxd = getenv("FIXTURES") ? getenv("FIXTURES") : "tests/fixtures";
-    char path[512];
     model mm;
     dataset ds;
     safetensors st;
     as_error err = {0};
-    if (!load_fixture("vf_map", &mm, &ds)) return;
+    if (!load_fixture("vf_map", &mm, &ds, &st)) return;
     const vit_config *c = &mm.cfg;
     const int H = c->num_heads, Np = vit_num_patches(c);
-    snprintf(path, sizeof path, "%s/vf_map/expected.safetensors", fxd);
-    CHECK(safetensors_open(&st, path, &err) == AS_OK, "%s", err.msg);
     const safetensors_tensor *t = safetensors_find(&st, "pool_attn");
     CHECK(t && t->numel == (size_t)ds.count * H * Np, "the fixture holds PyTorch's pool_attn (%d, %d, %d)",
           ds.count, H, Np);
@@ -723,18 +726,13 @@ static void test_pool_attn(void) {
     /* a trace of a model without attention pooling */
     const char *plain = tmp("nopool.h5");
     record_opts o = opts(plain, TRACE_FORCE, "attn", "all", "all", "f32", "all");
-    record_result res;
-    dataset d2;
-    snprintf(path, sizeof path, "%s/inputs.npy", fxd);
-    if (dataset_open(&d2, path, &err) == AS_OK) {
-        CHECK(record_run(&M, &d2, &o, &res, &err) == AS_OK, "%s", err.msg);
-        trace_reader r;
-        if (trace_reader_open(&r, plain, &err) == AS_OK) {
-            CHECK(!r.has_pool_attn && trace_read_pool_attn(&r, 0, got, &err) == AS_ERR_ARG &&
-                  strstr(err.msg, "global_pool"), "no pool map: %s", err.msg);
-            trace_reader_close(&r);
-        }
-        dataset_free(&d2);
+    record_result res; /* on the same inputs (load_fixture's inputs.npy) */
+    CHECK(record_run(&M, &ds, &o, &res, &err) == AS_OK, "%s", err.msg);
+    trace_reader r;
+    if (trace_reader_open(&r, plain, &err) == AS_OK) {
+        CHECK(!r.has_pool_attn && trace_read_pool_attn(&r, 0, got, &err) == AS_ERR_ARG &&
+              strstr(err.msg, "global_pool"), "no pool map: %s", err.msg);
+        trace_reader_close(&r);
     }
     free(want);
     free(got);

@@ -339,20 +339,14 @@ static void test_window_subset(const char *path) {
     view_close(&v);
 }
 
-/* Moves the pointer to cell (r, c) of panel i and draws. */
+/* Moves the pointer to cell (r, c) of panel i, or clicks there, and draws. */
 static void hover(view *v, cairo_surface_t *s, int i, int r, int c) {
-    double x, y;
-    view_panel_cell_centre(&v->panels[i], r, c, &x, &y);
-    view_event e = {.type = VIEW_EV_MOTION, .x = x * v->zoom, .y = y * v->zoom};
-    view_handle(v, &e);
+    at_cell(v, VIEW_EV_MOTION, i, r, c);
     draw(v, s);
 }
 
 static void click_cell(view *v, cairo_surface_t *s, int i, int r, int c) {
-    double x, y;
-    view_panel_cell_centre(&v->panels[i], r, c, &x, &y);
-    view_event e = {.type = VIEW_EV_CLICK, .x = x * v->zoom, .y = y * v->zoom};
-    view_handle(v, &e);
+    at_cell(v, VIEW_EV_CLICK, i, r, c);
     draw(v, s);
 }
 
