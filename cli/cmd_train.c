@@ -381,7 +381,7 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
     const char *staged = cfg.n_stages > 0 ? vit_stage_untrainable(&cfg) : NULL;
     if (staged) /* issue 18 trains the rest of the stage frame */
         return as_fail(err, AS_ERR_UNSUPPORTED, "%s: training a staged model with %s is not supported yet: "
-                       "train a Swin config with vanilla or lmsa attention or a ViT/DeiT config, or run this one with "
+                       "train a Swin (vanilla or lmsa attention), PVT v2 or ViT/DeiT config, or run this one with "
                        "record", o->config, staged);
     const char *fam = vitfam_untrainable(&cfg); /* issue 18 trains the modern ViT family */
     if (fam)

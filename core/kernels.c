@@ -281,6 +281,72 @@ void kernels_dwconv3(float *out, const float *in, const float *w, const float *b
             }
 }
 
+/* din row y of image b: each input takes the taps of the outputs it fed, w[c][ky][kx] for the
+ * output (y - ky + 1, x - kx + 1) */
+KERNEL_CLONES static void dwconv3_din_row(float *restrict din, const float *restrict dout, const float *w, int y,
+                                          int gh, int gw, int C) {
+    for (int x = 0; x < gw; x++) {
+        float *o = din + (size_t)x * C;
+        for (int ch = 0; ch < C; ch++) o[ch] = 0.0f;
+        for (int ky = 0; ky < 3; ky++) {
+            const int oy = y - ky + 1;
+            if (oy < 0 || oy >= gh) continue;
+            for (int kx = 0; kx < 3; kx++) {
+                const int ox = x - kx + 1;
+                if (ox < 0 || ox >= gw) continue;
+                const float *g = dout + ((size_t)oy * gw + ox) * C;
+                for (int ch = 0; ch < C; ch++) o[ch] += w[(size_t)ch * 9 + ky * 3 + kx] * g[ch];
+            }
+        }
+    }
+}
+
+#define DWB_BLOCK 16
+/* dw and db of channels c0 .. c0 + nc over every image and position, in double */
+KERNEL_CLONES static void dwconv3_dw_block(float *dw, float *db, const float *dout, const float *in, int n, int gh,
+                                           int gw, int C, int c0, int nc) {
+    double acc[9][DWB_BLOCK] = {{0}}, bacc[DWB_BLOCK] = {0};
+    for (int b = 0; b < n; b++)
+        for (int y = 0; y < gh; y++)
+            for (int x = 0; x < gw; x++) {
+                const size_t img = (size_t)b * gh * gw * C;
+                const float *g = dout + img + ((size_t)y * gw + x) * C + c0;
+                for (int ch = 0; ch < nc; ch++) bacc[ch] += g[ch];
+                for (int ky = 0; ky < 3; ky++) {
+                    const int iy = y + ky - 1;
+                    if (iy < 0 || iy >= gh) continue;
+                    for (int kx = 0; kx < 3; kx++) {
+                        const int ix = x + kx - 1;
+                        if (ix < 0 || ix >= gw) continue;
+                        const float *v = in + img + ((size_t)iy * gw + ix) * C + c0;
+                        for (int ch = 0; ch < nc; ch++) acc[ky * 3 + kx][ch] += (double)g[ch] * v[ch];
+                    }
+                }
+            }
+    for (int ch = 0; ch < nc; ch++) {
+        for (int t = 0; t < 9; t++) dw[(size_t)(c0 + ch) * 9 + t] += (float)acc[t][ch];
+        if (db) db[c0 + ch] += (float)bacc[ch];
+    }
+}
+
+void kernels_dwconv3_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+                              const float *w, int n, int gh, int gw, int C) {
+    if (din) {
+#pragma omp parallel for collapse(2) schedule(static)
+        for (int b = 0; b < n; b++)
+            for (int y = 0; y < gh; y++) {
+                const size_t img = (size_t)b * gh * gw * C;
+                dwconv3_din_row(din + img + (size_t)y * gw * C, dout + img, w, y, gh, gw, C);
+            }
+    }
+    const int blocks = (C + DWB_BLOCK - 1) / DWB_BLOCK;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int k = 0; k < blocks; k++) {
+        const int c0 = k * DWB_BLOCK, nc = C - c0 < DWB_BLOCK ? C - c0 : DWB_BLOCK;
+        dwconv3_dw_block(dw, db, dout, in, n, gh, gw, C, c0, nc);
+    }
+}
+
 void kernels_scaled_add(float *x, const float *y, const float *gamma, int n, int d) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {

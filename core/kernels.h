@@ -48,6 +48,12 @@ void kernels_add_rows(float *y, const float *bias, int n, int d);
  * row-major, in float. */
 void kernels_dwconv3(float *out, const float *in, const float *w, const float *bias, int n, int gh, int gw,
                      int C);
+/* Backward of kernels_dwconv3 given its output's gradient dout and its input in: din (written,
+ * NULL: skipped) the input's gradient; dw (C, 9) and db (C, NULL: none) += the sums over every
+ * image and position, per channel in double in image, row, column order, so the result does
+ * not depend on the thread count. */
+void kernels_dwconv3_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+                              const float *w, int n, int gh, int gw, int C);
 /* x[r,:] += gamma * y[r,:] (LayerScale's residual add; gamma NULL: x += y). x, y: (n, d). */
 void kernels_scaled_add(float *x, const float *y, const float *gamma, int n, int d);
 

@@ -196,6 +196,27 @@ void pvt_im2col(float *col, const float *x, int n, int H, int W, int C, size_t s
             }
 }
 
+void pvt_col2im(float *dx, const float *dcol, int n, int H, int W, int C, int k, int s, int p, int accumulate) {
+    const int Ho = (H + 2 * p - k) / s + 1, Wo = (W + 2 * p - k) / s + 1, K = C * k * k;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < n; b++)
+        for (int iy = 0; iy < H; iy++)
+            for (int ix = 0; ix < W; ix++) {
+                float *o = dx + (((size_t)b * H + iy) * W + ix) * C;
+                if (!accumulate) memset(o, 0, (size_t)C * sizeof(float));
+                for (int ky = 0; ky < k; ky++) {
+                    const int ty = iy + p - ky; /* = oy s */
+                    if (ty < 0 || ty % s || ty / s >= Ho) continue;
+                    for (int kx = 0; kx < k; kx++) {
+                        const int tx = ix + p - kx;
+                        if (tx < 0 || tx % s || tx / s >= Wo) continue;
+                        const float *src = dcol + (((size_t)b * Ho + ty / s) * Wo + tx / s) * K + (size_t)ky * k + kx;
+                        for (int ch = 0; ch < C; ch++) o[ch] += src[(size_t)ch * k * k];
+                    }
+                }
+            }
+}
+
 /* y (n Ho Wo, Cout) = Conv2d(x NHWC (n, H, W, C); w (Cout, C, k, k) as PyTorch stores it) */
 static void conv_nhwc(float *y, float *col, const float *x, const float *w, const float *b, int n, int H,
                       int W, int C, int Cout, int k, int s, int p) {
@@ -209,6 +230,7 @@ void pvt_stem(const vit_config *c, const vit_params *p, vit_acts *a, const float
     const int G = (S + 2 * (k / 2) - k) / P + 1, C0 = c->stage[0].embed_dim;
     pvt_im2col(a->patches, images, n, S, S, Cin, (size_t)Cin * S * S, (size_t)S, 1, (size_t)S * S, k, P, k / 2);
     vit_linear(a->x, a->patches, p->patch_w, p->patch_b, n * G * G, C0, Cin * k * k, 0);
+    if (a->tape) memcpy(a->tape->embed, a->x, (size_t)n * G * G * C0 * sizeof(float));
     kernels_layernorm(a->x, a->x, p->patch_norm_w, p->patch_norm_b, n * G * G, C0, c->conv_ln_eps);
 }
 
@@ -216,49 +238,89 @@ void pvt_downsample(const vit_config *c, int s, const vit_params *p, vit_acts *a
     const vit_stage_params *sp = &p->stages[s];
     const int Ci = c->stage[s - 1].embed_dim, C = c->stage[s].embed_dim;
     const int rows = n * ((gh - 1) / 2 + 1) * ((gw - 1) / 2 + 1);
-    conv_nhwc(a->xn, a->merge, a->x, sp->down_w, sp->down_b, n, gh, gw, Ci, C, 3, 2, 1);
-    kernels_layernorm(a->x, a->xn, sp->down_norm_w, sp->down_norm_b, rows, C, c->conv_ln_eps);
+    vit_tape *t = a->tape;
+    if (t) memcpy(t->down_in[s], a->x, (size_t)n * gh * gw * Ci * sizeof(float));
+    float *y = t ? t->down_pre[s] : a->xn;
+    conv_nhwc(y, a->merge, a->x, sp->down_w, sp->down_b, n, gh, gw, Ci, C, 3, 2, 1);
+    kernels_layernorm(a->x, y, sp->down_norm_w, sp->down_norm_b, rows, C, c->conv_ln_eps);
 }
 
 void pvt_stage_end(const vit_config *c, int s, const vit_params *p, vit_acts *a, int n, int T) {
     const vit_stage_params *sp = &p->stages[s];
+    if (a->tape) memcpy(a->tape->stage_pre[s], a->x, (size_t)n * T * c->stage[s].embed_dim * sizeof(float));
     kernels_layernorm(a->x, a->x, sp->stage_norm_w, sp->stage_norm_b, n * T, c->stage[s].embed_dim, c->ln_eps);
 }
 
 /* ---- the block ---- */
 
-/* The reduced grid of n images into a->xr (n, T', D): R x R stride R conv + LN, or the linear
- * variant's 7 x 7 average pool, 1x1 conv, LN and GELU; R = 1: none (the keys are xn). */
+/* The buffers of one block's forward: the shared scratch of vit_acts, or (training) the
+ * block's own tape buffers, which the backward reads (vit.h's vit_tape_block). */
+typedef struct {
+    float *xn1, *xn2, *q, *col, *xr_pre, *sr_ln, *xr, *kv, *att, *ao, *hpre, *hdw, *hid;
+    float *keep;       /* scores kept for a following less-attention block, or NULL */
+    const float *prev; /* the previous block's kept scores (less-attention), or NULL */
+} pvt_bufs;
+
+/* The reduced grid of n images into b->xr (n, T', D): R x R stride R conv + LN, or the linear
+ * variant's 7 x 7 average pool, 1x1 conv, LN and GELU; R = 1: none (the keys are xn1). */
 static const float *sra_reduce(const vit_config *c, const vit_geom *g, const vit_block_params *bp,
-                               vit_acts *a, int n) {
+                               const pvt_bufs *f, int n) {
     const int D = g->D, Tk = g->Tk;
     if (c->sr_linear) {
-        const int gh = g->gh, gw = g->gw;
+        pvt_adaptive_pool(f->col, f->xn1, n, g->gh, g->gw, D, 0);
+        vit_linear(f->xr_pre, f->col, bp->sr_w, bp->sr_b, n * Tk, D, D, 0);
+        kernels_layernorm(f->sr_ln, f->xr_pre, bp->sr_norm_w, bp->sr_norm_b, n * Tk, D, c->conv_ln_eps);
+        kernels_gelu_to(f->xr, f->sr_ln, (size_t)n * Tk * D);
+        return f->xr;
+    }
+    if (g->sr_ratio <= 1) return f->xn1;
+    const int R = g->sr_ratio;
+    conv_nhwc(f->xr_pre, f->col, f->xn1, bp->sr_w, bp->sr_b, n, g->gh, g->gw, D, D, R, R, 0);
+    kernels_layernorm(f->xr, f->xr_pre, bp->sr_norm_w, bp->sr_norm_b, n * Tk, D, c->conv_ln_eps);
+    return f->xr;
+}
+
+void pvt_adaptive_pool(float *out, const float *x, int n, int gh, int gw, int D, int backward) {
+    const int B = VIT_SR_POOL;
+    if (!backward) {
 #pragma omp parallel for collapse(2) schedule(static)
         for (int b = 0; b < n; b++)
-            for (int i = 0; i < VIT_SR_POOL * VIT_SR_POOL; i++) {
-                const int py = i / VIT_SR_POOL, px = i % VIT_SR_POOL;
+            for (int i = 0; i < B * B; i++) {
                 int y0, y1, x0, x1;
-                vit_sra_key_tokens(0, VIT_SR_POOL, gh, py, &y0, &y1);
-                vit_sra_key_tokens(0, VIT_SR_POOL, gw, px, &x0, &x1);
-                float *o = a->sr_col + ((size_t)b * Tk + i) * D;
+                vit_sra_key_tokens(0, B, gh, i / B, &y0, &y1);
+                vit_sra_key_tokens(0, B, gw, i % B, &x0, &x1);
+                float *o = out + ((size_t)b * B * B + i) * D;
                 for (int ch = 0; ch < D; ch++) {
                     double sum = 0;
                     for (int y = y0; y < y1; y++)
-                        for (int x = x0; x < x1; x++) sum += a->xn[(((size_t)b * gh + y) * gw + x) * D + ch];
+                        for (int xx = x0; xx < x1; xx++) sum += x[(((size_t)b * gh + y) * gw + xx) * D + ch];
                     o[ch] = (float)(sum / ((y1 - y0) * (x1 - x0)));
                 }
             }
-        vit_linear(a->xr, a->sr_col, bp->sr_w, bp->sr_b, n * Tk, D, D, 0);
-        kernels_layernorm(a->xr, a->xr, bp->sr_norm_w, bp->sr_norm_b, n * Tk, D, c->conv_ln_eps);
-        kernels_gelu(a->xr, (size_t)n * Tk * D);
-        return a->xr;
+        return;
     }
-    if (g->sr_ratio <= 1) return a->xn;
-    const int R = g->sr_ratio;
-    conv_nhwc(a->xr, a->sr_col, a->xn, bp->sr_w, bp->sr_b, n, g->gh, g->gw, D, D, R, R, 0);
-    kernels_layernorm(a->xr, a->xr, bp->sr_norm_w, bp->sr_norm_b, n * Tk, D, c->conv_ln_eps);
-    return a->xr;
+    /* out (n, gh, gw, D) = each token's share of the bins covering it (bins overlap when the
+     * grid is smaller than 2 x 7), x (n, 49, D) the bins' gradient: a gather per token */
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < n; b++)
+        for (int y = 0; y < gh; y++)
+            for (int xx = 0; xx < gw; xx++) {
+                float *o = out + (((size_t)b * gh + y) * gw + xx) * D;
+                memset(o, 0, (size_t)D * sizeof(float));
+                for (int py = 0; py < B; py++) {
+                    int y0, y1;
+                    vit_sra_key_tokens(0, B, gh, py, &y0, &y1);
+                    if (y < y0 || y >= y1) continue;
+                    for (int px = 0; px < B; px++) {
+                        int x0, x1;
+                        vit_sra_key_tokens(0, B, gw, px, &x0, &x1);
+                        if (xx < x0 || xx >= x1) continue;
+                        const float w = 1.0f / (float)((y1 - y0) * (x1 - x0));
+                        const float *g = x + ((size_t)b * B * B + py * B + px) * D;
+                        for (int ch = 0; ch < D; ch++) o[ch] += w * g[ch];
+                    }
+                }
+            }
 }
 
 void pvt_block(const vit_config *c, int l, const vit_geom *g, const vit_block_params *bp, vit_acts *a,
@@ -266,62 +328,74 @@ void pvt_block(const vit_config *c, int l, const vit_geom *g, const vit_block_pa
     const int T = g->T, D = g->D, H = g->H, hd = D / H, Hm = g->Hm, Tk = g->Tk, M = n * T;
     /* q (Q), kv rows [k (Q) | v (D)]; less-attention: no q or k, kv rows are v (D) */
     const int keys = vit_has_keys(c, l), Q = keys ? qk_width(c, l) : 0, dq = keys ? Q / H : 0, KV = Q + D;
-    kernels_layernorm(a->xn, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
-    if (keys) vit_linear(a->qkv, a->xn, bp->q_w, bp->q_b, M, Q, D, 0);
-    const float *src = sra_reduce(c, g, bp, a, n);
-    vit_linear(a->kv, src, keys ? bp->kv_w : bp->v_w, keys ? bp->kv_b : bp->v_b, n * Tk, KV, D, 0);
-    float *att = rec->attn && rec->attn[l] ? rec->attn[l] : a->att;
-    float *scores = rec->scores ? rec->scores[l] : NULL;
     const vit_mech *m = vit_mech_of(c, l);
+    const int reuses = (m->flags & VIT_MECH_REUSES_SCORES) != 0, hands_on = vit_mech_next_reuses(c, l);
+    pvt_bufs f = {a->xn, a->xn, a->qkv, a->sr_col, a->xr, a->xr, a->xr, a->kv, a->att, a->ao, a->hid, a->hid2,
+                  a->hid2, NULL, NULL};
+    /* scores handed from block to block for less-attention (both in this stage: same T x T') */
+    if (reuses || hands_on) f.keep = a->keep[l & 1];
+    if (reuses) f.prev = a->keep[(l + 1) & 1];
+    const vit_tape_block *t = a->tape ? &a->tape->blk[l] : NULL;
+    if (t) {
+        memcpy(t->x_in, a->x, (size_t)M * D * sizeof(float));
+        f = (pvt_bufs){t->xn1, t->xn2, t->qkv, a->sr_col, t->xr_pre ? t->xr_pre : a->xr, t->sr_ln, t->xr ? t->xr : a->xr,
+                       t->kv, t->att, t->ao, t->hpre, t->hdw, t->hid, hands_on ? t->keep : NULL,
+                       reuses ? a->tape->blk[l - 1].keep : NULL};
+        if (reuses && !hands_on) f.keep = a->keep[l & 1]; /* the hook's scratch */
+    }
+    kernels_layernorm(f.xn1, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
+    if (keys) vit_linear(f.q, f.xn1, bp->q_w, bp->q_b, M, Q, D, 0);
+    const float *src = sra_reduce(c, g, bp, &f, n);
+    vit_linear(f.kv, src, keys ? bp->kv_w : bp->v_w, keys ? bp->kv_b : bp->v_b, n * Tk, KV, D, 0);
+    float *att = rec->attn && rec->attn[l] ? rec->attn[l] : f.att;
+    float *scores = rec->scores ? rec->scores[l] : NULL;
     vit_mech_block mb;
     vit_geom mg;
     vit_mech_block_at(&mb, c, l, bp, &mg);
     const float scale = vit_attn_scale(c, l);
     const size_t TT = (size_t)T * Tk;
-    /* scores handed from block to block for less-attention (both in this stage: same T x T') */
-    const float *prev = m->flags & VIT_MECH_REUSES_SCORES ? a->keep[(l + 1) & 1] : NULL;
-    float *keep = prev || vit_mech_next_reuses(c, l) ? a->keep[l & 1] : NULL;
     /* one job per (image, head): Tq = T queries over the Tk reduced keys */
 #pragma omp parallel for schedule(dynamic, 1)
     for (int job = 0; job < n * H; job++) {
         const int b = job / H, h = job % H;
-        const float *kv = a->kv + (size_t)b * Tk * KV;
+        const float *kv = f.kv + (size_t)b * Tk * KV;
         vit_attn_problem pr = {.Tq = T, .Tk = Tk, .prefix = 0, .gh = g->gh, .gw = g->gw, .H = H, .h = h,
                                .dq = dq, .scale = scale, .v = kv + Q + (size_t)h * hd, .ldq = Q, .ldk = KV,
                                .ldv = KV, .kgh = g->kgh, .kgw = g->kgw,
-                               .prev = prev ? prev + ((size_t)b * H + h) * TT : NULL,
-                               .keep = keep ? keep + ((size_t)b * H + h) * TT : NULL};
+                               .prev = f.prev ? f.prev + ((size_t)b * H + h) * TT : NULL,
+                               .keep = f.keep ? f.keep + ((size_t)b * H + h) * TT : NULL};
         if (keys) {
-            pr.q = a->qkv + (size_t)b * T * Q + (size_t)h * dq;
+            pr.q = f.q + (size_t)b * T * Q + (size_t)h * dq;
             pr.k = kv + (size_t)h * dq;
         }
         float *A = att + ((size_t)b * H + h) * TT;
         vit_mech_problem_forward(m, &mb, &pr, A, scores ? scores + ((size_t)b * H + h) * TT : NULL);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, Tk, 1.0f, A, Tk, pr.v, KV, 0.0f,
-                    a->ao + (size_t)b * T * D + (size_t)h * hd, D);
+                    f.ao + (size_t)b * T * D + (size_t)h * hd, D);
     }
     float *rq = rec->q ? rec->q[l] : NULL, *rk = rec->k ? rec->k[l] : NULL;
     if (keys && (rq || rk)) { /* q over the T tokens, k over the T' reduced ones, (n, H, rows, hd) */
 #pragma omp parallel for collapse(2) schedule(static)
         for (int b = 0; b < n; b++)
             for (int h = 0; h < H; h++) {
-                for (int t = 0; rq && t < T; t++)
-                    memcpy(rq + (((size_t)b * H + h) * T + t) * dq, a->qkv + ((size_t)b * T + t) * Q + (size_t)h * dq,
+                for (int tq = 0; rq && tq < T; tq++)
+                    memcpy(rq + (((size_t)b * H + h) * T + tq) * dq, f.q + ((size_t)b * T + tq) * Q + (size_t)h * dq,
                            (size_t)dq * sizeof(float));
-                for (int t = 0; rk && t < Tk; t++)
-                    memcpy(rk + (((size_t)b * H + h) * Tk + t) * dq,
-                           a->kv + ((size_t)b * Tk + t) * KV + (size_t)h * dq, (size_t)dq * sizeof(float));
+                for (int tk = 0; rk && tk < Tk; tk++)
+                    memcpy(rk + (((size_t)b * H + h) * Tk + tk) * dq,
+                           f.kv + ((size_t)b * Tk + tk) * KV + (size_t)h * dq, (size_t)dq * sizeof(float));
             }
     }
-    vit_linear(a->x, a->ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
+    vit_linear(a->x, f.ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
+    if (t) memcpy(t->x_mid, a->x, (size_t)M * D * sizeof(float));
     /* MixFFN: fc1 -> [ReLU (linear)] -> depth-wise 3x3 -> GELU -> fc2 */
-    kernels_layernorm(a->xn, a->x, bp->norm2_w, bp->norm2_b, M, D, c->ln_eps);
-    vit_linear(a->hid, a->xn, bp->fc1_w, bp->fc1_b, M, Hm, D, 0);
-    if (c->sr_linear)
-        for (size_t i = 0; i < (size_t)M * Hm; i++) a->hid[i] = a->hid[i] > 0.0f ? a->hid[i] : 0.0f;
-    kernels_dwconv3(a->hid2, a->hid, bp->dw_w, bp->dw_b, n, g->gh, g->gw, Hm);
-    kernels_gelu(a->hid2, (size_t)M * Hm);
-    vit_linear(a->x, a->hid2, bp->fc2_w, bp->fc2_b, M, D, Hm, 1);
+    kernels_layernorm(f.xn2, a->x, bp->norm2_w, bp->norm2_b, M, D, c->ln_eps);
+    vit_linear(f.hpre, f.xn2, bp->fc1_w, bp->fc1_b, M, Hm, D, 0);
+    if (c->sr_linear) /* in place: the backward's ReLU mask is its output > 0, as PyTorch's */
+        for (size_t i = 0; i < (size_t)M * Hm; i++) f.hpre[i] = f.hpre[i] > 0.0f ? f.hpre[i] : 0.0f;
+    kernels_dwconv3(f.hdw, f.hpre, bp->dw_w, bp->dw_b, n, g->gh, g->gw, Hm);
+    kernels_gelu_to(f.hid, f.hdw, (size_t)M * Hm);
+    vit_linear(a->x, f.hid, bp->fc2_w, bp->fc2_b, M, D, Hm, 1);
     float *tok = rec->tokens ? rec->tokens[l] : NULL;
     if (tok) memcpy(tok, a->x, (size_t)M * D * sizeof(float));
 }

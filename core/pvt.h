@@ -20,6 +20,14 @@ void pvt_acts_need(const vit_config *c, pvt_need *z);
 void pvt_im2col(float *col, const float *x, int n, int H, int W, int C, size_t sb, size_t sy, size_t sx,
                 size_t sc, int k, int s, int p);
 
+/* The inverse gather of pvt_im2col over an NHWC x (n, H, W, C): dx = the sum, for each input
+ * element, of the col entries that copied it (written, or added with accumulate). Each element
+ * sums its own taps in order, so the result does not depend on the thread count. */
+void pvt_col2im(float *dx, const float *dcol, int n, int H, int W, int C, int k, int s, int p, int accumulate);
+/* The linear variant's AdaptiveAvgPool2d(7) of x (n, gh, gw, D) into out (n, 49, D); with
+ * backward, x is the bins' gradient (n, 49, D) and out (n, gh, gw, D) each token's (written). */
+void pvt_adaptive_pool(float *out, const float *x, int n, int gh, int gw, int D, int backward);
+
 int pvt_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, int max);
 /* Stem (Conv2d k, s = patch_size, p = k / 2, then LN) of images (n, C, S, S) into a->x. */
 void pvt_stem(const vit_config *c, const vit_params *p, vit_acts *a, const float *images, int n);
@@ -30,6 +38,12 @@ void pvt_block(const vit_config *c, int l, const vit_geom *g, const vit_block_pa
                int n, const vit_record *rec);
 /* The LayerNorm closing stage s (T tokens per image). */
 void pvt_stage_end(const vit_config *c, int s, const vit_params *p, vit_acts *a, int n, int T);
+
+/* Training (pvt_train.c; stage_train.c dispatches here for PVT v2). */
+size_t pvt_tape_carve(const vit_config *c, int B, void *base, vit_tape *t);
+size_t pvt_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws);
+double pvt_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
+                    vit_grad_ws *ws, const float *dlogits, int n, float dp_weight, vit_dp_loss dp_loss);
 
 void pvt_stem_cost(const vit_config *c, vit_cost_part *o);
 void pvt_stage_cost(const vit_config *c, int s, vit_cost_part *o);

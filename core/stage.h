@@ -5,6 +5,7 @@
 #define AS_STAGE_H
 
 #include "mech.h"
+#include "train.h"
 #include "vit.h"
 
 /* vit_param_specs, vit_acts_carve and vit_forward of a staged model (stage.c). */
@@ -18,11 +19,41 @@ void vit_stage_forward(const vit_config *c, const vit_params *p, vit_acts *a, co
 size_t vit_stage_tape_carve(const vit_config *c, int B, void *base, vit_tape *t);
 size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws);
 double vit_stage_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
-                          vit_grad_ws *ws, const float *dlogits, int n);
+                          vit_grad_ws *ws, const float *dlogits, int n, float dp_weight, vit_dp_loss dp_loss);
 /* train.c's Linear backward: dW (N, K) += dy^T x, db += column sums of dy, dx (M, K) = (or +=)
  * dy W, with the rows of dy ldy and of x ldx floats apart. */
 void vit_linear_backward(float *dW, float *db, float *dx, int dx_accumulate, const float *dy, int ldy,
                          const float *x, int ldx, const float *W, int M, int N, int K, const float *ones);
+
+/* Head h of image b of an (n, rows, ld) buffer starts at base + (b rows) ld + h width. */
+typedef struct {
+    float *base; /* NULL: no such view */
+    int rows, ld, width;
+} vit_hview;
+
+/* One block's attention backward from ws->dao (n, Tq, D) to the gradients of its q, k and v
+ * views, for Tq queries over Tk keys per image (Tq = Tk = T in a ViT; PVT v2: T queries over
+ * the T' reduced keys), the shared steps of every mechanism (train.c): dA = dao v^T,
+ * dv = A^T dao, the map work's backward, the softmax backward, the gradient handed back by a
+ * following score-reuse block, the mechanism's hook, dq = s dR k and dk = s dR^T q, and the
+ * mechanism's small tensors. gk_add / gv_add: add into those views (they share rows with
+ * another gradient) instead of writing them. LaViT's diagonality term applies where the
+ * mechanism has it, dp_coef != 0 and the maps are square (Tq = Tk); returns its sum over the
+ * block's maps before dp_coef, 0 otherwise. */
+typedef struct {
+    const vit_config *c;
+    int l;
+    const vit_block_params *bp, *gb;
+    const vit_tape *tape;
+    vit_grad_ws *ws;
+    int n, Tq, Tk;
+    vit_hview q, k, v;    /* the forward's views (the tape's) */
+    vit_hview gq, gk, gv; /* their gradients */
+    int gk_add, gv_add;
+    float dp_coef;
+    vit_dp_loss dp_loss;
+} vit_attn_bwd;
+double vit_attn_backward(const vit_attn_bwd *j);
 
 /* vit.c's carving of one buffer into 64-byte aligned float arrays: *view = base + *off when
  * both are given (base NULL only counts), *off advances by nfloats rounded up to 64 bytes,

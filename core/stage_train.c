@@ -1,7 +1,7 @@
 /* stage_train.c: training a staged model (Swin v1: patch embedding and its LayerNorm, window
  * attention with the shift mask and the relative position bias, patch merging, the mean-pooled
  * head): the tape a training forward keeps (stage.c fills it) and the backward pass, block by
- * block in reverse, over the same problem tables as the forward.
+ * block in reverse, over the same problem tables as the forward. PVT v2 goes to pvt_train.c.
  *
  * Threads, as train.c: big GEMMs in kernels_gemm's fixed tiles; one OpenMP job per (image,
  * window) with single-threaded GEMMs inside; every gradient shared by windows or images (the
@@ -15,6 +15,7 @@
 #include "attn_ops.h"
 #include "kernels.h"
 #include "mech.h"
+#include "pvt.h"
 #include "stage.h"
 #include "train.h"
 
@@ -49,7 +50,7 @@ static int row_width(const vit_config *c, int l) {
 }
 
 const char *vit_stage_untrainable(const vit_config *c) {
-    if (c->family == VIT_FAMILY_PVT2) return "PVT v2 (spatial reduction, MixFFN)";
+    if (c->family == VIT_FAMILY_PVT2) return NULL; /* pvt_train.c: every mechanism of its SRA scope */
     if (c->family == VIT_FAMILY_CAIT) return "CaiT (talking heads, class attention)";
     for (int s = 1; s < c->n_stages; s++)
         if (c->stage[s].down != VIT_DOWN_MERGE) return "a convolutional downsampling";
@@ -65,6 +66,7 @@ size_t vit_stage_tape_carve(const vit_config *c, int B, void *base, vit_tape *t)
     vit_tape *v = t ? t : &tmp;
     if (base) memset(v, 0, sizeof *v);
     if (vit_stage_untrainable(c)) return 0; /* train_run refuses it first */
+    if (c->family == VIT_FAMILY_PVT2) return pvt_tape_carve(c, B, base, v);
     const size_t b = (size_t)B;
     vit_geom g;
     for (int l = 0; l < c->depth; l++) {
@@ -112,6 +114,7 @@ size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_
         memset(v, 0, sizeof *v);
         v->B = B;
     }
+    if (c->family == VIT_FAMILY_PVT2) return pvt_grad_ws_carve(c, B, base, v);
     const size_t b = (size_t)B;
     size_t TD = 0, TW = 0, TH = 0, maps = 0, rpb = 0, pads = 0, slot = 0, ln = 0, rows = 0;
     vit_geom g;
@@ -300,7 +303,8 @@ static void merge_scatter(float *dx, const float *dm, int n, int gh, int gw, int
 }
 
 double vit_stage_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
-                          vit_grad_ws *ws, const float *dlogits, int n) {
+                          vit_grad_ws *ws, const float *dlogits, int n, float dp_weight, vit_dp_loss dp_loss) {
+    if (c->family == VIT_FAMILY_PVT2) return pvt_backward(c, p, g, a, ws, dlogits, n, dp_weight, dp_loss);
     const vit_tape *tape = a->tape;
     const float eps = c->ln_eps;
     const int Cn = c->num_classes;

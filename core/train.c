@@ -181,29 +181,90 @@ static double dp_term_backward(float *dA, const float *A, int T, float coef, vit
 
 /* ---- attention ---- */
 
-/* Where head h of image b of a (n, T, ld) buffer starts. */
-typedef struct {
-    float *base;
-    int ld, width;
-} hview;
-
-static float *hat(const hview *v, int T, int b, int h) {
-    return v->base + (size_t)b * T * v->ld + (size_t)h * v->width;
+static float *hat(const vit_hview *v, int b, int h) {
+    return v->base + (size_t)b * v->rows * v->ld + (size_t)h * v->width;
 }
 
 /* The view of layout entry i over the tape's qkv (rows W apart) or xn (rows D apart), or its
- * gradient's over dqkv or dxn. */
-static hview layout_view(const vit_mech_layout *lay, int i, float *qkv, float *xn, int D, int width) {
-    if (lay->src[i] == VIT_SRC_NONE) return (hview){NULL, 0, 0};
-    return lay->src[i] == VIT_SRC_X ? (hview){xn + lay->col[i], D, width}
-                                    : (hview){qkv + lay->col[i], lay->W, width};
+ * gradient's over dqkv or dxn; T rows per image. */
+static vit_hview layout_view(const vit_mech_layout *lay, int i, float *qkv, float *xn, int T, int D, int width) {
+    if (lay->src[i] == VIT_SRC_NONE) return (vit_hview){NULL, 0, 0, 0};
+    return lay->src[i] == VIT_SRC_X ? (vit_hview){xn + lay->col[i], T, D, width}
+                                    : (vit_hview){qkv + lay->col[i], T, lay->W, width};
+}
+
+double vit_attn_backward(const vit_attn_bwd *j) {
+    const vit_config *c = j->c;
+    const int l = j->l, n = j->n, Tq = j->Tq, Tk = j->Tk;
+    const vit_mech *m = vit_mech_of(c, l);
+    const vit_tape_block *t = &j->tape->blk[l];
+    vit_grad_ws *ws = j->ws;
+    vit_geom g;
+    vit_mech_block mb;
+    vit_mech_block_at(&mb, c, l, j->bp, &g);
+    const int H = g.H, D = g.D, hd = D / H, dq = vit_qk_head_dim(c, l);
+    const size_t TT = (size_t)Tq * Tk;
+    const float scale = m->product_scale ? m->product_scale(c, l) : vit_attn_scale(c, l);
+    const int reuses = (m->flags & VIT_MECH_REUSES_SCORES) != 0;
+    const int dp_term = (m->flags & VIT_MECH_DP_TERM) && j->dp_coef != 0.0f && Tq == Tk;
+    int gh, gw;
+    vit_mech_problem_grid(&g, &gh, &gw);
+    const vit_hview gao = {ws->dao, Tq, D, hd};
+
+    /* 1. dA = dao v^T and dv = A^T dao per (image, head) */
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < n * H; bh++) {
+        const int b = bh / H, h = bh % H;
+        const float *A = t->att + (size_t)bh * TT;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, hd, 1.0f, hat(&gao, b, h), D,
+                    hat(&j->v, b, h), j->v.ld, 0.0f, ws->dA + (size_t)bh * TT, Tk);
+        /* values that are x: the keys' gradient adds to the same rows (same head, same task) */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, hd, Tq, 1.0f, A, Tk, hat(&gao, b, h), D,
+                    j->gv_add ? 1.0f : 0.0f, hat(&j->gv, b, h), j->gv.ld);
+    }
+    /* 2. map work (Refiner): back to the softmax maps */
+    if (m->maps_backward) m->maps_backward(&mb, j->gb, t, ws, n, Tq, Tk);
+    /* 3. per (image, head): softmax backward, the scores' own gradient from a following reuse
+     *    block, the mechanism's score gradient, then back to q and k */
+    const float *P = (m->flags & VIT_MECH_SOFTMAX_EXTRA0) ? t->ext[0] : m->maps ? t->soft : t->att;
+    const float *dnext = vit_mech_next_reuses(c, l) ? ws->dkeep[(l + 1) & 1] : NULL;
+    float *dprev = reuses ? ws->dkeep[l & 1] : NULL;
+    const float *prev = reuses ? j->tape->blk[l - 1].keep : NULL;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < n * H; bh++) {
+        const int b = bh / H, h = bh % H;
+        float *dA = ws->dA + (size_t)bh * TT, *dS = ws->dS + (size_t)bh * TT, *X = ws->dX + (size_t)bh * TT;
+        if (dp_term) ws->scal[bh] = dp_term_backward(dA, t->att + (size_t)bh * TT, Tq, j->dp_coef, j->dp_loss);
+        kernels_softmax_backward_rows(dS, P + (size_t)bh * TT, dA, Tq, Tk);
+        if (dnext)
+            for (size_t i = 0; i < TT; i++) dS[i] += dnext[(size_t)bh * TT + i];
+        const vit_attn_problem p = {.Tq = Tq, .Tk = Tk, .prefix = g.prefix, .gh = gh, .gw = gw, .H = H,
+                                    .h = h, .dq = dq, .scale = scale,
+                                    .q = j->q.base ? hat(&j->q, b, h) : NULL,
+                                    .k = j->k.base ? hat(&j->k, b, h) : NULL, .v = hat(&j->v, b, h),
+                                    .ldq = j->q.ld, .ldk = j->k.ld, .ldv = j->v.ld, .kgh = g.kgh, .kgw = g.kgw,
+                                    .prev = prev ? prev + (size_t)bh * TT : NULL};
+        vit_mech_head_bwd x = {.p = &p, .dA = dA, .dS = dS, .X = X,
+                               .Y = ws->dY ? ws->dY + (size_t)bh * TT : NULL, .scal = ws->scal + bh,
+                               .dprev = dprev ? dprev + (size_t)bh * TT : NULL, .dR = dS, .s = scale};
+        if (m->head_backward) m->head_backward(&mb, &x);
+        if (!x.dR) continue; /* the mechanism had no q or k */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, dq, Tk, x.s, x.dR, Tk, p.k, j->k.ld, 0.0f,
+                    hat(&j->gq, b, h), j->gq.ld);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, dq, Tq, x.s, x.dR, Tk, p.q, j->q.ld,
+                    j->gk_add ? 1.0f : 0.0f, hat(&j->gk, b, h), j->gk.ld);
+    }
+    /* 4. the small tensors' gradients, summed over images in order */
+    double dp = 0;
+    if (dp_term)
+        for (int bh = 0; bh < n * H; bh++) dp += ws->scal[bh];
+    if (m->params_backward) m->params_backward(&mb, j->gb, j->tape, ws, n, Tq, Tk);
+    return dp;
 }
 
 /* One block's attention backward: from ws->dao to ws->dxn (the gradient of norm1's output),
  * adding every attention weight's gradient into gb. A block LaViT's term applies to, with
- * dp_coef != 0, also takes the term and returns its sum over the block's maps (else 0). The
- * shared steps are here; the mechanism's hooks do its map work, its per-head score gradient and
- * its small tensors. */
+ * dp_coef != 0, also takes the term and returns its sum over the block's maps (else 0). */
 static double attention_backward(const vit_config *c, int l, const vit_block_params *bp,
                                const vit_block_params *gb, const vit_tape *tape, vit_grad_ws *ws,
                                int n, float dp_coef, vit_dp_loss dp_loss) {
@@ -211,74 +272,20 @@ static double attention_backward(const vit_config *c, int l, const vit_block_par
     const vit_tape_block *t = &tape->blk[l];
     const int D = c->embed_dim, H = c->num_heads, T = vit_num_tokens(c), M = n * T, hd = D / H;
     const int dq = vit_qk_head_dim(c, l);
-    const size_t TT = (size_t)T * T;
-    const float scale = m->product_scale ? m->product_scale(c, l) : vit_attn_scale(c, l);
-    const int reuses = (m->flags & VIT_MECH_REUSES_SCORES) != 0;
-    const int dp_term = (m->flags & VIT_MECH_DP_TERM) && dp_coef != 0.0f;
-    vit_geom g;
-    vit_mech_block mb;
-    vit_mech_block_at(&mb, c, l, bp, &g);
-    int gh, gw;
-    vit_mech_problem_grid(&g, &gh, &gw);
     vit_mech_layout lay;
     m->layout(c, l, &lay);
     /* forward views (q, k, v) and their gradients, laid out alike: into dqkv, or into dxn where
      * the view is xn1 itself (then the other gradients add to it) */
-    const hview q = layout_view(&lay, 0, t->qkv, t->xn1, D, dq), k = layout_view(&lay, 1, t->qkv, t->xn1, D, dq);
-    const hview v = layout_view(&lay, 2, t->qkv, t->xn1, D, hd);
-    const hview gq = layout_view(&lay, 0, ws->dqkv, ws->dxn, D, dq), gk = layout_view(&lay, 1, ws->dqkv, ws->dxn, D, dq);
-    const hview gv = layout_view(&lay, 2, ws->dqkv, ws->dxn, D, hd);
     const int k_x = lay.src[1] == VIT_SRC_X, v_x = lay.src[2] == VIT_SRC_X;
     if (k_x || v_x) memset(ws->dxn, 0, (size_t)M * D * sizeof(float));
-    const hview gao = {ws->dao, D, hd};
-
-    /* 1. dA = dao v^T and dv = A^T dao per (image, head) */
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int bh = 0; bh < n * H; bh++) {
-        const int b = bh / H, h = bh % H;
-        const float *A = t->att + (size_t)bh * TT;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, hat(&gao, T, b, h), D,
-                    hat(&v, T, b, h), v.ld, 0.0f, ws->dA + (size_t)bh * TT, T);
-        /* values that are x: the keys' gradient adds to the same rows (same head, same task) */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, A, T, hat(&gao, T, b, h), D,
-                    v_x ? 1.0f : 0.0f, hat(&gv, T, b, h), gv.ld);
-    }
-    /* 2. map work (Refiner): back to the softmax maps */
-    if (m->maps_backward) m->maps_backward(&mb, gb, t, ws, n, T, T);
-    /* 3. per (image, head): softmax backward, the scores' own gradient from a following reuse
-     *    block, the mechanism's score gradient, then back to q and k */
-    const float *P = (m->flags & VIT_MECH_SOFTMAX_EXTRA0) ? t->ext[0] : m->maps ? t->soft : t->att;
-    const float *dnext = vit_mech_next_reuses(c, l) ? ws->dkeep[(l + 1) & 1] : NULL;
-    float *dprev = reuses ? ws->dkeep[l & 1] : NULL;
-    const float *prev = reuses ? tape->blk[l - 1].keep : NULL;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int bh = 0; bh < n * H; bh++) {
-        const int b = bh / H, h = bh % H;
-        float *dA = ws->dA + (size_t)bh * TT, *dS = ws->dS + (size_t)bh * TT, *X = ws->dX + (size_t)bh * TT;
-        if (dp_term) ws->scal[bh] = dp_term_backward(dA, t->att + (size_t)bh * TT, T, dp_coef, dp_loss);
-        kernels_softmax_backward_rows(dS, P + (size_t)bh * TT, dA, T, T);
-        if (dnext)
-            for (size_t i = 0; i < TT; i++) dS[i] += dnext[(size_t)bh * TT + i];
-        const vit_attn_problem p = {.Tq = T, .Tk = T, .prefix = g.prefix, .gh = gh, .gw = gw, .H = H,
-                                    .h = h, .dq = dq, .scale = scale,
-                                    .q = q.base ? hat(&q, T, b, h) : NULL, .k = k.base ? hat(&k, T, b, h) : NULL,
-                                    .v = hat(&v, T, b, h), .ldq = q.ld, .ldk = k.ld, .ldv = v.ld,
-                                    .prev = prev ? prev + (size_t)bh * TT : NULL};
-        vit_mech_head_bwd x = {.p = &p, .dA = dA, .dS = dS, .X = X,
-                               .Y = ws->dY ? ws->dY + (size_t)bh * TT : NULL, .scal = ws->scal + bh,
-                               .dprev = dprev ? dprev + (size_t)bh * TT : NULL, .dR = dS, .s = scale};
-        if (m->head_backward) m->head_backward(&mb, &x);
-        if (!x.dR) continue; /* the mechanism had no q or k */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dq, T, x.s, x.dR, T, p.k, k.ld, 0.0f,
-                    hat(&gq, T, b, h), gq.ld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, dq, T, x.s, x.dR, T, p.q, q.ld,
-                    k_x ? 1.0f : 0.0f, hat(&gk, T, b, h), gk.ld);
-    }
-    /* 4. the small tensors' gradients, summed over images in order */
-    double dp = 0;
-    if (dp_term)
-        for (int bh = 0; bh < n * H; bh++) dp += ws->scal[bh];
-    if (m->params_backward) m->params_backward(&mb, gb, tape, ws, n, T, T);
+    const vit_attn_bwd j = {
+        .c = c, .l = l, .bp = bp, .gb = gb, .tape = tape, .ws = ws, .n = n, .Tq = T, .Tk = T,
+        .q = layout_view(&lay, 0, t->qkv, t->xn1, T, D, dq), .k = layout_view(&lay, 1, t->qkv, t->xn1, T, D, dq),
+        .v = layout_view(&lay, 2, t->qkv, t->xn1, T, D, hd),
+        .gq = layout_view(&lay, 0, ws->dqkv, ws->dxn, T, D, dq), .gk = layout_view(&lay, 1, ws->dqkv, ws->dxn, T, D, dq),
+        .gv = layout_view(&lay, 2, ws->dqkv, ws->dxn, T, D, hd), .gk_add = k_x, .gv_add = v_x,
+        .dp_coef = dp_coef, .dp_loss = dp_loss};
+    const double dp = vit_attn_backward(&j);
     /* 5. back through the projections into dxn (adding to what x's own views left there) */
     for (int i = 0; i < lay.n_proj; i++) {
         const vit_mech_proj *pr = &lay.proj[i];
@@ -294,7 +301,7 @@ static double attention_backward(const vit_config *c, int l, const vit_block_par
 
 double vit_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
                     vit_grad_ws *ws, const float *dlogits, int n, float dp_weight, vit_dp_loss dp_loss) {
-    if (c->n_stages > 0) return vit_stage_backward(c, p, g, a, ws, dlogits, n);
+    if (c->n_stages > 0) return vit_stage_backward(c, p, g, a, ws, dlogits, n, dp_weight, dp_loss);
     const vit_tape *tape = a->tape;
     const int D = c->embed_dim, T = vit_num_tokens(c), Np = vit_num_patches(c), H = c->num_heads;
     const int prefix = vit_num_prefix(c), M = n * T, Hm = c->mlp_hidden, C = c->num_classes;

@@ -44,14 +44,19 @@ typedef struct {
     int slots;
     size_t slot_floats;
     float *padg;    /* (B, problems, W): W the block's projection row width (3D; lmsa 2 qk_dim + D) */
+    /* PVT v2 (core/pvt_train.c): the gradient of the k | v rows (B, T', Q + D), of the reduced
+     * grid after and before its LayerNorm (B, T', D) each, a convolution's im2col (recomputed
+     * from the tape) and its gradient, and the depth-wise conv input's gradient (B, T, Hm) */
+    float *dkv, *dxr[2], *col, *dcol, *dhid2;
 } vit_grad_ws;
 
 size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws);
 
-/* What the backward of a staged model (n_stages > 0, core/stage_train.c) does not cover yet, in
- * words ("PVT v2 (spatial reduction, MixFFN)", ...), or NULL when it trains: Swin v1 with vanilla
- * window attention (shift mask, relative position bias, padding, patch merging, patch_norm).
- * A config it names gets a tape of no bytes and must not train. */
+/* What the backward of a staged model (n_stages > 0, core/stage_train.c, core/pvt_train.c) does
+ * not cover yet, in words ("CaiT (talking heads, class attention)", ...), or NULL when it
+ * trains: Swin v1 with vanilla or lmsa window attention (shift mask, relative position bias,
+ * padding, patch merging, patch_norm), or PVT v2 with any mechanism of its SRA scope. A config
+ * it names gets a tape of no bytes and must not train. */
 const char *vit_stage_untrainable(const vit_config *c);
 
 /* Mean cross-entropy of n rows of C logits against labels with label smoothing eps (targets

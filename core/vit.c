@@ -229,12 +229,11 @@ static void linear_ld(float *y, int ldy, const float *x, const float *w, const f
             for (int i = 0; i < N; i++) yr[i] = accumulate ? yr[i] + bias[i] : bias[i];
         }
     }
-    /* OpenBLAS splits a forward product over M and N only, never over K, so its threaded GEMM
-     * gives the same bits at any thread count here (tests/test_threads.c checks it); only the
-     * backward's reductions over the batch need kernels_gemm's fixed tiles, which cost the
-     * forward 8-11% (repacking the weights per tile). */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x, K, w, K,
-                (accumulate || bias) ? 1.0f : 0.0f, y, ldy);
+    /* kernels_gemm's fixed tiles, not OpenBLAS's own threading: that gives other bits at other
+     * thread counts for inner dimensions over its GEMM_Q (384 with the Cooperlake/SkylakeX
+     * kernels: PVT v2's 3x3 downsampling of 48 channels has 432) and at every size with
+     * OPENBLAS_CORETYPE=Haswell (tests/test_threads.c). */
+    kernels_gemm(0, 1, M, N, K, 1.0f, x, K, w, K, (accumulate || bias) ? 1.0f : 0.0f, y, ldy);
 }
 
 static void linear(float *y, const float *x, const float *w, const float *bias, int M, int N,

@@ -116,6 +116,13 @@ typedef struct {
     float *xn2;     /* (B, T, D) norm2 output */
     float *hpre;    /* (B, T, Hm) fc1 output before GELU */
     float *hid;     /* (B, T, Hm) after GELU */
+    /* PVT v2 (core/pvt_train.c): qkv holds q alone (B, T, Q); the reduced grid before its
+     * LayerNorm (xr_pre: the conv's, or the linear variant's 1x1 conv's output) and the keys'
+     * input after it (xr; linear: after the GELU), (B, T', D) each, or NULL without a
+     * reduction; the linear variant's LayerNorm output (sr_ln); the k | v rows (B, T', Q + D);
+     * MixFFN's depth-wise conv output before the GELU (hdw, (B, T, Hm); hpre is its input,
+     * fc1's output after the linear variant's ReLU). */
+    float *xr_pre, *xr, *kv, *sr_ln, *hdw;
 } vit_tape_block;
 
 typedef struct {
@@ -128,6 +135,11 @@ typedef struct {
      * buffers are block l's own sizes (vit_block_geom); att is (B, H, problems, Tq, Tk). */
     float *embed;
     float *merge_in[VIT_MAX_STAGES], *merge_ln[VIT_MAX_STAGES];
+    /* PVT v2: the stem's conv output before its LayerNorm is embed; per stage s >= 1 the
+     * downsampling conv's input (down_in, the previous stage's normed grid) and its output
+     * before the LayerNorm (down_pre); per stage the last block's output before the stage norm
+     * (stage_pre). */
+    float *down_in[VIT_MAX_STAGES], *down_pre[VIT_MAX_STAGES], *stage_pre[VIT_MAX_STAGES];
 } vit_tape;
 
 /* The widest projection row of any block (W of acts->qkv: 3D, or LMSA's 2 qk_dim + D) and the

@@ -1798,12 +1798,19 @@ static void random_fill(float *x, const vit_tensor_spec *s, int head_dim, rng_st
     const int rows = s->shape[0], cols = s->ndim > 1 ? s->shape[1] : 1;
     const int eye = ends_with(nm, "theta.weight") || ends_with(nm, "psi.weight") ||
                     ends_with(nm, "expand.weight") || ends_with(nm, "reduce.weight");
+    /* PVT v2's convolutions as timm initialises them (its _init_weights: normal with std
+     * sqrt(2 / fan_out), fan_out = k k C_out / groups); the depth-wise 3x3 of MixFFN has no
+     * norm after it, so 0.02 would all but silence the MLP branch at the start */
+    const int conv_w = s->ndim == 4 && (ends_with(nm, "dwconv.weight") || ends_with(nm, "attn.sr.weight") ||
+                                        ends_with(nm, "downsample.proj.weight"));
+    const float conv = conv_w ? sqrtf(2.0f / (float)(s->shape[2] * s->shape[3] * (s->shape[1] == 1 ? 1 : rows))) : 0.0f;
     for (size_t k = 0; k < numel; k++) {
         const float e = 0.02f * rng_normal(r);
         if (strstr(nm, "norm") && ends_with(nm, ".weight")) x[k] = 1.0f + 0.1f * rng_normal(r);
         else if (ends_with(nm, "attn.ds")) x[k] = (1.0f + 5 * e) / sqrtf((float)head_dim);
         else if (ends_with(nm, "mask_alpha")) x[k] = 0.5f + 10 * e;
         else if (eye) x[k] = (int)(k / (size_t)cols) % (rows < cols ? rows : cols) == (int)(k % (size_t)cols) ? 1.0f + e : e;
+        else if (conv) x[k] = rng_normal(r) * conv;
         else if (ends_with(nm, "dla.weight")) x[k] = k % (size_t)(s->shape[2] * s->shape[3]) == (size_t)(s->shape[2] * s->shape[3]) / 2 ? 1.0f + e : e;
         else x[k] = e;
     }

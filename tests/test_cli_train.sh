@@ -40,8 +40,19 @@ has "$T/out" "train ce [0-9.]* acc"; has "$T/out" "held-out accuracy"
 expect 0 "$A" record --model "$T/swin/latest" --images "$T/swin/heldout" --out "$T/swin.h5"
 expect 0 "$A" info "$T/swin.h5"; has "$T/out" "windows 2x2 of 4x4 tokens"
 expect 0 "$A" info "$T/swin/trace-epoch-001.h5"; has "$T/out" "state       complete"
+# PVT v2 trains (overlapping convs, spatial reduction, MixFFN; gradients: test_train.c's pvt_*)
+# and its checkpoint records with its reduced key grids
+expect 0 "$A" train --config "$M/pvt_shapes.json" "${TINY[@]}" --epochs 1 --record-every 1 --record-images 4 \
+    --out "$T/pvt"
+has "$T/out" "held-out accuracy"; lacks "$T/out" " dp "
+expect 0 "$A" record --model "$T/pvt/latest" --images "$T/pvt/heldout" --out "$T/pvt.h5"
+expect 0 "$A" info "$T/pvt.h5"; has "$T/out" "4x4 keys every 8 px"
+# LaViT's less-attention over PVT's reduced keys trains; its diagonality term (square maps only:
+# block 4, stage 1 at R = 1) shows on the epoch line
+expect 0 "$A" train --config "$FX/pvt_less/config.json" "${TINY[@]}" --num-classes 6 --epochs 1 --out "$T/pvt-less"
+has "$T/out" "epoch   1/1  train ce [0-9.]* dp [0-9.]* acc"
 # staged models the backward does not cover yet are refused in one line naming what is missing
-for f in pvt_tiny cait_tiny; do
+for f in cait_tiny; do
     expect 1 "$A" train --config "$FX/$f/config.json" "${TINY[@]}" --epochs 1 --out "$T/no-$f"
     has "$T/err" "is not supported yet"; one_line
     if [ ! -e "$T/no-$f" ]; then ok; else bad "$f: a refused run left $T/no-$f"; fi

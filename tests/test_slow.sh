@@ -29,8 +29,8 @@ check '[ "$(readlink "$T/demo/train/latest")" = epoch-001 ] && [ ! -e "$T/demo/t
 
 M=${FIXTURES:-tests/fixtures}/../../experiments/models
 # a run stopped by SIGINT, and one killed with SIGKILL, resume to the same weights, bit for bit;
-# the same for a staged model (Swin) killed with SIGKILL
-for job in "lavit_shapes INT KILL" "swin_shapes KILL"; do
+# the same for the staged models (Swin, PVT v2) killed with SIGKILL
+for job in "lavit_shapes INT KILL" "swin_shapes KILL" "pvt_shapes KILL"; do
 set -- $job
 cfg=$1; shift
 RUN=("$A" train --config "$M/$cfg.json" --data shapes:1500 --epochs 3 --batch 32 --threads 2 --quiet)

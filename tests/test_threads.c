@@ -59,12 +59,29 @@ static void two_steps(trainable *t, const float *w0, const float *x, const int *
 }
 
 /* The inference forward with every layer's attention maps recorded; logits and maps in out. */
+/* Floats of block l's maps for n images: (n, H, problems, Tq, Tk). */
+static size_t map_floats(const vit_config *c, int l, int n) {
+    vit_geom g;
+    vit_block_geom(c, l, &g);
+    return (size_t)n * g.H * g.problems * g.Tq * g.Tk;
+}
+
+/* Floats of record's output: the logits, then every block's maps. */
+static size_t record_floats(const vit_config *c, int n) {
+    size_t len = (size_t)n * c->num_classes;
+    for (int l = 0; l < c->depth; l++) len += map_floats(c, l, n);
+    return len;
+}
+
 static void record(const trainable *t, const float *x, int n, int threads, float *out) {
     const vit_config *c = &t->cfg;
     omp_set_num_threads(threads);
-    const size_t T = (size_t)vit_num_tokens(c), per = (size_t)n * c->num_heads * T * T;
     float *maps[VIT_MAX_DEPTH];
-    for (int l = 0; l < c->depth; l++) maps[l] = out + (size_t)n * c->num_classes + (size_t)l * per;
+    size_t off = (size_t)n * c->num_classes;
+    for (int l = 0; l < c->depth; l++) {
+        maps[l] = out + off;
+        off += map_floats(c, l, n);
+    }
     vit_record rec = {.attn = maps};
     vit_acts a;
     void *aa = aligned_alloc(64, vit_acts_carve(c, n, NULL, NULL));
@@ -112,8 +129,7 @@ static void test_config(const char *path, const char *name) {
               d < t.count ? (double)t.w[d] : 0.0);
         if (k == 0) {
             /* the forward from the trained weights, as record runs it */
-            const size_t T = (size_t)vit_num_tokens(&cfg);
-            const size_t len = (size_t)n * cfg.num_classes + (size_t)cfg.depth * n * cfg.num_heads * T * T;
+            const size_t len = record_floats(&cfg, n);
             float *r1 = malloc(len * sizeof(float)), *r2 = malloc(len * sizeof(float));
             record(&t, x, n, 1, r1);
             record(&t, x, n, 2, r2);

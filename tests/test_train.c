@@ -76,8 +76,9 @@ static void test_model_reading(const char *name, const float *x, int n, vit_dp_l
     }
     const char *rname = vit_dp_loss_name(reading);
     char prefix[32] = "";
-    snprintf(key, sizeof key, "%s.grad.pos_embed", rname);
-    if (reading != VIT_DP_SQUARED && safetensors_find(&st, key)) snprintf(prefix, sizeof prefix, "%s.", rname);
+    char first[192];
+    snprintf(first, sizeof first, "%s.grad.%s", rname, t.specs[0].name);
+    if (reading != VIT_DP_SQUARED && safetensors_find(&st, first)) snprintf(prefix, sizeof prefix, "%s.", rname);
     CHECK(reading == VIT_DP_SQUARED || prefix[0] || !vit_any_attn(&t.cfg, VIT_ATTN_LESS),
           "%s: no %s gradients in the fixture (rerun tools/make_train_fixtures.py)", name, rname);
     float ref[4];
@@ -434,15 +435,21 @@ int main(void) {
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) test_model(models[i], x, n);
     free(x);
     /* staged models (Swin: windows, shift mask, relative bias, pad slots, patch merging) */
+    /* PVT v2 (overlapping convs on odd grids, R = 4 / 2 / 1 reductions, the linear variant,
+     * LMSA's compressed q/k, LaViT's less-attention over reduced keys with its term on the
+     * square maps of stage 1, in every reading) */
     static const struct { const char *name, *inputs; } staged[] = {
         {"swin_tiny", "inputs.npy"}, {"swin_pad", "inputs16_1.npy"}, {"swin_pad_tv", "inputs16_1.npy"},
-        {"swin_lmsa", "inputs.npy"}, {"swin_odd", "inputs28.npy"}};
+        {"swin_lmsa", "inputs.npy"}, {"swin_odd", "inputs28.npy"}, {"pvt_tiny", "pvt_tiny/inputs58.npy"},
+        {"pvt_li", "pvt_li/inputs40.npy"}, {"pvt_lmsa", "inputs.npy"}, {"pvt_less", "inputs.npy"}};
     for (size_t i = 0; i < sizeof staged / sizeof *staged; i++) {
         if (dataset_open(&ds, fx(staged[i].inputs), &err) != AS_OK) {
             CHECK(0, "%s", err.msg);
             continue;
         }
-        test_model_reading(staged[i].name, ds.tensor, ds.count, VIT_DP_SQUARED);
+        const int less = strcmp(staged[i].name, "pvt_less") == 0;
+        for (int r = 0; r < (less ? VIT_DP_COUNT : 1); r++)
+            test_model_reading(staged[i].name, ds.tensor, ds.count, (vit_dp_loss)r);
         check_logits(staged[i].name, ds.tensor, ds.count);
         dataset_free(&ds);
     }

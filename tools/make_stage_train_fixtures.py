@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""Writes the training fixtures of the staged models (tests/fixtures/swin_*/grads.safetensors)
-with PyTorch autograd (Debian's python3-torch): the cross-entropy (label smoothing 0.1) of the
-committed float32 weights and inputs, and the gradient of every parameter tensor, computed in
-float64 through tools/swin_ref.py (Swin v1 written from the paper's equations). Where
-torchvision computes the same model (swin_tiny, swin_pad_tv), its own autograd gradients are
-checked against swin_ref's here, so the fixtures rest on two independent implementations.
+"""Writes the training fixtures of the staged models (tests/fixtures/swin_*/ and pvt_*/
+grads.safetensors) with PyTorch autograd (Debian's python3-torch): the cross-entropy (label
+smoothing 0.1) of the committed float32 weights and inputs, and the gradient of every parameter
+tensor, computed in float64 through tools/swin_ref.py (Swin v1 written from the paper's
+equations) and tools/pvt_ref.py (PVT v2 from its paper, with LaViT's less-attention over reduced
+keys). Where torchvision computes the same Swin (swin_tiny, swin_pad_tv), its own autograd
+gradients are checked against swin_ref's here, so those fixtures rest on two independent
+implementations. PVT v2 models with less-attention blocks also carry LaViT's diagonality term
+(make_train_fixtures.py's three readings, weight 0.5) on their square maps only.
 Rerun: /usr/bin/python3 tools/make_stage_train_fixtures.py [FIXTURE_DIR]"""
 import json
 import os
@@ -16,7 +19,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import safetensors_io as st  # noqa: E402
+import pvt_ref  # noqa: E402
 import swin_ref  # noqa: E402
+from make_train_fixtures import DP_READINGS, DP_WEIGHT, DEFAULT  # noqa: E402
 from swin_names import from_torchvision  # noqa: E402
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures")
@@ -93,7 +98,61 @@ def torchvision_grads(args, classes, sd, x, labels):
     return loss.item(), from_torchvision({k: p.grad for k, p in tv.named_parameters()})
 
 
+# PVT v2 fixtures of make_pvt_fixtures.py -> their inputs: overlapping stem and downsampling on
+# odd grids, R = 4 / 2 / 1 reductions dropping a remainder (pvt_tiny), the linear variant's pool,
+# 1x1 conv, GELU and MixFFN's ReLU (pvt_li), LMSA's compressed q/k (pvt_lmsa), and LaViT's
+# less-attention over reduced keys, chained, with a square map in stage 1 (pvt_less)
+PVT = {"pvt_tiny": "pvt_tiny/inputs58.npy", "pvt_li": "pvt_li/inputs40.npy", "pvt_lmsa": "inputs.npy",
+       "pvt_less": "inputs.npy"}
+
+
+def pvt_dp_loss(rec, less, n, reading):
+    """LaViT's term on the square softmax maps of less-attention blocks only (a T x T' map over
+    reduced keys has no diagonal): weight / (blocks n) * sum_blocks sum(term(A)) / (H T)."""
+    terms = []
+    for l, r in enumerate(rec):
+        A = r["attn"]
+        if l in less and A.shape[-1] == A.shape[-2]:
+            terms.append(DP_READINGS[reading](A).sum() / (A.shape[1] * A.shape[-1]))
+    if not terms:
+        return torch.zeros((), dtype=torch.float64)
+    return DP_WEIGHT * sum(terms) / (len(terms) * n)
+
+
+def pvt_grads(name, inputs):
+    d, cfg, sd = load(name)
+    x = torch.from_numpy(np.load(os.path.join(OUT, inputs))).double()
+    labels = labels_for(x.shape[0], cfg["num_classes"])
+    less = set()
+    for e in cfg.get("attention", []):
+        if e["type"] == "less":
+            less.update(e["blocks"])
+    out = {"labels": labels.numpy().astype(np.float32)}
+    meta = {"smoothing": str(SMOOTHING), "dp_weight": str(DP_WEIGHT)}
+    for reading in DP_READINGS:
+        m = pvt_ref.PVTv2(cfg, sd).double()
+        for i in range(len(m.names)):
+            getattr(m, "w%d" % i).requires_grad_(True)
+        rec = []
+        ce = F.cross_entropy(m(x, record=rec), labels, label_smoothing=SMOOTHING)
+        dp = pvt_dp_loss(rec, less, x.shape[0], reading)
+        (ce + dp).backward()
+        out["loss.ce"] = np.array([ce.item()], np.float32)
+        out[f"loss.dp.{reading}"] = np.array([dp.item()], np.float32)
+        meta["loss_ce"], meta[f"loss_dp_{reading}"] = repr(ce.item()), repr(dp.item())
+        if reading == DEFAULT or less:
+            prefix = "" if reading == DEFAULT else f"{reading}."
+            for i, k in enumerate(m.names):
+                out[f"{prefix}grad.{k}"] = getattr(m, "w%d" % i).grad.numpy().astype(np.float32)
+        print(f"{name} ({reading}): ce {ce.item():.6f}, dp {dp.item():.6g}, {len(m.names)} gradients")
+        if not less:
+            break
+    st.save(os.path.join(d, "grads.safetensors"), out, metadata=meta)
+
+
 def main():
+    for name, inputs in PVT.items():
+        pvt_grads(name, inputs)
     make_fixture("swin_lmsa", SWIN_LMSA, 320, "inputs.npy")
     make_fixture("swin_odd", SWIN_ODD, 330, "inputs28.npy")
     for name, inputs in MODELS.items():

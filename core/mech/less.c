@@ -78,39 +78,40 @@ static void scores(const vit_mech_block *b, const vit_attn_problem *p, float *A)
     memcpy(A, S, (size_t)Tq * Tk * sizeof(float));
 }
 
-/* S = Psi A1, A1 = prev Theta^T: X = A1, dA1 (into dA) = Psi^T dS, dprev = dA1 Theta. Training
- * runs GLOBAL scope only (staged models are refused by train_run), so Tq = Tk = T here. */
+/* S = Psi A1, A1 = prev Theta^T (Tq, Tk): X = A1, dA1 (into dA) = Psi^T dS, dprev = dA1 Theta.
+ * GLOBAL scope: Tq = Tk = T; SRA (PVT v2): T queries over T' reduced keys. */
 static void head_backward(const vit_mech_block *b, vit_mech_head_bwd *x) {
-    const int T = x->p->Tq;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, T, 1.0f, x->p->prev, T, b->bp->theta, T,
-                0.0f, x->X, T);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, T, T, 1.0f, b->bp->psi, T, x->dS, T, 0.0f, x->dA, T);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, T, T, 1.0f, x->dA, T, b->bp->theta, T,
-                0.0f, x->dprev, T);
+    const int Tq = x->p->Tq, Tk = x->p->Tk;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, Tk, 1.0f, x->p->prev, Tk, b->bp->theta, Tk,
+                0.0f, x->X, Tk);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tq, Tk, Tq, 1.0f, b->bp->psi, Tq, x->dS, Tk, 0.0f,
+                x->dA, Tk);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, Tk, Tk, 1.0f, x->dA, Tk, b->bp->theta, Tk,
+                0.0f, x->dprev, Tk);
     x->dR = NULL;
 }
 
 static void params_backward(const vit_mech_block *b, const vit_block_params *gb, const vit_tape *tape,
                             vit_grad_ws *ws, int n, int Tq, int Tk) {
-    const int H = b->g->H, T = Tq;
-    const size_t TT = (size_t)T * T;
-    /* dPsi += sum dS A1^T: per image over its heads (in parallel, into dY), then the images in
-     * order */
+    const int H = b->g->H;
+    const size_t TT = (size_t)Tq * Tk, QQ = (size_t)Tq * Tq;
+    /* dPsi (Tq, Tq) += sum dS A1^T: per image over its heads (in parallel, into dY), then the
+     * images in order */
 #pragma omp parallel for schedule(static)
     for (int bi = 0; bi < n; bi++)
         for (int h = 0; h < H; h++) {
             const size_t bh = (size_t)bi * H + h;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, T, 1.0f, ws->dS + bh * TT, T,
-                        ws->dX + bh * TT, T, h ? 1.0f : 0.0f, ws->dY + (size_t)bi * TT, T);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tq, Tk, 1.0f, ws->dS + bh * TT, Tk,
+                        ws->dX + bh * TT, Tk, h ? 1.0f : 0.0f, ws->dY + (size_t)bi * QQ, Tq);
         }
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < TT; i++) {
+    for (size_t i = 0; i < QQ; i++) {
         float s = 0.0f;
-        for (int bi = 0; bi < n; bi++) s += ws->dY[(size_t)bi * TT + i];
+        for (int bi = 0; bi < n; bi++) s += ws->dY[(size_t)bi * QQ + i];
         WR(gb->psi)[i] += s;
     }
-    /* dTheta += sum dA1^T prev: one GEMM over all (image, head) rows */
-    kernels_gemm(1, 0, T, T, n * H * T, 1.0f, ws->dA, T, tape->blk[b->l - 1].keep, T, 1.0f, WR(gb->theta), T);
+    /* dTheta (Tk, Tk) += sum dA1^T prev: one GEMM over all (image, head, query) rows */
+    kernels_gemm(1, 0, Tk, Tk, n * H * Tq, 1.0f, ws->dA, Tk, tape->blk[b->l - 1].keep, Tk, 1.0f, WR(gb->theta), Tk);
 }
 
 /* v over the rows the keys come from (the reduced grid in SRA scope); Theta then Psi: per head
