@@ -106,6 +106,11 @@ static void print_pvt(const vit_config *c) {
          "bias %s; LayerNorm eps %g (blocks, stage norms), %g (stem, downsample, SR)\n", c->depth,
          c->n_stages, list[0], list[1], list[2], list[3], c->sr_linear ? " with ReLU" : "", keys,
          c->qkv_bias ? "yes" : "no", (double)c->ln_eps, (double)c->conv_ln_eps);
+    if (c->attn_residual)
+        line("residual    LaViT's attention residual into the first block of every stage after the first: "
+             "gamma Conv1x1(%s(DWConv2x2,s2(A))), A the previous stage's last %s\n",
+             c->ar_norm == VIT_AR_LAYERNORM ? "LayerNorm over keys" : "no norm",
+             c->ar_source == VIT_AR_SCORES ? "scores (before the softmax)" : "softmax maps");
     printf("head        %d classes, a LayerNorm closing each stage, pool %s (no final norm)\n",
            c->num_classes, vit_pool_name(c->global_pool));
 }

@@ -223,18 +223,30 @@ typedef struct {
     int img_size, patch_size, num_classes; /* 0: the base's */
     vit_attn_kind kind;                     /* every block's attention */
     int qk_dim[VIT_MAX_STAGES];             /* lmsa: the q/k width of each stage's blocks */
+    int depths[VIT_MAX_STAGES];             /* blocks per stage; {0}: the base's */
+    /* LaViT (Table 1's N_LA): the block of each stage, counted from 1, from which blocks are
+     * less-attention, 0 for none; and its attention residual between stages */
+    int less_from[VIT_MAX_STAGES];
+    int attn_residual;
 } vit_seed;
 
 static const vit_seed vit_seeds[] = {
     /* LMSA, Table 3 (001_437a81f61ef2391f.txt): Swin-T on CIFAR, "the Patches Embedding stage of
      * the model is replaced by Conv 1x1" (patch 1, 32 x 32 grid); q/k at 1 channel per head (the
      * extreme setting, CIFAR-10) or halved (CIFAR-100), and their MSA baselines */
-    {"swin_tiny_cifar10", "swin_tiny_patch4_window7_224", 32, 1, 10, VIT_ATTN_VANILLA, {0}},
-    {"lmsa_swin_tiny_cifar10", "swin_tiny_patch4_window7_224", 32, 1, 10, VIT_ATTN_LMSA, {3, 6, 12, 24}},
-    {"swin_tiny_cifar100", "swin_tiny_patch4_window7_224", 32, 1, 100, VIT_ATTN_VANILLA, {0}},
-    {"lmsa_swin_tiny_cifar100", "swin_tiny_patch4_window7_224", 32, 1, 100, VIT_ATTN_LMSA, {48, 96, 192, 384}},
+    {"swin_tiny_cifar10", "swin_tiny_patch4_window7_224", 32, 1, 10, VIT_ATTN_VANILLA, {0}, {0}, {0}, 0},
+    {"lmsa_swin_tiny_cifar10", "swin_tiny_patch4_window7_224", 32, 1, 10, VIT_ATTN_LMSA, {3, 6, 12, 24}, {0}, {0}, 0},
+    {"swin_tiny_cifar100", "swin_tiny_patch4_window7_224", 32, 1, 100, VIT_ATTN_VANILLA, {0}, {0}, {0}, 0},
+    {"lmsa_swin_tiny_cifar100", "swin_tiny_patch4_window7_224", 32, 1, 100, VIT_ATTN_LMSA, {48, 96, 192, 384}, {0}, {0}, 0},
     /* the extreme setting on the ImageNet Swin-T */
-    {"lmsa_swin_tiny_patch4_window7_224", "swin_tiny_patch4_window7_224", 0, 0, 0, VIT_ATTN_LMSA, {3, 6, 12, 24}},
+    {"lmsa_swin_tiny_patch4_window7_224", "swin_tiny_patch4_window7_224", 0, 0, 0, VIT_ATTN_LMSA, {3, 6, 12, 24}, {0}, {0}, 0},
+    /* LaViT, Table 1 (002_684a320be87a6fbb.txt): PVT v2 stages (its "w/o LA" baseline, Table 6,
+     * is PVTv2-b1 / b2) with channels [64, 128, 320, 512] and heads [1, 2, 5, 8], less-attention
+     * from block N_LA of each stage (0: none), the attention residual into every stage after the
+     * first; docs/models.md, "LaViT", has the readings and the parameter counts */
+    {"lavit_t", "pvt_v2_b1", 0, 0, 0, VIT_ATTN_VANILLA, {0}, {2, 2, 2, 2}, {0, 0, 2, 2}, 1},
+    {"lavit_s", "pvt_v2_b2", 0, 0, 0, VIT_ATTN_VANILLA, {0}, {3, 4, 6, 3}, {0, 0, 3, 2}, 1},
+    {"lavit_b", "pvt_v2_b2", 0, 0, 0, VIT_ATTN_VANILLA, {0}, {3, 3, 18, 3}, {0, 2, 4, 3}, 1},
 };
 #define VIT_SEED_N ((int)(sizeof vit_seeds / sizeof vit_seeds[0]))
 
@@ -253,14 +265,19 @@ static void seed_build(const vit_seed *s, vit_config *c) {
     }
     if (s->patch_size) c->patch_size = s->patch_size;
     if (s->num_classes) c->num_classes = s->num_classes;
+    if (s->depths[0]) {
+        c->depth = 0;
+        for (int st = 0; st < c->n_stages; st++) c->depth += c->stage[st].depth = s->depths[st];
+    }
+    c->attn_residual = s->attn_residual;
     for (int st = 0, l = 0; st < c->n_stages; st++)
         for (int j = 0; j < c->stage[st].depth; j++, l++) {
             vit_attn *a = &c->attn[l];
             memset(a, 0, sizeof *a);
-            a->kind = s->kind;
-            const vit_mech *m = vit_mech_get_kind(s->kind);
+            a->kind = s->less_from[st] && j + 1 >= s->less_from[st] ? VIT_ATTN_LESS : s->kind;
+            const vit_mech *m = vit_mech_get_kind(a->kind);
             if (m && m->defaults) m->defaults(a);
-            if (s->kind == VIT_ATTN_LMSA) a->qk_dim = s->qk_dim[st];
+            if (a->kind == VIT_ATTN_LMSA) a->qk_dim = s->qk_dim[st];
         }
 }
 

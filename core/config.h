@@ -71,7 +71,13 @@ typedef struct {
  * not say; docs/models.md "CaiT"): BEFORE the head mix, on each head's own q k^T logits, or AFTER
  * it, on the mixed logits that enter the softmax. */
 typedef enum { VIT_MASK_MIX_BEFORE = 0, VIT_MASK_MIX_AFTER, VIT_MASK_MIX_COUNT } vit_mask_mix;
+/* LaViT's attention residual (docs/models.md, "LaViT"): what A_{m-1}^last of its Eq. 6 is (the
+ * pre-softmax scores, as its Eqs. 4-5 name "A", or the softmax maps) and its Norm. */
+typedef enum { VIT_AR_SCORES = 0, VIT_AR_ATTN, VIT_AR_SOURCE_COUNT } vit_ar_source;
+typedef enum { VIT_AR_LAYERNORM = 0, VIT_AR_NONE, VIT_AR_NORM_COUNT } vit_ar_norm;
 const char *vit_mask_mix_name(vit_mask_mix m); /* "before_mix", "after_mix" */
+const char *vit_ar_source_name(vit_ar_source s); /* "scores", "attn" */
+const char *vit_ar_norm_name(vit_ar_norm s);     /* "layernorm", "none" */
 typedef enum { VIT_INTERP_BICUBIC = 0, VIT_INTERP_BILINEAR, VIT_INTERP_COUNT } vit_interp;
 
 /* ---- Stages: a model is a stem, stages of blocks and a head ----
@@ -156,6 +162,13 @@ typedef struct {
                            and a ReLU after fc1 */
     float conv_ln_eps;  /* eps of the stem, downsample and SR LayerNorms (nn.LayerNorm: 1e-5);
                            ln_eps (1e-6) serves norm1, norm2 and the stage norms */
+    /* LaViT's attention residual (its Eqs. 6-7; core/pvt.c): every stage s >= 1's first block adds
+     * gamma * Conv1x1_heads(Norm(DWConv_2x2,s2(A))) to its scores, A the previous stage's last
+     * block's ar_source, the depth-wise conv striding over the query grid (the keys' grid must be
+     * the same in both stages), Norm a LayerNorm (eps 1e-5) over each row's keys or none. */
+    int attn_residual;
+    vit_ar_source ar_source;
+    vit_ar_norm ar_norm;
     /* ---- the modern ViT family (vitfam: DeiT III, DINOv2, registers, CLIP, SigLIP; monolithic
      * ViT only, core/vitfam.c). All zero is timm's plain ViT. ---- */
     int reg_tokens;       /* R register tokens (timm reg_token (1, R, D)) right after the class

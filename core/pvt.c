@@ -12,6 +12,11 @@
 #include "kernels.h"
 #include "pvt.h"
 
+static const char *const ar_source_names[] = {[VIT_AR_SCORES] = "scores", [VIT_AR_ATTN] = "attn"};
+static const char *const ar_norm_names[] = {[VIT_AR_LAYERNORM] = "layernorm", [VIT_AR_NONE] = "none"};
+const char *vit_ar_source_name(vit_ar_source s) { return (unsigned)s < VIT_AR_SOURCE_COUNT ? ar_source_names[s] : "?"; }
+const char *vit_ar_norm_name(vit_ar_norm s) { return (unsigned)s < VIT_AR_NORM_COUNT ? ar_norm_names[s] : "?"; }
+
 /* ---- geometry ---- */
 
 void vit_sra_key_tokens(int sr_ratio, int sr_pool, int n, int i, int *lo, int *hi) {
@@ -83,6 +88,20 @@ int pvt_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, 
         const vit_stage *st = &c->stage[s];
         vit_stage_params *sp = &p->stages[s];
         const int C = st->embed_dim;
+        if (s > 0 && c->attn_residual) { /* LaViT's Eqs. 6-7 (attnscope's names) */
+            vit_geom g;
+            vit_block_geom(c, vit_stage_first_block(c, s), &g);
+            const int hp = c->stage[s - 1].num_heads, h = st->num_heads;
+            PUT(&sp->ar_dw_w, ((int[]){hp, 1, 2, 2}), "stages.%d.attn_residual.dw.weight", s, 0);
+            PUT(&sp->ar_dw_b, ((int[]){hp}), "stages.%d.attn_residual.dw.bias", s, 0);
+            if (c->ar_norm == VIT_AR_LAYERNORM) {
+                PUT(&sp->ar_norm_w, ((int[]){g.Tk}), "stages.%d.attn_residual.norm.weight", s, 0);
+                PUT(&sp->ar_norm_b, ((int[]){g.Tk}), "stages.%d.attn_residual.norm.bias", s, 0);
+            }
+            PUT(&sp->ar_pw_w, ((int[]){h, hp, 1, 1}), "stages.%d.attn_residual.pw.weight", s, 0);
+            PUT(&sp->ar_pw_b, ((int[]){h}), "stages.%d.attn_residual.pw.bias", s, 0);
+            PUT(&sp->ar_gamma, ((int[]){h}), "stages.%d.attn_residual.gamma", s, 0);
+        }
         if (s > 0) {
             const int Ci = c->stage[s - 1].embed_dim;
             PUT(&sp->down_w, ((int[]){C, Ci, 3, 3}), "stages.%d.downsample.proj.weight", s, 0);
@@ -171,6 +190,68 @@ void pvt_acts_need(const vit_config *c, pvt_need *z) {
         if (kvw > z->kv) z->kv = kvw;
         if ((size_t)g.T * g.Hm > z->hid2) z->hid2 = (size_t)g.T * g.Hm;
     }
+    for (int s = 1; s < c->n_stages && c->attn_residual; s++) {
+        vit_geom gp;
+        vit_block_geom(c, vit_stage_first_block(c, s) - 1, &gp);
+        vit_block_geom(c, vit_stage_first_block(c, s), &g);
+        const size_t TT = (size_t)g.T * g.Tk;
+        if ((size_t)gp.H * gp.T * gp.Tk > z->ar_src) z->ar_src = (size_t)gp.H * gp.T * gp.Tk;
+        if ((size_t)gp.H * TT > z->ar_mid) z->ar_mid = (size_t)gp.H * TT;
+        if ((size_t)g.H * TT > z->ar_out) z->ar_out = (size_t)g.H * TT;
+    }
+}
+
+/* ---- LaViT's attention residual ---- */
+
+int pvt_feeds_ar(const vit_config *c, int l) {
+    if (!c->attn_residual) return 0;
+    for (int s = 1; s < c->n_stages; s++)
+        if (l == vit_stage_first_block(c, s) - 1) return 1;
+    return 0;
+}
+
+void pvt_attn_residual(const vit_config *c, int s, const vit_params *p, vit_acts *a, int n) {
+    const vit_stage_params *sp = &p->stages[s];
+    vit_geom gp, g;
+    vit_block_geom(c, vit_stage_first_block(c, s) - 1, &gp);
+    vit_block_geom(c, vit_stage_first_block(c, s), &g);
+    const int hp = gp.H, H = g.H, Tk = g.Tk, gw = g.gw, pw = gp.gw, Tq = g.T;
+    const size_t TT = (size_t)Tq * Tk, TTp = (size_t)gp.T * Tk;
+    vit_tape *t = a->tape;
+    float *dw = t ? t->ar_dw[s] : a->ar_dw, *out = t ? t->ar_pw[s] : a->ar_out;
+    float *ln = c->ar_norm == VIT_AR_NONE ? dw : t ? t->ar_ln[s] : a->ar_ln;
+    /* the depth-wise 2x2 stride-2 conv over the query grid, every key on its own */
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < n; b++)
+        for (int h = 0; h < hp; h++) {
+            const float *src = a->ar_src + ((size_t)b * hp + h) * TTp, *w = sp->ar_dw_w + (size_t)h * 4;
+            float *o = dw + ((size_t)b * hp + h) * TT;
+            for (int q = 0; q < Tq; q++) {
+                const int oy = q / gw, ox = q % gw;
+                const float *r[4];
+                for (int k = 0; k < 4; k++) r[k] = src + ((size_t)(2 * oy + k / 2) * pw + 2 * ox + k % 2) * Tk;
+                for (int j = 0; j < Tk; j++)
+                    o[(size_t)q * Tk + j] = sp->ar_dw_b[h] + w[0] * r[0][j] + w[1] * r[1][j] + w[2] * r[2][j] + w[3] * r[3][j];
+            }
+        }
+    if (c->ar_norm == VIT_AR_LAYERNORM)
+        kernels_layernorm(ln, dw, sp->ar_norm_w, sp->ar_norm_b, n * hp * Tq, Tk, 1e-5f);
+    /* the 1x1 conv across heads: out_b (H, Tq T') = W (H, h') ln_b (h', Tq T') + bias, per image */
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < n; b++) {
+        float *ob = out + (size_t)b * H * TT;
+        for (int h = 0; h < H; h++)
+            for (size_t e = 0; e < TT; e++) ob[(size_t)h * TT + e] = sp->ar_pw_b[h];
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, H, (int)TT, hp, 1.0f, sp->ar_pw_w, hp,
+                    ln + (size_t)b * hp * TT, (int)TT, 1.0f, ob, (int)TT);
+    }
+    /* LayerScale */
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < n; b++)
+        for (int h = 0; h < H; h++) {
+            const size_t o = ((size_t)b * H + h) * TT;
+            for (size_t e = 0; e < TT; e++) a->ar_out[o + e] = sp->ar_gamma[h] * out[o + e];
+        }
 }
 
 /* ---- convolution: im2col + GEMM ---- */
@@ -333,7 +414,10 @@ void pvt_block(const vit_config *c, int l, const vit_geom *g, const vit_block_pa
     pvt_bufs f = {a->xn, a->xn, a->qkv, a->sr_col, a->xr, a->xr, a->xr, a->kv, a->att, a->ao, a->hid, a->hid2,
                   a->hid2, NULL, NULL};
     /* scores handed from block to block for less-attention (both in this stage: same T x T') */
+    const int feeds = pvt_feeds_ar(c, l), ar_scores = feeds && c->ar_source == VIT_AR_SCORES;
+    const int takes_ar = c->attn_residual && g->stage > 0 && l == vit_stage_first_block(c, g->stage);
     if (reuses || hands_on) f.keep = a->keep[l & 1];
+    if (ar_scores) f.keep = a->ar_src; /* the residual's A: this block's scores */
     if (reuses) f.prev = a->keep[(l + 1) & 1];
     const vit_tape_block *t = a->tape ? &a->tape->blk[l] : NULL;
     if (t) {
@@ -342,6 +426,7 @@ void pvt_block(const vit_config *c, int l, const vit_geom *g, const vit_block_pa
                        t->kv, t->att, t->ao, t->hpre, t->hdw, t->hid, hands_on ? t->keep : NULL,
                        reuses ? a->tape->blk[l - 1].keep : NULL};
         if (reuses && !hands_on) f.keep = a->keep[l & 1]; /* the hook's scratch */
+        if (ar_scores) f.keep = t->keep;
     }
     kernels_layernorm(f.xn1, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
     if (keys) vit_linear(f.q, f.xn1, bp->q_w, bp->q_b, M, Q, D, 0);
@@ -363,7 +448,8 @@ void pvt_block(const vit_config *c, int l, const vit_geom *g, const vit_block_pa
                                .dq = dq, .scale = scale, .v = kv + Q + (size_t)h * hd, .ldq = Q, .ldk = KV,
                                .ldv = KV, .kgh = g->kgh, .kgw = g->kgw,
                                .prev = f.prev ? f.prev + ((size_t)b * H + h) * TT : NULL,
-                               .keep = f.keep ? f.keep + ((size_t)b * H + h) * TT : NULL};
+                               .keep = f.keep ? f.keep + ((size_t)b * H + h) * TT : NULL,
+                               .add_bias = takes_ar ? a->ar_out + ((size_t)b * H + h) * TT : NULL};
         if (keys) {
             pr.q = f.q + (size_t)b * T * Q + (size_t)h * dq;
             pr.k = kv + (size_t)h * dq;
@@ -373,6 +459,8 @@ void pvt_block(const vit_config *c, int l, const vit_geom *g, const vit_block_pa
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, Tk, 1.0f, A, Tk, pr.v, KV, 0.0f,
                     f.ao + (size_t)b * T * D + (size_t)h * hd, D);
     }
+    if (feeds && (t || !ar_scores)) /* the next stage's residual reads a->ar_src */
+        memcpy(a->ar_src, ar_scores ? f.keep : att, (size_t)n * H * TT * sizeof(float));
     float *rq = rec->q ? rec->q[l] : NULL, *rk = rec->k ? rec->k[l] : NULL;
     if (keys && (rq || rk)) { /* q over the T tokens, k over the T' reduced ones, (n, H, rows, hd) */
 #pragma omp parallel for collapse(2) schedule(static)
@@ -448,6 +536,14 @@ void pvt_stage_cost(const vit_config *c, int s, vit_cost_part *o) {
                      T * Hm + T * C + T * Hm + 8 * T * Hm + T * C + (c->sr_linear ? T * Hm : 0));
     }
     vit_cost_add(o, VIT_COMP_NORM, 2 * C, 0, 8 * T * C); /* the stage norm */
+    if (s > 0 && c->attn_residual) { /* LaViT's residual: 2x2 conv, norm, 1x1 conv over heads, gamma, add */
+        vit_geom gp;
+        vit_block_geom(c, first - 1, &gp);
+        const double hp = gp.H, H = g.H, TT = (double)g.T * g.Tk, Tk = g.Tk;
+        const int ln = c->ar_norm == VIT_AR_LAYERNORM;
+        vit_cost_add(o, VIT_COMP_ATTN_MAPS, 5 * hp + (ln ? 2 * Tk : 0) + H * hp + 2 * H,
+                     hp * TT * 4 + H * hp * TT, hp * TT + (ln ? 8 * hp * TT : 0) + H * TT + 2 * H * TT);
+    }
 }
 
 /* ---- validation ---- */
@@ -469,6 +565,22 @@ as_status pvt_validate(const vit_config *c, as_error *err) {
                        c->patch_kernel, c->patch_size);
     if (!(c->conv_ln_eps > 0.0f && c->conv_ln_eps <= 1.0f))
         return as_fail(err, AS_ERR_CONFIG, "%s: \"conv_ln_eps\" must be in (0, 1] (timm: 1e-5)", n);
+    for (int s = 1; s < c->n_stages && c->attn_residual; s++) { /* LaViT's residual, read on the grids */
+        vit_geom gp, g;
+        const int first = vit_stage_first_block(c, s);
+        vit_block_geom(c, first - 1, &gp);
+        vit_block_geom(c, first, &g);
+        if (gp.gh != 2 * g.gh || gp.gw != 2 * g.gw || gp.kgh != g.kgh || gp.kgw != g.kgw)
+            return as_fail(err, AS_ERR_CONFIG, "%s: \"attn_residual\": stage %d has %dx%d queries over %dx%d keys "
+                           "and stage %d %dx%d over %dx%d; its 2x2 stride-2 conv needs the query grid halved and the "
+                           "same keys (docs/models.md, LaViT): use an img_size whose grids halve evenly and "
+                           "sr_ratios that keep the key grid", n, s - 1, gp.gh, gp.gw, gp.kgh, gp.kgw, s, g.gh,
+                           g.gw, g.kgh, g.kgw);
+        if (!vit_has_keys(c, first))
+            return as_fail(err, AS_ERR_CONFIG, "%s: \"attn_residual\": stage %d's first block (block %d) is "
+                           "a less-attention block; the residual is added to a vanilla block's scores (LaViT's "
+                           "Eq. 7): start less-attention later in the stage", n, s, first);
+    }
     for (int s = 0; s < c->n_stages; s++) {
         const vit_stage *st = &c->stage[s];
         if (st->scope != VIT_SCOPE_SRA || (s == 0) != (st->down == VIT_DOWN_NONE) ||

@@ -11,6 +11,7 @@ typedef struct {
     size_t stem_col;  /* the stem's im2col (T0, in_chans k^2) */
     size_t down_col;  /* a downsample's im2col (T_s, 9 C_{s-1}) */
     size_t sr_col, xr, kv, hid2; /* vit_acts' PVT buffers */
+    size_t ar_src, ar_mid, ar_out; /* LaViT's attention residual: source, conv/norm, output */
 } pvt_need;
 void pvt_acts_need(const vit_config *c, pvt_need *z);
 
@@ -36,6 +37,13 @@ void pvt_downsample(const vit_config *c, int s, const vit_params *p, vit_acts *a
 /* One SRA block on a->x (n, T, D) in place, recording into rec. */
 void pvt_block(const vit_config *c, int l, const vit_geom *g, const vit_block_params *bp, vit_acts *a,
                int n, const vit_record *rec);
+/* LaViT's attention residual into stage s >= 1 (c->attn_residual): a->ar_out (n, h, Tq, T')
+ * from the previous stage's last block's scores or maps in a->ar_src (n, h', Tq', T'). A
+ * training forward keeps its intermediates in the tape. */
+void pvt_attn_residual(const vit_config *c, int s, const vit_params *p, vit_acts *a, int n);
+/* Block l is the last of a stage whose successor takes the attention residual. */
+int pvt_feeds_ar(const vit_config *c, int l);
+
 /* The LayerNorm closing stage s (T tokens per image). */
 void pvt_stage_end(const vit_config *c, int s, const vit_params *p, vit_acts *a, int n, int T);
 

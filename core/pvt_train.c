@@ -53,7 +53,8 @@ size_t pvt_tape_carve(const vit_config *c, int B, void *base, vit_tape *v) {
         }
         vit_carve_floats(p, &off, b * g.Tk * (Q + (size_t)g.D), &k->kv);
         vit_carve_floats(p, &off, maps, &k->att);
-        if (vit_mech_next_reuses(c, l)) vit_carve_floats(p, &off, maps, &k->keep);
+        if (vit_mech_next_reuses(c, l) || (pvt_feeds_ar(c, l) && c->ar_source == VIT_AR_SCORES))
+            vit_carve_floats(p, &off, maps, &k->keep);
         vit_carve_floats(p, &off, TD, &k->ao);
         vit_carve_floats(p, &off, TD, &k->x_mid);
         vit_carve_floats(p, &off, TD, &k->xn2);
@@ -72,6 +73,12 @@ size_t pvt_tape_carve(const vit_config *c, int B, void *base, vit_tape *v) {
             vit_carve_floats(p, &off, TD, &v->down_pre[s]);
         }
         vit_carve_floats(p, &off, TD, &v->stage_pre[s]);
+        if (s > 0 && c->attn_residual) { /* LaViT's residual: conv, norm, 1x1 conv outputs */
+            const size_t TT = b * g.T * g.Tk;
+            vit_carve_floats(p, &off, TT * c->stage[s - 1].num_heads, &v->ar_dw[s]);
+            if (c->ar_norm == VIT_AR_LAYERNORM) vit_carve_floats(p, &off, TT * c->stage[s - 1].num_heads, &v->ar_ln[s]);
+            vit_carve_floats(p, &off, TT * g.H, &v->ar_pw[s]);
+        }
     }
     vit_block_geom(c, c->depth - 1, &g);
     vit_carve_floats(p, &off, b * g.T * g.D, &v->x_final);
@@ -102,9 +109,16 @@ size_t pvt_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *v)
         /* the reduction's im2col (R^2 D per key) or pooled grid, and the pool's gradient */
         col = max_z(col, c->sr_linear ? T * D : Tk * D * (size_t)g.sr_ratio * g.sr_ratio);
     }
+    size_t ar_src = 0, ar_mid = 0;
     for (int s = 1; s < c->n_stages; s++) {
         stage_geom(c, s, &g);
         col = max_z(col, (size_t)g.T * 9 * c->stage[s - 1].embed_dim);
+        if (!c->attn_residual) continue;
+        vit_geom gp;
+        vit_block_geom(c, vit_stage_first_block(c, s) - 1, &gp);
+        ar_src = max_z(ar_src, (size_t)gp.H * gp.T * gp.Tk);
+        ar_mid = max_z(ar_mid, (size_t)max_z((size_t)gp.H, (size_t)g.H) * g.T * g.Tk);
+        ln = max_z(ln, ln_floats(b * gp.H * g.T, (size_t)g.Tk));
     }
     vit_carve_floats(p, &off, b * TD, &v->dx);
     vit_carve_floats(p, &off, b * TD, &v->dxn);
@@ -125,6 +139,10 @@ size_t pvt_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *v)
         for (int i = 0; i < 2; i++) vit_carve_floats(p, &off, b * maps, &v->dkeep[i]);
     const size_t part = vit_mech_part_floats(c);
     if (part) vit_carve_floats(p, &off, b * part, &v->part);
+    if (ar_src) {
+        vit_carve_floats(p, &off, b * ar_src, &v->ar_dsrc);
+        for (int i = 0; i < 2; i++) vit_carve_floats(p, &off, b * ar_mid, &v->ar_d[i]);
+    }
     float *scal = NULL; /* (B H) doubles */
     vit_carve_floats(p, &off, b * H * (sizeof(double) / sizeof(float)), &scal);
     if (base) v->scal = (double *)(void *)scal;
@@ -159,11 +177,90 @@ static void sra_backward(const vit_config *c, const vit_geom *g, const vit_block
     pvt_col2im(ws->dxn, ws->dcol, n, g->gh, g->gw, D, R, R, 0, 1);
 }
 
+/* LaViT's attention residual into stage s in reverse, from ws->dS (n, H, Tq, T'), the gradient
+ * of the first block's scores it was added to, into its weights' gradients and ws->ar_dsrc
+ * (n, h', Tq', T'), the gradient of its source. Every sum over images and positions runs in a
+ * fixed order. */
+static void ar_backward(const vit_config *c, int s, const vit_params *p, const vit_params *g, const vit_tape *tape,
+                        vit_grad_ws *ws, int n) {
+    const vit_stage_params *sp = &p->stages[s], *gs = &g->stages[s];
+    vit_geom gp, gq;
+    const int first = vit_stage_first_block(c, s);
+    vit_block_geom(c, first - 1, &gp);
+    vit_block_geom(c, first, &gq);
+    const int hp = gp.H, H = gq.H, Tq = gq.T, Tk = gq.Tk, gw = gq.gw, pw = gp.gw;
+    const size_t TT = (size_t)Tq * Tk, TTp = (size_t)gp.T * Tk;
+    const float *dS = ws->dS, *pwo = tape->ar_pw[s], *dw_out = tape->ar_dw[s];
+    const float *ln = tape->ar_ln[s] ? tape->ar_ln[s] : dw_out;
+    const float *src = c->ar_source == VIT_AR_SCORES ? tape->blk[first - 1].keep : tape->blk[first - 1].att;
+    float *dpw = ws->ar_d[0], *dln = ws->ar_d[1];
+    /* out = gamma * pw: dgamma, and pw's gradient */
+#pragma omp parallel for schedule(static)
+    for (int h = 0; h < H; h++) {
+        double acc = 0;
+        for (int b = 0; b < n; b++) {
+            const size_t o = ((size_t)b * H + h) * TT;
+            for (size_t e = 0; e < TT; e++) {
+                acc += (double)dS[o + e] * pwo[o + e];
+                dpw[o + e] = sp->ar_gamma[h] * dS[o + e];
+            }
+        }
+        WR(gs->ar_gamma)[h] += (float)acc;
+    }
+    /* pw_b (H, TT) = W (H, h') ln_b (h', TT) + bias */
+    for (int b = 0; b < n; b++) {
+        const float *db = dpw + (size_t)b * H * TT;
+        kernels_gemm(0, 1, H, hp, (int)TT, 1.0f, db, (int)TT, ln + (size_t)b * hp * TT, (int)TT, 1.0f,
+                     WR(gs->ar_pw_w), hp);
+        kernels_gemm(1, 0, hp, (int)TT, H, 1.0f, sp->ar_pw_w, hp, db, (int)TT, 0.0f, dln + (size_t)b * hp * TT, (int)TT);
+    }
+#pragma omp parallel for schedule(static)
+    for (int h = 0; h < H; h++) {
+        double acc = 0;
+        for (int b = 0; b < n; b++)
+            for (size_t e = 0; e < TT; e++) acc += dpw[((size_t)b * H + h) * TT + e];
+        WR(gs->ar_pw_b)[h] += (float)acc;
+    }
+    /* the norm over each row's keys (its gradient into dpw, free now) */
+    const float *ddw = dln;
+    if (c->ar_norm == VIT_AR_LAYERNORM) {
+        memset(dpw, 0, (size_t)n * hp * TT * sizeof(float));
+        kernels_layernorm_backward(dpw, WR(gs->ar_norm_w), WR(gs->ar_norm_b), dln, dw_out, sp->ar_norm_w,
+                                   ws->ln_scratch, n * hp * Tq, Tk, 1e-5f);
+        ddw = dpw;
+    }
+    /* the depth-wise 2x2 stride-2 conv: its weights' gradient per head, and the source's (each
+     * source entry feeds one output: a scatter) */
+#pragma omp parallel for schedule(static)
+    for (int h = 0; h < hp; h++) {
+        double acc[5] = {0};
+        for (int b = 0; b < n; b++) {
+            const float *x = src + ((size_t)b * hp + h) * TTp, *dy = ddw + ((size_t)b * hp + h) * TT;
+            float *dx = ws->ar_dsrc + ((size_t)b * hp + h) * TTp;
+            for (int q = 0; q < Tq; q++) {
+                const int oy = q / gw, ox = q % gw;
+                for (int k = 0; k < 4; k++) {
+                    const size_t r = ((size_t)(2 * oy + k / 2) * pw + 2 * ox + k % 2) * Tk;
+                    const float w = sp->ar_dw_w[(size_t)h * 4 + k];
+                    for (int j = 0; j < Tk; j++) {
+                        acc[k] += (double)dy[(size_t)q * Tk + j] * x[r + j];
+                        dx[r + j] = w * dy[(size_t)q * Tk + j];
+                    }
+                }
+                for (int j = 0; j < Tk; j++) acc[4] += dy[(size_t)q * Tk + j];
+            }
+        }
+        for (int k = 0; k < 4; k++) WR(gs->ar_dw_w)[(size_t)h * 4 + k] += (float)acc[k];
+        WR(gs->ar_dw_b)[h] += (float)acc[4];
+    }
+}
+
 /* One block in reverse: ws->dx holds the gradient of the block's output and leaves with its
  * input's. x_mid = x_in + proj(SRA(LN1(x_in))); x_out = x_mid + fc2(GELU(dw(fc1(LN2(x_mid))))).
  * Returns LaViT's term of the block's maps (before dp_coef). */
-static double block_backward(const vit_config *c, int l, const vit_block_params *bp, const vit_block_params *gb,
+static double block_backward(const vit_config *c, int l, const vit_params *p, const vit_params *gp,
                              const vit_tape *tape, vit_grad_ws *ws, int n, float dp_coef, vit_dp_loss dp_loss) {
+    const vit_block_params *bp = &p->blocks[l], *gb = &gp->blocks[l];
     const vit_tape_block *t = &tape->blk[l];
     vit_geom g;
     vit_block_geom(c, l, &g);
@@ -181,12 +278,18 @@ static double block_backward(const vit_config *c, int l, const vit_block_params 
                                ws->ln_scratch, M, D, eps);
     /* attention over the reduced keys */
     vit_linear_backward(WR(gb->proj_w), WR(gb->proj_b), ws->dao, 0, ws->dx, D, t->ao, D, bp->proj_w, M, D, D, ws->ones);
-    const vit_attn_bwd j = {
+    vit_attn_bwd j = {
         .c = c, .l = l, .bp = bp, .gb = gb, .tape = tape, .ws = ws, .n = n, .Tq = g.T, .Tk = Tk,
         .q = {Q ? t->qkv : NULL, g.T, Q, dq}, .k = {Q ? t->kv : NULL, Tk, KV, dq}, .v = {t->kv + Q, Tk, KV, hd},
         .gq = {Q ? ws->dqkv : NULL, g.T, Q, dq}, .gk = {Q ? ws->dkv : NULL, Tk, KV, dq},
         .gv = {ws->dkv + Q, Tk, KV, hd}, .dp_coef = dp_coef, .dp_loss = dp_loss};
+    if (pvt_feeds_ar(c, l)) { /* the next stage's residual read this block's scores or maps */
+        if (c->ar_source == VIT_AR_SCORES) j.dS_add = ws->ar_dsrc;
+        else j.dA_add = ws->ar_dsrc;
+    }
     const double dp = vit_attn_backward(&j);
+    if (c->attn_residual && g.stage > 0 && l == vit_stage_first_block(c, g.stage))
+        ar_backward(c, g.stage, p, gp, tape, ws, n); /* ws->dS: this block's score gradient */
     /* q = xn1 Wq^T + b; [k | v] = x' Wkv^T + b with x' the reduced grid, or xn1 (R = 1) */
     if (Q) vit_linear_backward(WR(gb->q_w), WR(gb->q_b), ws->dxn, 0, ws->dqkv, Q, t->xn1, D, bp->q_w, M, Q, D, ws->ones);
     else memset(ws->dxn, 0, (size_t)M * D * sizeof(float));
@@ -240,7 +343,7 @@ double pvt_backward(const vit_config *c, const vit_params *p, const vit_params *
             vit_geom gl;
             vit_block_geom(c, l, &gl);
             const double coef = dp_square(c, l) ? dp_weight / ((double)nl * n * gl.H * gl.T) : 0.0;
-            dp += coef * block_backward(c, l, &p->blocks[l], &g->blocks[l], tape, ws, n, (float)coef, dp_loss);
+            dp += coef * block_backward(c, l, p, g, tape, ws, n, (float)coef, dp_loss);
         }
         if (s == 0) break;
         /* x_s = LN(Conv2d(k3, s2, p1)(x_{s-1})) */

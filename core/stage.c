@@ -182,6 +182,12 @@ size_t vit_stage_acts_carve(const vit_config *c, int B, void *base, vit_acts *a)
         vit_carve_floats(p, &off, b * pz.kv, &v->kv);
         vit_carve_floats(p, &off, b * pz.hid2, &v->hid2);
     }
+    if (pz.ar_src) { /* LaViT's attention residual */
+        vit_carve_floats(p, &off, b * pz.ar_src, &v->ar_src);
+        vit_carve_floats(p, &off, b * pz.ar_mid, &v->ar_dw);
+        vit_carve_floats(p, &off, b * pz.ar_mid, &v->ar_ln);
+        vit_carve_floats(p, &off, b * pz.ar_out, &v->ar_out);
+    }
     if (vit_cait_scratch_floats(c)) vit_carve_floats(p, &off, b * vit_cait_scratch_floats(c), &v->cait);
     /* thread-local window scratch for the threads a forward may use; more threads than were
      * counted here just run with fewer (the result does not depend on it) */
@@ -368,6 +374,7 @@ void vit_stage_forward(const vit_config *c, const vit_params *p, vit_acts *a, co
             kernels_layernorm(ln, in, sp->down_norm_w, sp->down_norm_b, rows, 4 * D, c->ln_eps);
             vit_linear(a->x, ln, sp->down_w, NULL, rows, g.D, 4 * D, 0);
         }
+        if (s > 0 && c->attn_residual) pvt_attn_residual(c, s, p, a, n); /* LaViT: into this stage's first block */
         if (s > 0 && c->stage[s].down == VIT_DOWN_CONV) pvt_downsample(c, s, p, a, n, gh, gw);
         D = g.D;
         gh = g.gh;

@@ -52,6 +52,9 @@ typedef struct {
     int gk_add, gv_add;
     float dp_coef;
     vit_dp_loss dp_loss;
+    /* (n, H, Tq, Tk) gradients a later consumer of this block's maps (dA_add) or scores
+     * (dS_add) hands back, or NULL: LaViT's attention residual reading them in the next stage */
+    const float *dA_add, *dS_add;
 } vit_attn_bwd;
 double vit_attn_backward(const vit_attn_bwd *j);
 

@@ -235,9 +235,13 @@ double vit_attn_backward(const vit_attn_bwd *j) {
         const int b = bh / H, h = bh % H;
         float *dA = ws->dA + (size_t)bh * TT, *dS = ws->dS + (size_t)bh * TT, *X = ws->dX + (size_t)bh * TT;
         if (dp_term) ws->scal[bh] = dp_term_backward(dA, t->att + (size_t)bh * TT, Tq, j->dp_coef, j->dp_loss);
+        if (j->dA_add)
+            for (size_t i = 0; i < TT; i++) dA[i] += j->dA_add[(size_t)bh * TT + i];
         kernels_softmax_backward_rows(dS, P + (size_t)bh * TT, dA, Tq, Tk);
         if (dnext)
             for (size_t i = 0; i < TT; i++) dS[i] += dnext[(size_t)bh * TT + i];
+        if (j->dS_add)
+            for (size_t i = 0; i < TT; i++) dS[i] += j->dS_add[(size_t)bh * TT + i];
         const vit_attn_problem p = {.Tq = Tq, .Tk = Tk, .prefix = g.prefix, .gh = gh, .gw = gw, .H = H,
                                     .h = h, .dq = dq, .scale = scale,
                                     .q = j->q.base ? hat(&j->q, b, h) : NULL,

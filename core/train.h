@@ -48,6 +48,9 @@ typedef struct {
      * grid after and before its LayerNorm (B, T', D) each, a convolution's im2col (recomputed
      * from the tape) and its gradient, and the depth-wise conv input's gradient (B, T, Hm) */
     float *dkv, *dxr[2], *col, *dcol, *dhid2;
+    /* LaViT's attention residual: the gradient of its source (B, h', Tq', T'), handed to the
+     * previous stage's last block, and of its 1x1 conv's and norm's outputs (B, h, Tq, T') */
+    float *ar_dsrc, *ar_d[2];
 } vit_grad_ws;
 
 size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws);

@@ -57,6 +57,10 @@ typedef struct {
     /* PVT v2: down_w is the Conv2d (C_s, C_{s-1}, 3, 3) with bias down_b, down_norm_* its
      * LayerNorm (C_s); stage_norm_* the LayerNorm closing the stage (C_s) */
     const float *down_b, *stage_norm_w, *stage_norm_b;
+    /* LaViT's attention residual into this stage (attn_residual; stages.s.attn_residual.*): the
+     * depth-wise 2x2 conv (h', 1, 2, 2) and bias (h'), the LayerNorm over the keys (T'), the 1x1
+     * conv across heads (h, h', 1, 1) and bias (h), LayerScale's gamma (h) */
+    const float *ar_dw_w, *ar_dw_b, *ar_norm_w, *ar_norm_b, *ar_pw_w, *ar_pw_b, *ar_gamma;
 } vit_stage_params;
 
 typedef struct {
@@ -140,6 +144,9 @@ typedef struct {
      * before the LayerNorm (down_pre); per stage the last block's output before the stage norm
      * (stage_pre). */
     float *down_in[VIT_MAX_STAGES], *down_pre[VIT_MAX_STAGES], *stage_pre[VIT_MAX_STAGES];
+    /* LaViT's attention residual into stage s: its depth-wise conv output, norm output (NULL
+     * without a norm) and 1x1 conv output before gamma */
+    float *ar_dw[VIT_MAX_STAGES], *ar_ln[VIT_MAX_STAGES], *ar_pw[VIT_MAX_STAGES];
 } vit_tape;
 
 /* The widest projection row of any block (W of acts->qkv: 3D, or LMSA's 2 qk_dim + D) and the
@@ -180,6 +187,10 @@ typedef struct {
     /* PVT v2 (core/pvt.c): the SR input gathered per key (B, T', C R^2), the reduced grid
      * (B, T', C), its k | v rows (B, T', 2C), and MixFFN's depth-wise conv output (B, T, Hm) */
     float *sr_col, *xr, *kv, *hid2;
+    /* LaViT's attention residual (attn_residual): the previous stage's last scores or maps
+     * (B, h', Tq', T'), its depth-wise conv and norm outputs (B, h', Tq, T') and the residual
+     * added to the first block's scores (B, h, Tq, T') */
+    float *ar_src, *ar_dw, *ar_ln, *ar_out;
     /* CaiT: (B, 3, H, N, N) per image the talking-heads blocks' raw logits, mixed logits and
      * softmax maps when they are not recorded (core/cait.c) */
     float *cait;

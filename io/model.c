@@ -176,6 +176,16 @@ static const model_key model_keys[] = {
     {"conv_ln_eps", MK_MODEL, MK_FLOAT, 1e-12, 1, OFF(conv_ln_eps), NULL, NULL,
      "eps of the stem, downsample and SR LayerNorms (nn.LayerNorm: 1e-5); `ln_eps` (1e-6) is the "
      "blocks' and stage norms'", MF_PVT},
+    {"attn_residual", MK_MODEL, MK_BOOL, 0, 1, OFF(attn_residual), NULL, NULL,
+     "LaViT's attention residual (its Eqs. 6-7, attnscope's reading): every stage after the first "
+     "adds gamma Conv1x1(Norm(DWConv2x2,s2(A))) of the previous stage's last map to its first "
+     "block's scores (`stages.s.attn_residual.*`; docs/models.md, LaViT)", MF_PVT},
+    {"ar_source", MK_MODEL, MK_CHOICE, 0, 0, OFF(ar_source), "scores|attn", NULL,
+     "the attention residual's A: the previous stage's last pre-softmax scores (default; the "
+     "paper's Eqs. 4-5 call them A) or its softmax maps", MF_PVT},
+    {"ar_norm", MK_MODEL, MK_CHOICE, 0, 0, OFF(ar_norm), "layernorm|none", NULL,
+     "the attention residual's Norm: a LayerNorm over each row's keys (default; the paper does not "
+     "say which) or none", MF_PVT},
     {"window_size", MK_MODEL, MK_OWN, 1, VIT_MAX_WINDOW, -1, "integer 1..64 (or [M, M])", NULL,
      "window side M of every stage (limit: M^2 x M^2 maps per head, (2M-1)^2 table rows)", MF_SWIN},
     {"patch_norm", MK_MODEL, MK_BOOL, 0, 1, OFF(patch_norm), NULL, NULL,
@@ -955,6 +965,15 @@ static int pvt_from_json(vit_config *c, const cJSON *root, const cJSON *ma, char
         snprintf(msg, n, "\"mlp_ratio\": PVT v2 has one MLP ratio per stage: give \"mlp_ratios\"");
         return 0;
     }
+    static const char *const ar_keys[2] = {"ar_source", "ar_norm"};
+    for (int k = 0; k < 2 && !c->attn_residual; k++) {
+        const cJSON *j = model_value(root, ma, ar_keys[k]);
+        if (j && !cJSON_IsNull(j)) {
+            snprintf(msg, n, "\"%s\" has no effect without \"attn_residual\": true: remove it, or turn "
+                     "the attention residual on", ar_keys[k]);
+            return 0;
+        }
+    }
     const cJSON *jsr = model_value(root, ma, "sr_ratios");
     if (c->sr_linear && jsr && !cJSON_IsNull(jsr)) {
         snprintf(msg, n, "\"sr_ratios\" has no effect with \"linear\": true (the keys are pooled to "
@@ -1371,6 +1390,11 @@ static void pvt_to_json(const vit_config *c, cJSON *o) {
     cJSON_AddStringToObject(o, "global_pool", vit_pool_name(c->global_pool));
     cJSON_AddNumberToObject(o, "ln_eps", c->ln_eps);
     cJSON_AddNumberToObject(o, "conv_ln_eps", c->conv_ln_eps);
+    if (c->attn_residual) {
+        cJSON_AddBoolToObject(o, "attn_residual", 1);
+        cJSON_AddStringToObject(o, "ar_source", vit_ar_source_name(c->ar_source));
+        cJSON_AddStringToObject(o, "ar_norm", vit_ar_norm_name(c->ar_norm));
+    }
 }
 
 /* CaiT's keys (model_config_to_json). */
@@ -1802,7 +1826,8 @@ static void random_fill(float *x, const vit_tensor_spec *s, int head_dim, rng_st
      * sqrt(2 / fan_out), fan_out = k k C_out / groups); the depth-wise 3x3 of MixFFN has no
      * norm after it, so 0.02 would all but silence the MLP branch at the start */
     const int conv_w = s->ndim == 4 && (ends_with(nm, "dwconv.weight") || ends_with(nm, "attn.sr.weight") ||
-                                        ends_with(nm, "downsample.proj.weight"));
+                                        ends_with(nm, "downsample.proj.weight") ||
+                                        ends_with(nm, "attn_residual.dw.weight"));
     const float conv = conv_w ? sqrtf(2.0f / (float)(s->shape[2] * s->shape[3] * (s->shape[1] == 1 ? 1 : rows))) : 0.0f;
     for (size_t k = 0; k < numel; k++) {
         const float e = 0.02f * rng_normal(r);
@@ -1811,6 +1836,7 @@ static void random_fill(float *x, const vit_tensor_spec *s, int head_dim, rng_st
         else if (ends_with(nm, "mask_alpha")) x[k] = 0.5f + 10 * e;
         else if (eye) x[k] = (int)(k / (size_t)cols) % (rows < cols ? rows : cols) == (int)(k % (size_t)cols) ? 1.0f + e : e;
         else if (conv) x[k] = rng_normal(r) * conv;
+        else if (ends_with(nm, "attn_residual.gamma")) x[k] = 0.1f; /* LayerScale (CaiT's init, shallow) */
         else if (ends_with(nm, "dla.weight")) x[k] = k % (size_t)(s->shape[2] * s->shape[3]) == (size_t)(s->shape[2] * s->shape[3]) / 2 ? 1.0f + e : e;
         else x[k] = e;
     }

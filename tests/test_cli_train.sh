@@ -47,10 +47,17 @@ expect 0 "$A" train --config "$M/pvt_shapes.json" "${TINY[@]}" --epochs 1 --reco
 has "$T/out" "held-out accuracy"; lacks "$T/out" " dp "
 expect 0 "$A" record --model "$T/pvt/latest" --images "$T/pvt/heldout" --out "$T/pvt.h5"
 expect 0 "$A" info "$T/pvt.h5"; has "$T/out" "4x4 keys every 8 px"
-# LaViT's less-attention over PVT's reduced keys trains; its diagonality term (square maps only:
-# block 4, stage 1 at R = 1) shows on the epoch line
-expect 0 "$A" train --config "$FX/pvt_less/config.json" "${TINY[@]}" --num-classes 6 --epochs 1 --out "$T/pvt-less"
+# LaViT on PVT v2 trains (less-attention over reduced keys, the attention residual across
+# stages); its diagonality term (square maps only: blocks 3-4, stage 1 at R = 1) shows on the
+# epoch line, and its traces carry the residual's readings in the model config
+expect 0 "$A" train --config "$FX/pvt_lavit/config.json" "${TINY[@]}" --num-classes 6 --epochs 1 --record-every 1 \
+    --record-images 2 --out "$T/pvt-lavit"
 has "$T/out" "epoch   1/1  train ce [0-9.]* dp [0-9.]* acc"
+if command -v h5dump >/dev/null; then
+    h5dump -a /model_config "$T/pvt-lavit/trace-epoch-001.h5" >"$T/h5" 2>&1
+    has "$T/h5" '"attn_residual":[[:space:]]*true'; has "$T/h5" '"ar_source":[[:space:]]*"scores"'
+    has "$T/h5" '"ar_norm":[[:space:]]*"layernorm"'
+fi
 # staged models the backward does not cover yet are refused in one line naming what is missing
 for f in cait_tiny; do
     expect 1 "$A" train --config "$FX/$f/config.json" "${TINY[@]}" --epochs 1 --out "$T/no-$f"

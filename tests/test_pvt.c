@@ -428,8 +428,8 @@ static void test_less(void) {
 
 /* The forward's bits do not depend on the thread count (the fixtures, 1 against 2 threads). */
 static void test_threads(void) {
-    const char *dirs[3] = {"pvt_tiny", "pvt_li", "pvt_less"};
-    for (int i = 0; i < 3; i++) {
+    const char *dirs[4] = {"pvt_tiny", "pvt_li", "pvt_less", "pvt_lavit"};
+    for (int i = 0; i < 4; i++) {
         model m;
         memset(&err, 0, sizeof err);
         const int ok = model_load(&m, fx(dirs[i]), NULL, 0, &err) == AS_OK;
@@ -454,8 +454,77 @@ static void test_threads(void) {
     }
 }
 
+/* LaViT-T/S/B (Table 1) as built-in names: PVT v2 blocks at [64, 128, 320, 512] channels and
+ * [1, 2, 5, 8] heads, MixFFN ratios [8, 8, 4, 4], sr_ratios [8, 8 / 2, 2, 1] at 224 px (key grids
+ * 7 x 7 everywhere), less-attention from block N_LA of each stage (counted from 1, 0: none), the
+ * attention residual into stages 1-3. Parameters in closed form from those equations: a PVT v2
+ * block, less-attention's v, Theta (T' x T') and Psi (T x T) in place of q and kv, and the
+ * residual's 2x2 conv, norm over the 49 keys, 1x1 conv across heads and gamma. Table 2 prints
+ * 10.9 / 22.4 / 39.6 M; docs/models.md, "LaViT", says why these differ. */
+static void test_lavit_seeds(void) {
+    static const struct {
+        const char *name;
+        int depth[4], nla[4];
+    } t[] = {{"lavit_t", {2, 2, 2, 2}, {0, 0, 2, 2}}, {"lavit_s", {3, 4, 6, 3}, {0, 0, 3, 2}},
+             {"lavit_b", {3, 3, 18, 3}, {0, 2, 4, 3}}};
+    static const int dim[4] = {64, 128, 320, 512}, heads[4] = {1, 2, 5, 8}, ratio[4] = {8, 8, 4, 4}, R[4] = {8, 4, 2, 1};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        vit_config c;
+        CHECK(vit_arch_resolve(t[i].name, &c, &err) == AS_OK && vit_config_validate(&c, &err) == AS_OK, "%s: %s",
+              t[i].name, err.msg);
+        CHECK(c.attn_residual && c.ar_source == VIT_AR_SCORES && c.ar_norm == VIT_AR_LAYERNORM,
+              "%s: the attention residual's defaults", t[i].name);
+        vit_cost k;
+        vit_config_cost(&c, &k);
+        double closed = 3 * 49 * 64 + 64 + 2 * 64; /* the 7x7 stem and its norm */
+        for (int s = 0, l = 0, G = 56; s < 4; s++, G /= 2) {
+            const double C = dim[s], Hm = ratio[s] * C, T = (double)G * G, Tk = 49, h = heads[s];
+            if (s) {
+                const double hp = heads[s - 1];
+                closed += 9 * dim[s - 1] * C + C + 2 * C;       /* the downsampling conv and norm */
+                closed += 4 * hp + hp + 2 * Tk + h * hp + h + h; /* the attention residual */
+            }
+            for (int j = 0; j < t[i].depth[s]; j++, l++) {
+                const int less = t[i].nla[s] && j + 1 >= t[i].nla[s];
+                closed += 2 * C + (less ? C * C + C + Tk * Tk + T * T : 3 * C * C + 3 * C) + C * C + C + 2 * C;
+                if (R[s] > 1) closed += C * C * R[s] * R[s] + C + 2 * C; /* the reducing conv and norm */
+                closed += 2 * C * Hm + Hm + C + 9 * Hm + Hm;              /* MixFFN */
+                CHECK((c.attn[l].kind == VIT_ATTN_LESS) == less, "%s: block %d is %s", t[i].name, l,
+                      vit_attn_name(c.attn[l].kind));
+            }
+            closed += 2 * C; /* the stage norm */
+        }
+        closed += 512 * 1000 + 1000;
+        CHECK(k.params_total == closed, "%s: %.0f params, closed form %.0f", t[i].name, k.params_total, closed);
+        printf("%s: %.2f M params, %.2f GMACs\n", t[i].name, k.params_total / 1e6, k.macs_total / 1e9);
+    }
+    /* written back and read again: the residual, its options and the less-attention blocks */
+    vit_config c, d = *vit_arch_find("lavit_s");
+    d.ar_source = VIT_AR_ATTN;
+    char *json = model_config_to_json(&d);
+    CHECK(apply(&c, json) == AS_OK && vit_config_validate(&c, &err) == AS_OK, "lavit_s back: %s", err.msg);
+    int same = c.attn_residual && c.ar_source == VIT_AR_ATTN && c.ar_norm == VIT_AR_LAYERNORM && c.depth == d.depth;
+    for (int l = 0; l < d.depth; l++) same &= c.attn[l].kind == d.attn[l].kind;
+    CHECK(same, "lavit_s: the config written back differs: %s", json);
+    free(json);
+    /* the residual's options are refused without it; grids it cannot read and a first block
+     * without scores of its own are refused with the fix */
+    CHECK(apply(&c, "{\"architecture\": \"pvt_v2_b0\", \"ar_norm\": \"none\"}") != AS_OK &&
+              strstr(err.msg, "\"ar_norm\" has no effect without \"attn_residual\""), "ar_norm alone: %s", err.msg);
+    CHECK(apply(&c, "{\"architecture\": \"pvt_v2_b0\", \"attn_residual\": true, \"sr_ratios\": [8, 8, 2, 1]}") != AS_OK &&
+              strstr(err.msg, "stage 1 28x28 over 3x3; its 2x2 stride-2 conv"),
+          "key grids 7 then 3: %s", err.msg);
+    CHECK(apply(&c, "{\"architecture\": \"pvt_v2_b0\", \"img_size\": 200, \"attn_residual\": true}") != AS_OK &&
+              strstr(err.msg, "grids halve evenly"), "odd grids: %s", err.msg);
+    CHECK(apply(&c, "{\"architecture\": \"pvt_v2_b0\", \"attn_residual\": true, "
+                    "\"attention\": {\"type\": \"less\", \"blocks\": [1, 2]}}") != AS_OK &&
+              strstr(err.msg, "is a less-attention block"),
+          "less-attention first: %s", err.msg);
+}
+
 int main(void) {
     check_tmp_init("pvt");
+    test_lavit_seeds();
     test_published();
     test_ratio_one();
     test_json();

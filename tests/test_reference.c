@@ -236,10 +236,13 @@ static void test_swin(void) {
  * every queries x reduced keys map, scores, q, k over the reduced keys and tokens; R > 1 and
  * R = 1 stages at 58 px (no multiple of the stride), linear SRA with unequal and overlapping pool
  * bins, LMSA's compressed q/k in SRA blocks (R = 2 and R = 1), LaViT's less-attention over
- * reduced keys (Theta T' x T', Psi T x T, chained, in both stages); the key grids and the token and key centres the script derived from the conv arithmetic. */
+ * reduced keys (Theta T' x T', Psi T x T, chained, in both stages), LaViT's attention residual
+ * into stage 1's first block (the previous stage's scores, LayerNorm; its softmax maps, no
+ * norm: pvt_lavit_alt); the key grids and the token and key centres the script derived from the conv arithmetic. */
 static void test_pvt(void) {
     static const char *const t[][2] = {{"pvt_tiny", "pvt_tiny/inputs58.npy"}, {"pvt_li", "pvt_li/inputs40.npy"},
-                                       {"pvt_lmsa", "inputs.npy"}, {"pvt_less", "inputs.npy"}};
+                                       {"pvt_lmsa", "inputs.npy"}, {"pvt_less", "inputs.npy"},
+                                       {"pvt_lavit", "inputs.npy"}, {"pvt_lavit_alt", "inputs.npy"}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         model m;
         as_error err = {0};

@@ -438,17 +438,21 @@ int main(void) {
     /* PVT v2 (overlapping convs on odd grids, R = 4 / 2 / 1 reductions, the linear variant,
      * LMSA's compressed q/k, LaViT's less-attention over reduced keys with its term on the
      * square maps of stage 1, in every reading) */
-    static const struct { const char *name, *inputs; } staged[] = {
-        {"swin_tiny", "inputs.npy"}, {"swin_pad", "inputs16_1.npy"}, {"swin_pad_tv", "inputs16_1.npy"},
-        {"swin_lmsa", "inputs.npy"}, {"swin_odd", "inputs28.npy"}, {"pvt_tiny", "pvt_tiny/inputs58.npy"},
-        {"pvt_li", "pvt_li/inputs40.npy"}, {"pvt_lmsa", "inputs.npy"}, {"pvt_less", "inputs.npy"}};
+    static const struct {
+        const char *name, *inputs;
+        int readings; /* LaViT's term: every reading (less-attention with square maps) or the default */
+    } staged[] = {
+        {"swin_tiny", "inputs.npy", 1}, {"swin_pad", "inputs16_1.npy", 1}, {"swin_pad_tv", "inputs16_1.npy", 1},
+        {"swin_lmsa", "inputs.npy", 1}, {"swin_odd", "inputs28.npy", 1}, {"pvt_tiny", "pvt_tiny/inputs58.npy", 1},
+        {"pvt_li", "pvt_li/inputs40.npy", 1}, {"pvt_lmsa", "inputs.npy", 1},
+        {"pvt_less", "inputs.npy", VIT_DP_COUNT}, {"pvt_lavit", "inputs.npy", VIT_DP_COUNT},
+        {"pvt_lavit_alt", "inputs.npy", VIT_DP_COUNT}};
     for (size_t i = 0; i < sizeof staged / sizeof *staged; i++) {
         if (dataset_open(&ds, fx(staged[i].inputs), &err) != AS_OK) {
             CHECK(0, "%s", err.msg);
             continue;
         }
-        const int less = strcmp(staged[i].name, "pvt_less") == 0;
-        for (int r = 0; r < (less ? VIT_DP_COUNT : 1); r++)
+        for (int r = 0; r < staged[i].readings; r++)
             test_model_reading(staged[i].name, ds.tensor, ds.count, (vit_dp_loss)r);
         check_logits(staged[i].name, ds.tensor, ds.count);
         dataset_free(&ds);

@@ -28,6 +28,13 @@ def weights(cfg, seed):
     shapes = {"patch_embed.proj.weight": (dims[0], 3, k, k), "patch_embed.proj.bias": (dims[0],),
               "patch_embed.norm.weight": (dims[0],), "patch_embed.norm.bias": (dims[0],)}
     for s, (c, d) in enumerate(zip(dims, cfg["depths"])):
+        if s and cfg.get("attn_residual"):  # LaViT's Eqs. 6-7 (tools/pvt_ref.py)
+            hp, hs, Tk = cfg["num_heads"][s - 1], cfg["num_heads"][s], len(centres(cfg)[s][1]) ** 2
+            a = "stages.%d.attn_residual." % s
+            shapes.update({a + "dw.weight": (hp, 1, 2, 2), a + "dw.bias": (hp,), a + "pw.weight": (hs, hp, 1, 1),
+                           a + "pw.bias": (hs,), a + "gamma": (hs,)})
+            if cfg.get("ar_norm", "layernorm") == "layernorm":
+                shapes.update({a + "norm.weight": (Tk,), a + "norm.bias": (Tk,)})
         if s:
             shapes.update({"stages.%d.downsample.proj.weight" % s: (c, dims[s - 1], 3, 3),
                            "stages.%d.downsample.proj.bias" % s: (c,),
@@ -58,7 +65,8 @@ def weights(cfg, seed):
     sd = {}
     for name, shp in shapes.items():
         x = torch.randn(*shp, generator=g)
-        if name.endswith("norm.weight") or name.endswith("norm1.weight") or name.endswith("norm2.weight"):
+        if name.endswith("norm.weight") or name.endswith("norm1.weight") or name.endswith("norm2.weight") \
+                or name.endswith("attn_residual.gamma"):
             x = 1.0 + 0.2 * x
         elif len(shp) == 1:
             x = 0.1 * x
@@ -125,6 +133,9 @@ def fixture(name, cfg, seed, images):
         margs["attention"] = [{"type": "lmsa", "qk_dim": q, "blocks": [b]} for b, q in sorted(cfg["lmsa"].items())]
     if cfg.get("less"):
         margs["attention"] = [{"type": "less", "blocks": sorted(cfg["less"])}]
+    for k in ("attn_residual", "ar_source", "ar_norm"):
+        if k in cfg:
+            margs[k] = cfg[k]
     conf = {"architecture": "custom", "num_classes": cfg["num_classes"], "model_args": margs,
             "pretrained_cfg": {"input_size": [3, cfg["img_size"], cfg["img_size"]], "crop_pct": 0.9,
                                "interpolation": "bicubic", **IMAGENET}}
@@ -163,6 +174,16 @@ def main():
     la = dict(base, img_size=32, embed_dims=[16, 32], depths=[3, 2], num_heads=[2, 4], mlp_ratios=[2, 2],
               sr_ratios=[2, 1], linear=False, less=[1, 2, 4])
     fixture("pvt_less", la, 4, np.load(os.path.join(OUT, "inputs.npy")))
+    # LaViT on PVT v2 (docs/models.md, "LaViT"): the attention residual into stage 1's first
+    # block from stage 0's last scores (h' = 1 head -> 2, the 8 x 8 query grid strided to 4 x 4
+    # over the same 4 x 4 keys, LayerNorm over the keys); less-attention in block 1 (64 x 16
+    # maps) and blocks 3-4 (16 x 16: LaViT's term applies); pvt_lavit_alt: the other readings,
+    # the softmax maps as the source and no norm
+    lv = dict(base, img_size=32, embed_dims=[16, 32], depths=[2, 3], num_heads=[1, 2], mlp_ratios=[2, 2],
+              sr_ratios=[2, 1], linear=False, less=[1, 3, 4], attn_residual=True, ar_source="scores",
+              ar_norm="layernorm")
+    fixture("pvt_lavit", lv, 5, np.load(os.path.join(OUT, "inputs.npy")))
+    fixture("pvt_lavit_alt", dict(lv, ar_source="attn", ar_norm="none"), 6, np.load(os.path.join(OUT, "inputs.npy")))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,13 @@ tools/make_pvt_fixtures.py and the ONNX export of the benchmark.
             bias, S_prev the previous block's pre-softmax scores; A_h = softmax(S_h), unscaled
     MixFFN: fc1 -> [ReLU (linear)] -> depth-wise Conv2d(3x3, p1, bias) -> GELU -> fc2
     every stage ends with LN_1e-6 (stages.s.norm); mean over the grid; head (no other norm)
+    LaViT's attention residual (its Eqs. 6-7, `attn_residual`; docs/models.md, "LaViT"): stage
+            s >= 1's first block adds to its scores, before the softmax,
+            A_init = gamma * Conv1x1_heads(Norm(DWConv_2x2,s2(A_last)))
+            with A_last the previous stage's last block's scores (`ar_source` "scores") or softmax
+            maps ("attn"), (h', Gq'^2, T'), the depth-wise conv striding over the QUERY grid
+            (Gq' -> Gq'/2) with the key index as a batch, Norm a LayerNorm_1e-5 over each row of T'
+            keys (`ar_norm` "layernorm") or none, the 1x1 conv mixing h' heads into h, gamma (h).
 
 Usage:
     model = PVTv2(cfg, state_dict)                  # cfg: the model-config keys (embed_dims, ...)
@@ -85,6 +92,9 @@ class PVTv2(torch.nn.Module):
         self.k = cfg.get("patch_kernel", 7)
         self.stride = cfg.get("patch_size", 4)
         self.eps = cfg.get("ln_eps", 1e-6)
+        self.ar = bool(cfg.get("attn_residual", False))
+        self.ar_source = cfg.get("ar_source", "scores")
+        self.ar_norm = cfg.get("ar_norm", "layernorm")
         self.ceps = cfg.get("conv_ln_eps", 1e-5)
         self.names = list(sd.keys())
         for i, (name, v) in enumerate(sd.items()):  # buffers keep the names out of ONNX's way
@@ -93,7 +103,20 @@ class PVTv2(torch.nn.Module):
     def params(self):
         return {n: getattr(self, "w%d" % i) for i, n in enumerate(self.names)}
 
-    def attention(self, x, h, w, sd, p, heads, R, rec, prev):
+    def attn_residual(self, A, sd, p, gh, gw, heads):
+        """A (n, h', Gq'^2, T') -> (n, heads, (Gq'/2)^2, T'): Eqs. 6-7 read on the query grid."""
+        n, hp, _, Tk = A.shape
+        x = A.reshape(n, hp, gh, gw, Tk).permute(0, 4, 1, 2, 3).reshape(n * Tk, hp, gh, gw)
+        y = F.conv2d(x, sd[p + "dw.weight"], sd[p + "dw.bias"], stride=2, groups=hp)
+        oh, ow = y.shape[2:]
+        y = y.reshape(n, Tk, hp, oh * ow).permute(0, 2, 3, 1)  # (n, h', Tq, T')
+        if self.ar_norm == "layernorm":
+            y = F.layer_norm(y, (Tk,), sd[p + "norm.weight"], sd[p + "norm.bias"], 1e-5)
+        z = torch.einsum("oi,nitk->notk", sd[p + "pw.weight"].reshape(heads, hp), y)
+        z = z + sd[p + "pw.bias"].view(1, heads, 1, 1)
+        return z * sd[p + "gamma"].view(1, heads, 1, 1)
+
+    def attention(self, x, h, w, sd, p, heads, R, rec, prev, bias=None):
         n, T, C = x.shape
         d = C // heads
         less = p + "attn.theta.weight" in sd
@@ -127,13 +150,15 @@ class PVTv2(torch.nn.Module):
             kh_ = k.reshape(n, Tk, heads, dq).transpose(1, 2)
             vh = v.reshape(n, Tk, heads, d).transpose(1, 2)
             s = (qh @ kh_.transpose(-1, -2)) * dq ** -0.5
+        if bias is not None:
+            s = s + bias
         a = torch.softmax(s, -1)
         o = (a @ vh).transpose(1, 2).reshape(n, T, C)
         if rec is not None:
             rec.update(attn=a, scores=s, key_grid=(int(kh), int(kw)))
             if not less:
                 rec.update(q=qh, k=kh_)
-        return linear(o, sd, p + "attn.proj"), s
+        return linear(o, sd, p + "attn.proj"), s, a
 
     def mixffn(self, x, h, w, sd, p):
         y = linear(x, sd, p + "mlp.fc1")
@@ -150,8 +175,12 @@ class PVTv2(torch.nn.Module):
                      padding=self.k // 2)
         h, w = x.shape[2:]
         x = ln(to_tokens(x), sd, "patch_embed.norm", self.ceps)
+        last = None  # the previous stage's last block's scores or maps (the attention residual)
         for s, depth in enumerate(self.depths):
+            ar = None
             if s > 0:
+                if self.ar:
+                    ar = self.attn_residual(last, sd, "stages.%d.attn_residual." % s, h, w, self.heads[s])
                 y = F.conv2d(to_grid(x, h, w), sd["stages.%d.downsample.proj.weight" % s],
                              sd["stages.%d.downsample.proj.bias" % s], stride=2, padding=1)
                 h, w = y.shape[2:]
@@ -160,8 +189,9 @@ class PVTv2(torch.nn.Module):
             for j in range(depth):
                 p = "stages.%d.blocks.%d." % (s, j)
                 rec = {} if record is not None else None
-                y, prev = self.attention(ln(x, sd, p + "norm1", self.eps), h, w, sd, p, self.heads[s],
-                                         self.sr[s], rec, prev)
+                y, prev, a = self.attention(ln(x, sd, p + "norm1", self.eps), h, w, sd, p, self.heads[s],
+                                            self.sr[s], rec, prev, ar if j == 0 else None)
+                last = a if self.ar_source == "attn" else prev
                 x = x + y
                 x = x + self.mixffn(ln(x, sd, p + "norm2", self.eps), h, w, sd, p)
                 if rec is not None:
