@@ -62,7 +62,7 @@ size_t pvt_tape_carve(const vit_config *c, int B, void *base, vit_tape *v) {
         vit_carve_floats(p, &off, TH, &k->hdw);
         vit_carve_floats(p, &off, TH, &k->hid);
     }
-    for (int s = 0; s < c->n_stages; s++) {
+    for (int s = 0; s < c->n_stages && s < VIT_MAX_STAGES; s++) {
         stage_geom(c, s, &g);
         const size_t TD = b * g.T * g.D;
         if (s == 0) vit_carve_floats(p, &off, TD, &v->embed);
@@ -72,7 +72,8 @@ size_t pvt_tape_carve(const vit_config *c, int B, void *base, vit_tape *v) {
             vit_carve_floats(p, &off, b * gp.T * gp.D, &v->down_in[s]);
             vit_carve_floats(p, &off, TD, &v->down_pre[s]);
         }
-        vit_carve_floats(p, &off, TD, &v->stage_pre[s]);
+        float **pre = v->stage_pre + s;
+        vit_carve_floats(p, &off, TD, pre);
         if (s > 0 && c->attn_residual) { /* LaViT's residual: conv, norm, 1x1 conv outputs */
             const size_t TT = b * g.T * g.Tk;
             vit_carve_floats(p, &off, TT * c->stage[s - 1].num_heads, &v->ar_dw[s]);
