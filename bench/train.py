@@ -9,7 +9,7 @@ tests: nothing here asserts a time.
 attnscope: `attnscope train` on the built-in shapes for one epoch of --steps batches; its
 img/s counts the training steps (data transform, forward, backward, clipping, AdamW), not the
 dataset generation or the evaluation. PyTorch: tools/vit_ref.py's ViT (tools/swin_ref.py's Swin
-for a "family": "swin" config) in train mode on random
+for a "family": "swin" config, tools/pvt_ref.py's PVT v2 for "pvt_v2") in train mode on random
 tensors already in memory (no data transform, which favours it), the same loss (cross-entropy
 with label smoothing 0.1, plus LaViT's term where the model has less-attention blocks),
 clip_grad_norm_(1.0) and torch.optim.AdamW, warmed up for 5 steps. Both use float32.
@@ -41,24 +41,35 @@ from make_train_fixtures import dp_loss
 cfg, B, threads, steps = json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 torch.set_num_threads(threads)
 torch.manual_seed(0)
-m = (SwinRef(cfg) if cfg.get("family") == "swin" else ViT(cfg)).train()
+pvt = cfg.get("family") == "pvt_v2"
+if pvt:  # tools/pvt_ref.py takes its weights as tensors (make_pvt_fixtures' shapes and names)
+    import pvt_ref, make_pvt_fixtures
+    from make_stage_train_fixtures import pvt_dp_loss
+    att = cfg.get("attention", [])
+    cfg = dict(cfg, less={l for l, e in enumerate(att) if e.get("type") == "less"},
+               lmsa={l: e["qk_dim"] for l, e in enumerate(att) if e.get("type") == "lmsa"})
+    m = pvt_ref.PVTv2(cfg, make_pvt_fixtures.weights(cfg, 0)).train()
+    named = [(n, getattr(m, "w%d" % i).requires_grad_(True)) for i, n in enumerate(m.names)]
+else:
+    m = (SwinRef(cfg) if cfg.get("family") == "swin" else ViT(cfg)).train()
+    named = list(m.named_parameters())
 def decays(n, p):
     return p.dim() >= 2 and "token" not in n and "pos_embed" not in n and "relative_position_bias_table" not in n
-decay = [p for n, p in m.named_parameters() if decays(n, p)]
-rest = [p for n, p in m.named_parameters() if not decays(n, p)]
+decay = [p for n, p in named if decays(n, p)]
+rest = [p for n, p in named if not decays(n, p)]
 opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": rest, "weight_decay": 0.0}], lr=1e-3)
 xs = torch.randn(8, B, 3, cfg["img_size"], cfg["img_size"])
 ys = torch.randint(0, cfg["num_classes"], (8, B))
-less = any(type(b.attn).__name__ == "LessAttention" for b in getattr(m, "blocks", []))
+less = cfg["less"] if pvt else any(type(b.attn).__name__ == "LessAttention" for b in getattr(m, "blocks", []))
 def step(i):
     rec = [] if less else None
     out = m(xs[i % 8], record=rec)
     loss = F.cross_entropy(out, ys[i % 8], label_smoothing=0.1)
-    if less:
-        loss = loss + 0.1 / 0.5 * dp_loss(m, rec, B)  # dp_loss carries make_train_fixtures' weight 0.5
+    if less:  # the dp terms carry make_train_fixtures' weight 0.5; attnscope train's default is 0.1
+        loss = loss + 0.1 / 0.5 * (pvt_dp_loss(rec, less, B, "squared") if pvt else dp_loss(m, rec, B))
     opt.zero_grad(set_to_none=True)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+    torch.nn.utils.clip_grad_norm_([p for _, p in named], 1.0)
     opt.step()
 for i in range(5):
     step(i)

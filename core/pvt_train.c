@@ -86,8 +86,6 @@ size_t pvt_tape_carve(const vit_config *c, int B, void *base, vit_tape *v) {
     return off;
 }
 
-static size_t ln_floats(size_t rows, size_t d) { return 2 * d * ((rows + KERNELS_LN_BLOCK - 1) / KERNELS_LN_BLOCK); }
-
 size_t pvt_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *v) {
     char *p = base;
     size_t off = 0;
@@ -104,7 +102,7 @@ size_t pvt_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *v)
         TH = max_z(TH, T * g.Hm);
         maps = max_z(maps, (size_t)g.H * T * Tk);
         sq = max_z(sq, T * T);
-        ln = max_z(ln, ln_floats(b * T, D));
+        ln = max_z(ln, vit_ln_scratch_floats(b * T, D));
         rows = max_z(rows, T);
         H = max_z(H, (size_t)g.H);
         /* the reduction's im2col (R^2 D per key) or pooled grid, and the pool's gradient */
@@ -119,7 +117,7 @@ size_t pvt_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *v)
         vit_block_geom(c, vit_stage_first_block(c, s) - 1, &gp);
         ar_src = max_z(ar_src, (size_t)gp.H * gp.T * gp.Tk);
         ar_mid = max_z(ar_mid, (size_t)max_z((size_t)gp.H, (size_t)g.H) * g.T * g.Tk);
-        ln = max_z(ln, ln_floats(b * gp.H * g.T, (size_t)g.Tk));
+        ln = max_z(ln, vit_ln_scratch_floats(b * gp.H * g.T, (size_t)g.Tk));
     }
     vit_carve_floats(p, &off, b * TD, &v->dx);
     vit_carve_floats(p, &off, b * TD, &v->dxn);

@@ -20,6 +20,8 @@ size_t vit_stage_tape_carve(const vit_config *c, int B, void *base, vit_tape *t)
 size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws);
 double vit_stage_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
                           vit_grad_ws *ws, const float *dlogits, int n, float dp_weight, vit_dp_loss dp_loss);
+/* kernels_layernorm_backward's scratch floats for rows of width d. */
+size_t vit_ln_scratch_floats(size_t rows, size_t d);
 /* train.c's Linear backward: dW (N, K) += dy^T x, db += column sums of dy, dx (M, K) = (or +=)
  * dy W, with the rows of dy ldy and of x ldx floats apart. */
 void vit_linear_backward(float *dW, float *db, float *dx, int dx_accumulate, const float *dy, int ldy,

@@ -102,8 +102,7 @@ static size_t slot_floats(int N, int D, int Wq) {
     return (4 * (size_t)N * Wq + 3 * (size_t)N * D + (size_t)N * N + 15) & ~(size_t)15;
 }
 
-/* LayerNorm backward's scratch for rows of width d. */
-static size_t ln_floats(size_t rows, size_t d) { return 2 * d * ((rows + KERNELS_LN_BLOCK - 1) / KERNELS_LN_BLOCK); }
+size_t vit_ln_scratch_floats(size_t rows, size_t d) { return 2 * d * ((rows + KERNELS_LN_BLOCK - 1) / KERNELS_LN_BLOCK); }
 
 size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws) {
     char *p = base;
@@ -128,13 +127,13 @@ size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_
         rpb = max_z(rpb, (size_t)g.H * g.Tq * g.Tk);
         pads = max_z(pads, b * g.problems * W);
         slot = max_z(slot, slot_floats(g.Tq, g.D, g.H * vit_qk_head_dim(c, l)));
-        ln = max_z(ln, ln_floats(b * g.T, g.D));
+        ln = max_z(ln, vit_ln_scratch_floats(b * g.T, g.D));
         rows = max_z(rows, b * g.T);
     }
     for (int s = 1; s < c->n_stages; s++) {
         const size_t m = merge_floats(c, s, B);
         TD = max_z(TD, m);
-        if (m) ln = max_z(ln, ln_floats(m / (4 * (size_t)c->stage[s - 1].embed_dim), 4 * (size_t)c->stage[s - 1].embed_dim));
+        if (m) ln = max_z(ln, vit_ln_scratch_floats(m / (4 * (size_t)c->stage[s - 1].embed_dim), 4 * (size_t)c->stage[s - 1].embed_dim));
     }
     vit_block_geom(c, c->depth - 1, &g);
     const size_t Dl = (size_t)g.D;
