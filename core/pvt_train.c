@@ -101,12 +101,14 @@ size_t pvt_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *v)
         KD = max_z(KD, Tk * D);
         TH = max_z(TH, T * g.Hm);
         maps = max_z(maps, (size_t)g.H * T * Tk);
-        sq = max_z(sq, T * T);
-        ln = max_z(ln, vit_ln_scratch_floats(b * T, D));
-        rows = max_z(rows, T);
+        if (vit_mech_of(c, l)->flags & VIT_MECH_WS_DY) sq = max_z(sq, T * T); /* less: per-image dPsi */
+        /* rows: the T tokens, or the linear variant's 49 pooled keys, more than a grid under 7 x 7 has */
+        const size_t R = max_z(T, Tk);
+        ln = max_z(ln, vit_ln_scratch_floats(b * R, D));
+        rows = max_z(rows, R);
         H = max_z(H, (size_t)g.H);
         /* the reduction's im2col (R^2 D per key) or pooled grid, and the pool's gradient */
-        col = max_z(col, c->sr_linear ? T * D : Tk * D * (size_t)g.sr_ratio * g.sr_ratio);
+        col = max_z(col, c->sr_linear ? R * D : Tk * D * (size_t)g.sr_ratio * g.sr_ratio);
     }
     size_t ar_src = 0, ar_mid = 0;
     for (int s = 1; s < c->n_stages; s++) {

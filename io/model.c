@@ -1822,9 +1822,11 @@ static void random_fill(float *x, const vit_tensor_spec *s, int head_dim, rng_st
     const int rows = s->shape[0], cols = s->ndim > 1 ? s->shape[1] : 1;
     const int eye = ends_with(nm, "theta.weight") || ends_with(nm, "psi.weight") ||
                     ends_with(nm, "expand.weight") || ends_with(nm, "reduce.weight");
-    /* PVT v2's convolutions as timm initialises them (its _init_weights: normal with std
-     * sqrt(2 / fan_out), fan_out = k k C_out / groups); the depth-wise 3x3 of MixFFN has no
-     * norm after it, so 0.02 would all but silence the MLP branch at the start */
+    /* PVT v2's depth-wise, reducing and downsampling convolutions and LaViT's residual 2x2 conv
+     * as timm initialises PVT v2's (its _init_weights: normal with std sqrt(2 / fan_out),
+     * fan_out = k k C_out / groups); the depth-wise 3x3 of MixFFN has no norm after it, so 0.02
+     * would all but silence the MLP branch at the start. The stem and the residual's 1x1 conv
+     * keep 0.02 (a LayerNorm follows the stem; LayerScale scales the residual). */
     const int conv_w = s->ndim == 4 && (ends_with(nm, "dwconv.weight") || ends_with(nm, "attn.sr.weight") ||
                                         ends_with(nm, "downsample.proj.weight") ||
                                         ends_with(nm, "attn_residual.dw.weight"));

@@ -238,11 +238,13 @@ static void test_swin(void) {
  * bins, LMSA's compressed q/k in SRA blocks (R = 2 and R = 1), LaViT's less-attention over
  * reduced keys (Theta T' x T', Psi T x T, chained, in both stages), LaViT's attention residual
  * into stage 1's first block (the previous stage's scores, LayerNorm; its softmax maps, no
- * norm: pvt_lavit_alt); the key grids and the token and key centres the script derived from the conv arithmetic. */
+ * norm, from a vanilla block: pvt_lavit_alt; a one-block stage that takes and feeds it:
+ * pvt_lavit_d1); the key grids and the token and key centres the script derived from the conv arithmetic. */
 static void test_pvt(void) {
     static const char *const t[][2] = {{"pvt_tiny", "pvt_tiny/inputs58.npy"}, {"pvt_li", "pvt_li/inputs40.npy"},
                                        {"pvt_lmsa", "inputs.npy"}, {"pvt_less", "inputs.npy"},
-                                       {"pvt_lavit", "inputs.npy"}, {"pvt_lavit_alt", "inputs.npy"}};
+                                       {"pvt_lavit", "inputs.npy"}, {"pvt_lavit_alt", "inputs.npy"},
+                                       {"pvt_lavit_d1", "inputs.npy"}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         model m;
         as_error err = {0};

@@ -120,9 +120,10 @@ static void test_model_reading(const char *name, const float *x, int n, vit_dp_l
         char what[300];
         snprintf(what, sizeof what, "%s (%s) %s", name, rname, gname);
         /* within 1e-4 of the tensor's largest gradient (norm-wise relative) */
-        /* a floor for tensors whose true gradient is 0 (LMSA's key bias: softmax ignores a
-         * constant per row), where float32 leaves ~1e-8 */
-        check_close(what, t.g + t.offset[i], want, numel, 1e-4 * scale + 1e-7, 0);
+        /* a floor for tensors whose true gradient is 0 (LMSA's key bias, the attention
+         * residual's conv bias: softmax ignores a constant per row), where float32 leaves
+         * ~1e-8, or 1.6e-7 summed over a residual's every map entry */
+        check_close(what, t.g + t.offset[i], want, numel, 1e-4 * scale + 5e-7, 0);
         seen++;
         if (scale < 1e-6f) {
             free(want);
@@ -446,7 +447,7 @@ int main(void) {
         {"swin_lmsa", "inputs.npy", 1}, {"swin_odd", "inputs28.npy", 1}, {"pvt_tiny", "pvt_tiny/inputs58.npy", 1},
         {"pvt_li", "pvt_li/inputs40.npy", 1}, {"pvt_lmsa", "inputs.npy", 1},
         {"pvt_less", "inputs.npy", VIT_DP_COUNT}, {"pvt_lavit", "inputs.npy", VIT_DP_COUNT},
-        {"pvt_lavit_alt", "inputs.npy", VIT_DP_COUNT}};
+        {"pvt_lavit_alt", "inputs.npy", VIT_DP_COUNT}, {"pvt_lavit_d1", "inputs.npy", VIT_DP_COUNT}};
     for (size_t i = 0; i < sizeof staged / sizeof *staged; i++) {
         if (dataset_open(&ds, fx(staged[i].inputs), &err) != AS_OK) {
             CHECK(0, "%s", err.msg);

@@ -177,13 +177,20 @@ def main():
     # LaViT on PVT v2 (docs/models.md, "LaViT"): the attention residual into stage 1's first
     # block from stage 0's last scores (h' = 1 head -> 2, the 8 x 8 query grid strided to 4 x 4
     # over the same 4 x 4 keys, LayerNorm over the keys); less-attention in block 1 (64 x 16
-    # maps) and blocks 3-4 (16 x 16: LaViT's term applies); pvt_lavit_alt: the other readings,
-    # the softmax maps as the source and no norm
+    # maps) and blocks 3-4 (16 x 16: LaViT's term applies)
     lv = dict(base, img_size=32, embed_dims=[16, 32], depths=[2, 3], num_heads=[1, 2], mlp_ratios=[2, 2],
               sr_ratios=[2, 1], linear=False, less=[1, 3, 4], attn_residual=True, ar_source="scores",
               ar_norm="layernorm")
     fixture("pvt_lavit", lv, 5, np.load(os.path.join(OUT, "inputs.npy")))
-    fixture("pvt_lavit_alt", dict(lv, ar_source="attn", ar_norm="none"), 6, np.load(os.path.join(OUT, "inputs.npy")))
+    # the other readings with a vanilla block feeding the residual (stage 0's last block)
+    fixture("pvt_lavit_alt", dict(lv, ar_source="attn", ar_norm="none", less=[4]), 6,
+            np.load(os.path.join(OUT, "inputs.npy")))
+    # a stage of one block that takes the residual and feeds the next one (scores of a vanilla
+    # block), key grids 2 x 2 in every stage (8 / 4, 4 / 2, 2 / 1), less-attention on a 4 x 4 map
+    d1 = dict(base, img_size=32, embed_dims=[16, 24, 32], depths=[1, 1, 2], num_heads=[1, 2, 2],
+              mlp_ratios=[2, 2, 2], sr_ratios=[4, 2, 1], linear=False, less=[3], attn_residual=True,
+              ar_source="scores", ar_norm="layernorm")
+    fixture("pvt_lavit_d1", d1, 7, np.load(os.path.join(OUT, "inputs.npy")))
 
 
 if __name__ == "__main__":

@@ -103,7 +103,8 @@ def torchvision_grads(args, classes, sd, x, labels):
 # 1x1 conv, GELU and MixFFN's ReLU (pvt_li), LMSA's compressed q/k (pvt_lmsa), and LaViT's
 # less-attention over reduced keys, chained, with a square map in stage 1 (pvt_less)
 PVT = {"pvt_tiny": "pvt_tiny/inputs58.npy", "pvt_li": "pvt_li/inputs40.npy", "pvt_lmsa": "inputs.npy",
-       "pvt_less": "inputs.npy", "pvt_lavit": "inputs.npy", "pvt_lavit_alt": "inputs.npy"}
+       "pvt_less": "inputs.npy", "pvt_lavit": "inputs.npy", "pvt_lavit_alt": "inputs.npy",
+       "pvt_lavit_d1": "inputs.npy"}
 
 
 def pvt_dp_loss(rec, less, n, reading):
