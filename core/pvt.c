@@ -59,8 +59,8 @@ float vit_sra_key_centre(const vit_geom *g, int i, int axis) {
     return g->offset_px + g->stride_px * 0.5f * (float)(lo + hi - 1);
 }
 
-/* The total q/k width of block l: C, or LMSA's compressed qk_dim (heads x vit_qk_head_dim). */
-static int qk_width(const vit_config *c, int l) {
+int pvt_q_width(const vit_config *c, int l) {
+    if (!vit_has_keys(c, l)) return 0;
     vit_geom g;
     vit_block_geom(c, l, &g);
     return g.H * vit_qk_head_dim(c, l);
@@ -114,7 +114,7 @@ int pvt_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, 
             vit_block_params *b = &p->blocks[first + j];
             vit_geom g;
             vit_block_geom(c, first + j, &g);
-            const int Hm = g.Hm, R = c->sr_linear ? 1 : g.sr_ratio, Q = qk_width(c, first + j);
+            const int Hm = g.Hm, R = c->sr_linear ? 1 : g.sr_ratio, Q = pvt_q_width(c, first + j);
             const char *blk = "stages.%d.blocks.%d.";
             char f[128];
 #define BPUT(slot, shape, suffix)                                 \
@@ -186,7 +186,7 @@ void pvt_acts_need(const vit_config *c, pvt_need *z) {
         const size_t col = c->sr_linear ? Tk * D : g.sr_ratio > 1 ? Tk * D * g.sr_ratio * g.sr_ratio : 0;
         if (col > z->sr_col) z->sr_col = col;
         if (Tk * D > z->xr) z->xr = Tk * D;
-        const size_t kvw = Tk * ((size_t)qk_width(c, l) + D); /* [k (Q) | v (D)] rows */
+        const size_t kvw = Tk * ((size_t)pvt_q_width(c, l) + D); /* [k (Q) | v (D)] rows */
         if (kvw > z->kv) z->kv = kvw;
         if ((size_t)g.T * g.Hm > z->hid2) z->hid2 = (size_t)g.T * g.Hm;
     }
@@ -408,7 +408,7 @@ void pvt_block(const vit_config *c, int l, const vit_geom *g, const vit_block_pa
                int n, const vit_record *rec) {
     const int T = g->T, D = g->D, H = g->H, hd = D / H, Hm = g->Hm, Tk = g->Tk, M = n * T;
     /* q (Q), kv rows [k (Q) | v (D)]; less-attention: no q or k, kv rows are v (D) */
-    const int keys = vit_has_keys(c, l), Q = keys ? qk_width(c, l) : 0, dq = keys ? Q / H : 0, KV = Q + D;
+    const int keys = vit_has_keys(c, l), Q = pvt_q_width(c, l), dq = keys ? Q / H : 0, KV = Q + D;
     const vit_mech *m = vit_mech_of(c, l);
     const int reuses = (m->flags & VIT_MECH_REUSES_SCORES) != 0, hands_on = vit_mech_next_reuses(c, l);
     pvt_bufs f = {a->xn, a->xn, a->qkv, a->sr_col, a->xr, a->xr, a->xr, a->kv, a->att, a->ao, a->hid, a->hid2,
@@ -511,7 +511,7 @@ void pvt_stage_cost(const vit_config *c, int s, vit_cost_part *o) {
     for (int l = first; l < first + c->stage[s].depth; l++) {
         vit_block_geom(c, l, &g);
         const double H = g.H, Hm = g.Hm, Tk = g.Tk, hd = C / H, maps = H * T * Tk, bias = c->qkv_bias ? 1 : 0;
-        const double Q = qk_width(c, l), dq = Q / H; /* LMSA: compressed q | k */
+        const double Q = pvt_q_width(c, l), dq = Q / H; /* LMSA: compressed q | k */
         vit_cost_add(o, VIT_COMP_NORM, 2 * 2 * C, 0, 2 * 8 * T * C);
         /* q over T tokens, k | v over T' keys; the reduction before them under attn.sr */
         if (vit_has_keys(c, l)) {

@@ -29,6 +29,10 @@ void pvt_col2im(float *dx, const float *dcol, int n, int H, int W, int C, int k,
  * backward, x is the bins' gradient (n, 49, D) and out (n, gh, gw, D) each token's (written). */
 void pvt_adaptive_pool(float *out, const float *x, int n, int gh, int gw, int D, int backward);
 
+/* Block l's total q/k width: C, or LMSA's compressed qk_dim (heads x vit_qk_head_dim); 0 for a
+ * block without keys (less-attention: its kv rows are v alone). */
+int pvt_q_width(const vit_config *c, int l);
+
 int pvt_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, int max);
 /* Stem (Conv2d k, s = patch_size, p = k / 2, then LN) of images (n, C, S, S) into a->x. */
 void pvt_stem(const vit_config *c, const vit_params *p, vit_acts *a, const float *images, int n);

@@ -22,16 +22,8 @@
 
 static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
 
-/* Block l's q/k width (C, or LMSA's), 0 for less-attention, and its reduction kind. */
-static int q_width(const vit_config *c, int l) {
-    vit_geom g;
-    vit_block_geom(c, l, &g);
-    return vit_has_keys(c, l) ? g.H * vit_qk_head_dim(c, l) : 0;
-}
+/* Block l reduces its keys' grid. */
 static int reduces(const vit_config *c, const vit_geom *g) { return c->sr_linear || g->sr_ratio > 1; }
-
-/* The grid of stage s. */
-static void stage_geom(const vit_config *c, int s, vit_geom *g) { vit_block_geom(c, vit_stage_first_block(c, s), g); }
 
 size_t pvt_tape_carve(const vit_config *c, int B, void *base, vit_tape *v) {
     char *p = base;
@@ -41,7 +33,7 @@ size_t pvt_tape_carve(const vit_config *c, int B, void *base, vit_tape *v) {
     for (int l = 0; l < c->depth; l++) {
         vit_block_geom(c, l, &g);
         vit_tape_block *k = &v->blk[l];
-        const size_t TD = b * g.T * g.D, TH = b * g.T * g.Hm, KD = b * g.Tk * g.D, Q = (size_t)q_width(c, l);
+        const size_t TD = b * g.T * g.D, TH = b * g.T * g.Hm, KD = b * g.Tk * g.D, Q = (size_t)pvt_q_width(c, l);
         const size_t maps = b * g.H * g.T * g.Tk;
         vit_carve_floats(p, &off, TD, &k->x_in);
         vit_carve_floats(p, &off, TD, &k->xn1);
@@ -63,12 +55,12 @@ size_t pvt_tape_carve(const vit_config *c, int B, void *base, vit_tape *v) {
         vit_carve_floats(p, &off, TH, &k->hid);
     }
     for (int s = 0; s < c->n_stages && s < VIT_MAX_STAGES; s++) {
-        stage_geom(c, s, &g);
+        vit_stage_grid(c, s, &g);
         const size_t TD = b * g.T * g.D;
         if (s == 0) vit_carve_floats(p, &off, TD, &v->embed);
         if (s > 0) {
             vit_geom gp;
-            stage_geom(c, s - 1, &gp);
+            vit_stage_grid(c, s - 1, &gp);
             vit_carve_floats(p, &off, b * gp.T * gp.D, &v->down_in[s]);
             vit_carve_floats(p, &off, TD, &v->down_pre[s]);
         }
@@ -94,7 +86,7 @@ size_t pvt_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *v)
     vit_geom g;
     for (int l = 0; l < c->depth; l++) {
         vit_block_geom(c, l, &g);
-        const size_t T = (size_t)g.T, D = (size_t)g.D, Tk = (size_t)g.Tk, Q = (size_t)q_width(c, l);
+        const size_t T = (size_t)g.T, D = (size_t)g.D, Tk = (size_t)g.Tk, Q = (size_t)pvt_q_width(c, l);
         TD = max_z(TD, T * D);
         TQ = max_z(TQ, T * Q);
         KV = max_z(KV, Tk * (Q + D));
@@ -112,7 +104,7 @@ size_t pvt_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *v)
     }
     size_t ar_src = 0, ar_mid = 0;
     for (int s = 1; s < c->n_stages; s++) {
-        stage_geom(c, s, &g);
+        vit_stage_grid(c, s, &g);
         col = max_z(col, (size_t)g.T * 9 * c->stage[s - 1].embed_dim);
         if (!c->attn_residual) continue;
         vit_geom gp;
@@ -195,32 +187,26 @@ static void ar_backward(const vit_config *c, int s, const vit_params *p, const v
     const float *ln = tape->ar_ln[s] ? tape->ar_ln[s] : dw_out;
     const float *src = c->ar_source == VIT_AR_SCORES ? tape->blk[first - 1].keep : tape->blk[first - 1].att;
     float *dpw = ws->ar_d[0], *dln = ws->ar_d[1];
-    /* out = gamma * pw: dgamma, and pw's gradient */
+    /* out = gamma * pw, pw = W ln + bias: dgamma, pw's gradient and the bias's (its sum) */
 #pragma omp parallel for schedule(static)
     for (int h = 0; h < H; h++) {
-        double acc = 0;
+        double acc = 0, bias = 0;
         for (int b = 0; b < n; b++) {
             const size_t o = ((size_t)b * H + h) * TT;
             for (size_t e = 0; e < TT; e++) {
                 acc += (double)dS[o + e] * pwo[o + e];
-                dpw[o + e] = sp->ar_gamma[h] * dS[o + e];
+                bias += dpw[o + e] = sp->ar_gamma[h] * dS[o + e];
             }
         }
         WR(gs->ar_gamma)[h] += (float)acc;
+        WR(gs->ar_pw_b)[h] += (float)bias;
     }
-    /* pw_b (H, TT) = W (H, h') ln_b (h', TT) + bias */
+    /* pw_b (H, TT) = W (H, h') ln_b (h', TT) + bias: W's gradient and ln's */
     for (int b = 0; b < n; b++) {
         const float *db = dpw + (size_t)b * H * TT;
         kernels_gemm(0, 1, H, hp, (int)TT, 1.0f, db, (int)TT, ln + (size_t)b * hp * TT, (int)TT, 1.0f,
                      WR(gs->ar_pw_w), hp);
         kernels_gemm(1, 0, hp, (int)TT, H, 1.0f, sp->ar_pw_w, hp, db, (int)TT, 0.0f, dln + (size_t)b * hp * TT, (int)TT);
-    }
-#pragma omp parallel for schedule(static)
-    for (int h = 0; h < H; h++) {
-        double acc = 0;
-        for (int b = 0; b < n; b++)
-            for (size_t e = 0; e < TT; e++) acc += dpw[((size_t)b * H + h) * TT + e];
-        WR(gs->ar_pw_b)[h] += (float)acc;
     }
     /* the norm over each row's keys (its gradient into dpw, free now) */
     const float *ddw = dln;
@@ -265,7 +251,7 @@ static double block_backward(const vit_config *c, int l, const vit_params *p, co
     const vit_tape_block *t = &tape->blk[l];
     vit_geom g;
     vit_block_geom(c, l, &g);
-    const int D = g.D, Hm = g.Hm, H = g.H, M = n * g.T, Tk = g.Tk, Q = q_width(c, l), KV = Q + D;
+    const int D = g.D, Hm = g.Hm, H = g.H, M = n * g.T, Tk = g.Tk, Q = pvt_q_width(c, l), KV = Q + D;
     const int dq = vit_qk_head_dim(c, l), hd = D / H;
     const float eps = c->ln_eps;
     /* MixFFN */
@@ -317,22 +303,16 @@ static int dp_square(const vit_config *c, int l) {
 double pvt_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
                     vit_grad_ws *ws, const float *dlogits, int n, float dp_weight, vit_dp_loss dp_loss) {
     const vit_tape *tape = a->tape;
-    const int Cn = c->num_classes, S = c->n_stages;
+    const int S = c->n_stages;
     vit_geom gs;
-    stage_geom(c, S - 1, &gs);
+    vit_stage_grid(c, S - 1, &gs);
     /* head: logits = head(mean_t x) (the last stage's norm is the model's) */
-    kernels_gemm(1, 0, Cn, gs.D, n, 1.0f, dlogits, Cn, a->pooled, gs.D, 1.0f, WR(g->head_w), gs.D);
-    kernels_colsum_add(WR(g->head_b), dlogits, n, Cn, Cn, 1.0f, ws->ones);
-    kernels_gemm(0, 0, n, gs.D, Cn, 1.0f, dlogits, Cn, p->head_w, gs.D, 0.0f, ws->dpool, gs.D);
-    for (int b = 0; b < n; b++)
-        for (int t = 0; t < gs.T; t++)
-            for (int i = 0; i < gs.D; i++)
-                ws->dx[((size_t)b * gs.T + t) * gs.D + i] = ws->dpool[(size_t)b * gs.D + i] / (float)gs.T;
+    vit_stage_head_backward(c, p, g, a, ws, dlogits, n, gs.T, gs.D, ws->dx);
     int nl = 0;
     for (int l = 0; l < c->depth; l++) nl += dp_square(c, l);
     double dp = 0;
     for (int s = S - 1; s >= 0; s--) {
-        stage_geom(c, s, &gs);
+        vit_stage_grid(c, s, &gs);
         const vit_stage_params *sp = &p->stages[s], *gsp = &g->stages[s];
         const int rows = n * gs.T, C = gs.D;
         memcpy(ws->dxn, ws->dx, (size_t)rows * C * sizeof(float));
@@ -349,7 +329,7 @@ double pvt_backward(const vit_config *c, const vit_params *p, const vit_params *
         if (s == 0) break;
         /* x_s = LN(Conv2d(k3, s2, p1)(x_{s-1})) */
         vit_geom gp;
-        stage_geom(c, s - 1, &gp);
+        vit_stage_grid(c, s - 1, &gp);
         const int Ci = gp.D, K = 9 * Ci;
         memset(ws->dao, 0, (size_t)rows * C * sizeof(float));
         kernels_layernorm_backward(ws->dao, WR(gsp->down_norm_w), WR(gsp->down_norm_b), ws->dx, tape->down_pre[s],
@@ -361,7 +341,7 @@ double pvt_backward(const vit_config *c, const vit_params *p, const vit_params *
         pvt_col2im(ws->dx, ws->dcol, n, gp.gh, gp.gw, Ci, 3, 2, 1, 0);
     }
     /* stem: x0 = LN(Conv2d(k, s = patch, p = k / 2)(images)) */
-    stage_geom(c, 0, &gs);
+    vit_stage_grid(c, 0, &gs);
     const int rows = n * gs.T, K = c->in_chans * c->patch_kernel * c->patch_kernel;
     memset(ws->dxn, 0, (size_t)rows * gs.D * sizeof(float));
     kernels_layernorm_backward(ws->dxn, WR(g->patch_norm_w), WR(g->patch_norm_b), ws->dx, tape->embed,

@@ -117,8 +117,8 @@ static int same_tables(const vit_geom *a, const vit_geom *b) {
            a->shift == b->shift;
 }
 
-/* The grid of stage s (tokens gh x gw) and its merge's input width; s = 0: the patch grid. */
-static void stage_grid(const vit_config *c, int s, vit_geom *g) {
+/* The grid of stage s (tokens gh x gw); s = 0: the patch grid. */
+void vit_stage_grid(const vit_config *c, int s, vit_geom *g) {
     vit_block_geom(c, vit_stage_first_block(c, s), g);
 }
 
@@ -150,12 +150,12 @@ size_t vit_stage_acts_carve(const vit_config *c, int B, void *base, vit_acts *a)
     }
     for (int s = 1; s < c->n_stages; s++) {
         vit_geom g;
-        stage_grid(c, s, &g);
+        vit_stage_grid(c, s, &g);
         const size_t m = (size_t)g.T * 4 * c->stage[s - 1].embed_dim;
         if (c->stage[s].down == VIT_DOWN_MERGE && m > merge) merge = m;
     }
     vit_geom g0;
-    stage_grid(c, 0, &g0);
+    vit_stage_grid(c, 0, &g0);
     size_t K = (size_t)c->in_chans * c->patch_size * c->patch_size;
     pvt_need pz = {0};
     if (c->family == VIT_FAMILY_PVT2) { /* the convs' im2col buffers (patches, merge) */
@@ -350,7 +350,7 @@ void vit_stage_forward(const vit_config *c, const vit_params *p, vit_acts *a, co
         return;
     }
     vit_geom g;
-    stage_grid(c, 0, &g);
+    vit_stage_grid(c, 0, &g);
     const int P = c->patch_size, Cin = c->in_chans, K = Cin * P * P;
     int D = g.D, gh = g.gh, gw = g.gw;
     /* stem: patches, Conv2d(k = s = P) as one GEMM, then LayerNorm; no position embedding */
@@ -365,7 +365,7 @@ void vit_stage_forward(const vit_config *c, const vit_params *p, vit_acts *a, co
         kernels_layernorm(a->x, a->x, p->patch_norm_w, p->patch_norm_b, n * gh * gw, D, c->ln_eps);
     for (int s = 0; s < c->n_stages; s++) {
         const int first = vit_stage_first_block(c, s);
-        stage_grid(c, s, &g);
+        vit_stage_grid(c, s, &g);
         if (s > 0 && c->stage[s].down == VIT_DOWN_MERGE) {
             const vit_stage_params *sp = &p->stages[s];
             const int rows = n * g.gh * g.gw;

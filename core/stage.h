@@ -20,6 +20,13 @@ size_t vit_stage_tape_carve(const vit_config *c, int B, void *base, vit_tape *t)
 size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws);
 double vit_stage_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
                           vit_grad_ws *ws, const float *dlogits, int n, float dp_weight, vit_dp_loss dp_loss);
+/* The geometry of stage s's first block (its grid, width, heads; stage.c). */
+void vit_stage_grid(const vit_config *c, int s, vit_geom *g);
+/* The mean-pooled head in reverse (stage_train.c): head_w, head_b += their gradients, ws->dpool
+ * (n, D) = the pooled features' gradient, and dtok (n, T, D) = its share of each of the T
+ * tokens averaged. */
+void vit_stage_head_backward(const vit_config *c, const vit_params *p, const vit_params *g, const vit_acts *a,
+                             vit_grad_ws *ws, const float *dlogits, int n, int T, int D, float *dtok);
 /* kernels_layernorm_backward's scratch floats for rows of width d. */
 size_t vit_ln_scratch_floats(size_t rows, size_t d);
 /* train.c's Linear backward: dW (N, K) += dy^T x, db += column sums of dy, dx (M, K) = (or +=)

@@ -301,22 +301,27 @@ static void merge_scatter(float *dx, const float *dm, int n, int gh, int gw, int
             }
 }
 
-double vit_stage_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
-                          vit_grad_ws *ws, const float *dlogits, int n, float dp_weight, vit_dp_loss dp_loss) {
-    if (c->family == VIT_FAMILY_PVT2) return pvt_backward(c, p, g, a, ws, dlogits, n, dp_weight, dp_loss);
-    const vit_tape *tape = a->tape;
-    const float eps = c->ln_eps;
+void vit_stage_head_backward(const vit_config *c, const vit_params *p, const vit_params *g, const vit_acts *a,
+                             vit_grad_ws *ws, const float *dlogits, int n, int T, int D, float *dtok) {
     const int Cn = c->num_classes;
-    vit_geom gl;
-    vit_block_geom(c, c->depth - 1, &gl);
-    int T = gl.T, D = gl.D;
-    /* head: logits = head(mean_t LN(x_final)) */
     kernels_gemm(1, 0, Cn, D, n, 1.0f, dlogits, Cn, a->pooled, D, 1.0f, WR(g->head_w), D);
     kernels_colsum_add(WR(g->head_b), dlogits, n, Cn, Cn, 1.0f, ws->ones);
     kernels_gemm(0, 0, n, D, Cn, 1.0f, dlogits, Cn, p->head_w, D, 0.0f, ws->dpool, D);
     for (int b = 0; b < n; b++)
         for (int t = 0; t < T; t++)
-            for (int i = 0; i < D; i++) ws->dxn[((size_t)b * T + t) * D + i] = ws->dpool[(size_t)b * D + i] / (float)T;
+            for (int i = 0; i < D; i++) dtok[((size_t)b * T + t) * D + i] = ws->dpool[(size_t)b * D + i] / (float)T;
+}
+
+double vit_stage_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
+                          vit_grad_ws *ws, const float *dlogits, int n, float dp_weight, vit_dp_loss dp_loss) {
+    if (c->family == VIT_FAMILY_PVT2) return pvt_backward(c, p, g, a, ws, dlogits, n, dp_weight, dp_loss);
+    const vit_tape *tape = a->tape;
+    const float eps = c->ln_eps;
+    vit_geom gl;
+    vit_block_geom(c, c->depth - 1, &gl);
+    int T = gl.T, D = gl.D;
+    /* head: logits = head(mean_t LN(x_final)) */
+    vit_stage_head_backward(c, p, g, a, ws, dlogits, n, T, D, ws->dxn);
     memset(ws->dx, 0, (size_t)n * T * D * sizeof(float));
     kernels_layernorm_backward(ws->dx, WR(g->norm_w), WR(g->norm_b), ws->dxn, tape->x_final, p->norm_w,
                                ws->ln_scratch, n * T, D, eps);
