@@ -394,7 +394,7 @@ int cmd_demo(int argc, char **argv) {
     snprintf(next, sizeof next, "%s view %s/trace-epoch-000.h5", prog, train_dir);
     next_line(next, "the same images before training");
     snprintf(next, sizeof next, "%s train --config experiments/models/lavit_shapes.json --data shapes --out lavit", prog);
-    next_line(next, "configs: lmsa, lsla, lavit, mait, refiner, swin, lmsa_swin, pvt, lavit_pvt; docs/training.md");
+    next_line(next, "one config per mechanism and model: experiments/models/; docs/training.md");
     snprintf(next, sizeof next, "h5dump -H %s | less", out);
     next_line(next, NULL);
     snprintf(next, sizeof next, "python3 -c \"import h5py; f = h5py.File('%s'); print(f['layers/03/attn'].shape)\"", out);

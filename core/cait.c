@@ -10,6 +10,7 @@
 
 #include "kernels.h"
 #include "stage.h"
+#include "vitfam.h"
 
 static const char *const mix_names[] = {[VIT_MASK_MIX_BEFORE] = "before_mix", [VIT_MASK_MIX_AFTER] = "after_mix"};
 _Static_assert(sizeof mix_names / sizeof mix_names[0] == VIT_MASK_MIX_COUNT, "mask mix names");
@@ -128,11 +129,21 @@ static void head_mix(float *out, const float *W, const float *bias, const float 
             for (size_t e = 0; e < NN; e++) out[(size_t)g * NN + e] += bias[g];
 }
 
-/* The MLP branch on rows rows of xn (width D): out = fc2(gelu(fc1(xn))). */
-static void mlp(float *out, float *hid, const float *xn, const vit_block_params *bp, int rows, int D, int Hm) {
-    vit_linear(hid, xn, bp->fc1_w, bp->fc1_b, rows, Hm, D, 0);
-    kernels_gelu(hid, (size_t)rows * Hm);
-    vit_linear(out, hid, bp->fc2_w, bp->fc2_b, rows, D, Hm, 0);
+/* What both block kinds end with, on rows rows of x (n, rows, D) given the attention output
+ * ao: x += gamma_1 proj(ao); x += gamma_2 fc2(gelu(fc1(LN2(x)))). With a tape t the block's
+ * intermediates land in it (branch[]: the branches before their gamma). */
+static void block_tail(const vit_config *c, const vit_block_params *bp, vit_acts *a, const vit_tape_block *t,
+                       const float *ao, int rows, int D, int Hm) {
+    float *y0 = t && t->branch[0] ? t->branch[0] : a->xn, *y1 = t && t->branch[1] ? t->branch[1] : a->xn;
+    float *xn2 = t ? t->xn2 : a->xn, *hpre = t ? t->hpre : a->hid, *hid = t ? t->hid : a->hid;
+    vit_linear(y0, ao, bp->proj_w, bp->proj_b, rows, D, D, 0);
+    kernels_scaled_add(a->x, y0, bp->ls1, rows, D);
+    if (t) memcpy(t->x_mid, a->x, (size_t)rows * D * sizeof(float));
+    kernels_layernorm(xn2, a->x, bp->norm2_w, bp->norm2_b, rows, D, c->ln_eps);
+    vit_linear(hpre, xn2, bp->fc1_w, bp->fc1_b, rows, Hm, D, 0);
+    vitfam_act(c, hid, hpre, (size_t)rows * Hm);
+    vit_linear(y1, hid, bp->fc2_w, bp->fc2_b, rows, D, Hm, 0);
+    kernels_scaled_add(a->x, y1, bp->ls2, rows, D);
 }
 
 /* A self-attention block on x (n, N, D): LN1, qkv, per image all heads: L_h = scale q_h k_h^T,
@@ -142,25 +153,31 @@ static void mlp(float *out, float *hid, const float *xn, const vit_block_params 
 static void sa_block(const vit_config *c, int l, const vit_geom *g, const vit_block_params *bp, vit_acts *a,
                      int n, const vit_record *rec) {
     const int N = g->T, D = g->D, H = g->H, hd = D / H, M = n * N, W = 3 * D;
-    const size_t NN = (size_t)N * N, map = (size_t)H * NN;
+    const size_t NN = (size_t)N * N, map = (size_t)H * NN, MD = (size_t)M * D * sizeof(float);
     const int th = vit_cait_talking(c, l);
     const vit_mech *m = vit_mech_of(c, l);
     vit_geom mg;
     vit_mech_block mb;
     vit_mech_block_at(&mb, c, l, bp, &mg);
     const float scale = vit_attn_scale(c, l);
-    kernels_layernorm(a->xn, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
-    vit_linear(a->qkv, a->xn, bp->qkv_w, bp->qkv_b, M, W, D, 0);
+    /* a training forward keeps the block in its tape (t); inference reuses the acts */
+    const vit_tape_block *t = a->tape ? &a->tape->blk[l] : NULL;
+    float *xn = t ? t->xn1 : a->xn, *qkv_all = t ? t->qkv : a->qkv, *ao = t ? t->ao : a->ao;
+    float *att_all = t ? t->att : a->att;
+    if (t) memcpy(t->x_in, a->x, MD);
+    kernels_layernorm(xn, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
+    vit_linear(qkv_all, xn, bp->qkv_w, bp->qkv_b, M, W, D, 0);
     float *att = rec_at(rec->attn, l), *sc = rec_at(rec->scores, l);
     float *x0 = th ? rec_at(rec->extra[0], l) : NULL, *x1 = th ? rec_at(rec->extra[1], l) : NULL;
+    if (t && th) x0 = t->ext[0], x1 = t->ext[1]; /* the backward's raw logits and softmax */
 #pragma omp parallel for schedule(dynamic, 1)
     for (int b = 0; b < n; b++) {
         float *scr = a->cait ? a->cait + (size_t)b * 3 * map : NULL;
-        const float *qkv = a->qkv + (size_t)b * N * W;
-        float *L = x0 ? x0 + b * map : th ? scr : a->att + b * map;          /* raw logits */
+        const float *qkv = qkv_all + (size_t)b * N * W;
+        float *L = x0 ? x0 + b * map : th ? scr : att_all + b * map;          /* raw logits */
         float *Lm = th ? (sc ? sc + b * map : scr + map) : L;                /* into the softmax */
         float *P = th ? (x1 ? x1 + b * map : scr + 2 * map) : NULL;          /* softmax */
-        float *A = att ? att + b * map : a->att + b * map;                   /* multiplies v */
+        float *A = att ? att + b * map : att_all + b * map;                  /* multiplies v */
         vit_attn_problem p = {.Tq = N, .Tk = N, .prefix = 0, .gh = g->gh, .gw = g->gw, .H = H, .dq = hd,
                               .scale = scale, .ldq = W, .ldk = W, .ldv = W};
         for (int h = 0; h < H; h++)
@@ -189,17 +206,14 @@ static void sa_block(const vit_config *c, int l, const vit_geom *g, const vit_bl
             if (A != L) memcpy(A, L, map * sizeof(float));
             kernels_softmax_rows(A, H * N, N);
         }
+        if (t && A != att_all + b * map) memcpy(att_all + b * map, A, map * sizeof(float));
         for (int h = 0; h < H; h++)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, hd, N, 1.0f, A + h * NN, N,
-                        qkv + 2 * D + (size_t)h * hd, W, 0.0f, a->ao + (size_t)b * N * D + (size_t)h * hd, D);
+                        qkv + 2 * D + (size_t)h * hd, W, 0.0f, ao + (size_t)b * N * D + (size_t)h * hd, D);
     }
-    record_heads(rec_at(rec->q, l), a->qkv, n, N, H, hd, W, 0);
-    record_heads(rec_at(rec->k, l), a->qkv, n, N, H, hd, W, D);
-    vit_linear(a->xn, a->ao, bp->proj_w, bp->proj_b, M, D, D, 0);
-    kernels_scaled_add(a->x, a->xn, bp->ls1, M, D);
-    kernels_layernorm(a->xn, a->x, bp->norm2_w, bp->norm2_b, M, D, c->ln_eps);
-    mlp(a->ao, a->hid, a->xn, bp, M, D, g->Hm);
-    kernels_scaled_add(a->x, a->ao, bp->ls2, M, D);
+    record_heads(rec_at(rec->q, l), qkv_all, n, N, H, hd, W, 0);
+    record_heads(rec_at(rec->k, l), qkv_all, n, N, H, hd, W, D);
+    block_tail(c, bp, a, t, ao, M, D, g->Hm);
     float *tok = rec_at(rec->tokens, l);
     if (tok) memcpy(tok, a->x, (size_t)M * D * sizeof(float));
 }
@@ -211,35 +225,38 @@ static void ca_block(const vit_config *c, int l, const vit_geom *g, const vit_bl
                      int n, const vit_record *rec) {
     const int T = g->T, D = g->D, H = g->H, hd = D / H, W = 2 * D;
     const float scale = vit_attn_scale(c, l);
-    float *q = a->pooled, *o = a->ao, *y = a->xn; /* (n, D) each, compact */
-    kernels_layernorm(a->xn, a->x, bp->norm1_w, bp->norm1_b, n * T, D, c->ln_eps);
-    vit_linear_ld(a->qkv, W, a->xn, bp->k_w, bp->k_b, n * T, D, D, 0);
-    vit_linear_ld(a->qkv + D, W, a->xn, bp->v_w, bp->v_b, n * T, D, D, 0);
-    for (int b = 0; b < n; b++) memcpy(o + (size_t)b * D, a->xn + (size_t)b * T * D, (size_t)D * sizeof(float));
+    const vit_tape_block *t = a->tape ? &a->tape->blk[l] : NULL;
+    /* compact (n, D) rows: the class token's query, the attention output, the class token */
+    float *q = t ? t->cq : a->pooled, *o = t ? t->ao : a->ao, *cls = a->pooled + (size_t)n * D;
+    float *xn = t ? t->xn1 : a->xn, *kv_all = t ? t->qkv : a->qkv, *att_all = t ? t->att : a->att;
+    if (t) memcpy(t->x_in, a->x, (size_t)n * T * D * sizeof(float));
+    kernels_layernorm(xn, a->x, bp->norm1_w, bp->norm1_b, n * T, D, c->ln_eps);
+    vit_linear_ld(kv_all, W, xn, bp->k_w, bp->k_b, n * T, D, D, 0);
+    vit_linear_ld(kv_all + D, W, xn, bp->v_w, bp->v_b, n * T, D, D, 0);
+    for (int b = 0; b < n; b++) memcpy(o + (size_t)b * D, xn + (size_t)b * T * D, (size_t)D * sizeof(float));
     vit_linear(q, o, bp->q_w, bp->q_b, n, D, D, 0);
     float *att = rec_at(rec->attn, l), *sc = rec_at(rec->scores, l);
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < n * H; bh++) {
         const int b = bh / H, h = bh % H;
-        const float *kv = a->qkv + (size_t)b * T * W;
-        float *A = (att ? att : a->att) + (size_t)bh * T;
+        const float *kv = kv_all + (size_t)b * T * W;
+        float *A = (att ? att : att_all) + (size_t)bh * T;
         cblas_sgemv(CblasRowMajor, CblasNoTrans, T, hd, scale, kv + (size_t)h * hd, W, q + (size_t)b * D + (size_t)h * hd,
                     1, 0.0f, A, 1);
         if (sc) memcpy(sc + (size_t)bh * T, A, (size_t)T * sizeof(float));
         kernels_softmax_rows(A, 1, T);
+        if (t && att) memcpy(att_all + (size_t)bh * T, A, (size_t)T * sizeof(float));
         cblas_sgemv(CblasRowMajor, CblasTrans, T, hd, 1.0f, kv + D + (size_t)h * hd, W, A, 1, 0.0f,
                     o + (size_t)b * D + (size_t)h * hd, 1);
     }
     record_heads(rec_at(rec->q, l), q, n, 1, H, hd, D, 0);
-    record_heads(rec_at(rec->k, l), a->qkv, n, T, H, hd, W, 0);
-    vit_linear(y, o, bp->proj_w, bp->proj_b, n, D, D, 0);
-    for (int b = 0; b < n; b++) {
-        float *cls = a->x + (size_t)b * T * D;
-        kernels_scaled_add(cls, y + (size_t)b * D, bp->ls1, 1, D);
-        kernels_layernorm(o + (size_t)b * D, cls, bp->norm2_w, bp->norm2_b, 1, D, c->ln_eps);
-    }
-    mlp(y, a->hid, o, bp, n, D, g->Hm);
-    for (int b = 0; b < n; b++) kernels_scaled_add(a->x + (size_t)b * T * D, y + (size_t)b * D, bp->ls2, 1, D);
+    record_heads(rec_at(rec->k, l), kv_all, n, T, H, hd, W, 0);
+    /* the tail on the class tokens alone, gathered (the patch rows stay as they are) */
+    for (int b = 0; b < n; b++) memcpy(cls + (size_t)b * D, a->x + (size_t)b * T * D, (size_t)D * sizeof(float));
+    vit_acts la = *a;
+    la.x = cls;
+    block_tail(c, bp, &la, t, o, n, D, g->Hm);
+    for (int b = 0; b < n; b++) memcpy(a->x + (size_t)b * T * D, cls + (size_t)b * D, (size_t)D * sizeof(float));
     float *tok = rec_at(rec->tokens, l);
     if (tok) memcpy(tok, a->x, (size_t)n * T * D * sizeof(float));
 }
@@ -268,6 +285,8 @@ void vit_cait_forward(const vit_config *c, const vit_params *p, vit_acts *a, con
         ca_block(c, l, &g, &p->blocks[l], a, n, rec);
     }
     /* the final norm on [cls; x] is per row: only row 0 reaches the head */
+    for (int b = 0; b < n && a->tape; b++)
+        memcpy(a->tape->x_final + (size_t)b * D, a->x + (size_t)b * T * D, (size_t)D * sizeof(float));
     for (int b = 0; b < n; b++)
         kernels_layernorm(a->pooled + (size_t)b * D, a->x + (size_t)b * T * D, p->norm_w, p->norm_b, 1, D, c->ln_eps);
     const int C = c->num_classes;

@@ -9,6 +9,7 @@
 #define AS_CAIT_H
 
 #include "mech.h"
+#include "train.h"
 #include "vit.h"
 
 int vit_cait_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, int max);
@@ -36,5 +37,12 @@ const char *vit_cait_attn_doc(const vit_config *c, int l);
 const char *vit_cait_scores_doc(const vit_config *c, int l);
 /* The layer attributes of CaiT block l (talking heads, signed maps, query rows). */
 void vit_cait_trace_attrs(const vit_config *c, int l, vit_mech_writer *w);
+
+/* Training (cait_train.c; stage_train.c dispatches here): the tape, the backward's workspace
+ * and the backward pass (returns 0: no LaViT term in a CaiT). */
+size_t cait_tape_carve(const vit_config *c, int B, void *base, vit_tape *t);
+size_t cait_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws);
+double cait_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a, vit_grad_ws *ws,
+                     const float *dlogits, int n);
 
 #endif

@@ -228,25 +228,53 @@ typedef struct {
      * less-attention, 0 for none; and its attention residual between stages */
     int less_from[VIT_MAX_STAGES];
     int attn_residual;
+    /* MaiT (003_0ebe6d202555ca79.txt): another width and head count (0: the base's), LayerScale
+     * (0: the base's), and up to three spans of blocks [from, to] whose first `heads` heads
+     * (negative: H + heads; VIT_SEED_ALL_HEADS: all) take 3 x 3 masks in `mode` */
+    int embed_dim, num_heads;
+    float init_values;
+    struct {
+        int from, to, heads;
+        vit_mask_mode mode;
+    } mait[3];
 } vit_seed;
+#define VIT_SEED_ALL_HEADS 99
 
 static const vit_seed vit_seeds[] = {
     /* LMSA, Table 3 (001_437a81f61ef2391f.txt): Swin-T on CIFAR, "the Patches Embedding stage of
      * the model is replaced by Conv 1x1" (patch 1, 32 x 32 grid); q/k at 1 channel per head (the
      * extreme setting, CIFAR-10) or halved (CIFAR-100), and their MSA baselines */
-    {"swin_tiny_cifar10", "swin_tiny_patch4_window7_224", 32, 1, 10, VIT_ATTN_VANILLA, {0}, {0}, {0}, 0},
-    {"lmsa_swin_tiny_cifar10", "swin_tiny_patch4_window7_224", 32, 1, 10, VIT_ATTN_LMSA, {3, 6, 12, 24}, {0}, {0}, 0},
-    {"swin_tiny_cifar100", "swin_tiny_patch4_window7_224", 32, 1, 100, VIT_ATTN_VANILLA, {0}, {0}, {0}, 0},
-    {"lmsa_swin_tiny_cifar100", "swin_tiny_patch4_window7_224", 32, 1, 100, VIT_ATTN_LMSA, {48, 96, 192, 384}, {0}, {0}, 0},
+    {"swin_tiny_cifar10", "swin_tiny_patch4_window7_224", 32, 1, 10, VIT_ATTN_VANILLA, .qk_dim = {0}},
+    {"lmsa_swin_tiny_cifar10", "swin_tiny_patch4_window7_224", 32, 1, 10, VIT_ATTN_LMSA, .qk_dim = {3, 6, 12, 24}},
+    {"swin_tiny_cifar100", "swin_tiny_patch4_window7_224", 32, 1, 100, VIT_ATTN_VANILLA, .qk_dim = {0}},
+    {"lmsa_swin_tiny_cifar100", "swin_tiny_patch4_window7_224", 32, 1, 100, VIT_ATTN_LMSA, .qk_dim = {48, 96, 192, 384}},
     /* the extreme setting on the ImageNet Swin-T */
-    {"lmsa_swin_tiny_patch4_window7_224", "swin_tiny_patch4_window7_224", 0, 0, 0, VIT_ATTN_LMSA, {3, 6, 12, 24}, {0}, {0}, 0},
+    {"lmsa_swin_tiny_patch4_window7_224", "swin_tiny_patch4_window7_224", 0, 0, 0, VIT_ATTN_LMSA, .qk_dim = {3, 6, 12, 24}},
     /* LaViT, Table 1 (002_684a320be87a6fbb.txt): PVT v2 stages (its "w/o LA" baseline, Table 6,
      * is PVTv2-b1 / b2) with channels [64, 128, 320, 512] and heads [1, 2, 5, 8], less-attention
      * from block N_LA of each stage (0: none), the attention residual into every stage after the
      * first; docs/models.md, "LaViT", has the readings and the parameter counts */
-    {"lavit_t", "pvt_v2_b1", 0, 0, 0, VIT_ATTN_VANILLA, {0}, {2, 2, 2, 2}, {0, 0, 2, 2}, 1},
-    {"lavit_s", "pvt_v2_b2", 0, 0, 0, VIT_ATTN_VANILLA, {0}, {3, 4, 6, 3}, {0, 0, 3, 2}, 1},
-    {"lavit_b", "pvt_v2_b2", 0, 0, 0, VIT_ATTN_VANILLA, {0}, {3, 3, 18, 3}, {0, 2, 4, 3}, 1},
+    {"lavit_t", "pvt_v2_b1", 0, 0, 0, VIT_ATTN_VANILLA, .depths = {2, 2, 2, 2}, .less_from = {0, 0, 2, 2}, .attn_residual = 1},
+    {"lavit_s", "pvt_v2_b2", 0, 0, 0, VIT_ATTN_VANILLA, .depths = {3, 4, 6, 3}, .less_from = {0, 0, 3, 2}, .attn_residual = 1},
+    {"lavit_b", "pvt_v2_b2", 0, 0, 0, VIT_ATTN_VANILLA, .depths = {3, 3, 18, 3}, .less_from = {0, 2, 4, 3}, .attn_residual = 1},
+    /* MaiT, Table 7: 24-layer DeiTs (Table 2's widths and heads). XT, XS and S (starred) add
+     * LayerScale (init 1e-5, CaiT's for 24 layers: the paper gives none) and use masking Sch.2
+     * (Table 5: "Sch.2 with LayerScale"): H - 1 masked heads in layers 0-7, one in 8-19 (the
+     * paper prints "9-19", leaving layer 8 out: docs/models.md, "MaiT's models"), none after;
+     * T is Table 4's Sch.3 (soft masks in every head of layers 0-20) without LayerScale */
+    {"mait_xt", "deit_tiny_patch16_224", 0, 0, 0, VIT_ATTN_VANILLA, .depths = {24}, .embed_dim = 144,
+     .num_heads = 3, .init_values = 1e-5f, .mait = {{0, 7, -1, VIT_MASK_ZERO}, {8, 19, 1, VIT_MASK_ZERO}}},
+    {"mait_t", "deit_tiny_patch16_224", 0, 0, 0, VIT_ATTN_VANILLA, .depths = {24},
+     .mait = {{0, 20, VIT_SEED_ALL_HEADS, VIT_MASK_SOFT}}},
+    {"mait_xs", "deit_tiny_patch16_224", 0, 0, 0, VIT_ATTN_VANILLA, .depths = {24}, .embed_dim = 288,
+     .num_heads = 3, .init_values = 1e-5f, .mait = {{0, 7, -1, VIT_MASK_ZERO}, {8, 19, 1, VIT_MASK_ZERO}}},
+    {"mait_s", "deit_small_patch16_224", 0, 0, 0, VIT_ATTN_VANILLA, .depths = {24}, .init_values = 1e-5f,
+     .mait = {{0, 7, -1, VIT_MASK_ZERO}, {8, 19, 1, VIT_MASK_ZERO}}},
+    /* Masked CaiT, Table 7: CaiT-XXS24 ("CaiT-T", 12 M, 2.5 G) and CaiT-S24 with masks; the
+     * placement is not printed: Sch.1, the quick search's initialisation (head 0 of every
+     * self-attention block, 3 x 3, hard), on each head's logits before the mix */
+    {"masked_cait_xxs24", "cait_xxs24_224", 0, 0, 0, VIT_ATTN_VANILLA, .mait = {{0, 23, 1, VIT_MASK_ZERO}}},
+    {"masked_cait_s24", "cait_s24_224", 0, 0, 0, VIT_ATTN_VANILLA, .mait = {{0, 23, 1, VIT_MASK_ZERO}}},
 };
 #define VIT_SEED_N ((int)(sizeof vit_seeds / sizeof vit_seeds[0]))
 
@@ -265,19 +293,35 @@ static void seed_build(const vit_seed *s, vit_config *c) {
     }
     if (s->patch_size) c->patch_size = s->patch_size;
     if (s->num_classes) c->num_classes = s->num_classes;
-    if (s->depths[0]) {
+    if (s->depths[0] && c->n_stages == 0) c->depth = s->depths[0];
+    if (s->depths[0] && c->n_stages > 0) {
         c->depth = 0;
         for (int st = 0; st < c->n_stages; st++) c->depth += c->stage[st].depth = s->depths[st];
     }
+    if (s->embed_dim) {
+        c->embed_dim = s->embed_dim;
+        c->mlp_hidden = 4 * s->embed_dim; /* DeiT's MLP ratio */
+    }
+    if (s->num_heads) c->num_heads = s->num_heads;
+    if (s->init_values > 0) c->init_values = s->init_values;
     c->attn_residual = s->attn_residual;
-    for (int st = 0, l = 0; st < c->n_stages; st++)
-        for (int j = 0; j < c->stage[st].depth; j++, l++) {
+    const int stages = c->n_stages > 0 ? c->n_stages : 1;
+    for (int st = 0, l = 0; st < stages; st++)
+        for (int j = 0; j < (c->n_stages > 0 ? c->stage[st].depth : c->depth); j++, l++) {
             vit_attn *a = &c->attn[l];
             memset(a, 0, sizeof *a);
-            a->kind = s->less_from[st] && j + 1 >= s->less_from[st] ? VIT_ATTN_LESS : s->kind;
+            int span = -1, heads = 0;
+            for (int k = 0; k < 3; k++) {
+                const int h = s->mait[k].heads < 0 ? c->num_heads + s->mait[k].heads : s->mait[k].heads;
+                if (h > 0 && l >= s->mait[k].from && l <= s->mait[k].to) span = k, heads = h;
+            }
+            a->kind = span >= 0 ? VIT_ATTN_MAIT : s->less_from[st] && j + 1 >= s->less_from[st] ? VIT_ATTN_LESS : s->kind;
             const vit_mech *m = vit_mech_get_kind(a->kind);
             if (m && m->defaults) m->defaults(a);
             if (a->kind == VIT_ATTN_LMSA) a->qk_dim = s->qk_dim[st];
+            if (span < 0) continue;
+            a->mask_mode = s->mait[span].mode;
+            for (int h = 0; h < c->num_heads && h < heads; h++) a->mask_size[h] = 3;
         }
 }
 

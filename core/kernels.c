@@ -359,6 +359,26 @@ void kernels_scaled_add(float *x, const float *y, const float *gamma, int n, int
     }
 }
 
+void kernels_scaled_add_backward(float *df, float *dgamma, const float *dy, const float *f, const float *gamma,
+                                 int n, int d) {
+    enum { COLS = 16 };
+    /* dgamma: per column a double over the rows in order (column blocks over threads) */
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < d; c0 += COLS) {
+        const int w = d - c0 < COLS ? d - c0 : COLS;
+        double acc[COLS] = {0};
+        for (int r = 0; r < n; r++) {
+            const float *a = dy + (size_t)r * d + c0, *b = f + (size_t)r * d + c0;
+            for (int i = 0; i < w; i++) acc[i] += (double)a[i] * b[i];
+        }
+        for (int i = 0; i < w; i++) dgamma[c0 + i] += (float)acc[i];
+    }
+    if (!df) return;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < d; i++) df[(size_t)r * d + i] = gamma[i] * dy[(size_t)r * d + i];
+}
+
 void kernels_add_rows(float *y, const float *bias, int n, int d) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {

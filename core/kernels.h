@@ -56,6 +56,10 @@ void kernels_dwconv3_backward(float *din, float *dw, float *db, const float *dou
                               const float *w, int n, int gh, int gw, int C);
 /* x[r,:] += gamma * y[r,:] (LayerScale's residual add; gamma NULL: x += y). x, y: (n, d). */
 void kernels_scaled_add(float *x, const float *y, const float *gamma, int n, int d);
+/* Its backward given dy (n, d), the gradient of x after the add: dgamma (d) += sum_r dy * y
+ * (per column in double, rows in order: thread-independent) and df = gamma * dy (NULL: skip). */
+void kernels_scaled_add_backward(float *df, float *dgamma, const float *dy, const float *y, const float *gamma,
+                                 int n, int d);
 
 /* IEEE binary16 conversions, round to nearest even; NaN and infinities are kept. */
 uint16_t kernels_f32_to_f16(float f);

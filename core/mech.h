@@ -138,6 +138,8 @@ typedef struct {
     float *X, *Y;    /* (Tq, Tk) scratch of this head's slot, kept for the block hook */
     double *scal;    /* this head's slot of ws->scal */
     float *dprev;    /* reuse mechanisms: (Tq, Tk) gradient of the previous scores */
+    const float *raw; /* (Tq, Tk) the scores as the forward's scores hook received them, where
+                       * they are not scale q k^T (CaiT's mixed logits); NULL: scale q k^T */
     const float *dR; /* out: gradient of the raw q k^T product */
     float s;         /* out: its scale */
 } vit_mech_head_bwd;

@@ -18,7 +18,6 @@
 #include "stage.h"
 #include "train.h"
 
-#define WR(ptr) ((float *)(uintptr_t)(ptr))
 
 static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
 
@@ -264,7 +263,7 @@ static double block_backward(const vit_config *c, int l, const vit_params *p, co
     kernels_layernorm_backward(ws->dx, WR(gb->norm2_w), WR(gb->norm2_b), ws->dxn, t->x_mid, bp->norm2_w,
                                ws->ln_scratch, M, D, eps);
     /* attention over the reduced keys */
-    vit_linear_backward(WR(gb->proj_w), WR(gb->proj_b), ws->dao, 0, ws->dx, D, t->ao, D, bp->proj_w, M, D, D, ws->ones);
+    vit_proj_backward(c, bp, gb, t, ws, ws->dx, M, D);
     vit_attn_bwd j = {
         .c = c, .l = l, .bp = bp, .gb = gb, .tape = tape, .ws = ws, .n = n, .Tq = g.T, .Tk = Tk,
         .q = {Q ? t->qkv : NULL, g.T, Q, dq}, .k = {Q ? t->kv : NULL, Tk, KV, dq}, .v = {t->kv + Q, Tk, KV, hd},

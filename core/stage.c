@@ -342,7 +342,7 @@ void vit_stage_forward(const vit_config *c, const vit_params *p, vit_acts *a, co
                        int n, const vit_record *rec) {
     assert(n >= 1 && n <= a->B);
     vit_tape *tape = a->tape; /* a training forward (Swin; core/stage_train.c) */
-    assert(!tape || (c->family != VIT_FAMILY_CAIT && !rec));
+    assert(!tape || !rec);
     const vit_record none = {0};
     if (!rec) rec = &none;
     if (c->family == VIT_FAMILY_CAIT) {

@@ -27,6 +27,17 @@ void vit_stage_grid(const vit_config *c, int s, vit_geom *g);
  * tokens averaged. */
 void vit_stage_head_backward(const vit_config *c, const vit_params *p, const vit_params *g, const vit_acts *a,
                              vit_grad_ws *ws, const float *dlogits, int n, int T, int D, float *dtok);
+/* A block's tail backward (train.c), over rows rows of width D (the tape's block t):
+ * (D wide, Hm hidden):
+ * vit_mlp_backward: x_out = x_mid + [gamma2 *] fc2(act(fc1(norm2(x_mid)))), from dx,
+ *   the gradient of x_out, to x_mid's (in place), with ws->dao, dxn and dhid as scratch;
+ * vit_proj_backward: x_mid = x_in + [gamma1 *] proj(ao), from dx, the gradient of x_mid, to ao's
+ *   in ws->dao, with ws->dxn as scratch (x_in's residual share stays in dx).
+ * Both add the branch's weight gradients (LayerScale's gamma included) into gb. */
+void vit_mlp_backward(const vit_config *c, const vit_block_params *bp, const vit_block_params *gb,
+                      const vit_tape_block *t, vit_grad_ws *ws, float *dx, int rows, int D, int Hm);
+void vit_proj_backward(const vit_config *c, const vit_block_params *bp, const vit_block_params *gb,
+                       const vit_tape_block *t, vit_grad_ws *ws, const float *dx, int rows, int D);
 /* kernels_layernorm_backward's scratch floats for rows of width d. */
 size_t vit_ln_scratch_floats(size_t rows, size_t d);
 /* train.c's Linear backward: dW (N, K) += dy^T x, db += column sums of dy, dx (M, K) = (or +=)

@@ -13,13 +13,13 @@
 #include <string.h>
 
 #include "attn_ops.h"
+#include "cait.h"
 #include "kernels.h"
 #include "mech.h"
 #include "pvt.h"
 #include "stage.h"
 #include "train.h"
 
-#define WR(ptr) ((float *)(uintptr_t)(ptr))
 
 static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
 
@@ -51,7 +51,7 @@ static int row_width(const vit_config *c, int l) {
 
 const char *vit_stage_untrainable(const vit_config *c) {
     if (c->family == VIT_FAMILY_PVT2) return NULL; /* pvt_train.c: every mechanism of its SRA scope */
-    if (c->family == VIT_FAMILY_CAIT) return "CaiT (talking heads, class attention)";
+    if (c->family == VIT_FAMILY_CAIT) return NULL; /* cait_train.c: vanilla, and MaiT's masks in SA blocks */
     for (int s = 1; s < c->n_stages; s++)
         if (c->stage[s].down != VIT_DOWN_MERGE) return "a convolutional downsampling";
     for (int l = 0; l < c->depth; l++)
@@ -67,6 +67,7 @@ size_t vit_stage_tape_carve(const vit_config *c, int B, void *base, vit_tape *t)
     if (base) memset(v, 0, sizeof *v);
     if (vit_stage_untrainable(c)) return 0; /* train_run refuses it first */
     if (c->family == VIT_FAMILY_PVT2) return pvt_tape_carve(c, B, base, v);
+    if (c->family == VIT_FAMILY_CAIT) return cait_tape_carve(c, B, base, v);
     const size_t b = (size_t)B;
     vit_geom g;
     for (int l = 0; l < c->depth; l++) {
@@ -114,6 +115,7 @@ size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_
         v->B = B;
     }
     if (c->family == VIT_FAMILY_PVT2) return pvt_grad_ws_carve(c, B, base, v);
+    if (c->family == VIT_FAMILY_CAIT) return cait_grad_ws_carve(c, B, base, v);
     const size_t b = (size_t)B;
     size_t TD = 0, TW = 0, TH = 0, maps = 0, rpb = 0, pads = 0, slot = 0, ln = 0, rows = 0;
     vit_geom g;
@@ -267,12 +269,8 @@ static void block_backward(const vit_config *c, int l, const vit_block_params *b
     vit_block_geom(c, l, &g);
     const int D = g.D, Hm = g.Hm, M = n * g.T;
     const float eps = c->ln_eps;
-    vit_linear_backward(WR(gb->fc2_w), WR(gb->fc2_b), ws->dhid, 0, ws->dx, D, t->hid, Hm, bp->fc2_w, M, D, Hm, ws->ones);
-    kernels_gelu_backward(ws->dhid, t->hpre, (size_t)M * Hm);
-    vit_linear_backward(WR(gb->fc1_w), WR(gb->fc1_b), ws->dxn, 0, ws->dhid, Hm, t->xn2, D, bp->fc1_w, M, Hm, D, ws->ones);
-    kernels_layernorm_backward(ws->dx, WR(gb->norm2_w), WR(gb->norm2_b), ws->dxn, t->x_mid, bp->norm2_w,
-                               ws->ln_scratch, M, D, eps);
-    vit_linear_backward(WR(gb->proj_w), WR(gb->proj_b), ws->dao, 0, ws->dx, D, t->ao, D, bp->proj_w, M, D, D, ws->ones);
+    vit_mlp_backward(c, bp, gb, t, ws, ws->dx, M, D, Hm);
+    vit_proj_backward(c, bp, gb, t, ws, ws->dx, M, D);
     vit_mech_layout lay;
     vit_mech_of(c, l)->layout(c, l, &lay);
     window_backward(c, l, &g, &lay, bp, gb, t, a, ws, n);
@@ -315,6 +313,7 @@ void vit_stage_head_backward(const vit_config *c, const vit_params *p, const vit
 double vit_stage_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
                           vit_grad_ws *ws, const float *dlogits, int n, float dp_weight, vit_dp_loss dp_loss) {
     if (c->family == VIT_FAMILY_PVT2) return pvt_backward(c, p, g, a, ws, dlogits, n, dp_weight, dp_loss);
+    if (c->family == VIT_FAMILY_CAIT) return cait_backward(c, p, g, a, ws, dlogits, n);
     const vit_tape *tape = a->tape;
     const float eps = c->ln_eps;
     vit_geom gl;

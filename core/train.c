@@ -17,10 +17,8 @@
 #include "kernels.h"
 #include "mech.h"
 #include "stage.h"
+#include "vitfam.h"
 
-/* Gradient tensors are bound like the weights (const float * in vit_params) but point into
- * memory the caller made writable. */
-#define WR(ptr) ((float *)(uintptr_t)(ptr))
 
 static size_t carve(char *base, size_t *off, size_t bytes_wanted, void **view) {
     size_t bytes = (bytes_wanted + 63) & ~(size_t)63;
@@ -301,6 +299,37 @@ static double attention_backward(const vit_config *c, int l, const vit_block_par
     return dp;
 }
 
+/* ---- the block's tail: LayerScale, proj, MLP ---- */
+
+void vit_mlp_backward(const vit_config *c, const vit_block_params *bp, const vit_block_params *gb,
+                      const vit_tape_block *t, vit_grad_ws *ws, float *dx, int rows, int D, int Hm) {
+    /* x_out = x_mid + [gamma2 *] fc2(act(fc1(norm2(x_mid)))); dao is free until the attention's turn */
+    const float *dy = dx;
+    if (bp->ls2) {
+        kernels_scaled_add_backward(ws->dao, WR(gb->ls2), dx, t->branch[1], bp->ls2, rows, D);
+        dy = ws->dao;
+    }
+    vit_linear_backward(WR(gb->fc2_w), WR(gb->fc2_b), ws->dhid, 0, dy, D, t->hid, Hm, bp->fc2_w, rows, D, Hm, ws->ones);
+    vitfam_act_backward(c, ws->dhid, t->hpre, (size_t)rows * Hm);
+    vit_linear_backward(WR(gb->fc1_w), WR(gb->fc1_b), ws->dxn, 0, ws->dhid, Hm, t->xn2, D, bp->fc1_w, rows, Hm, D, ws->ones);
+    kernels_layernorm_backward(dx, WR(gb->norm2_w), WR(gb->norm2_b), ws->dxn, t->x_mid, bp->norm2_w, ws->ln_scratch,
+                               rows, D, c->ln_eps);
+}
+
+void vit_proj_backward(const vit_config *c, const vit_block_params *bp, const vit_block_params *gb,
+                       const vit_tape_block *t, vit_grad_ws *ws, const float *dx, int rows, int D) {
+    /* x_mid = x_in + [gamma1 *] proj(ao); dxn is free until the attention's turn */
+    const float *dy = dx;
+    if (bp->ls1) {
+        kernels_scaled_add_backward(ws->dxn, WR(gb->ls1), dx, bp->proj_w ? t->branch[0] : t->ao, bp->ls1, rows, D);
+        dy = ws->dxn;
+    }
+    if (bp->proj_w)
+        vit_linear_backward(WR(gb->proj_w), WR(gb->proj_b), ws->dao, 0, dy, D, t->ao, D, bp->proj_w, rows, D, D, ws->ones);
+    else
+        memcpy(ws->dao, dy, (size_t)rows * D * sizeof(float));
+}
+
 /* ---- the whole model ---- */
 
 double vit_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
@@ -365,36 +394,26 @@ double vit_backward(const vit_config *c, const vit_params *p, const vit_params *
     for (int l = c->depth - 1; l >= 0; l--) {
         const vit_block_params *bp = &p->blocks[l], *gb = &g->blocks[l];
         const vit_tape_block *t = &tape->blk[l];
-        /* x_out = x_mid + fc2(gelu(fc1(norm2(x_mid)))) */
-        vit_linear_backward(WR(gb->fc2_w), WR(gb->fc2_b), ws->dhid, 0, ws->dx, D, t->hid, Hm, bp->fc2_w, M, D, Hm, ws->ones);
-        kernels_gelu_backward(ws->dhid, t->hpre, (size_t)M * Hm);
-        vit_linear_backward(WR(gb->fc1_w), WR(gb->fc1_b), ws->dxn, 0, ws->dhid, Hm, t->xn2, D, bp->fc1_w, M, Hm, D, ws->ones);
-        kernels_layernorm_backward(ws->dx, WR(gb->norm2_w), WR(gb->norm2_b), ws->dxn, t->x_mid, bp->norm2_w,
-                               ws->ln_scratch, M, D, eps);
-        /* x_mid = x_in + proj(attention(norm1(x_in))) */
-        if (bp->proj_w)
-            vit_linear_backward(WR(gb->proj_w), WR(gb->proj_b), ws->dao, 0, ws->dx, D, t->ao, D, bp->proj_w, M, D, D, ws->ones);
-        else
-            memcpy(ws->dao, ws->dx, MD * sizeof(float));
+        vit_mlp_backward(c, bp, gb, t, ws, ws->dx, M, D, Hm);
+        vit_proj_backward(c, bp, gb, t, ws, ws->dx, M, D);
         dp += attention_backward(c, l, bp, gb, tape, ws, n, dp_coef, dp_loss);
         kernels_layernorm_backward(ws->dx, WR(gb->norm1_w), WR(gb->norm1_b), ws->dxn, t->x_in, bp->norm1_w,
                                ws->ln_scratch, M, D, eps);
     }
 
-    /* x0 = [cls, dist, patches W^T + b] + pos_embed */
-    const size_t TD = (size_t)T * D;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < TD; i++) {
-        double s = 0;
-        for (int b = 0; b < n; b++) s += ws->dx[(size_t)b * TD + i];
-        WR(g->pos_embed)[i] += (float)s;
-        if (c->class_token && i < (size_t)D) WR(g->cls_token)[i] += (float)s;
-        if (c->distilled && i >= (size_t)D && i < 2 * (size_t)D) WR(g->dist_token)[i - D] += (float)s;
+    /* x0 = [norm_pre]([cls, dist, registers, patches W^T + b] + pos_embed) */
+    if (c->pre_norm) {
+        memset(ws->dxn, 0, MD * sizeof(float));
+        kernels_layernorm_backward(ws->dxn, WR(g->norm_pre_w), WR(g->norm_pre_b), ws->dx, tape->embed, p->norm_pre_w,
+                                   ws->ln_scratch, M, D, eps);
+        memcpy(ws->dx, ws->dxn, MD * sizeof(float));
     }
+    vitfam_embed_backward(c, g, ws->dx, n);
+    const size_t TD = (size_t)T * D;
     for (int b = 0; b < n; b++)
         memcpy(ws->dxn + (size_t)b * Np * D, ws->dx + (size_t)b * TD + (size_t)prefix * D,
                (size_t)Np * D * sizeof(float));
-    vit_linear_backward(WR(g->patch_w), WR(g->patch_b), NULL, 0, ws->dxn, D, a->patches, K, p->patch_w,
+    vit_linear_backward(WR(g->patch_w), g->patch_b ? WR(g->patch_b) : NULL, NULL, 0, ws->dxn, D, a->patches, K, p->patch_w,
                     n * Np, D, K, ws->ones);
     return dp * dp_norm;
 }

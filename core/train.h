@@ -17,8 +17,13 @@
 #define AS_TRAIN_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "vit.h"
+
+/* Gradient tensors are bound like the weights (const float * in vit_params) but point into
+ * memory the caller made writable: WR(g->x) is the writable view. */
+#define WR(ptr) ((float *)(uintptr_t)(ptr))
 
 /* Scratch for one backward pass over up to B images. */
 typedef struct {
@@ -51,6 +56,8 @@ typedef struct {
     /* LaViT's attention residual: the gradient of its source (B, h', Tq', T'), handed to the
      * previous stage's last block, and of its 1x1 conv's and norm's outputs (B, h, Tq, T') */
     float *ar_dsrc, *ar_d[2];
+    /* CaiT (core/cait_train.c): the class token's gradient and its query's, (B, D) each */
+    float *dcls, *dcq;
 } vit_grad_ws;
 
 size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws);

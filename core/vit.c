@@ -208,7 +208,9 @@ size_t vit_tape_carve(const vit_config *c, int B, void *base, vit_tape *t) {
         vit_carve_floats(p, &off, BTD, &k->xn2);
         vit_carve_floats(p, &off, b * T * (size_t)c->mlp_hidden, &k->hpre);
         vit_carve_floats(p, &off, b * T * (size_t)c->mlp_hidden, &k->hid);
+        for (int i = 0; i < 2 && c->init_values > 0; i++) vit_carve_floats(p, &off, BTD, &k->branch[i]);
     }
+    if (c->pre_norm) vit_carve_floats(p, &off, BTD, &v->embed);
     vit_carve_floats(p, &off, BTD, &v->x_final);
     vit_carve_floats(p, &off, b * 2 * D, &v->pool_pre);
     return off;
@@ -477,9 +479,12 @@ static void forward_monolithic(const vit_config *c, const vit_params *p, vit_act
                Np, D, K, 0);
         vitfam_embed(c, p, xb); /* prefix tokens and position embedding */
     }
-    if (c->pre_norm) kernels_layernorm(a->x, a->x, p->norm_pre_w, p->norm_pre_b, M, D, c->ln_eps);
-
     const size_t MD = (size_t)M * D * sizeof(float);
+    if (c->pre_norm) {
+        if (a->tape) memcpy(a->tape->embed, a->x, MD);
+        kernels_layernorm(a->x, a->x, p->norm_pre_w, p->norm_pre_b, M, D, c->ln_eps);
+    }
+
     assert(!a->tape || rec == &none);
     for (int l = 0; l < c->depth; l++) {
         const vit_block_params *bp = &p->blocks[l];
@@ -501,9 +506,10 @@ static void forward_monolithic(const vit_config *c, const vit_params *p, vit_act
         }
         kernels_layernorm(la.xn, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
         attention(c, l, bp, &la, n, rec, vit_mech_next_reuses(c, l));
+        float *branch0 = a->tape ? a->tape->blk[l].branch[0] : xn2, *branch1 = a->tape ? a->tape->blk[l].branch[1] : xn2;
         if (bp->ls1) { /* LayerScale: x += gamma1 * proj(ao) (xn2 is free until norm2) */
-            if (bp->proj_w) linear(xn2, la.ao, bp->proj_w, bp->proj_b, M, D, D, 0);
-            kernels_scaled_add(a->x, bp->proj_w ? xn2 : la.ao, bp->ls1, M, D);
+            if (bp->proj_w) linear(branch0, la.ao, bp->proj_w, bp->proj_b, M, D, D, 0);
+            kernels_scaled_add(a->x, bp->proj_w ? branch0 : la.ao, bp->ls1, M, D);
         } else if (bp->proj_w) linear(a->x, la.ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
         else for (size_t i = 0; i < (size_t)M * D; i++) a->x[i] += la.ao[i];   /* LSLA's NP */
         if (a->tape) memcpy(a->tape->blk[l].x_mid, a->x, MD);
@@ -512,8 +518,8 @@ static void forward_monolithic(const vit_config *c, const vit_params *p, vit_act
         float *hid = a->tape ? a->tape->blk[l].hid : a->hid; /* training keeps fc1's output */
         vitfam_act(c, hid, hpre, (size_t)M * Hm);
         if (bp->ls2) { /* x += gamma2 * fc2(act(fc1(xn))) */
-            linear(xn2, hid, bp->fc2_w, bp->fc2_b, M, D, Hm, 0);
-            kernels_scaled_add(a->x, xn2, bp->ls2, M, D);
+            linear(branch1, hid, bp->fc2_w, bp->fc2_b, M, D, Hm, 0);
+            kernels_scaled_add(a->x, branch1, bp->ls2, M, D);
         } else {
             linear(a->x, hid, bp->fc2_w, bp->fc2_b, M, D, Hm, 1); /* x += fc2(gelu(fc1(xn))) */
         }

@@ -120,6 +120,9 @@ typedef struct {
     float *xn2;     /* (B, T, D) norm2 output */
     float *hpre;    /* (B, T, Hm) fc1 output before GELU */
     float *hid;     /* (B, T, Hm) after GELU */
+    /* LayerScale (init_values > 0): the attention branch's proj output and the MLP's fc2
+     * output before their gamma, (B, T, D) each (CaiT's class-attention blocks: (B, 1, D)) */
+    float *branch[2];
     /* PVT v2 (core/pvt_train.c): qkv holds q alone (B, T, Q); the reduced grid before its
      * LayerNorm (xr_pre: the conv's, or the linear variant's 1x1 conv's output) and the keys'
      * input after it (xr; linear: after the GELU), (B, T', D) each, or NULL without a
@@ -127,14 +130,20 @@ typedef struct {
      * MixFFN's depth-wise conv output before the GELU (hdw, (B, T, Hm); hpre is its input,
      * fc1's output after the linear variant's ReLU). */
     float *xr_pre, *xr, *kv, *sr_ln, *hdw;
+    /* CaiT (core/cait_train.c): a talking-heads block keeps its raw logits in ext[0] and its
+     * softmax in ext[1]; a class-attention block its input [cls; x] in x_in, its k | v rows in
+     * qkv (B, T, 2D), the class token's query in cq (B, D), its maps (B, H, T) and the tail's
+     * rows (ao, x_mid, xn2, hpre, hid, branch) for the class token alone. */
+    float *cq;
 } vit_tape_block;
 
 typedef struct {
     vit_tape_block blk[VIT_MAX_DEPTH];
-    float *x_final;  /* (B, T, D) the last block's output, before the final norm */
+    float *x_final;  /* (B, T, D) the last block's output, before the final norm (CaiT: (B, D), its
+                      * class token) */
     float *pool_pre; /* (B, 2, D) pooled rows before fc_norm (fc_norm configs) */
     /* Staged models (Swin, core/stage_train.c): the patch embedding before patch_norm
-     * (B, T_0, C_0), and for each stage s >= 1 with a patch merge its 2x2 gather before
+     * (B, T_0, C_0) (a ViT with pre_norm: the embedded tokens before norm_pre), and for each stage s >= 1 with a patch merge its 2x2 gather before
      * (merge_in) and after (merge_ln) the merge's LayerNorm, (B, T_s, 4 C_{s-1}) each. Block
      * buffers are block l's own sizes (vit_block_geom); att is (B, H, problems, Tq, Tk). */
     float *embed;

@@ -9,6 +9,7 @@
 
 #include "kernels.h"
 #include "mech.h"
+#include "train.h"
 
 static const char *const act_names[] = {[VIT_ACT_GELU] = "gelu", [VIT_ACT_QUICK_GELU] = "quick_gelu"};
 _Static_assert(sizeof act_names / sizeof act_names[0] == VIT_ACT_COUNT, "activation names");
@@ -73,11 +74,6 @@ as_status vitfam_validate(const vit_config *c, as_error *err) {
 }
 
 const char *vitfam_untrainable(const vit_config *c) {
-    if (c->init_values > 0) return "init_values (LayerScale)";
-    if (c->reg_tokens) return "reg_tokens (register tokens)";
-    if (c->no_embed_class) return "no_embed_class";
-    if (c->pre_norm) return "pre_norm (norm_pre)";
-    if (c->act_layer != VIT_ACT_GELU) return "act_layer \"quick_gelu\"";
     if (c->global_pool == VIT_POOL_MAP) return "global_pool \"map\" (attention pooling)";
     return NULL;
 }
@@ -92,6 +88,25 @@ void vitfam_embed(const vit_config *c, const vit_params *p, float *xb) {
      * so the prefix tokens get none); otherwise one row per token */
     const size_t from = c->no_embed_class ? (size_t)prefix * D : 0;
     for (size_t i = from; i < (size_t)T * D; i++) xb[i] += p->pos_embed[i - from];
+}
+
+void vitfam_embed_backward(const vit_config *c, const vit_params *g, const float *dx, int n) {
+    const int D = c->embed_dim, T = vit_num_tokens(c), prefix = vit_num_prefix(c);
+    const int cls = c->class_token != 0, dist = c->distilled != 0;
+    const size_t TD = (size_t)T * D, from = c->no_embed_class ? (size_t)prefix * D : 0;
+    float *pos = WR(g->pos_embed);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < TD; i++) {
+        double s = 0;
+        for (int b = 0; b < n; b++) s += dx[(size_t)b * TD + i];
+        const int t = (int)(i / D);
+        const size_t e = i % D;
+        if (i >= from) pos[i - from] += (float)s;
+        if (t >= prefix) continue;
+        if (cls && t == 0) WR(g->cls_token)[e] += (float)s;
+        else if (dist && t == cls) WR(g->dist_token)[e] += (float)s;
+        else WR(g->reg_token)[(size_t)(t - cls - dist) * D + e] += (float)s;
+    }
 }
 
 void vitfam_act(const vit_config *c, float *y, const float *x, size_t n) {
@@ -156,5 +171,18 @@ void vitfam_cost(const vit_config *c, vit_cost *out) {
         vit_cost_add(h, VIT_COMP_PROJ, D * D + D, D * D, D);
         vit_cost_add(h, VIT_COMP_NORM, 2 * D, 0, 8 * D);
         vit_cost_add(h, VIT_COMP_MLP, 2 * D * Hm + Hm + D, 2 * D * Hm, Hm + D + 8 * Hm + D);
+    }
+}
+
+void vitfam_act_backward(const vit_config *c, float *dh, const float *x, size_t n) {
+    if (c->act_layer != VIT_ACT_QUICK_GELU) {
+        kernels_gelu_backward(dh, x, n);
+        return;
+    }
+    /* d/dx x s(1.702 x) = s + 1.702 x s (1 - s) */
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        const float s = 1.0f / (1.0f + expf(-1.702f * x[i]));
+        dh[i] *= s + 1.702f * x[i] * s * (1.0f - s);
     }
 }

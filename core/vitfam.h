@@ -27,8 +27,7 @@ void vit_prefix_label(const vit_config *c, int i, char *buf, size_t n);
 /* The constraints of the family's options (a message naming the key and the fix). */
 as_status vitfam_validate(const vit_config *c, as_error *err);
 
-/* The first family option of c that training does not handle yet ("init_values (LayerScale)",
- * ...), or NULL. */
+/* The first family option of c that training does not handle yet (global_pool "map"), or NULL. */
 const char *vitfam_untrainable(const vit_config *c);
 
 /* Embedding of one image's patches: xb (T, D) holds the patch embedding in rows prefix..T-1;
@@ -36,8 +35,15 @@ const char *vitfam_untrainable(const vit_config *c);
  * _pos_embed does (over all T rows, or the patches only with no_embed_class). */
 void vitfam_embed(const vit_config *c, const vit_params *p, float *xb);
 
+/* vitfam_embed's backward: given dx (n, T, D), the gradient of the embedded rows, adds to g's
+ * pos_embed, cls_token, dist_token and reg_token their sums over the n images (in image order).
+ * The patch rows' gradient stays in dx. */
+void vitfam_embed_backward(const vit_config *c, const vit_params *g, const float *dx, int n);
+
 /* y = act(x) over n values (GELU or QuickGELU x * sigmoid(1.702 x)). */
 void vitfam_act(const vit_config *c, float *y, const float *x, size_t n);
+/* Its backward: dh *= act'(x) over n values. */
+void vitfam_act_backward(const vit_config *c, float *dh, const float *x, size_t n);
 
 /* timm's AttentionPoolLatent over one image's N patch tokens x (N, D) into out (D).
  * scratch: N * 2D + H * N + 2D + Hm floats. attn, when not NULL, receives the latent query's

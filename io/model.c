@@ -1816,7 +1816,8 @@ static int ends_with(const char *s, const char *suffix) {
  * maps start near what makes them a plain attention (identity Theta/Psi/expansion/reduction,
  * a delta kernel, DS at the usual scale, alphas at 0.5). The perturbations keep every tensor
  * distinct so that a wrong binding changes the output. */
-static void random_fill(float *x, const vit_tensor_spec *s, int head_dim, rng_state *r) {
+static void random_fill(float *x, const vit_tensor_spec *s, const vit_config *c, rng_state *r) {
+    const int head_dim = vit_head_dim(c);
     const size_t numel = vit_tensor_numel(s);
     const char *nm = s->name;
     const int rows = s->shape[0], cols = s->ndim > 1 ? s->shape[1] : 1;
@@ -1839,6 +1840,9 @@ static void random_fill(float *x, const vit_tensor_spec *s, int head_dim, rng_st
         else if (eye) x[k] = (int)(k / (size_t)cols) % (rows < cols ? rows : cols) == (int)(k % (size_t)cols) ? 1.0f + e : e;
         else if (conv) x[k] = rng_normal(r) * conv;
         else if (ends_with(nm, "attn_residual.gamma")) x[k] = 0.1f; /* LayerScale (CaiT's init, shallow) */
+        else if (ends_with(nm, "ls1.gamma") || ends_with(nm, "ls2.gamma") || ends_with(nm, ".gamma_1") ||
+                 ends_with(nm, ".gamma_2"))
+            x[k] = c->init_values; /* LayerScale's gamma, as timm (DeiT III, CaiT) */
         else if (ends_with(nm, "dla.weight")) x[k] = k % (size_t)(s->shape[2] * s->shape[3]) == (size_t)(s->shape[2] * s->shape[3]) / 2 ? 1.0f + e : e;
         else x[k] = e;
     }
@@ -1862,7 +1866,7 @@ as_status model_init_random(model *m, const vit_config *cfg, unsigned long long 
     rng_state r = {seed};
     float *cur = m->owned;
     for (int i = 0; i < n; i++) {
-        random_fill(cur, &specs[i], vit_head_dim(cfg), &r);
+        random_fill(cur, &specs[i], cfg, &r);
         *specs[i].slot = cur;
         cur += vit_tensor_numel(&specs[i]);
     }

@@ -59,6 +59,80 @@ static void test_counts(void) {
           vit_cait_paper_macs(&m48) / 1e9);
 }
 
+/* MaiT's models (003_0ebe6d202555ca79.txt): Table 7's parameters and FLOPs to the printed
+ * digit, and the readings of docs/models.md ("MaiT's models") pinned: Sch.2 with layer 8 taking
+ * one masked head (the paper prints "9-19"), Sch.3 soft in every head of layers 0-20, Masked
+ * CaiT's Sch.1 on head 0 of every self-attention block before the mix; a JSON config takes the
+ * printed reading instead. */
+static void test_mait_seeds(void) {
+    static const struct {
+        const char *name;
+        int D, H, ls;
+        double params_m, gmacs; /* Table 7 */
+    } t[] = {{"mait_xt", 144, 3, 1, 6.3, 1.5}, {"mait_t", 192, 3, 0, 11.0, 2.5}, {"mait_xs", 288, 3, 1, 24.5, 5.3},
+             {"mait_s", 384, 6, 1, 43.3, 9.1}};
+    as_error err = {0};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        vit_config c;
+        if (vit_arch_resolve(t[i].name, &c, &err) != AS_OK || vit_config_validate(&c, &err) != AS_OK) {
+            CHECK(0, "%s: %s", t[i].name, err.msg);
+            continue;
+        }
+        CHECK(c.depth == 24 && c.embed_dim == t[i].D && c.num_heads == t[i].H && c.mlp_hidden == 4 * t[i].D &&
+              (c.init_values == 1e-5f) == t[i].ls && (c.init_values == 0) == !t[i].ls, "%s: shape", t[i].name);
+        vit_cost k;
+        vit_config_cost(&c, &k);
+        /* a DeiT: patch, cls, pos; per block LN x2, qkv, proj, MLP (+ LayerScale); norm, head */
+        const double d = t[i].D, blk = 4 * d + 3 * d * d + 3 * d + d * d + d + 8 * d * d + 5 * d + (t[i].ls ? 2 * d : 0);
+        const double closed = 768 * d + d + d + 197 * d + 24 * blk + 2 * d + 1000 * d + 1000 +
+                              (c.attn[0].mask_mode == VIT_MASK_SOFT ? 21 * 3 : 0); /* soft alphas */
+        CHECK(k.params_total == closed, "%s: %.0f params, closed form %.0f", t[i].name, k.params_total, closed);
+        CHECK(fabs(k.params_total / 1e6 - t[i].params_m) < 0.07, "%s: %.2f M params, Table 7 %.1f", t[i].name,
+              k.params_total / 1e6, t[i].params_m);
+        CHECK(round(k.macs_total / 1e8) / 10 == t[i].gmacs, "%s: %.3f GMACs, Table 7 %.1f", t[i].name,
+              k.macs_total / 1e9, t[i].gmacs);
+        for (int l = 0; l < 24; l++) {
+            int masked = 0;
+            for (int h = 0; h < c.num_heads; h++) masked += c.attn[l].mask_size[h] == 3;
+            const int soft = c.attn[l].mask_mode == VIT_MASK_SOFT;
+            const int want = !t[i].ls ? (l <= 20 ? c.num_heads : 0) : l <= 7 ? c.num_heads - 1 : l <= 19 ? 1 : 0;
+            CHECK(masked == want && (c.attn[l].kind == VIT_ATTN_MAIT) == (want > 0) && soft == (!t[i].ls && want > 0) &&
+                  (want == 0 || c.attn[l].mask_size[0] == 3),
+                  "%s: block %d has %d masked heads (%s), want %d", t[i].name, l, masked, soft ? "soft" : "hard", want);
+        }
+    }
+    /* the printed reading of Sch.2: layer 8 unmasked, by a JSON config over the built-in */
+    vit_config c;
+    CHECK(vit_arch_resolve("mait_xs", &c, &err) == AS_OK, "%s", err.msg);
+    CHECK(model_config_apply_json(&c, "{\"attention\": [{\"blocks\": \"0-7\", \"type\": \"mait\", \"mask_size\": 3, "
+                                      "\"heads\": [0, 1]}, {\"blocks\": \"8\", \"type\": \"vanilla\"}, {\"blocks\": \"9-19\", "
+                                      "\"type\": \"mait\", \"mask_size\": 3, \"heads\": [0]}, {\"blocks\": \"20-23\", "
+                                      "\"type\": \"vanilla\"}]}", "printed", &err) == AS_OK,
+          "%s", err.msg);
+    CHECK(c.attn[8].kind == VIT_ATTN_VANILLA && c.attn[9].kind == VIT_ATTN_MAIT && c.init_values == 1e-5f,
+          "the printed reading of Sch.2");
+    /* Masked CaiT: CaiT's counts, head 0 masked in the 24 self-attention blocks, before the mix */
+    static const char *const mc[2][2] = {{"masked_cait_xxs24", "cait_xxs24_224"}, {"masked_cait_s24", "cait_s24_224"}};
+    for (int i = 0; i < 2; i++) {
+        vit_config m, b;
+        CHECK(vit_arch_resolve(mc[i][0], &m, &err) == AS_OK && vit_arch_resolve(mc[i][1], &b, &err) == AS_OK &&
+              vit_config_validate(&m, &err) == AS_OK, "%s: %s", mc[i][0], err.msg);
+        static const double gmacs[2] = {2.5, 9.4}; /* Table 7, Masked CaiT and Masked CaiT-S */
+        CHECK(round(vit_cait_paper_macs(&m) / 1e8) / 10 == gmacs[i], "%s: %.3f GMACs as CaiT counts, Table 7 %.1f",
+              mc[i][0], vit_cait_paper_macs(&m) / 1e9, gmacs[i]);
+        vit_cost km, kb;
+        vit_config_cost(&m, &km);
+        vit_config_cost(&b, &kb);
+        CHECK(km.params_total == kb.params_total, "%s: CaiT's parameters", mc[i][0]);
+        CHECK(m.mask_mix == VIT_MASK_MIX_BEFORE, "%s: masks before the mix", mc[i][0]);
+        for (int l = 0; l < m.depth; l++)
+            CHECK(l < 24 ? m.attn[l].kind == VIT_ATTN_MAIT && m.attn[l].mask_size[0] == 3 && m.attn[l].mask_size[1] == 0 &&
+                               m.attn[l].mask_mode == VIT_MASK_ZERO
+                         : m.attn[l].kind == VIT_ATTN_VANILLA,
+                  "%s: block %d", mc[i][0], l);
+    }
+}
+
 /* Logits of model m (config c) on the fixture inputs. */
 static void logits_of(const vit_config *c, const vit_params *p, const float *x, int n, float *out) {
     size_t bytes = vit_acts_carve(c, n, NULL, NULL);
@@ -254,6 +328,7 @@ static void test_refusals(void) {
 
 int main(void) {
     test_counts();
+    test_mait_seeds();
     test_identities();
     test_refusals();
     test_class_row();

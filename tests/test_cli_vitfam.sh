@@ -66,8 +66,16 @@ assert f.attrs["num_prefix_tokens"] == 0 and f.attrs["prefix_tokens"] == ""
 assert f["images/logits"].shape == (2, 4)' "$T/map.h5"
 
 # ---- refusals: one line with the option and the fix ------------------------------------------
-expect 1 "$A" train --config "$FX/vf_deit3/config.json" --data shapes:64 --out "$T/tr" --epochs 1
-has "$T/err" "init_values (LayerScale)"; has "$T/err" "not supported yet"; one_line
+expect 1 "$A" train --config "$FX/vf_map/config.json" --data shapes:64 --num-classes 6 --out "$T/tr" --epochs 1
+has "$T/err" 'global_pool "map"'; has "$T/err" "not supported yet"; one_line
+if [ ! -e "$T/tr" ]; then ok; else bad "a refused run left $T/tr"; fi
+# the rest of the family trains (gradients: test_train.c's vf_*): LayerScale, registers, pre_norm
+expect 0 "$A" train --config "$FX/vf_deit3/config.json" --data shapes:64 --num-classes 6 --epochs 1 --batch 16 \
+    --out "$T/tr3"
+has "$T/out" "held-out accuracy"
+expect 0 "$A" train --config "$FX/vf_p14/config.json" --data shapes:64:42 --num-classes 6 --epochs 1 --batch 16 \
+    --out "$T/trp"
+has "$T/out" "held-out accuracy"
 echo '{"architecture": "deit_tiny_patch16_224", "distilled": true, "reg_tokens": 4}' >"$T/dr.json"
 expect 1 "$A" info "$T/dr.json"; has "$T/err" "reg_tokens"; one_line
 echo '{"architecture": "vit_base_patch16_clip_224", "act_layer": "gelu_tanh"}' >"$T/tanh.json"

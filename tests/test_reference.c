@@ -143,10 +143,10 @@ static void test_fixtures(const char *const *models, int n) {
 }
 
 /* CaiT (tools/make_cait_fixtures.py, tools/cait_ref.py): talking heads with the maps before and
- * after the mix, class attention, LayerScale; MaiT masks before and after the mix. */
+ * after the mix, class attention, LayerScale; MaiT masks (zero) before and after the mix, soft after it. */
 static void test_cait(void) {
-    static const char *const models[] = {"cait_tiny", "cait_mait_before", "cait_mait_after"};
-    test_fixtures(models, 3);
+    static const char *const models[] = {"cait_tiny", "cait_mait_before", "cait_mait_after", "cait_mait_soft"};
+    test_fixtures(models, (int)(sizeof models / sizeof *models));
     /* --img-size 48: the 4 x 4 position embedding (no class slot) resampled to 6 x 6 as a ViT's
      * (tools/vitfam_ref.py resample_grid; tools/make_cait_fixtures.py) */
     model m;

@@ -447,7 +447,15 @@ int main(void) {
         {"swin_lmsa", "inputs.npy", 1}, {"swin_odd", "inputs28.npy", 1}, {"pvt_tiny", "pvt_tiny/inputs58.npy", 1},
         {"pvt_li", "pvt_li/inputs40.npy", 1}, {"pvt_lmsa", "inputs.npy", 1},
         {"pvt_less", "inputs.npy", VIT_DP_COUNT}, {"pvt_lavit", "inputs.npy", VIT_DP_COUNT},
-        {"pvt_lavit_alt", "inputs.npy", VIT_DP_COUNT}, {"pvt_lavit_d1", "inputs.npy", VIT_DP_COUNT}};
+        {"pvt_lavit_alt", "inputs.npy", VIT_DP_COUNT}, {"pvt_lavit_d1", "inputs.npy", VIT_DP_COUNT},
+        /* the modern ViT family (tools/make_family_train_fixtures.py): LayerScale with
+         * no_embed_class, pre_norm with QuickGELU, registers under avg pooling, patch 14 */
+        {"vf_deit3", "inputs.npy", 1}, {"vf_clip", "inputs.npy", 1}, {"vf_regavg", "inputs.npy", 1},
+        {"vf_p14", "inputs42.npy", 1},
+        /* CaiT: talking heads, class attention, LayerScale; MaiT's masks before and after the mix,
+         * zero and soft (after the mix the hook gets the mixed logits as its raw scores) */
+        {"cait_tiny", "inputs.npy", 1}, {"cait_mait_before", "inputs.npy", 1}, {"cait_mait_after", "inputs.npy", 1},
+        {"cait_mait_soft", "inputs.npy", 1}};
     for (size_t i = 0; i < sizeof staged / sizeof *staged; i++) {
         if (dataset_open(&ds, fx(staged[i].inputs), &err) != AS_OK) {
             CHECK(0, "%s", err.msg);

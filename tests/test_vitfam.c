@@ -142,10 +142,12 @@ static void test_refusals(void) {
         CHECK(rc != AS_OK && strstr(err.msg, bad[i].want1) && strstr(err.msg, bad[i].want2) && !strchr(err.msg, '\n'),
               "%s -> %s", bad[i].json, rc == AS_OK ? "accepted" : err.msg);
     }
-    /* training refuses the options in one line naming them */
-    CHECK(apply(&c, "{" TINY ",\"num_classes\":3,\"init_values\":1e-5}") == AS_OK, "%s", err.msg);
+    /* training refuses attention pooling, naming it; the other options train */
+    CHECK(apply(&c, "{" TINY ",\"num_classes\":3,\"class_token\":false,\"global_pool\":\"map\"}") == AS_OK, "%s", err.msg);
     const char *why = vitfam_untrainable(&c);
-    CHECK(why && strstr(why, "init_values"), "untrainable: %s", why ? why : "(null)");
+    CHECK(why && strstr(why, "map"), "untrainable: %s", why ? why : "(null)");
+    CHECK(apply(&c, "{" TINY ",\"num_classes\":3,\"init_values\":1e-5,\"reg_tokens\":2}") == AS_OK &&
+          !vitfam_untrainable(&c), "LayerScale with registers trains");
     CHECK(apply(&c, "{" TINY ",\"num_classes\":3}") == AS_OK && !vitfam_untrainable(&c), "plain ViT trains");
 }
 

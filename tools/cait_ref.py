@@ -15,8 +15,9 @@ attnscope's C. It reads a state dict with timm's Cait names and records every bl
         cls += g2 * MLP(LN2(cls));  the patch rows are not updated
     logits = head(norm([cls; x])[0])
 
-MaiT masks (optional, "zero" mode, MaiT Eq. 1: masked logits are multiplied by 0) apply to the
-per-head logits L_h before proj_l (mask_mix "before_mix") or to L'_g after it ("after_mix").
+MaiT masks (optional; "zero" mode, MaiT Eq. 1: masked logits are multiplied by 0; "soft" mode
+(cfg["mait_mode"]): by a learnt alpha per head, blocks.i.attn.mask_alpha) apply to the per-head
+logits L_h before proj_l (mask_mix "before_mix") or to L'_g after it ("after_mix").
 Usage: logits, rec = forward(sd, cfg, images) with cfg a dict of the config keys."""
 import os
 import sys
@@ -78,6 +79,9 @@ def forward(sd, cfg, img):
         keep = None
         if i in masks:
             keep = torch.stack([mait_keep(grid, R) if R else torch.ones(N, N) for R in masks[i]])
+            if cfg.get("mait_mode", "zero") == "soft":  # masked entries times alpha_h
+                alpha = sd[p + ".attn.mask_alpha"]
+                keep = keep + (1 - keep) * alpha[:, None, None]
         if keep is not None and not after:
             raw = raw * keep
         if f"{p}.attn.proj_l.weight" in sd:

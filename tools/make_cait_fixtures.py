@@ -5,7 +5,8 @@ A CaiT of 2 talking-heads SA blocks and 2 class-attention blocks (patch 8 on the
 inputs.npy: 16 patches, width 12, 3 heads, LayerScale), random seeded weights with timm's names,
 and what tools/cait_ref.py records: logits and per block attn, scores, q, k, tokens, and in the
 SA blocks the internals scores_qk and attn_softmax. The MaiT variants mask heads 0 and 2 of
-block 0 (R = 3, zero mode) before or after the talking-heads mix."""
+block 0 (R = 3, zero mode) before or after the talking-heads mix, or after it in soft mode
+(cait_mait_soft)."""
 import json
 import os
 import sys
@@ -101,10 +102,17 @@ def main():
         args = dict(ARGS, mask_mix=mix)
         exp, outs[mix] = record(sd, dict(args, mait={0: [3, 0, 3]}), x)
         write(f"cait_mait_{mix.split('_')[0]}", args, att, sd, exp)
+    # soft masks after the mix: the learnt alpha per head multiplies the masked mixed logits
+    # (training hands the hook the mixed logits as its raw scores)
+    soft = [{"type": "mait", "blocks": [0], "mask_size": [3, 0, 3], "mask_mode": "soft"}]
+    sds = dict(sd, **{"blocks.0.attn.mask_alpha": torch.tensor([0.3, 0.7, 0.45])})
+    args = dict(ARGS, mask_mix="after_mix")
+    exp, _ = record(sds, dict(args, mait={0: [3, 0, 3]}, mait_mode="soft"), x)
+    write("cait_mait_soft", args, soft, sds, exp)
     d = (outs["before_mix"] - outs["after_mix"]).abs().max().item()
     print(f"  cait_mait: before vs after the mix, logits differ by {d:.3g}")
     assert d > 1e-3, "the mask positions should differ"
-    total = sum(os.path.getsize(os.path.join(OUT, f, n)) for f in ("cait_tiny", "cait_mait_before", "cait_mait_after")
+    total = sum(os.path.getsize(os.path.join(OUT, f, n)) for f in ("cait_tiny", "cait_mait_before", "cait_mait_after", "cait_mait_soft")
                 for n in os.listdir(os.path.join(OUT, f)))
     print(f"CaiT fixtures written to {os.path.abspath(OUT)} ({total / 1024:.0f} KiB)")
 

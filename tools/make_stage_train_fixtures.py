@@ -75,7 +75,7 @@ def load(name):
     with open(os.path.join(d, "config.json")) as f:
         cfg = json.load(f)
     if "model_args" in cfg:
-        cfg = dict(cfg["model_args"], num_classes=cfg["num_classes"])
+        cfg = dict(cfg["model_args"], **{k: cfg[k] for k in ("num_classes", "global_pool", "attention") if k in cfg})
     sd = st.load(os.path.join(d, "model.safetensors"))
     return d, cfg, {k: torch.from_numpy(v.astype(np.float64)) for k, v in sd.items()}
 

@@ -10,7 +10,6 @@
 
 #include "../kernels.h"
 
-#define WR(ptr) ((float *)(uintptr_t)(ptr))
 
 static as_status validate(const vit_config *c, int l, const vit_geom *g, as_error *err) {
     const char *n = vit_mech_model_name(c);

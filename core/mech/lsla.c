@@ -11,7 +11,6 @@
 
 #include "../attn_ops.h"
 
-#define WR(ptr) ((float *)(uintptr_t)(ptr))
 
 static const vit_mech_key keys[] = {
     {"dynamic_scale", "true (default): a learnable N x N DS multiplies q x^T; false: the fixed scale"},

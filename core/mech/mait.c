@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define WR(ptr) ((float *)(uintptr_t)(ptr))
 
 /* MaiT: applies head h's mask to its (T, T) scores, row by row: for the query patch (qy, qx),
  * key rows of the grid more than r away are masked whole, the others outside [qx - r, qx + r].
@@ -145,9 +144,11 @@ static void head_backward(const vit_mech_block *b, vit_mech_head_bwd *x) {
     const size_t TT = (size_t)p->Tq * p->Tk;
     if (!(h < VIT_MAX_MASK_HEADS && at->mask_size[h])) return;
     if (at->mask_mode == VIT_MASK_SOFT) {
-        /* d alpha = sum over masked entries of dS * raw; raw = scale q k^T */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->Tq, p->Tk, p->dq, p->scale, p->q, p->ldq,
-                    p->k, p->ldk, 0.0f, x->X, p->Tk);
+        /* d alpha = sum over masked entries of dS * raw; raw = scale q k^T unless given */
+        if (x->raw) memcpy(x->X, x->raw, TT * sizeof(float));
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->Tq, p->Tk, p->dq, p->scale, p->q, p->ldq,
+                        p->k, p->ldk, 0.0f, x->X, p->Tk);
         double all = 0, kept = 0;
         for (size_t i = 0; i < TT; i++) all += (double)(x->X[i] *= x->dS[i]);
         vit_attn z = *at;

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define WR(ptr) ((float *)(uintptr_t)(ptr))
 
 /* Refiner's k x k convolution of a (T, T) map with zero padding k / 2, one tap (u, v) at a
  * time: out[i][j] += w[u][v] * in[i + dy][j + dx] for i in [i0, i1), j in [j0, j1). */
