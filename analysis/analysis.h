@@ -107,6 +107,22 @@ void analysis_rollout_layers(double *a, const float *const *attn, int L, int H, 
 void analysis_rollout_rows(double *out, const double *a, const double *e, int L, int T,
                            double *u, double *v);
 
+/* The same on a staged trace (windows, merges, reduced keys, class attention; docs/analysis.md,
+ * "Staged traces"), from any start vector (the viewer): new checks that the trace holds every
+ * layer (depth) with every query row of every window and row-stochastic maps (the message names
+ * the fix); per image, rowsums fills the first part of scratch (analysis_sroll_doubles) from
+ * attn[k], layer k's recorded maps (H, P, Tq, Tk); row then writes out (layer 0's gh gw grid
+ * tokens) = e^T a_l ... U a_k ... a_0 for e over layer l's T_l tokens (prefix first). */
+struct analysis_staged;
+typedef struct analysis_sroll analysis_sroll;
+as_status analysis_sroll_new(analysis_sroll **out, const struct analysis_staged *S, int depth,
+                             analysis_fusion fusion, as_error *err);
+size_t analysis_sroll_doubles(const analysis_sroll *R);
+void analysis_sroll_rowsums(const analysis_sroll *R, const float *const *attn, double *scratch);
+void analysis_sroll_row(const analysis_sroll *R, const float *const *attn, int l, const double *e, double *out,
+                        double *scratch);
+void analysis_sroll_free(analysis_sroll *R);
+
 /* The similarity definition figures and the viewer use when none is named ("row"); recipes that
  * mirror a paper default to that paper's (docs/analysis.md). */
 #define ANALYSIS_DEFAULT_DEFINITION 1

@@ -175,23 +175,29 @@ const analysis_metric analysis_metric_rollout = {
 
 /* ---- staged traces (format 3): docs/analysis.md, "Staged traces" ---------------------------- */
 
-/* state: for each layer position k > 0 whose grid differs from layer k-1's (a merge between
- * them), the cell of layer k holding each grid token of layer k-1 and the tokens per cell */
-typedef struct {
+/* The plan: for each layer position k > 0 whose grid differs from layer k-1's (a merge between
+ * them), the cell of layer k holding each grid token of layer k-1 and the tokens per cell. */
+struct analysis_sroll {
+    const analysis_staged *S;
+    analysis_fusion fusion;
     int *cell[VIT_MAX_DEPTH], *n[VIT_MAX_DEPTH];
-    int tmax, tsum;
-} sroll_state;
+    int tmax, tsum, kmax;
+};
 
-static as_status sroll_plan(analysis_ctx *c, as_error *err) {
-    const analysis_layout *lay = c->lay;
-    const analysis_staged *S = lay->staged;
-    if (lay->n_layers != lay->cfg.depth)
+void analysis_sroll_free(analysis_sroll *R) {
+    for (int li = 0; R && li < VIT_MAX_DEPTH; li++) {
+        free(R->cell[li]);
+        free(R->n[li]);
+    }
+    free(R);
+}
+
+as_status analysis_sroll_new(analysis_sroll **out, const analysis_staged *S, int depth, analysis_fusion fusion,
+                             as_error *err) {
+    *out = NULL;
+    if (S->n_layers != depth)
         return as_fail(err, AS_ERR_ARG, "rollout multiplies every layer's map, but the trace holds "
-                       "%d of %d layers: record with --layers all", lay->n_layers, lay->cfg.depth);
-    if (c->opt->discard != 0)
-        return as_fail(err, AS_ERR_ARG, "--discard %g: on staged traces vit-explain's rule would rank "
-                       "the structural zeros of window maps (keys outside the window) first: use "
-                       "--discard 0", c->opt->discard);
+                       "%d of %d layers: record with --layers all", S->n_layers, depth);
     for (int li = 0; li < S->n_layers; li++) {
         const analysis_lgeom *g = &S->l[li];
         if (!g->every_problem || (g->scope == VIT_SCOPE_GLOBAL && g->Tq != g->T))
@@ -209,45 +215,32 @@ static as_status sroll_plan(analysis_ctx *c, as_error *err) {
                            "a transfer between them is not defined yet", g->layer, g->prefix,
                            S->l[li - 1].layer, S->l[li - 1].prefix);
     }
-    sroll_state *st = calloc(1, sizeof *st);
-    if (!st) return as_fail(err, AS_ERR_NOMEM, "out of memory");
-    c->state = st;
+    analysis_sroll *R = calloc(1, sizeof *R);
+    if (!R) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+    R->S = S;
+    R->fusion = fusion;
     for (int li = 0; li < S->n_layers; li++) {
         const analysis_lgeom *g = &S->l[li];
-        if (g->T > st->tmax) st->tmax = g->T;
-        st->tsum += g->T;
+        if (g->T > R->tmax) R->tmax = g->T;
+        R->tsum += g->T;
+        if (analysis_reduced(g) && g->Tk > R->kmax) R->kmax = g->Tk;
         if (li == 0 || (g->gh == S->l[li - 1].gh && g->gw == S->l[li - 1].gw && g->stride == S->l[li - 1].stride))
             continue;
         const analysis_lgeom *f = &S->l[li - 1];
-        st->cell[li] = malloc((size_t)f->gh * (size_t)f->gw * sizeof(int));
-        st->n[li] = malloc((size_t)g->gh * (size_t)g->gw * sizeof(int));
-        if (!st->cell[li] || !st->n[li]) return as_fail(err, AS_ERR_NOMEM, "out of memory");
-        analysis_cells(st->cell[li], st->n[li], f, g);
+        R->cell[li] = malloc((size_t)f->gh * (size_t)f->gw * sizeof(int));
+        R->n[li] = malloc((size_t)g->gh * (size_t)g->gw * sizeof(int));
+        if (!R->cell[li] || !R->n[li]) {
+            analysis_sroll_free(R);
+            return as_fail(err, AS_ERR_NOMEM, "out of memory");
+        }
+        analysis_cells(R->cell[li], R->n[li], f, g);
     }
-    if (lay->n_heads > S->l[0].H) analysis_note(c, "rollout: each layer fuses its own recorded heads");
-    int dims[2] = {lay->n_layers, lay->patches};
-    analysis_axis ax[2] = {ANALYSIS_AX_LAYER, ANALYSIS_AX_PATCH};
-    const int late = !lay->prefix && S->l[S->n_layers - 1].prefix; /* CaiT: the class token joins later */
-    int o = analysis_output_add(c, "map", lay->prefix ? "rollout through layer l back to the first "
-                                "grid: the first prefix token's row over the first layer's grid "
-                                "tokens" : late ? "rollout through layer l back to the first grid: the "
-                                "class token's row where layer l has it (class attention), else the mean "
-                                "of layer l's rows, over the first layer's grid tokens" : "rollout through "
-                                "layer l back to the first grid: the mean of layer l's rows over the first "
-                                "layer's grid tokens", "", 2, dims, ax);
-    c->out[o].keep_images = 1;
-    int kmax = 0; /* sroll_apply's T' scratch for spatial-reduction layers */
-    for (int li = 0; li < S->n_layers; li++)
-        if (analysis_reduced(&S->l[li]) && S->l[li].Tk > kmax) kmax = S->l[li].Tk;
-    c->scratch_bytes = ((size_t)st->tsum + 2 * (size_t)st->tmax + (size_t)kmax) * sizeof(double);
-    snprintf(c->params, sizeof c->params, "head_fusion=%s; discard_ratio=0; identity=added; "
-             "rows=renormalised; pad_keys=dropped; merge=children mean (U[c,t] = 1/#children of c); "
-             "source=%s; grid=%dx%d (layer %d)", fusion_names[c->opt->fusion],
-             lay->prefix ? "prefix token 0"
-             : S->l[S->n_layers - 1].prefix ? "prefix token 0 where the layer has one, else the mean of all tokens"
-                                            : "mean of all tokens", S->l[0].gh, S->l[0].gw, S->l[0].layer);
+    *out = R;
     return AS_OK;
 }
+
+/* scratch: every layer's row sums (tsum), u and v (tmax each), the reduced keys' z (kmax) */
+size_t analysis_sroll_doubles(const analysis_sroll *R) { return (size_t)R->tsum + 2 * (size_t)R->tmax + (size_t)R->kmax; }
 
 /* The heads' fused entry (w, i, j) of layer g's maps A. */
 static double sroll_fused(const analysis_lgeom *g, const float *A, analysis_fusion fusion, int w, int i, int j) {
@@ -301,59 +294,104 @@ static void sroll_apply(const analysis_lgeom *g, const float *A, analysis_fusion
         }
 }
 
-static void sroll_image(const analysis_ctx *c, const analysis_image *im, double *vals, void *scratch) {
-    const analysis_layout *lay = c->lay;
-    const analysis_staged *S = lay->staged;
-    const sroll_state *st = c->state;
-    int L = S->n_layers;
-    double *rowsum[VIT_MAX_DEPTH], *u, *v, *next = scratch;
-    for (int k = 0; k < L; k++) {
+void analysis_sroll_rowsums(const analysis_sroll *R, const float *const *attn, double *scratch) {
+    const analysis_staged *S = R->S;
+    double *rowsum = scratch;
+    for (int k = 0; k < S->n_layers; k++) {
         const analysis_lgeom *g = &S->l[k];
-        rowsum[k] = next;
-        next += g->T;
-        for (int t = 0; t < g->T; t++) rowsum[k][t] = 1.0;
+        for (int t = 0; t < g->T; t++) rowsum[t] = 1.0;
         for (int w = 0; w < g->P; w++)
             for (int i = 0; i < g->Tq; i++) {
                 int t = g->qtok[(size_t)w * g->Tq + i];
                 if (t < 0) continue;
                 for (int j = 0; j < g->Tk; j++)
-                    if (g->ktok[(size_t)w * g->Tk + j] >= 0) rowsum[k][t] += sroll_fused(g, im->attn[k], c->opt->fusion, w, i, j);
+                    if (g->ktok[(size_t)w * g->Tk + j] >= 0) rowsum[t] += sroll_fused(g, attn[k], R->fusion, w, i, j);
             }
+        rowsum += g->T;
     }
-    u = next, v = u + st->tmax;
-    double *out = vals + c->out[0].offset;
-    for (int l = 0; l < L; l++) {
-        const analysis_lgeom *gl = &S->l[l];
-        for (int t = 0; t < gl->T; t++) u[t] = gl->prefix ? (t == 0) : 1.0 / gl->T;
-        for (int k = l; k >= 0; k--) {
-            const analysis_lgeom *g = &S->l[k];
-            sroll_apply(g, im->attn[k], c->opt->fusion, rowsum[k], u, v, v + st->tmax);
-            if (k > 0 && g->prefix != S->l[k - 1].prefix) { /* CaiT: below the class token's first
-                                                              * block its share ends (a parameter) */
-                const analysis_lgeom *f = &S->l[k - 1];
-                for (int t = 0; t < f->T; t++) u[t] = v[g->prefix + t];
-            } else if (k > 0 && st->cell[k]) { /* back across the merge: each cell to its children */
-                const analysis_lgeom *f = &S->l[k - 1];
-                for (int t = 0; t < f->prefix; t++) u[t] = v[t];
-                for (int gi = 0; gi < f->gh * f->gw; gi++) {
-                    int cl = st->cell[k][gi];
-                    u[f->prefix + gi] = cl < 0 ? 0 : v[g->prefix + cl] / st->n[k][cl];
-                }
-            } else {
-                memcpy(u, v, (size_t)g->T * sizeof *u);
+}
+
+void analysis_sroll_row(const analysis_sroll *R, const float *const *attn, int l, const double *e, double *out,
+                        double *scratch) {
+    const analysis_staged *S = R->S;
+    const double *rowsum[VIT_MAX_DEPTH];
+    double *next = scratch;
+    for (int k = 0; k < S->n_layers; k++) {
+        rowsum[k] = next;
+        next += S->l[k].T;
+    }
+    double *u = next, *v = u + R->tmax, *z = v + R->tmax;
+    memcpy(u, e, (size_t)S->l[l].T * sizeof *u);
+    for (int k = l; k >= 0; k--) {
+        const analysis_lgeom *g = &S->l[k];
+        sroll_apply(g, attn[k], R->fusion, rowsum[k], u, v, z);
+        if (k > 0 && g->prefix != S->l[k - 1].prefix) { /* CaiT: below the class token's first
+                                                          * block its share ends (a parameter) */
+            const analysis_lgeom *f = &S->l[k - 1];
+            for (int t = 0; t < f->T; t++) u[t] = v[g->prefix + t];
+        } else if (k > 0 && R->cell[k]) { /* back across the merge: each cell to its children */
+            const analysis_lgeom *f = &S->l[k - 1];
+            for (int t = 0; t < f->prefix; t++) u[t] = v[t];
+            for (int gi = 0; gi < f->gh * f->gw; gi++) {
+                int cl = R->cell[k][gi];
+                u[f->prefix + gi] = cl < 0 ? 0 : v[g->prefix + cl] / R->n[k][cl];
             }
+        } else {
+            memcpy(u, v, (size_t)g->T * sizeof *u);
         }
-        for (int j = 0; j < lay->patches; j++) out[(size_t)l * lay->patches + j] = u[S->l[0].prefix + j];
+    }
+    const analysis_lgeom *g0 = &S->l[0];
+    memcpy(out, u + g0->prefix, (size_t)g0->gh * g0->gw * sizeof *out);
+}
+
+static as_status sroll_plan(analysis_ctx *c, as_error *err) {
+    const analysis_layout *lay = c->lay;
+    const analysis_staged *S = lay->staged;
+    if (c->opt->discard != 0)
+        return as_fail(err, AS_ERR_ARG, "--discard %g: on staged traces vit-explain's rule would rank "
+                       "the structural zeros of window maps (keys outside the window) first: use "
+                       "--discard 0", c->opt->discard);
+    analysis_sroll *R;
+    if (analysis_sroll_new(&R, S, lay->cfg.depth, c->opt->fusion, err) != AS_OK) return err->status;
+    c->state = R;
+    if (lay->n_heads > S->l[0].H) analysis_note(c, "rollout: each layer fuses its own recorded heads");
+    int dims[2] = {lay->n_layers, lay->patches};
+    analysis_axis ax[2] = {ANALYSIS_AX_LAYER, ANALYSIS_AX_PATCH};
+    const int late = !lay->prefix && S->l[S->n_layers - 1].prefix; /* CaiT: the class token joins later */
+    int o = analysis_output_add(c, "map", lay->prefix ? "rollout through layer l back to the first "
+                                "grid: the first prefix token's row over the first layer's grid "
+                                "tokens" : late ? "rollout through layer l back to the first grid: the "
+                                "class token's row where layer l has it (class attention), else the mean "
+                                "of layer l's rows, over the first layer's grid tokens" : "rollout through "
+                                "layer l back to the first grid: the mean of layer l's rows over the first "
+                                "layer's grid tokens", "", 2, dims, ax);
+    c->out[o].keep_images = 1;
+    c->scratch_bytes = (analysis_sroll_doubles(R) + (size_t)R->tmax) * sizeof(double);
+    snprintf(c->params, sizeof c->params, "head_fusion=%s; discard_ratio=0; identity=added; "
+             "rows=renormalised; pad_keys=dropped; merge=children mean (U[c,t] = 1/#children of c); "
+             "source=%s; grid=%dx%d (layer %d)", fusion_names[c->opt->fusion],
+             lay->prefix ? "prefix token 0"
+             : S->l[S->n_layers - 1].prefix ? "prefix token 0 where the layer has one, else the mean of all tokens"
+                                            : "mean of all tokens", S->l[0].gh, S->l[0].gw, S->l[0].layer);
+    return AS_OK;
+}
+
+static void sroll_image(const analysis_ctx *c, const analysis_image *im, double *vals, void *scratch) {
+    const analysis_layout *lay = c->lay;
+    const analysis_staged *S = lay->staged;
+    const analysis_sroll *R = c->state;
+    double *sc = scratch, *e = sc + analysis_sroll_doubles(R);
+    analysis_sroll_rowsums(R, (const float *const *)im->attn, sc);
+    double *out = vals + c->out[0].offset;
+    for (int l = 0; l < S->n_layers; l++) {
+        const analysis_lgeom *gl = &S->l[l];
+        for (int t = 0; t < gl->T; t++) e[t] = gl->prefix ? (t == 0) : 1.0 / gl->T;
+        analysis_sroll_row(R, (const float *const *)im->attn, l, e, out + (size_t)l * lay->patches, sc);
     }
 }
 
 static void sroll_release(analysis_ctx *c) {
-    sroll_state *st = c->state;
-    for (int li = 0; st && li < VIT_MAX_DEPTH; li++) {
-        free(st->cell[li]);
-        free(st->n[li]);
-    }
-    free(st);
+    analysis_sroll_free(c->state);
     c->state = NULL;
 }
 

@@ -271,7 +271,6 @@ static void test_modes(const char *trace) {
     press(&v, VIEW_KEY_ESCAPE);
     /* one-line refusals, and nothing drawn instead */
     struct { int key; view_mode mode; view_row row; const char *says; } no[] = {
-        {'r', VIEW_MODE_QUERY, VIEW_ROW_QUERY, "rollout: stage-aware support is not there yet for staged traces"},
         {'s', VIEW_MODE_QUERY, VIEW_ROW_QUERY, "no similarity results in this trace: run attnscope analyze"},
         {'a', VIEW_MODE_QUERY, VIEW_ROW_QUERY, "no als results in this trace: run attnscope analyze"},
         {'c', VIEW_MODE_QUERY, VIEW_ROW_QUERY, "no class token"},
@@ -335,6 +334,10 @@ static void test_window_subset(const char *path) {
     }
     CHECK(seen[0] == 0 && seen[1] == 3 && seen[2] == 0 && seen[3] == 3, "'.' visits 0, 3, 0, 3: %d %d %d %d",
           seen[0], seen[1], seen[2], seen[3]);
+    /* rollout needs every layer (and every window): refused in one line naming the fix */
+    press(&v, 'r');
+    CHECK(v.row != VIEW_ROW_ROLLOUT && strstr(v.message, "record with --layers all") && !strchr(v.message, '\n'),
+          "rollout on a window subset: \"%s\"", v.message);
     cairo_surface_destroy(s);
     view_close(&v);
 }
@@ -407,6 +410,79 @@ static void test_results(const char *trace) {
     view_close(&v);
 }
 
+/* Rollout on a staged trace: from the query point's token of the selected layer back to layer
+ * 0's 14 x 14 grid (the rollout metric's staged arithmetic, tested against
+ * tools/analysis_ref.py by the reference suite). By linearity, the mean of the rows started
+ * from each token of layer l is the metric's map[l] (started from the mean of layer l's
+ * tokens), which pins the viewer's plumbing: the token under the point, the layer, the image,
+ * the grid drawn. Every row sums to 1; the depth strip draws one rollout per layer, each on
+ * layer 0's grid; Escape... r again turns it off. */
+static void test_rollout(const char *trace) {
+    as_error err = {0};
+    view v;
+    if (view_open(&v, trace, &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    cairo_surface_t *s = cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H);
+    draw(&v, s);
+    press(&v, 'r');
+    draw(&v, s);
+    const trace_layer_geom *g0 = trace_layer(&v.src.tr, 0);
+    const int n0 = g0->gh * g0->gw, L = v.src.tr.n_layers;
+    CHECK(v.row == VIEW_ROW_ROLLOUT && v.n_panels >= 1 && v.panels[0].rows == g0->gh && v.panels[0].cols == g0->gw &&
+          v.panels[0].stride_px == g0->stride_px, "r: rollout over layer 0's %d x %d grid (%s)", g0->gh, g0->gw,
+          v.message);
+    double *m;
+    long d[6];
+    int nd;
+    if (fig_read(&v.src, "rollout", "map", "per_image", &m, d, &nd, &err) != AS_OK) {
+        CHECK(0, "%s", err.msg);
+    } else {
+        for (int li = 0; li < L; li += 2) {
+            const trace_layer_geom *g = trace_layer(&v.src.tr, li);
+            double *mean = calloc((size_t)n0, sizeof *mean), worst_sum = 0;
+            for (int t = 0; t < g->gh * g->gw; t++) {
+                CHECK(view_select(&v, 0, li, -1, t, &err) == AS_OK, "%s", err.msg);
+                draw(&v, s);
+                double sum = 0;
+                for (int j = 0; j < n0; j++) {
+                    mean[j] += v.panels[0].values[j] / (g->gh * g->gw);
+                    sum += v.panels[0].values[j];
+                }
+                worst_sum = fmax(worst_sum, fabs(sum - 1));
+            }
+            const double *want = m + (size_t)li * d[2]; /* image 0 */
+            double e = 0;
+            for (int j = 0; j < n0; j++) e = fmax(e, fabs(mean[j] - want[j]));
+            CHECK(e < 1e-12, "layer %d: the mean of its tokens' rollouts is analyze's map (max difference %.3g)", li, e);
+            CHECK(worst_sum < 1e-9, "layer %d: every rollout row sums to 1 (off by %.3g)", li, worst_sum);
+            free(mean);
+        }
+        free(m);
+    }
+    press(&v, 'd');
+    draw(&v, s);
+    int ok = v.mode == VIEW_MODE_DEPTH && v.n_panels == L;
+    for (int i = 0; ok && i < v.n_panels; i++) ok = v.panels[i].rows == g0->gh && v.panels[i].stride_px == g0->stride_px;
+    CHECK(ok, "depth strip in rollout: %d panels, each on layer 0's grid", v.n_panels);
+    if (getenv("VIEW_STAGED_SHOTS")) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/rollout_depth.png", getenv("VIEW_STAGED_SHOTS"));
+        cairo_surface_write_to_png(s, path);
+        press(&v, VIEW_KEY_ESCAPE);
+        CHECK(view_select(&v, 0, 4, -1, 5, &err) == AS_OK, "%s", err.msg);
+        draw(&v, s);
+        snprintf(path, sizeof path, "%s/rollout_query.png", getenv("VIEW_STAGED_SHOTS"));
+        cairo_surface_write_to_png(s, path);
+    }
+    press(&v, 'r');
+    draw(&v, s);
+    CHECK(v.row != VIEW_ROW_ROLLOUT, "r again: rollout off");
+    cairo_surface_destroy(s);
+    view_close(&v);
+}
+
 int main(void) {
     check_tmp_init("view_staged");
     const char *trace = check_tmp("s.h5");
@@ -419,6 +495,7 @@ int main(void) {
     test_modes(trace);
     test_window_subset(check_tmp("w.h5"));
     test_results(trace);
+    test_rollout(trace); /* after test_results: analysed */
     check_tmp_remove();
     return check_finish("view_staged");
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../analysis/analysis.h"
+#include "../analysis/geometry.h"
 #include "../core/vitfam.h"
 #include "../plot/keymap.h"
 
@@ -403,6 +404,11 @@ void view_close(view *v) {
     free(v->rollout);
     free(v->rollout_maps);
     free(v->rollout_rows);
+    analysis_sroll_free(v->sroll);
+    analysis_staged_free(v->sgeom);
+    free(v->sroll_maps);
+    free(v->sroll_scratch);
+    free(v->sroll_rows);
     free(v->sim);
     free(v->als);
     for (int li = 0; li < VIT_MAX_DEPTH; li++) {
@@ -472,15 +478,67 @@ static as_status ensure_rgb(view *v, as_error *err) {
     return AS_OK;
 }
 
-/* Why rollout cannot run on this trace, or NULL when it can. */
-static const char *rollout_refusal(const view *v) {
+/* Why rollout cannot run on this trace, or NULL when it can. A staged trace's geometry and
+ * rollout plan are made on first use (analysis_sroll_new's checks: every layer, every window
+ * and query row, row-stochastic maps). */
+static const char *rollout_refusal(view *v) {
     const trace_reader *r = &v->src.tr;
-    if (v->staged)
-        return "rollout: stage-aware support is not there yet for staged traces (windows and merges "
-               "need their own token transfer)";
+    if (v->staged) {
+        if (!v->sroll_tried) {
+            v->sroll_tried = 1;
+            as_error e = {0};
+            if (analysis_staged_open(&v->sgeom, r, &e) != AS_OK ||
+                analysis_sroll_new(&v->sroll, v->sgeom, r->cfg.depth, ANALYSIS_FUSE_MEAN, &e) != AS_OK)
+                snprintf(v->sroll_why, sizeof v->sroll_why, "%s", e.msg);
+        }
+        return v->sroll_why[0] ? v->sroll_why : NULL;
+    }
     return r->n_layers != r->cfg.depth || r->q_rows != r->num_tokens
                ? "rollout multiplies every layer's full map: record with --layers all --query-rows all"
                : NULL;
+}
+
+/* Staged rollout (analysis_sroll_row, the rollout metric's staged arithmetic: heads' mean,
+ * identity added, rows renormalised, merges to their children's mean, reduced keys spread over
+ * the tokens they reduce): for every layer l, the rollout from the query point's token of layer
+ * l (a class-attention layer's class token) back to layer 0's grid. */
+static as_status ensure_staged_rollout(view *v, as_error *err) {
+    const trace_reader *r = &v->src.tr;
+    const analysis_staged *S = v->sgeom;
+    const int L = S->n_layers, T0 = S->l[0].gh * S->l[0].gw;
+    const float *attn[VIT_MAX_DEPTH];
+    size_t off[VIT_MAX_DEPTH + 1] = {0};
+    int tmax = 0;
+    for (int l = 0; l < L; l++) {
+        off[l + 1] = off[l] + S->l[l].map_floats;
+        tmax = S->l[l].T > tmax ? S->l[l].T : tmax;
+    }
+    if (!v->sroll_maps) v->sroll_maps = malloc(off[L] * sizeof *v->sroll_maps);
+    if (!v->sroll_scratch) v->sroll_scratch = malloc((analysis_sroll_doubles(v->sroll) + (size_t)tmax) * sizeof(double));
+    if (!v->sroll_rows) v->sroll_rows = malloc((size_t)L * T0 * sizeof *v->sroll_rows);
+    if (!v->sroll_maps || !v->sroll_scratch || !v->sroll_rows) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+    for (int l = 0; l < L; l++) attn[l] = v->sroll_maps + off[l];
+    if (v->rollout_image != v->image) {
+        for (int l = 0; l < L; l++) {
+            char name[64];
+            snprintf(name, sizeof name, "layers/%02d/attn", r->layers[l]);
+            if (trace_read_image_slab(r, name, v->image, v->sroll_maps + off[l], err) != AS_OK) return err->status;
+        }
+        analysis_sroll_rowsums(v->sroll, attn, v->sroll_scratch);
+        v->rollout_image = v->image;
+        v->sroll_pt[0] = v->sroll_pt[1] = -1;
+    }
+    if (v->sroll_pt[0] == v->qpt[0] && v->sroll_pt[1] == v->qpt[1]) return AS_OK;
+    double *e = v->sroll_scratch + analysis_sroll_doubles(v->sroll);
+    for (int l = 0; l < L; l++) {
+        const analysis_lgeom *g = &S->l[l];
+        const int q = classrow(v, l) ? 0 : g->prefix + staged_token(v, l);
+        for (int t = 0; t < g->T; t++) e[t] = t == q;
+        analysis_sroll_row(v->sroll, attn, l, e, v->sroll_rows + (size_t)l * T0, v->sroll_scratch);
+    }
+    v->sroll_pt[0] = v->qpt[0];
+    v->sroll_pt[1] = v->qpt[1];
+    return AS_OK;
 }
 
 /* Rollout from the query through every layer: the rollout metric's arithmetic (mean fusion,
@@ -489,6 +547,7 @@ static as_status ensure_rollout(view *v, as_error *err) {
     const trace_reader *r = &v->src.tr;
     int T = r->num_tokens, L = r->n_layers, H = r->n_heads;
     if (rollout_refusal(v)) return as_fail(err, AS_ERR_ARG, "%s", rollout_refusal(v));
+    if (v->staged) return ensure_staged_rollout(v, err);
     size_t TT = (size_t)T * T;
     if (v->rollout_image != v->image) {
         /* kept between images: 22 MB for ViT-B, whose fresh pages would cost a few ms each time */
@@ -567,6 +626,16 @@ static const float *problem_map(view *v, int ds, int li, int hi, view_place *pl,
 static as_status staged_values(view *v, int ds, int li, int hi, double *vals, double *state, mapscale *ms,
                                as_error *err) {
     const trace_layer_geom *g = geom_of(v, li);
+    if (rollout_drawn(v)) { /* the rollout through layer li over layer 0's grid */
+        if (ensure_rollout(v, err) != AS_OK) return err->status;
+        const int n = geom_of(v, 0)->gh * geom_of(v, 0)->gw;
+        for (int i = 0; i < n; i++) {
+            vals[i] = v->sroll_rows[(size_t)li * n + i];
+            if (state) state[i] = VIEW_KEY_IN;
+        }
+        mapscale_make(ms, vals, 1, n, 0, 0, v->range);
+        return AS_OK;
+    }
     if (classrow(v, li)) { /* the class row over its patches; cls's own share in the scale's note */
         const int T = v->dims[li][ds][2], p = g->prefix;
         const float *A = problem_map(v, ds, li, hi, NULL, err);
@@ -635,6 +704,11 @@ static int overlay_cells(const view *v, int li) {
 /* The cells of an image panel of layer li: the g x g patches, a staged layer's gh x gw tokens,
  * or a spatial-reduction layer's kgh x kgw keys. */
 static void overlay_dims(const view *v, int li, int *rows, int *cols) {
+    if (v->staged && rollout_drawn(v)) { /* rollout lands on layer 0's token grid */
+        *rows = geom_of(v, 0)->gh;
+        *cols = geom_of(v, 0)->gw;
+        return;
+    }
     const trace_layer_geom *g = v->staged ? geom_of(v, li) : NULL;
     *rows = !g ? grid_of(v) : reduced(v, li) ? g->kgh : g->gh;
     *cols = !g ? grid_of(v) : reduced(v, li) ? g->kgw : g->gw;
@@ -707,15 +781,16 @@ static view_panel *panel_add(view *v, view_panel_kind k, double x, double y, dou
  * layer li's geometry. */
 static void panel_staged(view *v, view_panel *p, int li) {
     if (!p || !v->staged) return;
+    if (rollout_drawn(v)) li = 0; /* rollout lands on layer 0's token grid */
     const trace_layer_geom *g = geom_of(v, li);
     p->stride_px = g->stride_px;
     p->offset_px = g->offset_px;
     p->img = v->src.tr.cfg.img_size;
     p->query = classrow(v, li) ? -1 : staged_token(v, li); /* the class token has no cell */
-    p->window = windowed(v, li) ? place_of(v, li, p->query).w : -1;
+    p->window = windowed(v, li) && !rollout_drawn(v) ? place_of(v, li, p->query).w : -1;
     p->key_state = p->values + (size_t)p->rows * p->cols;
     p->qcols = g->gw;
-    if (reduced(v, li)) { /* the key cells' pixel spans after the states (overlay_values) */
+    if (reduced(v, li) && !rollout_drawn(v)) { /* the key cells' pixel spans after the states (overlay_values) */
         double *sp = (double *)(uintptr_t)(p->key_state + (size_t)p->rows * p->cols);
         for (int r = 0; r < g->kgh; r++) keymap_key_span(g, g->gh, r, p->img, &sp[r], &sp[g->kgh + r]);
         for (int c = 0; c < g->kgw; c++)
@@ -1000,7 +1075,17 @@ static void draw_image_panel(view *v, plot_figure *f, double x, double y, double
     plot_axes a = {.x = x, .y = y, .w = side, .h = side};
     if (cbar) colorbar_add(v, f, &a, s, overlay_label(v, ds));
     double used = mapscale_note(f, x, y + side + 2, side, 6.5, &s.ms);
-    if (v->staged && s.ms.probability) { /* what the image cannot show: the pad keys' share */
+    if (v->staged && rollout_drawn(v)) {
+        const trace_layer_geom *g0 = geom_of(v, 0), *g = geom_of(v, li);
+        char t[200];
+        if (classrow(v, li))
+            snprintf(t, sizeof t, "from the class token down to layer %d's %d x %d grid", v->src.tr.layers[0], g0->gh, g0->gw);
+        else
+            snprintf(t, sizeof t, "from token (%d, %d) of the %d x %d grid down to layer %d's %d x %d grid",
+                     staged_token(v, li) / g->gw, staged_token(v, li) % g->gw, g->gh, g->gw, v->src.tr.layers[0],
+                     g0->gh, g0->gw);
+        plot_text_fit(f, x, y + side + 2 + used + 6, 6, 0, side, t);
+    } else if (v->staged && s.ms.probability) { /* what the image cannot show: the pad keys' share */
         const trace_layer_geom *g = geom_of(v, li);
         double on = 0, pad = 0;
         for (int i = 0; i < gh * gw; i++) on += p->values[i];
@@ -1030,7 +1115,7 @@ static void draw_image_panel(view *v, plot_figure *f, double x, double y, double
             plot_text_fit(f, x, y + side + 2 + used + 13, 6, 0, side, t);
         }
     }
-    if (v->staged && geom_of(v, li)->attn_signed && ds == 0) /* CaiT's talking heads */
+    if (v->staged && !rollout_drawn(v) && geom_of(v, li)->attn_signed && ds == 0) /* CaiT's talking heads */
         plot_text_fit(f, x, y + side + 2 + used + 6, 6, 0, side, "signed: heads mixed after the softmax (talking "
                       "heads); Tab: attn_softmax");
 }
@@ -1156,7 +1241,7 @@ static double *overlay_values(view *v, int ds, int li, int hi, mapscale *ms, as_
     size_t n = (size_t)overlay_cells(v, li);
     const trace_layer_geom *g = v->staged ? geom_of(v, li) : NULL;
     /* staged: the key states after the values; reduced keys: then their pixel spans */
-    size_t spans = g && reduced(v, li) ? 2 * (size_t)(g->kgh + g->kgw) : 0;
+    size_t spans = g && reduced(v, li) && !rollout_drawn(v) ? 2 * (size_t)(g->kgh + g->kgw) : 0;
     double *vals = frame_alloc(v, v->staged ? 2 * n + spans : n);
     if (!vals) {
         as_fail(err, AS_ERR_NOMEM, "too many panels");
@@ -1242,6 +1327,13 @@ static as_status draw_query_column(view *v, plot_figure *f, double x0, double w,
     int Q = v->dims[li][ds][1], T = v->dims[li][ds][2];
     const float *A = NULL;
     float *fused = NULL;
+    if (rollout && v->staged) { /* the factors are per window and across merges: no one T x T map */
+        const double tx = two_rows ? x0 + 34 : x0 + side + 105, ty = two_rows ? top + side + 48 : top + 24;
+        plot_text(f, tx, ty, 7.5, 0, "rollout multiplies each layer's head mean + identity, window by window,");
+        plot_text(f, tx, ty + 10, 7.5, 0, "passes each merged token on to its children, and spreads a reduced key");
+        plot_text(f, tx, ty + 20, 7.5, 0, "over the tokens it reduces (docs/analysis.md, \"Staged traces\")");
+        return AS_OK;
+    }
     if (rollout) {
         T = Q = v->src.tr.num_tokens;
         fused = malloc((size_t)T * T * sizeof *fused);
@@ -1338,7 +1430,8 @@ static as_status draw_multiples(view *v, plot_figure *f, double x0, double y0, d
         paint_overlay(v, f, i, s);
         char t[64];
         int cur = by_layer ? layer_pos(v, pn->layer) == v->li : pn->head == view_head(v);
-        if (by_layer && v->staged) snprintf(t, sizeof t, "layer %d, head %d", pn->layer, pn->head);
+        if (by_layer && v->staged && rollout_drawn(v)) snprintf(t, sizeof t, "rollout through layer %d", pn->layer);
+        else if (by_layer && v->staged) snprintf(t, sizeof t, "layer %d, head %d", pn->layer, pn->head);
         else if (by_layer) snprintf(t, sizeof t, "layer %d", pn->layer);
         else snprintf(t, sizeof t, "%s %d", head_word(pn->ds), pn->head);
         plot_text(f, pn->x + side / 2, pn->y - 2.5, 6.5, 0.5, t);

@@ -160,6 +160,16 @@ typedef struct {
                                 shift mask separates query and key (params/shift_mask), or NULL */
     double *rollout_rows;    /* (L, T): rollout rows of rollout_query */
     int rollout_query;
+    /* rollout on a staged trace (analysis_sroll): the trace's geometry and the plan, made on
+     * first use (sroll_why: why the trace cannot roll out, "" when it can); every layer's attn
+     * of rollout_image back to back, the row sums' scratch, and per layer the rollout from the
+     * query point's token of that layer back to layer 0's grid (L, gh gw), for sroll_pt */
+    struct analysis_staged *sgeom;
+    struct analysis_sroll *sroll;
+    int sroll_tried;
+    char sroll_why[1024];
+    float *sroll_maps;
+    double *sroll_scratch, *sroll_rows, sroll_pt[2];
     double *sim;             /* /analysis/similarity/head_mean/mean (D, L, L), or NULL */
     int sim_n, sim_layers[VIT_MAX_DEPTH];
     double *als;             /* /analysis/als/score/mean (L, H), or NULL */
