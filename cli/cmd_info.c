@@ -131,12 +131,13 @@ static void print_model(const vit_config *c, const char *source, const char *dty
             for (int k = 0; k < 4; k++)
                 snprintf(list[k] + strlen(list[k]), sizeof list[k] - strlen(list[k]), "%s%d", s ? "," : "", v[k]);
         }
+        char ls[48] = "no LayerScale";
+        if (c->init_values > 0) snprintf(ls, sizeof ls, "LayerScale init %g", (double)c->init_values);
         if (c->family == VIT_FAMILY_CAIT) /* CaiT: core/cait.h */
             line("input       %dx%dx%d, patch %d -> %dx%d grid; stage 0 (talking heads %s) over the "
-                 "patches, stage 1 class attention over [cls; patches]; LayerScale init %g; qkv bias "
+                 "patches, stage 1 class attention over [cls; patches]; %s; qkv bias "
                  "%s, LayerNorm eps %g\n", c->in_chans, c->img_size, c->img_size, c->patch_size, g, g,
-                 c->talking_heads ? "yes" : "no", (double)c->init_values, c->qkv_bias ? "yes" : "no",
-                 (double)c->ln_eps);
+                 c->talking_heads ? "yes" : "no", ls, c->qkv_bias ? "yes" : "no", (double)c->ln_eps);
         else line("input       %dx%dx%d, patch %d -> %dx%d grid, halved by a 2x2 patch merging before "
              "each stage after the first\n", c->in_chans, c->img_size, c->img_size, c->patch_size, g, g);
         if (c->family == VIT_FAMILY_CAIT)

@@ -226,8 +226,9 @@ static void ca_block(const vit_config *c, int l, const vit_geom *g, const vit_bl
     const int T = g->T, D = g->D, H = g->H, hd = D / H, W = 2 * D;
     const float scale = vit_attn_scale(c, l);
     const vit_tape_block *t = a->tape ? &a->tape->blk[l] : NULL;
-    /* compact (n, D) rows: the class token's query, the attention output, the class token */
-    float *q = t ? t->cq : a->pooled, *o = t ? t->ao : a->ao, *cls = a->pooled + (size_t)n * D;
+    /* compact (n, D) rows: the class token's query, the attention output, the class token (in
+     * acts->ao after the output's rows: ao holds n T D floats, T >= 2) */
+    float *q = t ? t->cq : a->pooled, *o = t ? t->ao : a->ao, *cls = a->ao + (size_t)n * D;
     float *xn = t ? t->xn1 : a->xn, *kv_all = t ? t->qkv : a->qkv, *att_all = t ? t->att : a->att;
     if (t) memcpy(t->x_in, a->x, (size_t)n * T * D * sizeof(float));
     kernels_layernorm(xn, a->x, bp->norm1_w, bp->norm1_b, n * T, D, c->ln_eps);

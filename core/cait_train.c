@@ -84,7 +84,7 @@ size_t cait_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *w
     vit_carve_floats(p, &off, b * W * D, &ws->dqkv);
     vit_carve_floats(p, &off, b * T * D, &ws->dao);
     vit_carve_floats(p, &off, b * T * (size_t)Hm, &ws->dhid);
-    vit_carve_floats(p, &off, maps, &ws->dA);
+    vit_carve_floats(p, &off, maps > b * H * T ? maps : b * H * T, &ws->dA); /* SA maps, or CA rows (N = 1) */
     vit_carve_floats(p, &off, maps, &ws->dS);
     vit_carve_floats(p, &off, maps, &ws->dX);
     vit_carve_floats(p, &off, b * mix_part((int)H), &ws->part);

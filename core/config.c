@@ -258,12 +258,14 @@ static const vit_seed vit_seeds[] = {
     {"lavit_s", "pvt_v2_b2", 0, 0, 0, VIT_ATTN_VANILLA, .depths = {3, 4, 6, 3}, .less_from = {0, 0, 3, 2}, .attn_residual = 1},
     {"lavit_b", "pvt_v2_b2", 0, 0, 0, VIT_ATTN_VANILLA, .depths = {3, 3, 18, 3}, .less_from = {0, 2, 4, 3}, .attn_residual = 1},
     /* MaiT, Table 7: 24-layer DeiTs (Table 2's widths and heads). XT, XS and S (starred) add
-     * LayerScale (init 1e-5, CaiT's for 24 layers: the paper gives none) and use masking Sch.2
-     * (Table 5: "Sch.2 with LayerScale"): H - 1 masked heads in layers 0-7, one in 8-19 (the
-     * paper prints "9-19", leaving layer 8 out: docs/models.md, "MaiT's models"), none after;
-     * T is Table 4's Sch.3 (soft masks in every head of layers 0-20) without LayerScale */
+     * LayerScale (init 1e-5, CaiT's for 24 layers: the paper gives none). XS and S use masking
+     * Sch.2 (Table 5: "Sch.2 with LayerScale"): H - 1 masked heads in layers 0-7, one in 8-19
+     * (the paper prints "9-19", leaving layer 8 out: docs/models.md, "MaiT's models"), none
+     * after. T is Table 4's Sch.3 (soft masks in every head of layers 0-20) without LayerScale;
+     * XT's masks are printed only for its distilled twin ("With Soft Masking", section 5.5):
+     * Sch.3 with LayerScale */
     {"mait_xt", "deit_tiny_patch16_224", 0, 0, 0, VIT_ATTN_VANILLA, .depths = {24}, .embed_dim = 144,
-     .num_heads = 3, .init_values = 1e-5f, .mait = {{0, 7, -1, VIT_MASK_ZERO}, {8, 19, 1, VIT_MASK_ZERO}}},
+     .num_heads = 3, .init_values = 1e-5f, .mait = {{0, 20, VIT_SEED_ALL_HEADS, VIT_MASK_SOFT}}},
     {"mait_t", "deit_tiny_patch16_224", 0, 0, 0, VIT_ATTN_VANILLA, .depths = {24},
      .mait = {{0, 20, VIT_SEED_ALL_HEADS, VIT_MASK_SOFT}}},
     {"mait_xs", "deit_tiny_patch16_224", 0, 0, 0, VIT_ATTN_VANILLA, .depths = {24}, .embed_dim = 288,

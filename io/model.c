@@ -129,8 +129,8 @@ static const model_key model_keys[] = {
      "CaiT: class-attention blocks (stage 1; timm's default 2)", MF_CAIT},
     {"mlp_ratio_token_only", MK_MODEL, MK_OWN, 1.0 / 64, 64, -1, "number in [1/64, 64]", NULL,
      "CaiT: MLP ratio of the class-attention blocks (default: the base's, 4)", MF_CAIT},
-    {"init_values", MK_MODEL, MK_FLOAT, 0, 1e3, OFF(init_values), NULL, NULL,
-     "CaiT: LayerScale's initial gamma (gamma_1, gamma_2 in every block); 0: no LayerScale", MF_CAIT},
+    {"init_values", MK_MODEL, MK_OWN, 0, 1e6, -1, "number in (0, 1e6], or null", NULL,
+     "CaiT: LayerScale's initial gamma (gamma_1, gamma_2 in every block); null: no LayerScale", MF_CAIT},
     {"talking_heads", MK_MODEL, MK_BOOL, 0, 1, OFF(talking_heads), NULL, NULL,
      "CaiT (attnscope's key): the self-attention blocks mix heads with attn.proj_l and "
      "attn.proj_w (timm's TalkingHeadAttn, default true); false: plain attention", MF_CAIT},
