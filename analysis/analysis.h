@@ -112,12 +112,14 @@ void analysis_rollout_rows(double *out, const double *a, const double *e, int L,
  * layer (depth) with every query row of every window and row-stochastic maps (the message names
  * the fix); per image, rowsums fills the first part of scratch (analysis_sroll_doubles) from
  * attn[k], layer k's recorded maps (H, P, Tq, Tk); row then writes out (layer 0's gh gw grid
- * tokens) = e^T a_l ... U a_k ... a_0 for e over layer l's T_l tokens (prefix first). */
+ * tokens) = e^T a_l ... U a_k ... a_0 for e over layer l's T_l tokens (prefix first), which may
+ * live in scratch's start slot (analysis_sroll_start: room for any layer's tokens). */
 struct analysis_staged;
 typedef struct analysis_sroll analysis_sroll;
 as_status analysis_sroll_new(analysis_sroll **out, const struct analysis_staged *S, int depth,
                              analysis_fusion fusion, as_error *err);
 size_t analysis_sroll_doubles(const analysis_sroll *R);
+double *analysis_sroll_start(const analysis_sroll *R, double *scratch);
 void analysis_sroll_rowsums(const analysis_sroll *R, const float *const *attn, double *scratch);
 void analysis_sroll_row(const analysis_sroll *R, const float *const *attn, int l, const double *e, double *out,
                         double *scratch);

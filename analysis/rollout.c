@@ -239,8 +239,12 @@ as_status analysis_sroll_new(analysis_sroll **out, const analysis_staged *S, int
     return AS_OK;
 }
 
-/* scratch: every layer's row sums (tsum), u and v (tmax each), the reduced keys' z (kmax) */
-size_t analysis_sroll_doubles(const analysis_sroll *R) { return (size_t)R->tsum + 2 * (size_t)R->tmax + (size_t)R->kmax; }
+/* scratch: every layer's row sums (tsum), u and v (tmax each), the reduced keys' z (kmax), and
+ * the caller's start vector (tmax) */
+size_t analysis_sroll_doubles(const analysis_sroll *R) { return (size_t)R->tsum + 3 * (size_t)R->tmax + (size_t)R->kmax; }
+double *analysis_sroll_start(const analysis_sroll *R, double *scratch) {
+    return scratch + R->tsum + 2 * (size_t)R->tmax + R->kmax;
+}
 
 /* The heads' fused entry (w, i, j) of layer g's maps A. */
 static double sroll_fused(const analysis_lgeom *g, const float *A, analysis_fusion fusion, int w, int i, int j) {
@@ -366,7 +370,7 @@ static as_status sroll_plan(analysis_ctx *c, as_error *err) {
                                 "layer l back to the first grid: the mean of layer l's rows over the first "
                                 "layer's grid tokens", "", 2, dims, ax);
     c->out[o].keep_images = 1;
-    c->scratch_bytes = (analysis_sroll_doubles(R) + (size_t)R->tmax) * sizeof(double);
+    c->scratch_bytes = analysis_sroll_doubles(R) * sizeof(double);
     snprintf(c->params, sizeof c->params, "head_fusion=%s; discard_ratio=0; identity=added; "
              "rows=renormalised; pad_keys=dropped; merge=children mean (U[c,t] = 1/#children of c); "
              "source=%s; grid=%dx%d (layer %d)", fusion_names[c->opt->fusion],
@@ -380,7 +384,7 @@ static void sroll_image(const analysis_ctx *c, const analysis_image *im, double 
     const analysis_layout *lay = c->lay;
     const analysis_staged *S = lay->staged;
     const analysis_sroll *R = c->state;
-    double *sc = scratch, *e = sc + analysis_sroll_doubles(R);
+    double *sc = scratch, *e = analysis_sroll_start(R, sc);
     analysis_sroll_rowsums(R, (const float *const *)im->attn, sc);
     double *out = vals + c->out[0].offset;
     for (int l = 0; l < S->n_layers; l++) {

@@ -120,8 +120,7 @@ static void record_heads(float *out, const float *src, int n, int T, int H, int 
                        (size_t)hd * sizeof(float));
 }
 
-/* out (H, NN) = W (H, H) in (H, NN) + bias per row: the talking-heads mix over the head axis. */
-static void head_mix(float *out, const float *W, const float *bias, const float *in, int H, size_t NN) {
+void vit_cait_head_mix(float *out, const float *W, const float *bias, const float *in, int H, size_t NN) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, H, (int)NN, H, 1.0f, W, H, in, (int)NN, 0.0f, out,
                 (int)NN);
     for (int g = 0; g < H; g++)
@@ -192,7 +191,7 @@ static void sa_block(const vit_config *c, int l, const vit_geom *g, const vit_bl
                 m->scores(&mb, &p, L + h * NN);
             }
         if (th) {
-            head_mix(Lm, bp->thl_w, bp->thl_b, L, H, NN);
+            vit_cait_head_mix(Lm, bp->thl_w, bp->thl_b, L, H, NN);
             if (m->scores && after)
                 for (int h = 0; h < H; h++) {
                     p.h = h, p.q = p.k = NULL, p.v = qkv + 2 * D + (size_t)h * hd;
@@ -200,7 +199,7 @@ static void sa_block(const vit_config *c, int l, const vit_geom *g, const vit_bl
                 }
             memcpy(P, Lm, map * sizeof(float));
             kernels_softmax_rows(P, H * N, N);
-            head_mix(A, bp->thw_w, bp->thw_b, P, H, NN);
+            vit_cait_head_mix(A, bp->thw_w, bp->thw_b, P, H, NN);
         } else {
             if (sc) memcpy(sc + b * map, L, map * sizeof(float));
             if (A != L) memcpy(A, L, map * sizeof(float));

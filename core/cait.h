@@ -38,6 +38,9 @@ const char *vit_cait_scores_doc(const vit_config *c, int l);
 /* The layer attributes of CaiT block l (talking heads, signed maps, query rows). */
 void vit_cait_trace_attrs(const vit_config *c, int l, vit_mech_writer *w);
 
+/* out (H, NN) = W (H, H) in (H, NN) + bias per row: the talking-heads mix over the head axis. */
+void vit_cait_head_mix(float *out, const float *W, const float *bias, const float *in, int H, size_t NN);
+
 /* Training (cait_train.c; stage_train.c dispatches here): the tape, the backward's workspace
  * and the backward pass (returns 0: no LaViT term in a CaiT). */
 size_t cait_tape_carve(const vit_config *c, int B, void *base, vit_tape *t);

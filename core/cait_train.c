@@ -150,12 +150,7 @@ static void sa_attention_backward(const vit_config *c, int l, const vit_block_pa
             mix_back(dS, bp->thw_w, dA, H, NN);
             kernels_softmax_backward_rows(dS, P, dS, H * N, N);
             if (m->head_backward && after) { /* masks on the mixed logits W_l L + b_l */
-                for (int h = 0; h < H; h++) {
-                    float *Lm = dA + h * NN; /* dA is free: the mixed logits before the masks */
-                    for (size_t e = 0; e < NN; e++) Lm[e] = bp->thl_b[h];
-                    for (int k = 0; k < H; k++)
-                        cblas_saxpy((int)NN, bp->thl_w[h * H + k], L + k * NN, 1, Lm, 1);
-                }
+                vit_cait_head_mix(dA, bp->thl_w, bp->thl_b, L, H, NN); /* dA is free: the forward's */
                 for (int h = 0; h < H; h++) {
                     p.h = h, p.q = p.k = NULL;
                     x = (vit_mech_head_bwd){.p = &p, .dS = dS + h * NN, .X = X + h * NN, .raw = dA + h * NN,

@@ -508,13 +508,9 @@ static as_status ensure_staged_rollout(view *v, as_error *err) {
     const int L = S->n_layers, T0 = S->l[0].gh * S->l[0].gw;
     const float *attn[VIT_MAX_DEPTH];
     size_t off[VIT_MAX_DEPTH + 1] = {0};
-    int tmax = 0;
-    for (int l = 0; l < L; l++) {
-        off[l + 1] = off[l] + S->l[l].map_floats;
-        tmax = S->l[l].T > tmax ? S->l[l].T : tmax;
-    }
+    for (int l = 0; l < L; l++) off[l + 1] = off[l] + S->l[l].map_floats;
     if (!v->sroll_maps) v->sroll_maps = malloc(off[L] * sizeof *v->sroll_maps);
-    if (!v->sroll_scratch) v->sroll_scratch = malloc((analysis_sroll_doubles(v->sroll) + (size_t)tmax) * sizeof(double));
+    if (!v->sroll_scratch) v->sroll_scratch = malloc(analysis_sroll_doubles(v->sroll) * sizeof(double));
     if (!v->sroll_rows) v->sroll_rows = malloc((size_t)L * T0 * sizeof *v->sroll_rows);
     if (!v->sroll_maps || !v->sroll_scratch || !v->sroll_rows) return as_fail(err, AS_ERR_NOMEM, "out of memory");
     for (int l = 0; l < L; l++) attn[l] = v->sroll_maps + off[l];
@@ -529,7 +525,7 @@ static as_status ensure_staged_rollout(view *v, as_error *err) {
         v->sroll_pt[0] = v->sroll_pt[1] = -1;
     }
     if (v->sroll_pt[0] == v->qpt[0] && v->sroll_pt[1] == v->qpt[1]) return AS_OK;
-    double *e = v->sroll_scratch + analysis_sroll_doubles(v->sroll);
+    double *e = analysis_sroll_start(v->sroll, v->sroll_scratch);
     for (int l = 0; l < L; l++) {
         const analysis_lgeom *g = &S->l[l];
         const int q = classrow(v, l) ? 0 : g->prefix + staged_token(v, l);
