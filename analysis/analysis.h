@@ -52,7 +52,7 @@ typedef struct {
     const char *help;            /* one line per value and the default's reason, for --help */
 } analysis_choice;
 
-typedef struct {
+typedef struct analysis_opts {
     unsigned metrics;            /* bit i = registry entry i; 0 = every metric the trace supports */
     int explicit_metrics;        /* 1: the user named them, so one that cannot run is an error */
     int als_window;              /* R (odd); 0 (default): a masked head's own mask size, else 3 */

@@ -18,6 +18,14 @@ int cmd_info(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
+/* Sets analyze's option NAME (its long name: "fusion", "als-window", a metric choice's
+ * "als-prefix", ...) to ARG, NULL for a flag (--per-image). Returns 1 when set, 0 when NAME is
+ * no such option or one of a run rather than of the analysis (metrics, out, csv, threads,
+ * quiet: the caller's), -1 with a one-line message in err when ARG is not one of its values. */
+struct analysis_opts;
+int analyze_option(struct analysis_opts *o, const char *name, const char *arg, as_error *err);
+/* The names analyze_option takes, comma-separated, into buf. */
+void analyze_option_names(char *buf, size_t n);
 int cmd_plot(int argc, char **argv);
 int cmd_experiment(int argc, char **argv);
 /* Checks an experiment file's text (JSON, names, references) without running anything: the

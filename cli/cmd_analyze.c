@@ -79,20 +79,95 @@ static void build_table(void) {
                       analysis_metric_name(i), analysis_metric_summary(i));
 }
 
-static int parse_doubles(const char *s, double *out, int max, const char *what) {
+/* Up to max comma-separated numbers of s into out; their count, or -1 when s is not that. */
+static int parse_doubles(const char *s, double *out, int max) {
     int n = 0;
     char buf[512];
-    snprintf(buf, sizeof buf, "%s", s);
+    if (snprintf(buf, sizeof buf, "%s", s) >= (int)sizeof buf) return -1;
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         char *end;
         double v = strtod(t, &end);
-        if (end == t || *end || n >= max) {
-            cli_fail(2, "%s \"%s\": give up to %d comma-separated numbers", what, s, max);
-            return -1;
-        }
+        if (end == t || *end || n >= max) return -1;
         out[n++] = v;
     }
     return n;
+}
+
+/* analyze's options of a run rather than of the analysis */
+static int run_option(int key) { return key == 'M' || key == 'o' || key == 'c' || key == 't' || key == 'q'; }
+
+static const cli_opt *analyze_opt_named(const char *name) {
+    for (int i = 0; analyze_table[i].name; i++)
+        if (strcmp(analyze_table[i].name, name) == 0) return &analyze_table[i];
+    return NULL;
+}
+
+void analyze_option_names(char *buf, size_t n) {
+    if (!analyze_table[0].name) build_table();
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; analyze_table[i].name && k < n; i++) {
+        if (run_option(analyze_table[i].key)) continue;
+        k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", analyze_table[i].name);
+    }
+}
+
+int analyze_option(analysis_opts *o, const char *name, const char *arg, as_error *err) {
+    if (!analyze_table[0].name) build_table();
+    const cli_opt *op = analyze_opt_named(name);
+    /* the options of a run rather than of the analysis (out, csv, threads, quiet) are the
+     * caller's; metrics is, too (its message names the metrics) */
+    if (!op || run_option(op->key)) return 0;
+    if (!op->arg != !arg) { /* a flag given a value, or an option none */
+        as_fail(err, AS_ERR_ARG, "--%s %s", name, arg ? "takes no value" : "needs a value");
+        return -1;
+    }
+    int ok = 1;
+    if (op->key >= KEY_CHOICE) ok = analysis_choice_set(o, name, arg, err) == 1;
+    double th[ANALYSIS_MAX_THRESHOLDS];
+    switch (op->key) {
+    case 'w': ok = cli_parse_int(arg, 1, 99, &o->als_window) && o->als_window % 2 == 1; break;
+    case 'A':
+        if ((ok = parse_doubles(arg, th, 2) == 2)) {
+            o->als_low = th[0];
+            o->als_high = th[1];
+        }
+        break;
+    case 'Q': {
+        const int n = parse_doubles(arg, th, ANALYSIS_MAX_THRESHOLDS);
+        if ((ok = n >= 1)) {
+            o->n_thresholds = n;
+            memcpy(o->thresholds, th, (size_t)n * sizeof th[0]);
+        }
+        break;
+    }
+    case 'f':
+        if (strcmp(arg, "mean") == 0) o->fusion = ANALYSIS_FUSE_MEAN;
+        else if (strcmp(arg, "max") == 0) o->fusion = ANALYSIS_FUSE_MAX;
+        else if (strcmp(arg, "min") == 0) o->fusion = ANALYSIS_FUSE_MIN;
+        else ok = 0;
+        break;
+    case 'd': ok = parse_doubles(arg, &o->discard, 1) == 1 && o->discard >= 0 && o->discard < 1; break;
+    case 'e': o->entropy_normalize = 1; break;
+    case 'p':
+        if (strcmp(arg, "drop") == 0) o->distance_renorm = 0;
+        else if (strncmp(arg, "renorm", 6) == 0) o->distance_renorm = 1;
+        else ok = 0;
+        break;
+    case 'B': ok = cli_parse_int(arg, 4, 1000000, &o->cka_batch); break;
+    case 'I': o->per_image = 1; break;
+    case 'n': {
+        int n;
+        if ((ok = cli_parse_int(arg, 1, 2000000000, &n))) o->max_images = n;
+        break;
+    }
+    default: break;
+    }
+    if (!ok) {
+        as_fail(err, AS_ERR_ARG, "--%s \"%s\": give %s", name, arg, op->values ? op->values : op->arg);
+        return -1;
+    }
+    return 1;
 }
 
 int cmd_analyze(int argc, char **argv) {
@@ -104,11 +179,12 @@ int cmd_analyze(int argc, char **argv) {
     optind = 1;
     build_table();
     while ((ch = cli_opts_next(&analyze_cmd, argc, argv)) >= 0) {
-        if (ch >= KEY_CHOICE) {
-            const analysis_choice *c = analysis_choice_get(ch - KEY_CHOICE);
-            if (analysis_choice_set(&o, c->option, optarg, &err) < 0) return cli_bad_value(&analyze_cmd, ch, optarg);
-            continue;
-        }
+        const cli_opt *op = NULL;
+        for (int i = 0; analyze_table[i].name && !op; i++)
+            if (analyze_table[i].key == ch) op = &analyze_table[i];
+        const int took = op ? analyze_option(&o, op->name, op->arg ? optarg : NULL, &err) : 0;
+        if (took < 0) return cli_fail(2, "%s (attnscope analyze --help)", err.msg);
+        if (took) continue;
         switch (ch) {
         case 'M':
             if (!(o.metrics = analysis_metric_mask(optarg, &err))) return cli_error(&err), 2;
@@ -116,46 +192,6 @@ int cmd_analyze(int argc, char **argv) {
             break;
         case 'o': out = optarg; break;
         case 'c': o.csv_dir = optarg; break;
-        case 'w':
-            if (!cli_parse_int(optarg, 1, 99, &o.als_window) || o.als_window % 2 == 0)
-                return cli_fail(2, "--als-window %s: give an odd number 1..99", optarg);
-            break;
-        case 'A': {
-            double th[2];
-            if (parse_doubles(optarg, th, 2, "--als-thresholds") != 2) return 2;
-            o.als_low = th[0];
-            o.als_high = th[1];
-            break;
-        }
-        case 'Q':
-            if ((o.n_thresholds = parse_doubles(optarg, o.thresholds, ANALYSIS_MAX_THRESHOLDS,
-                                                "--qk-thresholds")) < 1) return 2;
-            break;
-        case 'f':
-            if (strcmp(optarg, "mean") == 0) o.fusion = ANALYSIS_FUSE_MEAN;
-            else if (strcmp(optarg, "max") == 0) o.fusion = ANALYSIS_FUSE_MAX;
-            else if (strcmp(optarg, "min") == 0) o.fusion = ANALYSIS_FUSE_MIN;
-            else return cli_bad_value(&analyze_cmd, ch, optarg);
-            break;
-        case 'd':
-            if (parse_doubles(optarg, &o.discard, 1, "--discard") != 1) return 2;
-            break;
-        case 'e': o.entropy_normalize = 1; break;
-        case 'p':
-            if (strcmp(optarg, "drop") == 0) o.distance_renorm = 0;
-            else if (strncmp(optarg, "renorm", 6) == 0) o.distance_renorm = 1;
-            else return cli_bad_value(&analyze_cmd, ch, optarg);
-            break;
-        case 'B':
-            if (!cli_parse_int(optarg, 4, 1000000, &o.cka_batch)) return cli_bad_value(&analyze_cmd, ch, optarg);
-            break;
-        case 'I': o.per_image = 1; break;
-        case 'n': {
-            int n;
-            if (!cli_parse_int(optarg, 1, 2000000000, &n)) return cli_bad_value(&analyze_cmd, ch, optarg);
-            o.max_images = n;
-            break;
-        }
         case 't':
             if (!cli_parse_int(optarg, 1, 1024, &threads)) return cli_bad_value(&analyze_cmd, ch, optarg);
             break;

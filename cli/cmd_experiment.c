@@ -342,37 +342,52 @@ static as_status build_model(const exp_run *x, const exp_model *em, model *m, as
     return rc;
 }
 
+/* The "analyze" object: "metrics" (the caller's), and any of attnscope analyze's options about
+ * the analysis by its long name with '_' for '-' ("als_window": 5, "fusion": "max",
+ * "qk_thresholds": [0.25, 1.5], "entropy_normalize": true, "als_prefix": "include"), each
+ * parsed as analyze parses the option; any other key, or a value the option does not take, is
+ * refused with the file, the key and the fix. */
 static as_status analyze_opts(const cJSON *a, analysis_opts *o, const char *file, as_error *err) {
     analysis_opts_default(o);
     if (!a) return AS_OK;
-    o->als_window = jint(a, "als_window", o->als_window);
-    o->cka_batch = jint(a, "cka_batch", o->cka_batch);
-    /* the metrics' named choices, by their option name with '_' (als_prefix, distance, ...) */
-    for (int i = 0; analysis_choice_get(i); i++) {
-        char key[64];
-        snprintf(key, sizeof key, "%s", analysis_choice_get(i)->option);
-        for (char *c = key; *c; c++) *c = *c == '-' ? '_' : *c;
-        const char *v = jstr(a, key, NULL);
-        as_error e = {0};
-        if (v && analysis_choice_set(o, analysis_choice_get(i)->option, v, &e) < 0)
-            return as_fail(err, AS_ERR_CONFIG, "%s: analyze: %s: %s", file, key, e.msg);
-    }
-    o->discard = jnum(a, "discard", o->discard);
-    o->entropy_normalize = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "entropy_normalize"));
-    o->distance_renorm = strncmp(jstr(a, "distance_prefix", "drop"), "renorm", 6) == 0;
-    const char *fu = jstr(a, "fusion", "mean");
-    o->fusion = strcmp(fu, "max") == 0 ? ANALYSIS_FUSE_MAX : strcmp(fu, "min") == 0 ? ANALYSIS_FUSE_MIN : ANALYSIS_FUSE_MEAN;
-    const cJSON *th = cJSON_GetObjectItemCaseSensitive(a, "qk_thresholds");
-    if (cJSON_IsArray(th)) {
-        o->n_thresholds = 0;
-        const cJSON *t;
-        cJSON_ArrayForEach(t, th) if (cJSON_IsNumber(t) && o->n_thresholds < ANALYSIS_MAX_THRESHOLDS)
-            o->thresholds[o->n_thresholds++] = t->valuedouble;
-    }
-    const cJSON *al = cJSON_GetObjectItemCaseSensitive(a, "als_thresholds");
-    if (cJSON_IsArray(al) && cJSON_GetArraySize(al) == 2) {
-        o->als_low = cJSON_GetArrayItem(al, 0)->valuedouble;
-        o->als_high = cJSON_GetArrayItem(al, 1)->valuedouble;
+    if (!cJSON_IsObject(a))
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"analyze\" must be an object such as {\"metrics\": \"als,entropy\"}", file);
+    for (const cJSON *e = a->child; e; e = e->next) {
+        if (strcmp(e->string, "metrics") == 0) {
+            if (!cJSON_IsString(e))
+                return as_fail(err, AS_ERR_CONFIG, "%s: analyze: \"metrics\" must be a string such as \"als,entropy\"", file);
+            continue;
+        }
+        char name[64], arg[512] = "";
+        snprintf(name, sizeof name, "%s", e->string);
+        for (char *c = name; *c; c++) *c = *c == '_' ? '-' : *c;
+        int ok = 1;
+        if (cJSON_IsString(e)) snprintf(arg, sizeof arg, "%s", e->valuestring);
+        else if (cJSON_IsNumber(e)) snprintf(arg, sizeof arg, "%.17g", e->valuedouble);
+        else if (cJSON_IsArray(e)) {
+            size_t k = 0;
+            for (const cJSON *v = e->child; v && ok; v = v->next) {
+                ok = cJSON_IsNumber(v);
+                k += (size_t)snprintf(arg + k, k < sizeof arg ? sizeof arg - k : 0, "%s%.17g", k ? "," : "", v->valuedouble);
+            }
+            ok = ok && k > 0 && k < sizeof arg;
+        } else ok = cJSON_IsBool(e);
+        as_error e2 = {0};
+        analysis_opts scratch = *o;
+        /* true sets a flag; false leaves it at its default (a flag has no other value) */
+        const int r = !ok ? -1
+                      : cJSON_IsBool(e) ? analyze_option(cJSON_IsTrue(e) ? o : &scratch, name, NULL, &e2)
+                                        : analyze_option(o, name, arg, &e2);
+        if (r == 0) {
+            char names[1024];
+            analyze_option_names(names, sizeof names);
+            for (char *c = names; *c; c++) *c = *c == '-' ? '_' : *c;
+            return as_fail(err, AS_ERR_CONFIG, "%s: analyze: unknown key \"%s\"; it takes metrics and %s "
+                           "(attnscope analyze's options, '_' for '-')", file, e->string, names);
+        }
+        if (r < 0)
+            return as_fail(err, AS_ERR_CONFIG, "%s: analyze: %s: %s", file, e->string,
+                           ok ? e2.msg : "give a string, a number, a list of numbers, or true for a flag");
     }
     return AS_OK;
 }

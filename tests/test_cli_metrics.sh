@@ -84,13 +84,31 @@ exp() {
 cat >"$T/exp.json" <<JSON
 {"name": "m", "description": "choices", "images": {"synthetic": 4, "size": 32, "seed": 3}, "record": "attn",
  "models": [{"name": "a", "model": "$FXA/vit_cls"}],
- "analyze": {"metrics": "distance,als", "distance": "$1", "als_rule": "per-head"}, "figures": []}
+ "analyze": {"metrics": "distance,als", "distance": "$1", "als_rule": "per-head"${2:+, $2}}, "figures": []}
 JSON
 }
 exp centre; expect 0 "$A" experiment "$T/exp.json" --out "$T/exp"
 h5dump -A -g /analysis/distance "$T/exp/a.analysis.h5" >"$T/a" 2>&1; has "$T/a" "distance=centre"
 h5dump -A -g /analysis/als "$T/exp/a.analysis.h5" >"$T/a" 2>&1; has "$T/a" "rule=per-head"
 exp pixels; expect 1 "$A" experiment "$T/exp.json" --out "$T/exp2"
-has "$T/err" "exp.json: analyze: distance: --distance pixels: use one of pixel, centre"; one_line
+has "$T/err" 'exp.json: analyze: distance: --distance "pixels": give pixel, centre'; one_line
+# and every other option of analyze about the analysis, parsed as analyze parses it; nothing
+# else is taken silently (an unknown key, a wrong value, a flag given a string)
+exp centre '"als_window": 5, "als_thresholds": [0.3, 0.6], "entropy_normalize": false'
+expect 0 "$A" experiment "$T/exp.json" --out "$T/exp3"
+h5dump -A -g /analysis/als "$T/exp3/a.analysis.h5" >"$T/a" 2>&1; has "$T/a" "window=5; low=0.3; high=0.6"
+exp centre '"fusoin": "max"'; expect 1 "$A" experiment "$T/exp.json" --out "$T/exp4"
+has "$T/err" 'exp.json: analyze: unknown key "fusoin"; it takes metrics and als_window,'; has "$T/err" " fusion,"; one_line
+exp centre '"fusion": "maximum"'; expect 1 "$A" experiment "$T/exp.json" --out "$T/exp4"
+has "$T/err" 'analyze: fusion: --fusion "maximum": give mean, max, min'; one_line
+exp centre '"als_window": 4'; expect 1 "$A" experiment "$T/exp.json" --out "$T/exp4"
+has "$T/err" 'analyze: als_window: --als-window "4": give odd, 1..99'; one_line
+exp centre '"entropy_normalize": "yes"'; expect 1 "$A" experiment "$T/exp.json" --out "$T/exp4"
+has "$T/err" 'analyze: entropy_normalize: --entropy-normalize takes no value'; one_line
+exp centre '"qk_thresholds": [0.5, "x"]'; expect 1 "$A" experiment "$T/exp.json" --out "$T/exp4"
+has "$T/err" 'analyze: qk_thresholds: give a string, a number, a list of numbers'; one_line
+exp centre '"out": "x.h5"'; expect 1 "$A" experiment "$T/exp.json" --out "$T/exp4"
+has "$T/err" 'unknown key "out"'
+check '[ ! -e "$T/exp4" ] || [ -z "$(ls "$T/exp4")" ]'
 
 t_done
