@@ -62,6 +62,8 @@ typedef struct {
     vit_bias_kind inner_bias, outer_bias; /* LSLA: before the softmax, after it */
     int value_proj;         /* LSLA: QXV, a value projection (1), or QXX (0) */
     int no_proj;            /* LSLA: no final projection (the paper's NP) */
+    int outer_unmasked;     /* LSLA in shifted windows: B_outer also on the pairs Swin's shift mask
+                               separates (1), or only on those it keeps (0, "outer_bias_masked": true) */
     vit_mask_mode mask_mode;                      /* MaiT */
     unsigned char mask_size[VIT_MAX_MASK_HEADS];  /* MaiT: R per head; 0 leaves the head unmasked */
     int expanded_heads;     /* Refiner: H' */

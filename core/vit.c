@@ -301,6 +301,13 @@ void vit_add_bias(float *A, const float *bias, vit_bias_kind kind, int H, int h,
     }
 }
 
+float vit_bias_at(const float *bias, vit_bias_kind kind, int H, int h, int T, int M, int i, int j) {
+    if (kind == VIT_BIAS_FULL) return bias[((size_t)h * T + i) * T + j];
+    if (kind != VIT_BIAS_RELATIVE) return 0.0f;
+    const int yi = i / M, xi = i % M, yj = j / M, xj = j % M;
+    return bias[((size_t)(yi - yj + M - 1) * (2 * M - 1) + (size_t)(xi - xj + M - 1)) * H + h];
+}
+
 void vit_add_bias_backward(float *gbias, const float *g, vit_bias_kind kind, int H, int h, int T, int M) {
     if (kind == VIT_BIAS_FULL) {
         float *gh = gbias + (size_t)h * T * T;

@@ -56,8 +56,36 @@ expect 0 "$A" info "$T/fx.json" --json; cp "$T/out" "$T/fx2.json"
 expect 0 "$A" info "$T/fx2.json" --json
 py 'import json, sys; a, b = (json.load(open(p)) for p in sys.argv[1:]); assert a == b' "$T/fx2.json" "$T/out"
 
+# LSLA in shifted windows: the outer bias skips the pairs the shift mask separates by default
+# ("outer_bias_masked", ViT-LSLA's Algorithm 1 per window would give them B_outer); info, the
+# config written back and the trace say which; refused when it is not a boolean
+lsla() {
+cat >"$T/lsla.json" <<J
+{"name": "lsla", "description": "outer bias", "images": {"synthetic": 2, "size": 32, "seed": 3}, "record": "attn",
+ "models": [{"name": "m", "seed": 1, "config": {"architecture": "custom", "family": "swin", "img_size": 32,
+   "patch_size": 4, "in_chans": 3, "embed_dim": 16, "depths": [2], "num_heads": [2], "window_size": 4,
+   "mlp_ratio": 2, "num_classes": 3, "attention": {"type": "lsla", "outer_bias": "relative"$1}}}], "figures": []}
+J
+}
+lsla ''; expect 0 "$A" experiment "$T/lsla.json" --out "$T/lsla1"
+h5dump -A -g /layers/01 "$T/lsla1/m.h5" >"$T/a" 2>&1; has "$T/a" 'ATTRIBUTE "outer_bias_masked"'
+py 'import h5py, sys; f = h5py.File(sys.argv[1]); assert f["layers/01"].attrs["outer_bias_masked"] == 1' "$T/lsla1/m.h5"
+lsla ', "outer_bias_masked": false'; expect 0 "$A" experiment "$T/lsla.json" --out "$T/lsla2"
+py 'import h5py, sys, numpy as np
+a, b = (h5py.File(p)["layers/01/attn"][:].astype(np.float64) for p in sys.argv[1:3])
+assert h5py.File(sys.argv[2])["layers/01"].attrs["outer_bias_masked"] == 0
+# the shifted block: the maps differ where the shift mask separates pairs (B_outer there or not)
+d = np.abs(a - b)
+assert d.max() > 1e-4 and (d < 1e-7).mean() > 0.5, (d.max(), (d < 1e-7).mean())
+# the unshifted block is the same either way
+assert np.array_equal(h5py.File(sys.argv[1])["layers/00/attn"][:], h5py.File(sys.argv[2])["layers/00/attn"][:])' "$T/lsla1/m.h5" "$T/lsla2/m.h5"
+echo '{"architecture": "custom", "family": "swin", "img_size": 32, "patch_size": 4, "embed_dim": 16, "depths": [2], "num_heads": [2], "window_size": 4, "attention": {"type": "lsla", "outer_bias_masked": false}}' >"$T/l.json"
+expect 0 "$A" info "$T/l.json"; has "$T/out" "lsla DS, inner full, outer full, QXX, outer bias unmasked"
+expect 0 "$A" info "$T/l.json" --json; has "$T/out" '"outer_bias_masked":[[:space:]]*false'
+
 # refused in one line, naming the key and the fix
 refuse() { echo "$1" >"$T/bad.json"; expect 1 "$A" info "$T/bad.json"; has "$T/err" "$2"; one_line; }
+refuse '{"architecture": "swin_tiny_patch4_window7_224", "attention": {"type": "lsla", "outer_bias_masked": "yes"}}' '"outer_bias_masked" must be true or false' 
 refuse '{"architecture": "swin_tiny_patch4_window7_224", "depth": 12}' '"depth" is a ViT key.*use "depths"'
 refuse '{"architecture": "deit_tiny_patch16_224", "depths": [2, 2]}' '"depths" is a Swin key.*"family": "swin"'
 refuse '{"architecture": "swin_tiny_patch4_window7_224", "window_size": 70}' 'window_size" 70 is outside 1..64'

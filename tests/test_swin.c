@@ -195,6 +195,10 @@ static double mech_bias(const float *table, vit_bias_kind kind, int H, int h, in
  *   lmsa     q = Wq x, k = Wk x (qk_dim / H per head), v = Wv x; S = q k^T / sqrt(dq) + bias
  *   lsla     q = Wq x, k = x, v = x or Wv x; S = (q k^T) * DS (or * scale) + B_inner + bias;
  *            A = softmax(S) + B_outer (inside the window); NP: no output projection. */
+/* The shift mask of the block ref_block computes (per window (N, N), window after window: row i
+ * of the whole slot list starts at i N), or NULL for an unshifted block. */
+static const float *ref_shift_mask;
+
 static void ref_block(double *out, double *S_out, double *A_out, double *P_out, double *q_out, double *k_out,
                       const float *xin, const vit_block_params *bp, int T, int D, int H, int Hm,
                       float eps, const int *tok, int S, const double *bias, const vit_attn *at, int M) {
@@ -253,7 +257,9 @@ static void ref_block(double *out, double *S_out, double *A_out, double *P_out, 
             for (int j = 0; j < S; j++) {
                 row[j] /= sum;
                 P_out[((size_t)h * S + i) * S + j] = row[j];
-                if (kind == VIT_ATTN_LSLA && i / N == j / N)
+                /* B_outer inside the window; by default not on the pairs the shift mask separates */
+                if (kind == VIT_ATTN_LSLA && i / N == j / N &&
+                    (at->outer_unmasked || !ref_shift_mask || ref_shift_mask[((size_t)i * N) + j % N] == 0.0f))
                     row[j] += mech_bias(bp->outer_bias, at->outer_bias, H, h, M, i % N, j % N);
                 A_out[((size_t)h * S + i) * S + j] = row[j];
             }
@@ -426,7 +432,9 @@ static void window_vs_global(const char *name, model_t *m, int B, const int *blo
                                              mask[((size_t)(i / N) * N + i % N) * N + j % N];
         char what[256];
         snprintf(what, sizeof what, "%s (grid %d, M %d, shift %d, %d pad slots)", name, g.gh, g.M, g.shift, pads);
+        ref_shift_mask = g.shift ? mask : NULL;
         check_block(what, m, &r, l, B, tok, S, bias);
+        ref_shift_mask = NULL;
         free(bias);
         free(mask);
         free(tok);
@@ -483,6 +491,13 @@ static void test_window_mechs(void) {
           .value_proj = 1, .no_proj = 1}},
         {"lsla DS, relative inner, no outer", {.kind = VIT_ATTN_LSLA, .dynamic_scale = 1,
                                                .inner_bias = VIT_BIAS_RELATIVE}},
+        /* the printed Algorithm 1 per window: B_outer also on the pairs the shift mask separates */
+        {"lsla DS, full biases, outer bias unmasked", {.kind = VIT_ATTN_LSLA, .dynamic_scale = 1,
+                                                        .inner_bias = VIT_BIAS_FULL, .outer_bias = VIT_BIAS_FULL,
+                                                        .outer_unmasked = 1}},
+        {"lsla relative biases, outer bias unmasked", {.kind = VIT_ATTN_LSLA, .dynamic_scale = 1,
+                                                        .inner_bias = VIT_BIAS_RELATIVE,
+                                                        .outer_bias = VIT_BIAS_RELATIVE, .outer_unmasked = 1}},
     };
     const int d1[] = {2}, dim1[] = {16}, h1[] = {2}, blocks1[] = {1};
     const int d2[] = {2, 2}, dim2[] = {8, 16}, h2[] = {2, 4}, blocks2[] = {1, 3};

@@ -18,6 +18,8 @@ static const vit_mech_key keys[] = {
     {"outer_bias", "\"none\", \"full\" (default) or \"relative\": added after the softmax"},
     {"values", "\"x\" (QXX, default): values are x; \"v\" (QXV): a value projection"},
     {"proj", "true (default): the output projection; false: none (NP)"},
+    {"outer_bias_masked", "true (default): in a shifted window the outer bias skips the pairs the shift "
+                          "mask separates; false: it is added to every pair of the window"},
 };
 
 static void defaults(vit_attn *a) { /* the paper's Algorithm 1 */
@@ -30,6 +32,10 @@ static int parse(vit_attn *a, const vit_mech_entry *e, int H, char *msg, size_t 
     if ((j = vit_mech_get(e, "dynamic_scale"))) {
         if (j->type != VIT_MV_BOOL) return snprintf(msg, n, "\"dynamic_scale\" must be true or false"), 0;
         a->dynamic_scale = j->boolean;
+    }
+    if ((j = vit_mech_get(e, "outer_bias_masked"))) {
+        if (j->type != VIT_MV_BOOL) return snprintf(msg, n, "\"outer_bias_masked\" must be true or false"), 0;
+        a->outer_unmasked = !j->boolean;
     }
     if ((j = vit_mech_get(e, "proj"))) {
         if (j->type != VIT_MV_BOOL) return snprintf(msg, n, "\"proj\" must be true or false"), 0;
@@ -59,6 +65,7 @@ static void write(const vit_config *c, int l, vit_mech_writer *w) {
     w->str(w, "outer_bias", vit_bias_name(a->outer_bias));
     w->str(w, "values", a->value_proj ? "v" : "x");
     w->boolean(w, "proj", !a->no_proj);
+    w->boolean(w, "outer_bias_masked", !a->outer_unmasked);
 }
 
 static as_status validate(const vit_config *c, int l, const vit_geom *g, as_error *err) {
@@ -81,9 +88,9 @@ static as_status validate(const vit_config *c, int l, const vit_geom *g, as_erro
 
 static void describe(const vit_config *c, int l, char *buf, size_t n) {
     const vit_attn *a = &c->attn[l];
-    snprintf(buf, n, " %s, inner %s, outer %s, %s%s", a->dynamic_scale ? "DS" : "fixed scale",
+    snprintf(buf, n, " %s, inner %s, outer %s, %s%s%s", a->dynamic_scale ? "DS" : "fixed scale",
              vit_bias_name(a->inner_bias), vit_bias_name(a->outer_bias), a->value_proj ? "QXV" : "QXX",
-             a->no_proj ? ", NP" : "");
+             a->no_proj ? ", NP" : "", a->outer_unmasked && a->outer_bias ? ", outer bias unmasked" : "");
 }
 
 static int has_proj(const vit_attn *a) { return !a->no_proj; }
@@ -132,9 +139,20 @@ static void scores(const vit_mech_block *b, const vit_attn_problem *p, float *A)
     vit_add_bias(A, b->bp->inner_bias, b->at->inner_bias, p->H, p->h, p->Tq, p->gw);
 }
 
+/* The outer bias after the softmax. In a shifted window (p->add_mask) the shift mask's -100 has
+ * taken the separated pairs to ~0 weight, but B_outer is added after the softmax: the paper's
+ * Algorithm 1 per window would give them B_outer[i, j] of weight, from tokens on the far side of
+ * the image. By default ("outer_bias_masked": true) those pairs get none; false adds it everywhere. */
 static void after_softmax(const vit_mech_block *b, const vit_attn_problem *p, float *A) {
-    if (p->extra[0]) memcpy(p->extra[0], A, (size_t)p->Tq * p->Tk * sizeof(float));
-    vit_add_bias(A, b->bp->outer_bias, b->at->outer_bias, p->H, p->h, p->Tq, p->gw);
+    const size_t TT = (size_t)p->Tq * p->Tk;
+    if (p->extra[0]) memcpy(p->extra[0], A, TT * sizeof(float));
+    if (!p->add_mask || b->at->outer_unmasked || b->at->outer_bias == VIT_BIAS_NONE) {
+        vit_add_bias(A, b->bp->outer_bias, b->at->outer_bias, p->H, p->h, p->Tq, p->gw);
+        return;
+    }
+    for (size_t e = 0; e < TT; e++) /* the kept pairs take their bias, the others keep their map */
+        if (p->add_mask[e] == 0.0f) A[e] += vit_bias_at(b->bp->outer_bias, b->at->outer_bias, p->H, p->h, p->Tq,
+                                                         p->gw, (int)(e / (size_t)p->Tk), (int)(e % (size_t)p->Tk));
 }
 
 /* S = (q x^T) * DS + B: X = dS * (q x^T) for DS, dR = dS * DS (dA stays for the outer bias, dS
@@ -255,6 +273,7 @@ static void trace_attrs(const vit_config *c, const vit_params *p, int l, vit_mec
     w->str(w, "outer_bias", vit_bias_name(a->outer_bias));
     w->str(w, "values", a->value_proj ? "v (QXV)" : "x (QXX)");
     w->num(w, "proj", !a->no_proj);
+    w->num(w, "outer_bias_masked", !a->outer_unmasked);
 }
 
 const vit_mech vit_mech_lsla = {
