@@ -321,7 +321,7 @@ static void stage_block(const vit_config *c, int l, const vit_geom *g, const vit
         j.xn = xn;
         j.dq = dq;
         for (int i = 0; i < VIT_MAX_EXTRAS; i++) /* per-head extras (LSLA's softmax before B_outer) */
-            j.extra[i] = vit_extra_info(c, l, i, NULL) ? rec_at(rec->extra[i], l) : NULL;
+            j.extra[i] = !vit_extra_info(c, l, i, NULL) ? NULL : t ? t->ext[i] : rec_at(rec->extra[i], l);
     }
     vit_window_attention(&j);
     if (rec_at(rec->q, l) || rec_at(rec->k, l))

@@ -31,15 +31,15 @@ static size_t merge_floats(const vit_config *c, int s, int n) {
     return (size_t)n * g.T * 4 * c->stage[s - 1].embed_dim;
 }
 
-/* A mechanism the window backward covers: its projections and views only (vanilla, lmsa): q
- * and k from columns of the projections, no hooks on the scores or maps. */
-static int layout_only(const vit_config *c, int l) {
+/* A mechanism the window backward covers: per-head hooks on the scores and the map (lmsa's own
+ * projections, lsla's keys and values from x, its dynamic scale and biases), but no map work
+ * across heads (refiner) and no scores kept across blocks (less). */
+static int window_trainable(const vit_config *c, int l) {
     const vit_mech *m = vit_mech_of(c, l);
     vit_mech_layout lay;
     m->layout(c, l, &lay);
-    return !m->scores && !m->after_softmax && !m->maps && !m->head_backward && !m->params_backward &&
-           !m->maps_backward && !m->product_scale && (!m->has_proj || m->has_proj(&c->attn[l])) &&
-           lay.src[0] == VIT_SRC_QKV && lay.src[1] == VIT_SRC_QKV && lay.src[2] == VIT_SRC_QKV;
+    return !m->maps && !m->maps_backward && !(m->flags & VIT_MECH_REUSES_SCORES) && !vit_mech_next_reuses(c, l) &&
+           lay.src[0] == VIT_SRC_QKV;
 }
 
 /* The block's projection row width (vanilla: 3D; lmsa: 2 qk_dim + D). */
@@ -55,7 +55,7 @@ const char *vit_stage_untrainable(const vit_config *c) {
     for (int s = 1; s < c->n_stages; s++)
         if (c->stage[s].down != VIT_DOWN_MERGE) return "a convolutional downsampling";
     for (int l = 0; l < c->depth; l++)
-        if (!layout_only(c, l)) return "an attention mechanism with its own map work (lsla, less) inside windows";
+        if (!window_trainable(c, l)) return "an attention mechanism with map work across heads or blocks inside windows";
     return NULL;
 }
 
@@ -78,6 +78,11 @@ size_t vit_stage_tape_carve(const vit_config *c, int B, void *base, vit_tape *t)
         vit_carve_floats(p, &off, TD, &k->xn1);
         vit_carve_floats(p, &off, b * g.T * (size_t)row_width(c, l), &k->qkv);
         vit_carve_floats(p, &off, b * g.H * g.problems * g.Tq * g.Tk, &k->att);
+        for (int i = 0; i < VIT_MAX_EXTRAS; i++) { /* lsla: the softmax before its outer bias */
+            vit_extra x;
+            if (vit_extra_info(c, l, i, &x))
+                vit_carve_floats(p, &off, b * (size_t)x.heads * g.problems * g.Tq * g.Tk, &k->ext[i]);
+        }
         vit_carve_floats(p, &off, TD, &k->ao);
         vit_carve_floats(p, &off, TD, &k->x_mid);
         vit_carve_floats(p, &off, TD, &k->xn2);
@@ -117,7 +122,7 @@ size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_
     if (c->family == VIT_FAMILY_PVT2) return pvt_grad_ws_carve(c, B, base, v);
     if (c->family == VIT_FAMILY_CAIT) return cait_grad_ws_carve(c, B, base, v);
     const size_t b = (size_t)B;
-    size_t TD = 0, TW = 0, TH = 0, maps = 0, rpb = 0, pads = 0, slot = 0, ln = 0, rows = 0;
+    size_t TD = 0, TW = 0, TH = 0, maps = 0, rpb = 0, pads = 0, slot = 0, ln = 0, rows = 0, dy = 0;
     vit_geom g;
     for (int l = 0; l < c->depth; l++) {
         vit_block_geom(c, l, &g);
@@ -127,6 +132,7 @@ size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_
         TH = max_z(TH, b * g.T * g.Hm);
         maps = max_z(maps, b * g.H * g.problems * g.Tq * g.Tk);
         rpb = max_z(rpb, (size_t)g.H * g.Tq * g.Tk);
+        if (vit_mech_of(c, l)->flags & VIT_MECH_WS_DY) dy = max_z(dy, b * g.H * g.problems * g.Tq * g.Tk);
         pads = max_z(pads, b * g.problems * W);
         slot = max_z(slot, slot_floats(g.Tq, g.D, g.H * vit_qk_head_dim(c, l)));
         ln = max_z(ln, vit_ln_scratch_floats(b * g.T, g.D));
@@ -146,7 +152,11 @@ size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_
     vit_carve_floats(p, &off, TW, &v->dqkv);
     vit_carve_floats(p, &off, TH, &v->dhid);
     vit_carve_floats(p, &off, maps, &v->dS);
-    vit_carve_floats(p, &off, rpb, &v->dA);
+    vit_carve_floats(p, &off, max_z(maps, rpb), &v->dA); /* the maps' dA, then the relative table's sum */
+    if (dy) { /* lsla's dynamic scale: dS * (q x^T) in dX, dS * DS in dY */
+        vit_carve_floats(p, &off, dy, &v->dX);
+        vit_carve_floats(p, &off, dy, &v->dY);
+    }
     vit_carve_floats(p, &off, pads, &v->padg);
     vit_carve_floats(p, &off, b * Dl, &v->dpool);
     vit_carve_floats(p, &off, rows, &v->ones);
@@ -165,27 +175,36 @@ size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_
 typedef struct {
     const vit_tape_block *t;
     const vit_mech_layout *lay;
+    const vit_mech *m;
+    const vit_mech_block *mb;
     const vit_block_params *bp; /* the projections' biases: what a pad slot's columns are */
     const int *tok;      /* (P, N) grid token of each window row, -1 for a pad slot */
+    const float *mask;   /* (P, N, N) the shift mask, NULL in an unshifted block */
     const float *dao;    /* (n, T, D) gradient of the attention output */
     float *dqkv;         /* (n, T, W) out: gradient of the projections */
-    float *dS;           /* (n, H, P, N, N) out: the scores' gradient of every map */
+    float *dxn;          /* (n, T, D) out (added): gradient of views that are x itself (lsla) */
+    vit_grad_ws *ws;     /* dA, dS (and dX, dY) per problem ((image, window), head), out */
     float *padg;         /* (n, P, W) out: the pad slots' summed projection gradient per window */
-    int n, T, D, H, P, N, dq;
+    int n, T, D, H, P, N, M, dq;
     float scale;
 } window_bwd;
 
-/* One (image, window) job. Per head h, with A the tape's map and S = scale q k^T + bias + mask:
- *   dA = dO V^T,  dV = A^T dO,  dS = A * (dA - rowsum(A * dA)),  dQ = scale dS K,  dK = scale dS^T Q.
- * Real rows scatter to their token's dqkv row (a token sits in one window of a block); pad
- * rows' gradients add up into the window's padg entry. */
+/* One (image, window) job. Per head h, with A the tape's map, P the softmax (A itself but for
+ * lsla's outer bias) and S the scores (the mechanism's, + relative bias + shift mask):
+ *   dA = dO V^T,  dV = A^T dO,  dS = P * (dA - rowsum(P * dA)),
+ * then the mechanism's own step back through its scores (lsla: the dynamic scale), and
+ *   dQ = s dR K,  dK = s dR^T Q  (dR = dS, or the mechanism's).
+ * Real rows scatter to their token's row (a token sits in one window of a block): of dqkv, or
+ * added to dxn for a view that is x; pad rows' projection gradients add up into the window's
+ * padg entry (x's pad rows are zero, constants). The problem's maps go to the ws arrays at
+ * ((b P + w) H + h) N^2: windows are the mechanism's images. */
 static void window_problem_bwd(const window_bwd *j, int b, int w, float *scr) {
     const int N = j->N, D = j->D, H = j->H, hd = D / H, dq = j->dq, Wq = H * dq, W = j->lay->W;
     const size_t NQ = (size_t)N * Wq, ND = (size_t)N * D, NN = (size_t)N * N;
     float *Q = scr, *K = Q + NQ, *dQ = K + NQ, *dK = dQ + NQ, *V = dK + NQ, *dO = V + ND, *dV = dO + ND;
-    float *dA = dV + ND;
     const int *tok = j->tok + (size_t)w * N;
     const int *col = j->lay->col;
+    const vit_grad_ws *ws = j->ws;
     for (int r = 0; r < N; r++) {
         float *dst[3] = {Q + (size_t)r * Wq, K + (size_t)r * Wq, V + (size_t)r * D};
         const int width[3] = {Wq, Wq, D};
@@ -194,16 +213,23 @@ static void window_problem_bwd(const window_bwd *j, int b, int w, float *scr) {
         if (tok[r] >= 0) memcpy(dO + (size_t)r * D, j->dao + ((size_t)b * j->T + tok[r]) * D, (size_t)D * sizeof(float));
         else memset(dO + (size_t)r * D, 0, (size_t)D * sizeof(float)); /* a pad query's output is dropped */
     }
+    const float *soft = (j->m->flags & VIT_MECH_SOFTMAX_EXTRA0) ? j->t->ext[0] : j->t->att;
     for (int h = 0; h < H; h++) {
-        const size_t map = (((size_t)b * H + h) * j->P + w) * NN;
+        const size_t map = (((size_t)b * H + h) * j->P + w) * NN, prob = ((size_t)b * j->P + w) * H + h;
         const float *A = j->t->att + map;
-        float *dS = j->dS + map;
+        float *dA = ws->dA + prob * NN, *dS = ws->dS + prob * NN;
         const size_t o = (size_t)h * hd, oq = (size_t)h * dq;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, N, hd, 1.0f, dO + o, D, V + o, D, 0.0f, dA, N);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, hd, N, 1.0f, A, N, dO + o, D, 0.0f, dV + o, D);
-        kernels_softmax_backward_rows(dS, A, dA, N, N);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, dq, N, j->scale, dS, N, K + oq, Wq, 0.0f, dQ + oq, Wq);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, dq, N, j->scale, dS, N, Q + oq, Wq, 0.0f, dK + oq, Wq);
+        kernels_softmax_backward_rows(dS, soft + map, dA, N, N);
+        const vit_attn_problem p = {.Tq = N, .Tk = N, .gh = j->M, .gw = j->M, .H = H, .h = h, .dq = dq,
+                                    .scale = j->scale, .q = Q + oq, .k = K + oq, .v = V + o, .ldq = Wq,
+                                    .ldk = Wq, .ldv = D, .add_mask = j->mask ? j->mask + (size_t)w * NN : NULL};
+        vit_mech_head_bwd x = {.p = &p, .dA = dA, .dS = dS, .X = ws->dX ? ws->dX + prob * NN : NULL,
+                               .Y = ws->dY ? ws->dY + prob * NN : NULL, .dR = dS, .s = j->scale};
+        if (j->m->head_backward) j->m->head_backward(j->mb, &x);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, dq, N, x.s, x.dR, N, K + oq, Wq, 0.0f, dQ + oq, Wq);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, dq, N, x.s, x.dR, N, Q + oq, Wq, 0.0f, dK + oq, Wq);
     }
     float *pg = j->padg + ((size_t)b * j->P + w) * W;
     memset(pg, 0, (size_t)W * sizeof(float));
@@ -211,23 +237,36 @@ static void window_problem_bwd(const window_bwd *j, int b, int w, float *scr) {
         const float *g[3] = {dQ + (size_t)r * Wq, dK + (size_t)r * Wq, dV + (size_t)r * D};
         const int width[3] = {Wq, Wq, D};
         for (int i = 0; i < 3; i++) {
-            if (tok[r] >= 0) memcpy(j->dqkv + ((size_t)b * j->T + tok[r]) * W + col[i], g[i], (size_t)width[i] * sizeof(float));
+            if (j->lay->src[i] == VIT_SRC_X) { /* x's pad rows are zeros, not parameters */
+                float *dx = tok[r] >= 0 ? j->dxn + ((size_t)b * j->T + tok[r]) * D : NULL;
+                for (int c = 0; dx && c < width[i]; c++) dx[c] += g[i][c];
+            } else if (tok[r] >= 0)
+                memcpy(j->dqkv + ((size_t)b * j->T + tok[r]) * W + col[i], g[i], (size_t)width[i] * sizeof(float));
             else
                 for (int c = 0; c < width[i]; c++) pg[col[i] + c] += g[i][c];
         }
     }
 }
 
-/* Back through a window block's attention: ws->dao -> ws->dqkv, the relative table's gradient
- * and the pad slots' share of the projections' biases. */
+/* Back through a window block's attention: ws->dao -> ws->dqkv (and ws->dxn for views of x), the
+ * mechanism's own tensors, the relative table's gradient and the pad slots' share of the
+ * projections' biases. */
 static void window_backward(const vit_config *c, int l, const vit_geom *g, const vit_mech_layout *lay,
-                            const vit_block_params *bp, const vit_block_params *gb, const vit_tape_block *t,
+                            const vit_block_params *bp, const vit_block_params *gb, const vit_tape *tape,
                             const vit_acts *a, vit_grad_ws *ws, int n) {
     const int P = g->problems, N = g->Tq, H = g->H, W = lay->W;
     const size_t NN = (size_t)N * N;
-    const window_bwd j = {.t = t, .lay = lay, .bp = bp, .tok = a->tok[l], .dao = ws->dao, .dqkv = ws->dqkv,
-                          .dS = ws->dS, .padg = ws->padg, .n = n, .T = g->T, .D = g->D, .H = H, .P = P,
-                          .N = N, .dq = vit_qk_head_dim(c, l), .scale = vit_attn_scale(c, l)};
+    const vit_mech *m = vit_mech_of(c, l);
+    vit_geom mg;
+    vit_mech_block mb;
+    vit_mech_block_at(&mb, c, l, bp, &mg);
+    int M, M2;
+    vit_mech_problem_grid(g, &M, &M2);
+    const window_bwd j = {.t = &tape->blk[l], .lay = lay, .m = m, .mb = &mb, .bp = bp, .tok = a->tok[l],
+                          .mask = a->mask[l], .dao = ws->dao, .dqkv = ws->dqkv, .dxn = ws->dxn, .ws = ws,
+                          .padg = ws->padg, .n = n, .T = g->T, .D = g->D, .H = H, .P = P, .N = N, .M = M,
+                          .dq = vit_qk_head_dim(c, l),
+                          .scale = m->product_scale ? m->product_scale(c, l) : vit_attn_scale(c, l)};
     const int jobs = n * P, max = omp_get_max_threads(), slots = ws->slots < max ? ws->slots : max;
 #pragma omp parallel num_threads(slots)
     {
@@ -235,16 +274,18 @@ static void window_backward(const vit_config *c, int l, const vit_geom *g, const
 #pragma omp for schedule(dynamic, 1)
         for (int i = 0; i < jobs; i++) window_problem_bwd(&j, i / P, i % P, scr);
     }
+    /* the mechanism's tensors (lsla's DS and biases), summed over its images: (image, window) */
+    if (m->params_backward) m->params_backward(&mb, gb, tape, ws, n * P, N, N);
     /* the relative table: each head's score gradient summed over images and windows in order,
      * then through the relative index */
     if (g->scope == VIT_SCOPE_WINDOW && gb->rpb_table) {
-        float *sum = ws->dA; /* (H, N, N) */
+        float *sum = ws->dA; /* (H, N, N); the maps' dA are used */
 #pragma omp parallel for schedule(static)
         for (size_t e = 0; e < (size_t)H * NN; e++) {
             const size_t h = e / NN, i = e % NN;
             float s = 0;
             for (int b = 0; b < n; b++)
-                for (int w = 0; w < P; w++) s += ws->dS[(((size_t)b * H + h) * P + w) * NN + i];
+                for (int w = 0; w < P; w++) s += ws->dS[(((size_t)b * P + w) * H + h) * NN + i];
             sum[e] = s;
         }
         for (int h = 0; h < H; h++)
@@ -264,7 +305,8 @@ static void window_backward(const vit_config *c, int l, const vit_geom *g, const
 /* One block in reverse: ws->dx holds the gradient of the block's output and leaves with its
  * input's. x_mid = x_in + proj(attn(LN1(x_in))); x_out = x_mid + fc2(GELU(fc1(LN2(x_mid)))). */
 static void block_backward(const vit_config *c, int l, const vit_block_params *bp, const vit_block_params *gb,
-                           const vit_tape_block *t, const vit_acts *a, vit_grad_ws *ws, int n) {
+                           const vit_tape *tape, const vit_acts *a, vit_grad_ws *ws, int n) {
+    const vit_tape_block *t = &tape->blk[l];
     vit_geom g;
     vit_block_geom(c, l, &g);
     const int D = g.D, Hm = g.Hm, M = n * g.T;
@@ -273,11 +315,13 @@ static void block_backward(const vit_config *c, int l, const vit_block_params *b
     vit_proj_backward(c, bp, gb, t, ws, ws->dx, M, D);
     vit_mech_layout lay;
     vit_mech_of(c, l)->layout(c, l, &lay);
-    window_backward(c, l, &g, &lay, bp, gb, t, a, ws, n);
+    const int of_x = lay.src[1] == VIT_SRC_X || lay.src[2] == VIT_SRC_X; /* lsla: keys (values) are x */
+    if (of_x) memset(ws->dxn, 0, (size_t)M * D * sizeof(float));
+    window_backward(c, l, &g, &lay, bp, gb, tape, a, ws, n);
     for (int i = 0; i < lay.n_proj; i++) { /* back through the projections into dxn */
         const vit_mech_proj *pr = &lay.proj[i];
         const float *gbias = vit_mech_weight(gb, pr->b);
-        vit_linear_backward(WR(vit_mech_weight(gb, pr->w)), gbias ? WR(gbias) : NULL, ws->dxn, i > 0,
+        vit_linear_backward(WR(vit_mech_weight(gb, pr->w)), gbias ? WR(gbias) : NULL, ws->dxn, i > 0 || of_x,
                             ws->dqkv + pr->col, lay.W, t->xn1, D, vit_mech_weight(bp, pr->w), M, pr->out, D, ws->ones);
     }
     kernels_layernorm_backward(ws->dx, WR(gb->norm1_w), WR(gb->norm1_b), ws->dxn, t->x_in, bp->norm1_w,
@@ -327,7 +371,7 @@ double vit_stage_backward(const vit_config *c, const vit_params *p, const vit_pa
     for (int s = c->n_stages - 1; s >= 0; s--) {
         const int first = vit_stage_first_block(c, s);
         for (int l = first + c->stage[s].depth - 1; l >= first; l--)
-            block_backward(c, l, &p->blocks[l], &g->blocks[l], &tape->blk[l], a, ws, n);
+            block_backward(c, l, &p->blocks[l], &g->blocks[l], tape, a, ws, n);
         if (s == 0) break;
         /* the merge: x_s = LN(gather(x_{s-1})) down_w^T, back to the previous stage's grid */
         vit_geom gp, gs;

@@ -166,6 +166,13 @@ int main(void) {
         seen++;
     }
     if (dp) closedir(dp);
+    /* and mechanisms in windows no shipped config trains: LSLA in shifted, padded windows */
+    static const char *const fixtures[] = {"swin_lsla", "swin_lsla_alt"};
+    for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) {
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s/config.json", f ? f : "tests/fixtures", fixtures[i]);
+        test_config(path, fixtures[i]);
+    }
     CHECK(seen >= 6, "%d *_shapes.json configs in %s, want the six of experiments/models", seen, dir);
     omp_set_num_threads(threads);
     return check_finish("threads");

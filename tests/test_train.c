@@ -444,7 +444,11 @@ int main(void) {
         int readings; /* LaViT's term: every reading (less-attention with square maps) or the default */
     } staged[] = {
         {"swin_tiny", "inputs.npy", 1}, {"swin_pad", "inputs16_1.npy", 1}, {"swin_pad_tv", "inputs16_1.npy", 1},
-        {"swin_lmsa", "inputs.npy", 1}, {"swin_odd", "inputs28.npy", 1}, {"pvt_tiny", "pvt_tiny/inputs58.npy", 1},
+        {"swin_lmsa", "inputs.npy", 1}, {"swin_odd", "inputs28.npy", 1},
+        /* LSLA in shifted, padded windows: DS, full inner and relative outer bias (masked by the
+         * shift mask); fixed scale, relative inner, full outer bias on every pair, QXV, NP */
+        {"swin_lsla", "inputs.npy", 1}, {"swin_lsla_alt", "inputs.npy", 1},
+        {"pvt_tiny", "pvt_tiny/inputs58.npy", 1},
         {"pvt_li", "pvt_li/inputs40.npy", 1}, {"pvt_lmsa", "inputs.npy", 1},
         {"pvt_less", "inputs.npy", VIT_DP_COUNT}, {"pvt_lavit", "inputs.npy", VIT_DP_COUNT},
         {"pvt_lavit_alt", "inputs.npy", VIT_DP_COUNT}, {"pvt_lavit_d1", "inputs.npy", VIT_DP_COUNT},

@@ -8,7 +8,7 @@ keys). Where torchvision computes the same Swin (swin_tiny, swin_pad_tv), its ow
 gradients are checked against swin_ref's here, so those fixtures rest on two independent
 implementations. PVT v2 models with less-attention blocks also carry LaViT's diagonality term
 (make_train_fixtures.py's three readings, weight 0.5) on their square maps only.
-Rerun: /usr/bin/python3 tools/make_stage_train_fixtures.py [FIXTURE_DIR]"""
+Rerun: /usr/bin/python3 tools/make_stage_train_fixtures.py [NAME ...] (FIXTURES_OUT=DIR to write elsewhere)"""
 import json
 import os
 import sys
@@ -24,12 +24,14 @@ import swin_ref  # noqa: E402
 from make_train_fixtures import DP_READINGS, DP_WEIGHT, DEFAULT  # noqa: E402
 from swin_names import from_torchvision  # noqa: E402
 
-OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures")
+OUT = os.environ.get("FIXTURES_OUT", os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures"))
 SMOOTHING = 0.1
 FAIL = []
-# fixture -> its inputs (make_fixtures.py, make_swin_fixtures.py; swin_lmsa is made here)
+# fixture -> its inputs (make_fixtures.py, make_swin_fixtures.py; swin_lmsa, swin_odd, swin_lsla
+# and swin_lsla_alt are made here)
 MODELS = {"swin_tiny": "inputs.npy", "swin_pad": "inputs16_1.npy", "swin_pad_tv": "inputs16_1.npy",
-          "swin_lmsa": "inputs.npy", "swin_odd": "inputs28.npy"}
+          "swin_lmsa": "inputs.npy", "swin_odd": "inputs28.npy", "swin_lsla": "inputs.npy",
+          "swin_lsla_alt": "inputs.npy"}
 # torchvision computes these exactly (make_swin_fixtures.py; swin_odd: pad_first, and its last
 # grid equals the window, where both clamps keep M and do not shift)
 TORCHVISION = ("swin_tiny", "swin_pad_tv", "swin_odd")
@@ -41,6 +43,22 @@ SWIN_LMSA = {"architecture": "custom", "family": "swin", "img_size": 32, "patch_
              "window_clamp": "timm",
              "attention": [{"blocks": "0-1", "type": "lmsa", "qk_dim": 2},
                            {"blocks": "2-3", "type": "lmsa", "qk_dim": 8}]}
+
+
+# LSLA in Swin's windows (ViT-LSLA's attention, paper 000 Algorithm 1 per window): grid 16,
+# window 6 (padded to 18, shifted by 3) then 8 (one window of 6 with pad slots, no shift). The
+# default reading: dynamic scale, full inner bias, relative outer bias kept off the pairs the
+# shift mask separates, values x; and the other of each: fixed scale, relative inner bias, full
+# outer bias on every pair of the window (outer_bias_masked false), a value projection, no proj
+SWIN_LSLA = {"architecture": "custom", "family": "swin", "img_size": 32, "patch_size": 2, "in_chans": 3,
+             "embed_dim": 8, "depths": [2, 2], "num_heads": [2, 4], "window_size": 6, "mlp_ratio": 2,
+             "num_classes": 10, "qkv_bias": True, "patch_norm": True, "pad_order": "pad_first",
+             "window_clamp": "timm",
+             "attention": [{"blocks": "0-3", "type": "lsla", "dynamic_scale": True, "inner_bias": "full",
+                            "outer_bias": "relative", "values": "x", "proj": True}]}
+SWIN_LSLA_ALT = dict(SWIN_LSLA, attention=[{"blocks": "0-3", "type": "lsla", "dynamic_scale": False,
+                                            "inner_bias": "relative", "outer_bias": "full", "values": "v",
+                                            "proj": False, "outer_bias_masked": False}])
 
 
 # odd grids at both merges: 28 px, patch 2 -> 14 (window 4: padded to 16), 7 (a zero row and
@@ -152,11 +170,21 @@ def pvt_grads(name, inputs):
 
 
 def main():
+    """python3 tools/make_stage_train_fixtures.py [NAME ...]: every fixture, or the named ones
+    (into tests/fixtures/, or $FIXTURES_OUT)."""
+    only = set(sys.argv[1:])
+    want = (lambda n: not only or n in only)
     for name, inputs in PVT.items():
-        pvt_grads(name, inputs)
-    make_fixture("swin_lmsa", SWIN_LMSA, 320, "inputs.npy")
-    make_fixture("swin_odd", SWIN_ODD, 330, "inputs28.npy")
+        if want(name):
+            pvt_grads(name, inputs)
+    made = {"swin_lmsa": (SWIN_LMSA, 320, "inputs.npy"), "swin_odd": (SWIN_ODD, 330, "inputs28.npy"),
+            "swin_lsla": (SWIN_LSLA, 340, "inputs.npy"), "swin_lsla_alt": (SWIN_LSLA_ALT, 350, "inputs.npy")}
+    for name, (cfg, seed, inputs) in made.items():
+        if want(name):
+            make_fixture(name, cfg, seed, inputs)
     for name, inputs in MODELS.items():
+        if not want(name):
+            continue
         d, cfg, sd = load(name)
         args, classes = cfg, cfg["num_classes"]
         x = torch.from_numpy(np.load(os.path.join(OUT, inputs))).double()

@@ -120,19 +120,51 @@ def from_windows(w, ph, pw, M):
     return w.view(B, ph // M, pw // M, M, M, C).permute(0, 1, 3, 2, 4, 5).reshape(B, ph, pw, C)
 
 
+LSLA_DEFAULTS = {"dynamic_scale": True, "inner_bias": "full", "outer_bias": "full", "values": "x", "proj": True,
+                 "outer_bias_masked": True}
+
+
 class WindowAttention(nn.Module):
-    def __init__(self, dim, heads, table_side, qkv_bias=True, qk_dim=None):
+    def __init__(self, dim, heads, table_side, qkv_bias=True, qk_dim=None, lsla=None):
         super().__init__()
         self.heads = heads
         self.qk_dim = qk_dim
-        if qk_dim is None:
+        self.lsla = None if lsla is None else dict(LSLA_DEFAULTS, **lsla)
+        if self.lsla is not None:
+            # ViT-LSLA (paper 000, Algorithm 1) on one window of N = M^2 rows: q = fc_q(x), keys
+            # (and values for "x") x itself split into heads; DS (N, N) shared by the heads;
+            # biases full (h, N, N) or relative ((2M - 1)^2, h) tables
+            a, N, R = self.lsla, table_side ** 2, (2 * table_side - 1) ** 2
+            self.q = nn.Linear(dim, dim, bias=qkv_bias)
+            if a["values"] == "v":
+                self.v = nn.Linear(dim, dim, bias=qkv_bias)
+            if a["dynamic_scale"]:
+                self.ds = nn.Parameter(torch.ones(N, N))
+            for which in ("inner", "outer"):
+                kind = a[which + "_bias"]
+                if kind == "full":
+                    setattr(self, which + "_bias", nn.Parameter(torch.zeros(heads, N, N)))
+                elif kind == "relative":
+                    setattr(self, which + "_bias_table", nn.Parameter(torch.zeros(R, heads)))
+        elif qk_dim is None:
             self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         else:  # LMSA (Low-relation MSA): q and k projected to qk_dim in total, v to dim
             self.q = nn.Linear(dim, qk_dim, bias=qkv_bias)
             self.k = nn.Linear(dim, qk_dim, bias=qkv_bias)
             self.v = nn.Linear(dim, dim, bias=qkv_bias)
         self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * table_side - 1) ** 2, heads))
-        self.proj = nn.Linear(dim, dim)
+        if self.lsla is None or self.lsla["proj"]:
+            self.proj = nn.Linear(dim, dim)
+
+    def lsla_bias(self, which, M):
+        """The (h, N, N) bias of one window, or None."""
+        kind = self.lsla[which + "_bias"]
+        if kind == "full":
+            return getattr(self, which + "_bias")
+        if kind == "relative":
+            N = M * M
+            return getattr(self, which + "_bias_table")[relative_index(M).reshape(-1)].view(N, N, -1).permute(2, 0, 1)
+        return None
 
     def forward(self, xn, M, s, pad_order, rec):
         """xn (B, H, W, C) after LN1 -> attention output (B, H, W, C) before the residual."""
@@ -145,7 +177,12 @@ class WindowAttention(nn.Module):
         ph, pw = u.shape[1], u.shape[2]
         win = to_windows(u, M)                                         # (B, nW, N, C)
         nW, N = win.shape[1], M * M
-        if self.qk_dim is None:
+        if self.lsla is not None:
+            dq = d
+            q = self.q(win).view(B, nW, N, h, d).permute(0, 3, 1, 2, 4)
+            k = win.view(B, nW, N, h, d).permute(0, 3, 1, 2, 4)       # the window's x rows
+            v = k if self.lsla["values"] == "x" else self.v(win).view(B, nW, N, h, d).permute(0, 3, 1, 2, 4)
+        elif self.qk_dim is None:
             qkv = self.qkv(win).view(B, nW, N, 3, h, d).permute(3, 0, 4, 1, 2, 5)
             q, k, v = qkv[0], qkv[1], qkv[2]                           # (B, h, nW, N, d)
             dq = d
@@ -156,11 +193,29 @@ class WindowAttention(nn.Module):
             v = self.v(win).view(B, nW, N, h, d).permute(0, 3, 1, 2, 4)
         bias = self.relative_position_bias_table[relative_index(M).reshape(-1)]
         bias = bias.view(N, N, h).permute(2, 0, 1)                     # (h, N, N)
-        scores = (q * dq ** -0.5) @ k.transpose(-2, -1) + bias[None, :, None]
-        scores = scores + shift_mask(ph, pw, M, s)[None, None]
+        mask = shift_mask(ph, pw, M, s)                                # (nW, N, N): 0 or -100
+        if self.lsla is not None:
+            scores = q @ k.transpose(-2, -1)
+            scores = scores * self.ds if self.lsla["dynamic_scale"] else scores * dq ** -0.5
+            inner = self.lsla_bias("inner", M)
+            if inner is not None:
+                scores = scores + inner[None, :, None]
+        else:
+            scores = (q * dq ** -0.5) @ k.transpose(-2, -1)
+        scores = scores + bias[None, :, None]
+        scores = scores + mask[None, None]
         attn = scores.softmax(dim=-1)
+        if self.lsla is not None:
+            outer = self.lsla_bias("outer", M)
+            if outer is not None:
+                outer = outer[None, :, None]                           # (1, h, 1, N, N)
+                if self.lsla["outer_bias_masked"]:                     # not on the pairs the mask separates
+                    outer = outer * (mask == 0).to(outer.dtype)[None, None]
+                attn = attn + outer
         o = (attn @ v).permute(0, 2, 3, 1, 4).reshape(B, nW, N, C)
-        o = from_windows(self.proj(o), ph, pw, M)
+        if hasattr(self, "proj"):
+            o = self.proj(o)
+        o = from_windows(o, ph, pw, M)
         if rec is not None:
             idx = torch.arange(H * W).view(1, H, W)
             wt = to_windows(shift_and_pad(idx[..., None], M, s, pad_order, -1), M)[0, :, :, 0]
@@ -187,10 +242,12 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim, heads, table_side, mlp_ratio, qkv_bias, qk_dim=None):
+    def __init__(self, dim, heads, table_side, mlp_ratio, qkv_bias, spec=None):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=EPS)
-        self.attn = WindowAttention(dim, heads, table_side, qkv_bias, qk_dim)
+        qk_dim = spec["qk_dim"] if spec and spec["type"] == "lmsa" else None
+        lsla = {k: v for k, v in spec.items() if k not in ("type", "blocks")} if spec and spec["type"] == "lsla" else None
+        self.attn = WindowAttention(dim, heads, table_side, qkv_bias, qk_dim, lsla)
         self.norm2 = nn.LayerNorm(dim, eps=EPS)
         self.mlp = Mlp(dim, int(mlp_ratio * dim))
 
@@ -232,21 +289,21 @@ class Stage(nn.Module):
 
 
 def lmsa_widths(cfg):
-    """Block -> qk_dim from the config's "attention" entries of type "lmsa" ("blocks": "a-b" or a
-    list of block indices over the whole model; entries without "blocks", as attnscope writes
-    them, are one per block in order); None for a vanilla block."""
+    """Block -> its attention entry from the config's "attention" entries of type "lmsa" or "lsla"
+    ("blocks": "a-b" or a list of block indices over the whole model; entries without "blocks", as
+    attnscope writes them, are one per block in order); None for a vanilla block."""
     out = [None] * sum(cfg["depths"])
     for i, e in enumerate(cfg.get("attention", [])):
         if e.get("type", "vanilla") == "vanilla":
             continue
-        if e["type"] != "lmsa":
-            raise ValueError(f"swin_ref: attention type {e['type']!r} (vanilla and lmsa only)")
+        if e["type"] not in ("lmsa", "lsla"):
+            raise ValueError(f"swin_ref: attention type {e['type']!r} (vanilla, lmsa and lsla only)")
         b = e.get("blocks", [i])
         if isinstance(b, str):
             lo, _, hi = b.partition("-")
             b = range(int(lo), int(hi or lo) + 1)
         for j in b:
-            out[j] = e["qk_dim"]
+            out[j] = e
     return out
 
 

@@ -156,11 +156,15 @@ static void after_softmax(const vit_mech_block *b, const vit_attn_problem *p, fl
 }
 
 /* S = (q x^T) * DS + B: X = dS * (q x^T) for DS, dR = dS * DS (dA stays for the outer bias, dS
- * for the inner) */
+ * for the inner; in a shifted window with the outer bias masked, dA without the pairs it skips) */
 static void head_backward(const vit_mech_block *b, vit_mech_head_bwd *x) {
-    if (!b->at->dynamic_scale) return;
     const vit_attn_problem *p = x->p;
     const size_t TT = (size_t)p->Tq * p->Tk;
+    /* dA is the outer bias's gradient from here on: none where after_softmax did not add it */
+    if (p->add_mask && !b->at->outer_unmasked && b->at->outer_bias != VIT_BIAS_NONE)
+        for (size_t i = 0; i < TT; i++)
+            if (p->add_mask[i] != 0.0f) x->dA[i] = 0.0f;
+    if (!b->at->dynamic_scale) return;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->Tq, p->Tk, p->dq, 1.0f, p->q, p->ldq, p->k,
                 p->ldk, 0.0f, x->X, p->Tk);
     for (size_t i = 0; i < TT; i++) x->X[i] *= x->dS[i];
