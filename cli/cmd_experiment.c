@@ -529,6 +529,12 @@ as_status experiment_check(const char *text, const char *file, as_error *err) {
         if (rc != AS_OK) break;
         k++;
     }
+    /* the analysis options and metric names, before anything is trained or recorded */
+    const cJSON *an = rc == AS_OK ? cJSON_GetObjectItemCaseSensitive(root, "analyze") : NULL;
+    analysis_opts scratch;
+    if (an) rc = analyze_opts(an, &scratch, file, err);
+    const char *ms = rc == AS_OK && an ? jstr(an, "metrics", NULL) : NULL;
+    if (ms && !analysis_metric_mask(ms, err)) rc = err->status;
     cJSON_Delete(root);
     return rc;
 }
