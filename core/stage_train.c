@@ -5,8 +5,8 @@
  *
  * Threads, as train.c: big GEMMs in kernels_gemm's fixed tiles; one OpenMP job per (image,
  * window) with single-threaded GEMMs inside; every gradient shared by windows or images (the
- * relative table, the qkv bias through the pad slots) is summed afterwards in a fixed order, so
- * the result does not depend on the thread count. */
+ * relative table, the qkv bias through the pad slots, LSLA's DS and bias tables) is summed
+ * afterwards in a fixed order, so the result does not depend on the thread count. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdint.h>
@@ -103,9 +103,9 @@ size_t vit_stage_tape_carve(const vit_config *c, int B, void *base, vit_tape *t)
 }
 
 /* Floats of one thread's window slot: q, k and their gradients (N, Wq) each, v, the output's
- * gradient and v's (N, D) each, one head's map gradient (N, N). */
+ * gradient and v's (N, D) each (the maps' gradients are the workspace's, per problem). */
 static size_t slot_floats(int N, int D, int Wq) {
-    return (4 * (size_t)N * Wq + 3 * (size_t)N * D + (size_t)N * N + 15) & ~(size_t)15;
+    return (4 * (size_t)N * Wq + 3 * (size_t)N * D + 15) & ~(size_t)15;
 }
 
 size_t vit_ln_scratch_floats(size_t rows, size_t d) { return 2 * d * ((rows + KERNELS_LN_BLOCK - 1) / KERNELS_LN_BLOCK); }
