@@ -47,12 +47,7 @@ size_t cait_tape_carve(const vit_config *c, int B, void *base, vit_tape *v) {
             vit_carve_floats(p, &off, rows * 3 * D, &k->qkv);
             vit_carve_floats(p, &off, maps, &k->att);
             for (int i = 0; i < 2 && vit_cait_talking(c, l); i++) vit_carve_floats(p, &off, maps, &k->ext[i]);
-            vit_carve_floats(p, &off, rows * D, &k->ao);
-            vit_carve_floats(p, &off, rows * D, &k->x_mid);
-            vit_carve_floats(p, &off, rows * D, &k->xn2);
-            vit_carve_floats(p, &off, rows * Hm, &k->hpre);
-            vit_carve_floats(p, &off, rows * Hm, &k->hid);
-            for (int i = 0; i < 2 && ls; i++) vit_carve_floats(p, &off, rows * D, &k->branch[i]);
+            vit_carve_tape_tail(p, &off, k, rows, D, Hm, ls);
             continue;
         }
         vit_carve_floats(p, &off, b * T * D, &k->x_in);
@@ -60,12 +55,7 @@ size_t cait_tape_carve(const vit_config *c, int B, void *base, vit_tape *v) {
         vit_carve_floats(p, &off, b * T * 2 * D, &k->qkv);
         vit_carve_floats(p, &off, b * D, &k->cq);
         vit_carve_floats(p, &off, b * H * T, &k->att);
-        vit_carve_floats(p, &off, b * D, &k->ao);
-        vit_carve_floats(p, &off, b * D, &k->x_mid);
-        vit_carve_floats(p, &off, b * D, &k->xn2);
-        vit_carve_floats(p, &off, b * Hm, &k->hpre);
-        vit_carve_floats(p, &off, b * Hm, &k->hid);
-        for (int i = 0; i < 2 && ls; i++) vit_carve_floats(p, &off, b * D, &k->branch[i]);
+        vit_carve_tape_tail(p, &off, k, b, D, Hm, ls); /* the class token's row per image */
     }
     vit_carve_floats(p, &off, b * D, &v->x_final);
     return off;

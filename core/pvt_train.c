@@ -46,12 +46,8 @@ size_t pvt_tape_carve(const vit_config *c, int B, void *base, vit_tape *v) {
         vit_carve_floats(p, &off, maps, &k->att);
         if (vit_mech_next_reuses(c, l) || (pvt_feeds_ar(c, l) && c->ar_source == VIT_AR_SCORES))
             vit_carve_floats(p, &off, maps, &k->keep);
-        vit_carve_floats(p, &off, TD, &k->ao);
-        vit_carve_floats(p, &off, TD, &k->x_mid);
-        vit_carve_floats(p, &off, TD, &k->xn2);
-        vit_carve_floats(p, &off, TH, &k->hpre);
-        vit_carve_floats(p, &off, TH, &k->hdw);
-        vit_carve_floats(p, &off, TH, &k->hid);
+        vit_carve_tape_tail(p, &off, k, b * g.T, (size_t)g.D, (size_t)g.Hm, 0);
+        vit_carve_floats(p, &off, TH, &k->hdw); /* MixFFN's depth-wise conv output */
     }
     for (int s = 0; s < c->n_stages && s < VIT_MAX_STAGES; s++) {
         vit_stage_grid(c, s, &g);

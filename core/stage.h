@@ -82,6 +82,9 @@ double vit_attn_backward(const vit_attn_bwd *j);
  * both are given (base NULL only counts), *off advances by nfloats rounded up to 64 bytes,
  * which it returns. */
 size_t vit_carve_floats(char *base, size_t *off, size_t nfloats, float **view);
+/* The same for a training tape's block tail over `rows` rows: ao, x_mid, xn2 (rows, D), hpre, hid
+ * (rows, Hm), and with LayerScale (ls) the two branch outputs (rows, D). */
+void vit_carve_tape_tail(char *base, size_t *off, vit_tape_block *k, size_t rows, size_t D, size_t Hm, int ls);
 
 /* vit.c's Linear over M rows (y (M, N) = x (M, K) w^T (N, K) + bias, accumulate adds to y)
  * and the stride = kernel patch im2col (patches (n, (S/P)^2, C P P), images (n, C, S, S)). */

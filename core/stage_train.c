@@ -73,7 +73,7 @@ size_t vit_stage_tape_carve(const vit_config *c, int B, void *base, vit_tape *t)
     for (int l = 0; l < c->depth; l++) {
         vit_block_geom(c, l, &g);
         vit_tape_block *k = &v->blk[l];
-        const size_t TD = b * g.T * g.D, TH = b * g.T * g.Hm;
+        const size_t TD = b * g.T * g.D;
         vit_carve_floats(p, &off, TD, &k->x_in);
         vit_carve_floats(p, &off, TD, &k->xn1);
         vit_carve_floats(p, &off, b * g.T * (size_t)row_width(c, l), &k->qkv);
@@ -83,11 +83,7 @@ size_t vit_stage_tape_carve(const vit_config *c, int B, void *base, vit_tape *t)
             if (vit_extra_info(c, l, i, &x))
                 vit_carve_floats(p, &off, b * (size_t)x.heads * g.problems * g.Tq * g.Tk, &k->ext[i]);
         }
-        vit_carve_floats(p, &off, TD, &k->ao);
-        vit_carve_floats(p, &off, TD, &k->x_mid);
-        vit_carve_floats(p, &off, TD, &k->xn2);
-        vit_carve_floats(p, &off, TH, &k->hpre);
-        vit_carve_floats(p, &off, TH, &k->hid);
+        vit_carve_tape_tail(p, &off, k, b * g.T, (size_t)g.D, (size_t)g.Hm, 0);
     }
     for (int s = 1; s < c->n_stages; s++) {
         const size_t m = merge_floats(c, s, B);

@@ -143,6 +143,15 @@ size_t vit_carve_floats(char *base, size_t *off, size_t nfloats, float **view) {
     return bytes;
 }
 
+void vit_carve_tape_tail(char *base, size_t *off, vit_tape_block *k, size_t rows, size_t D, size_t Hm, int ls) {
+    vit_carve_floats(base, off, rows * D, &k->ao);
+    vit_carve_floats(base, off, rows * D, &k->x_mid);
+    vit_carve_floats(base, off, rows * D, &k->xn2);
+    vit_carve_floats(base, off, rows * Hm, &k->hpre);
+    vit_carve_floats(base, off, rows * Hm, &k->hid);
+    for (int i = 0; i < 2 && ls; i++) vit_carve_floats(base, off, rows * D, &k->branch[i]);
+}
+
 size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a) {
     if (c->n_stages > 0) return vit_stage_acts_carve(c, B, base, a);
     const size_t T = (size_t)vit_num_tokens(c), D = (size_t)c->embed_dim, H = (size_t)c->num_heads;
@@ -203,12 +212,7 @@ size_t vit_tape_carve(const vit_config *c, int B, void *base, vit_tape *t) {
         }
         if ((m->flags & VIT_MECH_REUSES_SCORES) || vit_mech_next_reuses(c, l))
             vit_carve_floats(p, &off, maps, &k->keep);
-        vit_carve_floats(p, &off, BTD, &k->ao);
-        vit_carve_floats(p, &off, BTD, &k->x_mid);
-        vit_carve_floats(p, &off, BTD, &k->xn2);
-        vit_carve_floats(p, &off, b * T * (size_t)c->mlp_hidden, &k->hpre);
-        vit_carve_floats(p, &off, b * T * (size_t)c->mlp_hidden, &k->hid);
-        for (int i = 0; i < 2 && c->init_values > 0; i++) vit_carve_floats(p, &off, BTD, &k->branch[i]);
+        vit_carve_tape_tail(p, &off, k, b * T, (size_t)D, (size_t)c->mlp_hidden, c->init_values > 0);
     }
     if (c->pre_norm) vit_carve_floats(p, &off, BTD, &v->embed);
     vit_carve_floats(p, &off, BTD, &v->x_final);
