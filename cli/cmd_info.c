@@ -57,7 +57,8 @@ static void print_stages(const vit_config *c, const vit_cost *cost) {
     printf("\n%-8s %-7s %5s %5s %6s %-17s %11s %9s %9s\n", "stage", "grid", "dim", "heads", "blocks",
            "window", "params", "GFLOPs", "GMACs");
     const char *row = "%-8s %-7s %5s %5s %6s %-17s %11.0f %9.4f %9.4f\n";
-    printf(row, "stem", "", "", "", "", c->patch_norm || c->patch_kernel ? "patch_embed+norm" : "patch_embed",
+    printf(row, "stem", "", "", "", "", c->n_stem ? (c->patch_norm ? "conv stem+norm" : "conv stem")
+           : c->patch_norm || c->patch_kernel ? "patch_embed+norm" : "patch_embed",
            cost->stem.params_total, cost->stem.flops_total / 1e9, cost->stem.macs_total / 1e9);
     for (int s = 0; s < c->n_stages; s++) {
         vit_geom g, g1;
@@ -115,6 +116,23 @@ static void print_pvt(const vit_config *c) {
            c->num_classes, vit_pool_name(c->global_pool));
 }
 
+/* The convolutional stem, one conv after another, each with its output grid. */
+static void print_stem(const vit_config *c) {
+    if (!c->n_stem) return;
+    char buf[1024] = "";
+    int any_bn = 0;
+    for (int i = 0; i < c->n_stem; i++) {
+        const vit_conv *cv = &c->stem[i];
+        const int side = vit_stem_side(c, i);
+        any_bn |= cv->bn;
+        snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%sConv2d(%d->%d, k%d, s%d, p%d%s)%s%s%s -> %dx%d",
+                 i ? "; " : "", vit_stem_in_chans(c, i), cv->out, cv->kernel, cv->stride, cv->padding,
+                 cv->bias ? "" : ", no bias", cv->bn ? " + BN" : "", cv->act ? " + " : "",
+                 cv->act ? vit_stem_act_name(cv->act) : "", side, side);
+    }
+    line("stem        %s%s\n", buf, any_bn ? " (BatchNorm in eval mode: running statistics; training keeps them)" : "");
+}
+
 static void print_model(const vit_config *c, const char *source, const char *dtype, size_t ntensors) {
     vit_cost cost;
     vit_config_cost(c, &cost);
@@ -138,8 +156,11 @@ static void print_model(const vit_config *c, const char *source, const char *dty
                  "patches, stage 1 class attention over [cls; patches]; %s; qkv bias "
                  "%s, LayerNorm eps %g\n", c->in_chans, c->img_size, c->img_size, c->patch_size, g, g,
                  c->talking_heads ? "yes" : "no", ls, c->qkv_bias ? "yes" : "no", (double)c->ln_eps);
-        else line("input       %dx%dx%d, patch %d -> %dx%d grid, halved by a 2x2 patch merging before "
-             "each stage after the first\n", c->in_chans, c->img_size, c->img_size, c->patch_size, g, g);
+        else line("input       %dx%dx%d, %s %d -> %dx%d grid, halved by %s before each stage after the "
+             "first\n", c->in_chans, c->img_size, c->img_size, c->n_stem ? "stem stride" : "patch", c->patch_size, g, g,
+             c->n_stages > 1 && c->stage[1].down == VIT_DOWN_CONV ? "a Conv2d(k3, s2, p1) + LayerNorm (CSwin's merge)"
+                                                                : "a 2x2 patch merging");
+        print_stem(c);
         if (c->family == VIT_FAMILY_CAIT)
             line("blocks      %d in %d cait stages: depths %s, dims %s, heads %s, mlp %s\n", c->depth,
                  c->n_stages, list[0], list[1], list[2], list[3]);
@@ -149,14 +170,16 @@ static void print_model(const vit_config *c, const char *source, const char *dty
              list[1], list[2], list[3], c->stage[0].window, c->shift_windows ? c->stage[0].window / 2 : 0,
              vit_pad_order_name(c->pad_order), vit_window_clamp_name(c->window_clamp),
              c->qkv_bias ? "yes" : "no", c->patch_norm ? "yes" : "no", (double)c->ln_eps);
+        if (c->no_rel_pos_bias) line("            no relative position bias table in the windows (rel_pos_bias false)\n");
         printf("head        %d classes, final norm, pool %s\n", c->num_classes, vit_pool_name(c->global_pool));
     } else {
         char names[VIT_MAX_REG * 6 + 16], fam[160] = "";
         vit_prefix_names(c, names, sizeof names);
-        line("input       %dx%dx%d, patch %d -> %dx%d grid = %d patches + %d prefix token%s (%s) = %d tokens%s\n",
-               c->in_chans, c->img_size, c->img_size, c->patch_size, g, g, g * g, pre, pre == 1 ? "" : "s",
-               names[0] ? names : "none", vit_num_tokens(c),
+        line("input       %dx%dx%d, %s %d -> %dx%d grid = %d patches + %d prefix token%s (%s) = %d tokens%s\n",
+               c->in_chans, c->img_size, c->img_size, c->n_stem ? "stem stride" : "patch", c->patch_size, g, g, g * g,
+               pre, pre == 1 ? "" : "s", names[0] ? names : "none", vit_num_tokens(c),
                c->no_embed_class ? "; pos_embed over the patches only (no_embed_class)" : "");
+        print_stem(c);
         if (c->init_values > 0) snprintf(fam, sizeof fam, ", LayerScale (init %g)", (double)c->init_values);
         if (c->act_layer != VIT_ACT_GELU) snprintf(fam + strlen(fam), sizeof fam - strlen(fam), ", %s", vit_act_name(c->act_layer));
         if (c->pre_norm) snprintf(fam + strlen(fam), sizeof fam - strlen(fam), ", norm_pre");

@@ -3,6 +3,7 @@
 #include "cait.h"
 #include "mech.h"
 #include "pvt.h"
+#include "stem.h"
 #include "vitfam.h"
 
 #include <math.h>
@@ -237,7 +238,69 @@ typedef struct {
         int from, to, heads;
         vit_mask_mode mode;
     } mait[3];
+    /* what the fields above cannot say (a convolutional stem, conv merges, per-block options):
+     * applied last, after the attention of every block is set */
+    void (*finish)(vit_config *c);
 } vit_seed;
+
+/* ViT-LSLA (000_db5d1934b82953a9.txt, "Overall Architecture"): "a stem block consisting of two
+ * 3x3 convolutional layers ... H/4 x W/4 x 96" following MPViT (its Conv2d_BN + Hardswish, no
+ * conv bias), "four stages referring to Swin", "the patch merging layer following CSwin"
+ * (Conv2d k3 s2 p1 + LayerNorm), LSLA in every block's 7 x 7 windows with its dynamic scale and
+ * inner and outer relative position biases (Table 5), the outer bias kept off the pairs Swin's
+ * shift mask separates. The MLP ratio 2 and the depths are attnscope's reading of the paper's
+ * counts (docs/models.md, "ViT-LSLA"). values_v / proj: Table 4's QXX (x, proj), QXV (v, no
+ * proj) and QXX+NP (x, no proj). */
+static void lsla_stages(vit_config *c, int values_v, int proj) {
+    c->no_rel_pos_bias = 1; /* LSLA's inner bias is the windows' relative position bias */
+    static const vit_conv stem = {.kernel = 3, .stride = 2, .padding = 1, .bn = 1, .act = VIT_STEM_ACT_HARDSWISH};
+    c->n_stem = 2;
+    c->stem[0] = c->stem[1] = stem;
+    c->stem[0].out = c->stage[0].embed_dim / 2;
+    c->stem[1].out = c->stage[0].embed_dim;
+    c->bn_eps = 1e-5f;
+    c->patch_size = 4;
+    c->patch_norm = 0; /* MPViT's stem ends in BatchNorm + Hardswish */
+    for (int s = 0; s < c->n_stages; s++) {
+        c->stage[s].mlp_hidden = 2 * c->stage[s].embed_dim;
+        if (s > 0) c->stage[s].down = VIT_DOWN_CONV;
+    }
+    c->mlp_hidden = c->stage[0].mlp_hidden;
+    for (int l = 0; l < c->depth; l++) {
+        vit_attn *a = &c->attn[l];
+        a->dynamic_scale = 1;
+        a->inner_bias = a->outer_bias = VIT_BIAS_RELATIVE;
+        a->value_proj = values_v;
+        a->no_proj = !proj;
+        a->outer_unmasked = 0;
+    }
+}
+static void finish_vit_lsla(vit_config *c) { lsla_stages(c, 0, 1); }
+static void finish_vit_lsla_qxv(vit_config *c) { lsla_stages(c, 1, 0); }
+static void finish_vit_lsla_np(vit_config *c) { lsla_stages(c, 0, 0); }
+
+/* Refined-ViT (004_4bd122a74db07fb9.txt; docs/models.md, "Refined-ViT"): Refiner in every block
+ * (expansion ratio 3, the released models' value, and 3 x 3 DLA kernels), MLP ratio 3, and the
+ * released code's convolutional stem (PatchEmbed_cnn: conv7 s2 p3 + BN + ReLU, two conv3 + BN +
+ * ReLU to 128 channels, an 8 x 8 stride-8 projection: 14 x 14 tokens at 224), with its names. */
+static void finish_refined_vit(vit_config *c) {
+    static const vit_conv stem[4] = {
+        {32, 7, 2, 3, 0, 1, VIT_STEM_ACT_RELU, "patch_embed.conv1", "patch_embed.bn1"},
+        {64, 3, 1, 1, 0, 1, VIT_STEM_ACT_RELU, "patch_embed.conv2", "patch_embed.bn2"},
+        {128, 3, 1, 1, 0, 1, VIT_STEM_ACT_RELU, "patch_embed.conv3", "patch_embed.bn3"},
+        {0, 8, 8, 0, 1, 0, VIT_STEM_ACT_NONE, "patch_embed.proj", ""}};
+    c->n_stem = 4;
+    memcpy(c->stem, stem, sizeof stem);
+    c->stem[3].out = c->embed_dim;
+    c->bn_eps = 1e-5f;
+    c->patch_size = 16;
+    c->mlp_hidden = 3 * c->embed_dim;
+    for (int i = 0; i < 3; i++) c->mean[i] = c->std[i] = 0.5f;
+    for (int l = 0; l < c->depth; l++) {
+        c->attn[l].expanded_heads = 3 * c->num_heads;
+        c->attn[l].kernel_size = 3;
+    }
+}
 #define VIT_SEED_ALL_HEADS 99
 
 static const vit_seed vit_seeds[] = {
@@ -277,6 +340,22 @@ static const vit_seed vit_seeds[] = {
      * self-attention block, 3 x 3, hard), on each head's logits before the mix */
     {"masked_cait_xxs24", "cait_xxs24_224", 0, 0, 0, VIT_ATTN_VANILLA, .mait = {{0, 23, 1, VIT_MASK_ZERO}}},
     {"masked_cait_s24", "cait_s24_224", 0, 0, 0, VIT_ATTN_VANILLA, .mait = {{0, 23, 1, VIT_MASK_ZERO}}},
+    /* ViT-LSLA (Tables 1, 4): Swin-T's widths and heads at 102 classes (IP102, where the paper
+     * counts its parameters: Swin-T 27.6 M there), depths [2, 2, 9, 2] (docs/models.md) */
+    {"vit_lsla", "swin_tiny_patch4_window7_224", 0, 0, 102, VIT_ATTN_LSLA, .depths = {2, 2, 9, 2},
+     .finish = finish_vit_lsla},
+    {"vit_lsla_qxv", "swin_tiny_patch4_window7_224", 0, 0, 102, VIT_ATTN_LSLA, .depths = {2, 2, 9, 2},
+     .finish = finish_vit_lsla_qxv},
+    {"vit_lsla_np", "swin_tiny_patch4_window7_224", 0, 0, 102, VIT_ATTN_LSLA, .depths = {2, 2, 9, 2},
+     .finish = finish_vit_lsla_np},
+    /* Refined-ViT-S/M/L (Table 2's widths; the released configs: 16/32/32 blocks, D 384/420/512,
+     * H 12/12/16) */
+    {"refined_vit_s", "deit_small_patch16_224", 0, 0, 0, VIT_ATTN_REFINER, .depths = {16}, .embed_dim = 384,
+     .num_heads = 12, .finish = finish_refined_vit},
+    {"refined_vit_m", "deit_small_patch16_224", 0, 0, 0, VIT_ATTN_REFINER, .depths = {32}, .embed_dim = 420,
+     .num_heads = 12, .finish = finish_refined_vit},
+    {"refined_vit_l", "deit_small_patch16_224", 0, 0, 0, VIT_ATTN_REFINER, .depths = {32}, .embed_dim = 512,
+     .num_heads = 16, .finish = finish_refined_vit},
 };
 #define VIT_SEED_N ((int)(sizeof vit_seeds / sizeof vit_seeds[0]))
 
@@ -325,6 +404,7 @@ static void seed_build(const vit_seed *s, vit_config *c) {
             a->mask_mode = s->mait[span].mode;
             for (int h = 0; h < c->num_heads && h < heads; h++) a->mask_size[h] = 3;
         }
+    if (s->finish) s->finish(c);
 }
 
 static vit_config seed_configs[VIT_SEED_N];
@@ -615,7 +695,7 @@ int vit_closest_name(const char *s, const char *const *names, int n) {
     return best >= 0 && bd <= 2 && 3 * bd <= len ? best : -1;
 }
 
-int vit_grid(const vit_config *c) { return c->img_size / c->patch_size; }
+int vit_grid(const vit_config *c) { return c->n_stem > 0 ? vit_stem_side(c, c->n_stem - 1) : c->img_size / c->patch_size; }
 int vit_num_patches(const vit_config *c) { return vit_grid(c) * vit_grid(c); }
 int vit_num_prefix(const vit_config *c) {
     return (c->class_token ? 1 : 0) + (c->distilled ? 1 : 0) + c->reg_tokens;
@@ -763,7 +843,7 @@ static as_status validate_stages(const vit_config *c, as_error *err) {
                            "every merge) is outside 1..%d, attnscope's limit: use a smaller "
                            "embed_dim or fewer stages", n, s, st->embed_dim, VIT_MAX_DIM);
         if (c->family == VIT_FAMILY_SWIN &&
-            ((s == 0) != (st->down == VIT_DOWN_NONE) || (st->down != VIT_DOWN_NONE && st->down != VIT_DOWN_MERGE) ||
+            ((s == 0) != (st->down == VIT_DOWN_NONE) || (s > 0 && st->down != c->stage[1].down) || st->down >= VIT_DOWN_COUNT ||
              st->scope != VIT_SCOPE_WINDOW))
             return as_fail(err, AS_ERR_CONFIG, "%s: stage %d is not a Swin stage (a patch merging "
                            "before every stage but the first, window attention): describe it with "
@@ -846,12 +926,16 @@ as_status vit_config_validate(const vit_config *c, as_error *err) {
     if (c->depth > VIT_MAX_DEPTH)
         return as_fail(err, AS_ERR_CONFIG, "%s: depth %d is over the engine's limit of %d", n,
                        c->depth, VIT_MAX_DEPTH);
-    if (c->img_size % c->patch_size != 0 && c->patch_kernel == 0)
+    if (c->n_stem) {
+        as_status st = vit_stem_validate(c, c->n_stages > 0 ? c->stage[0].embed_dim : c->embed_dim, err);
+        if (st != AS_OK) return st;
+    }
+    if (c->img_size % c->patch_size != 0 && c->patch_kernel == 0 && c->n_stem == 0)
         return as_fail(err, AS_ERR_CONFIG,
                        "%s: img_size %d is not a multiple of patch_size %d: use an input size "
                        "such as %d", n, c->img_size, c->patch_size,
                        (c->img_size / c->patch_size > 0 ? c->img_size / c->patch_size : 1) * c->patch_size);
-    if ((double)c->in_chans * c->patch_size * c->patch_size > VIT_MAX_HIDDEN)
+    if ((double)c->in_chans * c->patch_size * c->patch_size > VIT_MAX_HIDDEN && c->n_stem == 0)
         return as_fail(err, AS_ERR_CONFIG, "%s: in_chans %d x patch_size %d^2 is over attnscope's "
                        "limit of %d values per patch", n, c->in_chans, c->patch_size,
                        VIT_MAX_HIDDEN);
@@ -943,6 +1027,11 @@ static void cost_stage(const vit_config *c, int s, vit_cost_part *o) {
         const double Cin = c->stage[s - 1].embed_dim;
         vit_cost_add(o, VIT_COMP_NORM, 2 * 4 * Cin, 0, 8 * T * 4 * Cin);
         vit_cost_add(o, VIT_COMP_DOWNSAMPLE, 4 * Cin * C, T * 4 * Cin * C, 0);
+    } else if (st->down == VIT_DOWN_CONV) {
+        /* CSwin's merge: Conv2d(k3, s2, p1) with bias, then LayerNorm(C) */
+        const double Cin = c->stage[s - 1].embed_dim;
+        vit_cost_add(o, VIT_COMP_DOWNSAMPLE, 9 * Cin * C + C, T * 9 * Cin * C, T * C);
+        vit_cost_add(o, VIT_COMP_NORM, 2 * C, 0, 8 * T * C);
     }
     for (int l = first; l < first + st->depth; l++) {
         vit_block_geom(c, l, &g);
@@ -951,7 +1040,8 @@ static void cost_stage(const vit_config *c, int s, vit_cost_part *o) {
         cost_attn(c, l, o);
         /* the relative position bias table and its add, the shift mask */
         if (g.scope == VIT_SCOPE_WINDOW)
-            vit_cost_add(o, VIT_COMP_ATTN_SCORES, W * W * H, 0, maps + (g.shift ? maps : 0));
+            vit_cost_add(o, VIT_COMP_ATTN_SCORES, c->no_rel_pos_bias ? 0 : W * W * H, 0,
+                         (c->no_rel_pos_bias ? 0 : maps) + (g.shift ? maps : 0));
         vit_cost_add(o, VIT_COMP_MLP, 2 * C * Hm + Hm + C, 2 * T * C * Hm,
                      T * Hm + T * C + 8 * T * Hm + 2 * T * C);
     }
@@ -976,6 +1066,7 @@ void vit_config_cost(const vit_config *c, vit_cost *out) {
         vit_cait_cost(c, out);
     } else if (c->n_stages > 0) {
         if (c->family == VIT_FAMILY_PVT2) pvt_stem_cost(c, &out->stem);
+        else if (c->n_stem) vit_stem_cost(c, &out->stem);
         else vit_cost_add(&out->stem, VIT_COMP_PATCH_EMBED, K * D + D, Np * K * D, Np * D);
         if (c->patch_norm) vit_cost_add(&out->stem, VIT_COMP_NORM, 2 * D, 0, 8 * Np * D);
         for (int s = 0; s < c->n_stages; s++) cost_stage(c, s, &out->stage[s]);
@@ -986,7 +1077,8 @@ void vit_config_cost(const vit_config *c, vit_cost *out) {
         if (c->family != VIT_FAMILY_PVT2) vit_cost_add(&out->head, VIT_COMP_NORM, 2 * Cl, 0, 8 * Tl * Cl);
         vit_cost_add(&out->head, VIT_COMP_HEAD, C > 0 ? Cl * C + C : 0, C * Cl, Tl * Cl + C);
     } else {
-        vit_cost_add(&out->stem, VIT_COMP_PATCH_EMBED, K * D + (c->pre_norm ? 0 : D), Np * K * D, Np * D);
+        if (c->n_stem) vit_stem_cost(c, &out->stem);
+        else vit_cost_add(&out->stem, VIT_COMP_PATCH_EMBED, K * D + (c->pre_norm ? 0 : D), Np * K * D, Np * D);
         const double pos = vit_pos_embed_len(c);
         vit_cost_add(&out->stem, VIT_COMP_TOKENS, vit_num_prefix(c) * D + pos * D, 0, pos * D);
         /* two norms per block plus the final norm; ~8 flops per element (mean, var, scale, shift) */

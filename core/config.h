@@ -111,6 +111,28 @@ typedef enum { VIT_PAD_FIRST = 0, VIT_PAD_ROLL_FIRST, VIT_PAD_COUNT } vit_pad_or
  * Identical at 224 (the last Swin stage is one 7 x 7 window that never shifts). */
 typedef enum { VIT_CLAMP_TIMM = 0, VIT_CLAMP_TORCHVISION, VIT_CLAMP_COUNT } vit_window_clamp;
 
+/* ---- A convolutional stem (Refined-ViT, ViT-LSLA's MPViT stem; core/stem.c) ----
+ * When n_stem > 0 the stem IS the patch embedding: its convolutions run on the image in order,
+ * each Conv2d(k, s, p) [+ bias], then an optional BatchNorm2d with its running statistics (eval
+ * mode; training keeps them fixed and trains the affine), then an activation; the last one's
+ * output grid is the token grid and its width the embedding width. patch_size is then the
+ * product of the strides (bookkeeping; the grid is the composed conv arithmetic). */
+#define VIT_MAX_STEM 6
+#define VIT_STEM_NAME 48
+typedef enum { VIT_STEM_ACT_NONE = 0, VIT_STEM_ACT_RELU, VIT_STEM_ACT_RELU6, VIT_STEM_ACT_HARDSWISH,
+               VIT_STEM_ACT_COUNT } vit_stem_act;
+typedef struct {
+    int out, kernel, stride, padding;
+    int bias;       /* the conv has a bias */
+    int bn;         /* BatchNorm2d after the conv */
+    vit_stem_act act;
+    /* weight name prefixes: "<conv>.weight", "<conv>.bias", "<bn>.{weight,bias,running_mean,
+     * running_var}"; "" means attnscope's "stem.<i>.conv" and "stem.<i>.bn" (MPViT's names) */
+    char conv_name[VIT_STEM_NAME], bn_name[VIT_STEM_NAME];
+} vit_conv;
+const char *vit_stem_act_name(vit_stem_act a); /* "none", "relu", "relu6", "hardswish" */
+int vit_stem_act_parse(const char *s);         /* -1 when unknown */
+
 typedef struct {
     int depth, embed_dim, num_heads, mlp_hidden;
     vit_scope scope;
@@ -149,6 +171,8 @@ typedef struct {
     vit_stage stage[VIT_MAX_STAGES];
     int patch_norm;             /* LayerNorm after the patch embedding (Swin) */
     int shift_windows;          /* WINDOW stages shift odd blocks by M/2 (Swin: 1) */
+    int no_rel_pos_bias;        /* WINDOW blocks have no relative position bias table (JSON
+                                   "rel_pos_bias": false; ViT-LSLA, whose LSLA inner bias is it) */
     vit_pad_order pad_order;
     vit_window_clamp window_clamp;
     /* LayerScale (DeiT III, DINOv2, CaiT): when > 0 every block has per-channel gammas ls1, ls2
@@ -186,7 +210,14 @@ typedef struct {
                                 and the maps (attn.proj_w) after it; 0: plain attention */
     vit_mask_mix mask_mix;   /* MaiT masks in talking-heads blocks: on the per-head logits
                                 before proj_l (default) or on the mixed logits after it */
+    /* the convolutional stem (see vit_conv above; ViT and Swin families) */
+    int n_stem;
+    vit_conv stem[VIT_MAX_STEM];
+    float bn_eps;            /* the stem's BatchNorm epsilon (PyTorch: 1e-5) */
 } vit_config;
+/* Output side of stem conv i (i = -1: the image side), and its input channels (core/stem.c). */
+int vit_stem_side(const vit_config *c, int i);
+int vit_stem_in_chans(const vit_config *c, int i);
 #define VIT_SR_POOL 7 /* linear SRA's AdaptiveAvgPool2d output side (timm, fixed) */
 
 /* Compute and parameter counts of one forward pass for one image, per component. FLOPs count a

@@ -2,6 +2,7 @@
  * windows, the shift and its mask). Everything here is derived from the config; nothing is
  * stored in checkpoints. */
 #include "config.h"
+#include "stem.h"
 
 #include <string.h>
 
@@ -38,7 +39,9 @@ void vit_block_geom(const vit_config *c, int l, vit_geom *g) {
     const int P = c->patch_size;
     int grid = c->img_size / P;
     float stride = (float)P, offset = 0.5f * (float)P;
-    if (c->patch_kernel > 0) { /* PVT's overlapping stem: k, stride P, pad k / 2 */
+    if (c->n_stem > 0) { /* a convolutional stem: its composed grid and receptive-field centres */
+        vit_stem_geom(c, &grid, &stride, &offset);
+    } else if (c->patch_kernel > 0) { /* PVT's overlapping stem: k, stride P, pad k / 2 */
         const int k = c->patch_kernel, pad = k / 2;
         grid = (c->img_size + 2 * pad - k) / P + 1;
         offset = 0.5f * (float)k - (float)pad; /* output y spans pixels [P y - pad, P y - pad + k) */

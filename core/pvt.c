@@ -323,8 +323,10 @@ void pvt_downsample(const vit_config *c, int s, const vit_params *p, vit_acts *a
     if (t) memcpy(t->down_in[s], a->x, (size_t)n * gh * gw * Ci * sizeof(float));
     float *y = t ? t->down_pre[s] : a->xn;
     conv_nhwc(y, a->merge, a->x, sp->down_w, sp->down_b, n, gh, gw, Ci, C, 3, 2, 1);
-    kernels_layernorm(a->x, y, sp->down_norm_w, sp->down_norm_b, rows, C, c->conv_ln_eps);
+    kernels_layernorm(a->x, y, sp->down_norm_w, sp->down_norm_b, rows, C, pvt_down_eps(c));
 }
+
+float pvt_down_eps(const vit_config *c) { return c->family == VIT_FAMILY_PVT2 ? c->conv_ln_eps : c->ln_eps; }
 
 void pvt_stage_end(const vit_config *c, int s, const vit_params *p, vit_acts *a, int n, int T) {
     const vit_stage_params *sp = &p->stages[s];

@@ -36,7 +36,9 @@ int pvt_q_width(const vit_config *c, int l);
 int pvt_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, int max);
 /* Stem (Conv2d k, s = patch_size, p = k / 2, then LN) of images (n, C, S, S) into a->x. */
 void pvt_stem(const vit_config *c, const vit_params *p, vit_acts *a, const float *images, int n);
-/* Stage s's Conv2d(k3, s2, p1) + LN of a->x (n, gh, gw, C_{s-1}) into a->x. */
+/* Stage s's Conv2d(k3, s2, p1) + LN of a->x (n, gh, gw, C_{s-1}) into a->x (PVT v2, and CSwin's
+ * Merge_Block in a Swin: stage.c), the LN's eps pvt_down_eps: conv_ln_eps (PVT v2) or ln_eps. */
+float pvt_down_eps(const vit_config *c);
 void pvt_downsample(const vit_config *c, int s, const vit_params *p, vit_acts *a, int n, int gh, int gw);
 /* One SRA block on a->x (n, T, D) in place, recording into rec. */
 void pvt_block(const vit_config *c, int l, const vit_geom *g, const vit_block_params *bp, vit_acts *a,
@@ -56,6 +58,13 @@ size_t pvt_tape_carve(const vit_config *c, int B, void *base, vit_tape *t);
 size_t pvt_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws);
 double pvt_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
                     vit_grad_ws *ws, const float *dlogits, int n, float dp_weight, vit_dp_loss dp_loss);
+
+/* Stage s's downsampling (pvt_downsample) in reverse: from ws->dx, the gradient of stage s's
+ * input grid (n, T_s, C_s), to the previous grid's (n, T_{s-1}, C_{s-1}) in ws->dx (written),
+ * adding the conv's and LayerNorm's weight gradients; uses ws->dao, col, dcol, ones and the
+ * tape's down_in and down_pre. */
+void pvt_downsample_backward(const vit_config *c, int s, const vit_params *p, const vit_params *g,
+                             const vit_tape *tape, vit_grad_ws *ws, int n);
 
 void pvt_stem_cost(const vit_config *c, vit_cost_part *o);
 void pvt_stage_cost(const vit_config *c, int s, vit_cost_part *o);

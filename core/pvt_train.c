@@ -295,6 +295,24 @@ static int dp_square(const vit_config *c, int l) {
     return (vit_mech_of(c, l)->flags & VIT_MECH_DP_TERM) && g.Tq == g.Tk;
 }
 
+void pvt_downsample_backward(const vit_config *c, int s, const vit_params *p, const vit_params *g,
+                             const vit_tape *tape, vit_grad_ws *ws, int n) {
+    /* x_s = LN(Conv2d(k3, s2, p1)(x_{s-1})) */
+    vit_geom gp, gs;
+    vit_stage_grid(c, s - 1, &gp);
+    vit_stage_grid(c, s, &gs);
+    const vit_stage_params *sp = &p->stages[s], *gsp = &g->stages[s];
+    const int Ci = gp.D, K = 9 * Ci, C = gs.D, rows = n * gs.gh * gs.gw;
+    memset(ws->dao, 0, (size_t)rows * C * sizeof(float));
+    kernels_layernorm_backward(ws->dao, WR(gsp->down_norm_w), WR(gsp->down_norm_b), ws->dx, tape->down_pre[s],
+                               sp->down_norm_w, ws->ln_scratch, rows, C, pvt_down_eps(c));
+    pvt_im2col(ws->col, tape->down_in[s], n, gp.gh, gp.gw, Ci, (size_t)gp.gh * gp.gw * Ci, (size_t)gp.gw * Ci,
+               (size_t)Ci, 1, 3, 2, 1);
+    vit_linear_backward(WR(gsp->down_w), WR(gsp->down_b), ws->dcol, 0, ws->dao, C, ws->col, K, sp->down_w, rows, C,
+                        K, ws->ones);
+    pvt_col2im(ws->dx, ws->dcol, n, gp.gh, gp.gw, Ci, 3, 2, 1, 0);
+}
+
 double pvt_backward(const vit_config *c, const vit_params *p, const vit_params *g, vit_acts *a,
                     vit_grad_ws *ws, const float *dlogits, int n, float dp_weight, vit_dp_loss dp_loss) {
     const vit_tape *tape = a->tape;
@@ -322,18 +340,7 @@ double pvt_backward(const vit_config *c, const vit_params *p, const vit_params *
             dp += coef * block_backward(c, l, p, g, tape, ws, n, (float)coef, dp_loss);
         }
         if (s == 0) break;
-        /* x_s = LN(Conv2d(k3, s2, p1)(x_{s-1})) */
-        vit_geom gp;
-        vit_stage_grid(c, s - 1, &gp);
-        const int Ci = gp.D, K = 9 * Ci;
-        memset(ws->dao, 0, (size_t)rows * C * sizeof(float));
-        kernels_layernorm_backward(ws->dao, WR(gsp->down_norm_w), WR(gsp->down_norm_b), ws->dx, tape->down_pre[s],
-                                   sp->down_norm_w, ws->ln_scratch, rows, C, c->conv_ln_eps);
-        pvt_im2col(ws->col, tape->down_in[s], n, gp.gh, gp.gw, Ci, (size_t)gp.T * Ci, (size_t)gp.gw * Ci, (size_t)Ci,
-                   1, 3, 2, 1);
-        vit_linear_backward(WR(gsp->down_w), WR(gsp->down_b), ws->dcol, 0, ws->dao, C, ws->col, K, sp->down_w, rows,
-                            C, K, ws->ones);
-        pvt_col2im(ws->dx, ws->dcol, n, gp.gh, gp.gw, Ci, 3, 2, 1, 0);
+        pvt_downsample_backward(c, s, p, g, tape, ws, n);
     }
     /* stem: x0 = LN(Conv2d(k, s = patch, p = k / 2)(images)) */
     vit_stage_grid(c, 0, &gs);

@@ -14,6 +14,7 @@
 #include "kernels.h"
 #include "pvt.h"
 #include "stage.h"
+#include "stem.h"
 
 /* ---- weights: timm's SwinTransformer names ---- */
 
@@ -29,6 +30,7 @@ static void spec_put(vit_tensor_spec *specs, int max, int *n, const float **slot
         for (int i = 0; i < 4; i++) s->shape[i] = i < ndim ? shape[i] : 0;
         s->slot = slot;
         s->is_pos_embed = 0;
+        s->buffer = 0;
     }
     (*n)++;
 }
@@ -45,8 +47,13 @@ int vit_stage_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *s
     int n = 0;
     memset(p, 0, sizeof *p);
     const int C0 = c->stage[0].embed_dim, P = c->patch_size;
-    PUT(&p->patch_w, ((int[]){C0, c->in_chans, P, P}), "patch_embed.proj.weight");
-    PUT(&p->patch_b, ((int[]){C0}), "patch_embed.proj.bias");
+    if (c->n_stem) {
+        vit_spec_sink sink = {specs, max, &n, ""};
+        vit_stem_specs(c, p, &sink);
+    } else {
+        PUT(&p->patch_w, ((int[]){C0, c->in_chans, P, P}), "patch_embed.proj.weight");
+        PUT(&p->patch_b, ((int[]){C0}), "patch_embed.proj.bias");
+    }
     if (c->patch_norm) {
         PUT(&p->patch_norm_w, ((int[]){C0}), "patch_embed.norm.weight");
         PUT(&p->patch_norm_b, ((int[]){C0}), "patch_embed.norm.bias");
@@ -59,6 +66,14 @@ int vit_stage_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *s
             PUT(&sp->down_norm_w, ((int[]){in}), "layers.%d.downsample.norm.weight", s);
             PUT(&sp->down_norm_b, ((int[]){in}), "layers.%d.downsample.norm.bias", s);
             PUT(&sp->down_w, ((int[]){st->embed_dim, in}), "layers.%d.downsample.reduction.weight", s);
+        }
+        if (s > 0 && st->down == VIT_DOWN_CONV) { /* CSwin's Merge_Block: Conv2d(k3, s2, p1), LayerNorm */
+            const int Ci = c->stage[s - 1].embed_dim, C = st->embed_dim;
+            vit_stage_params *sp = &p->stages[s];
+            PUT(&sp->down_w, ((int[]){C, Ci, 3, 3}), "layers.%d.downsample.conv.weight", s);
+            PUT(&sp->down_b, ((int[]){C}), "layers.%d.downsample.conv.bias", s);
+            PUT(&sp->down_norm_w, ((int[]){C}), "layers.%d.downsample.norm.weight", s);
+            PUT(&sp->down_norm_b, ((int[]){C}), "layers.%d.downsample.norm.bias", s);
         }
         const int first = vit_stage_first_block(c, s);
         for (int j = 0; j < st->depth && first + j < VIT_MAX_DEPTH; j++) {
@@ -76,7 +91,7 @@ int vit_stage_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *s
             vit_mech_block mb;
             vit_mech_block_at(&mb, c, first + j, NULL, &mg);
             m->specs(&mb, b, &sink);
-            if (g.scope == VIT_SCOPE_WINDOW)
+            if (g.scope == VIT_SCOPE_WINDOW && !c->no_rel_pos_bias)
                 PUT(&b->rpb_table, ((int[]){W * W, g.H}), "layers.%d.blocks.%d.attn.relative_position_bias_table", s, j);
             if (!m->has_proj || m->has_proj(&c->attn[first + j])) {
                 PUT(&b->proj_w, ((int[]){D, D}), "layers.%d.blocks.%d.attn.proj.weight", s, j);
@@ -151,8 +166,9 @@ size_t vit_stage_acts_carve(const vit_config *c, int B, void *base, vit_acts *a)
     for (int s = 1; s < c->n_stages; s++) {
         vit_geom g;
         vit_stage_grid(c, s, &g);
-        const size_t m = (size_t)g.T * 4 * c->stage[s - 1].embed_dim;
-        if (c->stage[s].down == VIT_DOWN_MERGE && m > merge) merge = m;
+        /* the 2x2 gather of a merge, or a conv downsample's 3x3 im2col */
+        const size_t m = (size_t)g.T * (c->stage[s].down == VIT_DOWN_MERGE ? 4 : 9) * c->stage[s - 1].embed_dim;
+        if (c->stage[s].down != VIT_DOWN_NONE && m > merge) merge = m;
     }
     vit_geom g0;
     vit_stage_grid(c, 0, &g0);
@@ -163,7 +179,10 @@ size_t vit_stage_acts_carve(const vit_config *c, int B, void *base, vit_acts *a)
         K = pz.stem_col / (size_t)g0.T;
         merge = pz.down_col;
     }
-    vit_carve_floats(p, &off, b * g0.T * K, &v->patches);
+    vit_stem_need z;
+    vit_stem_need_of(c, &z);
+    vit_carve_floats(p, &off, c->n_stem ? b * z.col0 : b * g0.T * K, &v->patches);
+    vit_stem_acts_carve(c, B, p, &off, v);
     vit_carve_floats(p, &off, b * TD, &v->x);
     vit_carve_floats(p, &off, b * TD, &v->xn);
     vit_carve_floats(p, &off, b * TW, &v->qkv);
@@ -300,7 +319,8 @@ static void stage_block(const vit_config *c, int l, const vit_geom *g, const vit
         vit_linear_ld(qkv + pr->col, lay.W, xn, vit_mech_weight(bp, pr->w), vit_mech_weight(bp, pr->b),
                       M, pr->out, D, 0);
     }
-    if (g->scope == VIT_SCOPE_WINDOW) vit_relative_bias_expand(a->rpb, bp->rpb_table, g->H, g->M);
+    const int rpb = g->scope == VIT_SCOPE_WINDOW && bp->rpb_table; /* "rel_pos_bias": false has none */
+    if (rpb) vit_relative_bias_expand(a->rpb, bp->rpb_table, g->H, g->M);
     float *att = rec_at(rec->attn, l);
     vit_geom mg;
     vit_mech_block mb;
@@ -308,7 +328,7 @@ static void stage_block(const vit_config *c, int l, const vit_geom *g, const vit
     const int plain = fused_plain(m, &lay, D), dq = vit_qk_head_dim(c, l);
     vit_window_job j = {
         .n = n, .T = T, .D = D, .H = g->H, .P = g->problems, .N = g->Tq, .tok = a->tok[l],
-        .mask = a->mask[l], .rpb = g->scope == VIT_SCOPE_WINDOW ? a->rpb : NULL, .qkv = qkv,
+        .mask = a->mask[l], .rpb = rpb ? a->rpb : NULL, .qkv = qkv,
         .qkv_b = bp->qkv_b, .scale = m->product_scale ? m->product_scale(c, l) : vit_attn_scale(c, l),
         .att = att ? att : t ? t->att : a->att, .scores = rec_at(rec->scores, l), .ao = ao,
         .scratch = a->scratch, .slots = a->slots, .slot_floats = a->slot_floats};
@@ -354,7 +374,9 @@ void vit_stage_forward(const vit_config *c, const vit_params *p, vit_acts *a, co
     const int P = c->patch_size, Cin = c->in_chans, K = Cin * P * P;
     int D = g.D, gh = g.gh, gw = g.gw;
     /* stem: patches, Conv2d(k = s = P) as one GEMM, then LayerNorm; no position embedding */
-    if (c->patch_kernel > 0) {
+    if (c->n_stem) {
+        vit_stem_forward(c, p, a, images, n, a->x, (size_t)gh * gw * D);
+    } else if (c->patch_kernel > 0) {
         pvt_stem(c, p, a, images, n); /* PVT v2: overlapping, LN eps conv_ln_eps */
     } else {
         vit_patchify(a->patches, images, n, Cin, c->img_size, P);

@@ -18,6 +18,7 @@
 #include "mech.h"
 #include "pvt.h"
 #include "stage.h"
+#include "stem.h"
 #include "train.h"
 
 
@@ -52,8 +53,6 @@ static int row_width(const vit_config *c, int l) {
 const char *vit_stage_untrainable(const vit_config *c) {
     if (c->family == VIT_FAMILY_PVT2) return NULL; /* pvt_train.c: every mechanism of its SRA scope */
     if (c->family == VIT_FAMILY_CAIT) return NULL; /* cait_train.c: vanilla, and MaiT's masks in SA blocks */
-    for (int s = 1; s < c->n_stages; s++)
-        if (c->stage[s].down != VIT_DOWN_MERGE) return "a convolutional downsampling";
     for (int l = 0; l < c->depth; l++)
         if (!window_trainable(c, l)) return "an attention mechanism with map work across heads or blocks inside windows";
     return NULL;
@@ -86,6 +85,13 @@ size_t vit_stage_tape_carve(const vit_config *c, int B, void *base, vit_tape *t)
         vit_carve_tape_tail(p, &off, k, b * g.T, (size_t)g.D, (size_t)g.Hm, 0);
     }
     for (int s = 1; s < c->n_stages; s++) {
+        if (c->stage[s].down == VIT_DOWN_CONV) { /* CSwin's merge: its input, its conv's output */
+            vit_geom gp, gs;
+            vit_stage_grid(c, s - 1, &gp);
+            vit_stage_grid(c, s, &gs);
+            vit_carve_floats(p, &off, b * gp.T * gp.D, &v->down_in[s]);
+            vit_carve_floats(p, &off, b * gs.T * gs.D, &v->down_pre[s]);
+        }
         const size_t m = merge_floats(c, s, B);
         if (!m) continue;
         vit_carve_floats(p, &off, m, &v->merge_in[s]);
@@ -95,6 +101,7 @@ size_t vit_stage_tape_carve(const vit_config *c, int B, void *base, vit_tape *t)
     if (c->patch_norm) vit_carve_floats(p, &off, b * g.T * g.D, &v->embed);
     vit_block_geom(c, c->depth - 1, &g);
     vit_carve_floats(p, &off, b * g.T * g.D, &v->x_final);
+    vit_stem_tape_carve(c, B, p, &off, v);
     return off;
 }
 
@@ -134,8 +141,11 @@ size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_
         ln = max_z(ln, vit_ln_scratch_floats(b * g.T, g.D));
         rows = max_z(rows, b * g.T);
     }
+    size_t col = 0; /* a conv downsample's 3x3 im2col (CSwin's merge) */
     for (int s = 1; s < c->n_stages; s++) {
         const size_t m = merge_floats(c, s, B);
+        vit_block_geom(c, vit_stage_first_block(c, s), &g);
+        if (c->stage[s].down == VIT_DOWN_CONV) col = max_z(col, b * g.T * 9 * c->stage[s - 1].embed_dim);
         TD = max_z(TD, m);
         if (m) ln = max_z(ln, vit_ln_scratch_floats(m / (4 * (size_t)c->stage[s - 1].embed_dim), 4 * (size_t)c->stage[s - 1].embed_dim));
     }
@@ -158,6 +168,11 @@ size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_
     vit_carve_floats(p, &off, rows, &v->ones);
     const int slots = omp_get_max_threads();
     vit_carve_floats(p, &off, (size_t)slots * slot, &v->slot);
+    if (col) {
+        vit_carve_floats(p, &off, col, &v->col);
+        vit_carve_floats(p, &off, col, &v->dcol);
+    }
+    vit_stem_ws_carve(c, B, p, &off, v);
     if (base) {
         v->slots = slots;
         v->slot_floats = slot;
@@ -369,6 +384,10 @@ double vit_stage_backward(const vit_config *c, const vit_params *p, const vit_pa
         for (int l = first + c->stage[s].depth - 1; l >= first; l--)
             block_backward(c, l, &p->blocks[l], &g->blocks[l], tape, a, ws, n);
         if (s == 0) break;
+        if (c->stage[s].down == VIT_DOWN_CONV) { /* CSwin's merge: x_s = LN(Conv2d(k3, s2, p1)(x_{s-1})) */
+            pvt_downsample_backward(c, s, p, g, tape, ws, n);
+            continue;
+        }
         /* the merge: x_s = LN(gather(x_{s-1})) down_w^T, back to the previous stage's grid */
         vit_geom gp, gs;
         vit_block_geom(c, first - 1, &gp);
@@ -392,6 +411,10 @@ double vit_stage_backward(const vit_config *c, const vit_params *p, const vit_pa
         kernels_layernorm_backward(ws->dxn, WR(g->patch_norm_w), WR(g->patch_norm_b), ws->dx, tape->embed,
                                    p->patch_norm_w, ws->ln_scratch, n * T, D, eps);
         dy = ws->dxn;
+    }
+    if (c->n_stem) {
+        vit_stem_backward(c, p, g, a, ws, dy, (size_t)T * D, n);
+        return 0;
     }
     const int K = c->in_chans * c->patch_size * c->patch_size;
     vit_linear_backward(WR(g->patch_w), WR(g->patch_b), NULL, 0, dy, D, a->patches, K, p->patch_w, n * T, D, K,

@@ -17,6 +17,7 @@
 #include "kernels.h"
 #include "mech.h"
 #include "stage.h"
+#include "stem.h"
 #include "vitfam.h"
 
 
@@ -71,6 +72,7 @@ size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws
     CARVE_F(p, &off, b * T, &v->ones);
     if (base)
         for (size_t i = 0; i < b * T; i++) v->ones[i] = 1.0f;
+    vit_stem_ws_carve(c, B, p, &off, base ? v : NULL);
     return off;
 }
 
@@ -410,6 +412,10 @@ double vit_backward(const vit_config *c, const vit_params *p, const vit_params *
     }
     vitfam_embed_backward(c, g, ws->dx, n);
     const size_t TD = (size_t)T * D;
+    if (c->n_stem) { /* the convolutional stem, from the patch rows' gradients in place */
+        vit_stem_backward(c, p, g, a, ws, ws->dx + (size_t)prefix * D, TD, n);
+        return dp * dp_norm;
+    }
     for (int b = 0; b < n; b++)
         memcpy(ws->dxn + (size_t)b * Np * D, ws->dx + (size_t)b * TD + (size_t)prefix * D,
                (size_t)Np * D * sizeof(float));

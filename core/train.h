@@ -58,6 +58,9 @@ typedef struct {
     float *ar_dsrc, *ar_d[2];
     /* CaiT (core/cait_train.c): the class token's gradient and its query's, (B, D) each */
     float *dcls, *dcq;
+    /* The convolutional stem (core/stem.c): a later conv's im2col gradient (B, G_i^2,
+     * C_{i-1} k_i^2) and two map gradients (B, G_i^2, C_i) in turn */
+    float *stem_dcol, *stem_d[2];
 } vit_grad_ws;
 
 size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws);

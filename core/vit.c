@@ -21,6 +21,7 @@
 #include "cait.h"
 #include "stage.h"
 #include "vitfam.h"
+#include "stem.h"
 
 static float *rec_layer(float **arr, int l) { return arr ? arr[l] : NULL; }
 
@@ -33,6 +34,7 @@ static void spec_add(vit_tensor_spec *specs, int max, int *n, const float **slot
         for (int i = 0; i < 4; i++) s->shape[i] = i < ndim ? shape[i] : 0;
         s->slot = slot;
         s->is_pos_embed = 0;
+        s->buffer = 0;
     }
     (*n)++;
 }
@@ -49,8 +51,13 @@ int vit_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, 
     const int D = c->embed_dim, P = c->patch_size, Hm = c->mlp_hidden, C = c->num_classes;
     int n = 0;
     memset(p, 0, sizeof *p);
-    SPEC(&p->patch_w, "patch_embed.proj.weight", 0, D, c->in_chans, P, P);
-    if (!c->pre_norm) SPEC(&p->patch_b, "patch_embed.proj.bias", 0, D); /* timm: bias=not pre_norm */
+    if (c->n_stem) {
+        vit_spec_sink sink = {specs, max, &n, ""};
+        vit_stem_specs(c, p, &sink);
+    } else {
+        SPEC(&p->patch_w, "patch_embed.proj.weight", 0, D, c->in_chans, P, P);
+        if (!c->pre_norm) SPEC(&p->patch_b, "patch_embed.proj.bias", 0, D); /* timm: bias=not pre_norm */
+    }
     if (c->class_token) SPEC(&p->cls_token, "cls_token", 0, 1, 1, D);
     if (c->distilled) SPEC(&p->dist_token, "dist_token", 0, 1, 1, D);
     if (c->reg_tokens) SPEC(&p->reg_token, "reg_token", 0, 1, c->reg_tokens, D);
@@ -156,7 +163,6 @@ size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a) {
     if (c->n_stages > 0) return vit_stage_acts_carve(c, B, base, a);
     const size_t T = (size_t)vit_num_tokens(c), D = (size_t)c->embed_dim, H = (size_t)c->num_heads;
     const size_t Np = (size_t)vit_num_patches(c);
-    const size_t K = (size_t)c->in_chans * c->patch_size * c->patch_size;
     const size_t b = (size_t)B;
     size_t off = 0;
     char *p = base;
@@ -167,7 +173,11 @@ size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a) {
         v->B = B;
         v->tape = NULL;
     }
-    vit_carve_floats(p, &off, b * Np * K, &v->patches);
+    vit_stem_need z;
+    vit_stem_need_of(c, &z);
+    const size_t K = (size_t)c->in_chans * c->patch_size * c->patch_size;
+    vit_carve_floats(p, &off, c->n_stem ? b * z.col0 : b * Np * K, &v->patches);
+    vit_stem_acts_carve(c, B, p, &off, v);
     vit_carve_floats(p, &off, b * T * D, &v->x);
     vit_carve_floats(p, &off, b * T * D, &v->xn);
     size_t W, E;
@@ -217,6 +227,7 @@ size_t vit_tape_carve(const vit_config *c, int B, void *base, vit_tape *t) {
     if (c->pre_norm) vit_carve_floats(p, &off, BTD, &v->embed);
     vit_carve_floats(p, &off, BTD, &v->x_final);
     vit_carve_floats(p, &off, b * 2 * D, &v->pool_pre);
+    vit_stem_tape_carve(c, B, p, &off, v);
     return off;
 }
 
@@ -482,12 +493,14 @@ static void forward_monolithic(const vit_config *c, const vit_params *p, vit_act
     const vit_record none = {0};
     if (!rec) rec = &none;
 
-    /* patch embedding: a GEMM per image so its rows land after the prefix tokens */
-    vit_patchify(a->patches, images, n, Cin, c->img_size, P);
+    /* patch embedding (a GEMM per image so its rows land after the prefix tokens), or the
+     * convolutional stem writing them there */
+    if (c->n_stem) vit_stem_forward(c, p, a, images, n, a->x + (size_t)prefix * D, (size_t)T * D);
+    else vit_patchify(a->patches, images, n, Cin, c->img_size, P);
     for (int b = 0; b < n; b++) {
         float *xb = a->x + (size_t)b * T * D;
-        linear(xb + (size_t)prefix * D, a->patches + (size_t)b * Np * K, p->patch_w, p->patch_b,
-               Np, D, K, 0);
+        if (!c->n_stem)
+            linear(xb + (size_t)prefix * D, a->patches + (size_t)b * Np * K, p->patch_w, p->patch_b, Np, D, K, 0);
         vitfam_embed(c, p, xb); /* prefix tokens and position embedding */
     }
     const size_t MD = (size_t)M * D * sizeof(float);

@@ -63,8 +63,15 @@ typedef struct {
     const float *ar_dw_w, *ar_dw_b, *ar_norm_w, *ar_norm_b, *ar_pw_w, *ar_pw_b, *ar_gamma;
 } vit_stage_params;
 
+/* One stem convolution's tensors (vit_conv): weight (out, in, k, k), bias (out) or NULL, and
+ * its BatchNorm's weight, bias, running mean and variance (out) each, or NULL without one. */
 typedef struct {
-    const float *patch_w, *patch_b;       /* (D, C, P, P), (D) */
+    const float *w, *b, *bn_w, *bn_b, *bn_mean, *bn_var;
+} vit_conv_params;
+
+typedef struct {
+    const float *patch_w, *patch_b;       /* (D, C, P, P), (D); NULL with a stem */
+    vit_conv_params stem[VIT_MAX_STEM];   /* the convolutional stem (c->n_stem) */
     const float *patch_norm_w, *patch_norm_b; /* staged models with patch_norm: (C_0) */
     const float *cls_token, *dist_token;  /* (D) each, or NULL */
     const float *pos_embed;               /* (T, D) at the config's img_size (resampled); (Np, D)
@@ -98,6 +105,8 @@ typedef struct {
     int shape[4];
     const float **slot;
     int is_pos_embed; /* may come at another grid size and be resampled */
+    int buffer;       /* a BatchNorm running statistic: loaded and saved, never trained (its
+                         gradient stays zero) and not counted as a parameter */
 } vit_tensor_spec;
 
 /* Fills specs (at most max) with every tensor the config needs; returns the count. */
@@ -156,6 +165,10 @@ typedef struct {
     /* LaViT's attention residual into stage s: its depth-wise conv output, norm output (NULL
      * without a norm) and 1x1 conv output before gamma */
     float *ar_dw[VIT_MAX_STAGES], *ar_ln[VIT_MAX_STAGES], *ar_pw[VIT_MAX_STAGES];
+    /* The convolutional stem (core/stem.c): conv i's output before its BatchNorm (stem_z) and
+     * after its activation (stem_y, the next conv's input; NULL for the last conv, whose output
+     * is the tokens), (B, G_i^2, C_i) each. Conv 0's im2col stays in vit_acts' patches. */
+    float *stem_z[VIT_MAX_STEM], *stem_y[VIT_MAX_STEM];
 } vit_tape;
 
 /* The widest projection row of any block (W of acts->qkv: 3D, or LMSA's 2 qk_dim + D) and the
@@ -203,6 +216,9 @@ typedef struct {
     /* CaiT: (B, 3, H, N, N) per image the talking-heads blocks' raw logits, mixed logits and
      * softmax maps when they are not recorded (core/cait.c) */
     float *cait;
+    /* The convolutional stem: patches holds conv 0's im2col; stem_col the later convs'
+     * (B, G_i^2, C_{i-1} k_i^2) and stem_map[2] their outputs (B, G_i^2, C_i) in turn */
+    float *stem_col, *stem_map[2];
 } vit_acts;
 
 /* Returns the bytes needed for B images; with base != NULL also carves it into *a. base must

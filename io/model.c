@@ -6,9 +6,11 @@
 #include "model.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,8 +188,22 @@ static const model_key model_keys[] = {
     {"ar_norm", MK_MODEL, MK_CHOICE, 0, 0, OFF(ar_norm), "layernorm|none", NULL,
      "the attention residual's Norm: a LayerNorm over each row's keys (default; the paper does not "
      "say which) or none", MF_PVT},
+    {"stem", MK_MODEL, MK_OWN, 0, VIT_MAX_STEM, -1, "array of 0..6 convolution objects", NULL,
+     "a convolutional stem that IS the patch embedding (Refined-ViT, ViT-LSLA's MPViT stem): "
+     "objects {out, kernel, stride, padding (0), bias (true), bn (false), act (none|relu|relu6|"
+     "hardswish), conv_name, bn_name} run in order, the last `out` the embedding width; "
+     "`patch_size` becomes the strides' product (docs/models.md, Convolutional stems)", MF_VIT | MF_SWIN},
+    {"bn_eps", MK_MODEL, MK_FLOAT, 1e-12, 1, OFF(bn_eps), NULL, NULL,
+     "eps of the stem's BatchNorms (PyTorch: 1e-5)", MF_VIT | MF_SWIN},
+    {"downsample", MK_MODEL, MK_OWN, 0, 0, -1, "\"merge\" or \"conv\"", NULL,
+     "what starts every stage after the first: `merge`, Swin's PatchMerging (default), or `conv`, "
+     "CSwin's Merge_Block (Conv2d k3 s2 p1 + LayerNorm, `layers.s.downsample.conv`/`.norm`; "
+     "ViT-LSLA)", MF_SWIN},
     {"window_size", MK_MODEL, MK_OWN, 1, VIT_MAX_WINDOW, -1, "integer 1..64 (or [M, M])", NULL,
      "window side M of every stage (limit: M^2 x M^2 maps per head, (2M-1)^2 table rows)", MF_SWIN},
+    {"rel_pos_bias", MK_MODEL, MK_OWN, 0, 1, -1, "true/false", NULL,
+     "each window block's relative position bias table (`attn.relative_position_bias_table`, "
+     "default true); false: none, as ViT-LSLA, whose LSLA inner bias is that bias", MF_SWIN},
     {"patch_norm", MK_MODEL, MK_BOOL, 0, 1, OFF(patch_norm), NULL, NULL,
      "a LayerNorm after the patch embedding (`patch_embed.norm`)", MF_SWIN},
     {"pad_order", MK_MODEL, MK_CHOICE, 0, 0, OFF(pad_order), "pad_first|roll_first", NULL,
@@ -843,6 +859,25 @@ static int int_list(const cJSON *j, const char *key, int max, int lo, int hi, in
 static int swin_from_json(vit_config *c, const cJSON *root, const cJSON *ma, int base_dim,
                           int base_hidden, char *msg, size_t n) {
     int ns = c->n_stages, depths[VIT_MAX_STAGES], heads[VIT_MAX_STAGES], M = c->stage[0].window;
+    vit_down down = c->n_stages > 1 ? c->stage[1].down : VIT_DOWN_MERGE; /* the base's */
+    const cJSON *jrpb = model_value(root, ma, "rel_pos_bias");
+    if (jrpb && !cJSON_IsNull(jrpb)) {
+        if (!cJSON_IsBool(jrpb)) {
+            snprintf(msg, n, "\"rel_pos_bias\" must be true (Swin's relative position bias in every window "
+                     "block) or false (none)");
+            return 0;
+        }
+        c->no_rel_pos_bias = !cJSON_IsTrue(jrpb);
+    }
+    const cJSON *jdown = model_value(root, ma, "downsample");
+    if (jdown && !cJSON_IsNull(jdown)) {
+        if (!cJSON_IsString(jdown) || (strcmp(jdown->valuestring, "merge") && strcmp(jdown->valuestring, "conv"))) {
+            snprintf(msg, n, "\"downsample\" must be \"merge\" (Swin's PatchMerging) or \"conv\" "
+                     "(CSwin's Merge_Block: Conv2d k3 s2 p1 + LayerNorm)");
+            return 0;
+        }
+        down = jdown->valuestring[0] == 'c' ? VIT_DOWN_CONV : VIT_DOWN_MERGE;
+    }
     for (int s = 0; s < ns; s++) {
         depths[s] = c->stage[s].depth;
         heads[s] = c->stage[s].num_heads;
@@ -926,7 +961,7 @@ static int swin_from_json(vit_config *c, const cJSON *root, const cJSON *ma, int
         }
         *st = (vit_stage){.depth = depths[s], .embed_dim = (int)(C < INT_MAX ? C : INT_MAX),
                           .num_heads = heads[s], .mlp_hidden = width, .scope = VIT_SCOPE_WINDOW,
-                          .window = M, .down = s ? VIT_DOWN_MERGE : VIT_DOWN_NONE};
+                          .window = M, .down = s ? down : VIT_DOWN_NONE};
         depth += depths[s];
     }
     for (int s = ns; s < VIT_MAX_STAGES; s++) memset(&c->stage[s], 0, sizeof c->stage[s]);
@@ -1091,6 +1126,108 @@ static int cait_from_json(vit_config *c, const cJSON *root, const cJSON *ma, int
     return 1;
 }
 
+/* The convolutional stem's keys into c ("stem", "bn_eps"); 0 with a message. An absent "stem"
+ * keeps the base's; [] removes it. Without "patch_size", a stem sets it to its strides' product. */
+static int stem_from_json(vit_config *c, const cJSON *root, const cJSON *ma, char *msg, size_t n) {
+    const cJSON *js = model_value(root, ma, "stem"), *je = model_value(root, ma, "bn_eps");
+    const cJSON *jp = model_value(root, ma, "patch_size");
+    if (js && !cJSON_IsNull(js)) {
+        const int count = cJSON_IsArray(js) ? cJSON_GetArraySize(js) : -1;
+        if (count < 0 || count > VIT_MAX_STEM) {
+            snprintf(msg, n, "\"stem\" must be an array of 0 to %d convolution objects "
+                     "({\"out\", \"kernel\", \"stride\", ...}; docs/models.md)", VIT_MAX_STEM);
+            return 0;
+        }
+        static const char *const known[] = {"out", "kernel", "stride", "padding", "bias", "bn", "act",
+                                            "conv_name", "bn_name"};
+        int i = 0, stride = 1;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, js) {
+            vit_conv cv = {.bias = 1};
+            if (!cJSON_IsObject(e)) {
+                snprintf(msg, n, "\"stem\"[%d] must be an object {\"out\", \"kernel\", \"stride\", ...}", i);
+                return 0;
+            }
+            const cJSON *k;
+            cJSON_ArrayForEach(k, e) {
+                size_t w = 0;
+                while (w < sizeof known / sizeof known[0] && strcmp(known[w], k->string)) w++;
+                if (w == sizeof known / sizeof known[0]) {
+                    snprintf(msg, n, "\"stem\"[%d]: unknown key \"%.40s\": give out, kernel, stride, padding, "
+                             "bias, bn, act, conv_name or bn_name", i, k->string);
+                    return 0;
+                }
+            }
+            static const struct { const char *key; int lo, hi, required; size_t off; } ints[] = {
+                {"out", 1, VIT_MAX_DIM, 1, offsetof(vit_conv, out)},
+                {"kernel", 1, VIT_MAX_KERNEL, 1, offsetof(vit_conv, kernel)},
+                {"stride", 1, VIT_MAX_KERNEL, 1, offsetof(vit_conv, stride)},
+                {"padding", 0, VIT_MAX_KERNEL, 0, offsetof(vit_conv, padding)},
+            };
+            for (size_t w = 0; w < sizeof ints / sizeof ints[0]; w++) {
+                const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, ints[w].key);
+                int *dst = (int *)(void *)((char *)&cv + ints[w].off);
+                if (!v && !ints[w].required) continue;
+                if (!v || !cJSON_IsNumber(v) || !as_double_to_int(v->valuedouble, ints[w].lo, ints[w].hi, dst)) {
+                    snprintf(msg, n, "\"stem\"[%d].%s must be an integer in %d..%d%s", i, ints[w].key, ints[w].lo,
+                             ints[w].hi, v ? "" : " (required)");
+                    return 0;
+                }
+            }
+            static const char *const flags[] = {"bias", "bn"};
+            for (int w = 0; w < 2; w++) {
+                const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, flags[w]);
+                if (!v) continue;
+                if (!cJSON_IsBool(v)) {
+                    snprintf(msg, n, "\"stem\"[%d].%s must be true or false", i, flags[w]);
+                    return 0;
+                }
+                *(w ? &cv.bn : &cv.bias) = cJSON_IsTrue(v);
+            }
+            const cJSON *a = cJSON_GetObjectItemCaseSensitive(e, "act");
+            if (a && (!cJSON_IsString(a) || vit_stem_act_parse(a->valuestring) < 0)) {
+                snprintf(msg, n, "\"stem\"[%d].act must be \"none\", \"relu\", \"relu6\" or \"hardswish\"", i);
+                return 0;
+            }
+            if (a) cv.act = (vit_stem_act)vit_stem_act_parse(a->valuestring);
+            static const char *const names[] = {"conv_name", "bn_name"};
+            for (int w = 0; w < 2; w++) {
+                const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, names[w]);
+                if (!v) continue;
+                char *dst = w ? cv.bn_name : cv.conv_name;
+                int ok = cJSON_IsString(v) && v->valuestring[0] && strlen(v->valuestring) < VIT_STEM_NAME;
+                for (const char *ch = ok ? v->valuestring : ""; *ch && ok; ch++)
+                    ok = isalnum((unsigned char)*ch) || *ch == '_' || *ch == '.';
+                if (!ok) {
+                    snprintf(msg, n, "\"stem\"[%d].%s must be a tensor name prefix of 1..%d letters, digits, "
+                             "'_' and '.' (\"patch_embed.conv1\")", i, names[w], VIT_STEM_NAME - 1);
+                    return 0;
+                }
+                snprintf(dst, VIT_STEM_NAME, "%s", v->valuestring);
+            }
+            if (cv.bn_name[0] && !cv.bn) {
+                snprintf(msg, n, "\"stem\"[%d] names a BatchNorm (\"bn_name\") but has none: add \"bn\": true "
+                         "or remove bn_name", i);
+                return 0;
+            }
+            c->stem[i++] = cv;
+            stride = stride * cv.stride > VIT_MAX_IMG ? VIT_MAX_IMG + 1 : stride * cv.stride;
+        }
+        c->n_stem = count;
+        for (int k = count; k < VIT_MAX_STEM; k++) memset(&c->stem[k], 0, sizeof c->stem[k]);
+        if (count && (!jp || cJSON_IsNull(jp))) c->patch_size = stride;
+    }
+    int any_bn = 0;
+    for (int i = 0; i < c->n_stem; i++) any_bn |= c->stem[i].bn;
+    if (je && !cJSON_IsNull(je) && !any_bn) {
+        snprintf(msg, n, "\"bn_eps\" is the stem's BatchNorm epsilon and no \"stem\" convolution has "
+                 "\"bn\": true: remove it");
+        return 0;
+    }
+    if (c->n_stem && !(c->bn_eps > 0)) c->bn_eps = 1e-5f;
+    return 1;
+}
+
 /* Everything of the config into *c (which holds the base); 0 with a message on error. The keys
  * are checked before any value, so a typo is reported as a typo and not as what its default
  * did to some other key. */
@@ -1140,6 +1277,8 @@ static int config_from_json(vit_config *c, const cJSON *root, char *msg, size_t 
         return 0;
     }
     if (!pretrained_from_json(c, root, ma, pc, msg, n)) return 0;
+    if ((c->family == VIT_FAMILY_VIT || c->family == VIT_FAMILY_SWIN) && !stem_from_json(c, root, ma, msg, n))
+        return 0;
     const cJSON *iv = model_value(root, ma, "init_values"); /* timm's None: no LayerScale */
     if (iv && !cJSON_IsNull(iv) && (!cJSON_IsNumber(iv) || !(iv->valuedouble > 0) || !(iv->valuedouble <= 1e6))) {
         snprintf(msg, n, "\"init_values\" must be a number in (0, 1e6] (LayerScale) or null (none)");
@@ -1334,6 +1473,29 @@ static double swin_mlp_ratio(const vit_config *c) {
     return 0;
 }
 
+/* The convolutional stem's keys (model_config_to_json): every field, names when not attnscope's. */
+static void stem_to_json(const vit_config *c, cJSON *o) {
+    if (!c->n_stem) return;
+    cJSON *a = cJSON_AddArrayToObject(o, "stem");
+    int any_bn = 0;
+    for (int i = 0; i < c->n_stem; i++) {
+        const vit_conv *cv = &c->stem[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "out", cv->out);
+        cJSON_AddNumberToObject(e, "kernel", cv->kernel);
+        cJSON_AddNumberToObject(e, "stride", cv->stride);
+        cJSON_AddNumberToObject(e, "padding", cv->padding);
+        cJSON_AddBoolToObject(e, "bias", cv->bias);
+        cJSON_AddBoolToObject(e, "bn", cv->bn);
+        cJSON_AddStringToObject(e, "act", vit_stem_act_name(cv->act));
+        if (cv->conv_name[0]) cJSON_AddStringToObject(e, "conv_name", cv->conv_name);
+        if (cv->bn_name[0]) cJSON_AddStringToObject(e, "bn_name", cv->bn_name);
+        cJSON_AddItemToArray(a, e);
+        any_bn |= cv->bn;
+    }
+    if (any_bn) cJSON_AddNumberToObject(o, "bn_eps", c->bn_eps);
+}
+
 /* Swin's own keys (model_config_to_json). */
 static void swin_to_json(const vit_config *c, cJSON *o) {
     cJSON_AddStringToObject(o, "family", vit_family_name(c->family));
@@ -1364,6 +1526,9 @@ static void swin_to_json(const vit_config *c, cJSON *o) {
     cJSON_AddNumberToObject(o, "ln_eps", c->ln_eps);
     cJSON_AddStringToObject(o, "pad_order", vit_pad_order_name(c->pad_order));
     cJSON_AddStringToObject(o, "window_clamp", vit_window_clamp_name(c->window_clamp));
+    if (c->n_stages > 1 && c->stage[1].down == VIT_DOWN_CONV) cJSON_AddStringToObject(o, "downsample", "conv");
+    if (c->no_rel_pos_bias) cJSON_AddBoolToObject(o, "rel_pos_bias", 0);
+    stem_to_json(c, o);
 }
 
 /* PVT v2's keys (model_config_to_json): timm's keyword arguments, one entry per stage. */
@@ -1442,6 +1607,7 @@ static void vit_to_json(const vit_config *c, cJSON *o) {
     if (c->no_embed_class) cJSON_AddBoolToObject(o, "no_embed_class", 1);
     if (c->pre_norm) cJSON_AddBoolToObject(o, "pre_norm", 1);
     if (c->act_layer != VIT_ACT_GELU) cJSON_AddStringToObject(o, "act_layer", vit_act_name(c->act_layer));
+    stem_to_json(c, o);
 }
 
 char *model_config_to_json(const vit_config *c) {
@@ -1611,6 +1777,15 @@ static as_status bind_specs(model *m, const vit_tensor_spec *specs, int n, FILE 
             problem(lists[BADTYPE], sizeof lists[BADTYPE], &counts[BADTYPE], report, "bad dtype",
                     specs[i].name, detail);
         }
+    }
+    for (int i = 0; i < st->count; i++) { /* a BatchNorm's step count: unused in eval mode */
+        const char *nm = st->tensors[i].name;
+        const size_t len = strlen(nm), suf = strlen(".num_batches_tracked");
+        if (seen[i] || len <= suf || strcmp(nm + len - suf, ".num_batches_tracked") != 0) continue;
+        char mean[VIT_TENSOR_NAME_MAX + 16];
+        snprintf(mean, sizeof mean, "%.*s.running_mean", (int)(len - suf), nm);
+        for (int k = 0; k < n && !seen[i]; k++)
+            if (specs[k].buffer && strcmp(specs[k].name, mean) == 0) seen[i] = 1;
     }
     for (int i = 0; i < st->count; i++)
         if (!seen[i])
@@ -1848,6 +2023,25 @@ static void random_fill(float *x, const vit_tensor_spec *s, const vit_config *c,
     }
 }
 
+/* The convolutional stem's tensors (their names are the config's, so they are found by their
+ * slots): conv weights normal with std sqrt(2 / fan_out) (He, as timm and torchvision start
+ * convolutions followed by BatchNorm), conv biases near 0, BatchNorm weights near 1 and biases
+ * near 0, running means near 0 and variances near 1 (distinct values: a wrong binding shows). */
+static void stem_fill(float *x, const vit_tensor_spec *s, const vit_params *p, rng_state *r) {
+    for (int i = 0; i < VIT_MAX_STEM; i++) {
+        const vit_conv_params *sp = &p->stem[i];
+        const size_t numel = vit_tensor_numel(s);
+        if (s->slot == &sp->w) {
+            const float std = sqrtf(2.0f / (float)((size_t)s->shape[0] * s->shape[2] * s->shape[3]));
+            for (size_t k = 0; k < numel; k++) x[k] = std * rng_normal(r);
+        } else if (s->slot == &sp->bn_w || s->slot == &sp->bn_var) {
+            for (size_t k = 0; k < numel; k++) x[k] = 1.0f + 0.05f * fabsf(rng_normal(r));
+        } else if (s->slot == &sp->b || s->slot == &sp->bn_b || s->slot == &sp->bn_mean) {
+            for (size_t k = 0; k < numel; k++) x[k] = 0.02f * rng_normal(r);
+        }
+    }
+}
+
 as_status model_init_random(model *m, const vit_config *cfg, unsigned long long seed, as_error *err) {
     memset(m, 0, sizeof *m);
     as_status rc = vit_config_validate(cfg, err);
@@ -1867,6 +2061,7 @@ as_status model_init_random(model *m, const vit_config *cfg, unsigned long long 
     float *cur = m->owned;
     for (int i = 0; i < n; i++) {
         random_fill(cur, &specs[i], cfg, &r);
+        stem_fill(cur, &specs[i], &m->params, &r);
         *specs[i].slot = cur;
         cur += vit_tensor_numel(&specs[i]);
     }

@@ -777,7 +777,7 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
     }
     /* /pool/attn (image, head, 1, Np); a trace from before it, resumed, stays without one */
     if (ok && has_pool_attn(s) && (create || H5Lexists(f, "pool", H5P_DEFAULT) > 0)) {
-        const int H = c->num_heads, gh = c->img_size / c->patch_size, Np = vit_num_patches(c);
+        const int H = c->num_heads, gh = vit_grid(c), Np = vit_num_patches(c);
         hid_t g = create ? H5Gcreate2(f, "pool", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)
                          : H5Gopen2(f, "pool", H5P_DEFAULT);
         ok = g >= 0;

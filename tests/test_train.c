@@ -109,6 +109,14 @@ static void test_model_reading(const char *name, const float *x, int n, vit_dp_l
     double worst = 0;
     for (int i = 0; i < t.n; i++) {
         char gname[192];
+        if (t.specs[i].buffer) { /* BatchNorm's running statistics: never trained */
+            const size_t numel = vit_tensor_numel(&t.specs[i]);
+            size_t nonzero = 0;
+            for (size_t e = 0; e < numel; e++) nonzero += t.g[t.offset[i] + e] != 0.0f;
+            CHECK(nonzero == 0, "%s: buffer %s got %zu nonzero gradients", name, t.specs[i].name, nonzero);
+            seen++;
+            continue;
+        }
         snprintf(gname, sizeof gname, "%sgrad.%s", prefix, t.specs[i].name);
         const safetensors_tensor *gt = safetensors_find(&st, gname);
         const size_t numel = vit_tensor_numel(&t.specs[i]);
@@ -459,7 +467,11 @@ int main(void) {
         /* CaiT: talking heads, class attention, LayerScale; MaiT's masks before and after the mix,
          * zero and soft (after the mix the hook gets the mixed logits as its raw scores) */
         {"cait_tiny", "inputs.npy", 1}, {"cait_mait_before", "inputs.npy", 1}, {"cait_mait_after", "inputs.npy", 1},
-        {"cait_mait_soft", "inputs.npy", 1}};
+        {"cait_mait_soft", "inputs.npy", 1},
+        /* convolutional stems (tools/make_stem_fixtures.py): Refined-ViT's shape (BN + ReLU,
+         * ReLU6, a biased strided proj; custom names) with Refiner blocks, and ViT-LSLA's (MPViT's
+         * stem with Hardswish, LSLA in shifted windows, CSwin's conv merges) */
+        {"vit_stem", "inputs.npy", 1}, {"swin_stem", "inputs.npy", 1}};
     for (size_t i = 0; i < sizeof staged / sizeof *staged; i++) {
         if (dataset_open(&ds, fx(staged[i].inputs), &err) != AS_OK) {
             CHECK(0, "%s", err.msg);

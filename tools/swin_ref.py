@@ -125,7 +125,7 @@ LSLA_DEFAULTS = {"dynamic_scale": True, "inner_bias": "full", "outer_bias": "ful
 
 
 class WindowAttention(nn.Module):
-    def __init__(self, dim, heads, table_side, qkv_bias=True, qk_dim=None, lsla=None):
+    def __init__(self, dim, heads, table_side, qkv_bias=True, qk_dim=None, lsla=None, rpb=True):
         super().__init__()
         self.heads = heads
         self.qk_dim = qk_dim
@@ -152,7 +152,8 @@ class WindowAttention(nn.Module):
             self.q = nn.Linear(dim, qk_dim, bias=qkv_bias)
             self.k = nn.Linear(dim, qk_dim, bias=qkv_bias)
             self.v = nn.Linear(dim, dim, bias=qkv_bias)
-        self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * table_side - 1) ** 2, heads))
+        if rpb:  # False: no relative position bias ("rel_pos_bias": false, ViT-LSLA)
+            self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * table_side - 1) ** 2, heads))
         if self.lsla is None or self.lsla["proj"]:
             self.proj = nn.Linear(dim, dim)
 
@@ -170,7 +171,8 @@ class WindowAttention(nn.Module):
         """xn (B, H, W, C) after LN1 -> attention output (B, H, W, C) before the residual."""
         B, H, W, C = xn.shape
         h, d = self.heads, C // self.heads
-        if self.relative_position_bias_table.shape[0] != (2 * M - 1) ** 2:
+        table = getattr(self, "relative_position_bias_table", None)
+        if table is not None and table.shape[0] != (2 * M - 1) ** 2:
             raise ValueError(f"relative table of {self.relative_position_bias_table.shape[0]} rows "
                              f"for a window of {M}: needs {(2 * M - 1) ** 2}")
         u = shift_and_pad(xn, M, s, pad_order, 0.0)
@@ -191,8 +193,9 @@ class WindowAttention(nn.Module):
             q = self.q(win).view(B, nW, N, h, dq).permute(0, 3, 1, 2, 4)
             k = self.k(win).view(B, nW, N, h, dq).permute(0, 3, 1, 2, 4)
             v = self.v(win).view(B, nW, N, h, d).permute(0, 3, 1, 2, 4)
-        bias = self.relative_position_bias_table[relative_index(M).reshape(-1)]
-        bias = bias.view(N, N, h).permute(2, 0, 1)                     # (h, N, N)
+        bias = 0.0
+        if table is not None:
+            bias = table[relative_index(M).reshape(-1)].view(N, N, h).permute(2, 0, 1)  # (h, N, N)
         mask = shift_mask(ph, pw, M, s)                                # (nW, N, N): 0 or -100
         if self.lsla is not None:
             scores = q @ k.transpose(-2, -1)
@@ -202,7 +205,8 @@ class WindowAttention(nn.Module):
                 scores = scores + inner[None, :, None]
         else:
             scores = (q * dq ** -0.5) @ k.transpose(-2, -1)
-        scores = scores + bias[None, :, None]
+        if table is not None:
+            scores = scores + bias[None, :, None]
         scores = scores + mask[None, None]
         attn = scores.softmax(dim=-1)
         if self.lsla is not None:
@@ -242,12 +246,12 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim, heads, table_side, mlp_ratio, qkv_bias, spec=None):
+    def __init__(self, dim, heads, table_side, mlp_ratio, qkv_bias, spec=None, rpb=True):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=EPS)
         qk_dim = spec["qk_dim"] if spec and spec["type"] == "lmsa" else None
         lsla = {k: v for k, v in spec.items() if k not in ("type", "blocks")} if spec and spec["type"] == "lsla" else None
-        self.attn = WindowAttention(dim, heads, table_side, qkv_bias, qk_dim, lsla)
+        self.attn = WindowAttention(dim, heads, table_side, qkv_bias, qk_dim, lsla, rpb)
         self.norm2 = nn.LayerNorm(dim, eps=EPS)
         self.mlp = Mlp(dim, int(mlp_ratio * dim))
 
@@ -271,20 +275,37 @@ class PatchMerging(nn.Module):
 
 
 class PatchEmbed(nn.Module):
-    def __init__(self, patch, in_chans, dim, norm):
+    def __init__(self, patch, in_chans, dim, norm, proj=True):
         super().__init__()
-        self.proj = nn.Conv2d(in_chans, dim, kernel_size=patch, stride=patch)
+        if proj:  # without: a convolutional stem (tools/stem_ref.py) embeds the patches
+            self.proj = nn.Conv2d(in_chans, dim, kernel_size=patch, stride=patch)
         self.norm = nn.LayerNorm(dim, eps=EPS) if norm else nn.Identity()
 
     def forward(self, x):
-        return self.norm(self.proj(x).permute(0, 2, 3, 1))
+        if hasattr(self, "proj"):
+            x = self.proj(x)
+        return self.norm(x.permute(0, 2, 3, 1))
+
+
+class ConvMerge(nn.Module):
+    """CSwin's Merge_Block (ViT-LSLA's merge): Conv2d(C, 2C, 3, 2, 1) with bias, then LayerNorm
+    over channels, on the (B, H, W, C) grid."""
+
+    def __init__(self, dim_in, dim):
+        super().__init__()
+        self.conv = nn.Conv2d(dim_in, dim, 3, 2, 1)
+        self.norm = nn.LayerNorm(dim, eps=EPS)
+
+    def forward(self, x):
+        return self.norm(self.conv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1))
 
 
 class Stage(nn.Module):
-    def __init__(self, dim_in, dim, depth, heads, table_side, mlp_ratio, qkv_bias, merge, qk_dims):
+    def __init__(self, dim_in, dim, depth, heads, table_side, mlp_ratio, qkv_bias, merge, qk_dims, conv=False,
+                 rpb=True):
         super().__init__()
-        self.downsample = PatchMerging(dim_in) if merge else None
-        self.blocks = nn.ModuleList(Block(dim, heads, table_side, mlp_ratio, qkv_bias, qk_dims[j])
+        self.downsample = (ConvMerge(dim_in, dim) if conv else PatchMerging(dim_in)) if merge else None
+        self.blocks = nn.ModuleList(Block(dim, heads, table_side, mlp_ratio, qkv_bias, qk_dims[j], rpb)
                                     for j in range(depth))
 
 
@@ -325,15 +346,24 @@ class SwinRef(nn.Module):
         self.pad_order = c.get("pad_order", "pad_first")
         self.clamp = c.get("window_clamp", "timm")
         D, M0 = c["embed_dim"], c["window_size"]
-        self.patch_embed = PatchEmbed(c["patch_size"], c.get("in_chans", 3), D, c.get("patch_norm", True))
-        grid = c["img_size"] // c["patch_size"]
+        stem = c.get("stem")
+        if stem:  # a convolutional stem is the patch embedding; patch_norm's LN follows it
+            import stem_ref
+            self.stem = stem_ref.ConvStem(stem, c.get("in_chans", 3), c.get("bn_eps", 1e-5))
+            grid = stem_ref.side(stem, c["img_size"])
+        else:
+            grid = c["img_size"] // c["patch_size"]
+        self.patch_embed = PatchEmbed(c.get("patch_size", 1), c.get("in_chans", 3), D, c.get("patch_norm", True),
+                                      proj=not stem)
+        conv_merge = c.get("downsample", "merge") == "conv"
         stages, qk, first = [], lmsa_widths(c), 0
         for s, (depth, heads) in enumerate(zip(c["depths"], c["num_heads"])):
             if s:
                 grid = (grid + 1) // 2
             side = block_window(grid, M0, False, self.clamp)[0]  # the table timm builds
             stages.append(Stage(D // 2 if s else D, D, depth, heads, side, c.get("mlp_ratio", 4),
-                                c.get("qkv_bias", True), s > 0, qk[first:first + depth]))
+                                c.get("qkv_bias", True), s > 0, qk[first:first + depth], conv_merge,
+                                c.get("rel_pos_bias", True)))
             first += depth
             D *= 2
         self.layers = nn.ModuleList(stages)
@@ -342,6 +372,8 @@ class SwinRef(nn.Module):
         self.head = Head(D, c["num_classes"])
 
     def forward(self, x, record=None):
+        if hasattr(self, "stem"):
+            x = self.stem(x)
         x = self.patch_embed(x)
         M0 = self.c["window_size"]
         for s, stage in enumerate(self.layers):

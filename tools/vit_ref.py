@@ -97,8 +97,13 @@ class ViT(nn.Module):
         self.c = c
         D = c["embed_dim"]
         self.prefix = int(c["class_token"]) + int(c.get("distilled", False))
-        grid = c["img_size"] // c["patch_size"]
-        self.patch_embed = PatchEmbed(c["patch_size"], c["in_chans"], D)
+        if c.get("stem"):  # a convolutional stem is the patch embedding (tools/stem_ref.py)
+            import stem_ref
+            self.stem = stem_ref.ConvStem(c["stem"], c["in_chans"], c.get("bn_eps", 1e-5))
+            grid = stem_ref.side(c["stem"], c["img_size"])
+        else:
+            grid = c["img_size"] // c["patch_size"]
+            self.patch_embed = PatchEmbed(c["patch_size"], c["in_chans"], D)
         if c["class_token"]:
             self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
         if c.get("distilled"):
@@ -124,8 +129,13 @@ class ViT(nn.Module):
     def forward(self, x, record=None):
         """record: a list that receives one dict per block (attn, scores, q, k, tokens)."""
         B = x.shape[0]
-        grid = x.shape[-1] // self.c["patch_size"]
-        x = self.patch_embed(x)
+        if hasattr(self, "stem"):
+            x = self.stem(x)
+            grid = x.shape[-1]
+            x = x.flatten(2).transpose(1, 2)
+        else:
+            grid = x.shape[-1] // self.c["patch_size"]
+            x = self.patch_embed(x)
         pre = []
         if self.c["class_token"]:
             pre.append(self.cls_token.expand(B, -1, -1))

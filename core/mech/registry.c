@@ -79,6 +79,7 @@ void vit_mech_spec(vit_spec_sink *s, const float **slot, const char *suffix, int
         for (int i = 0; i < 4; i++) t->shape[i] = i < ndim ? shape[i] : 0;
         t->slot = slot;
         t->is_pos_embed = 0;
+        t->buffer = 0;
     }
     (*s->n)++;
 }

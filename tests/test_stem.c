@@ -1,0 +1,162 @@
+/* test_stem.c: convolutional stems and the models built on them (docs/models.md, "Convolutional
+ * stems", "ViT-LSLA", "Refined-ViT"): the JSON keys and every refusal, the config written back,
+ * the token geometry against the conv arithmetic worked out by hand, and the built-in models'
+ * parameter counts against closed forms written here from the papers' descriptions. The
+ * forward and the gradients against PyTorch are tests/test_train.c's (vit_stem, swin_stem). */
+#include <math.h>
+#include <string.h>
+
+#include "../core/config.h"
+#include "../io/model.h"
+#include "check.h"
+
+static as_error err;
+
+static int apply(vit_config *c, const char *json) {
+    memset(c, 0, sizeof *c);
+    err.msg[0] = 0;
+    return model_config_apply_json(c, json, "t.json", &err) == AS_OK && vit_config_validate(c, &err) == AS_OK;
+}
+
+#define VIT_ANY "\"architecture\": \"custom\", \"embed_dim\": 24, \"depth\": 2, \"num_heads\": 3, \"num_classes\": 5"
+#define VIT_BASE VIT_ANY ", \"img_size\": 32"
+#define STEM2 "\"stem\": [{\"out\": 8, \"kernel\": 3, \"stride\": 2, \"padding\": 1, \"bn\": true, \"act\": \"hardswish\"}, " \
+              "{\"out\": 24, \"kernel\": 3, \"stride\": 2, \"padding\": 1, \"bias\": false, \"bn\": true}]"
+
+/* Every key takes effect or is refused with its name. */
+static void test_json(void) {
+    vit_config c;
+    CHECK(apply(&c, "{" VIT_BASE ", " STEM2 "}"), "%s", err.msg);
+    CHECK(c.n_stem == 2 && c.patch_size == 4 && vit_grid(&c) == 8 && c.bn_eps == 1e-5f, "n_stem %d patch %d grid %d eps %g",
+          c.n_stem, c.patch_size, vit_grid(&c), (double)c.bn_eps);
+    CHECK(c.stem[0].bias == 1 && c.stem[1].bias == 0 && c.stem[0].act == VIT_STEM_ACT_HARDSWISH &&
+          c.stem[1].act == VIT_STEM_ACT_NONE && c.stem[0].padding == 1, "entry fields");
+    /* the config written back reads back the same */
+    char *js = model_config_to_json(&c);
+    vit_config d;
+    memset(&d, 0, sizeof d);
+    CHECK(js && model_config_apply_json(&d, js, "back.json", &err) == AS_OK && vit_config_validate(&d, &err) == AS_OK,
+          "%s", err.msg);
+    CHECK(d.n_stem == 2 && memcmp(d.stem, c.stem, sizeof c.stem) == 0 && d.bn_eps == c.bn_eps, "round trip");
+    free(js);
+    static const struct {
+        const char *json, *needle;
+    } bad[] = {
+        {"{" VIT_BASE ", \"stem\": [{\"out\": 24, \"kernel\": 4, \"stride\": 4, \"dilation\": 2}]}", "unknown key \"dilation\""},
+        {"{" VIT_BASE ", \"stem\": [{\"out\": 24, \"kernel\": 4}]}", "stride must be an integer"},
+        {"{" VIT_BASE ", \"stem\": [{\"out\": 24, \"kernel\": 4, \"stride\": 4, \"act\": \"gelu\"}]}", "hardswish"},
+        {"{" VIT_BASE ", \"stem\": [{\"out\": 24, \"kernel\": 4, \"stride\": 4, \"bn\": \"yes\"}]}", "bn must be true or false"},
+        {"{" VIT_BASE ", \"stem\": [{\"out\": 24, \"kernel\": 4, \"stride\": 4, \"bn_name\": \"x.bn\"}]}", "add \"bn\": true"},
+        {"{" VIT_BASE ", \"stem\": [{\"out\": 24, \"kernel\": 4, \"stride\": 4, \"conv_name\": \"a b\"}]}", "tensor name prefix"},
+        {"{" VIT_BASE ", \"stem\": [{\"out\": 16, \"kernel\": 4, \"stride\": 4}]}", "make the last \"out\" 24"},
+        {"{" VIT_BASE ", \"patch_size\": 8, \"stem\": [{\"out\": 24, \"kernel\": 4, \"stride\": 4}]}", "total stride 4"},
+        {"{" VIT_BASE ", \"stem\": [{\"out\": 24, \"kernel\": 4, \"stride\": 4, \"padding\": 4}]}", "padding 0..kernel-1"},
+        {"{" VIT_ANY ", \"img_size\": 3, \"stem\": [{\"out\": 24, \"kernel\": 7, \"stride\": 2}]}", "smaller than its kernel"},
+        {"{" VIT_BASE ", \"bn_eps\": 1e-3}", "no \"stem\" convolution has"},
+        {"{" VIT_BASE ", \"bn_eps\": 1e-3, \"stem\": [{\"out\": 24, \"kernel\": 4, \"stride\": 4}]}", "no \"stem\" convolution has"},
+        {"{" VIT_BASE ", \"stem\": {\"out\": 24}}", "must be an array"},
+        {"{\"architecture\": \"custom\", \"family\": \"pvt_v2\", \"stem\": []}", "stem"},
+        {"{\"architecture\": \"custom\", \"family\": \"swin\", \"downsample\": \"pool\"}", "\"downsample\" must be"},
+        {"{\"architecture\": \"custom\", \"family\": \"swin\", \"rel_pos_bias\": 0}", "\"rel_pos_bias\" must be"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(!apply(&c, bad[i].json) && strstr(err.msg, bad[i].needle), "%s: got \"%s\", want \"%s\"", bad[i].json,
+              err.msg, bad[i].needle);
+        CHECK(!strchr(err.msg, '\n'), "one line: %s", err.msg);
+    }
+    /* [] removes a base's stem; the stem-less model then needs its patch size back */
+    CHECK(apply(&c, "{\"architecture\": \"refined_vit_s\", \"stem\": [], \"patch_size\": 16}") && c.n_stem == 0 &&
+              vit_grid(&c) == 14, "%s", err.msg);
+}
+
+/* The grid and the receptive-field centres, composed by hand: conv k s p maps output y to input
+ * window [s y - p, s y - p + k), centred on s y - p + (k - 1) / 2; pixel x is centred on x + 0.5. */
+static void test_geometry(void) {
+    vit_config c;
+    /* Refined-ViT at 224: 7/2/3 -> 112 (centre 2y + 0.5), 3/1/1 twice -> 112, 8/8/0 -> 14:
+     * token y covers stem pixels 8y .. 8y + 7, centred on 2 (8y + 3.5) + 0.5 = 16y + 7.5 */
+    CHECK(apply(&c, "{\"architecture\": \"refined_vit_s\"}"), "%s", err.msg);
+    vit_geom g;
+    vit_block_geom(&c, 0, &g);
+    CHECK(g.gh == 14 && g.T == 197 && g.stride_px == 16.0f && g.offset_px == 7.5f, "refined: grid %d T %d stride %g offset %g",
+          g.gh, g.T, (double)g.stride_px, (double)g.offset_px);
+    /* ViT-LSLA: 3/2/1 twice -> 112 -> 56, centres 2y + 0.5 then 2 (2y) + 0.5 = 4y + 0.5; a conv
+     * merge 3/2/1 -> 28, centre 4 (2y) + 0.5 = 8y + 0.5 */
+    CHECK(apply(&c, "{\"architecture\": \"vit_lsla\"}"), "%s", err.msg);
+    vit_block_geom(&c, 0, &g);
+    CHECK(g.gh == 56 && g.M == 7 && g.stride_px == 4.0f && g.offset_px == 0.5f, "vit_lsla stage 0: grid %d stride %g offset %g",
+          g.gh, (double)g.stride_px, (double)g.offset_px);
+    vit_block_geom(&c, 2, &g);
+    CHECK(g.gh == 28 && g.stride_px == 8.0f && g.offset_px == 0.5f, "vit_lsla stage 1: grid %d stride %g offset %g", g.gh,
+          (double)g.stride_px, (double)g.offset_px);
+    /* an odd input: 33 -> (33 + 2 - 3) / 2 + 1 = 17 -> 9 */
+    CHECK(apply(&c, "{" VIT_ANY ", \"img_size\": 33, " STEM2 "}") && vit_grid(&c) == 9, "odd: %s grid %d", err.msg,
+          vit_grid(&c));
+}
+
+/* conv k x k, cin -> cout: weights, bias, BatchNorm's affine (running statistics are buffers) */
+static double conv_params(double cin, double cout, double k, int bias, int bn) {
+    return cin * cout * k * k + (bias ? cout : 0) + (bn ? 2 * cout : 0);
+}
+
+static void test_seed_counts(void) {
+    /* ViT-LSLA: MPViT's stem, 4 Swin stages with LSLA (q projection with bias, a 49 x 49 DS, two
+     * 13^2 x h relative tables, the projection unless NP, a value projection for QXV), MLP 2,
+     * CSwin's conv merges (3x3 with bias, LayerNorm), final norm, 102-class head */
+    static const struct {
+        const char *name;
+        int v, proj;
+    } lsla[] = {{"vit_lsla", 0, 1}, {"vit_lsla_qxv", 1, 0}, {"vit_lsla_np", 0, 0}};
+    static const int depth[4] = {2, 2, 9, 2}, dim[4] = {96, 192, 384, 768}, heads[4] = {3, 6, 12, 24};
+    for (size_t i = 0; i < sizeof lsla / sizeof lsla[0]; i++) {
+        vit_config c;
+        CHECK(vit_arch_resolve(lsla[i].name, &c, &err) == AS_OK && vit_config_validate(&c, &err) == AS_OK, "%s: %s",
+              lsla[i].name, err.msg);
+        double closed = conv_params(3, 48, 3, 0, 1) + conv_params(48, 96, 3, 0, 1);
+        for (int s = 0; s < 4; s++) {
+            const double D = dim[s];
+            if (s) closed += conv_params(dim[s - 1], D, 3, 1, 0) + 2 * D;
+            for (int j = 0; j < depth[s]; j++) {
+                closed += 2 * D + (D * D + D) + 49 * 49 + 2 * 169 * heads[s] + 2 * D + (D * 2 * D + 2 * D) + (2 * D * D + D);
+                if (lsla[i].v) closed += D * D + D;
+                if (lsla[i].proj) closed += D * D + D;
+            }
+        }
+        closed += 2 * 768 + 768 * 102 + 102;
+        vit_cost k;
+        vit_config_cost(&c, &k);
+        CHECK(k.params_total == closed, "%s: %.0f params, closed form %.0f", lsla[i].name, k.params_total, closed);
+        CHECK(c.no_rel_pos_bias && c.n_stem == 2 && c.stage[1].down == VIT_DOWN_CONV && !c.patch_norm, "%s: structure",
+              lsla[i].name);
+    }
+    /* Refined-ViT: PatchEmbed_cnn (three convs without bias, with BatchNorm; an 8 x 8 proj with
+     * bias), cls token, 197 position embeddings, refiner blocks (qkv with bias; expansion 3H x H
+     * and reduction H x 3H; a 3 x 3 kernel per expanded head), MLP 3, final norm, 1000 classes */
+    static const struct {
+        const char *name;
+        int depth, D, H;
+    } ref[] = {{"refined_vit_s", 16, 384, 12}, {"refined_vit_m", 32, 420, 12}, {"refined_vit_l", 32, 512, 16}};
+    for (size_t i = 0; i < sizeof ref / sizeof ref[0]; i++) {
+        vit_config c;
+        CHECK(vit_arch_resolve(ref[i].name, &c, &err) == AS_OK && vit_config_validate(&c, &err) == AS_OK, "%s: %s",
+              ref[i].name, err.msg);
+        const double D = ref[i].D, H = ref[i].H, Hx = 3 * H;
+        double closed = conv_params(3, 32, 7, 0, 1) + conv_params(32, 64, 3, 0, 1) + conv_params(64, 128, 3, 0, 1) +
+                        conv_params(128, D, 8, 1, 0) + D + 197 * D;
+        closed += ref[i].depth * (4 * D + 3 * D * D + 3 * D + 2 * Hx * H + Hx * 9 + D * D + D + 2 * 3 * D * D + 3 * D + D);
+        closed += 2 * D + 1000 * D + 1000;
+        vit_cost k;
+        vit_config_cost(&c, &k);
+        CHECK(k.params_total == closed, "%s: %.0f params, closed form %.0f", ref[i].name, k.params_total, closed);
+        CHECK(c.depth == ref[i].depth && c.mlp_hidden == 3 * ref[i].D && c.attn[c.depth - 1].kind == VIT_ATTN_REFINER &&
+                  c.attn[0].expanded_heads == 3 * ref[i].H,
+              "%s: structure", ref[i].name);
+    }
+}
+
+int main(void) {
+    test_json();
+    test_geometry();
+    test_seed_counts();
+    return check_finish("stem");
+}
