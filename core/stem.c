@@ -164,6 +164,12 @@ void vit_stem_need_of(const vit_config *c, vit_stem_need *z) {
     }
 }
 
+static size_t max_channels(const vit_config *c) {
+    size_t m = 0;
+    for (int i = 0; i < c->n_stem; i++) m = (size_t)c->stem[i].out > m ? (size_t)c->stem[i].out : m;
+    return m;
+}
+
 void vit_stem_acts_carve(const vit_config *c, int B, char *base, size_t *off, vit_acts *a) {
     if (!c->n_stem) return;
     vit_stem_need z;
@@ -171,6 +177,7 @@ void vit_stem_acts_carve(const vit_config *c, int B, char *base, size_t *off, vi
     const size_t b = (size_t)B;
     vit_carve_floats(base, off, b * z.col, a ? &a->stem_col : NULL);
     for (int i = 0; i < 2; i++) vit_carve_floats(base, off, b * z.map, a ? &a->stem_map[i] : NULL);
+    vit_carve_floats(base, off, 2 * max_channels(c), a ? &a->stem_aff : NULL);
 }
 
 size_t vit_stem_tape_carve(const vit_config *c, int B, char *base, size_t *off, vit_tape *t) {
@@ -190,6 +197,14 @@ void vit_stem_ws_carve(const vit_config *c, int B, char *base, size_t *off, vit_
     const size_t b = (size_t)B;
     if (z.col) vit_carve_floats(base, off, b * z.col, ws ? &ws->stem_dcol : NULL);
     for (int i = 0; i < 2; i++) vit_carve_floats(base, off, b * z.map, ws ? &ws->stem_d[i] : NULL);
+    size_t part = 0; /* 3 doubles per channel per block of rows */
+    for (int i = 0; i < c->n_stem; i++) {
+        const size_t side = (size_t)vit_stem_side(c, i), blocks = (b * side * side + VIT_STEM_ROWS - 1) / VIT_STEM_ROWS;
+        if (blocks * 3 * c->stem[i].out > part) part = blocks * 3 * c->stem[i].out;
+    }
+    float *view = NULL;
+    vit_carve_floats(base, off, 2 * part, ws ? &view : NULL);
+    if (ws) ws->stem_part = (double *)(void *)view;
 }
 
 /* ---- forward ---- */
@@ -217,30 +232,25 @@ static float act_grad(vit_stem_act a, float u) {
     }
 }
 
-/* The BatchNorm's scale and shift of channel ch: u = z sc + sh (PyTorch's eval-mode alpha, beta). */
-static void bn_affine(const vit_conv_params *sp, float eps, int ch, float *sc, float *sh) {
-    const float invstd = 1.0f / sqrtf(sp->bn_var[ch] + eps);
-    *sc = sp->bn_w[ch] * invstd;
-    *sh = sp->bn_b[ch] - sp->bn_mean[ch] * *sc;
+/* The BatchNorm as u = z sc + sh per channel (PyTorch's eval-mode alpha = w / sqrt(var + eps),
+ * beta = b - mean alpha) into aff: sc (C), then sh (C); the identity without a BatchNorm. */
+static void bn_affine(const vit_conv *cv, const vit_conv_params *sp, float eps, int C, float *aff) {
+    for (int ch = 0; ch < C; ch++) {
+        const float sc = cv->bn ? sp->bn_w[ch] * (1.0f / sqrtf(sp->bn_var[ch] + eps)) : 1.0f;
+        aff[ch] = sc;
+        aff[C + ch] = cv->bn ? sp->bn_b[ch] - sp->bn_mean[ch] * sc : 0.0f;
+    }
 }
 
-/* y = act(bn(z)) over n images of rows x C, image b's rows at y + b ystride */
-static void bn_act(const vit_conv *cv, const vit_conv_params *sp, float eps, const float *z, float *y,
-                   size_t ystride, int n, size_t rows, int C) {
+/* y = act(z sc + sh) over n images of rows x C, image b's rows at y + b ystride */
+static void bn_act(const vit_conv *cv, const float *aff, const float *z, float *y, size_t ystride, int n,
+                   size_t rows, int C) {
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < n; b++)
         for (long r = 0; r < (long)rows; r++) {
             const float *zr = z + ((size_t)b * rows + (size_t)r) * C;
             float *yr = y + (size_t)b * ystride + (size_t)r * C;
-            for (int ch = 0; ch < C; ch++) {
-                float u = zr[ch];
-                if (cv->bn) {
-                    float sc, sh;
-                    bn_affine(sp, eps, ch, &sc, &sh);
-                    u = u * sc + sh;
-                }
-                yr[ch] = act_fwd(cv->act, u);
-            }
+            for (int ch = 0; ch < C; ch++) yr[ch] = act_fwd(cv->act, zr[ch] * aff[ch] + aff[C + ch]);
         }
 }
 
@@ -271,7 +281,8 @@ void vit_stem_forward(const vit_config *c, const vit_params *p, vit_acts *a, con
         vit_linear(z, col, sp->w, sp->b, n * (int)rows, C, K, 0);
         const int last = i + 1 == c->n_stem;
         float *y = last ? out : t ? t->stem_y[i] : z;
-        bn_act(cv, sp, c->bn_eps, z, y, last ? out_stride : rows * C, n, rows, C);
+        bn_affine(cv, sp, c->bn_eps, C, a->stem_aff);
+        bn_act(cv, a->stem_aff, z, y, last ? out_stride : rows * C, n, rows, C);
         in = y;
     }
 }
@@ -289,39 +300,42 @@ void vit_stem_backward(const vit_config *c, const vit_params *p, const vit_param
         const size_t rows = (size_t)side * side, all = (size_t)n * rows;
         const float *z = t->stem_z[i];
         float *dz = ws->stem_d[i & 1];
-        /* du = dy act'(u), u = bn(z), into dz (in place when dy is dz) */
-#pragma omp parallel for collapse(2) schedule(static)
-        for (int b = 0; b < n; b++)
-            for (long r = 0; r < (long)rows; r++) {
-                const size_t o = ((size_t)b * rows + (size_t)r) * C;
-                const float *dr = dy + (size_t)b * dy_stride + (size_t)r * C;
+        /* In one pass over fixed blocks of rows: du = dy act'(u) with u = z sc + sh, the
+         * BatchNorm's partial sums of du (z - mean) / sqrt(var + eps) and du, dz = du sc
+         * (in place when dy is dz) and the conv bias's partial sum of dz; then the blocks'
+         * partials in block order, so the sums do not depend on the thread count. */
+        float *aff = a->stem_aff;
+        bn_affine(cv, sp, c->bn_eps, C, aff);
+        const long blocks = (long)((all + VIT_STEM_ROWS - 1) / VIT_STEM_ROWS);
+        double *part = ws->stem_part;
+#pragma omp parallel for schedule(static)
+        for (long k = 0; k < blocks; k++) {
+            double *pw = part + (size_t)k * 3 * C, *pb = pw + C, *pbias = pb + C;
+            for (int ch = 0; ch < 3 * C; ch++) pw[ch] = 0;
+            const size_t end = (size_t)(k + 1) * VIT_STEM_ROWS < all ? (size_t)(k + 1) * VIT_STEM_ROWS : all;
+            for (size_t r = (size_t)k * VIT_STEM_ROWS; r < end; r++) {
+                const size_t b = r / rows, o = r * C;
+                const float *dr = dy + b * dy_stride + (r - b * rows) * C;
                 for (int ch = 0; ch < C; ch++) {
-                    float u = z[o + ch];
+                    const float zv = z[o + ch], du = dr[ch] * act_grad(cv->act, zv * aff[ch] + aff[C + ch]);
+                    const float d = du * aff[ch];
                     if (cv->bn) {
-                        float sc, sh;
-                        bn_affine(sp, c->bn_eps, ch, &sc, &sh);
-                        u = u * sc + sh;
+                        pw[ch] += (double)du * ((zv - sp->bn_mean[ch]) * (1.0f / sqrtf(sp->bn_var[ch] + c->bn_eps)));
+                        pb[ch] += du;
                     }
-                    dz[o + ch] = dr[ch] * act_grad(cv->act, u);
+                    pbias[ch] += d;
+                    dz[o + ch] = d;
                 }
             }
-        /* per channel, in one fixed order over the rows: the BatchNorm's gradients, then
-         * dz = du sc and the conv bias's gradient */
+        }
 #pragma omp parallel for schedule(static)
         for (int ch = 0; ch < C; ch++) {
-            float sc = 1.0f, sh = 0.0f;
             double dw = 0, db = 0, dbias = 0;
-            if (cv->bn) bn_affine(sp, c->bn_eps, ch, &sc, &sh);
-            const float invstd = cv->bn ? 1.0f / sqrtf(sp->bn_var[ch] + c->bn_eps) : 1.0f;
-            for (size_t r = 0; r < all; r++) {
-                const float du = dz[r * C + ch];
-                if (cv->bn) {
-                    dw += (double)du * ((z[r * C + ch] - sp->bn_mean[ch]) * invstd);
-                    db += du;
-                }
-                const float d = du * sc;
-                dz[r * C + ch] = d;
-                dbias += d;
+            for (long k = 0; k < blocks; k++) {
+                const double *pk = part + (size_t)k * 3 * C;
+                dw += pk[ch];
+                db += pk[C + ch];
+                dbias += pk[2 * C + ch];
             }
             if (cv->bn) {
                 WR(gp->bn_w)[ch] += (float)dw;

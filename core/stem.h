@@ -20,6 +20,10 @@ void vit_stem_specs(const vit_config *c, vit_params *p, vit_spec_sink *k);
  * plain flops. */
 void vit_stem_cost(const vit_config *c, vit_cost_part *o);
 
+/* Rows per block of the backward's per-channel partial sums: fixed, so that the sums' order,
+ * and their bits, do not depend on the thread count. */
+#define VIT_STEM_ROWS 64
+
 /* Floats per image: conv 0's im2col (vit_acts' patches), the largest later im2col and the
  * largest conv output. */
 typedef struct {

@@ -61,6 +61,7 @@ typedef struct {
     /* The convolutional stem (core/stem.c): a later conv's im2col gradient (B, G_i^2,
      * C_{i-1} k_i^2) and two map gradients (B, G_i^2, C_i) in turn */
     float *stem_dcol, *stem_d[2];
+    double *stem_part; /* per block of VIT_STEM_ROWS rows: its channels' partial sums (3 C) */
 } vit_grad_ws;
 
 size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws);
