@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# test_cli_stem.sh: convolutional stems as a user meets them (issue 18): info prints the papers'
+# models with their stems and counts; a JSON config goes through info --json and back; traces of
+# the stem fixtures place tokens where the convs' arithmetic puts them and give the reference
+# logits; a stem model trains, checkpoints its BatchNorm buffers and records; bad stems are
+# refused in one line, writing nothing.
+set -u
+. "$(dirname "$0")/lib.sh"
+t_init cli_stem stem
+TOOLS=$(cd "$(dirname "$0")/../tools" && pwd)
+EXP=$(cd "$(dirname "$0")/../experiments" && pwd)
+
+# info: the built-in papers' models, their stems and counts (docs/models.md)
+expect 0 "$A" info vit_lsla
+has "$T/out" "^19.35 M parameters; 3.30 GMACs per image"
+has_wrapped "$T/out" "stem        Conv2d(3->48, k3, s2, p1, no bias) + BN + hardswish -> 112x112; Conv2d(48->96, k3, s2, p1, no bias) + BN + hardswish -> 56x56"
+has_wrapped "$T/out" "halved by a Conv2d(k3, s2, p1) + LayerNorm (CSwin's merge)"
+has "$T/out" "no relative position bias table in the windows"
+has "$T/out" "^3+conv   7x7       768    24      2"
+expect 0 "$A" info vit_lsla_np
+has "$T/out" "^16.74 M parameters; 2.87 GMACs"
+expect 0 "$A" info refined_vit_s
+has "$T/out" "^27.39 M parameters; 7.69 GMACs"
+has_wrapped "$T/out" "Conv2d(3->32, k7, s2, p3, no bias) + BN + relu -> 112x112"
+has_wrapped "$T/out" "Conv2d(128->384, k8, s8, p0) -> 14x14"
+has_wrapped "$T/out" "stem stride 16 -> 14x14 grid = 196 patches + 1 prefix token (cls) = 197 tokens"
+
+# the config written back describes the same model (a file of it reads back to the same counts)
+expect 0 "$A" info --json vit_lsla
+cp "$T/out" "$T/lsla.json"
+py 'import json,sys; j=json.load(open(sys.argv[1]))
+assert j["downsample"] == "conv" and j["rel_pos_bias"] is False and len(j["stem"]) == 2, j
+assert j["stem"][0] == {"out": 48, "kernel": 3, "stride": 2, "padding": 1, "bias": False, "bn": True, "act": "hardswish"}, j["stem"]
+assert j["bn_eps"] > 0 and j["patch_norm"] is False' "$T/lsla.json"
+expect 0 "$A" info "$T/lsla.json"
+has "$T/out" "^19.35 M parameters; 3.30 GMACs per image"
+
+# traces of the fixtures: the reference logits, and token centres from the convs' arithmetic
+# (swin_stem: 3/2/1 twice -> every 4 px from 0.5, a 3/2/1 conv merge -> every 8 px from 0.5; the
+# monolithic vit_stem's trace gives its grid and total stride: 7/2/3, 3/1/1, 4/4/0 -> 4x4, 8 px)
+for m in vit_stem swin_stem; do
+    expect 0 "$A" record --model "$FX/$m" --images "$FX/inputs.npy" --out "$T/$m.h5" --dtype f32
+done
+py 'import sys, h5py, numpy as np
+sys.path.insert(0, sys.argv[3]); import safetensors_io as st
+for name, want in (("vit_stem", []), ("swin_stem", [(4, 0.5), (4, 0.5), (8, 0.5), (8, 0.5)])):
+    f = h5py.File(sys.argv[1] + "/" + name + ".h5", "r")
+    e = st.load(sys.argv[2] + "/" + name + "/expected.safetensors")["logits"]
+    got = f["images/logits"][:]
+    assert np.abs(got - e).max() < 1e-4, (name, np.abs(got - e).max())
+    for l, (stride, off) in enumerate(want):
+        L = f["layers/%02d" % l]
+        assert L.attrs["token_stride_px"] == stride and L.attrs["token_offset_px"] == off, (name, l, dict(L.attrs))
+    assert "\"stem\"" in f.attrs["model_config"], name
+    if name == "vit_stem":
+        assert list(f.attrs["grid"]) == [4, 4] and f.attrs["patch_size"] == 8, dict(f.attrs)' "$T" "$FX" "$TOOLS"
+
+# a stem model trains, its checkpoint keeps the BatchNorm buffers, and it records
+expect 0 "$A" train -c "$EXP/models/vit_lsla_shapes.json" -d shapes:96 -e 1 -b 16 --threads 1 -o "$T/tr"
+py 'import json, sys
+sys.path.insert(0, sys.argv[2]); import safetensors_io as st
+c = json.load(open(sys.argv[1] + "/latest/config.json"))
+assert c["downsample"] == "conv" and c["rel_pos_bias"] is False and len(c["stem"]) == 2, c
+w = st.load(sys.argv[1] + "/latest/model.safetensors")
+assert "stem.1.bn.running_var" in w and "layers.1.downsample.conv.weight" in w
+assert not any("relative_position_bias_table" in k for k in w), [k for k in w if "relative" in k]' "$T/tr" "$TOOLS"
+expect 0 "$A" record --model "$T/tr/latest" --images "$FX/inputs.npy" --out "$T/tr.h5"
+
+# bad stems: one line naming the key, nothing written
+printf '{"architecture": "custom", "family": "pvt_v2", "stem": [{"out": 64, "kernel": 4, "stride": 4}]}' >"$T/bad1.json"
+printf '{"architecture": "refined_vit_s", "stem": [{"out": 32, "kernel": 7, "stride": 2, "pad": 3}]}' >"$T/bad2.json"
+printf '{"architecture": "vit_lsla", "bn_eps": 0.001, "stem": [{"out": 96, "kernel": 4, "stride": 4}]}' >"$T/bad3.json"
+for b in bad1 bad2 bad3; do
+    expect 1 "$A" train -c "$T/$b.json" -d shapes:96 -e 1 -o "$T/$b.out"
+    one_line
+    [ ! -e "$T/$b.out" ] && ok || bad "$b: wrote $T/$b.out"
+done
+has "$T/err" "no \"stem\" convolution has \"bn\": true"
+t_done
