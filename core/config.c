@@ -249,9 +249,9 @@ typedef struct {
  * (Conv2d k3 s2 p1 + LayerNorm), LSLA in every block's 7 x 7 windows with its dynamic scale and
  * inner and outer relative position biases (Table 5), the outer bias kept off the pairs Swin's
  * shift mask separates. The MLP ratio 2 and the depths are attnscope's reading of the paper's
- * counts (docs/models.md, "ViT-LSLA"). values_v / proj: Table 4's QXX (x, proj), QXV (v, no
- * proj) and QXX+NP (x, no proj). */
-static void lsla_stages(vit_config *c, int values_v, int proj) {
+ * counts (docs/models.md, "ViT-LSLA"). keys_k / values_v / proj: Table 4's QXX (x, x, proj), QXV
+ * (x, v, no proj), QXX+NP (x, x, no proj) and QKV (k, v, proj: SLA on ordinary attention). */
+static void lsla_stages(vit_config *c, int keys_k, int values_v, int proj) {
     c->no_rel_pos_bias = 1; /* LSLA's inner bias is the windows' relative position bias */
     static const vit_conv stem = {.kernel = 3, .stride = 2, .padding = 1, .bn = 1, .act = VIT_STEM_ACT_HARDSWISH};
     c->n_stem = 2;
@@ -270,14 +270,16 @@ static void lsla_stages(vit_config *c, int values_v, int proj) {
         vit_attn *a = &c->attn[l];
         a->dynamic_scale = 1;
         a->inner_bias = a->outer_bias = VIT_BIAS_RELATIVE;
+        a->key_proj = keys_k;
         a->value_proj = values_v;
         a->no_proj = !proj;
         a->outer_unmasked = 0;
     }
 }
-static void finish_vit_lsla(vit_config *c) { lsla_stages(c, 0, 1); }
-static void finish_vit_lsla_qxv(vit_config *c) { lsla_stages(c, 1, 0); }
-static void finish_vit_lsla_np(vit_config *c) { lsla_stages(c, 0, 0); }
+static void finish_vit_lsla(vit_config *c) { lsla_stages(c, 0, 0, 1); }
+static void finish_vit_lsla_qxv(vit_config *c) { lsla_stages(c, 0, 1, 0); }
+static void finish_vit_lsla_np(vit_config *c) { lsla_stages(c, 0, 0, 0); }
+static void finish_vit_lsla_qkv(vit_config *c) { lsla_stages(c, 1, 1, 1); }
 
 /* Refined-ViT (004_4bd122a74db07fb9.txt; docs/models.md, "Refined-ViT"): Refiner in every block
  * (expansion ratio 3, the released models' value, and 3 x 3 DLA kernels), MLP ratio 3, and the
@@ -348,6 +350,8 @@ static const vit_seed vit_seeds[] = {
      .finish = finish_vit_lsla_qxv},
     {"vit_lsla_np", "swin_tiny_patch4_window7_224", 0, 0, 102, VIT_ATTN_LSLA, .depths = {2, 2, 9, 2},
      .finish = finish_vit_lsla_np},
+    {"vit_lsla_qkv", "swin_tiny_patch4_window7_224", 0, 0, 102, VIT_ATTN_LSLA, .depths = {2, 2, 9, 2},
+     .finish = finish_vit_lsla_qkv},
     /* Refined-ViT-S/M/L (Table 2's widths; the released configs: 16/32/32 blocks, D 384/420/512,
      * H 12/12/16) */
     {"refined_vit_s", "deit_small_patch16_224", 0, 0, 0, VIT_ATTN_REFINER, .depths = {16}, .embed_dim = 384,

@@ -61,6 +61,7 @@ typedef struct {
     int dynamic_scale;      /* LSLA: learnable N x N DS (1) or the fixed scale (0) */
     vit_bias_kind inner_bias, outer_bias; /* LSLA: before the softmax, after it */
     int value_proj;         /* LSLA: QXV, a value projection (1), or QXX (0) */
+    int key_proj;           /* LSLA: a key projection (1: with value_proj, Table 4's QKV), or x (0) */
     int no_proj;            /* LSLA: no final projection (the paper's NP) */
     int outer_unmasked;     /* LSLA in shifted windows: B_outer also on the pairs Swin's shift mask
                                separates (1), or only on those it keeps (0, "outer_bias_masked": true) */

@@ -101,12 +101,13 @@ static double conv_params(double cin, double cout, double k, int bias, int bn) {
 
 static void test_seed_counts(void) {
     /* ViT-LSLA: MPViT's stem, 4 Swin stages with LSLA (q projection with bias, a 49 x 49 DS, two
-     * 13^2 x h relative tables, the projection unless NP, a value projection for QXV), MLP 2,
+     * 13^2 x h relative tables, the projection unless NP, key and value projections for QKV and
+     * QXV), MLP 2,
      * CSwin's conv merges (3x3 with bias, LayerNorm), final norm, 102-class head */
     static const struct {
         const char *name;
-        int v, proj;
-    } lsla[] = {{"vit_lsla", 0, 1}, {"vit_lsla_qxv", 1, 0}, {"vit_lsla_np", 0, 0}};
+        int k, v, proj;
+    } lsla[] = {{"vit_lsla", 0, 0, 1}, {"vit_lsla_qxv", 0, 1, 0}, {"vit_lsla_np", 0, 0, 0}, {"vit_lsla_qkv", 1, 1, 1}};
     static const int depth[4] = {2, 2, 9, 2}, dim[4] = {96, 192, 384, 768}, heads[4] = {3, 6, 12, 24};
     for (size_t i = 0; i < sizeof lsla / sizeof lsla[0]; i++) {
         vit_config c;
@@ -118,6 +119,7 @@ static void test_seed_counts(void) {
             if (s) closed += conv_params(dim[s - 1], D, 3, 1, 0) + 2 * D;
             for (int j = 0; j < depth[s]; j++) {
                 closed += 2 * D + (D * D + D) + 49 * 49 + 2 * 169 * heads[s] + 2 * D + (D * 2 * D + 2 * D) + (2 * D * D + D);
+                if (lsla[i].k) closed += D * D + D;
                 if (lsla[i].v) closed += D * D + D;
                 if (lsla[i].proj) closed += D * D + D;
             }

@@ -61,7 +61,8 @@ def swin_relative_index(M):
 
 class LSLA(nn.Module):
     """ViT-LSLA, the paper's Algorithm 1:
-        Q = fc_q(X); K = V = X split into heads (V = fc_v(X) for the QXV ablation)
+        Q = fc_q(X); K = V = X split into heads (V = fc_v(X) for the QXV ablation, and
+        K = fc_k(X) as well for Table 4's QKV)
         scores = (Q X^T) * DS + B_inner        (DS -> 1/sqrt(d) for the fixed-scale ablation)
         weights = softmax(scores) + B_outer
         out = proj(concat(weights X))          (no proj for the NP ablation)
@@ -69,11 +70,13 @@ class LSLA(nn.Module):
     window of tokens."""
 
     def __init__(self, dim, heads, qkv_bias, N, M, dynamic_scale=True, inner_bias="full",
-                 outer_bias="full", values="x", proj=True, scale=None):
+                 outer_bias="full", values="x", proj=True, scale=None, keys="x"):
         super().__init__()
         self.heads, self.N, self.M = heads, N, M
         self.scale = scale or (dim // heads) ** -0.5
         self.q = nn.Linear(dim, dim, bias=qkv_bias)
+        if keys == "k":  # Table 4's QKV: projected keys
+            self.k = nn.Linear(dim, dim, bias=qkv_bias)
         if values == "v":
             self.v = nn.Linear(dim, dim, bias=qkv_bias)
         if dynamic_scale:
@@ -102,8 +105,8 @@ class LSLA(nn.Module):
 
     def forward(self, x, prev=None):
         q = split_heads(self.q(x), self.heads)
-        xk = split_heads(x, self.heads)
-        v = split_heads(self.v(x), self.heads) if hasattr(self, "v") else xk
+        xk = split_heads(self.k(x) if hasattr(self, "k") else x, self.heads)
+        v = split_heads(self.v(x), self.heads) if hasattr(self, "v") else split_heads(x, self.heads)
         scores = q @ xk.transpose(-2, -1)
         scores = scores * self.ds if hasattr(self, "ds") else scores * self.scale
         if self.bias("inner") is not None:
@@ -205,7 +208,8 @@ def make_attention(spec, dim, heads, qkv_bias, prefix, grid):
     if t == "lsla":
         return LSLA(dim, heads, qkv_bias, N, grid if prefix == 0 else 0,
                     spec.get("dynamic_scale", True), spec.get("inner_bias", "full"),
-                    spec.get("outer_bias", "full"), spec.get("values", "x"), spec.get("proj", True), scale)
+                    spec.get("outer_bias", "full"), spec.get("values", "x"), spec.get("proj", True), scale,
+                    spec.get("keys", "x"))
     if t == "less":
         return LessAttention(dim, heads, qkv_bias, N)
     if t == "mait":

@@ -31,7 +31,7 @@ FAIL = []
 # and swin_lsla_alt are made here)
 MODELS = {"swin_tiny": "inputs.npy", "swin_pad": "inputs16_1.npy", "swin_pad_tv": "inputs16_1.npy",
           "swin_lmsa": "inputs.npy", "swin_odd": "inputs28.npy", "swin_lsla": "inputs.npy",
-          "swin_lsla_alt": "inputs.npy"}
+          "swin_lsla_alt": "inputs.npy", "swin_lsla_qkv": "inputs.npy"}
 # torchvision computes these exactly (make_swin_fixtures.py; swin_odd: pad_first, and its last
 # grid equals the window, where both clamps keep M and do not shift)
 TORCHVISION = ("swin_tiny", "swin_pad_tv", "swin_odd")
@@ -56,6 +56,11 @@ SWIN_LSLA = {"architecture": "custom", "family": "swin", "img_size": 32, "patch_
              "window_clamp": "timm",
              "attention": [{"blocks": "0-3", "type": "lsla", "dynamic_scale": True, "inner_bias": "full",
                             "outer_bias": "relative", "values": "x", "proj": True}]}
+# Table 4's QKV (the SLA on projected keys and values), with ViT-LSLA's Swin: no relative
+# position bias of Swin's own besides LSLA's relative inner bias
+SWIN_LSLA_QKV = dict(SWIN_LSLA, rel_pos_bias=False,
+                     attention=[{"blocks": "0-3", "type": "lsla", "dynamic_scale": True, "inner_bias": "relative",
+                                 "outer_bias": "relative", "keys": "k", "values": "v", "proj": True}])
 SWIN_LSLA_ALT = dict(SWIN_LSLA, attention=[{"blocks": "0-3", "type": "lsla", "dynamic_scale": False,
                                             "inner_bias": "relative", "outer_bias": "full", "values": "v",
                                             "proj": False, "outer_bias_masked": False}])
@@ -178,7 +183,8 @@ def main():
         if want(name):
             pvt_grads(name, inputs)
     made = {"swin_lmsa": (SWIN_LMSA, 320, "inputs.npy"), "swin_odd": (SWIN_ODD, 330, "inputs28.npy"),
-            "swin_lsla": (SWIN_LSLA, 340, "inputs.npy"), "swin_lsla_alt": (SWIN_LSLA_ALT, 350, "inputs.npy")}
+            "swin_lsla": (SWIN_LSLA, 340, "inputs.npy"), "swin_lsla_alt": (SWIN_LSLA_ALT, 350, "inputs.npy"),
+            "swin_lsla_qkv": (SWIN_LSLA_QKV, 360, "inputs.npy")}
     for name, (cfg, seed, inputs) in made.items():
         if want(name):
             make_fixture(name, cfg, seed, inputs)

@@ -120,8 +120,8 @@ def from_windows(w, ph, pw, M):
     return w.view(B, ph // M, pw // M, M, M, C).permute(0, 1, 3, 2, 4, 5).reshape(B, ph, pw, C)
 
 
-LSLA_DEFAULTS = {"dynamic_scale": True, "inner_bias": "full", "outer_bias": "full", "values": "x", "proj": True,
-                 "outer_bias_masked": True}
+LSLA_DEFAULTS = {"dynamic_scale": True, "inner_bias": "full", "outer_bias": "full", "keys": "x", "values": "x",
+                 "proj": True, "outer_bias_masked": True}
 
 
 class WindowAttention(nn.Module):
@@ -136,6 +136,8 @@ class WindowAttention(nn.Module):
             # biases full (h, N, N) or relative ((2M - 1)^2, h) tables
             a, N, R = self.lsla, table_side ** 2, (2 * table_side - 1) ** 2
             self.q = nn.Linear(dim, dim, bias=qkv_bias)
+            if a["keys"] == "k":  # Table 4's QKV: SLA on projected keys (and values)
+                self.k = nn.Linear(dim, dim, bias=qkv_bias)
             if a["values"] == "v":
                 self.v = nn.Linear(dim, dim, bias=qkv_bias)
             if a["dynamic_scale"]:
@@ -182,8 +184,9 @@ class WindowAttention(nn.Module):
         if self.lsla is not None:
             dq = d
             q = self.q(win).view(B, nW, N, h, d).permute(0, 3, 1, 2, 4)
-            k = win.view(B, nW, N, h, d).permute(0, 3, 1, 2, 4)       # the window's x rows
-            v = k if self.lsla["values"] == "x" else self.v(win).view(B, nW, N, h, d).permute(0, 3, 1, 2, 4)
+            xw = win.view(B, nW, N, h, d).permute(0, 3, 1, 2, 4)      # the window's x rows
+            k = xw if self.lsla["keys"] == "x" else self.k(win).view(B, nW, N, h, d).permute(0, 3, 1, 2, 4)
+            v = xw if self.lsla["values"] == "x" else self.v(win).view(B, nW, N, h, d).permute(0, 3, 1, 2, 4)
         elif self.qk_dim is None:
             qkv = self.qkv(win).view(B, nW, N, 3, h, d).permute(3, 0, 4, 1, 2, 5)
             q, k, v = qkv[0], qkv[1], qkv[2]                           # (B, h, nW, N, d)

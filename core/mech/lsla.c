@@ -16,6 +16,7 @@ static const vit_mech_key keys[] = {
     {"dynamic_scale", "true (default): a learnable N x N DS multiplies q x^T; false: the fixed scale"},
     {"inner_bias", "\"none\", \"full\" (default) or \"relative\": added before the softmax"},
     {"outer_bias", "\"none\", \"full\" (default) or \"relative\": added after the softmax"},
+    {"keys", "\"x\" (default): keys are x (LSA); \"k\": a key projection (with values \"v\": Table 4's QKV)"},
     {"values", "\"x\" (QXX, default): values are x; \"v\" (QXV): a value projection"},
     {"proj", "true (default): the output projection; false: none (NP)"},
     {"outer_bias_masked", "true (default): in a shifted window the outer bias skips the pairs the shift "
@@ -50,6 +51,12 @@ static int parse(vit_attn *a, const vit_mech_entry *e, int H, char *msg, size_t 
             if (b < 0) return snprintf(msg, n, "\"%s\" must be \"none\", \"full\" or \"relative\"", bk[i]), 0;
             *bv[i] = (vit_bias_kind)b;
         }
+    if ((j = vit_mech_get(e, "keys"))) {
+        if (j->type != VIT_MV_STRING || (strcmp(j->str, "x") && strcmp(j->str, "k")))
+            return snprintf(msg, n, "\"keys\" must be \"x\" (the paper's LSA) or \"k\" (a key projection: "
+                            "with \"values\": \"v\", Table 4's QKV)"), 0;
+        a->key_proj = j->str[0] == 'k';
+    }
     if ((j = vit_mech_get(e, "values"))) {
         if (j->type != VIT_MV_STRING || (strcmp(j->str, "x") && strcmp(j->str, "v")))
             return snprintf(msg, n, "\"values\" must be \"x\" (QXX) or \"v\" (QXV, a value projection)"), 0;
@@ -63,6 +70,7 @@ static void write(const vit_config *c, int l, vit_mech_writer *w) {
     w->boolean(w, "dynamic_scale", a->dynamic_scale);
     w->str(w, "inner_bias", vit_bias_name(a->inner_bias));
     w->str(w, "outer_bias", vit_bias_name(a->outer_bias));
+    w->str(w, "keys", a->key_proj ? "k" : "x");
     w->str(w, "values", a->value_proj ? "v" : "x");
     w->boolean(w, "proj", !a->no_proj);
     w->boolean(w, "outer_bias_masked", !a->outer_unmasked);
@@ -88,8 +96,8 @@ static as_status validate(const vit_config *c, int l, const vit_geom *g, as_erro
 
 static void describe(const vit_config *c, int l, char *buf, size_t n) {
     const vit_attn *a = &c->attn[l];
-    snprintf(buf, n, " %s, inner %s, outer %s, %s%s%s", a->dynamic_scale ? "DS" : "fixed scale",
-             vit_bias_name(a->inner_bias), vit_bias_name(a->outer_bias), a->value_proj ? "QXV" : "QXX",
+    snprintf(buf, n, " %s, inner %s, outer %s, Q%c%c%s%s", a->dynamic_scale ? "DS" : "fixed scale",
+             vit_bias_name(a->inner_bias), vit_bias_name(a->outer_bias), a->key_proj ? 'K' : 'X', a->value_proj ? 'V' : 'X',
              a->no_proj ? ", NP" : "", a->outer_unmasked && a->outer_bias ? ", outer bias unmasked" : "");
 }
 
@@ -102,15 +110,18 @@ static float product_scale(const vit_config *c, int l) {
 static void layout(const vit_config *c, int l, vit_mech_layout *out) {
     vit_geom g;
     vit_block_geom(c, l, &g);
-    const int D = g.D, vp = c->attn[l].value_proj;
+    const int D = g.D, kp = c->attn[l].key_proj, vp = c->attn[l].value_proj;
+    /* q, then k and v where they are projected (columns in that order); x itself otherwise */
     *out = (vit_mech_layout){
-        .W = vp ? 2 * D : D,
-        .n_proj = vp ? 2 : 1,
-        .proj = {{offsetof(vit_block_params, q_w), offsetof(vit_block_params, q_b), 0, D},
-                 {offsetof(vit_block_params, v_w), offsetof(vit_block_params, v_b), D, D}},
-        .src = {VIT_SRC_QKV, VIT_SRC_X, vp ? VIT_SRC_QKV : VIT_SRC_X}, /* keys are x itself */
-        .col = {0, 0, vp ? D : 0},
+        .W = (1 + kp + vp) * D,
+        .n_proj = 1,
+        .proj = {{offsetof(vit_block_params, q_w), offsetof(vit_block_params, q_b), 0, D}},
+        .src = {VIT_SRC_QKV, kp ? VIT_SRC_QKV : VIT_SRC_X, vp ? VIT_SRC_QKV : VIT_SRC_X},
+        .col = {0, kp ? D : 0, vp ? (1 + kp) * D : 0},
     };
+    if (kp) out->proj[out->n_proj++] = (vit_mech_proj){offsetof(vit_block_params, k_w), offsetof(vit_block_params, k_b), D, D};
+    if (vp) out->proj[out->n_proj++] = (vit_mech_proj){offsetof(vit_block_params, v_w), offsetof(vit_block_params, v_b),
+                                                       (1 + kp) * D, D};
 }
 
 static void specs(const vit_mech_block *b, vit_block_params *bp, vit_spec_sink *s) {
@@ -121,6 +132,10 @@ static void specs(const vit_mech_block *b, vit_block_params *bp, vit_spec_sink *
     const int W = 2 * gw - 1;
     VIT_MECH_SPEC(s, &bp->q_w, ".attn.q.weight", D, D);
     if (bias) VIT_MECH_SPEC(s, &bp->q_b, ".attn.q.bias", D);
+    if (at->key_proj) {
+        VIT_MECH_SPEC(s, &bp->k_w, ".attn.k.weight", D, D);
+        if (bias) VIT_MECH_SPEC(s, &bp->k_b, ".attn.k.bias", D);
+    }
     if (at->value_proj) {
         VIT_MECH_SPEC(s, &bp->v_w, ".attn.v.weight", D, D);
         if (bias) VIT_MECH_SPEC(s, &bp->v_b, ".attn.v.bias", D);
@@ -213,6 +228,7 @@ static void cost(const vit_config *c, int l, const vit_geom *g, vit_cost_part *o
     vit_mech_problem_grid(g, &gh, &gw);
     const double W = g->prefix == 0 ? 2.0 * gw - 1 : 0; /* relative table side */
     vit_cost_add(o, VIT_COMP_QKV, D * (D + bias), T * D * D, T * D * bias);
+    if (a->key_proj) vit_cost_add(o, VIT_COMP_QKV, D * (D + bias), T * D * D, T * D * bias);
     if (a->value_proj) vit_cost_add(o, VIT_COMP_QKV, D * (D + bias), T * D * D, T * D * bias);
     /* q x^T, then DS (one problem's N x N, shared by the heads) or the fixed scale, then the
      * inner bias */
@@ -275,6 +291,7 @@ static void trace_attrs(const vit_config *c, const vit_params *p, int l, vit_mec
     w->str(w, "scale_mode", a->dynamic_scale ? "dynamic" : "fixed");
     w->str(w, "inner_bias", vit_bias_name(a->inner_bias));
     w->str(w, "outer_bias", vit_bias_name(a->outer_bias));
+    w->str(w, "keys", a->key_proj ? "k (a key projection)" : "x");
     w->str(w, "values", a->value_proj ? "v (QXV)" : "x (QXX)");
     w->num(w, "proj", !a->no_proj);
     w->num(w, "outer_bias_masked", !a->outer_unmasked);
