@@ -55,6 +55,17 @@ for name, want in (("vit_stem", []), ("swin_stem", [(4, 0.5), (4, 0.5), (8, 0.5)
     if name == "vit_stem":
         assert list(f.attrs["grid"]) == [4, 4] and f.attrs["patch_size"] == 8, dict(f.attrs)' "$T" "$FX" "$TOOLS"
 
+# ViT-LSLA's Fig. 3/4 in a window: the query's window of a shifted block; a window not recorded
+# is refused in one line, writing nothing
+expect 0 "$A" record --model "$FX/swin_stem" --images "$FX/inputs.npy" --out "$T/sw.h5" --record attn,internals
+expect 0 "$A" plot lsla "$T/sw.h5" --layer 1 --head 1 --query 27 -o "$T/lsla.png"
+[ -s "$T/lsla.png" ] && ok || bad "no lsla.png"
+expect 0 "$A" record --model "$FX/swin_stem" --images "$FX/inputs.npy" --out "$T/sw0.h5" --record attn,internals --windows 0
+expect 1 "$A" plot lsla "$T/sw0.h5" --layer 0 --query 63 -o "$T/lsla0.png"
+one_line
+has "$T/err" "window 3 was not recorded"
+[ ! -e "$T/lsla0.png" ] && ok || bad "wrote lsla0.png"
+
 # a stem model trains, its checkpoint keeps the BatchNorm buffers, and it records
 expect 0 "$A" train -c "$EXP/models/vit_lsla_shapes.json" -d shapes:96 -e 1 -b 16 --threads 1 -o "$T/tr"
 py 'import json, sys
