@@ -827,13 +827,14 @@ static as_status validate_stages(const vit_config *c, as_error *err) {
                        "block count per stage)", n, c->n_stages, VIT_MAX_STAGES);
     if ((unsigned)c->pad_order >= VIT_PAD_COUNT || (unsigned)c->window_clamp >= VIT_CLAMP_COUNT)
         return as_fail(err, AS_ERR_CONFIG, "%s: unknown pad_order or window_clamp", n);
-    const int G = c->img_size / c->patch_size;
-    /* Swin's merges halve a k = s = P grid; PVT v2's convolutions never reach an empty grid
-     * (pvt_validate checks each stage's grid against its sr_ratio with the conv arithmetic) */
+    const int G = c->n_stem ? vit_grid(c) : c->img_size / c->patch_size;
+    /* Swin's merges halve a k = s = P grid (or a stem's); PVT v2's convolutions never reach an
+     * empty grid (pvt_validate checks each stage's grid against its sr_ratio with the conv
+     * arithmetic) */
     if (c->family == VIT_FAMILY_SWIN && G < 1 << (c->n_stages - 1))
-        return as_fail(err, AS_ERR_CONFIG, "%s: img_size %d / patch_size %d is a %dx%d grid, too "
-                       "small for %d patch mergings (each halves it): use img_size >= %d, or fewer "
-                       "stages in \"depths\"", n, c->img_size, c->patch_size, G, G,
+        return as_fail(err, AS_ERR_CONFIG, "%s: img_size %d makes a %dx%d grid (%s %d), too small for %d "
+                       "merges (each halves it): use img_size >= %d, or fewer stages in \"depths\"", n,
+                       c->img_size, G, G, c->n_stem ? "stem stride" : "patch_size", c->patch_size,
                        c->n_stages - 1, c->patch_size << (c->n_stages - 1));
     int total = 0;
     for (int s = 0; s < c->n_stages; s++) {
@@ -897,7 +898,15 @@ static as_status validate_blocks(const vit_config *c, as_error *err) {
 }
 
 
+static as_status validate_config(const vit_config *c, as_error *err);
+
 as_status vit_config_validate(const vit_config *c, as_error *err) {
+    as_status st = validate_config(c, err);
+    /* a stem's tensors take the names its config gives: none may be another tensor's */
+    return st == AS_OK && c->n_stem ? vit_stem_names_check(c, err) : st;
+}
+
+static as_status validate_config(const vit_config *c, as_error *err) {
     const char *n = c->name[0] ? c->name : "model";
     if (c->img_size <= 0 || c->patch_size <= 0 || c->in_chans <= 0 || c->embed_dim <= 0 ||
         c->depth <= 0 || c->num_heads <= 0 || c->mlp_hidden <= 0 || c->num_classes < 0)

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "pvt.h"
@@ -137,6 +138,32 @@ void vit_stem_specs(const vit_config *c, vit_params *p, vit_spec_sink *k) {
         put(k, &sp->bn_mean, 1, 1, shape_c, "%s.running_mean", bn);
         put(k, &sp->bn_var, 1, 1, shape_c, "%s.running_var", bn);
     }
+}
+
+as_status vit_stem_names_check(const vit_config *c, as_error *err) {
+    vit_tensor_spec *specs = calloc(VIT_MAX_TENSORS, sizeof *specs);
+    vit_params *p = malloc(sizeof *p);
+    if (!specs || !p) {
+        free(specs);
+        free(p);
+        return as_fail(err, AS_ERR_NOMEM, "out of memory");
+    }
+    const int n = vit_param_specs(c, p, specs, VIT_MAX_TENSORS);
+    as_status rc = AS_OK;
+    for (int i = 0; i < n && i < VIT_MAX_TENSORS && rc == AS_OK; i++) {
+        int in_stem = 0; /* the stem's own tensors are the ones bound into p->stem */
+        for (int k = 0; k < c->n_stem && !in_stem; k++)
+            in_stem = (const char *)specs[i].slot >= (const char *)&p->stem[k] &&
+                      (const char *)specs[i].slot < (const char *)(&p->stem[k] + 1);
+        for (int j = 0; j < n && j < VIT_MAX_TENSORS && in_stem; j++)
+            if (j != i && strcmp(specs[i].name, specs[j].name) == 0)
+                rc = as_fail(err, AS_ERR_CONFIG, "%s: the stem's tensor \"%s\" has the name of another tensor of "
+                             "the model: give each stem convolution its own \"conv_name\" and \"bn_name\"",
+                             c->name[0] ? c->name : "model", specs[i].name);
+    }
+    free(specs);
+    free(p);
+    return rc;
 }
 
 void vit_stem_cost(const vit_config *c, vit_cost_part *o) {

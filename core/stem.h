@@ -13,6 +13,10 @@
 void vit_stem_geom(const vit_config *c, int *grid, float *stride_px, float *offset_px);
 /* The checks of vit_config_validate: sizes, limits, the last conv's width = width. */
 as_status vit_stem_validate(const vit_config *c, int width, as_error *err);
+/* The stem's tensor names against each other and the model's other tensors (a config's
+ * conv_name / bn_name could repeat one): AS_OK, or a one-line refusal naming both. Runs on a
+ * config vit_config_validate has otherwise accepted. */
+as_status vit_stem_names_check(const vit_config *c, as_error *err);
 /* The stem's tensors, in order (conv weight, bias, BatchNorm weight, bias, running mean and
  * variance; the running statistics are spec'd as buffers). */
 void vit_stem_specs(const vit_config *c, vit_params *p, vit_spec_sink *k);

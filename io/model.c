@@ -878,6 +878,7 @@ static int swin_from_json(vit_config *c, const cJSON *root, const cJSON *ma, int
         }
         down = jdown->valuestring[0] == 'c' ? VIT_DOWN_CONV : VIT_DOWN_MERGE;
     }
+    const int jdown_given = jdown && !cJSON_IsNull(jdown);
     for (int s = 0; s < ns; s++) {
         depths[s] = c->stage[s].depth;
         heads[s] = c->stage[s].num_heads;
@@ -965,6 +966,11 @@ static int swin_from_json(vit_config *c, const cJSON *root, const cJSON *ma, int
         depth += depths[s];
     }
     for (int s = ns; s < VIT_MAX_STAGES; s++) memset(&c->stage[s], 0, sizeof c->stage[s]);
+    if (jdown_given && ns == 1) {
+        snprintf(msg, n, "\"downsample\" is what starts every stage after the first and this Swin has one "
+                 "stage: remove it, or give more stages in \"depths\"");
+        return 0;
+    }
     c->n_stages = ns;
     c->depth = depth;
     c->embed_dim = c->stage[0].embed_dim;
@@ -1216,6 +1222,13 @@ static int stem_from_json(vit_config *c, const cJSON *root, const cJSON *ma, cha
         c->n_stem = count;
         for (int k = count; k < VIT_MAX_STEM; k++) memset(&c->stem[k], 0, sizeof c->stem[k]);
         if (count && (!jp || cJSON_IsNull(jp))) c->patch_size = stride;
+    }
+    const int width = c->n_stages > 0 ? c->stage[0].embed_dim : c->embed_dim;
+    if ((!js || cJSON_IsNull(js)) && c->n_stem && c->stem[c->n_stem - 1].out != width) {
+        snprintf(msg, n, "the width %d is not the one the base's stem (%d convolutions) ends in, %d: give the "
+                 "whole \"stem\" with its last \"out\" %d (attnscope info --json %s prints the base's)", width,
+                 c->n_stem, c->stem[c->n_stem - 1].out, width, c->name);
+        return 0;
     }
     int any_bn = 0;
     for (int i = 0; i < c->n_stem; i++) any_bn |= c->stem[i].bn;

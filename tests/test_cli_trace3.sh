@@ -32,14 +32,15 @@ has "$T/out" "7 metrics -> $T/s.analysis.h5"
 expect 0 "$A" analyze "$T/s.h5" --metrics diag --diag-map attn
 # the figures of analysis results draw staged traces (stage boundaries against depth); so do the
 # map figures attention and grid (each layer's row by its own geometry: tests/test_keymap.c);
-# lsla refuses them in one line, writing nothing
+# lsla refuses a staged trace without an LSLA layer in one line, writing nothing (it draws LSLA
+# window layers: tests/test_cli_stem.sh)
 figs=$("$A" plot --list | awk 'NR > 1 && /^[a-z]/ {print $1}')
 [ "$(echo "$figs" | wc -w)" -ge 12 ] && ok || bad "plot --list gave: $figs"
 for f in $figs; do
     case $f in
     lsla)
         expect 1 "$A" plot $f "$T/s.h5" -o "$T/f.pdf"
-        has "$T/err" "stage-aware support is not there yet for the $f figure: $T/s.h5 is a staged trace"
+        has "$T/err" "no recorded layer uses LSLA: the lsla figure needs an LSLA layer (--layer)"
         one_line
         [ ! -e "$T/f.pdf" ] && ok || bad "refused figure $f left f.pdf" ;;
     evolution) ;; # needs the image-example CKA of 4 images or more (tests/test_cli_stagemetrics.sh)

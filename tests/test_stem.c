@@ -58,6 +58,15 @@ static void test_json(void) {
         {"{\"architecture\": \"custom\", \"family\": \"pvt_v2\", \"stem\": []}", "stem"},
         {"{\"architecture\": \"custom\", \"family\": \"swin\", \"downsample\": \"pool\"}", "\"downsample\" must be"},
         {"{\"architecture\": \"custom\", \"family\": \"swin\", \"rel_pos_bias\": 0}", "\"rel_pos_bias\" must be"},
+        /* names: two stem tensors alike, or a stem tensor named as a block's */
+        {"{" VIT_BASE ", \"stem\": [{\"out\": 8, \"kernel\": 2, \"stride\": 2, \"conv_name\": \"pe.x\", \"bn\": true, "
+         "\"bn_name\": \"pe.x\"}, {\"out\": 24, \"kernel\": 2, \"stride\": 2}]}", "\"pe.x.weight\" has the name of another"},
+        {"{" VIT_BASE ", \"stem\": [{\"out\": 24, \"kernel\": 4, \"stride\": 4, \"conv_name\": \"blocks.0.attn.qkv\"}]}",
+         "\"blocks.0.attn.qkv.weight\" has the name"},
+        {"{\"architecture\": \"custom\", \"family\": \"swin\", \"depths\": [2], \"num_heads\": [3], \"downsample\": \"conv\"}",
+         "this Swin has one stage"},
+        /* a base's stem no longer ends in the width */
+        {"{\"architecture\": \"refined_vit_s\", \"embed_dim\": 192}", "give the whole \"stem\" with its last \"out\" 192"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK(!apply(&c, bad[i].json) && strstr(err.msg, bad[i].needle), "%s: got \"%s\", want \"%s\"", bad[i].json,
@@ -89,6 +98,9 @@ static void test_geometry(void) {
     vit_block_geom(&c, 2, &g);
     CHECK(g.gh == 28 && g.stride_px == 8.0f && g.offset_px == 0.5f, "vit_lsla stage 1: grid %d stride %g offset %g", g.gh,
           (double)g.stride_px, (double)g.offset_px);
+    /* Swin's merges need the stem's grid, not img_size / patch_size: 30 -> 15 -> 8 takes 3 merges */
+    CHECK(apply(&c, "{\"architecture\": \"vit_lsla\", \"img_size\": 30}") && vit_grid(&c) == 8, "vit_lsla at 30: %s",
+          err.msg);
     /* an odd input: 33 -> (33 + 2 - 3) / 2 + 1 = 17 -> 9 */
     CHECK(apply(&c, "{" VIT_ANY ", \"img_size\": 33, " STEM2 "}") && vit_grid(&c) == 9, "odd: %s grid %d", err.msg,
           vit_grid(&c));

@@ -315,7 +315,7 @@ static void test_validate(void) {
     invalid(c, "block 4 (stage 2, block 0 there): mait attention cannot run in window scope", "mait in a window");
     c = base;
     c.img_size = 16;
-    invalid(c, "too small for 3 patch mergings", "grid too small");
+    invalid(c, "too small for 3 merges", "grid too small");
     c = base;
     c.img_size = 230;
     invalid(c, "not a multiple of patch_size 4", "img_size");
