@@ -1271,6 +1271,12 @@ static int config_from_json(vit_config *c, const cJSON *root, char *msg, size_t 
             }
         }
     const int base_dim = c->embed_dim, base_hidden = c->mlp_hidden;
+    /* a base whose blocks share one attention (vit_lsla, refined_vit_s, lmsa_swin_...) keeps it
+     * on every block when the config changes the depths but gives no "attention" */
+    const int base_depth = c->depth;
+    int uniform = base_depth > 0;
+    for (int l = 1; l < base_depth && uniform; l++) uniform = memcmp(&c->attn[l], &c->attn[0], sizeof c->attn[0]) == 0;
+    const vit_attn base_attn = c->attn[0];
     for (int i = 0; i < MODEL_KEY_N; i++) {
         const model_key *k = &model_keys[i];
         const int pre = k->where == MK_PRETRAINED;
@@ -1299,6 +1305,8 @@ static int config_from_json(vit_config *c, const cJSON *root, char *msg, size_t 
     }
     if (iv) c->init_values = cJSON_IsNull(iv) ? 0.0f : (float)iv->valuedouble;
     const cJSON *att = model_value(root, ma, "attention");
+    if ((!att || cJSON_IsNull(att)) && uniform && c->depth != base_depth)
+        for (int l = 0; l < c->depth && l < VIT_MAX_DEPTH; l++) c->attn[l] = base_attn;
     return !att || cJSON_IsNull(att) || apply_attention(c, att, msg, n);
 }
 

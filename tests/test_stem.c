@@ -73,6 +73,12 @@ static void test_json(void) {
               err.msg, bad[i].needle);
         CHECK(!strchr(err.msg, '\n'), "one line: %s", err.msg);
     }
+    /* a base whose blocks share one attention keeps it on every block of new depths */
+    CHECK(apply(&c, "{\"architecture\": \"vit_lsla\", \"depths\": [2, 2, 10, 2], \"num_heads\": [3, 6, 12, 24]}") &&
+              c.depth == 16 && c.attn[15].kind == VIT_ATTN_LSLA && c.attn[15].inner_bias == VIT_BIAS_RELATIVE,
+          "vit_lsla deeper: %s, block 15 %s", err.msg, vit_attn_name(c.attn[15].kind));
+    CHECK(apply(&c, "{\"architecture\": \"refined_vit_s\", \"depth\": 20}") && c.attn[19].kind == VIT_ATTN_REFINER,
+          "refined_vit_s deeper: %s", err.msg);
     /* [] removes a base's stem; the stem-less model then needs its patch size back */
     CHECK(apply(&c, "{\"architecture\": \"refined_vit_s\", \"stem\": [], \"patch_size\": 16}") && c.n_stem == 0 &&
               vit_grid(&c) == 14, "%s", err.msg);
