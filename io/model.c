@@ -1241,6 +1241,24 @@ static int stem_from_json(vit_config *c, const cJSON *root, const cJSON *ma, cha
     return 1;
 }
 
+/* The base's per-block attention (base, its stages' depths) on c's blocks, stage by stage: block
+ * j of stage s takes the base's block min(j, last) of stage min(s, last), so a deeper stage
+ * repeats its last block's attention (vit_lsla's LSLA, LaViT's less-attention from N_LA on, MaiT's
+ * unmasked tail) instead of leaving new blocks vanilla. Unchanged depths change nothing. */
+static void attn_restage(vit_config *c, const vit_attn *base, const int *base_depths, int base_ns) {
+    const int ns = c->n_stages > 0 ? c->n_stages : 1;
+    int same = ns == base_ns;
+    for (int st = 0; st < ns && same; st++) same = (c->n_stages > 0 ? c->stage[st].depth : c->depth) == base_depths[st];
+    if (same) return;
+    for (int st = 0, l = 0; st < ns; st++) {
+        const int bs = st < base_ns ? st : base_ns - 1, depth = c->n_stages > 0 ? c->stage[st].depth : c->depth;
+        int first = 0;
+        for (int k = 0; k < bs; k++) first += base_depths[k];
+        for (int j = 0; j < depth && l < VIT_MAX_DEPTH; j++, l++)
+            c->attn[l] = base[first + (j < base_depths[bs] ? j : base_depths[bs] - 1)];
+    }
+}
+
 /* Everything of the config into *c (which holds the base); 0 with a message on error. The keys
  * are checked before any value, so a typo is reported as a typo and not as what its default
  * did to some other key. */
@@ -1271,12 +1289,12 @@ static int config_from_json(vit_config *c, const cJSON *root, char *msg, size_t 
             }
         }
     const int base_dim = c->embed_dim, base_hidden = c->mlp_hidden;
-    /* a base whose blocks share one attention (vit_lsla, refined_vit_s, lmsa_swin_...) keeps it
-     * on every block when the config changes the depths but gives no "attention" */
-    const int base_depth = c->depth;
-    int uniform = base_depth > 0;
-    for (int l = 1; l < base_depth && uniform; l++) uniform = memcmp(&c->attn[l], &c->attn[0], sizeof c->attn[0]) == 0;
-    const vit_attn base_attn = c->attn[0];
+    /* the base's blocks, so that a config changing the depths without "attention" keeps each
+     * stage's attention (attn_restage) */
+    static _Thread_local vit_attn base_attn[VIT_MAX_DEPTH];
+    int base_depths[VIT_MAX_STAGES] = {0}, base_ns = c->n_stages > 0 ? c->n_stages : 1;
+    for (int st = 0; st < base_ns; st++) base_depths[st] = c->n_stages > 0 ? c->stage[st].depth : c->depth;
+    memcpy(base_attn, c->attn, sizeof base_attn);
     for (int i = 0; i < MODEL_KEY_N; i++) {
         const model_key *k = &model_keys[i];
         const int pre = k->where == MK_PRETRAINED;
@@ -1305,8 +1323,7 @@ static int config_from_json(vit_config *c, const cJSON *root, char *msg, size_t 
     }
     if (iv) c->init_values = cJSON_IsNull(iv) ? 0.0f : (float)iv->valuedouble;
     const cJSON *att = model_value(root, ma, "attention");
-    if ((!att || cJSON_IsNull(att)) && uniform && c->depth != base_depth)
-        for (int l = 0; l < c->depth && l < VIT_MAX_DEPTH; l++) c->attn[l] = base_attn;
+    if (!att || cJSON_IsNull(att)) attn_restage(c, base_attn, base_depths, base_ns);
     return !att || cJSON_IsNull(att) || apply_attention(c, att, msg, n);
 }
 

@@ -79,6 +79,12 @@ static void test_json(void) {
           "vit_lsla deeper: %s, block 15 %s", err.msg, vit_attn_name(c.attn[15].kind));
     CHECK(apply(&c, "{\"architecture\": \"refined_vit_s\", \"depth\": 20}") && c.attn[19].kind == VIT_ATTN_REFINER,
           "refined_vit_s deeper: %s", err.msg);
+    /* a base with per-block attention keeps it stage by stage: LaViT-T's stage 3 grown to 3 blocks
+     * is vanilla, then less-attention from its block 2 on (N_LA = 2), as its other blocks */
+    CHECK(apply(&c, "{\"architecture\": \"lavit_t\", \"depths\": [2, 2, 2, 3], \"num_heads\": [1, 2, 5, 8]}") &&
+              c.attn[6].kind == VIT_ATTN_VANILLA && c.attn[7].kind == VIT_ATTN_LESS && c.attn[8].kind == VIT_ATTN_LESS,
+          "lavit_t deeper: %s; blocks 6-8 %s %s %s", err.msg, vit_attn_name(c.attn[6].kind), vit_attn_name(c.attn[7].kind),
+          vit_attn_name(c.attn[8].kind));
     /* [] removes a base's stem; the stem-less model then needs its patch size back */
     CHECK(apply(&c, "{\"architecture\": \"refined_vit_s\", \"stem\": [], \"patch_size\": 16}") && c.n_stem == 0 &&
               vit_grid(&c) == 14, "%s", err.msg);
