@@ -77,6 +77,16 @@ assert "stem.1.bn.running_var" in w and "layers.1.downsample.conv.weight" in w
 assert not any("relative_position_bias_table" in k for k in w), [k for k in w if "relative" in k]' "$T/tr" "$TOOLS"
 expect 0 "$A" record --model "$T/tr/latest" --images "$FX/inputs.npy" --out "$T/tr.h5"
 
+# the demo-sized stem models train on CIFAR-format data as on shapes (issue 18: "on the built-in
+# shapes data and on CIFAR-format data"): a CIFAR-10 binary folder of 48 + 16 random images
+mkdir -p "$T/cifar10"
+perl -e 'srand(1); for $i (0..47) { print chr($i % 10); print map { chr(int(rand(256))) } 1..3072 }' >"$T/cifar10/data_batch_1.bin"
+perl -e 'srand(2); for $i (0..15) { print chr($i % 10); print map { chr(int(rand(256))) } 1..3072 }' >"$T/cifar10/test_batch.bin"
+for m in vit_lsla refined_vit; do
+    expect 0 "$A" train -c "$EXP/models/${m}_shapes.json" -d "$T/cifar10" --num-classes 10 -e 1 -b 16 --threads 1 -o "$T/c_$m"
+    has "$T/out" "cifar10 (48 train, 16 held out"
+done
+
 # bad stems: one line naming the key, nothing written
 printf '{"architecture": "custom", "family": "pvt_v2", "stem": [{"out": 64, "kernel": 4, "stride": 4}]}' >"$T/bad1.json"
 printf '{"architecture": "refined_vit_s", "stem": [{"out": 32, "kernel": 7, "stride": 2, "pad": 3}]}' >"$T/bad2.json"
