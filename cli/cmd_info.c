@@ -164,12 +164,27 @@ static void print_model(const vit_config *c, const char *source, const char *dty
         if (c->family == VIT_FAMILY_CAIT)
             line("blocks      %d in %d cait stages: depths %s, dims %s, heads %s, mlp %s\n", c->depth,
                  c->n_stages, list[0], list[1], list[2], list[3]);
-        else line("blocks      %d in %d %s stages: depths %s, dims %s, heads %s, mlp %s; window %d, "
-             "shifted by %d on odd blocks (pad order %s, window clamp %s); qkv bias %s, patch norm "
-             "%s, LayerNorm eps %g\n", c->depth, c->n_stages, vit_family_name(c->family), list[0],
-             list[1], list[2], list[3], c->stage[0].window, c->shift_windows ? c->stage[0].window / 2 : 0,
-             vit_pad_order_name(c->pad_order), vit_window_clamp_name(c->window_clamp),
-             c->qkv_bias ? "yes" : "no", c->patch_norm ? "yes" : "no", (double)c->ln_eps);
+        else {
+            char scopes[96] = "", att[160];
+            int windows = 0;
+            for (int s = 0; s < c->n_stages; s++) {
+                windows += c->stage[s].scope == VIT_SCOPE_WINDOW;
+                snprintf(scopes + strlen(scopes), sizeof scopes - strlen(scopes), "%s%s", s ? "," : "",
+                         vit_scope_name(c->stage[s].scope));
+            }
+            if (windows == c->n_stages)
+                snprintf(att, sizeof att, "window %d, shifted by %d on odd blocks (pad order %s, window clamp %s)",
+                         c->stage[0].window, c->shift_windows ? c->stage[0].window / 2 : 0,
+                         vit_pad_order_name(c->pad_order), vit_window_clamp_name(c->window_clamp));
+            else if (windows)
+                snprintf(att, sizeof att, "stages attend %s; windows %d, shifted by %d on odd blocks", scopes,
+                         c->stage[0].window, c->shift_windows ? c->stage[0].window / 2 : 0);
+            else
+                snprintf(att, sizeof att, "global attention over each stage's grid (no windows)");
+            line("blocks      %d in %d %s stages: depths %s, dims %s, heads %s, mlp %s; %s; qkv bias %s, patch "
+                 "norm %s, LayerNorm eps %g\n", c->depth, c->n_stages, vit_family_name(c->family), list[0], list[1],
+                 list[2], list[3], att, c->qkv_bias ? "yes" : "no", c->patch_norm ? "yes" : "no", (double)c->ln_eps);
+        }
         if (c->no_rel_pos_bias) line("            no relative position bias table in the windows (rel_pos_bias false)\n");
         printf("head        %d classes, final norm, pool %s\n", c->num_classes, vit_pool_name(c->global_pool));
     } else {

@@ -281,6 +281,25 @@ static void finish_vit_lsla_qxv(vit_config *c) { lsla_stages(c, 0, 1, 0); }
 static void finish_vit_lsla_np(vit_config *c) { lsla_stages(c, 0, 0, 0); }
 static void finish_vit_lsla_qkv(vit_config *c) { lsla_stages(c, 1, 1, 1); }
 
+/* H-MaiT (003_0ebe6d202555ca79.txt, section 5.4 "Hierarchical MaiT"): Swin-T/S's stages, widths,
+ * depths and heads with "masked attention instead of window-based attention": every stage attends
+ * globally over its grid, and [3, 6, 4, 0] heads of the stages' [3, 6, 12, 24] take 3 x 3 masks,
+ * "Hard Masking" (the zero mode; docs/models.md, "H-MaiT"). */
+static void finish_hmait(vit_config *c) {
+    static const int masked[VIT_MAX_STAGES] = {3, 6, 4, 0};
+    for (int s = 0, l = 0; s < c->n_stages; s++) {
+        c->stage[s].scope = VIT_SCOPE_GLOBAL;
+        for (int j = 0; j < c->stage[s].depth; j++, l++) {
+            vit_attn *a = &c->attn[l];
+            memset(a, 0, sizeof *a);
+            if (!masked[s]) continue; /* plain global attention */
+            a->kind = VIT_ATTN_MAIT;
+            a->mask_mode = VIT_MASK_ZERO;
+            for (int h = 0; h < masked[s] && h < VIT_MAX_MASK_HEADS; h++) a->mask_size[h] = 3;
+        }
+    }
+}
+
 /* Refined-ViT (004_4bd122a74db07fb9.txt; docs/models.md, "Refined-ViT"): Refiner in every block
  * (expansion ratio 3, the released models' value, and 3 x 3 DLA kernels), MLP ratio 3, and the
  * released code's convolutional stem (PatchEmbed_cnn: conv7 s2 p3 + BN + ReLU, two conv3 + BN +
@@ -352,6 +371,9 @@ static const vit_seed vit_seeds[] = {
      .finish = finish_vit_lsla_np},
     {"vit_lsla_qkv", "swin_tiny_patch4_window7_224", 0, 0, 102, VIT_ATTN_LSLA, .depths = {2, 2, 9, 2},
      .finish = finish_vit_lsla_qkv},
+    /* H-MaiT-T/S (Table 5): Swin-T's and Swin-S's architecture with masked global attention */
+    {"hmait_t", "swin_tiny_patch4_window7_224", 0, 0, 0, VIT_ATTN_VANILLA, .finish = finish_hmait},
+    {"hmait_s", "swin_small_patch4_window7_224", 0, 0, 0, VIT_ATTN_VANILLA, .finish = finish_hmait},
     /* Refined-ViT-S/M/L (Table 2's widths; the released configs: 16/32/32 blocks, D 384/420/512,
      * H 12/12/16) */
     {"refined_vit_s", "deit_small_patch16_224", 0, 0, 0, VIT_ATTN_REFINER, .depths = {16}, .embed_dim = 384,
@@ -849,7 +871,7 @@ static as_status validate_stages(const vit_config *c, as_error *err) {
                            "embed_dim or fewer stages", n, s, st->embed_dim, VIT_MAX_DIM);
         if (c->family == VIT_FAMILY_SWIN &&
             ((s == 0) != (st->down == VIT_DOWN_NONE) || (s > 0 && st->down != c->stage[1].down) || st->down >= VIT_DOWN_COUNT ||
-             st->scope != VIT_SCOPE_WINDOW))
+             (st->scope != VIT_SCOPE_WINDOW && st->scope != VIT_SCOPE_GLOBAL)))
             return as_fail(err, AS_ERR_CONFIG, "%s: stage %d is not a Swin stage (a patch merging "
                            "before every stage but the first, window attention): describe it with "
                            "the Swin keys of docs/models.md", n, s);

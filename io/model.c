@@ -201,6 +201,9 @@ static const model_key model_keys[] = {
      "ViT-LSLA)", MF_SWIN},
     {"window_size", MK_MODEL, MK_OWN, 1, VIT_MAX_WINDOW, -1, "integer 1..64 (or [M, M])", NULL,
      "window side M of every stage (limit: M^2 x M^2 maps per head, (2M-1)^2 table rows)", MF_SWIN},
+    {"scopes", MK_MODEL, MK_OWN, 0, 0, -1, "\"window\" or \"global\", one per stage", NULL,
+     "how each stage's blocks attend: `window` (Swin's shifted windows, default) or `global` (every "
+     "token of the stage's grid, no window, shift or relative table: H-MaiT's stages)", MF_SWIN},
     {"rel_pos_bias", MK_MODEL, MK_OWN, 0, 1, -1, "true/false", NULL,
      "each window block's relative position bias table (`attn.relative_position_bias_table`, "
      "default true); false: none, as ViT-LSLA, whose LSLA inner bias is that bias", MF_SWIN},
@@ -860,6 +863,9 @@ static int swin_from_json(vit_config *c, const cJSON *root, const cJSON *ma, int
                           int base_hidden, char *msg, size_t n) {
     int ns = c->n_stages, depths[VIT_MAX_STAGES], heads[VIT_MAX_STAGES], M = c->stage[0].window;
     vit_down down = c->n_stages > 1 ? c->stage[1].down : VIT_DOWN_MERGE; /* the base's */
+    vit_scope scope_of[VIT_MAX_STAGES]; /* the base's stage scopes, kept unless "scopes" says */
+    const int base_ns = c->n_stages > 0 ? c->n_stages : 1;
+    for (int s = 0; s < VIT_MAX_STAGES; s++) scope_of[s] = s < c->n_stages ? c->stage[s].scope : VIT_SCOPE_WINDOW;
     const cJSON *jrpb = model_value(root, ma, "rel_pos_bias");
     if (jrpb && !cJSON_IsNull(jrpb)) {
         if (!cJSON_IsBool(jrpb)) {
@@ -966,6 +972,22 @@ static int swin_from_json(vit_config *c, const cJSON *root, const cJSON *ma, int
         depth += depths[s];
     }
     for (int s = ns; s < VIT_MAX_STAGES; s++) memset(&c->stage[s], 0, sizeof c->stage[s]);
+    const cJSON *jsc = model_value(root, ma, "scopes");
+    if (jsc && !cJSON_IsNull(jsc)) {
+        const cJSON *e;
+        int k = 0, ok = cJSON_IsArray(jsc) && cJSON_GetArraySize(jsc) == ns;
+        cJSON_ArrayForEach(e, jsc) {
+            if (!ok || k >= ns) break;
+            ok = cJSON_IsString(e) && (!strcmp(e->valuestring, "window") || !strcmp(e->valuestring, "global"));
+            if (ok) c->stage[k++].scope = e->valuestring[0] == 'g' ? VIT_SCOPE_GLOBAL : VIT_SCOPE_WINDOW;
+        }
+        if (!ok) {
+            snprintf(msg, n, "\"scopes\" must list \"window\" or \"global\" for each of the %d stages", ns);
+            return 0;
+        }
+    } else {
+        for (int s = 0; s < ns; s++) c->stage[s].scope = s < VIT_MAX_STAGES ? scope_of[s < base_ns ? s : base_ns - 1] : VIT_SCOPE_WINDOW;
+    }
     if (jdown_given && ns == 1) {
         snprintf(msg, n, "\"downsample\" is what starts every stage after the first and this Swin has one "
                  "stage: remove it, or give more stages in \"depths\"");
@@ -1566,6 +1588,13 @@ static void swin_to_json(const vit_config *c, cJSON *o) {
     cJSON_AddStringToObject(o, "window_clamp", vit_window_clamp_name(c->window_clamp));
     if (c->n_stages > 1 && c->stage[1].down == VIT_DOWN_CONV) cJSON_AddStringToObject(o, "downsample", "conv");
     if (c->no_rel_pos_bias) cJSON_AddBoolToObject(o, "rel_pos_bias", 0);
+    int global = 0;
+    for (int s = 0; s < c->n_stages; s++) global |= c->stage[s].scope == VIT_SCOPE_GLOBAL;
+    if (global) {
+        cJSON *a = cJSON_AddArrayToObject(o, "scopes");
+        for (int s = 0; s < c->n_stages && s < VIT_MAX_STAGES; s++)
+            cJSON_AddItemToArray(a, cJSON_CreateString(c->stage[s].scope == VIT_SCOPE_GLOBAL ? "global" : "window"));
+    }
     stem_to_json(c, o);
 }
 

@@ -87,6 +87,22 @@ for m in vit_lsla refined_vit; do
     has "$T/out" "cifar10 (48 train, 16 held out"
 done
 
+# H-MaiT's stages: global Swin stages with per-stage MaiT masks train, and the checkpoint's config
+# (each block's mask sizes for its own stage's heads) reads back to record
+cat >"$T/hm.json" <<'JSON'
+{"architecture": "custom", "family": "swin", "img_size": 32, "patch_size": 4, "embed_dim": 24, "depths": [2, 2],
+ "num_heads": [3, 6], "window_size": 4, "mlp_ratio": 2, "num_classes": 6, "scopes": ["global", "global"],
+ "attention": [{"blocks": "0-1", "type": "mait", "mask_size": 3, "mask_mode": "zero"},
+               {"blocks": "2-3", "type": "mait", "mask_size": [3, 3, 0, 0, 0, 0], "mask_mode": "zero"}]}
+JSON
+expect 0 "$A" train -c "$T/hm.json" -d shapes:96 -e 1 -b 16 --threads 1 -o "$T/hm"
+expect 0 "$A" record --model "$T/hm/latest" --images "$FX/inputs.npy" --out "$T/hm.h5"
+expect 0 "$A" info "$T/hm.h5"
+has_wrapped "$T/out" "layer 2: stage 1, 4x4 tokens every 8 px, width 48, heads 6; global attention"
+expect 0 "$A" info hmait_t
+has "$T/out" "^28.27 M parameters; 8.78 GMACs"
+has "$T/out" "blocks 4-9: mait R=\[3,3,3,3,0,0,0,0,0,0,0,0\] zero"
+
 # bad stems: one line naming the key, nothing written
 printf '{"architecture": "custom", "family": "pvt_v2", "stem": [{"out": 64, "kernel": 4, "stride": 4}]}' >"$T/bad1.json"
 printf '{"architecture": "refined_vit_s", "stem": [{"out": 32, "kernel": 7, "stride": 2, "pad": 3}]}' >"$T/bad2.json"

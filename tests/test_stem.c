@@ -180,7 +180,46 @@ static void test_seed_counts(void) {
     }
 }
 
+/* H-MaiT-T/S: Swin-T/S with every stage global (no window tables: Swin's parameters less one
+ * 13^2 x H relative table per block) and 3 x 3 zero-mode masks on [3, 6, 4, 0] heads per stage */
+static void test_hmait(void) {
+    static const char *const pairs[][2] = {{"hmait_t", "swin_tiny_patch4_window7_224"},
+                                           {"hmait_s", "swin_small_patch4_window7_224"}};
+    for (size_t i = 0; i < 2; i++) {
+        vit_config h, w;
+        CHECK(vit_arch_resolve(pairs[i][0], &h, &err) == AS_OK && vit_config_validate(&h, &err) == AS_OK, "%s: %s",
+              pairs[i][0], err.msg);
+        CHECK(vit_arch_resolve(pairs[i][1], &w, &err) == AS_OK, "%s", err.msg);
+        vit_cost kh, kw;
+        vit_config_cost(&h, &kh);
+        vit_config_cost(&w, &kw);
+        double tables = 0;
+        for (int l = 0; l < w.depth; l++) {
+            vit_geom g;
+            vit_block_geom(&w, l, &g);
+            tables += (2.0 * g.M - 1) * (2 * g.M - 1) * g.H;
+        }
+        CHECK(kh.params_total == kw.params_total - tables, "%s: %.0f params, want %s's %.0f less its tables %.0f",
+              pairs[i][0], kh.params_total, pairs[i][1], kw.params_total, tables);
+        static const int masked[4] = {3, 6, 4, 0};
+        for (int l = 0; l < h.depth; l++) {
+            vit_geom g;
+            vit_block_geom(&h, l, &g);
+            int n = 0;
+            for (int k = 0; k < g.H; k++) n += h.attn[l].mask_size[k] == 3;
+            CHECK(g.scope == VIT_SCOPE_GLOBAL && g.problems == 1 && n == masked[g.stage] &&
+                      (n == 0 ? h.attn[l].kind == VIT_ATTN_VANILLA
+                              : h.attn[l].kind == VIT_ATTN_MAIT && h.attn[l].mask_mode == VIT_MASK_ZERO),
+                  "%s: block %d: scope %s, %d masked heads", pairs[i][0], l, vit_scope_name(g.scope), n);
+        }
+    }
+    vit_config c;
+    CHECK(!apply(&c, "{\"architecture\": \"hmait_t\", \"scopes\": [\"global\"]}") && strstr(err.msg, "\"scopes\" must list"),
+          "scopes of another length: %s", err.msg);
+}
+
 int main(void) {
+    test_hmait();
     test_json();
     test_geometry();
     test_seed_counts();

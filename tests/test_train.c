@@ -458,6 +458,8 @@ int main(void) {
         {"swin_lsla", "inputs.npy", 1}, {"swin_lsla_alt", "inputs.npy", 1},
         /* Table 4's QKV: LSLA on projected keys and values, no Swin table of its own */
         {"swin_lsla_qkv", "inputs.npy", 1},
+        /* H-MaiT's stages: global attention over each stage's grid with MaiT's hard masks */
+        {"swin_hmait", "inputs28.npy", 1},
         {"pvt_tiny", "pvt_tiny/inputs58.npy", 1},
         {"pvt_li", "pvt_li/inputs40.npy", 1}, {"pvt_lmsa", "inputs.npy", 1},
         {"pvt_less", "inputs.npy", VIT_DP_COUNT}, {"pvt_lavit", "inputs.npy", VIT_DP_COUNT},

@@ -208,6 +208,18 @@ class WindowAttention(nn.Module):
                 scores = scores + inner[None, :, None]
         else:
             scores = (q * dq ** -0.5) @ k.transpose(-2, -1)
+            if getattr(self, "mait", None):  # MaiT (paper 003): M * (q k^T / sqrt(d)) per head
+                from attn_ref import mait_masks
+                sizes = self.mait["mask_size"]
+                sizes = [sizes] * h if isinstance(sizes, int) else sizes
+                Mk = mait_masks(h, sizes, 0, M).to(scores.dtype)[None, :, None]   # (1, h, 1, N, N)
+                mode = self.mait.get("mask_mode", "zero")
+                if mode == "zero":
+                    scores = Mk * scores
+                elif mode == "neg_inf":
+                    scores = scores.masked_fill(Mk == 0, float("-inf"))
+                else:
+                    raise ValueError("swin_ref: MaiT mask_mode zero or neg_inf only")
         if table is not None:
             scores = scores + bias[None, :, None]
         scores = scores + mask[None, None]
@@ -253,8 +265,10 @@ class Block(nn.Module):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=EPS)
         qk_dim = spec["qk_dim"] if spec and spec["type"] == "lmsa" else None
+        mait = spec if spec and spec["type"] == "mait" else None
         lsla = {k: v for k, v in spec.items() if k not in ("type", "blocks")} if spec and spec["type"] == "lsla" else None
         self.attn = WindowAttention(dim, heads, table_side, qkv_bias, qk_dim, lsla, rpb)
+        self.attn.mait = mait  # MaiT's masks (global stages: the window is the whole grid)
         self.norm2 = nn.LayerNorm(dim, eps=EPS)
         self.mlp = Mlp(dim, int(mlp_ratio * dim))
 
@@ -320,8 +334,8 @@ def lmsa_widths(cfg):
     for i, e in enumerate(cfg.get("attention", [])):
         if e.get("type", "vanilla") == "vanilla":
             continue
-        if e["type"] not in ("lmsa", "lsla"):
-            raise ValueError(f"swin_ref: attention type {e['type']!r} (vanilla, lmsa and lsla only)")
+        if e["type"] not in ("lmsa", "lsla", "mait"):
+            raise ValueError(f"swin_ref: attention type {e['type']!r} (vanilla, lmsa, lsla and mait only)")
         b = e.get("blocks", [i])
         if isinstance(b, str):
             lo, _, hi = b.partition("-")
@@ -359,6 +373,7 @@ class SwinRef(nn.Module):
         self.patch_embed = PatchEmbed(c.get("patch_size", 1), c.get("in_chans", 3), D, c.get("patch_norm", True),
                                       proj=not stem)
         conv_merge = c.get("downsample", "merge") == "conv"
+        self.scopes = c.get("scopes", ["window"] * len(c["depths"]))  # "global": the whole grid, no table
         stages, qk, first = [], lmsa_widths(c), 0
         for s, (depth, heads) in enumerate(zip(c["depths"], c["num_heads"])):
             if s:
@@ -366,7 +381,7 @@ class SwinRef(nn.Module):
             side = block_window(grid, M0, False, self.clamp)[0]  # the table timm builds
             stages.append(Stage(D // 2 if s else D, D, depth, heads, side, c.get("mlp_ratio", 4),
                                 c.get("qkv_bias", True), s > 0, qk[first:first + depth], conv_merge,
-                                c.get("rel_pos_bias", True)))
+                                c.get("rel_pos_bias", True) and self.scopes[s] == "window"))
             first += depth
             D *= 2
         self.layers = nn.ModuleList(stages)
@@ -384,7 +399,7 @@ class SwinRef(nn.Module):
                 x = stage.downsample(x)
             B, H, W, C = x.shape
             for j, blk in enumerate(stage.blocks):
-                M, sh = block_window(H, M0, j % 2 == 1, self.clamp)
+                M, sh = block_window(H, M0, j % 2 == 1, self.clamp) if self.scopes[s] == "window" else (H, 0)
                 rec = {} if record is not None else None
                 x_in = x
                 x = blk(x, M, sh, self.pad_order, rec)

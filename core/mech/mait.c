@@ -80,11 +80,18 @@ static int parse(vit_attn *a, const vit_mech_entry *e, int H, char *msg, size_t 
 #undef BAD
 }
 
+/* Block l's own heads (a staged model's differ per stage: H-MaiT). */
+static int block_heads(const vit_config *c, int l) {
+    vit_geom g;
+    vit_block_geom(c, l, &g);
+    return g.H < VIT_MAX_MASK_HEADS ? g.H : VIT_MAX_MASK_HEADS;
+}
+
 static void write(const vit_config *c, int l, vit_mech_writer *w) {
     const vit_attn *a = &c->attn[l];
     double ms[VIT_MAX_MASK_HEADS];
     int H = 0;
-    for (; H < c->num_heads && H < VIT_MAX_MASK_HEADS; H++) ms[H] = a->mask_size[H];
+    for (; H < block_heads(c, l); H++) ms[H] = a->mask_size[H];
     w->nums(w, "mask_size", ms, H);
     w->str(w, "mask_mode", vit_mask_mode_name(a->mask_mode));
 }
@@ -121,8 +128,10 @@ static void describe(const vit_config *c, int l, char *buf, size_t n) {
     size_t u = 0;
     int w;
 #define PUT(...) do { if (u < n) { w = snprintf(buf + u, n - u, __VA_ARGS__); u += w > 0 ? (size_t)w : 0; } } while (0)
+    vit_geom g; /* the block's own heads (a staged model's differ per stage) */
+    vit_block_geom(c, l, &g);
     PUT(" R=[");
-    for (int h = 0; h < c->num_heads && h < VIT_MAX_MASK_HEADS; h++) PUT("%s%d", h ? "," : "", a->mask_size[h]);
+    for (int h = 0; h < g.H && h < VIT_MAX_MASK_HEADS; h++) PUT("%s%d", h ? "," : "", a->mask_size[h]);
     PUT("] %s", vit_mask_mode_name(a->mask_mode));
 #undef PUT
 }
@@ -216,7 +225,7 @@ static void static_fill(const vit_config *c, const vit_params *p, int l, int i, 
 static int check(const vit_config *c, const vit_params *p, int l, char *msg, size_t n) {
     const float *al = p->blocks[l].mask_alpha;
     if (!al) return 1;
-    for (int h = 0; h < c->num_heads; h++)
+    for (int h = 0; h < block_heads(c, l); h++)
         if (!(al[h] > 0.0f && al[h] < 1.0f)) {
             snprintf(msg, n, "blocks.%d.attn.mask_alpha[%d] = %g is outside (0, 1): soft "
                      "masks scale masked scores by a value strictly between 0 and 1", l, h,
@@ -229,13 +238,14 @@ static int check(const vit_config *c, const vit_params *p, int l, char *msg, siz
 static void trace_attrs(const vit_config *c, const vit_params *p, int l, vit_mech_writer *w) {
     const vit_attn *a = &c->attn[l];
     double ms[VIT_MAX_MASK_HEADS];
-    for (int h = 0; h < c->num_heads && h < VIT_MAX_MASK_HEADS; h++) ms[h] = a->mask_size[h];
-    w->nums(w, "mask_size", ms, c->num_heads);
+    const int H = block_heads(c, l);
+    for (int h = 0; h < H; h++) ms[h] = a->mask_size[h];
+    w->nums(w, "mask_size", ms, H);
     w->str(w, "mask_mode", vit_mask_mode_name(a->mask_mode));
     w->str(w, "mask_rule", "patch rows and columns outside the R x R neighbourhood; "
                            "prefix-token rows and columns are never masked");
     if (a->mask_mode == VIT_MASK_SOFT && p && p->blocks[l].mask_alpha)
-        w->floats(w, "mask_alpha", p->blocks[l].mask_alpha, c->num_heads);
+        w->floats(w, "mask_alpha", p->blocks[l].mask_alpha, H);
 }
 
 const vit_mech vit_mech_mait = {
