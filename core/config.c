@@ -849,7 +849,7 @@ static as_status validate_stages(const vit_config *c, as_error *err) {
                        "block count per stage)", n, c->n_stages, VIT_MAX_STAGES);
     if ((unsigned)c->pad_order >= VIT_PAD_COUNT || (unsigned)c->window_clamp >= VIT_CLAMP_COUNT)
         return as_fail(err, AS_ERR_CONFIG, "%s: unknown pad_order or window_clamp", n);
-    const int G = c->n_stem ? vit_grid(c) : c->img_size / c->patch_size;
+    const int G = vit_grid(c);
     /* Swin's merges halve a k = s = P grid (or a stem's); PVT v2's convolutions never reach an
      * empty grid (pvt_validate checks each stage's grid against its sr_ratio with the conv
      * arithmetic) */
@@ -1063,10 +1063,7 @@ static void cost_stage(const vit_config *c, int s, vit_cost_part *o) {
         vit_cost_add(o, VIT_COMP_NORM, 2 * 4 * Cin, 0, 8 * T * 4 * Cin);
         vit_cost_add(o, VIT_COMP_DOWNSAMPLE, 4 * Cin * C, T * 4 * Cin * C, 0);
     } else if (st->down == VIT_DOWN_CONV) {
-        /* CSwin's merge: Conv2d(k3, s2, p1) with bias, then LayerNorm(C) */
-        const double Cin = c->stage[s - 1].embed_dim;
-        vit_cost_add(o, VIT_COMP_DOWNSAMPLE, 9 * Cin * C + C, T * 9 * Cin * C, T * C);
-        vit_cost_add(o, VIT_COMP_NORM, 2 * C, 0, 8 * T * C);
+        pvt_downsample_cost(c, s, o); /* CSwin's merge: PVT v2's Conv2d(k3, s2, p1) and LayerNorm */
     }
     for (int l = first; l < first + st->depth; l++) {
         vit_block_geom(c, l, &g);

@@ -500,16 +500,20 @@ void pvt_stem_cost(const vit_config *c, vit_cost_part *o) {
     vit_cost_add(o, VIT_COMP_NORM, 2 * C, 0, 8 * T * C);
 }
 
+void pvt_downsample_cost(const vit_config *c, int s, vit_cost_part *o) {
+    vit_geom g;
+    vit_stage_grid(c, s, &g);
+    const double C = g.D, T = (double)g.gh * g.gw, Ci = c->stage[s - 1].embed_dim;
+    vit_cost_add(o, VIT_COMP_DOWNSAMPLE, 9 * Ci * C + C, T * 9 * Ci * C, T * C); /* Conv2d(k3, s2, p1) */
+    vit_cost_add(o, VIT_COMP_NORM, 2 * C, 0, 8 * T * C);                         /* its LayerNorm */
+}
+
 void pvt_stage_cost(const vit_config *c, int s, vit_cost_part *o) {
     const int first = vit_stage_first_block(c, s);
     vit_geom g;
     vit_block_geom(c, first, &g);
     const double C = g.D, T = (double)g.gh * g.gw;
-    if (s > 0) { /* Conv2d(k3, s2, p1) + LN */
-        const double Ci = c->stage[s - 1].embed_dim;
-        vit_cost_add(o, VIT_COMP_DOWNSAMPLE, 9 * Ci * C + C, T * 9 * Ci * C, T * C);
-        vit_cost_add(o, VIT_COMP_NORM, 2 * C, 0, 8 * T * C);
-    }
+    if (s > 0) pvt_downsample_cost(c, s, o);
     for (int l = first; l < first + c->stage[s].depth; l++) {
         vit_block_geom(c, l, &g);
         const double H = g.H, Hm = g.Hm, Tk = g.Tk, hd = C / H, maps = H * T * Tk, bias = c->qkv_bias ? 1 : 0;

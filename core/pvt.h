@@ -67,6 +67,8 @@ void pvt_downsample_backward(const vit_config *c, int s, const vit_params *p, co
                              const vit_tape *tape, vit_grad_ws *ws, int n);
 
 void pvt_stem_cost(const vit_config *c, vit_cost_part *o);
+/* Stage s's downsampling conv and LayerNorm (PVT v2's, and CSwin's merge in a Swin). */
+void pvt_downsample_cost(const vit_config *c, int s, vit_cost_part *o);
 void pvt_stage_cost(const vit_config *c, int s, vit_cost_part *o);
 as_status pvt_validate(const vit_config *c, as_error *err);
 

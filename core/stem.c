@@ -155,7 +155,7 @@ as_status vit_stem_names_check(const vit_config *c, as_error *err) {
         for (int k = 0; k < c->n_stem && !in_stem; k++)
             in_stem = (const char *)specs[i].slot >= (const char *)&p->stem[k] &&
                       (const char *)specs[i].slot < (const char *)(&p->stem[k] + 1);
-        for (int j = 0; j < n && j < VIT_MAX_TENSORS && in_stem; j++)
+        for (int j = 0; j < n && j < VIT_MAX_TENSORS && in_stem && rc == AS_OK; j++)
             if (j != i && strcmp(specs[i].name, specs[j].name) == 0)
                 rc = as_fail(err, AS_ERR_CONFIG, "%s: the stem's tensor \"%s\" has the name of another tensor of "
                              "the model: give each stem convolution its own \"conv_name\" and \"bn_name\"",
@@ -204,17 +204,15 @@ void vit_stem_acts_carve(const vit_config *c, int B, char *base, size_t *off, vi
     const size_t b = (size_t)B;
     vit_carve_floats(base, off, b * z.col, a ? &a->stem_col : NULL);
     for (int i = 0; i < 2; i++) vit_carve_floats(base, off, b * z.map, a ? &a->stem_map[i] : NULL);
-    vit_carve_floats(base, off, 2 * max_channels(c), a ? &a->stem_aff : NULL);
+    vit_carve_floats(base, off, 3 * max_channels(c), a ? &a->stem_aff : NULL);
 }
 
-size_t vit_stem_tape_carve(const vit_config *c, int B, char *base, size_t *off, vit_tape *t) {
-    const size_t start = *off;
+void vit_stem_tape_carve(const vit_config *c, int B, char *base, size_t *off, vit_tape *t) {
     for (int i = 0; i < c->n_stem; i++) {
         const size_t side = (size_t)vit_stem_side(c, i), m = (size_t)B * side * side * c->stem[i].out;
         vit_carve_floats(base, off, m, t ? &t->stem_z[i] : NULL);
         if (i + 1 < c->n_stem) vit_carve_floats(base, off, m, t ? &t->stem_y[i] : NULL);
     }
-    return *off - start;
 }
 
 void vit_stem_ws_carve(const vit_config *c, int B, char *base, size_t *off, vit_grad_ws *ws) {
@@ -260,12 +258,15 @@ static float act_grad(vit_stem_act a, float u) {
 }
 
 /* The BatchNorm as u = z sc + sh per channel (PyTorch's eval-mode alpha = w / sqrt(var + eps),
- * beta = b - mean alpha) into aff: sc (C), then sh (C); the identity without a BatchNorm. */
+ * beta = b - mean alpha) into aff: sc (C), then sh (C), then 1 / sqrt(var + eps) (C); the
+ * identity without a BatchNorm. */
 static void bn_affine(const vit_conv *cv, const vit_conv_params *sp, float eps, int C, float *aff) {
     for (int ch = 0; ch < C; ch++) {
-        const float sc = cv->bn ? sp->bn_w[ch] * (1.0f / sqrtf(sp->bn_var[ch] + eps)) : 1.0f;
+        const float invstd = cv->bn ? 1.0f / sqrtf(sp->bn_var[ch] + eps) : 1.0f;
+        const float sc = cv->bn ? sp->bn_w[ch] * invstd : 1.0f;
         aff[ch] = sc;
         aff[C + ch] = cv->bn ? sp->bn_b[ch] - sp->bn_mean[ch] * sc : 0.0f;
+        aff[2 * C + ch] = invstd; /* the backward's (z - mean) / sqrt(var + eps) */
     }
 }
 
@@ -347,7 +348,7 @@ void vit_stem_backward(const vit_config *c, const vit_params *p, const vit_param
                     const float zv = z[o + ch], du = dr[ch] * act_grad(cv->act, zv * aff[ch] + aff[C + ch]);
                     const float d = du * aff[ch];
                     if (cv->bn) {
-                        pw[ch] += (double)du * ((zv - sp->bn_mean[ch]) * (1.0f / sqrtf(sp->bn_var[ch] + c->bn_eps)));
+                        pw[ch] += (double)du * ((zv - sp->bn_mean[ch]) * aff[2 * C + ch]);
                         pb[ch] += du;
                     }
                     pbias[ch] += d;

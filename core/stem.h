@@ -36,7 +36,7 @@ typedef struct {
 void vit_stem_need_of(const vit_config *c, vit_stem_need *z);
 /* vit_acts' stem_col and stem_map (after patches, which the caller sizes with col0). */
 void vit_stem_acts_carve(const vit_config *c, int B, char *base, size_t *off, vit_acts *a);
-size_t vit_stem_tape_carve(const vit_config *c, int B, char *base, size_t *off, vit_tape *t);
+void vit_stem_tape_carve(const vit_config *c, int B, char *base, size_t *off, vit_tape *t);
 void vit_stem_ws_carve(const vit_config *c, int B, char *base, size_t *off, vit_grad_ws *ws);
 
 /* The stem on images (n, C, S, S): the tokens (G^2, C_last) of image b at out + b out_stride.

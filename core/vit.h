@@ -219,7 +219,7 @@ typedef struct {
     /* The convolutional stem: patches holds conv 0's im2col; stem_col the later convs'
      * (B, G_i^2, C_{i-1} k_i^2) and stem_map[2] their outputs (B, G_i^2, C_i) in turn */
     float *stem_col, *stem_map[2];
-    float *stem_aff; /* (2, C_max): a conv's BatchNorm as a per-channel scale and shift */
+    float *stem_aff; /* (3, C_max): a conv's BatchNorm as a per-channel scale, shift and 1/std */
 } vit_acts;
 
 /* Returns the bytes needed for B images; with base != NULL also carves it into *a. base must

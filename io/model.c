@@ -864,7 +864,6 @@ static int swin_from_json(vit_config *c, const cJSON *root, const cJSON *ma, int
     int ns = c->n_stages, depths[VIT_MAX_STAGES], heads[VIT_MAX_STAGES], M = c->stage[0].window;
     vit_down down = c->n_stages > 1 ? c->stage[1].down : VIT_DOWN_MERGE; /* the base's */
     vit_scope scope_of[VIT_MAX_STAGES]; /* the base's stage scopes, kept unless "scopes" says */
-    const int base_ns = c->n_stages > 0 ? c->n_stages : 1;
     for (int s = 0; s < VIT_MAX_STAGES; s++) scope_of[s] = s < c->n_stages ? c->stage[s].scope : VIT_SCOPE_WINDOW;
     const cJSON *jrpb = model_value(root, ma, "rel_pos_bias");
     if (jrpb && !cJSON_IsNull(jrpb)) {
@@ -877,12 +876,13 @@ static int swin_from_json(vit_config *c, const cJSON *root, const cJSON *ma, int
     }
     const cJSON *jdown = model_value(root, ma, "downsample");
     if (jdown && !cJSON_IsNull(jdown)) {
-        if (!cJSON_IsString(jdown) || (strcmp(jdown->valuestring, "merge") && strcmp(jdown->valuestring, "conv"))) {
+        const int d = cJSON_IsString(jdown) ? list_index("merge|conv", jdown->valuestring) : -1;
+        if (d < 0) {
             snprintf(msg, n, "\"downsample\" must be \"merge\" (Swin's PatchMerging) or \"conv\" "
                      "(CSwin's Merge_Block: Conv2d k3 s2 p1 + LayerNorm)");
             return 0;
         }
-        down = jdown->valuestring[0] == 'c' ? VIT_DOWN_CONV : VIT_DOWN_MERGE;
+        down = d ? VIT_DOWN_CONV : VIT_DOWN_MERGE;
     }
     const int jdown_given = jdown && !cJSON_IsNull(jdown);
     for (int s = 0; s < ns; s++) {
@@ -978,15 +978,16 @@ static int swin_from_json(vit_config *c, const cJSON *root, const cJSON *ma, int
         int k = 0, ok = cJSON_IsArray(jsc) && cJSON_GetArraySize(jsc) == ns;
         cJSON_ArrayForEach(e, jsc) {
             if (!ok || k >= ns) break;
-            ok = cJSON_IsString(e) && (!strcmp(e->valuestring, "window") || !strcmp(e->valuestring, "global"));
-            if (ok) c->stage[k++].scope = e->valuestring[0] == 'g' ? VIT_SCOPE_GLOBAL : VIT_SCOPE_WINDOW;
+            const int sc = cJSON_IsString(e) ? list_index("window|global", e->valuestring) : -1;
+            ok = sc >= 0;
+            if (ok) c->stage[k++].scope = sc ? VIT_SCOPE_GLOBAL : VIT_SCOPE_WINDOW;
         }
         if (!ok) {
             snprintf(msg, n, "\"scopes\" must list \"window\" or \"global\" for each of the %d stages", ns);
             return 0;
         }
     } else {
-        for (int s = 0; s < ns; s++) c->stage[s].scope = s < VIT_MAX_STAGES ? scope_of[s < base_ns ? s : base_ns - 1] : VIT_SCOPE_WINDOW;
+        for (int s = 0; s < ns; s++) c->stage[s].scope = scope_of[s];
     }
     if (jdown_given && ns == 1) {
         snprintf(msg, n, "\"downsample\" is what starts every stage after the first and this Swin has one "
@@ -1313,7 +1314,7 @@ static int config_from_json(vit_config *c, const cJSON *root, char *msg, size_t 
     const int base_dim = c->embed_dim, base_hidden = c->mlp_hidden;
     /* the base's blocks, so that a config changing the depths without "attention" keeps each
      * stage's attention (attn_restage) */
-    static _Thread_local vit_attn base_attn[VIT_MAX_DEPTH];
+    vit_attn base_attn[VIT_MAX_DEPTH];
     int base_depths[VIT_MAX_STAGES] = {0}, base_ns = c->n_stages > 0 ? c->n_stages : 1;
     for (int st = 0; st < base_ns; st++) base_depths[st] = c->n_stages > 0 ? c->stage[st].depth : c->depth;
     memcpy(base_attn, c->attn, sizeof base_attn);
@@ -1593,7 +1594,7 @@ static void swin_to_json(const vit_config *c, cJSON *o) {
     if (global) {
         cJSON *a = cJSON_AddArrayToObject(o, "scopes");
         for (int s = 0; s < c->n_stages && s < VIT_MAX_STAGES; s++)
-            cJSON_AddItemToArray(a, cJSON_CreateString(c->stage[s].scope == VIT_SCOPE_GLOBAL ? "global" : "window"));
+            cJSON_AddItemToArray(a, cJSON_CreateString(vit_scope_name(c->stage[s].scope)));
     }
     stem_to_json(c, o);
 }
