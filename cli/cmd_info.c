@@ -388,6 +388,10 @@ static void info_staged_layers(const trace_reader *r) {
             snprintf(win, sizeof win, "class attention: the class token's row over [cls; %d patches]", t->Tk - 1);
         else if (t->attn_signed)
             snprintf(win, sizeof win, "global attention with talking heads (attn is signed, not row-stochastic)");
+        else if (t->local_side)
+            snprintf(win, sizeof win, "global attention, every head local: maps stored as %dx%d "
+                     "neighbourhoods plus one background weight per query (attn_local)", t->local_side,
+                     t->local_side);
         line("%-11s layer %d: stage %d, %dx%d tokens every %g px, width %d, heads %d; %s",
              li == 0 ? "geometry" : "", t->layer, t->stage, t->gh, t->gw, (double)t->stride_px, t->D,
              t->H, win);
@@ -482,6 +486,8 @@ static int info_trace_json(trace_reader *r, const char *path, const char *analys
                 cJSON_AddNumberToObject(e, "key_stride_px", t->key_stride_px);
                 cJSON_AddNumberToObject(e, "key_offset_px", t->key_offset_px);
             }
+            cJSON_AddStringToObject(e, "map_form", t->local_side ? "local" : "dense");
+            if (t->local_side) cJSON_AddNumberToObject(e, "local_side", t->local_side);
         }
     } else {
         cJSON_AddNumberToObject(j, "tokens", r->num_tokens);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "../core/local.h"
 
 /* The one mutable global: a signal handler can only talk through a sig_atomic_t. */
 static volatile sig_atomic_t record_signal = 0;
@@ -414,6 +415,9 @@ static const cli_opt record_opts_table[] = {
      "(Swin): indices row-major over the layer's shifted, padded window grid (attnscope info TRACE shows "
      "it); every recorded window layer must have them; refused for models without window layers"},
     {'R', 0,   "query-rows", "R",    "all, prefix", "all", "query rows recorded: every token's, or prefix: only the class/distillation tokens'"},
+    {'D', 0,   "dense-maps", NULL,   NULL, NULL, "store the maps of layers whose heads are all local (H-MaiT's "
+     "masked stages: an R x R neighbourhood plus one background weight per query) as dense T x T maps "
+     "instead of their local form (attn_local, scores_local); every reader expands either"},
     {'d', 0,   "dtype",     "T",     "f16, f32", "f16", "storage precision of the records"},
     {'c', 0,   "compress",  "C",     "none, lz4 (hdf5-filter-plugin), deflate[:1-9] (gzip+shuffle)", "none", "compression"},
     {'b', 0,   "batch",     "N",     "1.." CLI_STR(TRACE_MAX_BATCH), "8", "images per batch"},
@@ -440,12 +444,27 @@ static const cli_cmd record_cmd = {
     "Progress shows on a terminal; Ctrl-C stops after the current batch, keeping every completed image "
     "(then --resume continues)."};
 
+/* --dense-maps: only where some recorded layer would store local maps. */
+static int record_dense_maps(trace_spec *s, const vit_config *c, as_error *err) {
+    int local = 0;
+    for (int li = 0; li < s->n_layers; li++) local |= vit_local_side(c, s->layers[li]) > 0;
+    if (!local || s->prefix_rows_only || !(s->quantities & (1u << TRACE_Q_ATTN | 1u << TRACE_Q_SCORES))) {
+        as_fail(err, AS_ERR_ARG, "--dense-maps: no recorded layer stores its attn or scores in local "
+                "form (only layers whose heads are all local do: MaiT's zero or neg_inf masks on "
+                "every head of a staged model's global stage, as in H-MaiT); leave the option out");
+        return 2;
+    }
+    s->dense_maps = 1;
+    return 0;
+}
+
 int cmd_record(int argc, char **argv) {
     const char *model_path = NULL, *arch = NULL, *images = NULL, *out = NULL, *what = "attn";
     int max_pixels = 0;
     const char *layers = "all", *heads = "all", *dtype = "f16", *compress = "none", *rows = "all";
     const char *windows = "all", *precision = "f32";
     int batch = 8, threads = 0, img_size = 0, limit = 0, resume = 0, force = 0, quiet = 0, skip_bad = 0, ch;
+    int dense_maps = 0;
     optind = 1;
     while ((ch = cli_opts_next(&record_cmd, argc, argv)) >= 0) {
         int ok = 1;
@@ -471,6 +490,7 @@ int cmd_record(int argc, char **argv) {
         case 'f': force = 1; break;
         case 'S': skip_bad = 1; break;
         case 'q': quiet = 1; break;
+        case 'D': dense_maps = 1; break;
         }
         if (!ok) return cli_bad_value(&record_cmd, ch, optarg);
     }
@@ -512,6 +532,7 @@ int cmd_record(int argc, char **argv) {
     o.skip_bad = skip_bad;
     int rc = record_parse_selection(&o, &m.cfg, what, layers, heads, dtype, compress, rows, &err);
     if (!rc) rc = record_parse_windows(&o.spec, &m.cfg, windows, &err);
+    if (!rc && dense_maps) rc = record_dense_maps(&o.spec, &m.cfg, &err);
     if (rc) {
         dataset_free(&ds);
         model_free(&m);

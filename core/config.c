@@ -1039,7 +1039,7 @@ static void cost_attn(const vit_config *c, int l, vit_cost_part *o) {
     vit_block_geom(c, l, &g);
     const double D = g.D, H = g.H, T = vit_mech_rows(&g), Hd = D / H;
     m->cost(c, l, &g, o);
-    vit_cost_add(o, VIT_COMP_ATTN_VALUES, 0, H * vit_mech_score_entries(&g) * Hd, 0);
+    vit_cost_add(o, VIT_COMP_ATTN_VALUES, 0, vit_mech_head_entries(c, l, &g) * Hd, 0);
     if (!m->has_proj || m->has_proj(&c->attn[l])) vit_cost_add(o, VIT_COMP_PROJ, D * D + D, T * D * D, T * D);
 }
 

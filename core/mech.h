@@ -18,6 +18,7 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "local.h"
 #include "train.h"
 #include "vit.h"
 
@@ -180,6 +181,12 @@ typedef struct vit_mech {
     /* Its tensors (before the frame's proj). */
     void (*specs)(const vit_mech_block *b, vit_block_params *bp, vit_spec_sink *s);
 
+    /* Head h of block l gives every query an R x R neighbourhood of scale q k^T scores and one
+     * constant score outside it (MaiT's zero and neg_inf masks): 1 and *out, else 0. The frame
+     * then computes a staged model's GLOBAL problem in O(T R^2) (core/local.h) without the
+     * scores hook, and records the map in its local form. NULL: never. */
+    int (*local)(const vit_config *c, int l, int h, vit_local *out);
+
     /* Forward, per problem: scores (after the frame's scale q k^T when it has keys, else
      * instead of it), then after the softmax. NULL: nothing. */
     void (*scores)(const vit_mech_block *b, const vit_attn_problem *p, float *S);
@@ -250,6 +257,9 @@ static inline double vit_mech_score_entries(const vit_geom *g) { return (double)
 static inline double vit_mech_rows(const vit_geom *g) { return (double)g->problems * g->Tq; }
 /* o[k] += params, macs; flops += 2 macs + other. */
 void vit_cost_add(vit_cost_part *o, vit_component k, double params, double macs, double other);
+/* Score entries of all heads of block l over an image: H x vit_mech_score_entries, except
+ * that a local head (vit_local_head) has only its neighbourhoods' (vit_local_pairs). */
+double vit_mech_head_entries(const vit_config *c, int l, const vit_geom *g);
 /* The fused qkv projection: its layout, specs and cost (vanilla, MaiT, Refiner). */
 void vit_mech_fused_layout(const vit_config *c, int l, vit_mech_layout *out);
 void vit_mech_fused_specs(const vit_mech_block *b, vit_block_params *bp, vit_spec_sink *s);

@@ -13,6 +13,7 @@
 #include "cait.h"
 #include "kernels.h"
 #include "pvt.h"
+#include "local.h"
 #include "stage.h"
 #include "stem.h"
 
@@ -157,7 +158,8 @@ size_t vit_stage_acts_carve(const vit_config *c, int B, void *base, vit_acts *a)
         const size_t W = (size_t)lay.W > 3 * D ? (size_t)lay.W : 3 * D;
         if (T * W > TW) TW = T * W;
         if (T * (size_t)g.Hm > TH) TH = T * (size_t)g.Hm;
-        if ((size_t)g.H * g.problems * N * g.Tk > maps) maps = (size_t)g.H * g.problems * N * g.Tk;
+        if ((size_t)g.H * g.problems * N * g.Tk > maps && !vit_local_side(c, l)) /* local: none */
+            maps = (size_t)g.H * g.problems * N * g.Tk;
         if (g.scope == VIT_SCOPE_WINDOW && (size_t)g.H * N * N > rpb) rpb = (size_t)g.H * N * N;
         const size_t need = vit_window_scratch_floats(g.Tq, g.D, g.H, vit_qk_head_dim(c, l));
         if (need > slot) slot = need;
@@ -322,6 +324,7 @@ static void stage_block(const vit_config *c, int l, const vit_geom *g, const vit
     const int rpb = g->scope == VIT_SCOPE_WINDOW && bp->rpb_table; /* "rel_pos_bias": false has none */
     if (rpb) vit_relative_bias_expand(a->rpb, bp->rpb_table, g->H, g->M);
     float *att = rec_at(rec->attn, l);
+    const int local = vit_local_side(c, l); /* every head local: no scratch map (local.h) */
     vit_geom mg;
     vit_mech_block mb;
     vit_mech_block_at(&mb, c, l, bp, &mg);
@@ -330,7 +333,8 @@ static void stage_block(const vit_config *c, int l, const vit_geom *g, const vit
         .n = n, .T = T, .D = D, .H = g->H, .P = g->problems, .N = g->Tq, .tok = a->tok[l],
         .mask = a->mask[l], .rpb = rpb ? a->rpb : NULL, .qkv = qkv,
         .qkv_b = bp->qkv_b, .scale = m->product_scale ? m->product_scale(c, l) : vit_attn_scale(c, l),
-        .att = att ? att : t ? t->att : a->att, .scores = rec_at(rec->scores, l), .ao = ao,
+        .att = att ? att : t ? t->att : local ? NULL : a->att, .scores = rec_at(rec->scores, l), .ao = ao,
+        .att_side = local && rec->local_maps && !t ? local : 0,
         .scratch = a->scratch, .slots = a->slots, .slot_floats = a->slot_floats};
     if (!plain) {
         vit_mech_problem_grid(g, &j.M, &j.M);

@@ -106,8 +106,11 @@ typedef struct {
     const float *qkv;        /* (n, T, 3D) rows [q | k | v], each head-major */
     const float *qkv_b;      /* (3D) what a pad slot's row is, or NULL (zeros) */
     float scale;
-    float *att;              /* (n, H, P, N, N) the softmax maps */
+    float *att;              /* (n, H, P, N, N) the softmax maps; NULL only where every head is
+                                local (vit_local_side) and nothing wants the maps */
     float *scores;           /* (n, H, P, N, N) what entered the softmax, or NULL */
+    int att_side;            /* S > 0: att and scores hold local records (n, H, N, S^2 + 1)
+                                (local.h; every head is local); 0: dense maps */
     float *ao;               /* (n, T, D) attention output before proj */
     float *scratch;          /* slots x slot_floats (vit_window_scratch_floats) */
     int slots;

@@ -250,6 +250,8 @@ typedef struct {
     size_t attn16_stride; /* values from one head's binary16 map to the next (0: T * T, packed);
                              the trace writer pads each map to a 4096-byte boundary so that it
                              can be written to disk without the page cache (O_DIRECT) */
+    int local_maps;   /* 1: blocks where every head is local (vit_local_side, core/local.h) record
+                         attn and scores as local records (B, H, T, S^2 + 1); 0: dense maps */
 } vit_record;
 
 /* 1 when the forward can record block l's attn map as binary16 itself (vit_record.attn16):

@@ -1,8 +1,10 @@
 /* window.c: a block's attention as independent problems (Swin's windows, or one global
  * problem), each gathered through a token table into per-thread scratch, computed per head and
  * scattered back. No allocation; one OpenMP job per (image, problem). */
+#include <assert.h>
 #include <cblas.h>
 #include <omp.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -13,7 +15,7 @@
  * (N, D / H); another mechanism: q and k (N, H dq), v (N, D) and the output (N, D / H). */
 size_t vit_window_scratch_floats(int N, int D, int H, int dq) {
     const size_t qk = (size_t)H * dq > (size_t)D ? (size_t)H * dq : (size_t)D;
-    return (2 * qk + 2 * (size_t)D) * N;
+    return (2 * qk + 2 * (size_t)D) * N + 4 * (size_t)D + 2; /* + a local head's 2 dv doubles */
 }
 
 /* Why per-head BLAS calls after all: Swin-T's stage 1 has 64 windows x 3 heads per image of
@@ -55,13 +57,18 @@ static void head_scores(float *A, const float *Q, const float *Kt, const float *
         for (size_t e = 0; e < (size_t)N * N; e++) A[e] += mask[e];
 }
 
-/* Values of one head into O (N, hd), then scattered: query i's row goes to its token's row of
- * ao (already offset to head h's columns); a pad query's is dropped. V: head h's columns. */
+/* One head's output rows O (N, hd) scattered: query i's row goes to its token's row of ao
+ * (already offset to head h's columns); a pad query's is dropped. */
+static void head_scatter(float *ao, const float *O, const int *tok, int N, int D, int hd) {
+    for (int i = 0; i < N; i++)
+        if (tok[i] >= 0) memcpy(ao + (size_t)tok[i] * D, O + (size_t)i * hd, (size_t)hd * sizeof(float));
+}
+
+/* Values of one head into O (N, hd), then scattered. V: head h's columns. */
 static void head_values(float *ao, float *O, const int *tok, const float *A, const float *V, int N,
                         int D, int hd) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, hd, N, 1.0f, A, N, V, D, 0.0f, O, hd);
-    for (int i = 0; i < N; i++)
-        if (tok[i] >= 0) memcpy(ao + (size_t)tok[i] * D, O + (size_t)i * hd, (size_t)hd * sizeof(float));
+    head_scatter(ao, O, tok, N, D, hd);
 }
 
 /* One (image, problem) job: gather, then per head scores -> softmax -> values and scatter. */
@@ -124,6 +131,26 @@ static void mech_problem(const vit_window_job *j, int b, int w, float *scr) {
     const float *mask = j->mask ? j->mask + (size_t)w * NN : NULL;
     for (int h = 0; h < H; h++) {
         const size_t map = (((size_t)b * H + h) * j->P + w) * NN;
+        vit_local loc;
+        if (vit_local_head(j->mb->c, j->mb->l, h, &loc)) { /* O(N R^2), no N x N map (local.h) */
+            assert(j->P == 1 && !mask && !j->rpb && keys);
+            const size_t S = (size_t)j->att_side, lmap = ((size_t)b * H + h) * N * (S * S + 1);
+            const uintptr_t acc = ((uintptr_t)(O + (size_t)N * hd) + 7) & ~(uintptr_t)7;
+            vit_local_job lj = {.gh = j->mb->g->gh, .gw = j->mb->g->gw, .dq = dq, .dv = hd,
+                                .scale = j->scale, .q = Q + (size_t)h * dq, .k = K + (size_t)h * dq,
+                                .v = V + (size_t)h * hd, .ldq = Wq, .ldk = Wq, .ldv = D, .loc = loc,
+                                .out = O, .ldo = hd, .acc = (double *)acc, .rec_side = j->att_side};
+            if (S) {
+                lj.att_local = j->att ? j->att + lmap : NULL;
+                lj.scores_local = j->scores ? j->scores + lmap : NULL;
+            } else {
+                lj.att = j->att ? j->att + map : NULL;
+                lj.scores = j->scores ? j->scores + map : NULL;
+            }
+            vit_local_forward(&lj);
+            head_scatter(j->ao + (size_t)b * j->T * D + (size_t)h * hd, O, tok, N, D, hd);
+            continue;
+        }
         vit_attn_problem p = {.Tq = N, .Tk = N, .prefix = 0, .gh = j->M, .gw = j->M, .H = H, .h = h,
                               .dq = keys ? dq : 0, .scale = j->scale,
                               .q = keys ? Q + (size_t)h * dq : NULL, .k = keys ? K + (size_t)h * dq : NULL,

@@ -4,6 +4,7 @@
  * was flushed, and /images/done marks which images are complete. */
 #define _GNU_SOURCE /* O_DIRECT */
 #include "trace.h"
+#include "../core/local.h"
 #include "../core/cait.h"
 
 #include <assert.h>
@@ -65,6 +66,13 @@ static int spec_version(const trace_spec *s) {
     return s->cfg.n_stages > 0 ? TRACE_FORMAT_VERSION_STAGED : TRACE_FORMAT_VERSION;
 }
 
+/* The side S of block l's local records (core/local.h: every head's rows are an R x R
+ * neighbourhood plus one background value), or 0 where its maps are stored dense: blocks
+ * without local heads, and every block under --dense-maps. */
+static int spec_local(const trace_spec *s, int l) {
+    return s->dense_maps || s->prefix_rows_only ? 0 : vit_local_side(&s->cfg, l);
+}
+
 /* Block l as the spec records it: the model's geometry with the selected rows and windows. */
 static void spec_geom(const trace_spec *s, int l, trace_layer_geom *t) {
     vit_geom g;
@@ -79,6 +87,18 @@ static void spec_geom(const trace_spec *s, int l, trace_layer_geom *t) {
                             .key_offset_px = g.key_offset_px};
     if (g.scope == VIT_SCOPE_WINDOW && s->n_windows > 0) t->n_problems = s->n_windows;
     if (s->prefix_rows_only && g.scope == VIT_SCOPE_GLOBAL) t->Tq = g.prefix;
+    t->local_side = spec_local(s, l);
+}
+
+/* attn and scores are the maps a local block stores in its local form (internals are not). */
+static int q_local(const trace_spec *s, trace_quantity q, int l) {
+    return (q == TRACE_Q_ATTN || q == TRACE_Q_SCORES) && spec_local(s, l) > 0;
+}
+
+/* Values per query row of a map of q in block l as stored: the keys, or S^2 + 1 slots. */
+static int map_cols(const trace_spec *s, trace_quantity q, int l, int Tk) {
+    const int S = spec_local(s, l);
+    return q_local(s, q, l) ? S * S + 1 : Tk;
 }
 
 static int is_map(trace_quantity q) {
@@ -93,8 +113,10 @@ static int q_in_layer(const vit_config *c, trace_quantity q, int l) {
     return 1;
 }
 
-static const char *q_dset_name(const vit_config *c, trace_quantity q, int l) {
+static const char *q_dset_name(const trace_spec *s, trace_quantity q, int l) {
+    const vit_config *c = &s->cfg;
     vit_extra x;
+    if (q_local(s, q, l)) return q == TRACE_Q_ATTN ? "attn_local" : "scores_local";
     if ((q == TRACE_Q_X0 || q == TRACE_Q_X1) && vit_extra_info(c, l, q - TRACE_Q_X0, &x)) return x.name;
     return trace_q_names[q];
 }
@@ -140,7 +162,7 @@ static int q_shape(const trace_spec *s, trace_quantity q, int l, hsize_t dims[4]
         dims[1] = (hsize_t)t.n_problems, dims[2] = (hsize_t)t.Tq, dims[3] = (hsize_t)t.Tk;
         return 4;
     }
-    dims[1] = (hsize_t)t.Tq, dims[2] = (hsize_t)t.Tk;
+    dims[1] = (hsize_t)t.Tq, dims[2] = (hsize_t)map_cols(s, q, l, t.Tk);
     return 3;
 }
 
@@ -232,12 +254,15 @@ static int key_rows(const vit_geom *g, trace_quantity q) {
     return q == TRACE_Q_K && g->scope == VIT_SCOPE_SRA ? g->Tk : g->T;
 }
 
-/* Floats per image the engine writes for q in block l (all heads, problems and rows). */
-static size_t q_engine_floats(const vit_config *c, trace_quantity q, int l) {
+/* Floats per image the engine writes for q in block l (all heads, problems and rows; local
+ * records where the block's maps are stored local, vit_record.local_maps). */
+static size_t q_engine_floats(const trace_spec *s, trace_quantity q, int l) {
+    const vit_config *c = &s->cfg;
     vit_geom g;
     vit_block_geom(c, l, &g);
     if (q == TRACE_Q_TOKENS) return (size_t)g.T * (size_t)g.D;
-    if (is_map(q)) return q_engine_heads(c, q, l) * (size_t)g.problems * (size_t)g.Tq * (size_t)g.Tk;
+    if (is_map(q))
+        return q_engine_heads(c, q, l) * (size_t)g.problems * (size_t)g.Tq * (size_t)map_cols(s, q, l, g.Tk);
     return q_engine_heads(c, q, l) * (size_t)key_rows(&g, q) * (size_t)vit_qk_head_dim(c, l);
 }
 
@@ -254,15 +279,25 @@ static int layer_sra(const vit_config *c, int l) {
     return g.scope == VIT_SCOPE_SRA;
 }
 
-static const char *q_axes(const vit_config *c, trace_quantity q, int l) {
+static const char *q_axes(const trace_spec *s, trace_quantity q, int l) {
+    const vit_config *c = &s->cfg;
+    if (q_local(s, q, l)) return "image,head,query,slot";
     if (q == TRACE_Q_K && layer_sra(c, l)) return "image,head,key,channel";
     if (is_map(q)) return layer_windowed(c, l) ? "image,head,window,query,key" : "image,head,query,key";
     return q == TRACE_Q_TOKENS ? "image,token,channel" : "image,head,token,channel";
 }
 
-static const char *q_description(const vit_config *c, trace_quantity q, int l) {
+static const char *q_description(const trace_spec *s, trace_quantity q, int l) {
+    const vit_config *c = &s->cfg;
     const vit_mech *m = vit_mech_of(c, l);
     vit_extra x;
+    if (q_local(s, q, l))
+        return q == TRACE_Q_ATTN
+            ? "local form of softmax(scores): slot (dy + S/2) S + (dx + S/2) of query (y, x) is the "
+              "weight of key (y + dy, x + dx) (0 where that is off the grid), S = local_side; the "
+              "last slot is the weight of every key outside the S x S neighbourhood"
+            : "local form of the scores: slots as in attn_local; the last slot is the score of "
+              "every key outside the S x S neighbourhood (0 in zero mode, -inf in neg_inf mode)";
     switch (q) {
     case TRACE_Q_ATTN: if (vit_cait_attn_doc(c, l)) return vit_cait_attn_doc(c, l);
         return m->attn_doc ? m->attn_doc : "softmax(scores): the map that multiplies the values";
@@ -499,6 +534,10 @@ static int layer_attrs(hid_t g, const trace_spec *s, int l) {
     rc |= h5u_attr_int(g, "num_tokens", t.T);
     rc |= h5u_attr_ints(g, "heads", ids, q_heads(s, TRACE_Q_ATTN, l, ids));
     if (spec_version(s) >= TRACE_FORMAT_VERSION_STAGED) rc |= layer_geom_attrs(g, s, &t);
+    if (t.local_side) { /* attn_local / scores_local (docs/trace-format.md, "Local maps") */
+        rc |= h5u_attr_str(g, "map_form", "local");
+        rc |= h5u_attr_int(g, "local_side", t.local_side);
+    }
     const vit_mech *m = vit_mech_of(c, l);
     if (vit_has_keys(c, l)) {
         const float scale = vit_attn_scale(c, l);
@@ -548,8 +587,10 @@ static int layer_attrs(hid_t g, const trace_spec *s, int l) {
 #define TRACE_NC_NOT_A_VARIABLE "This is a netCDF dimension but not a netCDF variable."
 
 /* The named dimensions of a record of q in block l, outermost first. */
-static const char *q_dims(const vit_config *c, trace_quantity q, int l) {
+static const char *q_dims(const trace_spec *s, trace_quantity q, int l) {
+    const vit_config *c = &s->cfg;
     if (q == TRACE_Q_TOKENS) return "image,token,channel";
+    if (q_local(s, q, l)) return "image,head,query,slot";
     if (q == TRACE_Q_K && layer_sra(c, l)) return "image,head,key,qk_channel";
     if (q == TRACE_Q_Q && vit_mech_of(c, l) && c->family == VIT_FAMILY_CAIT) {
         vit_geom g; /* CaiT's class attention: q of the class token alone */
@@ -705,7 +746,7 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
         if (create) ok &= layer_attrs(g, s, l) == 0;
         for (int q = 0; q < TRACE_Q_COUNT && ok; q++) {
             if (!(s->quantities & (1u << q)) || !q_in_layer(c, (trace_quantity)q, l)) continue;
-            const char *dn = q_dset_name(c, (trace_quantity)q, l);
+            const char *dn = q_dset_name(s, (trace_quantity)q, l);
             if (create) {
                 hsize_t dims[4];
                 int nd = q_shape(s, (trace_quantity)q, l, dims), ids[4096];
@@ -713,8 +754,8 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
                                         record_split(s, (trace_quantity)q, l),
                                         record_direct(s, (trace_quantity)q, l));
                 if (d->q[q][li] >= 0) {
-                    h5u_attr_str(d->q[q][li], "axes", q_axes(c, (trace_quantity)q, l));
-                    h5u_attr_str(d->q[q][li], "description", q_description(c, (trace_quantity)q, l));
+                    h5u_attr_str(d->q[q][li], "axes", q_axes(s, (trace_quantity)q, l));
+                    h5u_attr_str(d->q[q][li], "description", q_description(s, (trace_quantity)q, l));
                     if (q != TRACE_Q_TOKENS)
                         h5u_attr_ints(d->q[q][li], "heads", ids, q_heads(s, (trace_quantity)q, l, ids));
                     if (is_map((trace_quantity)q) && nd == 4) {
@@ -723,7 +764,7 @@ static int layout(hid_t f, const trace_spec *s, trace_dsets *d, int create) {
                         for (int k = 0; k < t.n_problems && k < 4096; k++) ids[k] = s->n_windows ? s->windows[k] : k;
                         h5u_attr_ints(d->q[q][li], "windows", ids, t.n_problems);
                     }
-                    ok &= dims_attach(g, d->q[q][li], q_dims(c, (trace_quantity)q, l)) == 0;
+                    ok &= dims_attach(g, d->q[q][li], q_dims(s, (trace_quantity)q, l)) == 0;
                 }
             } else {
                 d->q[q][li] = open_dset(g, dn, 1);
@@ -1041,7 +1082,7 @@ size_t trace_slot_bytes(const trace_spec *s) {
     size_t per_image = 0;
     for (int q = 0; q < TRACE_Q_COUNT; q++)
         for (int li = 0; li < s->n_layers && (s->quantities & (1u << q)); li++)
-            per_image += q_engine_floats(c, (trace_quantity)q, s->layers[li]) * 4;
+            per_image += q_engine_floats(s, (trace_quantity)q, s->layers[li]) * 4;
     if (has_pool_attn(s)) per_image += pool_attn_values(s) * 4;
     per_image += (size_t)(c->num_classes > 0 ? c->num_classes : 1) * 4;
     per_image += (size_t)c->img_size * c->img_size * 3 + TRACE_PATH_LEN + sizeof(int) + 64 * 8;
@@ -1101,7 +1142,7 @@ static size_t slot_carve(const trace_spec *s, trace_slot *sl, char *mem) {
         }
         for (int li = 0; li < s->n_layers; li++) {
             const int l = s->layers[li];
-            const size_t f = q_engine_floats(c, (trace_quantity)q, l);
+            const size_t f = q_engine_floats(s, (trace_quantity)q, l);
             if (!f || !q_in_layer(c, (trace_quantity)q, l)) continue;
             if (q == TRACE_Q_ATTN && s->f16 && vit_attn16_ok(c, l)) {
                 const size_t heads = q_engine_heads(c, TRACE_Q_ATTN, l);
@@ -1112,6 +1153,7 @@ static size_t slot_carve(const trace_spec *s, trace_slot *sl, char *mem) {
             }
         }
     }
+    if (mem) sl->rec.local_maps = !s->dense_maps && !s->prefix_rows_only; /* spec_local's blocks */
     if (has_pool_attn(s)) TAKE(sl->rec.pool_attn, B * pool_attn_values(s) * 4, 64);
     TAKE(sl->logits, B * (size_t)(c->num_classes > 0 ? c->num_classes : 1) * 4, 64);
     TAKE(sl->rgb, B * (size_t)c->img_size * c->img_size * 3, 64);
@@ -1166,13 +1208,14 @@ static const void *stage_layer(trace_writer *w, trace_quantity q, int l, engine_
     int ids[4096];
     const int nh = q_heads(s, q, l, ids);
     const size_t H = q_engine_heads(c, q, l);
-    const size_t problem = (size_t)g.Tq * g.Tk; /* one window's map, or the whole global map */
+    /* one window's map, or the whole global map (local records: S^2 + 1 per row) */
+    const size_t problem = (size_t)g.Tq * map_cols(s, q, l, g.Tk);
     const size_t per_head = is_map(q) ? (size_t)g.problems * problem
                                       : (size_t)key_rows(&g, q) * vit_qk_head_dim(c, l);
     const size_t src_head = src.f16 && src.f16_stride ? src.f16_stride : per_head;
     const int windows = is_map(q) && g.scope == VIT_SCOPE_WINDOW;
     /* contiguous in a head: the first rows (global maps), or all of q/k */
-    const size_t block = !is_map(q) ? per_head : (size_t)(s->prefix_rows_only ? g.prefix : g.Tq) * g.Tk;
+    const size_t block = !is_map(q) ? per_head : s->prefix_rows_only ? (size_t)g.prefix * g.Tk : problem;
     int in_order = (size_t)nh == H;
     for (int hi = 0; hi < nh && in_order; hi++) in_order = ids[hi] == hi;
     if (src.f16 && in_order && block == per_head && (!windows || s->n_windows <= 0) && src_head == out)
@@ -1813,7 +1856,7 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
     for (int q = 0; q < TRACE_Q_COUNT; q++)
         for (int li = 0; li < spec->n_layers && (spec->quantities & (1u << q)); li++) {
             const int l = spec->layers[li];
-            const size_t f = q_engine_floats(&spec->cfg, (trace_quantity)q, l) * 4,
+            const size_t f = q_engine_floats(spec, (trace_quantity)q, l) * 4,
                          padded = (size_t)record_chunks_per_image(spec, (trace_quantity)q, l) *
                                   record_chunk_stride(spec, (trace_quantity)q, l),
                          need = (f > padded ? f : padded) * (size_t)spec->batch;
@@ -2108,6 +2151,7 @@ static as_status layer_geom_read(trace_reader *r, int li, as_error *err) {
     /* CaiT's talking heads: the map that multiplies the values is signed, not row-stochastic */
     int rs = 1;
     if (h5u_attr_read_int(g, "attn_row_stochastic", &rs, 1) == 1) t->attn_signed = !rs;
+    if (h5u_attr_read_int(g, "local_side", &t->local_side, 1) != 1) t->local_side = 0;
     H5Gclose(g);
     const long cells = (long)t->gh * t->gw;
     ok = ok && t->gh >= 1 && t->gw >= 1 && t->gh <= VIT_MAX_IMG && t->gw <= VIT_MAX_IMG &&
@@ -2120,6 +2164,9 @@ static as_status layer_geom_read(trace_reader *r, int li, as_error *err) {
              t->nww == t->pw / t->M && t->Tq == t->M * t->M && t->Tk == t->Tq && t->prefix == 0;
     else if (ok && t->scope != VIT_SCOPE_SRA)
         ok = t->Tk == t->T && t->Tq <= t->T;
+    if (ok && t->local_side) /* local records: every query row of a grid without prefix tokens */
+        ok = t->local_side >= 1 && t->local_side % 2 == 1 && t->local_side <= VIT_LOCAL_MAX_SIDE &&
+             t->scope == VIT_SCOPE_GLOBAL && t->prefix == 0 && t->Tq == t->T;
     if (!ok) return as_fail(err, AS_ERR_FORMAT, "%s: %s's geometry attributes (stage, scope, grid, "
                             "window, ...) are missing or inconsistent: the file is corrupt", r->path, gname);
     return AS_OK;
@@ -2385,6 +2432,37 @@ void trace_describe_staged(const trace_reader *r, char *buf, size_t n) {
              windows ? ", window layers" : "", sra ? ", spatial-reduction layers" : "", r->version);
 }
 
+/* Layer `layer` stores map `map` (attn or scores) as local records: its geometry, else NULL. */
+static const trace_layer_geom *local_layer(const trace_reader *r, int layer, const char *map) {
+    const trace_layer_geom *t = trace_layer(r, layer);
+    return t && t->local_side && (strcmp(map, "attn") == 0 || strcmp(map, "scores") == 0) ? t : NULL;
+}
+
+/* Reads layers/LL/<map>_local at head position head_pos (or all `heads` recorded heads: -1) and
+ * expands each head's records into its (Tq, Tk) map in out. */
+static as_status read_local(const trace_reader *r, const trace_layer_geom *t, const char *map,
+                            long image, int head_pos, int heads, float *out, as_error *err) {
+    char name[96];
+    snprintf(name, sizeof name, "layers/%02d/%s_local", t->layer, map);
+    const int n = head_pos >= 0 ? 1 : heads;
+    const size_t per = (size_t)t->Tq * ((size_t)t->local_side * t->local_side + 1);
+    float *tmp = malloc(per * (size_t)n * sizeof *tmp);
+    if (!tmp) return as_fail(err, AS_ERR_NOMEM, "out of memory reading %s of %s", name, r->path);
+    as_status rc = read_slab(r, name, image, head_pos, per * (size_t)n, tmp, err);
+    for (int h = 0; rc == AS_OK && h < n; h++)
+        vit_local_expand(tmp + (size_t)h * per, t->gh, t->gw, t->local_side, out + (size_t)h * t->Tq * t->Tk);
+    free(tmp);
+    return rc;
+}
+
+/* "layers/LL/attn" or "layers/LL/scores" of a layer stored local: its geometry and the map's
+ * name in *map (else NULL). */
+static const trace_layer_geom *local_name(const trace_reader *r, const char *name, char map[8]) {
+    int layer, used = 0;
+    if (sscanf(name, "layers/%d/%7[a-z]%n", &layer, map, &used) != 2 || name[used]) return NULL;
+    return local_layer(r, layer, map);
+}
+
 as_status trace_read_head(const trace_reader *r, trace_quantity q, long image, int layer,
                           int head, float *out, as_error *err) {
     int ids[4096];
@@ -2399,13 +2477,15 @@ as_status trace_read_head(const trace_reader *r, trace_quantity q, long image, i
     const trace_layer_geom *t = trace_layer(r, layer);
     const size_t want = is_map(q) ? (size_t)t->n_problems * t->Tq * t->Tk
                       : q == TRACE_Q_TOKENS ? (size_t)t->T * t->D : (size_t)t->T * t->qk_dim;
+    if (local_layer(r, layer, trace_q_names[q])) return read_local(r, t, trace_q_names[q], image, hp, 1, out, err);
     return read_slab(r, name, image, hp, want, out, err);
 }
 
 as_status trace_read_map(const trace_reader *r, const char *name, long image, int layer,
                          int head, float *out, as_error *err) {
     char path[96];
-    snprintf(path, sizeof path, "layers/%02d/%s", layer, name);
+    const trace_layer_geom *loc = local_layer(r, layer, name);
+    snprintf(path, sizeof path, "layers/%02d/%s%s", layer, name, loc ? "_local" : "");
     hid_t d = H5Dopen2((hid_t)r->file_id, path, H5P_DEFAULT);
     if (d < 0)
         return as_fail(err, AS_ERR_ARG, "%s: layer %d has no %s map (not recorded, or not part of "
@@ -2417,11 +2497,16 @@ as_status trace_read_map(const trace_reader *r, const char *name, long image, in
     int hp = index_of(heads, nh, head);
     if (hp < 0) return as_fail(err, AS_ERR_ARG, "%s: head %d of %s in layer %d was not recorded",
                                r->path, head, name, layer);
+    if (loc) return read_local(r, loc, name, image, hp, 1, out, err);
     return read_slab(r, path, image, hp, 0, out, err);
 }
 
 as_status trace_read_image_slab(const trace_reader *r, const char *name, long image, float *out,
                                 as_error *err) {
+    char map[8];
+    const trace_layer_geom *t = local_name(r, name, map);
+    int ids[4096];
+    if (t) return read_local(r, t, map, image, -1, trace_layer_heads(r, t->layer, ids), out, err);
     return read_slab(r, name, image, -1, 0, out, err);
 }
 
@@ -2433,6 +2518,15 @@ as_status trace_read_pool_attn(const trace_reader *r, long image, float *out, as
 }
 
 int trace_dataset_dims(const trace_reader *r, const char *name, long *dims, int max) {
+    char map[8];
+    const trace_layer_geom *t = local_name(r, name, map);
+    if (t) { /* what the readers expand it to: (heads, Tq, Tk) */
+        char local[96];
+        snprintf(local, sizeof local, "%s_local", name);
+        const int n = trace_dataset_dims(r, local, dims, max);
+        if (n == 3) dims[2] = t->Tk;
+        return n;
+    }
     if (H5Lexists((hid_t)r->file_id, name, H5P_DEFAULT) <= 0) return -1;
     hid_t d = H5Dopen2((hid_t)r->file_id, name, H5P_DEFAULT);
     if (d < 0) return -1;

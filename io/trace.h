@@ -79,6 +79,9 @@ typedef struct {
     int n_windows, windows[TRACE_MAX_WINDOWS]; /* WINDOW layers: recorded windows, ascending;
                                                   0: all of them */
     int prefix_rows_only;        /* attn/scores: only the prefix-token query rows */
+    int dense_maps;              /* attn/scores of blocks whose heads are all local (core/local.h:
+                                    H-MaiT's masked stages) as dense (T, T) maps, not attn_local /
+                                    scores_local records (record --dense-maps) */
     int f16;                     /* store maps/scores/q/k/tokens as float16 */
     trace_compress compress;
     int level;                   /* deflate level 1..9 */
@@ -161,6 +164,9 @@ typedef struct {
     int kgh, kgw, sr_ratio, sr_pool;
     float key_stride_px, key_offset_px;
     int attn_signed;        /* CaiT talking heads: attn is signed and not row-stochastic */
+    int local_side;         /* S > 0: attn and scores are stored as local records attn_local /
+                               scores_local (H, Tq, S^2 + 1); the readers below expand them to
+                               (Tq, Tk) maps. 0: dense */
 } trace_layer_geom;
 
 typedef struct {

@@ -100,7 +100,7 @@ expect 0 "$A" record --model "$T/hm/latest" --images "$FX/inputs.npy" --out "$T/
 expect 0 "$A" info "$T/hm.h5"
 has_wrapped "$T/out" "layer 2: stage 1, 4x4 tokens every 8 px, width 48, heads 6; global attention"
 expect 0 "$A" info hmait_t
-has "$T/out" "^28.27 M parameters; 8.78 GMACs"
+has "$T/out" "^28.27 M parameters; 4.49 GMACs"
 has "$T/out" "blocks 4-9: mait R=\[3,3,3,3,0,0,0,0,0,0,0,0\] zero"
 
 # bad stems: one line naming the key, nothing written

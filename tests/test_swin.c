@@ -112,7 +112,7 @@ typedef struct {
 /* threads > 0: the arena is carved at 2 threads and the forward runs at that many */
 static void run_model(run_t *r, const model_t *m, const float *x, int B, int threads) {
     const vit_config *c = &m->c;
-    vit_record rec = {r->attn, r->scores, r->q, r->k, r->tokens, {r->extra0, NULL}, NULL, NULL, 0};
+    vit_record rec = {r->attn, r->scores, r->q, r->k, r->tokens, {r->extra0, NULL}, NULL, NULL, 0, 0};
     for (int l = 0; l < c->depth; l++) {
         vit_geom g;
         vit_block_geom(c, l, &g);

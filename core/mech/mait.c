@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 
@@ -184,21 +185,34 @@ static void params_backward(const vit_mech_block *b, const vit_block_params *gb,
     }
 }
 
+/* Zero and neg_inf masks leave a neighbourhood of real scores and one constant outside it. */
+static int local(const vit_config *c, int l, int h, vit_local *out) {
+    const vit_attn *at = &c->attn[l];
+    if (h >= VIT_MAX_MASK_HEADS || !at->mask_size[h] || at->mask_mode == VIT_MASK_SOFT) return 0;
+    *out = (vit_local){at->mask_size[h], at->mask_mode == VIT_MASK_ZERO ? 0.0f : -INFINITY};
+    return 1;
+}
+
 static void cost(const vit_config *c, int l, const vit_geom *g, vit_cost_part *o) {
     const vit_attn *a = &c->attn[l];
     const double H = g->H, P = vit_mech_score_entries(g);
     vit_mech_fused_cost(c, l, g, o);
-    double masked = 0;
-    for (int h = 0; h < H && h < VIT_MAX_MASK_HEADS; h++) masked += a->mask_size[h] > 0;
+    double masked = 0; /* the dense path applies the mask; a local head has none to apply */
+    for (int h = 0; h < H && h < VIT_MAX_MASK_HEADS; h++) masked += a->mask_size[h] > 0 && !vit_local_head(c, l, h, NULL);
     vit_cost_add(o, VIT_COMP_ATTN_SCORES, a->mask_mode == VIT_MASK_SOFT ? H : 0, 0, masked * P);
 }
 
 static int statics(const vit_config *c, int l, vit_static *v) {
     vit_geom g; /* the block's own tokens (CaiT's SA blocks have no class token) */
     vit_block_geom(c, l, &g);
-    const int T = g.T, H = g.H;
+    const int T = g.T, H = g.H, S = vit_local_side(c, l);
     int n = 0;
-    v[n++] = (vit_static){"mask", 3, {H, T, T}, "1 where the score is kept, 0 where the mask applies (see mask_mode)"};
+    if (S) /* every head local (H-MaiT): the same pattern around every query, not (H, T, T) */
+        v[n++] = (vit_static){"mask_local", 3, {H, S, S}, "1 where the key at (y + dy, x + dx) of query "
+                              "(y, x) is kept, at [h, dy + S/2, dx + S/2], 0 where the mask applies (see "
+                              "mask_mode); the keys beyond S/2 are masked"};
+    else
+        v[n++] = (vit_static){"mask", 3, {H, T, T}, "1 where the score is kept, 0 where the mask applies (see mask_mode)"};
     if (c->attn[l].mask_mode == VIT_MASK_SOFT) v[n++] = (vit_static){"mask_alpha", 1, {H, 0, 0}, "soft mask value per head"};
     return n;
 }
@@ -214,6 +228,14 @@ static void static_fill(const vit_config *c, const vit_params *p, int l, int i, 
         return;
     }
     if (i != 0) return;
+    const int S = vit_local_side(c, l);
+    for (int h = 0; S && h < H; h++) {
+        const int r = at->mask_size[h] / 2;
+        for (int y = 0; y < S; y++)
+            for (int x = 0; x < S; x++)
+                out[((size_t)h * S + y) * S + x] = abs(y - S / 2) <= r && abs(x - S / 2) <= r;
+    }
+    if (S) return;
     /* the rule the scores get, applied to ones in the paper's zero mode */
     vit_attn zero = *at;
     zero.mask_mode = VIT_MASK_ZERO;
@@ -263,6 +285,7 @@ const vit_mech vit_mech_mait = {
     .scores = scores,
     .head_backward = head_backward,
     .params_backward = params_backward,
+    .local = local,
     .cost = cost,
     .statics = statics,
     .static_fill = static_fill,

@@ -131,9 +131,18 @@ void vit_mech_fused_specs(const vit_mech_block *b, vit_block_params *bp, vit_spe
     if (b->c->qkv_bias) VIT_MECH_SPEC(s, &bp->qkv_b, ".attn.qkv.bias", 3 * D);
 }
 
+double vit_mech_head_entries(const vit_config *c, int l, const vit_geom *g) {
+    double e = 0;
+    for (int h = 0; h < g->H; h++) {
+        vit_local loc;
+        e += vit_local_head(c, l, h, &loc) ? vit_local_pairs(g->gh, g->gw, loc.side) : vit_mech_score_entries(g);
+    }
+    return e;
+}
+
 void vit_mech_fused_cost(const vit_config *c, int l, const vit_geom *g, vit_cost_part *o) {
-    const double D = g->D, H = g->H, T = vit_mech_rows(g), P = vit_mech_score_entries(g), Hd = D / H;
-    const double bias = c->qkv_bias ? 1 : 0, maps = H * P, softmax = 5 * maps;
+    const double D = g->D, H = g->H, T = vit_mech_rows(g), Hd = D / H;
+    const double bias = c->qkv_bias ? 1 : 0, maps = vit_mech_head_entries(c, l, g), softmax = 5 * maps;
     vit_cost_add(o, VIT_COMP_QKV, 3 * D * (D + bias), T * D * 3 * D, T * 3 * D * bias);
-    vit_cost_add(o, VIT_COMP_ATTN_SCORES, 0, H * P * Hd, maps + softmax);
+    vit_cost_add(o, VIT_COMP_ATTN_SCORES, 0, maps * Hd, maps + softmax);
 }
