@@ -112,6 +112,58 @@ void vit_local_forward(const vit_local_job *j) {
         }
 }
 
+void vit_local_backward(const vit_local_bwd_job *j) {
+    const int gh = j->gh, gw = j->gw, T = gh * gw, dq = j->dq, dv = j->dv, r = j->loc.side / 2;
+    const int S = j->rec_side, rs = S / 2, slots = S * S;
+    double *vsum = j->acc, *G = j->acc + dv;
+    assert(S >= j->loc.side && S % 2 == 1);
+    for (int c = 0; c < dv; c++) vsum[c] = G[c] = 0;
+    for (int t = 0; t < T; t++) {
+        const float *vt = j->v + (size_t)t * j->ldv, *dt = j->dout + (size_t)t * j->ldo;
+        const double bt = j->att_local[(size_t)t * (slots + 1) + slots];
+        for (int c = 0; c < dv; c++) vsum[c] += vt[c], G[c] += bt * dt[c];
+    }
+    for (int t = 0; t < T; t++) {
+        float *dqt = j->dq_out + (size_t)t * j->ldq, *dkt = j->dk_out + (size_t)t * j->ldk;
+        float *dvt = j->dv_out + (size_t)t * j->ldv;
+        for (int c = 0; c < dq; c++) dqt[c] = dkt[c] = 0.0f;
+        for (int c = 0; c < dv; c++) dvt[c] = (float)G[c];
+    }
+    double dA[VIT_LOCAL_MAX_SIDE * VIT_LOCAL_MAX_SIDE];
+    for (int qy = 0; qy < gh; qy++)
+        for (int qx = 0; qx < gw; qx++) {
+            const int i = qy * gw + qx;
+            const int y0 = qy - r > 0 ? qy - r : 0, y1 = qy + r < gh - 1 ? qy + r : gh - 1;
+            const int x0 = qx - r > 0 ? qx - r : 0, x1 = qx + r < gw - 1 ? qx + r : gw - 1;
+            const float *rec = j->att_local + (size_t)i * (slots + 1), *doi = j->dout + (size_t)i * j->ldo;
+            const double b = rec[slots];
+            double dsum = 0, local = 0, all = 0; /* sum_W dA_ij, sum_W a_ij dA_ij, dO_i . sum_all v */
+            for (int c = 0; c < dv; c++) all += doi[c] * vsum[c];
+            for (int y = y0, e = 0; y <= y1; y++)
+                for (int x = x0; x <= x1; x++, e++) {
+                    const float *vj = j->v + (size_t)(y * gw + x) * j->ldv;
+                    double d = 0;
+                    for (int c = 0; c < dv; c++) d += (double)doi[c] * vj[c];
+                    dA[e] = d;
+                    dsum += d;
+                    local += rec[(y - qy + rs) * S + (x - qx + rs)] * d;
+                }
+            const double delta = local + b * (all - dsum);
+            const float *qi = j->q + (size_t)i * j->ldq;
+            float *dqi = j->dq_out + (size_t)i * j->ldq;
+            for (int y = y0, e = 0; y <= y1; y++)
+                for (int x = x0; x <= x1; x++, e++) {
+                    const int t = y * gw + x;
+                    const double a = rec[(y - qy + rs) * S + (x - qx + rs)];
+                    const float ds = (float)(a * (dA[e] - delta)) * j->scale, w = (float)(a - b);
+                    const float *kt = j->k + (size_t)t * j->ldk;
+                    float *dkt = j->dk_out + (size_t)t * j->ldk, *dvt = j->dv_out + (size_t)t * j->ldv;
+                    for (int c = 0; c < dq; c++) dqi[c] += ds * kt[c], dkt[c] += ds * qi[c];
+                    for (int c = 0; c < dv; c++) dvt[c] += w * doi[c];
+                }
+        }
+}
+
 void vit_local_expand(const float *loc, int gh, int gw, int side, float *dense) {
     const int T = gh * gw, rs = side / 2, slots = side * side;
     for (int qy = 0; qy < gh; qy++)

@@ -51,6 +51,26 @@ typedef struct {
 } vit_local_job;
 void vit_local_forward(const vit_local_job *j);
 
+/* The backward of one local head from the forward's record (att_local, side rec_side): with
+ * dO the output's gradient, dA_ij = dO_i . v_j and delta_i = sum_j a_ij dA_ij (over every key:
+ * the neighbourhood's and the background's, through sum_all v), only the neighbourhood's scores
+ * vary, so dS_ij = a_ij (dA_ij - delta_i) on W_i and 0 elsewhere (the background score is a
+ * constant); dq_i = scale sum_W dS_ij k_j, dk_j = scale sum_i dS_ij q_i, and
+ * dv_j = sum_i b_i dO_i + sum_{i: j in W_i} (a_ij - b_i) dO_i with b_i the background weight.
+ * O(T R^2 (dq + dv)). dq, dk, dv are overwritten. */
+typedef struct {
+    int gh, gw, dq, dv;
+    float scale;
+    const float *q, *k, *v, *dout; /* rows ldq, ldk, ldv, ldo apart */
+    int ldq, ldk, ldv, ldo;
+    vit_local loc;
+    const float *att_local;        /* (T, S^2 + 1) */
+    int rec_side;                  /* S */
+    float *dq_out, *dk_out, *dv_out; /* rows ldq, ldk, ldv apart (as q, k, v) */
+    double *acc;                   /* scratch: 2 dv doubles */
+} vit_local_bwd_job;
+void vit_local_backward(const vit_local_bwd_job *j);
+
 /* A local record (T, S^2 + 1) to its dense (T, T) map: slot (dy + S/2) S + (dx + S/2) of query
  * (y, x) is key (y + dy, x + dx); every other key takes the row's last value. */
 void vit_local_expand(const float *loc, int gh, int gw, int side, float *dense);

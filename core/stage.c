@@ -334,7 +334,7 @@ static void stage_block(const vit_config *c, int l, const vit_geom *g, const vit
         .mask = a->mask[l], .rpb = rpb ? a->rpb : NULL, .qkv = qkv,
         .qkv_b = bp->qkv_b, .scale = m->product_scale ? m->product_scale(c, l) : vit_attn_scale(c, l),
         .att = att ? att : t ? t->att : local ? NULL : a->att, .scores = rec_at(rec->scores, l), .ao = ao,
-        .att_side = local && rec->local_maps && !t ? local : 0,
+        .att_side = local && (t || rec->local_maps) ? local : 0, /* a tape keeps local records */
         .scratch = a->scratch, .slots = a->slots, .slot_floats = a->slot_floats};
     if (!plain) {
         vit_mech_problem_grid(g, &j.M, &j.M);

@@ -9,12 +9,14 @@
  * afterwards in a fixed order, so the result does not depend on the thread count. */
 #include <cblas.h>
 #include <omp.h>
+#include <assert.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "attn_ops.h"
 #include "cait.h"
 #include "kernels.h"
+#include "local.h"
 #include "mech.h"
 #include "pvt.h"
 #include "stage.h"
@@ -76,7 +78,8 @@ size_t vit_stage_tape_carve(const vit_config *c, int B, void *base, vit_tape *t)
         vit_carve_floats(p, &off, TD, &k->x_in);
         vit_carve_floats(p, &off, TD, &k->xn1);
         vit_carve_floats(p, &off, b * g.T * (size_t)row_width(c, l), &k->qkv);
-        vit_carve_floats(p, &off, b * g.H * g.problems * g.Tq * g.Tk, &k->att);
+        const size_t S = (size_t)vit_local_side(c, l); /* local records (core/local.h), not maps */
+        vit_carve_floats(p, &off, b * g.H * g.problems * g.Tq * (S ? S * S + 1 : (size_t)g.Tk), &k->att);
         for (int i = 0; i < VIT_MAX_EXTRAS; i++) { /* lsla: the softmax before its outer bias */
             vit_extra x;
             if (vit_extra_info(c, l, i, &x))
@@ -107,8 +110,8 @@ size_t vit_stage_tape_carve(const vit_config *c, int B, void *base, vit_tape *t)
 
 /* Floats of one thread's window slot: q, k and their gradients (N, Wq) each, v, the output's
  * gradient and v's (N, D) each (the maps' gradients are the workspace's, per problem). */
-static size_t slot_floats(int N, int D, int Wq) {
-    return (4 * (size_t)N * Wq + 3 * (size_t)N * D + 15) & ~(size_t)15;
+static size_t slot_floats(int N, int D, int Wq) { /* + a local head's 2 dv doubles */
+    return (4 * (size_t)N * Wq + 3 * (size_t)N * D + 4 * (size_t)D + 2 + 15) & ~(size_t)15;
 }
 
 size_t vit_ln_scratch_floats(size_t rows, size_t d) { return 2 * d * ((rows + KERNELS_LN_BLOCK - 1) / KERNELS_LN_BLOCK); }
@@ -133,7 +136,7 @@ size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_
         TD = max_z(TD, b * g.T * g.D);
         TW = max_z(TW, b * g.T * W);
         TH = max_z(TH, b * g.T * g.Hm);
-        maps = max_z(maps, b * g.H * g.problems * g.Tq * g.Tk);
+        if (!vit_local_side(c, l)) maps = max_z(maps, b * g.H * g.problems * g.Tq * g.Tk); /* local: none */
         rpb = max_z(rpb, (size_t)g.H * g.Tq * g.Tk);
         if (vit_mech_of(c, l)->flags & VIT_MECH_WS_DY) dy = max_z(dy, b * g.H * g.problems * g.Tq * g.Tk);
         pads = max_z(pads, b * g.problems * W);
@@ -225,7 +228,22 @@ static void window_problem_bwd(const window_bwd *j, int b, int w, float *scr) {
         else memset(dO + (size_t)r * D, 0, (size_t)D * sizeof(float)); /* a pad query's output is dropped */
     }
     const float *soft = (j->m->flags & VIT_MECH_SOFTMAX_EXTRA0) ? j->t->ext[0] : j->t->att;
-    for (int h = 0; h < H; h++) {
+    const int side = vit_local_side(j->mb->c, j->mb->l); /* every head local: the tape's records */
+    for (int h = 0; h < H && side; h++) {             /* O(N R^2) (core/local.h) */
+        vit_local loc;
+        const int local = vit_local_head(j->mb->c, j->mb->l, h, &loc);
+        assert(local && j->P == 1 && !j->mask);
+        (void)local;
+        const size_t o = (size_t)h * hd, oq = (size_t)h * dq, S2 = (size_t)side * side + 1;
+        const uintptr_t acc = ((uintptr_t)(dV + ND) + 7) & ~(uintptr_t)7;
+        const vit_local_bwd_job lj = {
+            .gh = j->mb->g->gh, .gw = j->mb->g->gw, .dq = dq, .dv = hd, .scale = j->scale, .q = Q + oq,
+            .k = K + oq, .v = V + o, .dout = dO + o, .ldq = Wq, .ldk = Wq, .ldv = D, .ldo = D, .loc = loc,
+            .att_local = j->t->att + ((size_t)b * H + h) * N * S2, .rec_side = side, .dq_out = dQ + oq,
+            .dk_out = dK + oq, .dv_out = dV + o, .acc = (double *)acc};
+        vit_local_backward(&lj);
+    }
+    for (int h = 0; h < H && !side; h++) {
         const size_t map = (((size_t)b * H + h) * j->P + w) * NN, prob = ((size_t)b * j->P + w) * H + h;
         const float *A = j->t->att + map;
         float *dA = ws->dA + prob * NN, *dS = ws->dS + prob * NN;

@@ -3,7 +3,8 @@
  * outside the R x R neighbourhood is 0 in zero mode, -inf in neg_inf mode), on grids that are not
  * square, neighbourhoods cut by the edges and ones that cover the grid; then a staged model whose
  * global stages mix local and dense heads: its recorded maps against the same definition applied
- * to its recorded q and k, the local records against the dense ones, the logits the same bits
+ * to its recorded q and k, the local records against the dense ones, the backward against the
+ * dense one, the logits the same bits
  * whichever form is recorded, and the scratch map the local stages no longer need. The model
  * against PyTorch (forward and gradients) is tests/test_train.c's fixture swin_hmait. */
 #include <math.h>
@@ -101,6 +102,57 @@ static void test_kernel(void) {
             if (S > 1) CHECK(al[0] == 0.0f, "%s: slot (-S/2, -S/2) of query (0, 0) is off the grid: %g", what, (double)al[0]);
             free(q), free(k), free(v), free(out), free(att), free(sc), free(al), free(sl), free(ex);
             free(want), free(wants), free(wout), free(srow), free(mrow);
+        }
+}
+
+/* The backward against the dense one written from the definition: dA = dO V^T, dS = A (dA -
+ * rowsum(A dA)) where the score is a function of q and k (the neighbourhood) and 0 where it is
+ * the constant background, dq = scale dS K, dk = scale dS^T Q, dv = A^T dO. */
+static void test_backward(void) {
+    const int cases[][4] = {{5, 7, 3, 3}, {5, 7, 3, 5}, {4, 3, 7, 9}, {6, 6, 1, 3}, {8, 5, 5, 5}};
+    uint32_t seed = 9;
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++)
+        for (int mode = 0; mode < 2; mode++) {
+            const int gh = cases[t][0], gw = cases[t][1], R = cases[t][2], S = cases[t][3], T = gh * gw;
+            const int dq = 4, dv = 3, slots = S * S + 1;
+            const float scale = 0.8f, bg = mode ? -INFINITY : 0.0f;
+            float *q = malloc(sizeof(float) * T * dq), *k = malloc(sizeof(float) * T * dq), *v = malloc(sizeof(float) * T * dv);
+            float *dO = malloc(sizeof(float) * T * dv), *out = malloc(sizeof(float) * T * dv), *al = malloc(sizeof(float) * T * slots);
+            float *gq = malloc(sizeof(float) * T * dq), *gk = malloc(sizeof(float) * T * dq), *gv = malloc(sizeof(float) * T * dv);
+            float *wq = calloc((size_t)T * dq, sizeof(float)), *wk = calloc((size_t)T * dq, sizeof(float)), *wv = calloc((size_t)T * dv, sizeof(float));
+            double *A = malloc(sizeof(double) * T * T), *srow = malloc(sizeof(double) * T), acc[6];
+            for (int i = 0; i < T * dq; i++) q[i] = 2 * urand(&seed), k[i] = 2 * urand(&seed);
+            for (int i = 0; i < T * dv; i++) v[i] = urand(&seed), dO[i] = urand(&seed);
+            for (int i = 0; i < T; i++) dense_row(q, k, T, gw, dq, scale, R, bg, i, srow, A + (size_t)i * T);
+            for (int i = 0; i < T; i++) {
+                double dA[256], rs = 0;
+                for (int j = 0; j < T; j++) {
+                    dA[j] = 0;
+                    for (int c = 0; c < dv; c++) dA[j] += (double)dO[i * dv + c] * v[j * dv + c];
+                    rs += A[(size_t)i * T + j] * dA[j];
+                    for (int c = 0; c < dv; c++) wv[j * dv + c] += (float)(A[(size_t)i * T + j] * dO[i * dv + c]);
+                }
+                for (int j = 0; j < T; j++) {
+                    if (abs(i / gw - j / gw) > R / 2 || abs(i % gw - j % gw) > R / 2) continue; /* constant */
+                    const double dS = A[(size_t)i * T + j] * (dA[j] - rs) * scale;
+                    for (int c = 0; c < dq; c++) wq[i * dq + c] += (float)(dS * k[j * dq + c]), wk[j * dq + c] += (float)(dS * q[i * dq + c]);
+                }
+            }
+            vit_local_job f = {.gh = gh, .gw = gw, .dq = dq, .dv = dv, .scale = scale, .q = q, .k = k, .v = v, .ldq = dq,
+                               .ldk = dq, .ldv = dv, .loc = {R, bg}, .out = out, .ldo = dv, .acc = acc, .att_local = al,
+                               .rec_side = S};
+            vit_local_forward(&f);
+            vit_local_bwd_job b = {.gh = gh, .gw = gw, .dq = dq, .dv = dv, .scale = scale, .q = q, .k = k, .v = v, .dout = dO,
+                                   .ldq = dq, .ldk = dq, .ldv = dv, .ldo = dv, .loc = {R, bg}, .att_local = al,
+                                   .rec_side = S, .dq_out = gq, .dk_out = gk, .dv_out = gv, .acc = acc};
+            vit_local_backward(&b);
+            char what[64];
+            snprintf(what, sizeof what, "backward %dx%d R=%d S=%d %s", gh, gw, R, S, mode ? "neg_inf" : "zero");
+            CHECK(check_close("dq", gq, wq, (size_t)T * dq, 1e-6, 1e-4), "%s: dq", what);
+            CHECK(check_close("dk", gk, wk, (size_t)T * dq, 1e-6, 1e-4), "%s: dk", what);
+            CHECK(check_close("dv", gv, wv, (size_t)T * dv, 1e-6, 1e-4), "%s: dv", what);
+            free(q), free(k), free(v), free(dO), free(out), free(al), free(gq), free(gk), free(gv);
+            free(wq), free(wk), free(wv), free(A), free(srow);
         }
 }
 
@@ -256,6 +308,7 @@ static void test_cost(void) {
 int main(void) {
     test_pairs();
     test_kernel();
+    test_backward();
     test_model();
     test_cost();
     return check_finish("local");
