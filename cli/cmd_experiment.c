@@ -270,7 +270,7 @@ static as_status prepare_images(exp_run *x, const cJSON *root, char *stamp, size
                            "the training data, and needs a model with \"train\": true", x->file);
         char cfg_path[1500], safe[64];
         snprintf(cfg_path, sizeof cfg_path, "%s/model.json", tm->trained);
-        vit_config cfg;
+        vit_config cfg = {0};
         as_status rc = model_config_from_arch(&cfg, cfg_path, err);
         if (rc != AS_OK) return rc;
         int k = 0;

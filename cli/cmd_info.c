@@ -701,7 +701,7 @@ int cmd_info(int argc, char **argv) {
         builtin = &named;
     }
     if (!arch && L > 5 && strcmp(target + L - 5, ".json") == 0) {
-        vit_config c;
+        vit_config c = {0};
         if (model_config_from_arch(&c, target, &err) != AS_OK) return cli_error(&err);
         if (img_size) c.img_size = img_size;
         if (vit_config_validate(&c, &err) != AS_OK) return cli_error(&err);

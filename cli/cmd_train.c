@@ -369,7 +369,7 @@ static cJSON *trained_from_json(const train_opts *o) {
 
 as_status train_run(const train_opts *o, train_result *res, as_error *err) {
     memset(res, 0, sizeof *res);
-    vit_config cfg;
+    vit_config cfg = {0}; /* model_config_from_arch layers a JSON on a "custom" base it is given */
     as_status rc = model_config_from_arch(&cfg, o->config, err);
     if (rc != AS_OK) return rc;
     if (o->num_classes > 0) cfg.num_classes = o->num_classes;

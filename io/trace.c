@@ -1657,6 +1657,19 @@ static as_status resume_check(trace_writer *w, as_error *err) {
                nl == s->n_layers && same_heads && same_windows &&
                memcmp(layers, s->layers, (size_t)nl * sizeof(int)) == 0 &&
                strcmp(rows, s->prefix_rows_only ? "prefix" : "all") == 0;
+    for (int li = 0; li < s->n_layers && same; li++) { /* the map form of each layer */
+        char gname[32], form[16] = "";
+        layer_group_name(gname, sizeof gname, s->layers[li]);
+        hid_t g = H5Gopen2(w->file, gname, H5P_DEFAULT);
+        if (g >= 0) {
+            h5u_attr_read_str(g, "map_form", form, sizeof form);
+            H5Gclose(g);
+        }
+        if ((strcmp(form, "local") == 0) != (spec_local(s, s->layers[li]) > 0))
+            return as_fail(err, AS_ERR_ARG, "%s: recorded %s --dense-maps; resume with the same "
+                           "options (attnscope info %s shows them)", w->path,
+                           form[0] ? "without" : "with", w->path);
+    }
     char prec[16];
     h5u_attr_read_str(w->file, "precision", prec, sizeof prec);
     if (!prec[0]) snprintf(prec, sizeof prec, "float32"); /* traces before the attribute */
@@ -2071,6 +2084,8 @@ long trace_num_skipped(const trace_reader *r) {
 /* ---- reader --------------------------------------------------------------------------------- */
 
 /* Versions 1 and 2: one grid for every layer, from the model config. */
+static int local_shape_ok(const trace_reader *r, const trace_layer_geom *t, const char *name, int heads);
+
 static as_status layer_geom_model(trace_reader *r, int li, as_error *err) {
     const int l = r->layers[li];
     if (l >= r->cfg.depth)
@@ -2254,6 +2269,17 @@ as_status trace_reader_open(trace_reader *r, const char *path, as_error *err) {
                          "is corrupt", path, l);
         else rc = r->staged ? layer_geom_read(r, li, err) : layer_geom_model(r, li, err);
     }
+    for (int li = 0; rc == AS_OK && li < r->n_layers; li++) /* local records: their shapes */
+        for (int qi = TRACE_Q_ATTN; r->geom[li].local_side && qi <= TRACE_Q_SCORES; qi++) {
+            char name[64];
+            int ids[4096];
+            snprintf(name, sizeof name, "layers/%02d/%s_local", r->layers[li], trace_q_names[qi]);
+            const trace_layer_geom *t = &r->geom[li];
+            if ((r->quantities & (1u << qi)) && !local_shape_ok(r, t, name, trace_layer_heads(r, t->layer, ids)))
+                rc = as_fail(err, AS_ERR_FORMAT, "%s: %s is not (images, heads, %d, %d) as local_side %d "
+                             "promises: the file is corrupt", r->path, name, t->Tq,
+                             t->local_side * t->local_side + 1, t->local_side);
+        }
     if (rc == AS_OK && r->staged && r->n_layers > 0) { /* the first recorded layer's, for messages */
         r->num_tokens = r->geom[0].T;
         r->num_prefix = r->geom[0].prefix;
@@ -2440,11 +2466,30 @@ static const trace_layer_geom *local_layer(const trace_reader *r, int layer, con
 
 /* Reads layers/LL/<map>_local at head position head_pos (or all `heads` recorded heads: -1) and
  * expands each head's records into its (Tq, Tk) map in out. */
+/* A local dataset's dimensions after the image axis as the layer's geometry promises them:
+ * (heads, Tq, S^2 + 1) with `heads` recorded heads (< 0: any count). A hostile file with the
+ * right number of values in another shape must not reach a reader's buffer sized from it. */
+static int local_shape_ok(const trace_reader *r, const trace_layer_geom *t, const char *name, int heads) {
+    hid_t d = H5Dopen2((hid_t)r->file_id, name, H5P_DEFAULT);
+    if (d < 0) return 0;
+    hid_t sp = H5Dget_space(d);
+    hsize_t dims[H5S_MAX_RANK];
+    const int nd = H5Sget_simple_extent_dims(sp, dims, NULL);
+    H5Sclose(sp);
+    H5Dclose(d);
+    return nd == 4 && (heads < 0 || dims[1] == (hsize_t)heads) && dims[2] == (hsize_t)t->Tq &&
+           dims[3] == (hsize_t)t->local_side * t->local_side + 1;
+}
+
 static as_status read_local(const trace_reader *r, const trace_layer_geom *t, const char *map,
                             long image, int head_pos, int heads, float *out, as_error *err) {
     char name[96];
     snprintf(name, sizeof name, "layers/%02d/%s_local", t->layer, map);
     const int n = head_pos >= 0 ? 1 : heads;
+    if (!local_shape_ok(r, t, name, head_pos >= 0 ? -1 : heads))
+        return as_fail(err, AS_ERR_FORMAT, "%s: %s is not (images, heads, %d, %d) as local_side %d "
+                       "promises: the file is corrupt", r->path, name, t->Tq,
+                       t->local_side * t->local_side + 1, t->local_side);
     const size_t per = (size_t)t->Tq * ((size_t)t->local_side * t->local_side + 1);
     float *tmp = malloc(per * (size_t)n * sizeof *tmp);
     if (!tmp) return as_fail(err, AS_ERR_NOMEM, "out of memory reading %s of %s", name, r->path);
@@ -2523,8 +2568,9 @@ int trace_dataset_dims(const trace_reader *r, const char *name, long *dims, int 
     if (t) { /* what the readers expand it to: (heads, Tq, Tk) */
         char local[96];
         snprintf(local, sizeof local, "%s_local", name);
+        if (max < 3 || !local_shape_ok(r, t, local, -1)) return -1;
         const int n = trace_dataset_dims(r, local, dims, max);
-        if (n == 3) dims[2] = t->Tk;
+        dims[2] = t->Tk;
         return n;
     }
     if (H5Lexists((hid_t)r->file_id, name, H5P_DEFAULT) <= 0) return -1;
@@ -2611,7 +2657,8 @@ as_status trace_sizes(const trace_reader *r, double *file_bytes, double *data_by
         for (int q = 0; q < TRACE_Q_COUNT; q++) {
             if (!(r->quantities & (1u << q))) continue;
             char name[64];
-            snprintf(name, sizeof name, "layers/%02d/%s", r->layers[li], trace_q_names[q]);
+            snprintf(name, sizeof name, "layers/%02d/%s%s", r->layers[li], trace_q_names[q],
+                     local_layer(r, r->layers[li], trace_q_names[q]) ? "_local" : "");
             hid_t d = H5Dopen2((hid_t)r->file_id, name, H5P_DEFAULT);
             if (d < 0) continue;
             hid_t s = H5Dget_space(d), t = H5Dget_type(d);

@@ -67,6 +67,40 @@ for fig in "attention --head 1 --query 100" "rollout"; do
     cmp -s "$T/$f-loc.png" "$T/$f-den.png" && ok || bad "plot $f differs by map form"
 done
 
+# info counts the local records' bytes
+expect 0 "$A" info --json "$T/loc.h5"
+py 'import sys, json, h5py
+f = h5py.File(sys.argv[2], "r"); n = 0
+f.visititems(lambda k, o: None)
+for l in range(4):
+    g = f["layers/%02d" % l]
+    for k in ("attn", "scores", "q", "k", "attn_local", "scores_local"):
+        if k in g: n += g[k].size * g[k].dtype.itemsize
+got = json.load(open(sys.argv[1]))["storage"]["record_bytes"]
+assert got == n, (got, n)' "$T/out" "$T/loc.h5"
+
+# resuming with the other form says so (the trace stays as it is)
+expect 1 "$A" record --model "$M" --images "$FX/inputs28.npy" --out "$T/loc.h5" --record attn,scores,qk --dtype f32 --resume --dense-maps
+one_line
+has "$T/err" "recorded without --dense-maps; resume with the same options"
+expect 1 "$A" record --model "$M" --images "$FX/inputs28.npy" --out "$T/den.h5" --record attn,scores,qk --dtype f32 --resume
+has "$T/err" "recorded with --dense-maps"
+expect 0 "$A" record --model "$M" --images "$FX/inputs28.npy" --out "$T/loc.h5" --record attn,scores,qk --dtype f32 --resume -q
+
+# a local record of the right size in another shape is refused, not read past a buffer
+cp "$T/loc.h5" "$T/bad.h5"
+py 'import sys, h5py
+f = h5py.File(sys.argv[1], "r+"); g = f["layers/00"]; d = g["attn_local"][:]; heads = g["attn_local"].attrs["heads"]
+del g["attn_local"]; g["attn_local"] = d.reshape(1, 2, 98, 20); g["attn_local"].attrs["heads"] = heads' "$T/bad.h5"
+expect 1 "$A" plot attention "$T/bad.h5" --layer 0 --dpi 60 -o "$T/bad.png"
+one_line
+has "$T/err" "layers/00/attn_local is not (images, heads, 196, 10)"
+printf 'status\n' >"$T/v.txt"
+expect 1 env SDL_VIDEODRIVER=dummy "$A" view "$T/bad.h5" --layer 0 --script "$T/v.txt"
+has "$T/err" "the file is corrupt"
+expect 1 "$A" analyze "$T/bad.h5" --out "$T/bad.an.h5" -q
+[ ! -e "$T/bad.png" ] && [ ! -e "$T/bad.an.h5" ] && ok || bad "a corrupt trace left output"
+
 # refused where nothing would be stored local: one line, nothing written
 expect 2 "$A" record --model "$M" --images "$FX/inputs28.npy" --out "$T/x.h5" --layers 2,3 --dense-maps
 one_line

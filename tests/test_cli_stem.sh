@@ -103,6 +103,26 @@ expect 0 "$A" info hmait_t
 has "$T/out" "^28.27 M parameters; 4.49 GMACs"
 has "$T/out" "blocks 4-9: mait R=\[3,3,3,3,0,0,0,0,0,0,0,0\] zero"
 
+# an experiment trains each model from its own config: two custom Swins in one process, the first
+# with a stem, a conv merge and no relative table, the second with none of them (the second was
+# trained with the first's settings while train_run's config started from uninitialised memory)
+mkdir -p "$T/x2/models"
+cp "$EXP/models/vit_lsla_shapes.json" "$EXP/models/hmait_shapes.json" "$T/x2/models/"
+cat >"$T/x2/two.json" <<'JSON'
+{"name": "two", "description": "two staged configs of one family, trained in one process",
+ "train": {"data": "shapes:64", "epochs": 1, "batch": 32, "seed": 1},
+ "images": {"heldout": 4}, "record": "attn",
+ "models": [{"name": "a", "config": "models/vit_lsla_shapes.json", "train": true},
+            {"name": "b", "config": "models/hmait_shapes.json", "train": true}]}
+JSON
+expect 0 "$A" experiment "$T/x2/two.json" --out "$T/x2/out" --threads 2
+py 'import sys, json, glob
+a, = glob.glob(sys.argv[1] + "/trained/vit_lsla_shapes-*/epoch-001/config.json")
+b, = glob.glob(sys.argv[1] + "/trained/hmait_shapes-*/epoch-001/config.json")
+a, b = json.load(open(a)), json.load(open(b))
+assert "stem" in a and a.get("downsample") == "conv", a
+assert "stem" not in b and b.get("downsample", "merge") == "merge" and b.get("rel_pos_bias", True), b' "$T/x2"
+
 # bad stems: one line naming the key, nothing written
 printf '{"architecture": "custom", "family": "pvt_v2", "stem": [{"out": 64, "kernel": 4, "stride": 4}]}' >"$T/bad1.json"
 printf '{"architecture": "refined_vit_s", "stem": [{"out": 32, "kernel": 7, "stride": 2, "pad": 3}]}' >"$T/bad2.json"
