@@ -55,105 +55,116 @@ static void test_pairs(void) {
 
 /* The kernel: output rows, dense map and scores, local records (also wider than the
  * neighbourhood) and their expansion, against dense_row. */
-static void test_kernel(void) {
-    const int cases[][4] = {/* gh, gw, R, rec_side */
-                            {5, 7, 3, 3}, {5, 7, 3, 5}, {6, 6, 1, 1}, {4, 3, 7, 9}, {1, 1, 3, 3}, {8, 5, 5, 5}};
-    uint32_t seed = 7;
+/* One case: a gh x gw grid, neighbourhood R, records of side S, background 0 or -inf. */
+typedef struct {
+    int gh, gw, R, S;
+    float bg;
+} lcase;
+
+/* Runs fn on every grid, neighbourhood and record side, in both modes (zero, neg_inf). */
+static void each_case(void (*fn)(const lcase *c, uint32_t *seed), uint32_t seed) {
+    static const int cases[][4] = {/* gh, gw, R, S: cut by the edges, R < S, covering the grid */
+                                   {5, 7, 3, 3}, {5, 7, 3, 5}, {6, 6, 1, 1}, {6, 6, 1, 3},
+                                   {4, 3, 7, 9}, {1, 1, 3, 3}, {8, 5, 5, 5}};
     for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++)
         for (int mode = 0; mode < 2; mode++) {
-            const int gh = cases[t][0], gw = cases[t][1], R = cases[t][2], S = cases[t][3], T = gh * gw;
-            const int dq = 5, dv = 3, slots = S * S + 1;
-            const float scale = 0.7f, bg = mode ? -INFINITY : 0.0f;
-            float *q = malloc(sizeof(float) * T * dq), *k = malloc(sizeof(float) * T * dq);
-            float *v = malloc(sizeof(float) * T * dv), *out = malloc(sizeof(float) * T * dv);
-            float *att = malloc(sizeof(float) * T * T), *sc = malloc(sizeof(float) * T * T);
-            float *al = malloc(sizeof(float) * T * slots), *sl = malloc(sizeof(float) * T * slots);
-            float *ex = malloc(sizeof(float) * T * T), *want = malloc(sizeof(float) * T * T);
-            float *wants = malloc(sizeof(float) * T * T), *wout = malloc(sizeof(float) * T * dv);
-            double *srow = malloc(sizeof(double) * T), *mrow = malloc(sizeof(double) * T), acc[6];
-            for (int i = 0; i < T * dq; i++) q[i] = 2 * urand(&seed), k[i] = 2 * urand(&seed);
-            for (int i = 0; i < T * dv; i++) v[i] = urand(&seed);
-            for (int i = 0; i < T; i++) {
-                dense_row(q, k, T, gw, dq, scale, R, bg, i, srow, mrow);
-                for (int c = 0; c < dv; c++) {
-                    double o = 0;
-                    for (int j = 0; j < T; j++) o += mrow[j] * v[(size_t)j * dv + c];
-                    wout[(size_t)i * dv + c] = (float)o;
-                }
-                for (int j = 0; j < T; j++) want[(size_t)i * T + j] = (float)mrow[j], wants[(size_t)i * T + j] = (float)srow[j];
-            }
-            vit_local_job j = {.gh = gh, .gw = gw, .dq = dq, .dv = dv, .scale = scale, .q = q, .k = k, .v = v,
-                               .ldq = dq, .ldk = dq, .ldv = dv, .loc = {R, bg}, .out = out, .ldo = dv,
-                               .acc = acc, .att = att, .scores = sc, .att_local = al, .scores_local = sl,
-                               .rec_side = S};
-            vit_local_forward(&j);
-            char what[64];
-            snprintf(what, sizeof what, "%dx%d R=%d S=%d %s out", gh, gw, R, S, mode ? "neg_inf" : "zero");
-            CHECK(check_close(what, out, wout, (size_t)T * dv, 1e-6, 1e-5), "%s", what);
-            CHECK(check_close("map", att, want, (size_t)T * T, 1e-7, 1e-5), "%s: map", what);
-            CHECK(check_close("scores", sc, wants, (size_t)T * T, 1e-6, 1e-5), "%s: scores", what);
-            vit_local_expand(al, gh, gw, S, ex);
-            CHECK(memcmp(ex, att, sizeof(float) * T * T) == 0, "%s: the local map does not expand to the dense one", what);
-            vit_local_expand(sl, gh, gw, S, ex);
-            CHECK(check_close("local scores", ex, sc, (size_t)T * T, 0, 0), "%s: local scores", what);
-            /* the documented layout: the last slot is the weight of a key outside; off-grid slots 0 */
-            const int far = T > R * R && gh > R / 2 && gw > R / 2; /* query 0 has keys outside */
-            if (far) CHECK(al[slots - 1] == att[T - 1] || abs((T - 1) / gw) <= R / 2, "%s: background slot", what);
-            if (S > 1) CHECK(al[0] == 0.0f, "%s: slot (-S/2, -S/2) of query (0, 0) is off the grid: %g", what, (double)al[0]);
-            free(q), free(k), free(v), free(out), free(att), free(sc), free(al), free(sl), free(ex);
-            free(want), free(wants), free(wout), free(srow), free(mrow);
+            const lcase c = {cases[t][0], cases[t][1], cases[t][2], cases[t][3], mode ? -INFINITY : 0.0f};
+            fn(&c, &seed);
         }
+}
+
+static void kernel_case(const lcase *lc, uint32_t *sp) {
+    const int gh = lc->gh, gw = lc->gw, R = lc->R, S = lc->S, T = gh * gw, mode = isinf(lc->bg);
+    const int dq = 5, dv = 3, slots = S * S + 1;
+    const float scale = 0.7f, bg = lc->bg;
+    uint32_t seed = *sp;
+    float *q = malloc(sizeof(float) * T * dq), *k = malloc(sizeof(float) * T * dq);
+    float *v = malloc(sizeof(float) * T * dv), *out = malloc(sizeof(float) * T * dv);
+    float *att = malloc(sizeof(float) * T * T), *sc = malloc(sizeof(float) * T * T);
+    float *al = malloc(sizeof(float) * T * slots), *sl = malloc(sizeof(float) * T * slots);
+    float *ex = malloc(sizeof(float) * T * T), *want = malloc(sizeof(float) * T * T);
+    float *wants = malloc(sizeof(float) * T * T), *wout = malloc(sizeof(float) * T * dv);
+    double *srow = malloc(sizeof(double) * T), *mrow = malloc(sizeof(double) * T), acc[6];
+    for (int i = 0; i < T * dq; i++) q[i] = 2 * urand(&seed), k[i] = 2 * urand(&seed);
+    for (int i = 0; i < T * dv; i++) v[i] = urand(&seed);
+    for (int i = 0; i < T; i++) {
+        dense_row(q, k, T, gw, dq, scale, R, bg, i, srow, mrow);
+        for (int c = 0; c < dv; c++) {
+            double o = 0;
+            for (int j = 0; j < T; j++) o += mrow[j] * v[(size_t)j * dv + c];
+            wout[(size_t)i * dv + c] = (float)o;
+        }
+        for (int j = 0; j < T; j++) want[(size_t)i * T + j] = (float)mrow[j], wants[(size_t)i * T + j] = (float)srow[j];
+    }
+    vit_local_job j = {.gh = gh, .gw = gw, .dq = dq, .dv = dv, .scale = scale, .q = q, .k = k, .v = v,
+                       .ldq = dq, .ldk = dq, .ldv = dv, .loc = {R, bg}, .out = out, .ldo = dv,
+                       .acc = acc, .att = att, .scores = sc, .att_local = al, .scores_local = sl,
+                       .rec_side = S};
+    vit_local_forward(&j);
+    char what[64];
+    snprintf(what, sizeof what, "%dx%d R=%d S=%d %s out", gh, gw, R, S, mode ? "neg_inf" : "zero");
+    CHECK(check_close(what, out, wout, (size_t)T * dv, 1e-6, 1e-5), "%s", what);
+    CHECK(check_close("map", att, want, (size_t)T * T, 1e-7, 1e-5), "%s: map", what);
+    CHECK(check_close("scores", sc, wants, (size_t)T * T, 1e-6, 1e-5), "%s: scores", what);
+    vit_local_expand(al, gh, gw, S, ex);
+    CHECK(memcmp(ex, att, sizeof(float) * T * T) == 0, "%s: the local map does not expand to the dense one", what);
+    vit_local_expand(sl, gh, gw, S, ex);
+    CHECK(check_close("local scores", ex, sc, (size_t)T * T, 0, 0), "%s: local scores", what);
+    /* the documented layout: the last slot is the weight of a key outside; off-grid slots 0 */
+    const int far = T > R * R && gh > R / 2 && gw > R / 2; /* query 0 has keys outside */
+    if (far) CHECK(al[slots - 1] == att[T - 1] || abs((T - 1) / gw) <= R / 2, "%s: background slot", what);
+    if (S > 1) CHECK(al[0] == 0.0f, "%s: slot (-S/2, -S/2) of query (0, 0) is off the grid: %g", what, (double)al[0]);
+    free(q), free(k), free(v), free(out), free(att), free(sc), free(al), free(sl), free(ex);
+    free(want), free(wants), free(wout), free(srow), free(mrow);
+    *sp = seed;
 }
 
 /* The backward against the dense one written from the definition: dA = dO V^T, dS = A (dA -
  * rowsum(A dA)) where the score is a function of q and k (the neighbourhood) and 0 where it is
  * the constant background, dq = scale dS K, dk = scale dS^T Q, dv = A^T dO. */
-static void test_backward(void) {
-    const int cases[][4] = {{5, 7, 3, 3}, {5, 7, 3, 5}, {4, 3, 7, 9}, {6, 6, 1, 3}, {8, 5, 5, 5}};
-    uint32_t seed = 9;
-    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++)
-        for (int mode = 0; mode < 2; mode++) {
-            const int gh = cases[t][0], gw = cases[t][1], R = cases[t][2], S = cases[t][3], T = gh * gw;
-            const int dq = 4, dv = 3, slots = S * S + 1;
-            const float scale = 0.8f, bg = mode ? -INFINITY : 0.0f;
-            float *q = malloc(sizeof(float) * T * dq), *k = malloc(sizeof(float) * T * dq), *v = malloc(sizeof(float) * T * dv);
-            float *dO = malloc(sizeof(float) * T * dv), *out = malloc(sizeof(float) * T * dv), *al = malloc(sizeof(float) * T * slots);
-            float *gq = malloc(sizeof(float) * T * dq), *gk = malloc(sizeof(float) * T * dq), *gv = malloc(sizeof(float) * T * dv);
-            float *wq = calloc((size_t)T * dq, sizeof(float)), *wk = calloc((size_t)T * dq, sizeof(float)), *wv = calloc((size_t)T * dv, sizeof(float));
-            double *A = malloc(sizeof(double) * T * T), *srow = malloc(sizeof(double) * T), acc[6];
-            for (int i = 0; i < T * dq; i++) q[i] = 2 * urand(&seed), k[i] = 2 * urand(&seed);
-            for (int i = 0; i < T * dv; i++) v[i] = urand(&seed), dO[i] = urand(&seed);
-            for (int i = 0; i < T; i++) dense_row(q, k, T, gw, dq, scale, R, bg, i, srow, A + (size_t)i * T);
-            for (int i = 0; i < T; i++) {
-                double dA[256], rs = 0;
-                for (int j = 0; j < T; j++) {
-                    dA[j] = 0;
-                    for (int c = 0; c < dv; c++) dA[j] += (double)dO[i * dv + c] * v[j * dv + c];
-                    rs += A[(size_t)i * T + j] * dA[j];
-                    for (int c = 0; c < dv; c++) wv[j * dv + c] += (float)(A[(size_t)i * T + j] * dO[i * dv + c]);
-                }
-                for (int j = 0; j < T; j++) {
-                    if (abs(i / gw - j / gw) > R / 2 || abs(i % gw - j % gw) > R / 2) continue; /* constant */
-                    const double dS = A[(size_t)i * T + j] * (dA[j] - rs) * scale;
-                    for (int c = 0; c < dq; c++) wq[i * dq + c] += (float)(dS * k[j * dq + c]), wk[j * dq + c] += (float)(dS * q[i * dq + c]);
-                }
-            }
-            vit_local_job f = {.gh = gh, .gw = gw, .dq = dq, .dv = dv, .scale = scale, .q = q, .k = k, .v = v, .ldq = dq,
-                               .ldk = dq, .ldv = dv, .loc = {R, bg}, .out = out, .ldo = dv, .acc = acc, .att_local = al,
-                               .rec_side = S};
-            vit_local_forward(&f);
-            vit_local_bwd_job b = {.gh = gh, .gw = gw, .dq = dq, .dv = dv, .scale = scale, .q = q, .k = k, .v = v, .dout = dO,
-                                   .ldq = dq, .ldk = dq, .ldv = dv, .ldo = dv, .loc = {R, bg}, .att_local = al,
-                                   .rec_side = S, .dq_out = gq, .dk_out = gk, .dv_out = gv, .acc = acc};
-            vit_local_backward(&b);
-            char what[64];
-            snprintf(what, sizeof what, "backward %dx%d R=%d S=%d %s", gh, gw, R, S, mode ? "neg_inf" : "zero");
-            CHECK(check_close("dq", gq, wq, (size_t)T * dq, 1e-6, 1e-4), "%s: dq", what);
-            CHECK(check_close("dk", gk, wk, (size_t)T * dq, 1e-6, 1e-4), "%s: dk", what);
-            CHECK(check_close("dv", gv, wv, (size_t)T * dv, 1e-6, 1e-4), "%s: dv", what);
-            free(q), free(k), free(v), free(dO), free(out), free(al), free(gq), free(gk), free(gv);
-            free(wq), free(wk), free(wv), free(A), free(srow);
+static void backward_case(const lcase *lc, uint32_t *sp) {
+    const int gh = lc->gh, gw = lc->gw, R = lc->R, S = lc->S, T = gh * gw, mode = isinf(lc->bg);
+    const int dq = 4, dv = 3, slots = S * S + 1;
+    const float scale = 0.8f, bg = lc->bg;
+    uint32_t seed = *sp;
+    float *q = malloc(sizeof(float) * T * dq), *k = malloc(sizeof(float) * T * dq), *v = malloc(sizeof(float) * T * dv);
+    float *dO = malloc(sizeof(float) * T * dv), *out = malloc(sizeof(float) * T * dv), *al = malloc(sizeof(float) * T * slots);
+    float *gq = malloc(sizeof(float) * T * dq), *gk = malloc(sizeof(float) * T * dq), *gv = malloc(sizeof(float) * T * dv);
+    float *wq = calloc((size_t)T * dq, sizeof(float)), *wk = calloc((size_t)T * dq, sizeof(float)), *wv = calloc((size_t)T * dv, sizeof(float));
+    double *A = malloc(sizeof(double) * T * T), *srow = malloc(sizeof(double) * T), acc[6];
+    for (int i = 0; i < T * dq; i++) q[i] = 2 * urand(&seed), k[i] = 2 * urand(&seed);
+    for (int i = 0; i < T * dv; i++) v[i] = urand(&seed), dO[i] = urand(&seed);
+    for (int i = 0; i < T; i++) dense_row(q, k, T, gw, dq, scale, R, bg, i, srow, A + (size_t)i * T);
+    for (int i = 0; i < T; i++) {
+        double dA[256], rs = 0;
+        for (int j = 0; j < T; j++) {
+            dA[j] = 0;
+            for (int c = 0; c < dv; c++) dA[j] += (double)dO[i * dv + c] * v[j * dv + c];
+            rs += A[(size_t)i * T + j] * dA[j];
+            for (int c = 0; c < dv; c++) wv[j * dv + c] += (float)(A[(size_t)i * T + j] * dO[i * dv + c]);
         }
+        for (int j = 0; j < T; j++) {
+            if (abs(i / gw - j / gw) > R / 2 || abs(i % gw - j % gw) > R / 2) continue; /* constant */
+            const double dS = A[(size_t)i * T + j] * (dA[j] - rs) * scale;
+            for (int c = 0; c < dq; c++) wq[i * dq + c] += (float)(dS * k[j * dq + c]), wk[j * dq + c] += (float)(dS * q[i * dq + c]);
+        }
+    }
+    vit_local_job f = {.gh = gh, .gw = gw, .dq = dq, .dv = dv, .scale = scale, .q = q, .k = k, .v = v, .ldq = dq,
+                       .ldk = dq, .ldv = dv, .loc = {R, bg}, .out = out, .ldo = dv, .acc = acc, .att_local = al,
+                       .rec_side = S};
+    vit_local_forward(&f);
+    vit_local_bwd_job b = {.gh = gh, .gw = gw, .dq = dq, .dv = dv, .scale = scale, .q = q, .k = k, .v = v, .dout = dO,
+                           .ldq = dq, .ldk = dq, .ldv = dv, .ldo = dv, .loc = {R, bg}, .att_local = al,
+                           .rec_side = S, .dq_out = gq, .dk_out = gk, .dv_out = gv, .acc = acc};
+    vit_local_backward(&b);
+    char what[64];
+    snprintf(what, sizeof what, "backward %dx%d R=%d S=%d %s", gh, gw, R, S, mode ? "neg_inf" : "zero");
+    CHECK(check_close("dq", gq, wq, (size_t)T * dq, 1e-6, 1e-4), "%s: dq", what);
+    CHECK(check_close("dk", gk, wk, (size_t)T * dq, 1e-6, 1e-4), "%s: dk", what);
+    CHECK(check_close("dv", gv, wv, (size_t)T * dv, 1e-6, 1e-4), "%s: dv", what);
+    free(q), free(k), free(v), free(dO), free(out), free(al), free(gq), free(gk), free(gv);
+    free(wq), free(wk), free(wv), free(A), free(srow);
+    *sp = seed;
 }
 
 /* ---- a staged model with local and dense heads ---- */
@@ -307,8 +318,8 @@ static void test_cost(void) {
 
 int main(void) {
     test_pairs();
-    test_kernel();
-    test_backward();
+    each_case(kernel_case, 7);
+    each_case(backward_case, 9);
     test_model();
     test_cost();
     return check_finish("local");
