@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "../analysis/analysis.h"
@@ -179,7 +180,15 @@ static as_status train_model(exp_run *x, exp_model *em, as_error *err) {
         return as_fail(err, AS_ERR_CONFIG, "%s: model \"%s\": \"train\": true needs a readable \"config\" (an "
                        "object, a config file or a built-in name)", x->file, em->name);
     train_opts o;
-    as_status rc = budget_opts(x, &o, err);
+    /* the config as the user wrote it, so that a mistake names their file, not the copy made
+     * for training (a built-in name is checked by training itself) */
+    vit_config vc = {0};
+    char what[256];
+    snprintf(what, sizeof what, "%s (model %s)", x->file, em->name);
+    as_status rc = cpath[0] && access(cpath, F_OK) == 0 ? model_config_from_arch(&vc, cpath, err)
+                 : cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(em->spec, "config"))
+                     ? model_config_apply_json(&vc, ctext, what, err) : AS_OK;
+    if (rc == AS_OK) rc = budget_opts(x, &o, err);
     if (rc != AS_OK) {
         free(ctext);
         return rc;

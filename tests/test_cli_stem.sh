@@ -122,6 +122,11 @@ b, = glob.glob(sys.argv[1] + "/trained/hmait_shapes-*/epoch-001/config.json")
 a, b = json.load(open(a)), json.load(open(b))
 assert "stem" in a and a.get("downsample") == "conv", a
 assert "stem" not in b and b.get("downsample", "merge") == "merge" and b.get("rel_pos_bias", True), b' "$T/x2"
+# a bad config is named as the user wrote it, not as the copy made for training
+: >"$T/x2/models/empty.json"
+sed 's/hmait_shapes.json/empty.json/' "$T/x2/two.json" >"$T/x2/three.json"
+expect 1 "$A" experiment "$T/x2/three.json" --out "$T/x2/out3" --threads 2
+has "$T/err" "x2/models/empty.json: not a JSON object"
 
 # bad stems: one line naming the key, nothing written
 printf '{"architecture": "custom", "family": "pvt_v2", "stem": [{"out": 64, "kernel": 4, "stride": 4}]}' >"$T/bad1.json"
