@@ -32,10 +32,20 @@ int vit_local_side(const vit_config *c, int l) {
     return side;
 }
 
+/* The cells [*lo, *hi] of [0, n) within r of position q: a neighbourhood cut at the edge. */
+static void span(int q, int r, int n, int *lo, int *hi) {
+    *lo = q - r > 0 ? q - r : 0;
+    *hi = q + r < n - 1 ? q + r : n - 1;
+}
+
 /* Cells of [0, n) within r of each position, summed over positions. */
 static double line_pairs(int n, int r) {
     double s = 0;
-    for (int i = 0; i < n; i++) s += (i + r < n - 1 ? i + r : n - 1) - (i - r > 0 ? i - r : 0) + 1;
+    for (int i = 0; i < n; i++) {
+        int lo, hi;
+        span(i, r, n, &lo, &hi);
+        s += hi - lo + 1;
+    }
     return s;
 }
 
@@ -59,8 +69,9 @@ void vit_local_forward(const vit_local_job *j) {
     for (int qy = 0; qy < gh; qy++)
         for (int qx = 0; qx < gw; qx++) {
             const int i = qy * gw + qx;
-            const int y0 = qy - r > 0 ? qy - r : 0, y1 = qy + r < gh - 1 ? qy + r : gh - 1;
-            const int x0 = qx - r > 0 ? qx - r : 0, x1 = qx + r < gw - 1 ? qx + r : gw - 1;
+            int y0, y1, x0, x1;
+            span(qy, r, gh, &y0, &y1);
+            span(qx, r, gw, &x0, &x1);
             const int nx = x1 - x0 + 1, inside = (y1 - y0 + 1) * nx, outside = T - inside;
             const float *qi = j->q + (size_t)i * j->ldq;
             double m = outside > 0 ? bg : -INFINITY;
@@ -133,8 +144,9 @@ void vit_local_backward(const vit_local_bwd_job *j) {
     for (int qy = 0; qy < gh; qy++)
         for (int qx = 0; qx < gw; qx++) {
             const int i = qy * gw + qx;
-            const int y0 = qy - r > 0 ? qy - r : 0, y1 = qy + r < gh - 1 ? qy + r : gh - 1;
-            const int x0 = qx - r > 0 ? qx - r : 0, x1 = qx + r < gw - 1 ? qx + r : gw - 1;
+            int y0, y1, x0, x1;
+            span(qy, r, gh, &y0, &y1);
+            span(qx, r, gw, &x0, &x1);
             const float *rec = j->att_local + (size_t)i * (slots + 1), *doi = j->dout + (size_t)i * j->ldo;
             const double b = rec[slots];
             double dsum = 0, local = 0, all = 0; /* sum_W dA_ij, sum_W a_ij dA_ij, dO_i . sum_all v */

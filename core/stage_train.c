@@ -200,6 +200,7 @@ typedef struct {
     vit_grad_ws *ws;     /* dA, dS (and dX, dY) per problem ((image, window), head), out */
     float *padg;         /* (n, P, W) out: the pad slots' summed projection gradient per window */
     int n, T, D, H, P, N, M, dq;
+    int side;            /* vit_local_side: every head local, the tape holds its records */
     float scale;
 } window_bwd;
 
@@ -228,8 +229,8 @@ static void window_problem_bwd(const window_bwd *j, int b, int w, float *scr) {
         else memset(dO + (size_t)r * D, 0, (size_t)D * sizeof(float)); /* a pad query's output is dropped */
     }
     const float *soft = (j->m->flags & VIT_MECH_SOFTMAX_EXTRA0) ? j->t->ext[0] : j->t->att;
-    const int side = vit_local_side(j->mb->c, j->mb->l); /* every head local: the tape's records */
-    for (int h = 0; h < H && side; h++) {             /* O(N R^2) (core/local.h) */
+    const int side = j->side;
+    for (int h = 0; h < H && side; h++) { /* every head local: O(N R^2) (core/local.h) */
         vit_local loc;
         const int local = vit_local_head(j->mb->c, j->mb->l, h, &loc);
         assert(local && j->P == 1 && !j->mask);
@@ -294,7 +295,7 @@ static void window_backward(const vit_config *c, int l, const vit_geom *g, const
     const window_bwd j = {.t = &tape->blk[l], .lay = lay, .m = m, .mb = &mb, .bp = bp, .tok = a->tok[l],
                           .mask = a->mask[l], .dao = ws->dao, .dqkv = ws->dqkv, .dxn = ws->dxn, .ws = ws,
                           .padg = ws->padg, .n = n, .T = g->T, .D = g->D, .H = H, .P = P, .N = N, .M = M,
-                          .dq = vit_qk_head_dim(c, l),
+                          .dq = vit_qk_head_dim(c, l), .side = vit_local_side(c, l),
                           .scale = m->product_scale ? m->product_scale(c, l) : vit_attn_scale(c, l)};
     const int jobs = n * P, max = omp_get_max_threads(), slots = ws->slots < max ? ws->slots : max;
 #pragma omp parallel num_threads(slots)

@@ -2084,7 +2084,8 @@ long trace_num_skipped(const trace_reader *r) {
 /* ---- reader --------------------------------------------------------------------------------- */
 
 /* Versions 1 and 2: one grid for every layer, from the model config. */
-static int local_shape_ok(const trace_reader *r, const trace_layer_geom *t, const char *name, int heads);
+static as_status local_shape_check(const trace_reader *r, const trace_layer_geom *t, const char *name,
+                                   int heads, as_error *err);
 
 static as_status layer_geom_model(trace_reader *r, int li, as_error *err) {
     const int l = r->layers[li];
@@ -2270,15 +2271,12 @@ as_status trace_reader_open(trace_reader *r, const char *path, as_error *err) {
         else rc = r->staged ? layer_geom_read(r, li, err) : layer_geom_model(r, li, err);
     }
     for (int li = 0; rc == AS_OK && li < r->n_layers; li++) /* local records: their shapes */
-        for (int qi = TRACE_Q_ATTN; r->geom[li].local_side && qi <= TRACE_Q_SCORES; qi++) {
+        for (int qi = TRACE_Q_ATTN; rc == AS_OK && r->geom[li].local_side && qi <= TRACE_Q_SCORES; qi++) {
             char name[64];
             int ids[4096];
             snprintf(name, sizeof name, "layers/%02d/%s_local", r->layers[li], trace_q_names[qi]);
             const trace_layer_geom *t = &r->geom[li];
-            if ((r->quantities & (1u << qi)) && !local_shape_ok(r, t, name, trace_layer_heads(r, t->layer, ids)))
-                rc = as_fail(err, AS_ERR_FORMAT, "%s: %s is not (images, heads, %d, %d) as local_side %d "
-                             "promises: the file is corrupt", r->path, name, t->Tq,
-                             t->local_side * t->local_side + 1, t->local_side);
+            if (r->quantities & (1u << qi)) rc = local_shape_check(r, t, name, trace_layer_heads(r, t->layer, ids), err);
         }
     if (rc == AS_OK && r->staged && r->n_layers > 0) { /* the first recorded layer's, for messages */
         r->num_tokens = r->geom[0].T;
@@ -2481,19 +2479,25 @@ static int local_shape_ok(const trace_reader *r, const trace_layer_geom *t, cons
            dims[3] == (hsize_t)t->local_side * t->local_side + 1;
 }
 
+/* local_shape_ok, or the one-line refusal. */
+static as_status local_shape_check(const trace_reader *r, const trace_layer_geom *t, const char *name,
+                                   int heads, as_error *err) {
+    if (local_shape_ok(r, t, name, heads)) return AS_OK;
+    return as_fail(err, AS_ERR_FORMAT, "%s: %s is not (images, heads, %d, %d) as local_side %d promises: "
+                   "the file is corrupt", r->path, name, t->Tq, t->local_side * t->local_side + 1, t->local_side);
+}
+
 static as_status read_local(const trace_reader *r, const trace_layer_geom *t, const char *map,
                             long image, int head_pos, int heads, float *out, as_error *err) {
     char name[96];
     snprintf(name, sizeof name, "layers/%02d/%s_local", t->layer, map);
     const int n = head_pos >= 0 ? 1 : heads;
-    if (!local_shape_ok(r, t, name, head_pos >= 0 ? -1 : heads))
-        return as_fail(err, AS_ERR_FORMAT, "%s: %s is not (images, heads, %d, %d) as local_side %d "
-                       "promises: the file is corrupt", r->path, name, t->Tq,
-                       t->local_side * t->local_side + 1, t->local_side);
+    as_status rc = local_shape_check(r, t, name, head_pos >= 0 ? -1 : heads, err);
+    if (rc != AS_OK) return rc;
     const size_t per = (size_t)t->Tq * ((size_t)t->local_side * t->local_side + 1);
     float *tmp = malloc(per * (size_t)n * sizeof *tmp);
     if (!tmp) return as_fail(err, AS_ERR_NOMEM, "out of memory reading %s of %s", name, r->path);
-    as_status rc = read_slab(r, name, image, head_pos, per * (size_t)n, tmp, err);
+    rc = read_slab(r, name, image, head_pos, per * (size_t)n, tmp, err);
     for (int h = 0; rc == AS_OK && h < n; h++)
         vit_local_expand(tmp + (size_t)h * per, t->gh, t->gw, t->local_side, out + (size_t)h * t->Tq * t->Tk);
     free(tmp);

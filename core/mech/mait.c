@@ -229,13 +229,15 @@ static void static_fill(const vit_config *c, const vit_params *p, int l, int i, 
     }
     if (i != 0) return;
     const int S = vit_local_side(c, l);
-    for (int h = 0; S && h < H; h++) {
-        const int r = at->mask_size[h] / 2;
-        for (int y = 0; y < S; y++)
-            for (int x = 0; x < S; x++)
-                out[((size_t)h * S + y) * S + x] = abs(y - S / 2) <= r && abs(x - S / 2) <= r;
+    if (S) { /* every head local: its S x S pattern around any query */
+        for (int h = 0; h < H; h++) {
+            const int r = at->mask_size[h] / 2;
+            for (int y = 0; y < S; y++)
+                for (int x = 0; x < S; x++)
+                    out[((size_t)h * S + y) * S + x] = abs(y - S / 2) <= r && abs(x - S / 2) <= r;
+        }
+        return;
     }
-    if (S) return;
     /* the rule the scores get, applied to ones in the paper's zero mode */
     vit_attn zero = *at;
     zero.mask_mode = VIT_MASK_ZERO;
