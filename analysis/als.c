@@ -38,11 +38,31 @@ typedef struct {
 } als_state;
 
 /* Block l's maps are not row-stochastic by construction: what to analyse instead. */
-static const char *not_stochastic(const vit_config *cfg, int l) {
-    const vit_attn *at = &cfg->attn[l];
-    if (at->kind == VIT_ATTN_REFINER) return "Refiner refines the softmax maps, so rows sum to anything";
-    if (at->kind == VIT_ATTN_LSLA && at->outer_bias) return "LSLA adds its outer bias after the softmax";
-    return NULL;
+static const char *not_stochastic(const vit_config *cfg, int l) { return vit_attn_not_stochastic(cfg, l); }
+
+/* The fix a note on left-out layers names: the softmax of the scores, where every layer has one. */
+static const char *rows_fix(const analysis_layout *lay) {
+    for (int li = 0; li < lay->n_layers; li++)
+        if (!vit_attn_has_softmax(&lay->cfg, lay->layers[li]))
+            return "their maps have no probability rows to analyse (refiner_shared: no softmax); the "
+                   "softmax of the recorded scores (--als-map softmax, --record attn,scores) serves the "
+                   "other layers, recorded without those (record --layers)";
+    return "analyse the softmax of the recorded scores (--als-map softmax, needs --record attn,scores)";
+}
+
+/* --als-map softmax: the recorded scores, and every recorded layer's map a softmax of them. */
+static as_status softmax_map_check(analysis_ctx *c, const analysis_layout *lay, as_error *err) {
+    for (int li = 0; li < lay->n_layers; li++)
+        if (!vit_attn_has_softmax(&lay->cfg, lay->layers[li]))
+            return as_fail(err, AS_ERR_ARG, "als --als-map softmax: layer %d (%s) has no softmax (its "
+                           "recorded scores are the map it refines): analyse its attn with --als-rows "
+                           "normalise, or record without it (record --layers)", lay->layers[li],
+                           vit_attn_name(lay->cfg.attn[lay->layers[li]].kind));
+    if (!(lay->quantities & (1u << TRACE_Q_SCORES)))
+        return as_fail(err, AS_ERR_ARG, "als --als-map softmax needs the pre-softmax scores, "
+                       "which this trace lacks: record with --record attn,scores");
+    c->needs = 1u << TRACE_Q_SCORES;
+    return AS_OK;
 }
 
 static int head_mask(const vit_config *cfg, int l, int h) {
@@ -87,10 +107,7 @@ static as_status als_plan(analysis_ctx *c, as_error *err) {
         return as_fail(err, AS_ERR_ARG, "--als-thresholds: the low threshold must be below the high one");
     int map = analysis_choice_of(c, ANALYSIS_CH_ALS_MAP), rows = analysis_choice_of(c, ANALYSIS_CH_ALS_ROWS);
     if (map == MAP_SOFTMAX) {
-        if (!(lay->quantities & (1u << TRACE_Q_SCORES)))
-            return as_fail(err, AS_ERR_ARG, "als --als-map softmax needs the pre-softmax scores, "
-                           "which this trace lacks: record with --record attn,scores");
-        c->needs = 1u << TRACE_Q_SCORES;
+        if (softmax_map_check(c, lay, err) != AS_OK) return AS_ERR_ARG;
     } else if (rows == ROWS_REFUSE) {
         for (int li = 0; li < lay->n_layers; li++) {
             const char *why = not_stochastic(&lay->cfg, lay->layers[li]);
@@ -141,21 +158,19 @@ static as_status als_plan(analysis_ctx *c, as_error *err) {
         analysis_note(c, "als: window %d covers the whole %dx%d grid from every patch, so every "
                       "patch is a neighbour", wmax, lay->grid, lay->grid);
     if (map == MAP_ATTN && rows == ROWS_NORMALISE) {
-        char which[256] = "";
-        int n_ns = 0, refiner = 0, lsla = 0;
-        for (int li = 0; li < lay->n_layers; li++)
-            if (not_stochastic(&lay->cfg, lay->layers[li])) {
-                size_t wn = strlen(which);
-                snprintf(which + wn, sizeof which - wn, "%s%d", n_ns++ ? ", " : "", lay->layers[li]);
-                refiner |= lay->cfg.attn[lay->layers[li]].kind == VIT_ATTN_REFINER;
-                lsla |= lay->cfg.attn[lay->layers[li]].kind == VIT_ATTN_LSLA;
-            }
+        char which[256] = "", why[512] = "";
+        int n_ns = 0;
+        for (int li = 0; li < lay->n_layers; li++) {
+            const char *r = not_stochastic(&lay->cfg, lay->layers[li]);
+            if (!r) continue;
+            size_t wn = strlen(which), yn = strlen(why);
+            snprintf(which + wn, sizeof which - wn, "%s%d", n_ns++ ? ", " : "", lay->layers[li]);
+            if (!strstr(why, r)) snprintf(why + yn, sizeof why - yn, "%s%s", yn ? "; " : "", r); /* each reason once */
+        }
         if (n_ns)
-            analysis_note(c, "als: layer%s %s: rows do not sum to 1 (%s%s%s); each row's window sum "
+            analysis_note(c, "als: layer%s %s: rows do not sum to 1 (%s); each row's window sum "
                           "is divided by the row's sum; layers with negative entries and rows without "
-                          "positive sum are left out (--als-rows)", n_ns > 1 ? "s" : "", which,
-                          refiner ? "Refiner refines the softmax maps" : "", refiner && lsla ? ", " : "",
-                          lsla ? "LSLA adds its outer bias after the softmax" : "");
+                          "positive sum are left out (--als-rows)", n_ns > 1 ? "s" : "", which, why);
     }
     return AS_OK;
 }
@@ -383,8 +398,7 @@ static as_status als_finish(analysis_ctx *c, const double *mean, as_error *err) 
     }
     free(rule);
     free(search);
-    analysis_rows_note(c, mean, OUT_NEG, "analyse the softmax of the recorded scores (--als-map "
-                       "softmax, needs --record attn,scores)");
+    analysis_rows_note(c, mean, OUT_NEG, rows_fix(lay));
     return AS_OK;
 }
 
@@ -442,12 +456,7 @@ static as_status sals_plan(analysis_ctx *c, as_error *err) {
                            "summing to 1: analyse the softmax maps (--als-map softmax, with "
                            "--record attn,scores) or --als-rows normalise", g->layer, why);
     }
-    if (map == MAP_SOFTMAX) {
-        if (!(lay->quantities & (1u << TRACE_Q_SCORES)))
-            return as_fail(err, AS_ERR_ARG, "als --als-map softmax needs the pre-softmax scores, "
-                           "which this trace lacks: record with --record attn,scores");
-        c->needs = 1u << TRACE_Q_SCORES;
-    }
+    if (map == MAP_SOFTMAX && softmax_map_check(c, lay, err) != AS_OK) return AS_ERR_ARG;
     int dims[2] = {lay->n_layers, lay->n_heads};
     analysis_axis ax[2] = {ANALYSIS_AX_LAYER, ANALYSIS_AX_HEAD};
     analysis_output_add(c, "score", "attention a grid token gives to the keys in its R x R "
@@ -556,8 +565,7 @@ static as_status sals_finish(analysis_ctx *c, const double *mean, as_error *err)
                       "class token, which has no neighbourhood on the grid", cls, cls > 1 ? "s" : "");
     for (int s = 0; s < lay->n_stages; s++)
         if (!isnan(st[s])) analysis_report_add(c, "  stage %d: %.4f\n", s, st[s]);
-    analysis_rows_note(c, mean, SOUT_NEG, "analyse the softmax of the recorded scores (--als-map "
-                       "softmax, needs --record attn,scores)");
+    analysis_rows_note(c, mean, SOUT_NEG, rows_fix(lay));
     (void)err;
     return AS_OK;
 }

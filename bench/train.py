@@ -9,7 +9,8 @@ tests: nothing here asserts a time.
 attnscope: `attnscope train` on the built-in shapes for one epoch of --steps batches; its
 img/s counts the training steps (data transform, forward, backward, clipping, AdamW), not the
 dataset generation or the evaluation. PyTorch: tools/vit_ref.py's ViT (tools/swin_ref.py's Swin
-for a "family": "swin" config, tools/pvt_ref.py's PVT v2 for "pvt_v2") in train mode on random
+for a "family": "swin" config, tools/pvt_ref.py's PVT v2 for "pvt_v2",
+tools/refiner_release_ref.py for the Refiner release's blocks) in train mode on random
 tensors already in memory (no data transform, which favours it), the same loss (cross-entropy
 with label smoothing 0.1, plus LaViT's term where the model has less-attention blocks),
 clip_grad_norm_(1.0) and torch.optim.AdamW, warmed up for 5 steps. Both use float32.
@@ -50,6 +51,10 @@ if pvt:  # tools/pvt_ref.py takes its weights as tensors (make_pvt_fixtures' sha
                lmsa={l: e["qk_dim"] for l, e in enumerate(att) if e.get("type") == "lmsa"})
     m = pvt_ref.PVTv2(cfg, make_pvt_fixtures.weights(cfg, 0)).train()
     named = [(n, getattr(m, "w%d" % i).requires_grad_(True)) for i, n in enumerate(m.names)]
+elif any(e.get("type") in ("refiner_release", "refiner_shared") for e in cfg.get("attention", [])):
+    from refiner_release_ref import RefinerReleaseViT  # the Refiner release's blocks
+    m = RefinerReleaseViT(cfg).train()
+    named = list(m.named_parameters())
 else:
     m = (SwinRef(cfg) if cfg.get("family") == "swin" else ViT(cfg)).train()
     named = list(m.named_parameters())

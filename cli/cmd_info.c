@@ -198,10 +198,18 @@ static void print_model(const vit_config *c, const char *source, const char *dty
         if (c->init_values > 0) snprintf(fam, sizeof fam, ", LayerScale (init %g)", (double)c->init_values);
         if (c->act_layer != VIT_ACT_GELU) snprintf(fam + strlen(fam), sizeof fam - strlen(fam), ", %s", vit_act_name(c->act_layer));
         if (c->pre_norm) snprintf(fam + strlen(fam), sizeof fam - strlen(fam), ", norm_pre");
+        if (c->mlp_scale > 0)
+            snprintf(fam + strlen(fam), sizeof fam - strlen(fam), ", LayerScale on the MLP (init %g)", (double)c->mlp_scale);
+        if (c->adjust_ratio > 0)
+            snprintf(fam + strlen(fam), sizeof fam - strlen(fam), ", x += f(norm(%g x)) / %g", (double)c->adjust_ratio,
+                     (double)c->adjust_ratio);
         line("blocks      %d x (dim %d, %d heads x %d, mlp %d), qkv bias %s, LayerNorm eps %g%s\n",
                c->depth, c->embed_dim, c->num_heads, vit_head_dim(c), c->mlp_hidden,
                c->qkv_bias ? "yes" : "no", (double)c->ln_eps, fam);
-        if (c->num_classes > 0)
+        if (c->num_classes > 0 && c->aux_head > 0)
+            printf("head        %d classes, pool token + %g x the max of aux_head over the patch tokens\n",
+                   c->num_classes, (double)c->aux_head);
+        else if (c->num_classes > 0)
             printf("head        %d classes, pool %s%s%s\n", c->num_classes, vit_pool_name(c->global_pool),
                    c->fc_norm ? " + fc_norm" : "", c->distilled ? ", mean of head and head_dist" : "");
         else /* features only: record keeps the block outputs (--record tokens), no classes */

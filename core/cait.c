@@ -136,13 +136,13 @@ static void block_tail(const vit_config *c, const vit_block_params *bp, vit_acts
     float *y0 = t && t->branch[0] ? t->branch[0] : a->xn, *y1 = t && t->branch[1] ? t->branch[1] : a->xn;
     float *xn2 = t ? t->xn2 : a->xn, *hpre = t ? t->hpre : a->hid, *hid = t ? t->hid : a->hid;
     vit_linear(y0, ao, bp->proj_w, bp->proj_b, rows, D, D, 0);
-    kernels_scaled_add(a->x, y0, bp->ls1, rows, D);
+    kernels_scaled_add(a->x, y0, bp->ls1, 1.0f, rows, D);
     if (t) memcpy(t->x_mid, a->x, (size_t)rows * D * sizeof(float));
     kernels_layernorm(xn2, a->x, bp->norm2_w, bp->norm2_b, rows, D, c->ln_eps);
     vit_linear(hpre, xn2, bp->fc1_w, bp->fc1_b, rows, Hm, D, 0);
     vitfam_act(c, hid, hpre, (size_t)rows * Hm);
     vit_linear(y1, hid, bp->fc2_w, bp->fc2_b, rows, D, Hm, 0);
-    kernels_scaled_add(a->x, y1, bp->ls2, rows, D);
+    kernels_scaled_add(a->x, y1, bp->ls2, 1.0f, rows, D);
 }
 
 /* A self-attention block on x (n, N, D): LN1, qkv, per image all heads: L_h = scale q_h k_h^T,

@@ -322,6 +322,30 @@ static void finish_refined_vit(vit_config *c) {
         c->attn[l].kernel_size = 3;
     }
 }
+/* Refined-ViT as its code was released (zhoudaquan/Refiner_ViT @b11ebb8, Refiner_ViT_S/M/L;
+ * docs/models.md, "Refined-ViT as released"): the same stem and widths, blocks alternating
+ * refiner_release and refiner_shared (its share = [False, True] x 8 or x 16), DLA with H' = 3 H
+ * (its DLA's default expand_ratio: S's head_expand 6 reaches no module), adjust_ratio 0.5,
+ * LayerScale 1e-5 on the MLP branch alone, the dense head at 0.5, qkv bias, LayerNorm eps 1e-6,
+ * crop 0.9 / 1.0 / 1.0 (L's 1.13 pads a smaller resize with zeros: outside [0.25, 1]). */
+static void finish_refiner_release(vit_config *c) {
+    finish_refined_vit(c);
+    for (int l = 0; l < c->depth; l++) {
+        vit_attn *a = &c->attn[l];
+        memset(a, 0, sizeof *a);
+        a->kind = l % 2 ? VIT_ATTN_REFINER_SHARED : VIT_ATTN_REFINER_RELEASE;
+        if (l % 2) {
+            a->expanded_heads = 3 * c->num_heads;
+            a->kernel_size = 3;
+        }
+    }
+    c->adjust_ratio = 0.5f;
+    c->mlp_scale = 1e-5f;
+    c->aux_head = 0.5f;
+    c->qkv_bias = 1;
+    c->ln_eps = 1e-6f;
+    c->crop_pct = c->depth == 16 ? 0.9f : 1.0f;
+}
 #define VIT_SEED_ALL_HEADS 99
 
 static const vit_seed vit_seeds[] = {
@@ -382,6 +406,13 @@ static const vit_seed vit_seeds[] = {
      .num_heads = 12, .finish = finish_refined_vit},
     {"refined_vit_l", "deit_small_patch16_224", 0, 0, 0, VIT_ATTN_REFINER, .depths = {32}, .embed_dim = 512,
      .num_heads = 16, .finish = finish_refined_vit},
+    /* the released code's Refiner_ViT_S/M/L, its own family of blocks */
+    {"refiner_release_s", "deit_small_patch16_224", 0, 0, 0, VIT_ATTN_VANILLA, .depths = {16}, .embed_dim = 384,
+     .num_heads = 12, .finish = finish_refiner_release},
+    {"refiner_release_m", "deit_small_patch16_224", 0, 0, 0, VIT_ATTN_VANILLA, .depths = {32}, .embed_dim = 420,
+     .num_heads = 12, .finish = finish_refiner_release},
+    {"refiner_release_l", "deit_small_patch16_224", 0, 0, 0, VIT_ATTN_VANILLA, .depths = {32}, .embed_dim = 512,
+     .num_heads = 16, .finish = finish_refiner_release},
 };
 #define VIT_SEED_N ((int)(sizeof vit_seeds / sizeof vit_seeds[0]))
 

@@ -44,6 +44,8 @@ typedef enum {
     VIT_ATTN_LESS,        /* LaViT less-attention: scores = Psi(Theta(A_prev)^T)^T */
     VIT_ATTN_MAIT,        /* MaiT: R x R spatial masks multiplied into the scores */
     VIT_ATTN_REFINER,     /* Refiner: head expansion, k x k convolution of the maps, reduction */
+    VIT_ATTN_REFINER_RELEASE, /* the Refiner release's blocks: softmax + scale x the carried map */
+    VIT_ATTN_REFINER_SHARED,  /* ... its shared blocks: scale x BN(DLA(the carried map)), v only */
     VIT_ATTN_COUNT
 } vit_attn_kind;
 
@@ -205,6 +207,14 @@ typedef struct {
     int pre_norm;         /* norm_pre: a LayerNorm after the embedding, before the blocks (CLIP);
                              the patch embedding then has no bias, as in timm */
     vit_act act_layer;    /* the MLP activation of the blocks and of the MAP pool's MLP */
+    /* The Refiner release's block and head (zhoudaquan/Refiner_ViT, docs/models.md "Refined-ViT
+     * as released"); all zero: none. */
+    float adjust_ratio;   /* r: every block computes x += f(norm(r x)) / r for both branches
+                             (its Block.adjust_ratio, 0.5); 0 or 1: none */
+    float mlp_scale;      /* LayerScale on the MLP branch alone, blocks.i.mlp.scale_channel (its
+                             Mlp), with this initial value; 0: none */
+    float aux_head;       /* w: logits = head(x_cls) + w max_t aux_head(x_t) over the patch tokens
+                             after the final norm (its return_dense eval output, w 0.5); 0: none */
     /* CaiT (family "cait", core/cait.c, docs/models.md "CaiT"): stage 0 holds the self-attention
      * blocks over the patch tokens alone, stage 1 the class-attention blocks (scope CLASS). */
     int talking_heads;       /* SA blocks mix the heads' logits (attn.proj_l) before the softmax
@@ -273,6 +283,11 @@ const char *vit_bias_name(vit_bias_kind b);   /* "none", "full", "relative" */
 const char *vit_mask_mode_name(vit_mask_mode m); /* "zero", "soft", "neg_inf" */
 /* Name to enum; -1 when unknown. */
 int vit_attn_parse(const char *s);
+/* Why block l's attn maps are not row-stochastic by construction ("Refiner refines the softmax
+ * maps, so rows sum to anything"), or NULL where they are; whether its map comes from a softmax
+ * of its scores (0: refiner_shared, whose recorded scores are the map it refines). */
+const char *vit_attn_not_stochastic(const vit_config *c, int l);
+int vit_attn_has_softmax(const vit_config *c, int l);
 int vit_bias_parse(const char *s);
 int vit_mask_mode_parse(const char *s);
 

@@ -228,6 +228,158 @@ KERNEL_CLONES void kernels_softmax_backward_rows(float *dS, const float *P, cons
     }
 }
 
+/* Refiner's maps convolution and its input gradient share one loop: row i of out adds, for each
+ * tap (u, v) in row-major order from zero, wt[u][v] src[i + sy (u - h)][j + sx (v - h)] where the
+ * index is inside the map (sy = sx = 1: the convolution; -1: its transpose). Columns that every
+ * tap reaches are done 16 at a time in registers, the edges one by one; both add the same taps
+ * in the same order, so the bits are those of a tap-at-a-time loop. */
+#define MAPS_GROUP 4 /* blocks of 16 summed together: independent chains of adds */
+#define MAPS_MAX_K 256 /* callers check k <= VIT_MAX_KERNEL (255) */
+/* 16 floats as one AVX-512 register (four SSE ones in the baseline clone): GCC's vector
+ * extension, so the sums stay in registers; each lane adds its terms in the scalar order. */
+typedef float v16f __attribute__((vector_size(64)));
+KERNEL_CLONES static void maps_taps_row(float *o, const float *src, const float *wt, int T, int k, int i,
+                                        int sgn) {
+    const int h = k / 2;
+    int rows[MAPS_MAX_K], taps[MAPS_MAX_K], nr = 0;
+    for (int u = 0; u < k; u++) {
+        const int r = i + sgn * (u - h);
+        if (r >= 0 && r < T) rows[nr] = r, taps[nr++] = u;
+    }
+    /* blocks of 16 at h, h + 16, ..., the last one moved back to end at T - h (it recomputes
+     * some columns, to the same bits), MAPS_GROUP at a time */
+    const int nb = T - 2 * h >= 16 ? (T - 2 * h + 15) / 16 : 0;
+    for (int b0 = 0; b0 < nb; b0 += MAPS_GROUP) {
+        const int ng = nb - b0 < MAPS_GROUP ? nb - b0 : MAPS_GROUP;
+        int col[MAPS_GROUP];
+        v16f acc[MAPS_GROUP];
+        for (int g = 0; g < MAPS_GROUP; g++) {
+            const int b = b0 + (g < ng ? g : ng - 1); /* a short group repeats its last block */
+            col[g] = b == nb - 1 ? T - h - 16 : h + b * 16;
+            acc[g] = (v16f){0};
+        }
+        for (int a = 0; a < nr; a++)
+            for (int v = 0; v < k; v++) {
+                const float w = wt[taps[a] * k + v], *x = src + (size_t)rows[a] * T + sgn * (v - h);
+                for (int g = 0; g < MAPS_GROUP; g++) {
+                    v16f t;
+                    memcpy(&t, x + col[g], sizeof t);
+                    acc[g] += w * t;
+                }
+            }
+        for (int g = 0; g < ng; g++) memcpy(o + col[g], &acc[g], sizeof acc[g]);
+    }
+    /* the rest one by one, each over the taps that stay inside the row: column c + sgn (v - h)
+     * in [0, T) */
+    for (int c = 0; c < T; c++) {
+        if (c == h && nb > 0) c = T - h; /* the blocks did [h, T - h) */
+        if (c >= T) break;
+        int v0 = sgn > 0 ? h - c : c - T + 1 + h, v1 = sgn > 0 ? T - 1 - c + h : c + h;
+        v0 = v0 < 0 ? 0 : v0;
+        v1 = v1 > k - 1 ? k - 1 : v1;
+        float acc = 0.0f;
+        for (int a = 0; a < nr; a++) {
+            const float *w = wt + taps[a] * k, *x = src + (size_t)rows[a] * T + c - sgn * h;
+            for (int v = v0; v <= v1; v++) acc += w[v] * x[sgn * v];
+        }
+        o[c] = acc;
+    }
+}
+
+void kernels_maps_dwconv(float *out, const float *in, const float *w, int E, int T, int k) {
+    const size_t TT = (size_t)T * T;
+    for (int e = 0; e < E; e++)
+        for (int i = 0; i < T; i++)
+            maps_taps_row(out + (size_t)e * TT + (size_t)i * T, in + (size_t)e * TT, w + (size_t)e * k * k, T, k, i, 1);
+}
+
+KERNEL_CLONES void kernels_maps_dwconv_backward(float *din, float *dw, const float *dout, const float *in,
+                                                const float *w, int E, int T, int k) {
+    const size_t TT = (size_t)T * T;
+    const int h = k / 2;
+    for (int e = 0; e < E; e++) {
+        const float *x = in + (size_t)e * TT, *go = dout + (size_t)e * TT;
+        /* din[r][c] = sum over taps (u, v) in order of w[u][v] dout[r - dy][c - dx] */
+        for (int r = 0; r < T; r++)
+            maps_taps_row(din + (size_t)e * TT + (size_t)r * T, go, w + (size_t)e * k * k, T, k, r, -1);
+        /* dw[u][v] = sum_i,j dout[i][j] in[i + dy][j + dx]: rows in lanes, summed in double */
+        for (int u = 0; u < k; u++)
+            for (int v = 0; v < k; v++) {
+                const int dy = u - h, dx = v - h;
+                const int i0 = dy < 0 ? -dy : 0, i1 = dy > 0 ? T - dy : T;
+                const int j0 = dx < 0 ? -dx : 0, j1 = dx > 0 ? T - dx : T;
+                double acc = 0;
+                for (int i = i0; i < i1; i++)
+                    acc += lanes_dot(go + (size_t)i * T + j0, x + (size_t)(i + dy) * T + j0 + dx, j1 - j0);
+                dw[(size_t)e * k * k + u * k + v] = (float)acc;
+            }
+    }
+}
+
+/* 64 columns at a time (16 at the end, then one by one): the K rows of B's block stay in L1
+ * while every row of C takes its sum in registers, k in order. */
+KERNEL_CLONES void kernels_mix_rows(float *C, const float *A, size_t am, size_t ak, const float *B, int M, int K,
+                                    size_t N, float alpha, int accumulate) {
+    size_t j = 0;
+    for (int width = 16 * MAPS_GROUP; width >= 16; width -= 16 * (MAPS_GROUP - 1))
+        for (; j + (size_t)width <= N; j += (size_t)width)
+            for (int m = 0; m < M; m++) {
+                const int ng = width / 16;
+                v16f acc[MAPS_GROUP] = {{0}};
+                for (int k = 0; k < K; k++) {
+                    const float a = A[m * am + k * ak], *b = B + k * N + j;
+                    for (int g = 0; g < MAPS_GROUP; g++) {
+                        if (g >= ng) break;
+                        v16f t;
+                        memcpy(&t, b + 16 * g, sizeof t);
+                        acc[g] += a * t;
+                    }
+                }
+                float *c = C + m * N + j;
+                for (int g = 0; g < ng; g++) {
+                    v16f t = alpha * acc[g];
+                    if (accumulate) {
+                        v16f old;
+                        memcpy(&old, c + 16 * g, sizeof old);
+                        t = old + t;
+                    }
+                    memcpy(c + 16 * g, &t, sizeof t);
+                }
+            }
+    for (; j < N; j++)
+        for (int m = 0; m < M; m++) {
+            float acc = 0.0f;
+            for (int k = 0; k < K; k++) acc += A[m * am + k * ak] * B[k * N + j];
+            C[m * N + j] = accumulate ? C[m * N + j] + alpha * acc : alpha * acc;
+        }
+}
+
+KERNEL_CLONES void kernels_bn_backward(float *dy, const float *x, float mean, float inv, float a, size_t n,
+                                       float *gw, float *gb) {
+    v16f sw = {0}, sb = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v16f d, v;
+        memcpy(&d, dy + i, sizeof d);
+        memcpy(&v, x + i, sizeof v);
+        sw += d * (v - mean);
+        sb += d;
+    }
+    double w = 0, b = 0;
+    for (; i < n; i++) {
+        w += dy[i] * (x[i] - mean);
+        b += dy[i];
+    }
+    for (int j = 0; j < 16; j++) {
+        w += sw[j];
+        b += sb[j];
+    }
+    *gw = (float)(w * inv);
+    *gb = (float)b;
+    if (a != 1.0f)
+        for (i = 0; i < n; i++) dy[i] *= a;
+}
+
 KERNEL_CLONES void kernels_softmax_rows(float *x, int n, int d) {
     for (int r = 0; r < n; r++) {
         float *row = x + (size_t)r * d;
@@ -347,36 +499,38 @@ void kernels_dwconv3_backward(float *din, float *dw, float *db, const float *dou
     }
 }
 
-void kernels_scaled_add(float *x, const float *y, const float *gamma, int n, int d) {
+void kernels_scaled_add(float *x, const float *y, const float *gamma, float s, int n, int d) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
         float *xr = x + (size_t)r * d;
         const float *yr = y + (size_t)r * d;
-        if (gamma)
+        if (gamma && s == 1.0f)
             for (int i = 0; i < d; i++) xr[i] += gamma[i] * yr[i];
+        else if (gamma) /* (gamma y) s, as PyTorch rounds gamma * y before the division by r */
+            for (int i = 0; i < d; i++) xr[i] += gamma[i] * yr[i] * s;
         else
-            for (int i = 0; i < d; i++) xr[i] += yr[i];
+            for (int i = 0; i < d; i++) xr[i] += s * yr[i];
     }
 }
 
 void kernels_scaled_add_backward(float *df, float *dgamma, const float *dy, const float *f, const float *gamma,
-                                 int n, int d) {
+                                 float s, int n, int d) {
     enum { COLS = 16 };
     /* dgamma: per column a double over the rows in order (column blocks over threads) */
 #pragma omp parallel for schedule(static)
-    for (int c0 = 0; c0 < d; c0 += COLS) {
+    for (int c0 = 0; c0 < (dgamma ? d : 0); c0 += COLS) {
         const int w = d - c0 < COLS ? d - c0 : COLS;
         double acc[COLS] = {0};
         for (int r = 0; r < n; r++) {
             const float *a = dy + (size_t)r * d + c0, *b = f + (size_t)r * d + c0;
             for (int i = 0; i < w; i++) acc[i] += (double)a[i] * b[i];
         }
-        for (int i = 0; i < w; i++) dgamma[c0 + i] += (float)acc[i];
+        for (int i = 0; i < w; i++) dgamma[c0 + i] += (float)(s * acc[i]);
     }
     if (!df) return;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++)
-        for (int i = 0; i < d; i++) df[(size_t)r * d + i] = gamma[i] * dy[(size_t)r * d + i];
+        for (int i = 0; i < d; i++) df[(size_t)r * d + i] = (gamma ? gamma[i] * s : s) * dy[(size_t)r * d + i];
 }
 
 void kernels_add_rows(float *y, const float *bias, int n, int d) {

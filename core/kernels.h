@@ -39,6 +39,26 @@ void kernels_softmax_backward_rows(float *dS, const float *P, const float *dP, i
 /* Row softmax in place. x: (n, d). */
 void kernels_softmax_rows(float *x, int n, int d);
 
+/* Refiner's k x k depth-wise convolution of E (T, T) maps (Conv2d with groups E, zero padding
+ * k / 2, no bias; k odd, at most 256): out (E, T, T) from in and w (E, k, k); each output adds its taps in
+ * row-major order. Its backward: din (written) = the convolution's transpose of dout, the taps
+ * in the same order; dw (E, k, k, written) = each tap's sum over the map, rows in float lanes
+ * added in double. */
+void kernels_maps_dwconv(float *out, const float *in, const float *w, int E, int T, int k);
+void kernels_maps_dwconv_backward(float *din, float *dw, const float *dout, const float *in, const float *w,
+                                  int E, int T, int k);
+/* C (M, N) = alpha A B (+ C when accumulate) for a small K: A's entry (m, k) at A[m am + k ak]
+ * (am = K, ak = 1: A as stored; am = 1, ak = M: A transposed), B (K, N). For mixing maps across
+ * heads (1 x 1 convolutions over (heads, T, T)), where K is a few heads and N a map's T T
+ * entries: a GEMM library's packing and zeroing of C cost more there than the products. The
+ * same bits for any thread count (it has none). */
+void kernels_mix_rows(float *C, const float *A, size_t am, size_t ak, const float *B, int M, int K, size_t N,
+                      float alpha, int accumulate);
+/* A frozen BatchNorm's backward over one channel's n entries, y = a x + c with a = weight inv and
+ * inv = 1 / sqrt(var + eps): *gw = inv sum dy (x - mean), *gb = sum dy (lanes of float added in
+ * double); then dy *= a, the input's gradient (skipped for a = 1). */
+void kernels_bn_backward(float *dy, const float *x, float mean, float inv, float a, size_t n, float *gw,
+                         float *gb);
 /* y[r,:] = bias for rows r < n: the starting value of a GEMM with beta = 1. y: (n, d). */
 void kernels_fill_rows(float *y, const float *bias, int n, int d);
 /* y[r,:] += bias. y: (n, d). */
@@ -54,12 +74,14 @@ void kernels_dwconv3(float *out, const float *in, const float *w, const float *b
  * not depend on the thread count. */
 void kernels_dwconv3_backward(float *din, float *dw, float *db, const float *dout, const float *in,
                               const float *w, int n, int gh, int gw, int C);
-/* x[r,:] += gamma * y[r,:] (LayerScale's residual add; gamma NULL: x += y). x, y: (n, d). */
-void kernels_scaled_add(float *x, const float *y, const float *gamma, int n, int d);
-/* Its backward given dy (n, d), the gradient of x after the add: dgamma (d) += sum_r dy * y
- * (per column in double, rows in order: thread-independent) and df = gamma * dy (NULL: skip). */
+/* x[r,:] += s gamma * y[r,:] (LayerScale's residual add; gamma NULL: x += s y; s is the
+ * Refiner release's 1 / adjust_ratio, else 1). x, y: (n, d). */
+void kernels_scaled_add(float *x, const float *y, const float *gamma, float s, int n, int d);
+/* Its backward given dy (n, d), the gradient of x after the add: dgamma (d) += s sum_r dy * y
+ * (per column in double, rows in order: thread-independent; dgamma NULL: skip) and
+ * df = s gamma * dy (NULL: skip). */
 void kernels_scaled_add_backward(float *df, float *dgamma, const float *dy, const float *y, const float *gamma,
-                                 int n, int d);
+                                 float s, int n, int d);
 
 /* IEEE binary16 conversions, round to nearest even; NaN and infinities are kept. */
 uint16_t kernels_f32_to_f16(float f);

@@ -36,8 +36,10 @@ typedef struct {
     float scale;         /* the scale the frame multiplied into q k^T */
     const float *q, *k, *v; /* this head's rows (NULL where the mechanism has none) */
     int ldq, ldk, ldv;   /* row strides of q, k, v */
-    const float *prev;   /* reuses-scores mechanisms: the previous block's (Tq, Tk) scores */
-    float *keep;         /* (Tq, Tk) scores handed to a following reuse block (scratch for one) */
+    const float *prev;   /* reuses-scores mechanisms: the previous block's (Tq, Tk) scores; a
+                          * carrying one: the carried map, or NULL (vit_mech_reads_prev) */
+    float *keep;         /* (Tq, Tk) scores handed to a following reuse block (scratch for one),
+                          * or a carrying block's map (VIT_MECH_CARRY), or NULL */
     float *extra[VIT_MAX_EXTRAS]; /* per-head extras to record ((Tq, Tk) each), or NULL */
     /* (Tq, Tk) terms the frame adds AFTER the mechanism's scores hook and before the softmax
      * (WINDOW scope: Swin's relative position bias of this head, then the window's shift mask),
@@ -122,6 +124,9 @@ typedef struct {
     char prefix[64];
 } vit_spec_sink;
 void vit_mech_spec(vit_spec_sink *s, const float **slot, const char *suffix, int ndim, const int *shape);
+/* A BatchNorm2d's four tensors "<name>.weight", ".bias", ".running_mean", ".running_var" (C each;
+ * the statistics as buffers) into bn[0..3]. */
+void vit_mech_bn_specs(vit_spec_sink *s, const float **bn, const char *name, int C);
 #define VIT_MECH_SPEC(sink, slot, suffix, ...)                                                 \
     do {                                                                                       \
         const int shape_[] = {__VA_ARGS__};                                                    \
@@ -152,6 +157,13 @@ enum {
     VIT_MECH_WS_DY = 1 << 2,         /* its backward uses ws->dY */
     VIT_MECH_NO_SCALE = 1 << 3,      /* the "scale" key does not apply */
     VIT_MECH_SOFTMAX_EXTRA0 = 1 << 4, /* after_softmax changes the map; extra 0 keeps the softmax */
+    /* A map carried from block to block (the Refiner release): the block reads, as p->prev, the
+     * keep of the block before when that one carries too (none after any other block or in the
+     * first), and leaves its own in p->keep for the next. */
+    VIT_MECH_CARRY = 1 << 5,
+    VIT_MECH_NO_SOFTMAX = 1 << 6, /* the scores hook makes the map itself: no softmax (dS = dA) */
+    VIT_MECH_KEEPS_MAP = 1 << 7,  /* p->keep is the block's final map, not its scores: the next
+                                     block's gradient of it joins dA, before the softmax's backward */
 };
 
 typedef struct vit_mech {
@@ -219,15 +231,21 @@ typedef struct vit_mech {
      * frame's text). */
     void (*trace_attrs)(const vit_config *c, const vit_params *p, int l, vit_mech_writer *w);
     const char *attn_doc, *scores_doc, *k_doc;
+    /* Why block l's maps (attn) are not row-stochastic by construction, for an analysis's note
+     * ("Refiner refines the softmax maps"), or NULL where they are. NULL hook: they are. */
+    const char *(*not_stochastic)(const vit_config *c, int l);
 } vit_mech;
 
 /* The registry (core/mech/registry.c). */
 const vit_mech *vit_mech_get_kind(vit_attn_kind k); /* NULL for an unknown kind */
 const vit_mech *vit_mech_of(const vit_config *c, int l);
 int vit_mech_count(void);
-/* Some block's mechanism has flag f / block l + 1 reads block l's scores. */
+/* Some block's mechanism has flag f / block l + 1 reads block l's keep (vit_mech_reads_prev). */
 int vit_mech_any(const vit_config *c, unsigned f);
 int vit_mech_next_reuses(const vit_config *c, int l);
+/* Block l reads the previous block's keep (p->prev): less-attention, or a carrying block after
+ * another one. */
+int vit_mech_reads_prev(const vit_config *c, int l);
 /* The most per-image floats of ws->part any block needs (the stride of ws->part). */
 size_t vit_mech_part_floats(const vit_config *c);
 void vit_mech_block_at(vit_mech_block *b, const vit_config *c, int l, const vit_block_params *bp,
@@ -264,6 +282,9 @@ double vit_mech_head_entries(const vit_config *c, int l, const vit_geom *g);
 void vit_mech_fused_layout(const vit_config *c, int l, vit_mech_layout *out);
 void vit_mech_fused_specs(const vit_mech_block *b, vit_block_params *bp, vit_spec_sink *s);
 void vit_mech_fused_cost(const vit_config *c, int l, const vit_geom *g, vit_cost_part *o);
+/* The statics of a Refiner block (refiner, refiner_shared): i = 0 expand (H', H), 1 the dla
+ * kernels (H', k, k), 2 reduce (H, H'), copied from block l's weights. */
+void vit_mech_dla_static_fill(const vit_config *c, const vit_params *p, int l, int i, float *out);
 /* "%s: block %d: " prefix helper: the model's name for messages. */
 const char *vit_mech_model_name(const vit_config *c);
 /* An integer value in [lo, hi] into *out. */

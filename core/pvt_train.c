@@ -156,7 +156,7 @@ static void sra_backward(const vit_config *c, const vit_geom *g, const vit_block
         pvt_adaptive_pool(ws->col, t->xn1, n, g->gh, g->gw, D, 0);
         vit_linear_backward(WR(gb->sr_w), WR(gb->sr_b), dxr, 0, dpre, D, ws->col, D, bp->sr_w, rows, D, D, ws->ones);
         pvt_adaptive_pool(ws->dcol, dxr, n, g->gh, g->gw, D, 1);
-        kernels_scaled_add(ws->dxn, ws->dcol, NULL, n * g->T, D);
+        kernels_scaled_add(ws->dxn, ws->dcol, NULL, 1.0f, n * g->T, D);
         return;
     }
     const int R = g->sr_ratio, K = D * R * R;

@@ -61,7 +61,7 @@ size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws
     CARVE_F(p, &off, b * Hmax * T * T, &v->dS);
     CARVE_F(p, &off, b * Hmax * T * T, &v->dX);
     if (vit_mech_any(c, VIT_MECH_WS_DY)) CARVE_F(p, &off, b * H * T * T, &v->dY);
-    if (vit_mech_any(c, VIT_MECH_REUSES_SCORES))
+    if (vit_mech_any(c, VIT_MECH_REUSES_SCORES | VIT_MECH_CARRY))
         for (int i = 0; i < 2; i++) CARVE_F(p, &off, b * H * T * T, &v->dkeep[i]);
     if (any_maps(c)) /* E is then the largest map work's heads */
         for (int i = 0; i < VIT_MAX_EXTRAS; i++) CARVE_F(p, &off, b * E * T * T, &v->dext[i]);
@@ -205,7 +205,7 @@ double vit_attn_backward(const vit_attn_bwd *j) {
     const int H = g.H, D = g.D, hd = D / H, dq = vit_qk_head_dim(c, l);
     const size_t TT = (size_t)Tq * Tk;
     const float scale = m->product_scale ? m->product_scale(c, l) : vit_attn_scale(c, l);
-    const int reuses = (m->flags & VIT_MECH_REUSES_SCORES) != 0;
+    const int reuses = vit_mech_reads_prev(c, l);
     const int dp_term = (m->flags & VIT_MECH_DP_TERM) && j->dp_coef != 0.0f && Tq == Tk;
     int gh, gw;
     vit_mech_problem_grid(&g, &gh, &gw);
@@ -230,6 +230,7 @@ double vit_attn_backward(const vit_attn_bwd *j) {
     const float *dnext = vit_mech_next_reuses(c, l) ? ws->dkeep[(l + 1) & 1] : NULL;
     float *dprev = reuses ? ws->dkeep[l & 1] : NULL;
     const float *prev = reuses ? j->tape->blk[l - 1].keep : NULL;
+    const int keeps_map = (m->flags & VIT_MECH_KEEPS_MAP) != 0;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < n * H; bh++) {
         const int b = bh / H, h = bh % H;
@@ -237,8 +238,11 @@ double vit_attn_backward(const vit_attn_bwd *j) {
         if (dp_term) ws->scal[bh] = dp_term_backward(dA, t->att + (size_t)bh * TT, Tq, j->dp_coef, j->dp_loss);
         if (j->dA_add)
             for (size_t i = 0; i < TT; i++) dA[i] += j->dA_add[(size_t)bh * TT + i];
-        kernels_softmax_backward_rows(dS, P + (size_t)bh * TT, dA, Tq, Tk);
-        if (dnext)
+        if (dnext && keeps_map) /* the next block read this map itself */
+            for (size_t i = 0; i < TT; i++) dA[i] += dnext[(size_t)bh * TT + i];
+        if (m->flags & VIT_MECH_NO_SOFTMAX) memcpy(dS, dA, TT * sizeof(float));
+        else kernels_softmax_backward_rows(dS, P + (size_t)bh * TT, dA, Tq, Tk);
+        if (dnext && !keeps_map)
             for (size_t i = 0; i < TT; i++) dS[i] += dnext[(size_t)bh * TT + i];
         if (j->dS_add)
             for (size_t i = 0; i < TT; i++) dS[i] += j->dS_add[(size_t)bh * TT + i];
@@ -307,23 +311,26 @@ void vit_mlp_backward(const vit_config *c, const vit_block_params *bp, const vit
                       const vit_tape_block *t, vit_grad_ws *ws, float *dx, int rows, int D, int Hm) {
     /* x_out = x_mid + [gamma2 *] fc2(act(fc1(norm2(x_mid)))); dao is free until the attention's turn */
     const float *dy = dx;
-    if (bp->ls2) {
-        kernels_scaled_add_backward(ws->dao, WR(gb->ls2), dx, t->branch[1], bp->ls2, rows, D);
+    const float bs = vitfam_branch_scale(c);
+    if (bp->ls2 || bs != 1.0f) {
+        kernels_scaled_add_backward(ws->dao, bp->ls2 ? WR(gb->ls2) : NULL, dx, t->branch[1], bp->ls2, bs, rows, D);
         dy = ws->dao;
     }
     vit_linear_backward(WR(gb->fc2_w), WR(gb->fc2_b), ws->dhid, 0, dy, D, t->hid, Hm, bp->fc2_w, rows, D, Hm, ws->ones);
     vitfam_act_backward(c, ws->dhid, t->hpre, (size_t)rows * Hm);
     vit_linear_backward(WR(gb->fc1_w), WR(gb->fc1_b), ws->dxn, 0, ws->dhid, Hm, t->xn2, D, bp->fc1_w, rows, Hm, D, ws->ones);
     kernels_layernorm_backward(dx, WR(gb->norm2_w), WR(gb->norm2_b), ws->dxn, t->x_mid, bp->norm2_w, ws->ln_scratch,
-                               rows, D, c->ln_eps);
+                               rows, D, vitfam_block_eps(c));
 }
 
 void vit_proj_backward(const vit_config *c, const vit_block_params *bp, const vit_block_params *gb,
                        const vit_tape_block *t, vit_grad_ws *ws, const float *dx, int rows, int D) {
     /* x_mid = x_in + [gamma1 *] proj(ao); dxn is free until the attention's turn */
     const float *dy = dx;
-    if (bp->ls1) {
-        kernels_scaled_add_backward(ws->dxn, WR(gb->ls1), dx, bp->proj_w ? t->branch[0] : t->ao, bp->ls1, rows, D);
+    const float bs = vitfam_branch_scale(c);
+    if (bp->ls1 || bs != 1.0f) {
+        kernels_scaled_add_backward(ws->dxn, bp->ls1 ? WR(gb->ls1) : NULL, dx, bp->proj_w ? t->branch[0] : t->ao,
+                                    bp->ls1, bs, rows, D);
         dy = ws->dxn;
     }
     if (bp->proj_w)
@@ -361,7 +368,21 @@ double vit_backward(const vit_config *c, const vit_params *p, const vit_params *
     memset(ws->dx, 0, MD * sizeof(float));
     const int rows = token ? nout : 1;
     float *xs = ws->dqkv, *dys = ws->dqkv + (size_t)n * 2 * D, *dxs = ws->dqkv + (size_t)n * 4 * D;
-    if (token || c->fc_norm) {
+    if (c->aux_head > 0) {
+        /* the Refiner release's dense head: the class row's gradient and each class's arg-max
+         * patch row's, through the final norm of every token (normalised again into dqkv) */
+        float *xn = ws->dqkv;
+        kernels_layernorm(xn, tape->x_final, p->norm_w, p->norm_b, M, D, eps);
+        memset(ws->dxn, 0, MD * sizeof(float));
+        for (int b = 0; b < n; b++) {
+            const size_t row = (size_t)b * T * D;
+            memcpy(ws->dxn + row, ws->dpool + (size_t)b * 2 * D, (size_t)D * sizeof(float));
+            vitfam_aux_head_backward(c, p, g, xn + row + (size_t)prefix * D, Np, dlogits + (size_t)b * C,
+                                     ws->dxn + row + (size_t)prefix * D, a->scratch);
+        }
+        kernels_layernorm_backward(ws->dx, WR(g->norm_w), WR(g->norm_b), ws->dxn, tape->x_final, p->norm_w,
+                                   ws->ln_scratch, M, D, eps);
+    } else if (token || c->fc_norm) {
         /* LayerNorm over the pooled rows (n * rows of them), gathered contiguously */
         for (int b = 0; b < n; b++) {
             const float *src = c->fc_norm ? tape->pool_pre + (size_t)b * 2 * D : tape->x_final + (size_t)b * T * D;
@@ -400,7 +421,7 @@ double vit_backward(const vit_config *c, const vit_params *p, const vit_params *
         vit_proj_backward(c, bp, gb, t, ws, ws->dx, M, D);
         dp += attention_backward(c, l, bp, gb, tape, ws, n, dp_coef, dp_loss);
         kernels_layernorm_backward(ws->dx, WR(gb->norm1_w), WR(gb->norm1_b), ws->dxn, t->x_in, bp->norm1_w,
-                               ws->ln_scratch, M, D, eps);
+                               ws->ln_scratch, M, D, vitfam_block_eps(c));
     }
 
     /* x0 = [norm_pre]([cls, dist, registers, patches W^T + b] + pos_embed) */

@@ -92,6 +92,7 @@ int vit_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, 
         SPEC(&b->fc2_w, "blocks.%d.mlp.fc2.weight", l, D, Hm);
         SPEC(&b->fc2_b, "blocks.%d.mlp.fc2.bias", l, D);
         if (c->init_values > 0) SPEC(&b->ls2, "blocks.%d.ls2.gamma", l, D);
+        if (c->mlp_scale > 0) SPEC(&b->ls2, "blocks.%d.mlp.scale_channel", l, D); /* Refiner release */
     }
     if (c->global_pool == VIT_POOL_MAP) { /* timm's AttentionPoolLatent (qkv_bias always) */
         SPEC(&p->pool.latent, "attn_pool.latent", 0, 1, 1, D);
@@ -116,6 +117,10 @@ int vit_param_specs(const vit_config *c, vit_params *p, vit_tensor_spec *specs, 
         if (c->distilled) {
             SPEC(&p->head_dist_w, "head_dist.weight", 0, C, D);
             SPEC(&p->head_dist_b, "head_dist.bias", 0, C);
+        }
+        if (c->aux_head > 0) {
+            SPEC(&p->aux_head_w, "aux_head.weight", 0, C, D);
+            SPEC(&p->aux_head_b, "aux_head.bias", 0, C);
         }
     }
     return n;
@@ -184,7 +189,7 @@ size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a) {
     vit_widths(c, &W, &E);
     vit_carve_floats(p, &off, b * T * W, &v->qkv);
     vit_carve_floats(p, &off, b * H * T * T, &v->att);
-    const int less = vit_mech_any(c, VIT_MECH_REUSES_SCORES);
+    const int less = vit_mech_any(c, VIT_MECH_REUSES_SCORES | VIT_MECH_CARRY);
     for (int i = 0; i < 2; i++) {
         v->keep[i] = v->ext[i] = NULL;
         if (less) vit_carve_floats(p, &off, b * H * T * T, &v->keep[i]);
@@ -195,6 +200,7 @@ size_t vit_acts_carve(const vit_config *c, int B, void *base, vit_acts *a) {
     vit_carve_floats(p, &off, b * 2 * D, &v->pooled);
     vit_carve_floats(p, &off, b * (size_t)(c->num_classes > 0 ? c->num_classes : 1), &v->logits);
     if (c->global_pool == VIT_POOL_MAP) vit_carve_floats(p, &off, vitfam_map_scratch(c), &v->scratch); /* one image's pool */
+    if (c->aux_head > 0) vit_carve_floats(p, &off, vitfam_aux_scratch(c), &v->scratch); /* one image's aux scores */
     return off;
 }
 
@@ -220,9 +226,8 @@ size_t vit_tape_carve(const vit_config *c, int B, void *base, vit_tape *t) {
             vit_extra x;
             if (vit_extra_info(c, l, i, &x)) vit_carve_floats(p, &off, b * (size_t)x.heads * T * T, &k->ext[i]);
         }
-        if ((m->flags & VIT_MECH_REUSES_SCORES) || vit_mech_next_reuses(c, l))
-            vit_carve_floats(p, &off, maps, &k->keep);
-        vit_carve_tape_tail(p, &off, k, b * T, (size_t)D, (size_t)c->mlp_hidden, c->init_values > 0);
+        if (vit_mech_reads_prev(c, l) || vit_mech_next_reuses(c, l)) vit_carve_floats(p, &off, maps, &k->keep);
+        vit_carve_tape_tail(p, &off, k, b * T, (size_t)D, (size_t)c->mlp_hidden, vitfam_branch_kept(c));
     }
     if (c->pre_norm) vit_carve_floats(p, &off, BTD, &v->embed);
     vit_carve_floats(p, &off, BTD, &v->x_final);
@@ -431,7 +436,7 @@ static void attention(const vit_config *c, int l, const vit_block_params *bp, vi
                   .k = layout_view(&lay, 1, a->qkv, a->xn, D, dq),
                   .v = layout_view(&lay, 2, a->qkv, a->xn, D, hd)};
     vit_mech_problem_grid(&g, &j.gh, &j.gw);
-    const int reuses = (m->flags & VIT_MECH_REUSES_SCORES) != 0;
+    const int reuses = vit_mech_reads_prev(c, l);
     if (reuses) j.prev = a->keep[(l + 1) & 1];
     float *att = rec_layer(rec->attn, l);
     j.att = att ? att : a->att;
@@ -510,6 +515,7 @@ static void forward_monolithic(const vit_config *c, const vit_params *p, vit_act
     }
 
     assert(!a->tape || rec == &none);
+    const float eps_b = vitfam_block_eps(c), bs = vitfam_branch_scale(c); /* the Refiner release's r */
     for (int l = 0; l < c->depth; l++) {
         const vit_block_params *bp = &p->blocks[l];
         /* a training forward gives every block its own buffers (the tape) */
@@ -528,22 +534,22 @@ static void forward_monolithic(const vit_config *c, const vit_params *p, vit_act
             hpre = t->hpre;
             xn2 = t->xn2;
         }
-        kernels_layernorm(la.xn, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
+        kernels_layernorm(la.xn, a->x, bp->norm1_w, bp->norm1_b, M, D, eps_b);
         attention(c, l, bp, &la, n, rec, vit_mech_next_reuses(c, l));
         float *branch0 = a->tape ? a->tape->blk[l].branch[0] : xn2, *branch1 = a->tape ? a->tape->blk[l].branch[1] : xn2;
-        if (bp->ls1) { /* LayerScale: x += gamma1 * proj(ao) (xn2 is free until norm2) */
+        if (bp->ls1 || bs != 1.0f) { /* LayerScale: x += gamma1 * proj(ao) (xn2 is free until norm2) */
             if (bp->proj_w) linear(branch0, la.ao, bp->proj_w, bp->proj_b, M, D, D, 0);
-            kernels_scaled_add(a->x, bp->proj_w ? branch0 : la.ao, bp->ls1, M, D);
+            kernels_scaled_add(a->x, bp->proj_w ? branch0 : la.ao, bp->ls1, bs, M, D);
         } else if (bp->proj_w) linear(a->x, la.ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
         else for (size_t i = 0; i < (size_t)M * D; i++) a->x[i] += la.ao[i];   /* LSLA's NP */
         if (a->tape) memcpy(a->tape->blk[l].x_mid, a->x, MD);
-        kernels_layernorm(xn2, a->x, bp->norm2_w, bp->norm2_b, M, D, c->ln_eps);
+        kernels_layernorm(xn2, a->x, bp->norm2_w, bp->norm2_b, M, D, eps_b);
         linear(hpre, xn2, bp->fc1_w, bp->fc1_b, M, Hm, D, 0);
         float *hid = a->tape ? a->tape->blk[l].hid : a->hid; /* training keeps fc1's output */
         vitfam_act(c, hid, hpre, (size_t)M * Hm);
-        if (bp->ls2) { /* x += gamma2 * fc2(act(fc1(xn))) */
+        if (bp->ls2 || bs != 1.0f) { /* x += gamma2 * fc2(act(fc1(xn))) */
             linear(branch1, hid, bp->fc2_w, bp->fc2_b, M, D, Hm, 0);
-            kernels_scaled_add(a->x, branch1, bp->ls2, M, D);
+            kernels_scaled_add(a->x, branch1, bp->ls2, bs, M, D);
         } else {
             linear(a->x, hid, bp->fc2_w, bp->fc2_b, M, D, Hm, 1); /* x += fc2(gelu(fc1(xn))) */
         }
@@ -556,7 +562,10 @@ static void forward_monolithic(const vit_config *c, const vit_params *p, vit_act
     const int nout = c->distilled ? 2 : 1;
     for (int b = 0; b < n; b++) {
         float *xb = a->x + (size_t)b * T * D, *pb = a->pooled + (size_t)b * 2 * D;
-        if (c->global_pool == VIT_POOL_TOKEN) {
+        if (c->global_pool == VIT_POOL_TOKEN && c->aux_head > 0) { /* every token normalised */
+            kernels_layernorm(xb, xb, p->norm_w, p->norm_b, T, D, c->ln_eps);
+            memcpy(pb, xb, (size_t)D * sizeof(float));
+        } else if (c->global_pool == VIT_POOL_TOKEN) {
             if (c->fc_norm) memcpy(pb, xb, (size_t)nout * D * sizeof(float));
             else kernels_layernorm(pb, xb, p->norm_w, p->norm_b, nout, D, c->ln_eps);
         } else {
@@ -585,6 +594,8 @@ static void forward_monolithic(const vit_config *c, const vit_params *p, vit_act
         if (!c->distilled) {
             memcpy(lg, p->head_b, (size_t)C * sizeof(float));
             cblas_sgemv(CblasRowMajor, CblasNoTrans, C, D, 1.0f, p->head_w, D, pb, 1, 1.0f, lg, 1);
+            if (c->aux_head > 0) /* the Refiner release: + w max over the patch tokens */
+                vitfam_aux_head(c, p, a->x + ((size_t)b * T + prefix) * D, Np, lg, a->scratch);
             continue;
         }
         /* timm's VisionTransformerDistilled in eval: (head(x_cls) + head_dist(x_dist)) / 2 */

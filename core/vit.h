@@ -32,7 +32,11 @@ typedef struct {
     const float *inner_bias, *outer_bias; /* LSLA: (H, T, T) full or ((2M-1)^2, H) relative */
     const float *theta, *psi;       /* less-attention: (T, T) each, applied as Linear(T, T) */
     const float *mask_alpha;        /* MaiT soft masks: (H) */
-    const float *expand, *dla, *reduce; /* Refiner: (H', H), (H', 1, k, k), (H, H') */
+    const float *expand, *dla, *reduce; /* Refiner: (H', H), (H', 1, k, k), (H, H'); the release's
+                                           shared blocks: DLA.conv_exp, depth_sep_conv, conv_pro */
+    /* the release's shared blocks: DLA.bn1 (H'), DLA.bn2 (H'), DLA.bn3 (H), adapt_bn (H), each
+     * {weight, bias, running_mean, running_var} (eval-mode BatchNorm, statistics frozen) */
+    const float *dla_bn[4][4];
     const float *proj_w, *proj_b;   /* (D, D), (D); NULL for LSLA's NP */
     const float *norm2_w, *norm2_b; /* (D) */
     const float *fc1_w, *fc1_b;     /* (Hm, D), (Hm) */
@@ -81,6 +85,7 @@ typedef struct {
     const float *norm_w, *norm_b;         /* final norm (or fc_norm when cfg->fc_norm) (D) */
     const float *head_w, *head_b;         /* (C, D), (C) */
     const float *head_dist_w, *head_dist_b;
+    const float *aux_head_w, *aux_head_b; /* the Refiner release's dense head (c->aux_head): (C, D), (C) */
     /* ---- the modern ViT family (vitfam, core/vitfam.c); NULL when unused ---- */
     const float *reg_token;               /* (R, D) register tokens */
     const float *norm_pre_w, *norm_pre_b; /* (D) pre_norm */

@@ -67,10 +67,82 @@ as_status vitfam_validate(const vit_config *c, as_error *err) {
         return as_fail(err, AS_ERR_CONFIG, "%s: a distilled model with register tokens is not a timm "
                        "model (VisionTransformerDistilled has no registers): remove \"reg_tokens\" or "
                        "\"distilled\"", n);
+    const char *rel = c->adjust_ratio != 0 ? "adjust_ratio" : c->mlp_scale != 0 ? "mlp_scale"
+                      : c->aux_head != 0 ? "aux_head" : NULL;
+    if (staged && rel)
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"%s\" is an option of the plain ViT (the Refiner "
+                       "release's) and this is a %s model: remove it", n, rel, vit_family_name(c->family));
+    if (!(c->adjust_ratio >= 0.0f && c->adjust_ratio <= 1.0f))
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"adjust_ratio\" must be in (0, 1] (the Refiner "
+                       "release's 0.5) or absent", n);
+    if (!(c->mlp_scale >= 0.0f) || isinf(c->mlp_scale))
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"mlp_scale\" must be a positive number (the MLP "
+                       "branch's LayerScale) or absent", n);
+    if (c->mlp_scale > 0 && c->init_values > 0)
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"mlp_scale\" and \"init_values\" both scale the MLP "
+                       "branch: keep one (init_values: LayerScale on both branches)", n);
+    if (!(c->aux_head >= 0.0f) || isinf(c->aux_head))
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"aux_head\" must be a positive number (the weight of "
+                       "the patch tokens' max, the Refiner release's 0.5) or absent", n);
+    if (c->aux_head > 0 && (c->global_pool != VIT_POOL_TOKEN || !c->class_token || c->distilled ||
+                            c->fc_norm || c->num_classes <= 0))
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"aux_head\" adds the patch tokens' max to the class "
+                       "token's logits: it needs a class token, global_pool \"token\", classes, no "
+                       "fc_norm and no distillation token", n);
     if (c->distilled && c->global_pool == VIT_POOL_MAP)
         return as_fail(err, AS_ERR_CONFIG, "%s: a distilled model pools its class and distillation "
                        "tokens: use global_pool \"token\", not \"map\"", n);
     return AS_OK;
+}
+
+float vitfam_block_eps(const vit_config *c) {
+    const float r = c->adjust_ratio;
+    return r > 0 && r != 1.0f ? c->ln_eps / (r * r) : c->ln_eps;
+}
+float vitfam_branch_scale(const vit_config *c) { return c->adjust_ratio > 0 ? 1.0f / c->adjust_ratio : 1.0f; }
+int vitfam_branch_kept(const vit_config *c) {
+    return c->init_values > 0 || c->mlp_scale > 0 || vitfam_branch_scale(c) != 1.0f;
+}
+
+size_t vitfam_aux_scratch(const vit_config *c) {
+    return c->aux_head > 0 ? (size_t)vit_num_patches(c) * (size_t)(c->num_classes > 0 ? c->num_classes : 1) : 0;
+}
+
+/* S (Np, C) = xn aux_head_w^T + aux_head_b; per class the first row of the largest score */
+static void aux_scores(const vit_config *c, const vit_params *p, const float *xn, int Np, float *S) {
+    const int C = c->num_classes, D = c->embed_dim;
+    kernels_fill_rows(S, p->aux_head_b, Np, C);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Np, C, D, 1.0f, xn, D, p->aux_head_w, D, 1.0f, S, C);
+}
+static int aux_arg(const float *S, int Np, int C, int k) {
+    int t = 0;
+    for (int u = 1; u < Np; u++)
+        if (S[(size_t)u * C + k] > S[(size_t)t * C + k]) t = u;
+    return t;
+}
+
+void vitfam_aux_head(const vit_config *c, const vit_params *p, const float *xn, int Np, float *logits,
+                     float *scratch) {
+    const int C = c->num_classes;
+    aux_scores(c, p, xn, Np, scratch);
+    for (int k = 0; k < C; k++) logits[k] += c->aux_head * scratch[(size_t)aux_arg(scratch, Np, C, k) * C + k];
+}
+
+void vitfam_aux_head_backward(const vit_config *c, const vit_params *p, const vit_params *g, const float *xn,
+                              int Np, const float *dlogits, float *dxn, float *scratch) {
+    const int C = c->num_classes, D = c->embed_dim;
+    aux_scores(c, p, xn, Np, scratch);
+    for (int k = 0; k < C; k++) {
+        const int t = aux_arg(scratch, Np, C, k);
+        const float d = c->aux_head * dlogits[k];
+        const float *x = xn + (size_t)t * D, *w = p->aux_head_w + (size_t)k * D;
+        float *gw = WR(g->aux_head_w) + (size_t)k * D, *dx = dxn + (size_t)t * D;
+        WR(g->aux_head_b)[k] += d;
+        for (int i = 0; i < D; i++) {
+            gw[i] += d * x[i];
+            dx[i] += d * w[i];
+        }
+    }
 }
 
 const char *vitfam_untrainable(const vit_config *c) {
@@ -161,6 +233,14 @@ void vitfam_cost(const vit_config *c, vit_cost *out) {
     if (c->init_values > 0) { /* the gammas multiply each branch: elementwise, no MACs */
         vit_cost_add(&out->stage[0], VIT_COMP_PROJ, L * D, 0, L * T * D);
         vit_cost_add(&out->stage[0], VIT_COMP_MLP, L * D, 0, L * T * D);
+    }
+    if (c->mlp_scale > 0) vit_cost_add(&out->stage[0], VIT_COMP_MLP, L * D, 0, L * T * D);
+    if (vitfam_branch_scale(c) != 1.0f) /* 1 / r on both branches */
+        vit_cost_add(&out->stage[0], VIT_COMP_PROJ, 0, 0, 2 * L * T * D);
+    if (c->aux_head > 0) { /* the aux head on every patch token, its max and the weighted add */
+        const double C = c->num_classes;
+        vit_cost_add(&out->head, VIT_COMP_HEAD, C * D + C, Np * C * D, Np * C + 2 * C);
+        vit_cost_add(&out->head, VIT_COMP_NORM, 0, 0, 8 * Np * D); /* the final norm on every token */
     }
     if (c->global_pool == VIT_POOL_MAP) { /* one latent query over the Np patch tokens */
         vit_cost_part *h = &out->head;

@@ -52,6 +52,23 @@ void vitfam_map_pool(const vit_config *c, const vit_params *p, const float *x, i
                      float *scratch, float *attn);
 size_t vitfam_map_scratch(const vit_config *c);
 
+/* The Refiner release's options (c->adjust_ratio, mlp_scale, aux_head; docs/models.md,
+ * "Refined-ViT as released"). norm(r x) with eps is norm(x) with eps / r^2, so a block's norms run
+ * on x with vitfam_block_eps and its branches add vitfam_branch_scale (1 / r) times their output. */
+float vitfam_block_eps(const vit_config *c);
+float vitfam_branch_scale(const vit_config *c);
+/* Whether a block keeps its branches' outputs before the residual add (LayerScale or 1 / r). */
+int vitfam_branch_kept(const vit_config *c);
+/* logits (C) += w max_t (aux_head(xn_t)) over the Np normalised patch rows xn (Np, D).
+ * scratch: Np C floats (vitfam_aux_scratch). */
+void vitfam_aux_head(const vit_config *c, const vit_params *p, const float *xn, int Np, float *logits,
+                     float *scratch);
+size_t vitfam_aux_scratch(const vit_config *c);
+/* Its backward for one image: the gradient reaches each class's arg-max row (found again from the
+ * same product): g's aux_head_w, aux_head_b += ..., dxn (Np, D) += w dlogits[k] aux_head_w[k]. */
+void vitfam_aux_head_backward(const vit_config *c, const vit_params *p, const vit_params *g, const float *xn,
+                              int Np, const float *dlogits, float *dxn, float *scratch);
+
 /* The family's parameters and work added to a monolithic ViT's counts (norm_pre, LayerScale,
  * registers, the MAP pool in the head part). */
 void vitfam_cost(const vit_config *c, vit_cost *out);

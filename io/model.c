@@ -194,7 +194,7 @@ static const model_key model_keys[] = {
      "hardswish), conv_name, bn_name} run in order, the last `out` the embedding width; "
      "`patch_size` becomes the strides' product (docs/models.md, Convolutional stems)", MF_VIT | MF_SWIN},
     {"bn_eps", MK_MODEL, MK_FLOAT, 1e-12, 1, OFF(bn_eps), NULL, NULL,
-     "eps of the stem's BatchNorms (PyTorch: 1e-5)", MF_VIT | MF_SWIN},
+     "eps of the stem's BatchNorms and of refiner_shared blocks' (PyTorch: 1e-5)", MF_VIT | MF_SWIN},
     {"downsample", MK_MODEL, MK_OWN, 0, 0, -1, "\"merge\" or \"conv\"", NULL,
      "what starts every stage after the first: `merge`, Swin's PatchMerging (default), or `conv`, "
      "CSwin's Merge_Block (Conv2d k3 s2 p1 + LayerNorm, `layers.s.downsample.conv`/`.norm`; "
@@ -227,6 +227,16 @@ static const model_key model_keys[] = {
     {"init_values", MK_MODEL, MK_OWN, 0, 1e6, -1, "number in (0, 1e6], or null", NULL,
      "LayerScale: per-channel gammas `blocks.i.ls1.gamma`, `ls2.gamma` on both branches; null or "
      "absent: none", MF_VIT},
+    /* the Refiner release's block and head (docs/models.md, "Refined-ViT as released") */
+    {"adjust_ratio", MK_MODEL, MK_FLOAT, 1e-3, 1, OFF(adjust_ratio), NULL, NULL,
+     "r: every block computes x += f(norm(r x)) / r on both branches (the Refiner release's 0.5); "
+     "absent: 1", MF_VIT},
+    {"mlp_scale", MK_MODEL, MK_FLOAT, 1e-12, 1e6, OFF(mlp_scale), NULL, NULL,
+     "LayerScale on the MLP branch alone, `blocks.i.mlp.scale_channel` (D), with this initial value "
+     "(the Refiner release's 1e-5); absent: none", MF_VIT},
+    {"aux_head", MK_MODEL, MK_FLOAT, 1e-12, 1e6, OFF(aux_head), NULL, NULL,
+     "w: logits = head(x_cls) + w max over the patch tokens of `aux_head`(x_t) after the final norm "
+     "(the Refiner release's dense head, 0.5); absent: none", MF_VIT},
     {"reg_tokens", MK_MODEL, MK_INT, 0, VIT_MAX_REG, OFF(reg_tokens), NULL, NULL,
      "register tokens (`reg_token` (1, R, D)) after the class token", MF_VIT},
     {"no_embed_class", MK_MODEL, MK_BOOL, 0, 1, OFF(no_embed_class), NULL, NULL,
@@ -1253,14 +1263,27 @@ static int stem_from_json(vit_config *c, const cJSON *root, const cJSON *ma, cha
                  c->n_stem, c->stem[c->n_stem - 1].out, width, c->name);
         return 0;
     }
-    int any_bn = 0;
-    for (int i = 0; i < c->n_stem; i++) any_bn |= c->stem[i].bn;
-    if (je && !cJSON_IsNull(je) && !any_bn) {
-        snprintf(msg, n, "\"bn_eps\" is the stem's BatchNorm epsilon and no \"stem\" convolution has "
-                 "\"bn\": true: remove it");
+    (void)je;
+    return 1;
+}
+
+/* Some BatchNorm uses bn_eps: a stem convolution's, or the Refiner release's DLA. */
+static int model_uses_bn(const vit_config *c) {
+    int any = 0;
+    for (int i = 0; i < c->n_stem; i++) any |= c->stem[i].bn;
+    for (int l = 0; l < c->depth && l < VIT_MAX_DEPTH; l++) any |= c->attn[l].kind == VIT_ATTN_REFINER_SHARED;
+    return any;
+}
+
+/* "bn_eps" only where a BatchNorm uses it (after "stem" and "attention"); 1e-5 by default. */
+static int bn_eps_from_json(vit_config *c, const cJSON *root, const cJSON *ma, char *msg, size_t n) {
+    const cJSON *je = model_value(root, ma, "bn_eps");
+    if (je && !cJSON_IsNull(je) && !model_uses_bn(c)) {
+        snprintf(msg, n, "\"bn_eps\" is the BatchNorm epsilon of the stem and of refiner_shared blocks, and "
+                 "no \"stem\" convolution has \"bn\": true and no block is refiner_shared: remove it");
         return 0;
     }
-    if (c->n_stem && !(c->bn_eps > 0)) c->bn_eps = 1e-5f;
+    if ((c->n_stem || model_uses_bn(c)) && !(c->bn_eps > 0)) c->bn_eps = 1e-5f;
     return 1;
 }
 
@@ -1347,7 +1370,8 @@ static int config_from_json(vit_config *c, const cJSON *root, char *msg, size_t 
     if (iv) c->init_values = cJSON_IsNull(iv) ? 0.0f : (float)iv->valuedouble;
     const cJSON *att = model_value(root, ma, "attention");
     if (!att || cJSON_IsNull(att)) attn_restage(c, base_attn, base_depths, base_ns);
-    return !att || cJSON_IsNull(att) || apply_attention(c, att, msg, n);
+    else if (!apply_attention(c, att, msg, n)) return 0;
+    return c->family == VIT_FAMILY_PVT2 || c->family == VIT_FAMILY_CAIT || bn_eps_from_json(c, root, ma, msg, n);
 }
 
 /* A ViT's MLP width and feature width. */
@@ -1554,7 +1578,7 @@ static void stem_to_json(const vit_config *c, cJSON *o) {
         cJSON_AddItemToArray(a, e);
         any_bn |= cv->bn;
     }
-    if (any_bn) cJSON_AddNumberToObject(o, "bn_eps", c->bn_eps);
+    if (any_bn || model_uses_bn(c)) cJSON_AddNumberToObject(o, "bn_eps", c->bn_eps);
 }
 
 /* Swin's own keys (model_config_to_json). */
@@ -1675,6 +1699,10 @@ static void vit_to_json(const vit_config *c, cJSON *o) {
     if (c->no_embed_class) cJSON_AddBoolToObject(o, "no_embed_class", 1);
     if (c->pre_norm) cJSON_AddBoolToObject(o, "pre_norm", 1);
     if (c->act_layer != VIT_ACT_GELU) cJSON_AddStringToObject(o, "act_layer", vit_act_name(c->act_layer));
+    /* the Refiner release's: written when set */
+    if (c->adjust_ratio > 0) cJSON_AddNumberToObject(o, "adjust_ratio", c->adjust_ratio);
+    if (c->mlp_scale > 0) cJSON_AddNumberToObject(o, "mlp_scale", c->mlp_scale);
+    if (c->aux_head > 0) cJSON_AddNumberToObject(o, "aux_head", c->aux_head);
     stem_to_json(c, o);
 }
 
@@ -2086,6 +2114,9 @@ static void random_fill(float *x, const vit_tensor_spec *s, const vit_config *c,
         else if (ends_with(nm, "ls1.gamma") || ends_with(nm, "ls2.gamma") || ends_with(nm, ".gamma_1") ||
                  ends_with(nm, ".gamma_2"))
             x[k] = c->init_values; /* LayerScale's gamma, as timm (DeiT III, CaiT) */
+        else if (ends_with(nm, "mlp.scale_channel")) x[k] = c->mlp_scale; /* the Refiner release's LayerScale */
+        else if (strstr(nm, "DLA.bn") || strstr(nm, "adapt_bn")) /* BatchNorm: identity statistics */
+            x[k] = ends_with(nm, ".weight") || ends_with(nm, ".running_var") ? 1.0f + e : e;
         else if (ends_with(nm, "dla.weight")) x[k] = k % (size_t)(s->shape[2] * s->shape[3]) == (size_t)(s->shape[2] * s->shape[3]) / 2 ? 1.0f + e : e;
         else x[k] = e;
     }

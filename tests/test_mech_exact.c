@@ -119,6 +119,7 @@ static vit_config window_config(vit_attn_kind k) {
         a->mask_size[0] = a->mask_size[1] = 3; /* stage 0 has 2 heads */
     }
     if (k == VIT_ATTN_LESS) c.attn[0].kind = c.attn[2].kind = VIT_ATTN_VANILLA; /* scores to reuse */
+    if (k == VIT_ATTN_REFINER_SHARED) c.attn[0].kind = VIT_ATTN_REFINER_RELEASE; /* a map to refine */
     return c;
 }
 

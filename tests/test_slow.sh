@@ -102,7 +102,7 @@ check '[ "$(ls "$EXP"/*.json | wc -l)" -ge 5 ]'
 # points) above chance (measured 2026-11-24: vit 49.2%, lmsa 50.4%, lsla 30.8%, lavit 58.8%, mait
 # 34.8%, refiner 67.0%, swin 37.7%, lmsa_swin 37.5%, pvt 88.9%, lavit_pvt 90.5%, cait 53.0%,
 # masked_cait 63.2%, deit_ls 55.7%, mait_ls 59.5%; the seeds' stem models: vit_lsla 37.4%,
-# refined_vit 81.8%; hmait 26.6%: its zero-mode masks leave every other key a weight of e^0, so
+# refined_vit 81.8%, refiner_release 95.2%; hmait 26.6%: its zero-mode masks leave every other key a weight of e^0, so
 # a head whose neighbourhood scores are still small attends almost uniformly)
 for cfg in "$M"/*_shapes.json; do
     b=$(basename "$cfg" .json)

@@ -475,7 +475,11 @@ int main(void) {
         /* convolutional stems (tools/make_stem_fixtures.py): Refined-ViT's shape (BN + ReLU,
          * ReLU6, a biased strided proj; custom names) with Refiner blocks, and ViT-LSLA's (MPViT's
          * stem with Hardswish, LSLA in shifted windows, CSwin's conv merges) */
-        {"vit_stem", "inputs.npy", 1}, {"swin_stem", "inputs.npy", 1}};
+        {"vit_stem", "inputs.npy", 1}, {"swin_stem", "inputs.npy", 1},
+        /* Refined-ViT as released (tools/make_refiner_release_fixtures.py): a map carried through
+         * refiner_release and refiner_shared blocks, DLA with BatchNorms and ReLU6s, the 0.5
+         * adjust ratio, LayerScale on the MLP alone, the dense head's max */
+        {"refiner_release", "inputs.npy", 1}};
     for (size_t i = 0; i < sizeof staged / sizeof *staged; i++) {
         if (dataset_open(&ds, fx(staged[i].inputs), &err) != AS_OK) {
             CHECK(0, "%s", err.msg);

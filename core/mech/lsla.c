@@ -297,6 +297,10 @@ static void trace_attrs(const vit_config *c, const vit_params *p, int l, vit_mec
     w->num(w, "outer_bias_masked", !a->outer_unmasked);
 }
 
+static const char *not_stochastic(const vit_config *c, int l) {
+    return c->attn[l].outer_bias ? "LSLA adds its outer bias after the softmax" : NULL;
+}
+
 const vit_mech vit_mech_lsla = {
     .name = "lsla",
     .summary = "ViT-LSLA: keys (and values) are x itself; dynamic scale, inner and outer biases",
@@ -325,4 +329,5 @@ const vit_mech vit_mech_lsla = {
     .attn_doc = "softmax(scores) + outer bias: the map that multiplies x (or v)",
     .scores_doc = "(q x^T) * DS (or scale) + inner bias, before the softmax",
     .k_doc = "per-head keys: the normalised block input x itself",
+    .not_stochastic = not_stochastic,
 };

@@ -1,6 +1,7 @@
 /* refiner.c: Refiner's attention refinement. After the softmax, the H maps of an image are
  * expanded to H' (a linear map across heads), each convolved with its own k x k kernel
  * (distributed local attention) and reduced back to H; the reduced maps multiply the values. */
+#include "../kernels.h"
 #include "../mech.h"
 
 #include <cblas.h>
@@ -8,17 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 
-
-/* Refiner's k x k convolution of a (T, T) map with zero padding k / 2, one tap (u, v) at a
- * time: out[i][j] += w[u][v] * in[i + dy][j + dx] for i in [i0, i1), j in [j0, j1). */
-typedef struct {
-    int dy, dx, i0, i1, j0, j1;
-} conv_tap;
-
-static conv_tap conv_tap_at(int T, int k, int u, int v) {
-    const int dy = u - k / 2, dx = v - k / 2;
-    return (conv_tap){dy, dx, dy < 0 ? -dy : 0, dy > 0 ? T - dy : T, dx < 0 ? -dx : 0, dx > 0 ? T - dx : T};
-}
 
 static const vit_mech_key keys[] = {
     {"expanded_heads", "H', the heads after expansion (1..4096; required)"},
@@ -87,22 +77,7 @@ static void maps(const vit_mech_block *b, float *A, float *const *ext, int Tq, i
     float *expanded = ext[0], *convolved = ext[1];
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, E, (int)TT, H, 1.0f, bp->expand, H, A,
                 (int)TT, 0.0f, expanded, (int)TT);
-    /* the convolution tap by tap: each is a shifted axpy over contiguous row segments */
-    for (int e = 0; e < E; e++) {
-        const float *in = expanded + (size_t)e * TT, *w = bp->dla + (size_t)e * k * k;
-        float *o = convolved + (size_t)e * TT;
-        memset(o, 0, TT * sizeof(float));
-        for (int u = 0; u < k; u++)
-            for (int v = 0; v < k; v++) {
-                const float wt = w[u * k + v];
-                const conv_tap c = conv_tap_at(T, k, u, v);
-                for (int i = c.i0; i < c.i1; i++) {
-                    float *orow = o + (size_t)i * T;
-                    const float *irow = in + (size_t)(i + c.dy) * T + c.dx;
-                    for (int j = c.j0; j < c.j1; j++) orow[j] += wt * irow[j];
-                }
-            }
-    }
+    kernels_maps_dwconv(convolved, expanded, bp->dla, E, T, k);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, H, (int)TT, E, 1.0f, bp->reduce, E,
                 convolved, (int)TT, 0.0f, A, (int)TT);
 }
@@ -123,27 +98,7 @@ static void refine_backward(float *dA, float *dEx, float *dCv, float *part, cons
     float *dred = part, *dexp = part + (size_t)H * E, *ddla = part + 2 * (size_t)H * E;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, H, E, TT, 1.0f, dA, TT, Cv, TT, 0.0f, dred, E);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, E, TT, H, 1.0f, bp->reduce, E, dA, TT, 0.0f, dCv, TT);
-    memset(dEx, 0, (size_t)E * TT * sizeof(float));
-    for (int e = 0; e < E; e++) {
-        const float *in = Ex + (size_t)e * TT, *go = dCv + (size_t)e * TT, *w = bp->dla + (size_t)e * k * k;
-        float *gi = dEx + (size_t)e * TT;
-        for (int u = 0; u < k; u++)
-            for (int v = 0; v < k; v++) {
-                const float wt = w[u * k + v];
-                const conv_tap c = conv_tap_at(T, k, u, v);
-                double acc = 0;
-                for (int i = c.i0; i < c.i1; i++) {
-                    const float *orow = go + (size_t)i * T;
-                    const float *irow = in + (size_t)(i + c.dy) * T + c.dx;
-                    float *grow = gi + (size_t)(i + c.dy) * T + c.dx;
-                    for (int j = c.j0; j < c.j1; j++) {
-                        acc += (double)orow[j] * irow[j];
-                        grow[j] += wt * orow[j];
-                    }
-                }
-                ddla[(size_t)e * k * k + u * k + v] = (float)acc;
-            }
-    }
+    kernels_maps_dwconv_backward(dEx, ddla, dCv, Ex, bp->dla, E, T, k);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, E, H, TT, 1.0f, dEx, TT, P, TT, 0.0f, dexp, H);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, TT, E, 1.0f, bp->expand, H, dEx, TT, 0.0f, dA, TT);
 }
@@ -196,7 +151,7 @@ static int statics(const vit_config *c, int l, vit_static *v) {
     return 3;
 }
 
-static void static_fill(const vit_config *c, const vit_params *p, int l, int i, float *out) {
+void vit_mech_dla_static_fill(const vit_config *c, const vit_params *p, int l, int i, float *out) {
     const vit_block_params *bp = &p->blocks[l];
     const size_t H = (size_t)c->num_heads, E = (size_t)c->attn[l].expanded_heads, k = (size_t)c->attn[l].kernel_size;
     if (i == 0) memcpy(out, bp->expand, E * H * sizeof(float));
@@ -207,6 +162,11 @@ static void static_fill(const vit_config *c, const vit_params *p, int l, int i, 
 static void trace_attrs(const vit_config *c, const vit_params *p, int l, vit_mech_writer *w) {
     w->num(w, "expanded_heads", c->attn[l].expanded_heads);
     w->num(w, "kernel_size", c->attn[l].kernel_size);
+}
+
+static const char *not_stochastic(const vit_config *c, int l) {
+    (void)c, (void)l;
+    return "Refiner refines the softmax maps, so rows sum to anything";
 }
 
 const vit_mech vit_mech_refiner = {
@@ -229,7 +189,8 @@ const vit_mech vit_mech_refiner = {
     .cost = cost,
     .extra = extra,
     .statics = statics,
-    .static_fill = static_fill,
+    .static_fill = vit_mech_dla_static_fill,
     .trace_attrs = trace_attrs,
     .attn_doc = "the reduced maps (H after expansion and convolution): the map that multiplies the values",
+    .not_stochastic = not_stochastic,
 };

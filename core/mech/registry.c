@@ -9,7 +9,7 @@
 #include "../kernels.h"
 
 extern const vit_mech vit_mech_vanilla, vit_mech_lmsa, vit_mech_lsla, vit_mech_less, vit_mech_mait,
-    vit_mech_refiner;
+    vit_mech_refiner, vit_mech_refiner_release, vit_mech_refiner_shared;
 
 static const vit_mech *const registry[] = {
     [VIT_ATTN_VANILLA] = &vit_mech_vanilla,
@@ -18,6 +18,8 @@ static const vit_mech *const registry[] = {
     [VIT_ATTN_LESS] = &vit_mech_less,
     [VIT_ATTN_MAIT] = &vit_mech_mait,
     [VIT_ATTN_REFINER] = &vit_mech_refiner,
+    [VIT_ATTN_REFINER_RELEASE] = &vit_mech_refiner_release,
+    [VIT_ATTN_REFINER_SHARED] = &vit_mech_refiner_shared,
 };
 _Static_assert(sizeof registry / sizeof registry[0] == VIT_ATTN_COUNT,
                "every vit_attn_kind needs its line in the mechanism registry");
@@ -44,10 +46,25 @@ int vit_mech_any(const vit_config *c, unsigned f) {
     return 0;
 }
 
-int vit_mech_next_reuses(const vit_config *c, int l) {
-    const vit_mech *m = l + 1 < c->depth ? vit_mech_of(c, l + 1) : NULL;
-    return m && (m->flags & VIT_MECH_REUSES_SCORES);
+const char *vit_attn_not_stochastic(const vit_config *c, int l) {
+    const vit_mech *m = vit_mech_of(c, l);
+    return m && m->not_stochastic ? m->not_stochastic(c, l) : NULL;
 }
+
+int vit_attn_has_softmax(const vit_config *c, int l) {
+    const vit_mech *m = vit_mech_of(c, l);
+    return m && !(m->flags & VIT_MECH_NO_SOFTMAX);
+}
+
+int vit_mech_reads_prev(const vit_config *c, int l) {
+    const vit_mech *m = l >= 0 && l < c->depth ? vit_mech_of(c, l) : NULL;
+    if (!m || !(m->flags & (VIT_MECH_REUSES_SCORES | VIT_MECH_CARRY))) return 0;
+    if (m->flags & VIT_MECH_REUSES_SCORES) return 1;
+    const vit_mech *before = l > 0 ? vit_mech_of(c, l - 1) : NULL;
+    return before && (before->flags & VIT_MECH_CARRY) && c->n_stages == 0;
+}
+
+int vit_mech_next_reuses(const vit_config *c, int l) { return vit_mech_reads_prev(c, l + 1); }
 
 size_t vit_mech_part_floats(const vit_config *c) {
     size_t most = 0;
@@ -84,6 +101,17 @@ void vit_mech_spec(vit_spec_sink *s, const float **slot, const char *suffix, int
     (*s->n)++;
 }
 
+void vit_mech_bn_specs(vit_spec_sink *s, const float **bn, const char *name, int C) {
+    static const char *const part[4] = {"weight", "bias", "running_mean", "running_var"};
+    for (int i = 0; i < 4; i++) {
+        char suffix[VIT_TENSOR_NAME_MAX];
+        snprintf(suffix, sizeof suffix, "%s.%s", name, part[i]);
+        const int n0 = *s->n;
+        vit_mech_spec(s, &bn[i], suffix, 1, &C);
+        if (i >= 2 && n0 < s->max) s->specs[n0].buffer = 1; /* statistics: loaded, never trained */
+    }
+}
+
 void vit_mech_problem_forward(const vit_mech *m, const vit_mech_block *b, const vit_attn_problem *p,
                               float *A, float *scores) {
     const size_t TT = (size_t)p->Tq * p->Tk;
@@ -102,7 +130,7 @@ void vit_mech_problem_forward(const vit_mech *m, const vit_mech_block *b, const 
         for (size_t e = 0; p->add_mask && e < TT; e++) A[e] += p->add_mask[e];
     }
     if (scores) memcpy(scores, A, TT * sizeof(float));
-    kernels_softmax_rows(A, p->Tq, p->Tk);
+    if (!(m->flags & VIT_MECH_NO_SOFTMAX)) kernels_softmax_rows(A, p->Tq, p->Tk);
     if (m->after_softmax) m->after_softmax(b, p, A);
 }
 
