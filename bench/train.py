@@ -10,7 +10,8 @@ attnscope: `attnscope train` on the built-in shapes for one epoch of --steps bat
 img/s counts the training steps (data transform, forward, backward, clipping, AdamW), not the
 dataset generation or the evaluation. PyTorch: tools/vit_ref.py's ViT (tools/swin_ref.py's Swin
 for a "family": "swin" config, tools/pvt_ref.py's PVT v2 for "pvt_v2",
-tools/refiner_release_ref.py for the Refiner release's blocks) in train mode on random
+tools/refiner_release_ref.py for the Refiner release's blocks, tools/cait_ref.py for "cait" with
+weights from one short attnscope training epoch) in train mode on random
 tensors already in memory (no data transform, which favours it), the same loss (cross-entropy
 with label smoothing 0.1, plus LaViT's term where the model has less-attention blocks),
 clip_grad_norm_(1.0) and torch.optim.AdamW, warmed up for 5 steps. Both use float32.
@@ -51,6 +52,18 @@ if pvt:  # tools/pvt_ref.py takes its weights as tensors (make_pvt_fixtures' sha
                lmsa={l: e["qk_dim"] for l, e in enumerate(att) if e.get("type") == "lmsa"})
     m = pvt_ref.PVTv2(cfg, make_pvt_fixtures.weights(cfg, 0)).train()
     named = [(n, getattr(m, "w%d" % i).requires_grad_(True)) for i, n in enumerate(m.names)]
+elif cfg.get("family") == "cait":  # tools/cait_ref.py is a function of a state dict: attnscope's weights
+    import cait_ref, safetensors_io
+    sd = {k: torch.from_numpy(v).float().requires_grad_(True) for k, v in safetensors_io.load(sys.argv[6]).items()}
+    mait = {b: e["mask_size"] for b, e in enumerate(cfg.get("attention", [])) if e.get("type") == "mait"}
+    modes = {e.get("mask_mode", "zero") for e in cfg.get("attention", []) if e.get("type") == "mait"}
+    assert len(modes) <= 1, "tools/cait_ref.py takes one mask mode for the whole model"
+    ccfg = dict(cfg, mait=mait, mait_mode=modes.pop() if modes else "zero")
+    class CaiTRef(torch.nn.Module):
+        def forward(self, x, record=None):
+            return cait_ref.forward(sd, ccfg, x)[0]
+    m = CaiTRef()
+    named = list(sd.items())
 elif any(e.get("type") in ("refiner_release", "refiner_shared") for e in cfg.get("attention", [])):
     from refiner_release_ref import RefinerReleaseViT  # the Refiner release's blocks
     m = RefinerReleaseViT(cfg).train()
@@ -107,10 +120,20 @@ def run_attnscope(cfg_path, batch, threads, steps):
         return float(m.group(1))
 
 
-def run_torch(cfg, batch, threads, steps):
+def init_weights(cfg_path, d):
+    """Weights with the model's names and shapes, for the references that take a state dict:
+    those of one short attnscope training epoch (their values do not matter for speed)."""
+    r = subprocess.run([ATTNSCOPE, "train", "--config", cfg_path, "--data", "shapes:64", "--epochs", "1",
+                        "--batch", "32", "--quiet", "--out", os.path.join(d, "init")], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"attnscope train (weights for the PyTorch side) failed: {r.stderr.strip()}")
+    return os.path.join(d, "init", "epoch-001", "model.safetensors")
+
+
+def run_torch(cfg, batch, threads, steps, weights=""):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     r = subprocess.run([sys.executable, "-c", TORCH_CODE, os.path.join(ROOT, "tools"), json.dumps(cfg),
-                        str(batch), str(threads), str(steps)], capture_output=True, text=True, env=env)
+                        str(batch), str(threads), str(steps), weights], capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise SystemExit(f"PyTorch run failed: {r.stderr.strip()[-800:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])["img_s"]
@@ -137,9 +160,11 @@ def main():
     for c in configs:
         cfg = model_cfg(c)
         ours, theirs = [], []
-        for _ in range(a.repeat):  # alternate, so that a slow spell of the machine hits both
-            ours.append(run_attnscope(c, a.batch, a.threads, a.steps))
-            theirs.append(run_torch(cfg, a.batch, a.threads, a.steps))
+        with tempfile.TemporaryDirectory() as d:
+            weights = init_weights(c, d) if cfg.get("family") == "cait" else ""
+            for _ in range(a.repeat):  # alternate, so that a slow spell of the machine hits both
+                ours.append(run_attnscope(c, a.batch, a.threads, a.steps))
+                theirs.append(run_torch(cfg, a.batch, a.threads, a.steps, weights))
         mo, mt = statistics.median(ours), statistics.median(theirs)
         print(f"{os.path.basename(c)[:-5]:<16} {mo:>6.0f} [{min(ours):>5.0f}-{max(ours):<5.0f}]"
               f"    {mt:>5.0f} [{min(theirs):>4.0f}-{max(theirs):<4.0f}] {mo / mt:>6.2f}x", flush=True)

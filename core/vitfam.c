@@ -72,8 +72,8 @@ as_status vitfam_validate(const vit_config *c, as_error *err) {
     if (staged && rel)
         return as_fail(err, AS_ERR_CONFIG, "%s: \"%s\" is an option of the plain ViT (the Refiner "
                        "release's) and this is a %s model: remove it", n, rel, vit_family_name(c->family));
-    if (!(c->adjust_ratio >= 0.0f && c->adjust_ratio <= 1.0f))
-        return as_fail(err, AS_ERR_CONFIG, "%s: \"adjust_ratio\" must be in (0, 1] (the Refiner "
+    if (!(c->adjust_ratio == 0.0f || (c->adjust_ratio >= 1e-3f && c->adjust_ratio <= 1.0f)))
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"adjust_ratio\" must be in [0.001, 1] (the Refiner "
                        "release's 0.5) or absent", n);
     if (!(c->mlp_scale >= 0.0f) || isinf(c->mlp_scale))
         return as_fail(err, AS_ERR_CONFIG, "%s: \"mlp_scale\" must be a positive number (the MLP "

@@ -1334,7 +1334,7 @@ static int config_from_json(vit_config *c, const cJSON *root, char *msg, size_t 
                 return 0;
             }
         }
-    const int base_dim = c->embed_dim, base_hidden = c->mlp_hidden;
+    const int base_dim = c->embed_dim, base_hidden = c->mlp_hidden, base_heads = c->num_heads;
     /* the base's blocks, so that a config changing the depths without "attention" keeps each
      * stage's attention (attn_restage) */
     vit_attn base_attn[VIT_MAX_DEPTH];
@@ -1369,8 +1369,13 @@ static int config_from_json(vit_config *c, const cJSON *root, char *msg, size_t 
     }
     if (iv) c->init_values = cJSON_IsNull(iv) ? 0.0f : (float)iv->valuedouble;
     const cJSON *att = model_value(root, ma, "attention");
-    if (!att || cJSON_IsNull(att)) attn_restage(c, base_attn, base_depths, base_ns);
-    else if (!apply_attention(c, att, msg, n)) return 0;
+    if (!att || cJSON_IsNull(att)) {
+        attn_restage(c, base_attn, base_depths, base_ns);
+        /* the Refiner release's H' is 3 H (docs/models.md): it follows a new "num_heads" */
+        for (int l = 0; l < c->depth && c->num_heads != base_heads; l++)
+            if (c->attn[l].kind == VIT_ATTN_REFINER_SHARED && c->attn[l].expanded_heads == 3 * base_heads)
+                c->attn[l].expanded_heads = 3 * c->num_heads;
+    } else if (!apply_attention(c, att, msg, n)) return 0;
     return c->family == VIT_FAMILY_PVT2 || c->family == VIT_FAMILY_CAIT || bn_eps_from_json(c, root, ma, msg, n);
 }
 

@@ -479,7 +479,9 @@ int main(void) {
         /* Refined-ViT as released (tools/make_refiner_release_fixtures.py): a map carried through
          * refiner_release and refiner_shared blocks, DLA with BatchNorms and ReLU6s, the 0.5
          * adjust ratio, LayerScale on the MLP alone, the dense head's max */
-        {"refiner_release", "inputs.npy", 1}};
+        {"refiner_release", "inputs.npy", 1},
+        /* 65 tokens: the maps convolution's register blocks; H' = 4 with 5 x 5; no ViT options */
+        {"refiner_release_wide", "inputs.npy", 1}};
     for (size_t i = 0; i < sizeof staged / sizeof *staged; i++) {
         if (dataset_open(&ds, fx(staged[i].inputs), &err) != AS_OK) {
             CHECK(0, "%s", err.msg);

@@ -181,10 +181,12 @@ class Mlp(nn.Module):
         super().__init__()
         self.fc1 = nn.Linear(dim, hidden)
         self.fc2 = nn.Linear(hidden, dim)
-        self.scale_channel = nn.Parameter(scale_init * torch.ones(dim))
+        if scale_init:  # the config's "mlp_scale" (the release's 1e-5); absent: no LayerScale
+            self.scale_channel = nn.Parameter(scale_init * torch.ones(dim))
 
     def forward(self, x):
-        return self.scale_channel * self.fc2(F.gelu(self.fc1(x)))
+        y = self.fc2(F.gelu(self.fc1(x)))
+        return self.scale_channel * y if hasattr(self, "scale_channel") else y
 
 
 class Block(nn.Module):
@@ -192,7 +194,7 @@ class Block(nn.Module):
         super().__init__()
         D, H = cfg["embed_dim"], cfg["num_heads"]
         eps = cfg.get("ln_eps", 1e-6)
-        self.r = cfg.get("adjust_ratio", 0.5)
+        self.r = cfg.get("adjust_ratio") or 1.0  # the release's 0.5 when the config says so
         self.norm1 = nn.LayerNorm(D, eps=eps)
         if spec["type"] == "refiner_release":
             self.attn = ReleaseAttention(D, H, cfg["qkv_bias"])
@@ -202,7 +204,7 @@ class Block(nn.Module):
         else:
             raise ValueError(spec["type"])
         self.norm2 = nn.LayerNorm(D, eps=eps)
-        self.mlp = Mlp(D, cfg["mlp_hidden"], cfg.get("mlp_scale", 1e-5))
+        self.mlp = Mlp(D, cfg["mlp_hidden"], cfg.get("mlp_scale"))
 
     def forward(self, x, carry, rec, use_carry=True):
         rec["carry"] = carry

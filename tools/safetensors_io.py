@@ -59,6 +59,8 @@ def load(path):
             a = np.frombuffer(raw, np.float16).astype(np.float32)
         elif t["dtype"] == "BF16":
             a = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+        elif t["dtype"] == "I64":  # BatchNorm's num_batches_tracked
+            a = np.frombuffer(raw, np.int64)
         else:
             raise ValueError(t["dtype"])
         out[name] = a.reshape(t["shape"])

@@ -50,17 +50,22 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim, heads, hidden, qkv_bias, eps, attn=None):
+    def __init__(self, dim, heads, hidden, qkv_bias, eps, attn=None, init_values=None):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=eps)
         self.attn = attn if attn is not None else Attention(dim, heads, qkv_bias)
         self.norm2 = nn.LayerNorm(dim, eps=eps)
         self.mlp = Mlp(dim, hidden)
+        if init_values:  # LayerScale (CaiT, DeiT III): x + g1 * attn, x + g2 * mlp, per channel
+            self.ls1 = nn.Parameter(torch.full((dim,), float(init_values)))
+            self.ls2 = nn.Parameter(torch.full((dim,), float(init_values)))
 
     def forward(self, x, prev=None):
         y, scores = self.attn(self.norm1(x), prev)
-        x = x + y
-        return x + self.mlp(self.norm2(x)), scores
+        ls = hasattr(self, "ls1")
+        x = x + (self.ls1 * y if ls else y)
+        y = self.mlp(self.norm2(x))
+        return x + (self.ls2 * y if ls else y), scores
 
 
 class PatchEmbed(nn.Module):
@@ -89,7 +94,8 @@ def resample_abs_pos_embed(posemb, new_grid, prefix):
 class ViT(nn.Module):
     """cfg keys as attnscope's JSON config: img_size, patch_size, in_chans, embed_dim, depth,
     num_heads, mlp_hidden, num_classes, qkv_bias, class_token, distilled, global_pool, fc_norm,
-    and "attention": one dict per block (tools/attn_ref.py; absent = all vanilla)."""
+    init_values (LayerScale, as parameters ls1, ls2 of each block), and "attention": one dict
+    per block (tools/attn_ref.py; absent = all vanilla)."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -114,7 +120,8 @@ class ViT(nn.Module):
         from attn_ref import make_attention  # the papers' mechanisms, one class each
         self.blocks = nn.ModuleList(
             Block(D, c["num_heads"], c["mlp_hidden"], c["qkv_bias"], eps,
-                  make_attention(attention[l], D, c["num_heads"], c["qkv_bias"], self.prefix, grid))
+                  make_attention(attention[l], D, c["num_heads"], c["qkv_bias"], self.prefix, grid),
+                  c.get("init_values"))
             for l in range(c["depth"]))
         norm = nn.LayerNorm(D, eps=eps)
         if c.get("fc_norm"):

@@ -20,7 +20,9 @@ static as_status validate(const vit_config *c, int l, const vit_geom *g, as_erro
                        "before it in its stage to compute the scores it reuses: make block %d "
                        "vanilla", n, l, l);
     const vit_attn_kind prev = c->attn[l - 1].kind;
-    if (prev == VIT_ATTN_LSLA || prev == VIT_ATTN_REFINER)
+    /* the Refiner release's blocks keep the map they carry on, not q k^T scores */
+    const vit_mech *pm = vit_mech_get_kind(prev);
+    if (prev == VIT_ATTN_LSLA || prev == VIT_ATTN_REFINER || (pm && (pm->flags & VIT_MECH_CARRY)))
         return as_fail(err, AS_ERR_CONFIG,
                        "%s: block %d: a less-attention block transforms the previous block's "
                        "q k^T scores, but block %d is %s, which has none of that shape: put a "

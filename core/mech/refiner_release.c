@@ -163,10 +163,11 @@ static as_status shared_validate(const vit_config *c, int l, const vit_geom *g, 
     if (a->expanded_heads < 1 || a->expanded_heads > 4096)
         return as_fail(err, AS_ERR_CONFIG, "%s: block %d: refiner_shared expanded_heads must be "
                        "1..4096 (got %d)", n, l, a->expanded_heads);
-    if (a->kernel_size < 1 || a->kernel_size % 2 == 0 || a->kernel_size > 2 * g->Tq ||
-        a->kernel_size > VIT_MAX_KERNEL)
+    const int kmax = 2 * g->Tq - 1 < VIT_MAX_KERNEL ? 2 * g->Tq - 1 : VIT_MAX_KERNEL;
+    if (a->kernel_size < 1 || a->kernel_size % 2 == 0 || a->kernel_size > kmax)
         return as_fail(err, AS_ERR_CONFIG, "%s: block %d: refiner_shared kernel_size %d must be odd "
-                       "and at most twice the token count and %d", n, l, a->kernel_size, VIT_MAX_KERNEL);
+                       "and at most %d (2 T - 1 for the map's T = %d tokens, and at most %d)", n, l,
+                       a->kernel_size, kmax, g->Tq, VIT_MAX_KERNEL);
     return AS_OK;
 }
 
