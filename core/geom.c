@@ -83,11 +83,13 @@ void vit_block_geom(const vit_config *c, int l, vit_geom *g) {
     g->key_offset_px = offset;
     if (g->scope == VIT_SCOPE_SRA) vit_sra_geom(c, g);
     if (g->scope == VIT_SCOPE_CLASS) g->Tq = 1; /* the class token alone queries */
+    /* a config still being read (img_size below the patch, window 0) is refused by validation
+     * later; until then its windows are one token, not a division by zero */
     if (g->scope != VIT_SCOPE_WINDOW) return;
-    const int M0 = c->stage[g->stage].window, odd = c->shift_windows && (g->j & 1);
+    const int M0 = c->stage[g->stage].window > 0 ? c->stage[g->stage].window : 1, odd = c->shift_windows && (g->j & 1);
     int M = M0, shift = 0;
     if (c->window_clamp == VIT_CLAMP_TIMM) {
-        if (grid <= M0) M = grid; /* one window, never shifted */
+        if (grid <= M0) M = grid > 0 ? grid : 1; /* one window, never shifted */
         else if (odd) shift = M / 2;
     } else {
         const int padded = (grid + M - 1) / M * M;

@@ -40,4 +40,9 @@ if [ -e "$T/inf.h5" ]; then bad "a trace was written with an infinite std"; else
 expect 0 timeout 60 "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" --out "$T/t.h5" --threads 1000
 has "$T/err" "more than the"
 
+# a Swin config whose image is smaller than one patch: refused, where reading its "attention"
+# once divided by a zero window (fuzz_config's crash input)
+printf '{"architecture": "custom", "family": "swin", "img_size": 2, "patch_size": 4, "embed_dim": 48, "depths": [2, 2], "num_heads": [3, 6], "window_size": 4, "num_classes": 6, "attention": [{"blocks": "0-1", "type": "lmsa", "qk_dim": 24}]}\n' >"$T/tiny.json"
+expect 1 "$A" info "$T/tiny.json"; has "$T/err" "img_size 2 is not a multiple of patch_size 4"; one_line
+
 t_done
