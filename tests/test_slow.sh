@@ -100,10 +100,12 @@ check '[ "$(ls "$EXP"/*.json | wc -l)" -ge 5 ]'
 # every shipped mechanism config, trained on that same budget, beats chance (1/6) by a wide
 # margin: at least 25% on the 1200 held-out images, 7.7 binomial standard deviations (1.08
 # points) above chance (measured 2026-11-24: vit 49.2%, lmsa 50.4%, lsla 30.8%, lavit 58.8%, mait
-# 34.8%, refiner 67.0%, swin 37.7%, lmsa_swin 37.5%, pvt 88.9%, lavit_pvt 90.5%, cait 53.0%,
+# 34.8%, refiner 71.1%, swin 37.7%, lmsa_swin 37.5%, pvt 88.9%, lavit_pvt 90.5%, cait 53.0%,
 # masked_cait 63.2%, deit_ls 55.7%, mait_ls 59.5%; the seeds' stem models: vit_lsla 37.4%,
-# refined_vit 81.8%, refiner_release 95.2%; hmait 26.6%: its zero-mode masks leave every other key a weight of e^0, so
-# a head whose neighbourhood scores are still small attends almost uniformly)
+# refined_vit 78.6%, refiner_release 95.0% (refiner 67.0%, refined_vit 81.8% before the maps
+# kernels' float-lane gradient sums of 667a95c changed their rounding); hmait 26.6%: its
+# zero-mode masks leave every other key a weight of e^0, so a head whose neighbourhood scores
+# are still small attends almost uniformly)
 for cfg in "$M"/*_shapes.json; do
     b=$(basename "$cfg" .json)
     d=$(ls -d "$T/exp/trained/$b"-* 2>/dev/null | head -1)
