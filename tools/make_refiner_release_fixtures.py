@@ -168,12 +168,7 @@ def write(name, cfg, seed, picks, **gains):
     sd = perturb(base, seed, **gains)
     assert list(sd) == list(base)
 
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
-        f.write("\n")
-    st.save(os.path.join(d, "model.safetensors"),
-            {k: v.numpy() if v.dtype == torch.int64 else v.numpy().astype(np.float32) for k, v in sd.items()},
-            metadata={"format": "pt"})
+    ref.stem_ref.write_fixture_model(d, cfg, sd)
 
     # float64 from the float32 weights as saved
     m = model64(sd, cfg)

@@ -94,12 +94,7 @@ def write(name, cfg, seed, inputs):
     d = os.path.join(OUT, name)
     os.makedirs(d, exist_ok=True)
     m, sd = build(name, cfg, seed)
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
-        f.write("\n")
-    st.save(os.path.join(d, "model.safetensors"),
-            {k: v.numpy() if v.dtype == torch.int64 else v.numpy().astype(np.float32) for k, v in sd.items()},
-            metadata={"format": "pt"})
+    stem_ref.write_fixture_model(d, cfg, sd)
     # float64 from the float32 weights as saved
     m = m.double()
     m.load_state_dict({k: v.double() if v.dtype != torch.int64 else v

@@ -6,8 +6,15 @@ Refined-ViT's PatchEmbed_cnn and MPViT's stem (ViT-LSLA) are such lists.
 
 Parameters are named stem.<i>.conv.* and stem.<i>.bn.* (attnscope's default names, MPViT's);
 rename() maps them to an entry's conv_name / bn_name and back."""
+import json
+import os
+
+import numpy as np
+import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+import safetensors_io as st
 
 ACTS = {"none": lambda x: x, "relu": F.relu, "relu6": F.relu6, "hardswish": F.hardswish}
 
@@ -67,3 +74,14 @@ def rename(sd, stem, to_config=True):
                 break
         out[k] = v
     return out
+
+
+def write_fixture_model(d, cfg, sd):
+    """A fixture folder's config.json and model.safetensors: float32 weights, int64 tensors
+    (BatchNorm's num_batches_tracked) kept as they are."""
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    st.save(os.path.join(d, "model.safetensors"),
+            {k: v.numpy() if v.dtype == torch.int64 else v.numpy().astype(np.float32) for k, v in sd.items()},
+            metadata={"format": "pt"})
