@@ -1168,7 +1168,7 @@ static int cait_from_json(vit_config *c, const cJSON *root, const cJSON *ma, int
 /* The convolutional stem's keys into c ("stem", "bn_eps"); 0 with a message. An absent "stem"
  * keeps the base's; [] removes it. Without "patch_size", a stem sets it to its strides' product. */
 static int stem_from_json(vit_config *c, const cJSON *root, const cJSON *ma, char *msg, size_t n) {
-    const cJSON *js = model_value(root, ma, "stem"), *je = model_value(root, ma, "bn_eps");
+    const cJSON *js = model_value(root, ma, "stem");
     const cJSON *jp = model_value(root, ma, "patch_size");
     if (js && !cJSON_IsNull(js)) {
         const int count = cJSON_IsArray(js) ? cJSON_GetArraySize(js) : -1;
@@ -1263,7 +1263,6 @@ static int stem_from_json(vit_config *c, const cJSON *root, const cJSON *ma, cha
                  c->n_stem, c->stem[c->n_stem - 1].out, width, c->name);
         return 0;
     }
-    (void)je;
     return 1;
 }
 
@@ -1565,25 +1564,25 @@ static double swin_mlp_ratio(const vit_config *c) {
 
 /* The convolutional stem's keys (model_config_to_json): every field, names when not attnscope's. */
 static void stem_to_json(const vit_config *c, cJSON *o) {
-    if (!c->n_stem) return;
-    cJSON *a = cJSON_AddArrayToObject(o, "stem");
-    int any_bn = 0;
-    for (int i = 0; i < c->n_stem; i++) {
-        const vit_conv *cv = &c->stem[i];
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "out", cv->out);
-        cJSON_AddNumberToObject(e, "kernel", cv->kernel);
-        cJSON_AddNumberToObject(e, "stride", cv->stride);
-        cJSON_AddNumberToObject(e, "padding", cv->padding);
-        cJSON_AddBoolToObject(e, "bias", cv->bias);
-        cJSON_AddBoolToObject(e, "bn", cv->bn);
-        cJSON_AddStringToObject(e, "act", vit_stem_act_name(cv->act));
-        if (cv->conv_name[0]) cJSON_AddStringToObject(e, "conv_name", cv->conv_name);
-        if (cv->bn_name[0]) cJSON_AddStringToObject(e, "bn_name", cv->bn_name);
-        cJSON_AddItemToArray(a, e);
-        any_bn |= cv->bn;
+    if (c->n_stem) {
+        cJSON *a = cJSON_AddArrayToObject(o, "stem");
+        for (int i = 0; i < c->n_stem; i++) {
+            const vit_conv *cv = &c->stem[i];
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "out", cv->out);
+            cJSON_AddNumberToObject(e, "kernel", cv->kernel);
+            cJSON_AddNumberToObject(e, "stride", cv->stride);
+            cJSON_AddNumberToObject(e, "padding", cv->padding);
+            cJSON_AddBoolToObject(e, "bias", cv->bias);
+            cJSON_AddBoolToObject(e, "bn", cv->bn);
+            cJSON_AddStringToObject(e, "act", vit_stem_act_name(cv->act));
+            if (cv->conv_name[0]) cJSON_AddStringToObject(e, "conv_name", cv->conv_name);
+            if (cv->bn_name[0]) cJSON_AddStringToObject(e, "bn_name", cv->bn_name);
+            cJSON_AddItemToArray(a, e);
+        }
     }
-    if (any_bn || model_uses_bn(c)) cJSON_AddNumberToObject(o, "bn_eps", c->bn_eps);
+    /* the stem's BatchNorms or refiner_shared blocks' (a model without a stem has those too) */
+    if (model_uses_bn(c)) cJSON_AddNumberToObject(o, "bn_eps", c->bn_eps);
 }
 
 /* Swin's own keys (model_config_to_json). */

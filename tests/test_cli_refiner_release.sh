@@ -131,6 +131,11 @@ printf '{"architecture": "swin_tiny_patch4_window7_224", "num_classes": 5, "atte
 expect 1 "$A" info "$T/bad.json"; has "$T/err" "refiner_release"; one_line
 printf '{"architecture": "swin_tiny_patch4_window7_224", "num_classes": 5, "aux_head": 0.5}\n' >"$T/bad.json"
 expect 1 "$A" info "$T/bad.json"; has "$T/err" '"aux_head" is a ViT key'; one_line
+# bn_eps of a model whose only BatchNorms are refiner_shared's (no stem) is written back, so a
+# checkpoint or trace of it reloads with the same eps
+printf '{%s, "bn_eps": 0.001, "attention": [{"type": "refiner_release"}, {"type": "refiner_shared"}]}\n' "$base" >"$T/eps.json"
+expect 0 "$A" info "$T/eps.json" --json
+py 'import json, sys; assert abs(json.load(open(sys.argv[1]))["bn_eps"] - 1e-3) < 1e-9' "$T/out"
 # the built-in's H' = 3 H follows a new num_heads (and a given H' stays)
 expect 0 "$A" info "$(printf '{"architecture": "refiner_release_s", "num_heads": 6}' >"$T/h.json"; echo "$T/h.json")"
 has "$T/out" "block 1: refiner_shared H'=18 k=3"
