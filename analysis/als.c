@@ -38,7 +38,6 @@ typedef struct {
 } als_state;
 
 /* Block l's maps are not row-stochastic by construction: what to analyse instead. */
-static const char *not_stochastic(const vit_config *cfg, int l) { return vit_attn_not_stochastic(cfg, l); }
 
 /* The fix a note on left-out layers names: the softmax of the scores, where every layer has one. */
 static const char *rows_fix(const analysis_layout *lay) {
@@ -110,7 +109,7 @@ static as_status als_plan(analysis_ctx *c, as_error *err) {
         if (softmax_map_check(c, lay, err) != AS_OK) return AS_ERR_ARG;
     } else if (rows == ROWS_REFUSE) {
         for (int li = 0; li < lay->n_layers; li++) {
-            const char *why = not_stochastic(&lay->cfg, lay->layers[li]);
+            const char *why = vit_attn_not_stochastic(&lay->cfg, lay->layers[li]);
             if (why)
                 return as_fail(err, AS_ERR_ARG, "als: layer %d: %s, but MaiT's Eq. 3 assumes rows "
                                "summing to 1: analyse the softmax maps (--als-map softmax, with "
@@ -161,7 +160,7 @@ static as_status als_plan(analysis_ctx *c, as_error *err) {
         char which[256] = "", why[512] = "";
         int n_ns = 0;
         for (int li = 0; li < lay->n_layers; li++) {
-            const char *r = not_stochastic(&lay->cfg, lay->layers[li]);
+            const char *r = vit_attn_not_stochastic(&lay->cfg, lay->layers[li]);
             if (!r) continue;
             size_t wn = strlen(which), yn = strlen(why);
             snprintf(which + wn, sizeof which - wn, "%s%d", n_ns++ ? ", " : "", lay->layers[li]);
@@ -450,7 +449,7 @@ static as_status sals_plan(analysis_ctx *c, as_error *err) {
         if (g->scope == VIT_SCOPE_GLOBAL && g->Tq != g->T)
             return as_fail(err, AS_ERR_ARG, "als needs every query row, but layer %d holds only the "
                            "prefix rows: record with --query-rows all", g->layer);
-        const char *why = not_stochastic(&lay->cfg, g->layer);
+        const char *why = vit_attn_not_stochastic(&lay->cfg, g->layer);
         if (map == MAP_ATTN && rows == ROWS_REFUSE && why)
             return as_fail(err, AS_ERR_ARG, "als: layer %d: %s, but MaiT's Eq. 3 assumes rows "
                            "summing to 1: analyse the softmax maps (--als-map softmax, with "

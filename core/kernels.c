@@ -376,8 +376,12 @@ KERNEL_CLONES void kernels_bn_backward(float *dy, const float *x, float mean, fl
     }
     *gw = (float)(w * inv);
     *gb = (float)b;
-    if (a != 1.0f)
-        for (i = 0; i < n; i++) dy[i] *= a;
+    for (i = 0; i < n; i++) dy[i] *= a;
+}
+
+kernels_bn_affine kernels_bn_fold(float weight, float bias, float mean, float var, float eps) {
+    const float inv = 1.0f / sqrtf(var + eps), a = weight * inv;
+    return (kernels_bn_affine){a, bias - mean * a, inv};
 }
 
 KERNEL_CLONES void kernels_softmax_rows(float *x, int n, int d) {

@@ -54,9 +54,15 @@ void kernels_maps_dwconv_backward(float *din, float *dw, const float *dout, cons
  * same bits for any thread count (it has none). */
 void kernels_mix_rows(float *C, const float *A, size_t am, size_t ak, const float *B, int M, int K, size_t N,
                       float alpha, int accumulate);
-/* A frozen BatchNorm's backward over one channel's n entries, y = a x + c with a = weight inv and
- * inv = 1 / sqrt(var + eps): *gw = inv sum dy (x - mean), *gb = sum dy (lanes of float added in
- * double); then dy *= a, the input's gradient (skipped for a = 1). */
+/* A frozen (eval-mode) BatchNorm channel as y = a x + c, PyTorch's fold: inv = 1 / sqrt(var + eps),
+ * a = weight inv, c = bias - mean a (the stems and the Refiner release's DLA). */
+typedef struct {
+    float a, c, inv;
+} kernels_bn_affine;
+kernels_bn_affine kernels_bn_fold(float weight, float bias, float mean, float var, float eps);
+/* A frozen BatchNorm's backward over one channel's n entries, y = a x + c as kernels_bn_fold:
+ * *gw = inv sum dy (x - mean), *gb = sum dy (lanes of float added in double); then dy *= a, the
+ * input's gradient. */
 void kernels_bn_backward(float *dy, const float *x, float mean, float inv, float a, size_t n, float *gw,
                          float *gb);
 /* y[r,:] = bias for rows r < n: the starting value of a GEMM with beta = 1. y: (n, d). */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "pvt.h"
 #include "stage.h"
 
@@ -262,11 +263,12 @@ static float act_grad(vit_stem_act a, float u) {
  * identity without a BatchNorm. */
 static void bn_affine(const vit_conv *cv, const vit_conv_params *sp, float eps, int C, float *aff) {
     for (int ch = 0; ch < C; ch++) {
-        const float invstd = cv->bn ? 1.0f / sqrtf(sp->bn_var[ch] + eps) : 1.0f;
-        const float sc = cv->bn ? sp->bn_w[ch] * invstd : 1.0f;
-        aff[ch] = sc;
-        aff[C + ch] = cv->bn ? sp->bn_b[ch] - sp->bn_mean[ch] * sc : 0.0f;
-        aff[2 * C + ch] = invstd; /* the backward's (z - mean) / sqrt(var + eps) */
+        const kernels_bn_affine f = cv->bn ? kernels_bn_fold(sp->bn_w[ch], sp->bn_b[ch], sp->bn_mean[ch],
+                                                             sp->bn_var[ch], eps)
+                                           : (kernels_bn_affine){1.0f, 0.0f, 1.0f};
+        aff[ch] = f.a;
+        aff[C + ch] = f.c;
+        aff[2 * C + ch] = f.inv; /* the backward's (z - mean) / sqrt(var + eps) */
     }
 }
 

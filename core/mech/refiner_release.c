@@ -21,16 +21,15 @@
 
 enum { BN1, BN2, BN3, BN_ADAPT }; /* bp->dla_bn[i]: {weight, bias, running_mean, running_var} */
 
-static float bn_eps(const vit_config *c) { return c->bn_eps > 0 ? c->bn_eps : 1e-5f; }
-
-/* Channel ch of BatchNorm i as y = a x + c, and 1 / sqrt(var + eps) for the gradients. */
+/* Channel ch of BatchNorm i as y = a x + c (kernels_bn_fold), with its running mean for the
+ * gradients. */
 typedef struct {
     float a, c, mean, inv;
 } bn_ch;
 static bn_ch bn_at(const vit_mech_block *b, int i, int ch) {
     const float *const *bn = b->bp->dla_bn[i];
-    const float inv = 1.0f / sqrtf(bn[3][ch] + bn_eps(b->c)), a = bn[0][ch] * inv;
-    return (bn_ch){a, bn[1][ch] - bn[2][ch] * a, bn[2][ch], inv};
+    const kernels_bn_affine f = kernels_bn_fold(bn[0][ch], bn[1][ch], bn[2][ch], bn[3][ch], b->c->bn_eps);
+    return (bn_ch){f.a, f.c, bn[2][ch], f.inv};
 }
 
 static int scope_check(const vit_config *c, int l, const char *name, as_error *err) {
@@ -268,11 +267,11 @@ static size_t shared_part_floats(const vit_config *c, int l) {
 }
 
 /* BatchNorm i's weight and bias gradients from dy (its output's gradient) and its input x over
- * channel ch's TT entries; dy becomes the input's gradient a dy when to_input. */
+ * channel ch's TT entries; dy becomes the input's gradient a dy. */
 static void bn_backward(const vit_mech_block *b, int i, int ch, float *dy, const float *x, size_t TT,
-                        shared_part *q, int to_input) {
+                        shared_part *q) {
     const bn_ch n = bn_at(b, i, ch);
-    kernels_bn_backward(dy, x, n.mean, n.inv, to_input ? n.a : 1.0f, TT, &q->bn[i][0][ch], &q->bn[i][1][ch]);
+    kernels_bn_backward(dy, x, n.mean, n.inv, n.a, TT, &q->bn[i][0][ch], &q->bn[i][1][ch]);
 }
 
 /* One image. G (H, TT): the gradient of A in, of X out. X: the carried map (the tape's soft),
@@ -295,9 +294,9 @@ static void shared_backward_image(const vit_mech_block *b, float *G, const float
             g[e] *= s;
             d1[e] = xr[e] + n3.a * yr[e] + n3.c; /* D, in scratch for adapt_bn's gradient */
         }
-        bn_backward(b, BN_ADAPT, h, g, d1, TT, q, 1); /* G = dD: X's gradient through the identity */
+        bn_backward(b, BN_ADAPT, h, g, d1, TT, q); /* G = dD: X's gradient through the identity */
         memcpy(d1, g, TT * sizeof(float));
-        bn_backward(b, BN3, h, d1, yr, TT, q, 1);
+        bn_backward(b, BN3, h, d1, yr, TT, q);
         memcpy(yr, d1, TT * sizeof(float)); /* y = dy */
     }
     /* conv_pro: its gradient and de2 = conv_pro^T dy, masked by relu6 */
@@ -309,7 +308,7 @@ static void shared_backward_image(const vit_mech_block *b, float *G, const float
         const float *o = e2 + (size_t)ch * TT;
         for (size_t e = 0; e < TT; e++)
             if (!(o[e] > 0.0f && o[e] < 6.0f)) g[e] = 0.0f;
-        bn_backward(b, BN2, ch, g, u + (size_t)ch * TT, TT, q, 1);
+        bn_backward(b, BN2, ch, g, u + (size_t)ch * TT, TT, q);
     }
     kernels_maps_dwconv_backward(d1, q->dw, d2, e1, bp->dla, E, T, k); /* d1 = de1 */
     kernels_mix_rows(u, bp->expand, H, 1, X, E, H, TT, 1.0f, 0); /* bn1's input */
@@ -318,7 +317,7 @@ static void shared_backward_image(const vit_mech_block *b, float *G, const float
         const float *o = e1 + (size_t)ch * TT;
         for (size_t e = 0; e < TT; e++)
             if (!(o[e] > 0.0f && o[e] < 6.0f)) g[e] = 0.0f;
-        bn_backward(b, BN1, ch, g, u + (size_t)ch * TT, TT, q, 1);
+        bn_backward(b, BN1, ch, g, u + (size_t)ch * TT, TT, q);
     }
     /* conv_exp: its gradient, and X's through it added to the identity's */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, E, H, (int)TT, 1.0f, d1, (int)TT, X, (int)TT, 0.0f, q->exp, H);
@@ -399,7 +398,7 @@ static int shared_check(const vit_config *c, const vit_params *p, int l, char *m
     const int E = c->attn[l].expanded_heads, C[4] = {E, E, c->num_heads, c->num_heads};
     for (int i = 0; i < 4; i++)
         for (int ch = 0; ch < C[i]; ch++)
-            if (!(p->blocks[l].dla_bn[i][3][ch] + bn_eps(c) > 0.0f)) {
+            if (!(p->blocks[l].dla_bn[i][3][ch] + c->bn_eps > 0.0f)) {
                 snprintf(msg, n, "blocks.%d.attn.%s.running_var[%d] is %g, so the BatchNorm divides by "
                          "the square root of a value <= 0: the weights are corrupt", l, names[i], ch,
                          (double)p->blocks[l].dla_bn[i][3][ch]);
