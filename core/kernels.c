@@ -320,11 +320,11 @@ KERNEL_CLONES void kernels_maps_dwconv_backward(float *din, float *dw, const flo
  * while every row of C takes its sum in registers, k in order. */
 KERNEL_CLONES void kernels_mix_rows(float *C, const float *A, size_t am, size_t ak, const float *B, int M, int K,
                                     size_t N, float alpha, int accumulate) {
+    static const int groups[2] = {MAPS_GROUP, 1}; /* registers of 16 per row: 64 columns, then 16 */
     size_t j = 0;
-    for (int width = 16 * MAPS_GROUP; width >= 16; width -= 16 * (MAPS_GROUP - 1))
-        for (; j + (size_t)width <= N; j += (size_t)width)
+    for (int w = 0; w < 2; w++)
+        for (const int ng = groups[w]; j + 16 * (size_t)ng <= N; j += 16 * (size_t)ng)
             for (int m = 0; m < M; m++) {
-                const int ng = width / 16;
                 v16f acc[MAPS_GROUP] = {{0}};
                 for (int k = 0; k < K; k++) {
                     const float a = A[m * am + k * ak], *b = B + k * N + j;
