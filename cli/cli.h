@@ -150,12 +150,13 @@ typedef struct {
     int slow;           /* not the CPU's fastest kernels (advice says what to do) */
     char advice[512];
     char software[32];  /* "attnscope 0.1.0" */
-    char gemm[192];      /* what the linear layers run on (vit_gemm_name) */
+    char gemm[288];      /* what the products run on (vit_gemm_name, runtime_info_for_model) */
 } runtime_info;
 void runtime_get_info(runtime_info *ri);
-/* Sets ri->gemm to what the linear layers of params with this pack run on: a params without a
+/* Sets ri->gemm to what the products of model c with params of this pack run on: the linear
+ * layers, and the blocks whose attention runs fused (vit_attn_fused_blocks); a params without a
  * pack (training, models made in memory) runs them on OpenBLAS whatever ATTNSCOPE_GEMM says. */
-void runtime_info_for_pack(runtime_info *ri, const vit_gemm_pack *pack);
+void runtime_info_for_model(runtime_info *ri, const vit_config *c, const vit_gemm_pack *pack);
 /* "OpenBLAS SkylakeX kernels, 2 threads" (with the forcing variable when one is set), after
  * "linear layers on oneDNN 2.6.3 matmul, prepacked weights; " when they run there. */
 void runtime_describe(const runtime_info *ri, char *buf, size_t n);

@@ -173,7 +173,7 @@ int cmd_bench(int argc, char **argv) {
     runtime_blas_info(core, sizeof core, advice, sizeof advice, &warn);
     runtime_info ri;
     runtime_get_info(&ri);
-    runtime_info_for_pack(&ri, m.params.pack); /* what this model's linear layers run on */
+    runtime_info_for_model(&ri, &m.cfg, m.params.pack); /* what this model's linear layers run on */
     const int T = vit_num_tokens(c);
     double ceiling = runtime_gemm_ceiling(B * T, c->mlp_hidden, c->embed_dim, seconds < 2 ? 0.5 : 1.0);
     if (!json) {

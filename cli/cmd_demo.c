@@ -227,9 +227,9 @@ int cmd_demo(int argc, char **argv) {
     snprintf(out, sizeof out, "%s/run.h5", dir);
     runtime_info ri;
     runtime_get_info(&ri);
-    char blas[256], gemm[192];
+    char blas[256], gemm[288];
     snprintf(gemm, sizeof gemm, "%s", ri.gemm); /* the recording's; training runs on OpenBLAS */
-    runtime_info_for_pack(&ri, NULL);
+    runtime_info_for_model(&ri, NULL, NULL);
     runtime_describe(&ri, blas, sizeof blas);
     if (strcmp(gemm, "OpenBLAS") != 0)
         step("attnscope demo: everything goes into %s/ (%s; the recording's linear layers on %s)", dir, blas, gemm);

@@ -316,7 +316,7 @@ static int print_config(const vit_config *c, const char *source, const char *dty
 /* What the trace was made from: the weights (resolved path and sha256; format 1 traces have the
  * path only) and how (OpenBLAS kernels and threads: bit-identical results need the same). */
 typedef struct {
-    char src[1100], sha[80], core[64], forced[160], cfg[300], resumed[600], sw[64], gemm[192];
+    char src[1100], sha[80], core[64], forced[160], cfg[300], resumed[600], sw[64], gemm[288];
     int threads, version;
     long skipped;
 } trace_provenance;

@@ -84,7 +84,7 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
     s->model_sha256 = m->sha256;
     runtime_info ri;
     runtime_get_info(&ri);
-    runtime_info_for_pack(&ri, m->params.pack); /* what these weights' products run on */
+    runtime_info_for_model(&ri, &m->cfg, m->params.pack); /* what these weights' products run on */
     s->blas_core = ri.core;
     s->blas_config = ri.config;
     s->blas_forced = ri.forced;
@@ -545,7 +545,7 @@ int cmd_record(int argc, char **argv) {
         runtime_info ri;
         char blas[256];
         runtime_get_info(&ri);
-        runtime_info_for_pack(&ri, m.params.pack);
+        runtime_info_for_model(&ri, &m.cfg, m.params.pack);
         runtime_describe(&ri, blas, sizeof blas);
         char line[2048];
         snprintf(line, sizeof line, "recorded %ld images%s into %s in %.1f s (%.1f img/s; %s)", res.recorded,

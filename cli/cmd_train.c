@@ -433,7 +433,7 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
     st.history = cJSON_CreateArray();
     runtime_info ri;
     runtime_get_info(&ri);
-    runtime_info_for_pack(&ri, NULL); /* training never packs: its weights change every step */
+    runtime_info_for_model(&ri, NULL, NULL); /* training never packs: its weights change every step */
     if (!have) st.trained_from = trained_from_json(o);
     optim_adamw opt = {.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = o->weight_decay};
     if (have) {

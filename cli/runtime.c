@@ -120,8 +120,12 @@ void runtime_get_info(runtime_info *ri) {
     snprintf(ri->gemm, sizeof ri->gemm, "%s", vit_gemm_name());
 }
 
-void runtime_info_for_pack(runtime_info *ri, const vit_gemm_pack *pack) {
-    snprintf(ri->gemm, sizeof ri->gemm, "%s", pack ? vit_gemm_pack_name(pack) : "OpenBLAS");
+void runtime_info_for_model(runtime_info *ri, const vit_config *c, const vit_gemm_pack *pack) {
+    const int fused = pack && c ? vit_attn_fused_blocks(c) : 0;
+    char attn[96] = "";
+    if (fused) snprintf(attn, sizeof attn, "; plain attention fused in attnscope's AVX-512 kernel (%d of %d blocks)",
+                        fused, c->depth);
+    snprintf(ri->gemm, sizeof ri->gemm, "%s%s", pack ? vit_gemm_pack_name(pack) : "OpenBLAS", attn);
 }
 
 void runtime_describe(const runtime_info *ri, char *buf, size_t n) {

@@ -1,5 +1,6 @@
 /* gemm.c: linear layers through oneDNN's matmul with prepacked weights (gemm.h). */
 #include "gemm.h"
+#include "kernels.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -130,6 +131,10 @@ long vit_gemm_pack_products(const vit_gemm_pack *pk) {
     long n = pk->products;
     pthread_mutex_unlock((pthread_mutex_t *)(uintptr_t)&pk->mu);
     return n;
+}
+
+int vit_gemm_attention_fused(void) {
+    return g_current != NULL && kernels_attn_available();
 }
 
 vit_gemm_pack *vit_gemm_use(vit_gemm_pack *pk) {
@@ -328,6 +333,7 @@ vit_gemm_pack *vit_gemm_use(vit_gemm_pack *pk) {
     (void)pk;
     return NULL;
 }
+int vit_gemm_attention_fused(void) { return 0; }
 int vit_gemm_linear(float *y, int ldy, const float *x, const float *w, const float *bias, int M, int N,
                     int K, int accumulate) {
     (void)y, (void)ldy, (void)x, (void)w, (void)bias, (void)M, (void)N, (void)K, (void)accumulate;

@@ -44,6 +44,12 @@ long vit_gemm_pack_products(const vit_gemm_pack *pk);
  * replaces, for the caller to put back. */
 vit_gemm_pack *vit_gemm_use(vit_gemm_pack *pk);
 
+/* 1 when the calling thread has a pack (an inference forward of a loaded model) and the CPU runs
+ * core/attn_kernel.c: the plain attention of a monolithic ViT's blocks then runs fused in it
+ * rather than on OpenBLAS (vit_attn_fused_blocks). 0 in training, with ATTNSCOPE_GEMM=openblas
+ * and without oneDNN. */
+int vit_gemm_attention_fused(void);
+
 /* y (M, N; rows ldy apart) = x (M, K) W^T (W: (N, K) row-major) + bias, or y += that with
  * accumulate, with the calling thread's pack. Returns 0 when there is no pack (or oneDNN refused
  * the shape): the caller computes the product itself. */

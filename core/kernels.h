@@ -39,6 +39,28 @@ void kernels_softmax_backward_rows(float *dS, const float *P, const float *dP, i
 /* Row softmax in place. x: (n, d). */
 void kernels_softmax_rows(float *x, int n, int d);
 
+/* One (image, head) problem of plain attention, fused by blocks of query rows (core/attn_kernel.c):
+ * S = scale q k^T, A = softmax(S) by rows, o = A v. q (Tq, dq), v (Tk, dv) and o (Tq, dv) have
+ * rows ldq, ldv, ldo apart; k comes packed (kernels_attn_pack_k). The optional records scores,
+ * keep and A (float32) and a16 (binary16) are (Tq, Tk) row-major; NULL skips one. */
+typedef struct {
+    const float *q, *kT, *v; /* kT: k packed by kernels_attn_pack_k */
+    int ldq, ldv, ldo;
+    int Tq, Tk, dq, dv;
+    float scale;
+    float *o, *scores, *keep, *A;
+    uint16_t *a16;
+} kernels_attn;
+/* kT (kernels_attn_kt_floats) = k (Tk, dq; rows ldk apart) transposed, each of its dq rows
+ * zero padded to a multiple of 16 columns: once per problem, for all its rows. */
+size_t kernels_attn_kt_floats(int Tk, int dq);
+void kernels_attn_pack_k(float *kT, const float *k, int ldk, int Tk, int dq);
+/* 1 when this CPU runs kernels_attn_rows (AVX-512F); 0 elsewhere. */
+int kernels_attn_available(void);
+/* Query rows [r0, r1) of problem a (any split of the rows gives the same bits). Returns 0 when
+ * it cannot (no AVX-512F, or no memory for its scratch): nothing was written. */
+int kernels_attn_rows(const kernels_attn *a, int r0, int r1);
+
 /* Refiner's k x k depth-wise convolution of E (T, T) maps (Conv2d with groups E, zero padding
  * k / 2, no bias; k odd, at most 256): out (E, T, T) from in and w (E, k, k); each output adds its taps in
  * row-major order. Its backward: din (written) = the convolution's transpose of dout, the taps

@@ -11,6 +11,8 @@
  *     m->scores(&blk, &p, S);                // after S = scale q k^T (or instead of it)
  *     kernels_softmax_rows(S, p.Tq, p.Tk);
  *     m->after_softmax(&blk, &p, S);
+ * (a module with VIT_MECH_PLAIN has no hooks: the inference forward then runs the product, the
+ * softmax and A v fused in kernels_attn_rows, core/attn_kernel.c).
  * Adding a mechanism: docs/models.md, "Adding a mechanism". */
 #ifndef AS_MECH_H
 #define AS_MECH_H
@@ -164,6 +166,11 @@ enum {
     VIT_MECH_NO_SOFTMAX = 1 << 6, /* the scores hook makes the map itself: no softmax (dS = dA) */
     VIT_MECH_KEEPS_MAP = 1 << 7,  /* p->keep is the block's final map, not its scores: the next
                                      block's gradient of it joins dA, before the softmax's backward */
+    /* Its problems are plain softmax(scale q k^T) v (no scores, after_softmax or maps hook, none
+     * of the flags above that carry or reuse maps): an inference forward may run them fused in
+     * core/attn_kernel.c instead of the frame's per-problem step (vit_mech_plain). Opt-in, so
+     * that a new hook never runs fused by accident. */
+    VIT_MECH_PLAIN = 1 << 8,
 };
 
 typedef struct vit_mech {
@@ -265,6 +272,10 @@ static inline void vit_mech_problem_grid(const vit_geom *g, int *gh, int *gw) {
  * blocks call it per (image, head); WINDOW blocks per (window, head) on gathered rows. */
 void vit_mech_problem_forward(const vit_mech *m, const vit_mech_block *b, const vit_attn_problem *p,
                               float *A, float *scores);
+/* 1 when m says its problems are plain softmax(scale q k^T) v (VIT_MECH_PLAIN) and has none of
+ * the hooks or flags that would contradict it. Such problems may run in kernels_attn_rows
+ * instead of vit_mech_problem_forward (the inference forward does). */
+int vit_mech_plain(const vit_mech *m);
 
 /* ---- shared pieces the modules use (the frame's, written once) ------------------------------ */
 /* Score entries of one head over all problems of an image (T^2 in GLOBAL scope): what costs

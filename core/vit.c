@@ -356,6 +356,8 @@ typedef struct {
     float scale;           /* of q k^T */
     head_view q, k, v;     /* q.base NULL without keys (less-attention) */
     float *att;            /* (n, H, T, T) maps that multiply the values */
+    int att_recorded;      /* att is the float32 record (not scratch) */
+    float *kT;             /* fused problems: (n, H) keys packed by kernels_attn_pack_k */
     uint16_t *att16;       /* (n, H, T, T) their binary16 record, or NULL; heads att16_stride apart */
     size_t att16_stride;
     float *scores, *q_out, *k_out, *extra[VIT_MAX_EXTRAS]; /* records, or NULL */
@@ -390,6 +392,42 @@ static void attn_head(const attn_job *j, int b, int h) {
     vit_mech_problem_forward(m, j->mb, &p, A, j->scores ? j->scores + bh * TT : NULL);
 }
 
+/* The calling thread's buffer for the fused problems' packed keys (n x H x kernels_attn_kt_floats),
+ * kept between calls at its largest size; NULL without memory. */
+static float *packed_keys(size_t floats) {
+    static _Thread_local float *buf;
+    static _Thread_local size_t cap;
+    if (floats > cap) {
+        float *nb = realloc(buf, floats * sizeof(float));
+        if (!nb) return NULL;
+        buf = nb;
+        cap = floats;
+    }
+    return buf;
+}
+
+/* Rows [r0, r1) of problem (b, h) of a plain mechanism in kernels_attn_rows: the q/k records of
+ * those tokens, scores, softmax, the map's records and the product with the values. The map is
+ * written only when recorded in float32. Returns 0 when the kernel could not run (no memory). */
+static int attn_rows_fused(const attn_job *j, int b, int h, int r0, int r1) {
+    const int T = j->T, H = j->H, dq = j->dq;
+    const size_t bh = (size_t)b * H + h, TT = (size_t)T * T;
+    const float *q = head_at(&j->q, T, b, h), *k = head_at(&j->k, T, b, h);
+    for (int t = r0; t < r1 && (j->q_out || j->k_out); t++) {
+        if (j->q_out) memcpy(j->q_out + (bh * T + t) * dq, q + (size_t)t * j->q.ld, (size_t)dq * sizeof(float));
+        if (j->k_out) memcpy(j->k_out + (bh * T + t) * dq, k + (size_t)t * j->k.ld, (size_t)dq * sizeof(float));
+    }
+    const int dv = j->D / H;
+    kernels_attn x = {.q = q, .kT = j->kT + bh * kernels_attn_kt_floats(T, dq), .v = head_at(&j->v, T, b, h),
+                      .ldq = j->q.ld, .ldv = j->v.ld,
+                      .ldo = j->D, .Tq = T, .Tk = T, .dq = dq, .dv = dv, .scale = j->scale,
+                      .o = j->ao + (size_t)b * T * j->D + (size_t)h * dv,
+                      .scores = j->scores ? j->scores + bh * TT : NULL, .keep = j->keep ? j->keep + bh * TT : NULL,
+                      .A = j->att_recorded ? j->att + bh * TT : NULL,
+                      .a16 = j->att16 ? j->att16 + bh * j->att16_stride : NULL};
+    return kernels_attn_rows(&x, r0, r1);
+}
+
 /* The product of problem (b, h)'s final map with the values, and the map's binary16 record
  * while the map is still in cache. */
 static void attn_values(const attn_job *j, int b, int h) {
@@ -399,6 +437,20 @@ static void attn_values(const attn_job *j, int b, int h) {
                 head_at(&j->v, T, b, h), j->v.ld, 0.0f, j->ao + (size_t)b * T * j->D + (size_t)h * dv, j->D);
     if (j->att16)
         kernels_f32_to_f16_array(j->att16 + ((size_t)b * j->H + h) * j->att16_stride, j->att + at, (size_t)T * T);
+}
+
+/* Block l of a monolithic ViT runs in kernels_attn_rows in an inference forward with a pack. */
+static int fused_block(const vit_config *c, int l) {
+    const vit_mech *m = vit_mech_of(c, l);
+    vit_mech_layout lay;
+    m->layout(c, l, &lay);
+    return c->n_stages == 0 && lay.src[0] != VIT_SRC_NONE && lay.src[1] != VIT_SRC_NONE && vit_mech_plain(m);
+}
+
+int vit_attn_fused_blocks(const vit_config *c) {
+    int n = 0;
+    for (int l = 0; l < c->depth && kernels_attn_available(); l++) n += fused_block(c, l);
+    return n;
 }
 
 int vit_attn16_ok(const vit_config *c, int l) {
@@ -453,6 +505,26 @@ static void attention(const vit_config *c, int l, const vit_block_params *bp, vi
         j.extra[i] = vit_extra_info(c, l, i, NULL) ? (r ? r : (m->maps || a->tape) ? a->ext[i] : NULL) : NULL;
     }
     if (next_reuses || reuses) j.keep = a->keep[l & 1];
+    j.att_recorded = att != NULL;
+    if (!a->tape && fused_block(c, l) && vit_gemm_attention_fused()) {
+        /* inference of a plain mechanism: problems cut into chunks of rows that depend on T
+         * alone, so that few heads still keep every thread busy */
+        enum { CH = 64 };
+        const int chunks = (T + CH - 1) / CH;
+        const size_t kt = kernels_attn_kt_floats(T, dq);
+        if ((j.kT = packed_keys((size_t)n * H * kt))) {
+            int failed = 0;
+#pragma omp parallel for schedule(static)
+            for (int bh = 0; bh < n * H; bh++)
+                kernels_attn_pack_k(j.kT + bh * kt, head_at(&j.k, T, bh / H, bh % H), j.k.ld, T, dq);
+#pragma omp parallel for schedule(dynamic, 1) reduction(| : failed)
+            for (int u = 0; u < n * H * chunks; u++) {
+                const int bh = u / chunks, r0 = u % chunks * CH, r1 = r0 + CH < T ? r0 + CH : T;
+                failed |= !attn_rows_fused(&j, bh / H, bh % H, r0, r1);
+            }
+            if (!failed) return;
+        } /* without memory for the fused kernel's buffers: OpenBLAS, below */
+    }
 #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < n * H; bh++) {
         attn_head(&j, bh / H, bh % H);

@@ -259,6 +259,11 @@ typedef struct {
                          attn and scores as local records (B, H, T, S^2 + 1); 0: dense maps */
 } vit_record;
 
+/* How many blocks' attention an inference forward with a pack (core/gemm.h) runs fused in
+ * core/attn_kernel.c on this CPU: a monolithic ViT's blocks of plain mechanisms (vit_mech_plain);
+ * 0 without AVX-512F. Their bits are that kernel's, not OpenBLAS's (traces say so: linear_gemm). */
+int vit_attn_fused_blocks(const vit_config *c);
+
 /* 1 when the forward can record block l's attn map as binary16 itself (vit_record.attn16):
  * the blocks of a monolithic ViT; the staged forwards (Swin, PVT v2, CaiT) record float32. */
 int vit_attn16_ok(const vit_config *c, int l);

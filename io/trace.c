@@ -898,7 +898,7 @@ static as_status resume_provenance(hid_t f, const trace_spec *s, const char *pat
         return as_fail(err, AS_ERR_ARG, "%s: recorded from weights with sha256 %.12s..., these "
                        "have %.12s...: resume with the same --model or write a new trace", path,
                        had, s->model_sha256);
-    char core[64] = "", gemm[192] = "OpenBLAS", note[512] = "";
+    char core[64] = "", gemm[288] = "OpenBLAS", note[512] = "";
     int threads = 0;
     const char *ours = s->gemm ? s->gemm : "OpenBLAS";
     h5u_attr_read_str(f, "blas_core", core, sizeof core);

@@ -184,10 +184,22 @@ fi
 expect 0 "$A" record --model "$FX/vit_cls" --images "$FX/inputs.npy" --out "$T/gemm.h5" --threads 1
 if ldd "$A" 2>/dev/null | grep -q libdnnl; then   # built with oneDNN
     want="oneDNN [0-9.]* matmul, prepacked weights"
+    # the plain attention of every block of this monolithic ViT runs fused in core/attn_kernel.c
+    # where the CPU has AVX-512F (both parentheses as '.': BRE and Python read them differently)
+    if grep -qw avx512f /proc/cpuinfo; then
+        depth=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["model_args"]["depth"])' "$FX/vit_cls/config.json")
+        want="$want; plain attention fused in attnscope's AVX-512 kernel .$depth of $depth blocks."
+    fi
+    # a Swin runs no block fused: the name is the linear layers' alone
+    expect 0 "$A" record --model "$FX/swin_tiny" --images "$FX/inputs.npy" --out "$T/gemm_swin.h5" --threads 1
+    py 'import h5py, sys, re
+a = h5py.File(sys.argv[1], "r").attrs["linear_gemm"]
+a = a.decode() if isinstance(a, bytes) else a
+assert re.fullmatch("oneDNN [0-9.]* matmul, prepacked weights", a), a' "$T/gemm_swin.h5"
 else
     want="OpenBLAS"
 fi
-expect 0 "$A" info "$T/gemm.h5"; has "$T/out" "^linear      layers on $want"
+expect 0 "$A" info "$T/gemm.h5"; has_wrapped "$T/out" "^linear      layers on $want"
 py 'import h5py, sys, re
 a = h5py.File(sys.argv[1], "r").attrs["linear_gemm"]
 a = a.decode() if isinstance(a, bytes) else a

@@ -2,7 +2,8 @@
  * OpenBLAS computes, to float32 rounding, for every kind of model and product (monolithic ViT
  * with every mechanism, the separate projections that write slices of wider rows, Swin, PVT v2,
  * CaiT), at every batch size (one primitive per row count), and give the same bits at 1 and 2
- * threads; ATTNSCOPE_GEMM's values are checked. In a build without oneDNN the pack is NULL and
+ * threads; ATTNSCOPE_GEMM's values are checked. And the plain attention that runs fused with them
+ * (core/attn_kernel.c) against OpenBLAS's, with every record. In a build without oneDNN the pack is NULL and
  * the comparisons are of OpenBLAS with itself, which the test says. */
 #define _POSIX_C_SOURCE 200809L
 #include <omp.h>
@@ -10,6 +11,7 @@
 
 #include "../cli/cli.h"
 #include "../core/gemm.h"
+#include "../core/kernels.h"
 #include "../core/rng.h"
 #include "check.h"
 
@@ -109,6 +111,95 @@ static void check_model(const char *name, int packed_expected) {
     model_free(&m);
 }
 
+/* max |a - b| over the largest |b|: records with values near zero (q, k, scores) compared at
+ * their own scale. */
+static double max_scaled(const float *a, const float *b, size_t n) {
+    double e = 0, big = 0;
+    for (size_t i = 0; i < n; i++) {
+        e = fmax(e, fabs((double)a[i] - b[i]));
+        big = fmax(big, fabs((double)b[i]));
+    }
+    return e / (big > 0 ? big : 1.0);
+}
+
+/* The fused attention's glue in core/vit.c: vit_cls at 96 px (145 tokens, so each problem is
+ * three chunks of rows spread over the threads), forwards that record everything (float32 maps,
+ * scores, q, k), only binary16 maps, or nothing: the logits have the same bits in all three and at
+ * 1 and 2 threads; the binary16 maps are the float32 maps converted; and each record agrees with
+ * OpenBLAS's path (the same weights without a pack) to float32 rounding. */
+static void check_fused(void) {
+    model m;
+    as_error err = {0};
+    if (model_load(&m, fx("vit_cls"), NULL, 96, &err) != AS_OK) {
+        CHECK(0, "vit_cls at 96 px: %s", err.msg);
+        return;
+    }
+    const vit_config *c = &m.cfg;
+    if (!m.params.pack || vit_attn_fused_blocks(c) != c->depth) {
+        printf("fused attention: not in this build or on this CPU (%d blocks)\n", vit_attn_fused_blocks(c));
+        model_free(&m);
+        return;
+    }
+    const int n = 2, T = vit_num_tokens(c), H = c->num_heads, L = c->depth, dq = c->embed_dim / H;
+    CHECK(T > 128, "vit_cls at 96 px has %d tokens: fewer than three chunks", T);
+    const size_t maps = (size_t)n * H * T * T, qk = (size_t)n * H * T * dq, per = (size_t)c->in_chans * 96 * 96;
+    float *x = malloc(per * n * sizeof(float));
+    uint32_t s = 11;
+    for (size_t i = 0; i < per * n; i++) s = s * 1664525u + 1013904223u, x[i] = (float)(s >> 8) / (1 << 24) - 0.5f;
+    enum { ALL, F16, NONE, OPENBLAS, RUNS };
+    float *rec[RUNS][4][VIT_MAX_DEPTH] = {{{0}}}, *logits[RUNS];
+    uint16_t *a16[VIT_MAX_DEPTH];
+    vit_params plain = m.params;
+    plain.pack = NULL;
+    const size_t C = (size_t)c->num_classes;
+    void *arena = aligned_alloc(64, vit_acts_carve(c, n, NULL, NULL));
+    for (int r = 0; r < RUNS; r++) {
+        vit_record rc = {0};
+        if (r == ALL || r == OPENBLAS)
+            for (int l = 0; l < L; l++)
+                for (int q = 0; q < 4; q++) rec[r][q][l] = malloc((q < 2 ? maps : qk) * sizeof(float));
+        if (r == ALL || r == OPENBLAS) rc.attn = rec[r][0], rc.scores = rec[r][1], rc.q = rec[r][2], rc.k = rec[r][3];
+        if (r == F16) {
+            for (int l = 0; l < L; l++) a16[l] = malloc(maps * 2);
+            rc.attn16 = a16;
+        }
+        omp_set_num_threads(r == F16 ? 1 : 2);
+        vit_acts a;
+        vit_acts_carve(c, n, arena, &a);
+        vit_forward(c, r == OPENBLAS ? &plain : &m.params, &a, x, n, &rc);
+        logits[r] = malloc(n * C * sizeof(float));
+        memcpy(logits[r], a.logits, n * C * sizeof(float));
+    }
+    CHECK(memcmp(logits[ALL], logits[F16], n * C * 4) == 0 && memcmp(logits[ALL], logits[NONE], n * C * 4) == 0,
+          "fused attention: the logits depend on what is recorded or on the thread count");
+    double worst[5] = {0};
+    int f16_same = 1;
+    uint16_t *want = malloc(maps * 2);
+    for (int l = 0; l < L; l++) {
+        kernels_f32_to_f16_array(want, rec[ALL][0][l], maps);
+        f16_same &= memcmp(want, a16[l], maps * 2) == 0;
+        for (int q = 0; q < 4; q++) {
+            const double e = max_scaled(rec[ALL][q][l], rec[OPENBLAS][q][l], q < 2 ? maps : qk);
+            worst[q] = e > worst[q] ? e : worst[q];
+        }
+    }
+    worst[4] = max_scaled(logits[ALL], logits[OPENBLAS], n * C);
+    CHECK(f16_same, "fused attention: binary16 maps are not the float32 maps converted");
+    CHECK(worst[0] < 1e-4 && worst[1] < 1e-4 && worst[2] < 1e-4 && worst[3] < 1e-4 && worst[4] < 1e-4,
+          "fused attention against OpenBLAS: maps %.1e, scores %.1e, q %.1e, k %.1e, logits %.1e (of the largest)",
+          worst[0], worst[1], worst[2], worst[3], worst[4]);
+    printf("fused attention (%d tokens) vs OpenBLAS: maps %.1e, scores %.1e, logits %.1e\n", T, worst[0], worst[1],
+           worst[4]);
+    for (int r = 0; r < RUNS; r++) {
+        free(logits[r]);
+        for (int l = 0; l < L; l++)
+            for (int q = 0; q < 4; q++) free(rec[r][q][l]);
+    }
+    for (int l = 0; l < L; l++) free(a16[l]);
+    free(want), free(arena), free(x);
+    model_free(&m);
+}
+
 /* x rounded to bfloat16, round to nearest even (its upper 16 bits), as a float. */
 static float to_bf16(float x) {
     uint32_t u;
@@ -178,6 +269,7 @@ int main(void) {
     const char *models[] = {"vit_cls", "mech_cls", "vit_gap", "swin_tiny", "pvt_tiny", "pvt_li", "cait_tiny"};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) check_model(models[i], dnnl);
     check_bf16();
+    if (dnnl) check_fused();
     check_tmp_remove();
     return check_finish("gemm");
 }

@@ -3,7 +3,10 @@
  * gradients, the small-K mixing of maps across heads, and a frozen BatchNorm's backward; at
  * sizes that reach every path (blocks of 16 and 64 columns, the moved-back last block, the
  * edges, kernels wider than the map). The convolution's documented order (taps row-major from
- * zero, in float) is checked to the bit, since the mechanism digests rely on it. */
+ * zero, in float) is checked to the bit, since the mechanism digests rely on it.
+ * And the fused attention of the inference forward (kernels_attn_rows) against softmax(s q k^T) v
+ * in double, at widths that reach its blocks of 64 and 16 columns, its masked last values and its
+ * short last row block; any split of the rows, and recording or not, give the same bits. */
 #include <stdint.h>
 
 #include "../core/kernels.h"
@@ -127,6 +130,101 @@ static void check_bn(size_t n, float a) {
     free(dy), free(x), free(dy0);
 }
 
+/* One problem (T queries and keys, widths dq and dv, rows of q, k, v strided as in a qkv buffer)
+ * against the equations in double; then the same rows in three uneven pieces, and without any
+ * record, must give the same bits. */
+static void check_attn(int T, int dq, int dv, float gain) {
+    const int ld = 3 * (dq > dv ? dq : dv) + 5;
+    float *q = rnd((size_t)T * ld), *k = rnd((size_t)T * ld), *v = rnd((size_t)T * ld);
+    const float scale = 3.0f * gain / sqrtf((float)dq); /* peaked rows as well as flat ones */
+    float *kT = malloc(kernels_attn_kt_floats(T, dq) * sizeof(float));
+    kernels_attn_pack_k(kT, k, ld, T, dq);
+    const size_t TT = (size_t)T * T;
+    float *o = calloc((size_t)T * (dv + 3), 4), *A = malloc(TT * 4), *S = malloc(TT * 4), *keep = malloc(TT * 4);
+    uint16_t *a16 = malloc(TT * 2), *want16 = malloc(TT * 2);
+    kernels_attn a = {.q = q, .kT = kT, .v = v, .ldq = ld, .ldv = ld, .ldo = dv + 3, .Tq = T, .Tk = T, .dq = dq,
+                      .dv = dv, .scale = scale, .o = o, .scores = S, .keep = keep, .A = A, .a16 = a16};
+    if (!kernels_attn_available()) {
+        CHECK(kernels_attn_rows(&a, 0, T) == 0, "no AVX-512F, yet the fused kernel ran");
+        free(q), free(k), free(v), free(kT), free(o), free(A), free(S), free(keep), free(a16), free(want16);
+        return;
+    }
+    CHECK(kernels_attn_rows(&a, 0, T), "T=%d: the kernel refused", T);
+    double es = 0, ea = 0, eo = 0;
+    int zeros = 1; /* a weight whose score is more than 88 below its row's largest is exactly 0 */
+    double *p = malloc((size_t)T * sizeof(double));
+    for (int i = 0; i < T; i++) {
+        double m = -INFINITY, z = 0;
+        for (int j = 0; j < T; j++) {
+            double dot = 0, mag = 0;
+            for (int d = 0; d < dq; d++) {
+                dot += (double)q[(size_t)i * ld + d] * k[(size_t)j * ld + d];
+                mag += fabs((double)q[(size_t)i * ld + d] * k[(size_t)j * ld + d]);
+            }
+            p[j] = scale * dot;
+            es = fmax(es, fabs(S[(size_t)i * T + j] - p[j]) / (scale * mag + 1e-30));
+            m = fmax(m, p[j]);
+        }
+        for (int j = 0; j < T; j++) zeros &= p[j] - m > -88.0 || A[(size_t)i * T + j] == 0.0f;
+        for (int j = 0; j < T; j++) z += p[j] = exp(p[j] - m);
+        for (int j = 0; j < T; j++) p[j] /= z, ea = fmax(ea, fabs(A[(size_t)i * T + j] - p[j]));
+        for (int c = 0; c < dv; c++) {
+            double y = 0;
+            for (int j = 0; j < T; j++) y += p[j] * v[(size_t)j * ld + c];
+            eo = fmax(eo, fabs(o[(size_t)i * (dv + 3) + c] - y));
+        }
+        for (int c = dv; c < dv + 3; c++) CHECK(o[(size_t)i * (dv + 3) + c] == 0.0f, "T=%d dv=%d: wrote past dv", T, dv);
+    }
+    /* with gain g the scores' own float32 rounding (2e-7 of magnitudes up to ~g) moves the map by
+     * up to ~g 1e-7 */
+    const double tol = 1e-6 * (gain > 1 ? 0.5 * gain : 1.0);
+    CHECK(es < 1e-6 && ea < tol && eo < 2 * tol && zeros,
+          "attn T=%d dq=%d dv=%d gain %g: scores %.1e (of their magnitude), map %.1e, out %.1e, zeros %d", T, dq, dv,
+          gain, es, ea, eo, zeros);
+    kernels_f32_to_f16_array(want16, A, TT);
+    CHECK(memcmp(S, keep, TT * 4) == 0 && memcmp(a16, want16, TT * 2) == 0, "T=%d: keep or binary16 record differs", T);
+    /* three uneven pieces of rows; then no records at all */
+    float *o2 = calloc((size_t)T * (dv + 3), 4), *A2 = malloc(TT * 4), *S2 = malloc(TT * 4);
+    uint16_t *b16 = malloc(TT * 2);
+    kernels_attn b = a;
+    b.o = o2, b.A = A2, b.scores = S2, b.keep = NULL, b.a16 = b16;
+    const int cut1 = T / 3, cut2 = T - T / 5;
+    CHECK(kernels_attn_rows(&b, 0, cut1) && kernels_attn_rows(&b, cut1, cut2) && kernels_attn_rows(&b, cut2, T),
+          "T=%d: pieces refused", T);
+    CHECK(memcmp(o, o2, (size_t)T * (dv + 3) * 4) == 0 && memcmp(A, A2, TT * 4) == 0 && memcmp(S, S2, TT * 4) == 0 &&
+              memcmp(a16, b16, TT * 2) == 0, "T=%d dq=%d dv=%d: rows in pieces give other bits", T, dq, dv);
+    memset(o2, 0, (size_t)T * (dv + 3) * 4);
+    b.A = NULL, b.scores = NULL, b.a16 = NULL;
+    CHECK(kernels_attn_rows(&b, 0, T) && memcmp(o, o2, (size_t)T * (dv + 3) * 4) == 0,
+          "T=%d dq=%d dv=%d: the output depends on what is recorded", T, dq, dv);
+    free(p), free(o2), free(A2), free(S2), free(b16);
+    free(q), free(k), free(v), free(kT), free(o), free(A), free(S), free(keep), free(a16), free(want16);
+}
+
+/* A NaN in one query makes its row of the map and of the output NaN, as softmax does on
+ * OpenBLAS's path, and leaves the other rows alone. */
+static void check_attn_nan(void) {
+    const int T = 37, d = 16;
+    float *q = rnd((size_t)T * d), *k = rnd((size_t)T * d), *v = rnd((size_t)T * d);
+    q[5 * d + 3] = NAN;
+    float *kT = malloc(kernels_attn_kt_floats(T, d) * sizeof(float)), *o = malloc((size_t)T * d * 4),
+          *A = malloc((size_t)T * T * 4);
+    kernels_attn_pack_k(kT, k, d, T, d);
+    kernels_attn a = {.q = q, .kT = kT, .v = v, .ldq = d, .ldv = d, .ldo = d, .Tq = T, .Tk = T, .dq = d, .dv = d,
+                      .scale = 0.25f, .o = o, .A = A};
+    if (kernels_attn_rows(&a, 0, T)) {
+        int nan_row = 1, finite_rest = 1;
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j < T; j++) {
+                const float x = A[(size_t)i * T + j], y = j < d ? o[(size_t)i * d + j] : 0.0f;
+                if (i == 5) nan_row &= isnan(x) && (j >= d || isnan(y));
+                else finite_rest &= isfinite(x) && isfinite(y);
+            }
+        CHECK(nan_row && finite_rest, "a NaN query: its row NaN %d, the others finite %d", nan_row, finite_rest);
+    }
+    free(q), free(k), free(v), free(kT), free(o), free(A);
+}
+
 int main(void) {
     for (int k = 1; k <= 9; k += 2)
         for (int T = 1; T <= 70; T += (T < 20 ? 1 : 7)) check_conv(2, T, k);
@@ -141,5 +239,12 @@ int main(void) {
             }
     for (size_t n = 1; n < 70; n += 3) check_bn(n, n % 2 ? 0.5f : 1.0f);
     check_bn(4225, -2.0f);
+    const int Ts[] = {1, 2, 5, 16, 17, 63, 64, 65, 129, 197}, dqs[] = {1, 3, 16, 64, 72}, dvs[] = {1, 16, 24, 64, 80, 130};
+    for (size_t i = 0; i < sizeof Ts / sizeof *Ts; i++)
+        for (size_t a = 0; a < sizeof dqs / sizeof *dqs; a++) check_attn(Ts[i], dqs[a], dvs[(i + a) % 6], 1.0f);
+    for (size_t b = 0; b < sizeof dvs / sizeof *dvs; b++) check_attn(70, 64, dvs[b], 1.0f);
+    check_attn(70, 64, 64, 2000.0f); /* score gaps far beyond exp's range: weights of exactly 0 */
+    check_attn_nan();
+    printf("fused attention: %s\n", kernels_attn_available() ? "checked (AVX-512F)" : "not on this CPU (no AVX-512F)");
     return check_finish("kernels");
 }

@@ -164,8 +164,17 @@ static void test_registry(void) {
             CHECK(m->keys[i].name && m->keys[i].doc && m->keys[i].doc[0], "%s: key %d undocumented", m->name, i);
         CHECK((m->maps == NULL) == (m->maps_backward == NULL), "%s: map work without its backward", m->name);
         CHECK(m->statics == NULL || m->static_fill != NULL, "%s: statics without fill", m->name);
+        CHECK(!(m->flags & VIT_MECH_PLAIN) || vit_mech_plain(m), "%s: says plain but has hooks or carries maps",
+              m->name);
     }
     CHECK(vit_mech_get_kind(VIT_ATTN_COUNT) == NULL && vit_attn_parse("flash") == -1, "unknown kinds");
+    /* the inference forward fuses exactly these (core/attn_kernel.c) */
+    for (int k = 0; k < VIT_ATTN_COUNT; k++) {
+        const vit_mech *m = vit_mech_get_kind(k);
+        if (!m) continue;
+        const int want = strcmp(m->name, "vanilla") == 0 || strcmp(m->name, "lmsa") == 0;
+        CHECK(vit_mech_plain(m) == want, "%s: plain %d, expected %d", m->name, vit_mech_plain(m), want);
+    }
 }
 
 int main(int argc, char **argv) {

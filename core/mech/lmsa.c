@@ -88,6 +88,7 @@ static void trace_attrs(const vit_config *c, const vit_params *p, int l, vit_mec
 const vit_mech vit_mech_lmsa = {
     .name = "lmsa",
     .summary = "low-relation MSA: q and k projected to qk_dim in total",
+    .flags = VIT_MECH_PLAIN,
     .scopes = 1u << VIT_SCOPE_GLOBAL | 1u << VIT_SCOPE_WINDOW | 1u << VIT_SCOPE_SRA, /* SRA: core/pvt.c's
                                       attn.q (qk_dim, C) and attn.kv (qk_dim + C, C) over the reduced keys */
     .keys = keys,

@@ -134,6 +134,12 @@ void vit_mech_problem_forward(const vit_mech *m, const vit_mech_block *b, const 
     if (m->after_softmax) m->after_softmax(b, p, A);
 }
 
+int vit_mech_plain(const vit_mech *m) {
+    return (m->flags & VIT_MECH_PLAIN) && !m->scores && !m->after_softmax && !m->maps &&
+           !(m->flags & (VIT_MECH_REUSES_SCORES | VIT_MECH_CARRY | VIT_MECH_NO_SOFTMAX | VIT_MECH_KEEPS_MAP |
+                         VIT_MECH_SOFTMAX_EXTRA0));
+}
+
 void vit_cost_add(vit_cost_part *o, vit_component k, double params, double macs, double other) {
     o->params[k] += params;
     o->macs[k] += macs;
