@@ -147,20 +147,6 @@ AK_TARGET static void softmax_row(float *row, int Tk) {
     }
 }
 
-/* The calling thread's scratch: AK_R score rows and a discard row of outputs for a block past
- * the last row; kept between calls at the largest size. */
-static float *scratch(size_t floats) {
-    static _Thread_local float *buf;
-    static _Thread_local size_t cap;
-    if (floats > cap) {
-        float *nb = realloc(buf, floats * sizeof(float));
-        if (!nb) return NULL;
-        buf = nb;
-        cap = floats;
-    }
-    return buf;
-}
-
 size_t kernels_attn_kt_floats(int Tk, int dq) {
     return (size_t)dq * (size_t)((Tk + 15) / 16 * 16);
 }
@@ -179,7 +165,8 @@ void kernels_attn_pack_k(float *kT, const float *k, int ldk, int Tk, int dq) {
 int kernels_attn_rows(const kernels_attn *a, int r0, int r1) {
     if (!kernels_attn_available()) return 0;
     const int Tk = a->Tk, dq = a->dq, Tkp = (Tk + 15) / 16 * 16;
-    float *S = scratch((size_t)AK_R * Tkp + (size_t)a->dv);
+    /* AK_R score rows, and a discard row of outputs for a block past the last row */
+    float *S = kernels_scratch(KERNELS_SCRATCH_ATTN_ROWS, (size_t)AK_R * Tkp + (size_t)a->dv);
     if (!S) return 0;
     float *discard = S + (size_t)AK_R * Tkp;
     const float *kT = a->kT;

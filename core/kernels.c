@@ -654,6 +654,18 @@ void kernels_f32_to_f16_array(uint16_t *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = kernels_f32_to_f16(src[i]);
 }
 
+float *kernels_scratch(int which, size_t floats) {
+    static _Thread_local float *buf[KERNELS_SCRATCH_COUNT];
+    static _Thread_local size_t cap[KERNELS_SCRATCH_COUNT];
+    if (floats > cap[which]) {
+        float *nb = realloc(buf[which], floats * sizeof(float));
+        if (!nb) return NULL;
+        buf[which] = nb;
+        cap[which] = floats;
+    }
+    return buf[which];
+}
+
 /* The product in fixed tiles of C, each one single-threaded GEMM over the whole inner dimension. */
 static void gemm_tiles(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
                        const float *B, int ldb, float beta, float *C, int ldc) {
@@ -690,24 +702,17 @@ static const float *piece_b(const float *B, int transb, int ldb, int k0) {
  * buffered sum, but still the same at any thread count. */
 static void gemm_split(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
                        const float *B, int ldb, float beta, float *C, int ldc) {
-    static _Thread_local float *buf;
-    static _Thread_local size_t cap;
     const int pieces = (K + KERNELS_GEMM_SPLIT - 1) / KERNELS_GEMM_SPLIT;
     const size_t MN = (size_t)M * N, need = (size_t)pieces * MN;
-    if (need > cap) {
-        float *nb = realloc(buf, need * sizeof(float));
-        if (!nb) {
-            for (int p = 0; p < pieces; p++) {
-                const int k0 = p * KERNELS_GEMM_SPLIT, kc = K - k0 < KERNELS_GEMM_SPLIT ? K - k0 : KERNELS_GEMM_SPLIT;
-                gemm_tiles(transa, transb, M, N, kc, alpha, piece_a(A, transa, lda, k0), lda,
-                           piece_b(B, transb, ldb, k0), ldb, p ? 1.0f : beta, C, ldc);
-            }
-            return;
+    float *part = kernels_scratch(KERNELS_SCRATCH_GEMM_SPLIT, need);
+    if (!part) {
+        for (int p = 0; p < pieces; p++) {
+            const int k0 = p * KERNELS_GEMM_SPLIT, kc = K - k0 < KERNELS_GEMM_SPLIT ? K - k0 : KERNELS_GEMM_SPLIT;
+            gemm_tiles(transa, transb, M, N, kc, alpha, piece_a(A, transa, lda, k0), lda,
+                       piece_b(B, transb, ldb, k0), ldb, p ? 1.0f : beta, C, ldc);
         }
-        buf = nb;
-        cap = need;
+        return;
     }
-    float *part = buf;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int p = 0; p < pieces; p++) {
         const int k0 = p * KERNELS_GEMM_SPLIT, kc = K - k0 < KERNELS_GEMM_SPLIT ? K - k0 : KERNELS_GEMM_SPLIT;

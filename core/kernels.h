@@ -39,6 +39,12 @@ void kernels_softmax_backward_rows(float *dS, const float *P, const float *dP, i
 /* Row softmax in place. x: (n, d). */
 void kernels_softmax_rows(float *x, int n, int d);
 
+/* The calling thread's scratch buffer `which`, grown to at least `floats` and kept between calls
+ * at its largest size (never freed: one per thread and use); NULL without memory, the buffer
+ * then as it was. A buffer is valid until the same thread asks for the same one again. */
+enum { KERNELS_SCRATCH_GEMM_SPLIT, KERNELS_SCRATCH_ATTN_ROWS, KERNELS_SCRATCH_ATTN_KEYS, KERNELS_SCRATCH_COUNT };
+float *kernels_scratch(int which, size_t floats);
+
 /* One (image, head) problem of plain attention, fused by blocks of query rows (core/attn_kernel.c):
  * S = scale q k^T, A = softmax(S) by rows, o = A v. q (Tq, dq), v (Tk, dv) and o (Tq, dv) have
  * rows ldq, ldv, ldo apart; k comes packed (kernels_attn_pack_k). The optional records scores,

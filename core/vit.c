@@ -392,20 +392,6 @@ static void attn_head(const attn_job *j, int b, int h) {
     vit_mech_problem_forward(m, j->mb, &p, A, j->scores ? j->scores + bh * TT : NULL);
 }
 
-/* The calling thread's buffer for the fused problems' packed keys (n x H x kernels_attn_kt_floats),
- * kept between calls at its largest size; NULL without memory. */
-static float *packed_keys(size_t floats) {
-    static _Thread_local float *buf;
-    static _Thread_local size_t cap;
-    if (floats > cap) {
-        float *nb = realloc(buf, floats * sizeof(float));
-        if (!nb) return NULL;
-        buf = nb;
-        cap = floats;
-    }
-    return buf;
-}
-
 /* Rows [r0, r1) of problem (b, h) of a plain mechanism in kernels_attn_rows: the q/k records of
  * those tokens, scores, softmax, the map's records and the product with the values. The map is
  * written only when recorded in float32. Returns 0 when the kernel could not run (no memory). */
@@ -512,7 +498,8 @@ static void attention(const vit_config *c, int l, const vit_block_params *bp, vi
         enum { CH = 64 };
         const int chunks = (T + CH - 1) / CH;
         const size_t kt = kernels_attn_kt_floats(T, dq);
-        if ((j.kT = packed_keys((size_t)n * H * kt))) {
+        /* the calling thread's buffer; its workers only read it */
+        if ((j.kT = kernels_scratch(KERNELS_SCRATCH_ATTN_KEYS, (size_t)n * H * kt))) {
             int failed = 0;
 #pragma omp parallel for schedule(static)
             for (int bh = 0; bh < n * H; bh++)
