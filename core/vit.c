@@ -366,6 +366,17 @@ typedef struct {
     float *ao;             /* (n, T, D) output before proj */
 } attn_job;
 
+/* The q and k records of tokens [t0, t1) of problem (b, h), where they are asked for. */
+static void record_qk_rows(const attn_job *j, int b, int h, int t0, int t1) {
+    const int T = j->T, dq = j->dq;
+    const size_t bh = (size_t)b * j->H + h;
+    const float *q = head_at(&j->q, T, b, h), *k = head_at(&j->k, T, b, h);
+    for (int t = t0; t < t1 && (j->q_out || j->k_out); t++) {
+        if (j->q_out) memcpy(j->q_out + (bh * T + t) * dq, q + (size_t)t * j->q.ld, (size_t)dq * sizeof(float));
+        if (j->k_out) memcpy(j->k_out + (bh * T + t) * dq, k + (size_t)t * j->k.ld, (size_t)dq * sizeof(float));
+    }
+}
+
 /* GLOBAL scope: the problem of image b, head h (all T tokens), its q/k records, then the
  * frame's per-problem step. The mechanism's hooks run per problem, never per element.
  * Single-threaded BLAS: the problems are spread over OpenMP threads. */
@@ -384,10 +395,7 @@ static void attn_head(const attn_job *j, int b, int h) {
     if (j->q.base) {
         p.q = head_at(&j->q, T, b, h);
         p.k = head_at(&j->k, T, b, h);
-        for (int t = 0; t < T && (j->q_out || j->k_out); t++) {
-            if (j->q_out) memcpy(j->q_out + (bh * T + t) * dq, p.q + (size_t)t * p.ldq, (size_t)dq * sizeof(float));
-            if (j->k_out) memcpy(j->k_out + (bh * T + t) * dq, p.k + (size_t)t * p.ldk, (size_t)dq * sizeof(float));
-        }
+        record_qk_rows(j, b, h, 0, T);
     }
     vit_mech_problem_forward(m, j->mb, &p, A, j->scores ? j->scores + bh * TT : NULL);
 }
@@ -398,13 +406,9 @@ static void attn_head(const attn_job *j, int b, int h) {
 static int attn_rows_fused(const attn_job *j, int b, int h, int r0, int r1) {
     const int T = j->T, H = j->H, dq = j->dq;
     const size_t bh = (size_t)b * H + h, TT = (size_t)T * T;
-    const float *q = head_at(&j->q, T, b, h), *k = head_at(&j->k, T, b, h);
-    for (int t = r0; t < r1 && (j->q_out || j->k_out); t++) {
-        if (j->q_out) memcpy(j->q_out + (bh * T + t) * dq, q + (size_t)t * j->q.ld, (size_t)dq * sizeof(float));
-        if (j->k_out) memcpy(j->k_out + (bh * T + t) * dq, k + (size_t)t * j->k.ld, (size_t)dq * sizeof(float));
-    }
+    record_qk_rows(j, b, h, r0, r1);
     const int dv = j->D / H;
-    kernels_attn x = {.q = q, .kT = j->kT + bh * kernels_attn_kt_floats(T, dq), .v = head_at(&j->v, T, b, h),
+    kernels_attn x = {.q = head_at(&j->q, T, b, h), .kT = j->kT + bh * kernels_attn_kt_floats(T, dq), .v = head_at(&j->v, T, b, h),
                       .ldq = j->q.ld, .ldv = j->v.ld,
                       .ldo = j->D, .Tq = T, .Tk = T, .dq = dq, .dv = dv, .scale = j->scale,
                       .o = j->ao + (size_t)b * T * j->D + (size_t)h * dv,
