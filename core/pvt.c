@@ -6,6 +6,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -258,23 +259,36 @@ void pvt_attn_residual(const vit_config *c, int s, const vit_params *p, vit_acts
 
 void pvt_im2col(float *col, const float *x, int n, int H, int W, int C, size_t sb, size_t sy, size_t sx,
                 size_t sc, int k, int s, int p) {
-    const int Ho = (H + 2 * p - k) / s + 1, Wo = (W + 2 * p - k) / s + 1, K = C * k * k;
+    const int Ho = (H + 2 * p - k) / s + 1, Wo = (W + 2 * p - k) / s + 1, kk = k * k, K = C * kk;
+    enum { TAPS = 1024 }; /* kernels up to 32 x 32 */
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < n; b++)
-        for (int oy = 0; oy < Ho; oy++)
+        for (int oy = 0; oy < Ho; oy++) {
+            /* each tap's offset in the image, or -1 in the padding: found once per position,
+             * not once per channel */
+            ptrdiff_t off[TAPS];
             for (int ox = 0; ox < Wo; ox++) {
                 float *dst = col + (((size_t)b * Ho + oy) * Wo + ox) * K;
-                for (int ch = 0; ch < C; ch++)
-                    for (int ky = 0; ky < k; ky++) {
-                        const int iy = oy * s - p + ky;
-                        for (int kx = 0; kx < k; kx++) {
-                            const int ix = ox * s - p + kx;
-                            const int in = iy >= 0 && iy < H && ix >= 0 && ix < W;
-                            dst[((size_t)ch * k + ky) * k + kx] =
-                                in ? x[b * sb + (size_t)iy * sy + (size_t)ix * sx + (size_t)ch * sc] : 0.0f;
-                        }
+                const float *xb = x + b * sb;
+                for (int ky = 0; ky < k; ky++) {
+                    const int iy = oy * s - p + ky;
+                    for (int kx = 0; kx < k; kx++) {
+                        const int ix = ox * s - p + kx;
+                        const int in = iy >= 0 && iy < H && ix >= 0 && ix < W;
+                        if (kk <= TAPS) off[ky * k + kx] = in ? (ptrdiff_t)((size_t)iy * sy + (size_t)ix * sx) : -1;
+                        else /* larger kernels: each tap as it comes */
+                            for (int ch = 0; ch < C; ch++)
+                                dst[((size_t)ch * k + ky) * k + kx] = in ? xb[(size_t)iy * sy + (size_t)ix * sx + (size_t)ch * sc] : 0.0f;
                     }
+                }
+                if (kk > TAPS) continue;
+                for (int ch = 0; ch < C; ch++) {
+                    const float *xc = xb + (size_t)ch * sc;
+                    float *d = dst + (size_t)ch * kk;
+                    for (int t = 0; t < kk; t++) d[t] = off[t] >= 0 ? xc[off[t]] : 0.0f;
+                }
             }
+        }
 }
 
 void pvt_col2im(float *dx, const float *dcol, int n, int H, int W, int C, int k, int s, int p, int accumulate) {

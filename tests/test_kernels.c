@@ -6,7 +6,12 @@
  * zero, in float) is checked to the bit, since the mechanism digests rely on it.
  * And the fused attention of the inference forward (kernels_attn_rows) against softmax(s q k^T) v
  * in double, at widths that reach its blocks of 64 and 16 columns, its masked last values and its
- * short last row block; any split of the rows, and recording or not, give the same bits. */
+ * short last row block; any split of the rows, and recording or not, give the same bits.
+ * And kernels_gemm, the products of every linear layer and convolution in training, against
+ * op(A) op(B) in double at every transposition, for shapes of one tile (which it cuts into
+ * smaller ones), many tiles and a long inner dimension (cut into pieces): the same bits at 1
+ * and 2 threads. */
+#include <omp.h>
 #include <stdint.h>
 
 #include "../core/kernels.h"
@@ -111,6 +116,36 @@ static void check_mix(int M, int K, size_t N, int trans, int accumulate) {
         }
     CHECK(worst < 1e-6, "mix M=%d K=%d N=%zu trans=%d acc=%d: off by %.3g", M, K, N, trans, accumulate, worst);
     free(A), free(B), free(C), free(C0);
+}
+
+/* kernels_gemm: C = alpha op(A) op(B) + beta C against double sums, and the same bits at 1 and 2
+ * threads. */
+static void check_gemm(int M, int N, int K, int ta, int tb, float beta) {
+    const int lda = ta ? M : K, ldb = tb ? K : N;
+    float *A = rnd((size_t)M * K), *B = rnd((size_t)K * N), *C0 = rnd((size_t)M * N);
+    float *C[2];
+    const float alpha = 0.5f;
+    for (int t = 0; t < 2; t++) {
+        C[t] = malloc((size_t)M * N * sizeof(float));
+        memcpy(C[t], C0, (size_t)M * N * sizeof(float));
+        omp_set_num_threads(t + 1);
+        kernels_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C[t], N);
+    }
+    CHECK(memcmp(C[0], C[1], (size_t)M * N * sizeof(float)) == 0, "gemm %dx%dx%d t%d%d: other bits at 2 threads",
+          M, N, K, ta, tb);
+    double worst = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int k = 0; k < K; k++)
+                s += (double)(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]) *
+                     (tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
+            const double want = alpha * s + (double)beta * C0[(size_t)i * N + j];
+            const double d = fabs(C[0][(size_t)i * N + j] - want) / (K + 1.0);
+            worst = d > worst ? d : worst;
+        }
+    CHECK(worst < 1e-6, "gemm %dx%dx%d t%d%d beta %g: off by %.3g", M, N, K, ta, tb, (double)beta, worst);
+    free(A), free(B), free(C0), free(C[0]), free(C[1]);
 }
 
 static void check_bn(size_t n, float a) {
@@ -237,6 +272,12 @@ int main(void) {
                 check_mix(12, 4, Ns[i], t, acc);
                 check_mix(1, 1, Ns[i], t, acc);
             }
+    const int gs[][3] = {{1, 1, 1}, {5, 7, 3}, {96, 48, 1024}, {128, 256, 64}, {129, 33, 100}, {40, 600, 17},
+                         {300, 200, 2100}, {17, 31, 5000}};
+    const int threads = omp_get_max_threads();
+    for (size_t i = 0; i < sizeof gs / sizeof *gs; i++)
+        for (int t = 0; t < 4; t++) check_gemm(gs[i][0], gs[i][1], gs[i][2], t & 1, t >> 1, t == 3 ? 1.0f : 0.0f);
+    omp_set_num_threads(threads);
     for (size_t n = 1; n < 70; n += 3) check_bn(n, n % 2 ? 0.5f : 1.0f);
     check_bn(4225, -2.0f);
     const int Ts[] = {1, 2, 5, 16, 17, 63, 64, 65, 129, 197}, dqs[] = {1, 3, 16, 64, 72}, dvs[] = {1, 16, 24, 64, 80, 130};

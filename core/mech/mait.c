@@ -26,10 +26,9 @@ static void mait_apply(float *A, const vit_attn *at, const float *alpha, int h, 
             float *seg = row + (size_t)ky * G;
             const int near = ky >= qy - r && ky <= qy + r;
             const int x0 = near ? (qx - r > 0 ? qx - r : 0) : G, x1 = near ? (qx + r < G ? qx + r + 1 : G) : G;
-            for (int kx = 0; kx < G; kx++) {
-                if (kx >= x0 && kx < x1) continue;
-                seg[kx] = neg ? -INFINITY : seg[kx] * out;
-            }
+            /* the columns left and right of the neighbourhood, as two plain loops (vectorised) */
+            for (int kx = 0; kx < x0; kx++) seg[kx] = neg ? -INFINITY : seg[kx] * out;
+            for (int kx = x1; kx < G; kx++) seg[kx] = neg ? -INFINITY : seg[kx] * out;
         }
     }
 }
