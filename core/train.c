@@ -193,80 +193,111 @@ static vit_hview layout_view(const vit_mech_layout *lay, int i, float *qkv, floa
                                     : (vit_hview){qkv + lay->col[i], T, lay->W, width};
 }
 
+/* What one (image, head) problem's backward reads: vit_attn_backward's for its steps 1 and 3. */
+typedef struct {
+    const vit_attn_bwd *j;
+    const vit_mech *m;
+    const vit_mech_block *mb;
+    const vit_tape_block *t;
+    const vit_geom *g;
+    int H, hd, dq, gh, gw, dp_term, keeps_map;
+    size_t TT;
+    float scale;
+    const float *P, *dnext, *prev;
+    float *dprev;
+} head_bwd;
+
+/* Step 1 of problem bh: dA = dao v^T and dv = A^T dao (values that are x: the keys' gradient
+ * adds to the same rows, same head, same task). */
+static void head_values_bwd(const head_bwd *x, int bh) {
+    const vit_attn_bwd *j = x->j;
+    const int b = bh / x->H, h = bh % x->H, Tq = j->Tq, Tk = j->Tk, D = x->g->D;
+    const vit_hview gao = {j->ws->dao, Tq, D, x->hd};
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, x->hd, 1.0f, hat(&gao, b, h), D,
+                hat(&j->v, b, h), j->v.ld, 0.0f, j->ws->dA + (size_t)bh * x->TT, Tk);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, x->hd, Tq, 1.0f, x->t->att + (size_t)bh * x->TT, Tk,
+                hat(&gao, b, h), D, j->gv_add ? 1.0f : 0.0f, hat(&j->gv, b, h), j->gv.ld);
+}
+
+/* Step 3 of problem bh: softmax backward, the scores' own gradient from a following reuse block,
+ * the mechanism's score gradient, then back to q and k. */
+static void head_scores_bwd(const head_bwd *x, int bh) {
+    const vit_attn_bwd *j = x->j;
+    const vit_mech *m = x->m;
+    vit_grad_ws *ws = j->ws;
+    const int b = bh / x->H, h = bh % x->H, Tq = j->Tq, Tk = j->Tk;
+    const size_t TT = x->TT;
+    float *dA = ws->dA + (size_t)bh * TT, *dS = ws->dS + (size_t)bh * TT, *X = ws->dX + (size_t)bh * TT;
+    if (x->dp_term) ws->scal[bh] = dp_term_backward(dA, x->t->att + (size_t)bh * TT, Tq, j->dp_coef, j->dp_loss);
+    if (j->dA_add)
+        for (size_t i = 0; i < TT; i++) dA[i] += j->dA_add[(size_t)bh * TT + i];
+    if (x->dnext && x->keeps_map) /* the next block read this map itself */
+        for (size_t i = 0; i < TT; i++) dA[i] += x->dnext[(size_t)bh * TT + i];
+    if (m->flags & VIT_MECH_NO_SOFTMAX) memcpy(dS, dA, TT * sizeof(float));
+    else kernels_softmax_backward_rows(dS, x->P + (size_t)bh * TT, dA, Tq, Tk);
+    if (x->dnext && !x->keeps_map)
+        for (size_t i = 0; i < TT; i++) dS[i] += x->dnext[(size_t)bh * TT + i];
+    if (j->dS_add)
+        for (size_t i = 0; i < TT; i++) dS[i] += j->dS_add[(size_t)bh * TT + i];
+    const vit_attn_problem p = {.Tq = Tq, .Tk = Tk, .prefix = x->g->prefix, .gh = x->gh, .gw = x->gw, .H = x->H,
+                                .h = h, .dq = x->dq, .scale = x->scale,
+                                .q = j->q.base ? hat(&j->q, b, h) : NULL,
+                                .k = j->k.base ? hat(&j->k, b, h) : NULL, .v = hat(&j->v, b, h),
+                                .ldq = j->q.ld, .ldk = j->k.ld, .ldv = j->v.ld, .kgh = x->g->kgh, .kgw = x->g->kgw,
+                                .prev = x->prev ? x->prev + (size_t)bh * TT : NULL};
+    vit_mech_head_bwd hb = {.p = &p, .dA = dA, .dS = dS, .X = X,
+                            .Y = ws->dY ? ws->dY + (size_t)bh * TT : NULL, .scal = ws->scal + bh,
+                            .dprev = x->dprev ? x->dprev + (size_t)bh * TT : NULL, .dR = dS, .s = x->scale};
+    if (m->head_backward) m->head_backward(x->mb, &hb);
+    if (!hb.dR) return; /* the mechanism had no q or k */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, x->dq, Tk, hb.s, hb.dR, Tk, p.k, j->k.ld, 0.0f,
+                hat(&j->gq, b, h), j->gq.ld);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, x->dq, Tq, hb.s, hb.dR, Tk, p.q, j->q.ld,
+                j->gk_add ? 1.0f : 0.0f, hat(&j->gk, b, h), j->gk.ld);
+}
+
 double vit_attn_backward(const vit_attn_bwd *j) {
     const vit_config *c = j->c;
-    const int l = j->l, n = j->n, Tq = j->Tq, Tk = j->Tk;
+    const int l = j->l, n = j->n, Tq = j->Tq;
     const vit_mech *m = vit_mech_of(c, l);
     const vit_tape_block *t = &j->tape->blk[l];
     vit_grad_ws *ws = j->ws;
     vit_geom g;
     vit_mech_block mb;
     vit_mech_block_at(&mb, c, l, j->bp, &g);
-    const int H = g.H, D = g.D, hd = D / H, dq = vit_qk_head_dim(c, l);
-    const size_t TT = (size_t)Tq * Tk;
-    const float scale = m->product_scale ? m->product_scale(c, l) : vit_attn_scale(c, l);
-    const int reuses = vit_mech_reads_prev(c, l);
-    const int dp_term = (m->flags & VIT_MECH_DP_TERM) && j->dp_coef != 0.0f && Tq == Tk;
-    int gh, gw;
-    vit_mech_problem_grid(&g, &gh, &gw);
-    const vit_hview gao = {ws->dao, Tq, D, hd};
-
+    const int H = g.H, reuses = vit_mech_reads_prev(c, l);
+    head_bwd x = {.j = j, .m = m, .mb = &mb, .t = t, .g = &g, .H = H, .hd = g.D / H, .dq = vit_qk_head_dim(c, l),
+                  .dp_term = (m->flags & VIT_MECH_DP_TERM) && j->dp_coef != 0.0f && Tq == j->Tk,
+                  .keeps_map = (m->flags & VIT_MECH_KEEPS_MAP) != 0, .TT = (size_t)Tq * j->Tk,
+                  .scale = m->product_scale ? m->product_scale(c, l) : vit_attn_scale(c, l),
+                  /* 3's softmax maps: the maps that multiplied the values, unless map work came after */
+                  .P = (m->flags & VIT_MECH_SOFTMAX_EXTRA0) ? t->ext[0] : m->maps ? t->soft : t->att,
+                  .dnext = vit_mech_next_reuses(c, l) ? ws->dkeep[(l + 1) & 1] : NULL,
+                  .dprev = reuses ? ws->dkeep[l & 1] : NULL, .prev = reuses ? j->tape->blk[l - 1].keep : NULL};
+    vit_mech_problem_grid(&g, &x.gh, &x.gw);
+    /* Steps 1 and 3 run per problem in one pass while the problem's maps are in cache, unless map
+     * work (2) comes between them or a gradient adds to rows another problem also writes (values
+     * or keys that are x: the heads' columns may overlap). The same operations on each problem in
+     * the same order: the same bits either way. */
+    const int one_pass = !m->maps_backward && !j->gv_add && !j->gk_add;
     /* 1. dA = dao v^T and dv = A^T dao per (image, head) */
 #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < n * H; bh++) {
-        const int b = bh / H, h = bh % H;
-        const float *A = t->att + (size_t)bh * TT;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, hd, 1.0f, hat(&gao, b, h), D,
-                    hat(&j->v, b, h), j->v.ld, 0.0f, ws->dA + (size_t)bh * TT, Tk);
-        /* values that are x: the keys' gradient adds to the same rows (same head, same task) */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, hd, Tq, 1.0f, A, Tk, hat(&gao, b, h), D,
-                    j->gv_add ? 1.0f : 0.0f, hat(&j->gv, b, h), j->gv.ld);
+        head_values_bwd(&x, bh);
+        if (one_pass) head_scores_bwd(&x, bh);
     }
     /* 2. map work (Refiner): back to the softmax maps */
-    if (m->maps_backward) m->maps_backward(&mb, j->gb, t, ws, n, Tq, Tk);
-    /* 3. per (image, head): softmax backward, the scores' own gradient from a following reuse
-     *    block, the mechanism's score gradient, then back to q and k */
-    const float *P = (m->flags & VIT_MECH_SOFTMAX_EXTRA0) ? t->ext[0] : m->maps ? t->soft : t->att;
-    const float *dnext = vit_mech_next_reuses(c, l) ? ws->dkeep[(l + 1) & 1] : NULL;
-    float *dprev = reuses ? ws->dkeep[l & 1] : NULL;
-    const float *prev = reuses ? j->tape->blk[l - 1].keep : NULL;
-    const int keeps_map = (m->flags & VIT_MECH_KEEPS_MAP) != 0;
+    if (m->maps_backward) m->maps_backward(&mb, j->gb, t, ws, n, Tq, j->Tk);
+    /* 3. per (image, head), when not done above */
+    if (!one_pass) {
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int bh = 0; bh < n * H; bh++) {
-        const int b = bh / H, h = bh % H;
-        float *dA = ws->dA + (size_t)bh * TT, *dS = ws->dS + (size_t)bh * TT, *X = ws->dX + (size_t)bh * TT;
-        if (dp_term) ws->scal[bh] = dp_term_backward(dA, t->att + (size_t)bh * TT, Tq, j->dp_coef, j->dp_loss);
-        if (j->dA_add)
-            for (size_t i = 0; i < TT; i++) dA[i] += j->dA_add[(size_t)bh * TT + i];
-        if (dnext && keeps_map) /* the next block read this map itself */
-            for (size_t i = 0; i < TT; i++) dA[i] += dnext[(size_t)bh * TT + i];
-        if (m->flags & VIT_MECH_NO_SOFTMAX) memcpy(dS, dA, TT * sizeof(float));
-        else kernels_softmax_backward_rows(dS, P + (size_t)bh * TT, dA, Tq, Tk);
-        if (dnext && !keeps_map)
-            for (size_t i = 0; i < TT; i++) dS[i] += dnext[(size_t)bh * TT + i];
-        if (j->dS_add)
-            for (size_t i = 0; i < TT; i++) dS[i] += j->dS_add[(size_t)bh * TT + i];
-        const vit_attn_problem p = {.Tq = Tq, .Tk = Tk, .prefix = g.prefix, .gh = gh, .gw = gw, .H = H,
-                                    .h = h, .dq = dq, .scale = scale,
-                                    .q = j->q.base ? hat(&j->q, b, h) : NULL,
-                                    .k = j->k.base ? hat(&j->k, b, h) : NULL, .v = hat(&j->v, b, h),
-                                    .ldq = j->q.ld, .ldk = j->k.ld, .ldv = j->v.ld, .kgh = g.kgh, .kgw = g.kgw,
-                                    .prev = prev ? prev + (size_t)bh * TT : NULL};
-        vit_mech_head_bwd x = {.p = &p, .dA = dA, .dS = dS, .X = X,
-                               .Y = ws->dY ? ws->dY + (size_t)bh * TT : NULL, .scal = ws->scal + bh,
-                               .dprev = dprev ? dprev + (size_t)bh * TT : NULL, .dR = dS, .s = scale};
-        if (m->head_backward) m->head_backward(&mb, &x);
-        if (!x.dR) continue; /* the mechanism had no q or k */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, dq, Tk, x.s, x.dR, Tk, p.k, j->k.ld, 0.0f,
-                    hat(&j->gq, b, h), j->gq.ld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, dq, Tq, x.s, x.dR, Tk, p.q, j->q.ld,
-                    j->gk_add ? 1.0f : 0.0f, hat(&j->gk, b, h), j->gk.ld);
+        for (int bh = 0; bh < n * H; bh++) head_scores_bwd(&x, bh);
     }
     /* 4. the small tensors' gradients, summed over images in order */
     double dp = 0;
-    if (dp_term)
+    if (x.dp_term)
         for (int bh = 0; bh < n * H; bh++) dp += ws->scal[bh];
-    if (m->params_backward) m->params_backward(&mb, j->gb, j->tape, ws, n, Tq, Tk);
+    if (m->params_backward) m->params_backward(&mb, j->gb, j->tape, ws, n, Tq, j->Tk);
     return dp;
 }
 
