@@ -42,7 +42,8 @@ void kernels_softmax_rows(float *x, int n, int d);
 /* The calling thread's scratch buffer `which`, grown to at least `floats` and kept between calls
  * at its largest size (never freed: one per thread and use); NULL without memory, the buffer
  * then as it was. A buffer is valid until the same thread asks for the same one again. */
-enum { KERNELS_SCRATCH_GEMM_SPLIT, KERNELS_SCRATCH_ATTN_ROWS, KERNELS_SCRATCH_ATTN_KEYS, KERNELS_SCRATCH_COUNT };
+enum { KERNELS_SCRATCH_GEMM_SPLIT, KERNELS_SCRATCH_ATTN_ROWS, KERNELS_SCRATCH_ATTN_KEYS, KERNELS_SCRATCH_HEAD_MAPS,
+       KERNELS_SCRATCH_COUNT };
 float *kernels_scratch(int which, size_t floats);
 
 /* One (image, head) problem of plain attention, fused by blocks of query rows (core/attn_kernel.c):

@@ -171,6 +171,11 @@ enum {
      * core/attn_kernel.c instead of the frame's per-problem step (vit_mech_plain). Opt-in, so
      * that a new hook never runs fused by accident. */
     VIT_MECH_PLAIN = 1 << 8,
+    /* Its params_backward reads no problem's ws->dA or ws->dS (only ws->scal): in training each
+     * problem's dA and dS may then live in a per-thread buffer that stays in cache, instead of
+     * the whole batch's (vit_attn_backward, where its caller does not read them either).
+     * Mechanisms without params_backward need no flag. */
+    VIT_MECH_PARAMS_NO_MAPS = 1 << 9,
 };
 
 typedef struct vit_mech {

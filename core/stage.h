@@ -75,6 +75,9 @@ typedef struct {
     /* (n, H, Tq, Tk) gradients a later consumer of this block's maps (dA_add) or scores
      * (dS_add) hands back, or NULL: LaViT's attention residual reading them in the next stage */
     const float *dA_add, *dS_add;
+    /* 1 when the caller reads neither ws->dA nor ws->dS after the call (PVT v2's attention
+     * residual reads ws->dS): each problem's may then stay in a per-thread buffer, in cache */
+    int maps_unread;
 } vit_attn_bwd;
 double vit_attn_backward(const vit_attn_bwd *j);
 

@@ -205,29 +205,39 @@ typedef struct {
     float scale;
     const float *P, *dnext, *prev;
     float *dprev;
+    int local; /* dA and dS of each problem in the thread's scratch (one pass, nothing reads them later) */
 } head_bwd;
+
+/* Where problem bh's dA and dS go: the batch's ws->dA and ws->dS, or the calling thread's
+ * scratch (x->local), which stays in cache from step 1 to step 3; the workspace without memory
+ * for it. The same values either way. */
+static void head_maps(const head_bwd *x, int bh, float **dA, float **dS) {
+    float *s = x->local ? kernels_scratch(KERNELS_SCRATCH_HEAD_MAPS, 2 * x->TT) : NULL;
+    *dA = s ? s : x->j->ws->dA + (size_t)bh * x->TT;
+    *dS = s ? s + x->TT : x->j->ws->dS + (size_t)bh * x->TT;
+}
 
 /* Step 1 of problem bh: dA = dao v^T and dv = A^T dao (values that are x: the keys' gradient
  * adds to the same rows, same head, same task). */
-static void head_values_bwd(const head_bwd *x, int bh) {
+static void head_values_bwd(const head_bwd *x, int bh, float *dA) {
     const vit_attn_bwd *j = x->j;
     const int b = bh / x->H, h = bh % x->H, Tq = j->Tq, Tk = j->Tk, D = x->g->D;
     const vit_hview gao = {j->ws->dao, Tq, D, x->hd};
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, x->hd, 1.0f, hat(&gao, b, h), D,
-                hat(&j->v, b, h), j->v.ld, 0.0f, j->ws->dA + (size_t)bh * x->TT, Tk);
+                hat(&j->v, b, h), j->v.ld, 0.0f, dA, Tk);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, x->hd, Tq, 1.0f, x->t->att + (size_t)bh * x->TT, Tk,
                 hat(&gao, b, h), D, j->gv_add ? 1.0f : 0.0f, hat(&j->gv, b, h), j->gv.ld);
 }
 
 /* Step 3 of problem bh: softmax backward, the scores' own gradient from a following reuse block,
  * the mechanism's score gradient, then back to q and k. */
-static void head_scores_bwd(const head_bwd *x, int bh) {
+static void head_scores_bwd(const head_bwd *x, int bh, float *dA, float *dS) {
     const vit_attn_bwd *j = x->j;
     const vit_mech *m = x->m;
     vit_grad_ws *ws = j->ws;
     const int b = bh / x->H, h = bh % x->H, Tq = j->Tq, Tk = j->Tk;
     const size_t TT = x->TT;
-    float *dA = ws->dA + (size_t)bh * TT, *dS = ws->dS + (size_t)bh * TT, *X = ws->dX + (size_t)bh * TT;
+    float *X = ws->dX + (size_t)bh * TT;
     if (x->dp_term) ws->scal[bh] = dp_term_backward(dA, x->t->att + (size_t)bh * TT, Tq, j->dp_coef, j->dp_loss);
     if (j->dA_add)
         for (size_t i = 0; i < TT; i++) dA[i] += j->dA_add[(size_t)bh * TT + i];
@@ -280,18 +290,21 @@ double vit_attn_backward(const vit_attn_bwd *j) {
      * or keys that are x: the heads' columns may overlap). The same operations on each problem in
      * the same order: the same bits either way. */
     const int one_pass = !m->maps_backward && !j->gv_add && !j->gk_add;
+    x.local = one_pass && j->maps_unread && (!m->params_backward || (m->flags & VIT_MECH_PARAMS_NO_MAPS));
     /* 1. dA = dao v^T and dv = A^T dao per (image, head) */
 #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < n * H; bh++) {
-        head_values_bwd(&x, bh);
-        if (one_pass) head_scores_bwd(&x, bh);
+        float *dA, *dS;
+        head_maps(&x, bh, &dA, &dS);
+        head_values_bwd(&x, bh, dA);
+        if (one_pass) head_scores_bwd(&x, bh, dA, dS);
     }
     /* 2. map work (Refiner): back to the softmax maps */
     if (m->maps_backward) m->maps_backward(&mb, j->gb, t, ws, n, Tq, j->Tk);
     /* 3. per (image, head), when not done above */
     if (!one_pass) {
 #pragma omp parallel for schedule(dynamic, 1)
-        for (int bh = 0; bh < n * H; bh++) head_scores_bwd(&x, bh);
+        for (int bh = 0; bh < n * H; bh++) head_scores_bwd(&x, bh, ws->dA + (size_t)bh * x.TT, ws->dS + (size_t)bh * x.TT);
     }
     /* 4. the small tensors' gradients, summed over images in order */
     double dp = 0;
@@ -323,7 +336,7 @@ static double attention_backward(const vit_config *c, int l, const vit_block_par
         .v = layout_view(&lay, 2, t->qkv, t->xn1, T, D, hd),
         .gq = layout_view(&lay, 0, ws->dqkv, ws->dxn, T, D, dq), .gk = layout_view(&lay, 1, ws->dqkv, ws->dxn, T, D, dq),
         .gv = layout_view(&lay, 2, ws->dqkv, ws->dxn, T, D, hd), .gk_add = k_x, .gv_add = v_x,
-        .dp_coef = dp_coef, .dp_loss = dp_loss};
+        .dp_coef = dp_coef, .dp_loss = dp_loss, .maps_unread = 1};
     const double dp = vit_attn_backward(&j);
     /* 5. back through the projections into dxn (adding to what x's own views left there) */
     for (int i = 0; i < lay.n_proj; i++) {
