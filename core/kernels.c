@@ -462,6 +462,16 @@ void kernels_softmax_rows(float *x, int n, int d) {
     softmax_rows_any(x, n, d);
 }
 
+void kernels_copy(float *dst, const float *src, size_t n) {
+    enum { PIECE = 1 << 16 };
+    const long pieces = (long)((n + PIECE - 1) / PIECE);
+#pragma omp parallel for schedule(static) if (pieces > 1)
+    for (long i = 0; i < pieces; i++) {
+        const size_t o = (size_t)i * PIECE;
+        memcpy(dst + o, src + o, (n - o < PIECE ? n - o : PIECE) * sizeof(float));
+    }
+}
+
 void kernels_fill_rows(float *y, const float *bias, int n, int d) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) memcpy(y + (size_t)r * d, bias, (size_t)d * sizeof *y);

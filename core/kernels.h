@@ -36,6 +36,10 @@ void kernels_layernorm_backward(float *dx, float *dw, float *db, const float *dy
 /* Softmax backward per row: dS = P * (dP - sum(P * dP)). dS may alias dP. (n, d) each. */
 void kernels_softmax_backward_rows(float *dS, const float *P, const float *dP, int n, int d);
 
+/* dst[i] = src[i] for i < n, in fixed pieces spread over the threads (the training tape's copies
+ * of activations, a serial memcpy that kept one thread waiting). */
+void kernels_copy(float *dst, const float *src, size_t n);
+
 /* Row softmax in place. x: (n, d). */
 void kernels_softmax_rows(float *x, int n, int d);
 

@@ -437,7 +437,7 @@ void pvt_block(const vit_config *c, int l, const vit_geom *g, const vit_block_pa
     if (reuses) f.prev = a->keep[(l + 1) & 1];
     const vit_tape_block *t = a->tape ? &a->tape->blk[l] : NULL;
     if (t) {
-        memcpy(t->x_in, a->x, (size_t)M * D * sizeof(float));
+        kernels_copy(t->x_in, a->x, (size_t)M * D);
         f = (pvt_bufs){t->xn1, t->xn2, t->qkv, a->sr_col, t->xr_pre ? t->xr_pre : a->xr, t->sr_ln, t->xr ? t->xr : a->xr,
                        t->kv, t->att, t->ao, t->hpre, t->hdw, t->hid, hands_on ? t->keep : NULL,
                        reuses ? a->tape->blk[l - 1].keep : NULL};
@@ -491,7 +491,7 @@ void pvt_block(const vit_config *c, int l, const vit_geom *g, const vit_block_pa
             }
     }
     vit_linear(a->x, f.ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
-    if (t) memcpy(t->x_mid, a->x, (size_t)M * D * sizeof(float));
+    if (t) kernels_copy(t->x_mid, a->x, (size_t)M * D);
     /* MixFFN: fc1 -> [ReLU (linear)] -> depth-wise 3x3 -> GELU -> fc2 */
     kernels_layernorm(f.xn2, a->x, bp->norm2_w, bp->norm2_b, M, D, c->ln_eps);
     vit_linear(f.hpre, f.xn2, bp->fc1_w, bp->fc1_b, M, Hm, D, 0);

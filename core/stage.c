@@ -314,7 +314,7 @@ static void stage_block(const vit_config *c, int l, const vit_geom *g, const vit
     const vit_mech *m = vit_mech_of(c, l);
     vit_mech_layout lay;
     m->layout(c, l, &lay);
-    if (t) memcpy(t->x_in, a->x, MD);
+    if (t) kernels_copy(t->x_in, a->x, MD / sizeof(float));
     kernels_layernorm(xn, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
     for (int i = 0; i < lay.n_proj; i++) {
         const vit_mech_proj *pr = &lay.proj[i];
@@ -352,7 +352,7 @@ static void stage_block(const vit_config *c, int l, const vit_geom *g, const vit
         record_qk(rec_at(rec->q, l), rec_at(rec->k, l), &lay, qkv, xn, n, T, D, g->H, dq);
     if (bp->proj_w) vit_linear(a->x, ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
     else for (size_t i = 0; i < (size_t)M * D; i++) a->x[i] += ao[i];       /* LSLA's NP */
-    if (t) memcpy(t->x_mid, a->x, MD);
+    if (t) kernels_copy(t->x_mid, a->x, MD / sizeof(float));
     kernels_layernorm(xn2, a->x, bp->norm2_w, bp->norm2_b, M, D, c->ln_eps);
     vit_linear(hpre, xn2, bp->fc1_w, bp->fc1_b, M, Hm, D, 0);
     if (t) kernels_gelu_to(hid, hpre, (size_t)M * Hm); /* training keeps fc1's output */

@@ -528,7 +528,7 @@ static void attention(const vit_config *c, int l, const vit_block_params *bp, vi
         vit_extra x;
         if (vit_extra_info(c, l, i, &x)) E[i] = (size_t)x.heads;
     }
-    if (a->tape) memcpy(a->tape->blk[l].soft, j.att, (size_t)n * H * TT * sizeof(float));
+    if (a->tape) kernels_copy(a->tape->blk[l].soft, j.att, (size_t)n * H * TT);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int b = 0; b < n; b++) {
         float *ext[VIT_MAX_EXTRAS];
@@ -573,7 +573,7 @@ static void forward_monolithic(const vit_config *c, const vit_params *p, vit_act
     }
     const size_t MD = (size_t)M * D * sizeof(float);
     if (c->pre_norm) {
-        if (a->tape) memcpy(a->tape->embed, a->x, MD);
+        if (a->tape) kernels_copy(a->tape->embed, a->x, MD / sizeof(float));
         kernels_layernorm(a->x, a->x, p->norm_pre_w, p->norm_pre_b, M, D, c->ln_eps);
     }
 
@@ -586,7 +586,7 @@ static void forward_monolithic(const vit_config *c, const vit_params *p, vit_act
         float *hpre = a->hid, *xn2 = a->xn;
         if (a->tape) {
             const vit_tape_block *t = &a->tape->blk[l];
-            memcpy(t->x_in, a->x, MD);
+            kernels_copy(t->x_in, a->x, MD / sizeof(float));
             la.xn = t->xn1;
             la.qkv = t->qkv;
             la.att = t->att;
@@ -605,7 +605,7 @@ static void forward_monolithic(const vit_config *c, const vit_params *p, vit_act
             kernels_scaled_add(a->x, bp->proj_w ? branch0 : la.ao, bp->ls1, bs, M, D);
         } else if (bp->proj_w) linear(a->x, la.ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
         else for (size_t i = 0; i < (size_t)M * D; i++) a->x[i] += la.ao[i];   /* LSLA's NP */
-        if (a->tape) memcpy(a->tape->blk[l].x_mid, a->x, MD);
+        if (a->tape) kernels_copy(a->tape->blk[l].x_mid, a->x, MD / sizeof(float));
         kernels_layernorm(xn2, a->x, bp->norm2_w, bp->norm2_b, M, D, eps_b);
         linear(hpre, xn2, bp->fc1_w, bp->fc1_b, M, Hm, D, 0);
         float *hid = a->tape ? a->tape->blk[l].hid : a->hid; /* training keeps fc1's output */
@@ -619,7 +619,7 @@ static void forward_monolithic(const vit_config *c, const vit_params *p, vit_act
         float *tok = rec_layer(rec->tokens, l);
         if (tok) memcpy(tok, a->x, (size_t)M * D * sizeof(float));
     }
-    if (a->tape) memcpy(a->tape->x_final, a->x, MD);
+    if (a->tape) kernels_copy(a->tape->x_final, a->x, MD / sizeof(float));
 
     /* head: timm's forward_head. Pool, with the final norm before (norm) or after (fc_norm). */
     const int nout = c->distilled ? 2 : 1;
