@@ -563,6 +563,48 @@ KERNEL_CLONES static void dwconv3_dw_block(float *dw, float *db, const float *do
     }
 }
 
+#ifdef KERNELS_X86
+/* dwconv3_dw_block for a full block of 16 channels on AVX-512, the 9 taps' and the bias's
+ * accumulators in registers: the same double sums in the same (image, row, column) order per
+ * tap and channel, so the same bits (a float x float product is exact in double, so the fused
+ * multiply-add rounds as the multiply and add do). */
+__attribute__((target("avx512f"))) static void dwconv3_dw_block16(float *dw, float *db, const float *dout,
+                                                                 const float *in, int n, int gh, int gw, int C,
+                                                                 int c0) {
+    __m512d acc[9][2], bacc[2];
+    for (int t = 0; t < 9; t++) acc[t][0] = acc[t][1] = _mm512_setzero_pd();
+    bacc[0] = bacc[1] = _mm512_setzero_pd();
+    for (int b = 0; b < n; b++)
+        for (int y = 0; y < gh; y++)
+            for (int x = 0; x < gw; x++) {
+                const size_t img = (size_t)b * gh * gw * C;
+                const float *g = dout + img + ((size_t)y * gw + x) * C + c0;
+                const __m512d g0 = _mm512_cvtps_pd(_mm256_loadu_ps(g)), g1 = _mm512_cvtps_pd(_mm256_loadu_ps(g + 8));
+                bacc[0] = _mm512_add_pd(bacc[0], g0);
+                bacc[1] = _mm512_add_pd(bacc[1], g1);
+#pragma GCC unroll 9
+                for (int t = 0; t < 9; t++) {
+                    const int iy = y + t / 3 - 1, ix = x + t % 3 - 1;
+                    if (iy < 0 || iy >= gh || ix < 0 || ix >= gw) continue;
+                    const float *v = in + img + ((size_t)iy * gw + ix) * C + c0;
+                    acc[t][0] = _mm512_fmadd_pd(g0, _mm512_cvtps_pd(_mm256_loadu_ps(v)), acc[t][0]);
+                    acc[t][1] = _mm512_fmadd_pd(g1, _mm512_cvtps_pd(_mm256_loadu_ps(v + 8)), acc[t][1]);
+                }
+            }
+    double a[9][16], ba[16];
+    for (int t = 0; t < 9; t++) {
+        _mm512_storeu_pd(a[t], acc[t][0]);
+        _mm512_storeu_pd(a[t] + 8, acc[t][1]);
+    }
+    _mm512_storeu_pd(ba, bacc[0]);
+    _mm512_storeu_pd(ba + 8, bacc[1]);
+    for (int ch = 0; ch < 16; ch++) {
+        for (int t = 0; t < 9; t++) dw[(size_t)(c0 + ch) * 9 + t] += (float)a[t][ch];
+        if (db) db[c0 + ch] += (float)ba[ch];
+    }
+}
+#endif
+
 void kernels_dwconv3_backward(float *din, float *dw, float *db, const float *dout, const float *in,
                               const float *w, int n, int gh, int gw, int C) {
     if (din) {
@@ -574,9 +616,18 @@ void kernels_dwconv3_backward(float *din, float *dw, float *db, const float *dou
             }
     }
     const int blocks = (C + DWB_BLOCK - 1) / DWB_BLOCK;
+#ifdef KERNELS_X86
+    const int avx512 = __builtin_cpu_supports("avx512f") != 0;
+#endif
 #pragma omp parallel for schedule(dynamic, 1)
     for (int k = 0; k < blocks; k++) {
         const int c0 = k * DWB_BLOCK, nc = C - c0 < DWB_BLOCK ? C - c0 : DWB_BLOCK;
+#ifdef KERNELS_X86
+        if (nc == 16 && avx512) {
+            dwconv3_dw_block16(dw, db, dout, in, n, gh, gw, C, c0);
+            continue;
+        }
+#endif
         dwconv3_dw_block(dw, db, dout, in, n, gh, gw, C, c0, nc);
     }
 }
