@@ -10,7 +10,9 @@
  * And kernels_gemm, the products of every linear layer and convolution in training, against
  * op(A) op(B) in double at every transposition, for shapes of one tile (which it cuts into
  * smaller ones), many tiles and a long inner dimension (cut into pieces): the same bits at 1
- * and 2 threads. */
+ * and 2 threads. The row softmax (an AVX-512 path with a masked last block) against exp in
+ * double, with masked (-inf) scores. The depth-wise 3x3 convolution's weight and bias gradients
+ * (full blocks of 16 channels on AVX-512, the rest portable) against double sums. */
 #include <omp.h>
 #include <stdint.h>
 
@@ -80,7 +82,7 @@ static void conv_grad_ref(float *din, double *dw, const float *dout, const float
 static void check_conv(int E, int T, int k) {
     const size_t n = (size_t)E * T * T;
     float *in = rnd(n), *dout = rnd(n), *w = rnd((size_t)E * k * k);
-    float *got = malloc(n * 4), *want = malloc(n * 4), *dw = malloc((size_t)E * k * k * 4);
+    float *got = malloc(n * 4), *want = calloc(n, 4), *dw = malloc((size_t)E * k * k * 4);
     double *dw_ref = malloc((size_t)E * k * k * sizeof(double));
     kernels_maps_dwconv(got, in, w, E, T, k);
     conv_ref(want, in, w, E, T, k);
@@ -146,6 +148,68 @@ static void check_gemm(int M, int N, int K, int ta, int tb, float beta) {
         }
     CHECK(worst < 1e-6, "gemm %dx%dx%d t%d%d beta %g: off by %.3g", M, N, K, ta, tb, (double)beta, worst);
     free(A), free(B), free(C0), free(C[0]), free(C[1]);
+}
+
+/* kernels_softmax_rows against exp in double: rows of n columns, every fifth score masked
+ * (-inf, a weight of exactly 0), the others spread wide. */
+static void check_softmax(int d, float spread) {
+    const int n = 3;
+    float *x = rnd((size_t)n * d);
+    for (int i = 0; i < n * d; i++) x[i] = i % 5 == 3 ? -INFINITY : x[i] * spread;
+    double *want = malloc((size_t)n * d * sizeof(double));
+    for (int r = 0; r < n; r++) {
+        double m = -INFINITY, s = 0;
+        for (int i = 0; i < d; i++) m = x[r * d + i] > m ? x[r * d + i] : m;
+        for (int i = 0; i < d; i++) {
+            want[r * d + i] = exp((double)x[r * d + i] - m);
+            s += want[r * d + i];
+        }
+        for (int i = 0; i < d; i++) want[r * d + i] /= s;
+    }
+    kernels_softmax_rows(x, n, d);
+    double worst = 0;
+    int zeros = 1;
+    for (int i = 0; i < n * d; i++) {
+        const double e = fabs(x[i] - want[i]);
+        worst = e > worst ? e : worst;
+        if (want[i] == 0 && x[i] != 0.0f) zeros = 0;
+    }
+    CHECK(worst < 2e-6, "softmax d=%d spread %g: off by %.3g", d, (double)spread, worst);
+    CHECK(zeros, "softmax d=%d: a masked score got a weight", d);
+    free(x), free(want);
+}
+
+/* kernels_dwconv3_backward's weight and bias gradients (NHWC maps, pad 1) against double sums. */
+static void check_dwconv_grad(int n, int gh, int gw, int C) {
+    const size_t px = (size_t)n * gh * gw;
+    float *dout = rnd(px * C), *in = rnd(px * C), *w = rnd((size_t)C * 9), *dw = rnd((size_t)C * 9), *db = rnd(C);
+    float *dw0 = malloc((size_t)C * 9 * sizeof(float)), *db0 = malloc((size_t)C * sizeof(float));
+    memcpy(dw0, dw, (size_t)C * 9 * sizeof(float));
+    memcpy(db0, db, (size_t)C * sizeof(float));
+    kernels_dwconv3_backward(NULL, dw, db, dout, in, w, n, gh, gw, C);
+    double worst = 0;
+    for (int ch = 0; ch < C; ch++) {
+        double sb = 0, st[9] = {0};
+        for (int b = 0; b < n; b++)
+            for (int y = 0; y < gh; y++)
+                for (int x = 0; x < gw; x++) {
+                    const double g = dout[(((size_t)b * gh + y) * gw + x) * C + ch];
+                    sb += g;
+                    for (int t = 0; t < 9; t++) {
+                        const int iy = y + t / 3 - 1, ix = x + t % 3 - 1;
+                        if (iy >= 0 && iy < gh && ix >= 0 && ix < gw)
+                            st[t] += g * in[(((size_t)b * gh + iy) * gw + ix) * C + ch];
+                    }
+                }
+        for (int t = 0; t < 9; t++) {
+            const double e = fabs(dw[ch * 9 + t] - (dw0[ch * 9 + t] + st[t]));
+            worst = e > worst ? e : worst;
+        }
+        const double e = fabs(db[ch] - (db0[ch] + sb));
+        worst = e > worst ? e : worst;
+    }
+    CHECK(worst < 1e-5, "dwconv3 gradient n=%d %dx%d C=%d: off by %.3g", n, gh, gw, C, worst);
+    free(dout), free(in), free(w), free(dw), free(db), free(dw0), free(db0);
 }
 
 static void check_bn(size_t n, float a) {
@@ -274,6 +338,15 @@ int main(void) {
             }
     const int gs[][3] = {{1, 1, 1}, {5, 7, 3}, {96, 48, 1024}, {128, 256, 64}, {129, 33, 100}, {40, 600, 17},
                          {300, 200, 2100}, {17, 31, 5000}};
+    for (int d = 1; d <= 130; d += (d < 34 ? 1 : 13)) {
+        check_softmax(d, 1.0f);
+        check_softmax(d, 200.0f); /* score gaps beyond exp's range: weights of exactly 0 */
+    }
+    const int dwc[] = {1, 15, 16, 24, 48, 64};
+    for (size_t i = 0; i < sizeof dwc / sizeof *dwc; i++) {
+        check_dwconv_grad(2, 5, 7, dwc[i]);
+        check_dwconv_grad(1, 1, 1, dwc[i]);
+    }
     const int threads = omp_get_max_threads();
     for (size_t i = 0; i < sizeof gs / sizeof *gs; i++)
         for (int t = 0; t < 4; t++) check_gemm(gs[i][0], gs[i][1], gs[i][2], t & 1, t >> 1, t == 3 ? 1.0f : 0.0f);
