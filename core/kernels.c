@@ -795,20 +795,14 @@ float *kernels_scratch(int which, size_t floats) {
     return buf[which];
 }
 
-/* The product in fixed tiles of C (TM x TN, halved from KERNELS_GEMM_ROWS x KERNELS_GEMM_COLS
- * while there are fewer than 4 and they are larger than 16 x 32: a function of the shape
- * alone), each one single-threaded GEMM over the whole inner dimension. */
+/* The product in fixed tiles of C, each one single-threaded GEMM over the whole inner dimension.
+ * The tiles stay KERNELS_GEMM_ROWS x KERNELS_GEMM_COLS even where a product has only one or two
+ * (a small stage's weight gradient over fewer than 2048 rows, one thread then waiting): OpenBLAS
+ * rounds a tile's product differently from its pieces', and smaller tiles measured +5-8% on
+ * lavit_pvt_shapes but changed six stage models' trained weights (docs/training.md, "Speed"). */
 static void gemm_tiles(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
                        const float *B, int ldb, float beta, float *C, int ldc) {
-    int TM = KERNELS_GEMM_ROWS, TN = KERNELS_GEMM_COLS;
-    for (;;) {
-        const int t = ((M + TM - 1) / TM) * ((N + TN - 1) / TN);
-        if (t >= 4) break;
-        if (TN > 32 && (TN >= 2 * TM || TM <= 16) && N > TN / 2) TN /= 2;
-        else if (TM > 16 && M > TM / 2) TM /= 2;
-        else if (TN > 32 && N > TN / 2) TN /= 2;
-        else break;
-    }
+    enum { TM = KERNELS_GEMM_ROWS, TN = KERNELS_GEMM_COLS };
     const int tm = (M + TM - 1) / TM, tn = (N + TN - 1) / TN;
     /* inside the region OpenBLAS runs one thread per call (omp_in_parallel), as it does with a
      * team of one */

@@ -133,8 +133,7 @@ void kernels_f16_to_f32_array(float *dst, const uint16_t *src, size_t n);
 
 /* C (M, N; rows ldc apart) = alpha op(A) op(B) + beta C, as cblas_sgemm in row-major order
  * (transa/transb nonzero: op = transpose), in fixed tiles of C (KERNELS_GEMM_ROWS x
- * KERNELS_GEMM_COLS, halved down to 16 x 32 while there are fewer than 4: a function of M and N
- * alone, whatever the thread count), each one single-threaded GEMM over the whole
+ * KERNELS_GEMM_COLS, whatever the thread count), each one single-threaded GEMM over the whole
  * inner dimension, the tiles spread over OpenMP threads. OpenBLAS's own threading changes its
  * blocking of a long inner dimension (and a GEMV's split of a long reduction) with the thread
  * count, so its rounding does too; this gives the same bits for any thread count. */

@@ -8,9 +8,8 @@
  * in double, at widths that reach its blocks of 64 and 16 columns, its masked last values and its
  * short last row block; any split of the rows, and recording or not, give the same bits.
  * And kernels_gemm, the products of every linear layer and convolution in training, against
- * op(A) op(B) in double at every transposition, for shapes of one tile (which it cuts into
- * smaller ones), many tiles and a long inner dimension (cut into pieces): the same bits at 1
- * and 2 threads. The row softmax (an AVX-512 path with a masked last block) against exp in
+ * op(A) op(B) in double at every transposition, for shapes of one tile, many tiles and a long
+ * inner dimension (cut into pieces): the same bits at 1 and 2 threads. The row softmax (an AVX-512 path with a masked last block) against exp in
  * double, with masked (-inf) scores. The depth-wise 3x3 convolution's weight and bias gradients
  * (full blocks of 16 channels on AVX-512, the rest portable) against double sums. */
 #include <omp.h>
