@@ -795,26 +795,52 @@ float *kernels_scratch(int which, size_t floats) {
     return buf[which];
 }
 
+typedef struct {
+    int transa, transb, M, N, K;
+    float alpha, beta;
+    const float *A, *B;
+    int lda, ldb, ldc;
+    float *C;
+} gemm_job;
+
+static int job_tiles(const gemm_job *g) {
+    return ((g->M + KERNELS_GEMM_ROWS - 1) / KERNELS_GEMM_ROWS) * ((g->N + KERNELS_GEMM_COLS - 1) / KERNELS_GEMM_COLS);
+}
+
+/* Tile t of job g: one single-threaded GEMM over the whole inner dimension. */
+static void job_tile(const gemm_job *g, int t) {
+    enum { TM = KERNELS_GEMM_ROWS, TN = KERNELS_GEMM_COLS };
+    const int tn = (g->N + TN - 1) / TN, i0 = t / tn * TM, j0 = t % tn * TN;
+    const int m = g->M - i0 < TM ? g->M - i0 : TM, n = g->N - j0 < TN ? g->N - j0 : TN;
+    const float *a = g->A + (g->transa ? (size_t)i0 : (size_t)i0 * g->lda);
+    const float *b = g->B + (g->transb ? (size_t)j0 * g->ldb : (size_t)j0);
+    cblas_sgemm(CblasRowMajor, g->transa ? CblasTrans : CblasNoTrans, g->transb ? CblasTrans : CblasNoTrans, m, n,
+                g->K, g->alpha, a, g->lda, b, g->ldb, g->beta, g->C + (size_t)i0 * g->ldc + j0, g->ldc);
+}
+
+/* The tiles of one or two independent products in one loop over the threads (inside the region
+ * OpenBLAS runs one thread per call, as it does with a team of one). Each tile is the same call
+ * whichever thread runs it and whatever runs beside it, so the bits are those of the products
+ * one after the other. */
+static void gemm_tiles_jobs(const gemm_job *g, int njobs) {
+    const int t0 = job_tiles(&g[0]), total = t0 + (njobs > 1 ? job_tiles(&g[1]) : 0);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int t = 0; t < total; t++) {
+        if (t < t0) job_tile(&g[0], t);
+        else job_tile(&g[1], t - t0);
+    }
+}
+
 /* The product in fixed tiles of C, each one single-threaded GEMM over the whole inner dimension.
  * The tiles stay KERNELS_GEMM_ROWS x KERNELS_GEMM_COLS even where a product has only one or two
- * (a small stage's weight gradient over fewer than 2048 rows, one thread then waiting): OpenBLAS
- * rounds a tile's product differently from its pieces', and smaller tiles measured +5-8% on
- * lavit_pvt_shapes but changed six stage models' trained weights (docs/training.md, "Speed"). */
+ * (a small stage's weight gradient over fewer than 2048 rows): OpenBLAS rounds a tile's product
+ * differently from its pieces', and smaller tiles measured +5-8% on lavit_pvt_shapes but changed
+ * six stage models' trained weights (docs/training.md, "Speed"); kernels_gemm_pair runs such a
+ * product beside an independent one instead. */
 static void gemm_tiles(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
                        const float *B, int ldb, float beta, float *C, int ldc) {
-    enum { TM = KERNELS_GEMM_ROWS, TN = KERNELS_GEMM_COLS };
-    const int tm = (M + TM - 1) / TM, tn = (N + TN - 1) / TN;
-    /* inside the region OpenBLAS runs one thread per call (omp_in_parallel), as it does with a
-     * team of one */
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int t = 0; t < tm * tn; t++) {
-        const int i0 = t / tn * TM, j0 = t % tn * TN;
-        const int m = M - i0 < TM ? M - i0 : TM, n = N - j0 < TN ? N - j0 : TN;
-        const float *a = A + (transa ? (size_t)i0 : (size_t)i0 * lda);
-        const float *b = B + (transb ? (size_t)j0 * ldb : (size_t)j0);
-        cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, m, n,
-                    K, alpha, a, lda, b, ldb, beta, C + (size_t)i0 * ldc + j0, ldc);
-    }
+    const gemm_job g = {transa, transb, M, N, K, alpha, beta, A, B, lda, ldb, ldc, C};
+    gemm_tiles_jobs(&g, 1);
 }
 
 /* Where piece p of the inner dimension starts in A and B. */
@@ -863,11 +889,26 @@ static void gemm_split(int transa, int transb, int M, int N, int K, float alpha,
         }
 }
 
+static int job_splits(const gemm_job *g) { return job_tiles(g) < 4 && g->K >= 2 * KERNELS_GEMM_SPLIT; }
+
 void kernels_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc) {
-    const int tiles = ((M + KERNELS_GEMM_ROWS - 1) / KERNELS_GEMM_ROWS) * ((N + KERNELS_GEMM_COLS - 1) / KERNELS_GEMM_COLS);
-    if (tiles < 4 && K >= 2 * KERNELS_GEMM_SPLIT) gemm_split(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    else gemm_tiles(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    const gemm_job g = {transa, transb, M, N, K, alpha, beta, A, B, lda, ldb, ldc, C};
+    if (job_splits(&g)) gemm_split(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else gemm_tiles_jobs(&g, 1);
+}
+
+void kernels_gemm_pair(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
+                       const float *B, int ldb, float beta, float *C, int ldc,
+                       int transa2, int transb2, int M2, int N2, int K2, float alpha2, const float *A2, int lda2,
+                       const float *B2, int ldb2, float beta2, float *C2, int ldc2) {
+    const gemm_job g[2] = {{transa, transb, M, N, K, alpha, beta, A, B, lda, ldb, ldc, C},
+                           {transa2, transb2, M2, N2, K2, alpha2, beta2, A2, B2, lda2, ldb2, ldc2, C2}};
+    if (job_splits(&g[0]) || job_splits(&g[1])) { /* a split product is parallel on its own */
+        kernels_gemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        kernels_gemm(transa2, transb2, M2, N2, K2, alpha2, A2, lda2, B2, ldb2, beta2, C2, ldc2);
+    } else
+        gemm_tiles_jobs(g, 2);
 }
 
 void kernels_colsum_add(float *out, const float *x, int M, int N, int ld, float alpha, const float *ones) {

@@ -145,6 +145,14 @@ void kernels_f16_to_f32_array(float *dst, const uint16_t *src, size_t n);
 void kernels_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc);
 
+/* Two independent products (C and C2 do not overlap, neither writes what the other reads), the
+ * bits of kernels_gemm on each: their tiles share one loop over the threads, so that a product
+ * of one tile (a small layer's weight gradient) runs beside the other's instead of alone. */
+void kernels_gemm_pair(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
+                       const float *B, int ldb, float beta, float *C, int ldc,
+                       int transa2, int transb2, int M2, int N2, int K2, float alpha2, const float *A2, int lda2,
+                       const float *B2, int ldb2, float beta2, float *C2, int ldc2);
+
 /* out[j] += alpha sum_{r < M} x[r * ld + j] for j < N (ones: M floats of 1), the same bits for
  * any thread count. */
 void kernels_colsum_add(float *out, const float *x, int M, int N, int ld, float alpha, const float *ones);

@@ -82,10 +82,12 @@ size_t vit_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_ws *ws
  * dW (N, K) += dy^T x, db += column sums of dy, dx (M, K) = (or +=) dy W. */
 void vit_linear_backward(float *dW, float *db, float *dx, int dx_accumulate, const float *dy, int ldy,
                          const float *x, int ldx, const float *W, int M, int N, int K, const float *ones) {
-    kernels_gemm(1, 0, N, K, M, 1.0f, dy, ldy, x, ldx, 1.0f, dW, K);
+    if (dx) /* both at once: a small layer's dW is one tile, which alone keeps one thread idle */
+        kernels_gemm_pair(1, 0, N, K, M, 1.0f, dy, ldy, x, ldx, 1.0f, dW, K,
+                          0, 0, M, K, N, 1.0f, dy, ldy, W, K, dx_accumulate ? 1.0f : 0.0f, dx, K);
+    else
+        kernels_gemm(1, 0, N, K, M, 1.0f, dy, ldy, x, ldx, 1.0f, dW, K);
     if (db) kernels_colsum_add(db, dy, M, N, ldy, 1.0f, ones);
-    if (dx)
-        kernels_gemm(0, 0, M, K, N, 1.0f, dy, ldy, W, K, dx_accumulate ? 1.0f : 0.0f, dx, K);
 }
 
 /* ---- losses ---- */

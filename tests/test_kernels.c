@@ -211,6 +211,28 @@ static void check_dwconv_grad(int n, int gh, int gw, int C) {
     free(dout), free(in), free(w), free(dw), free(db), free(dw0), free(db0);
 }
 
+/* kernels_gemm_pair: the bits of the two products one after the other, at 1 and 2 threads; one
+ * of each pair a single tile (a small layer's dW), the other many tiles or a split product. */
+static void check_gemm_pair(int M, int N, int K, int M2, int N2, int K2) {
+    float *A = rnd((size_t)K * M), *B = rnd((size_t)K * N), *A2 = rnd((size_t)M2 * K2), *B2 = rnd((size_t)K2 * N2);
+    float *C0 = rnd((size_t)M * N), *D0 = rnd((size_t)M2 * N2);
+    float *C = malloc((size_t)M * N * 4), *D = malloc((size_t)M2 * N2 * 4), *Cw = malloc((size_t)M * N * 4),
+          *Dw = malloc((size_t)M2 * N2 * 4);
+    memcpy(Cw, C0, (size_t)M * N * 4);
+    memcpy(Dw, D0, (size_t)M2 * N2 * 4);
+    kernels_gemm(1, 0, M, N, K, 1.0f, A, M, B, N, 1.0f, Cw, N);
+    kernels_gemm(0, 0, M2, N2, K2, 0.5f, A2, K2, B2, N2, 0.0f, Dw, N2);
+    for (int t = 1; t <= 2; t++) {
+        memcpy(C, C0, (size_t)M * N * 4);
+        memcpy(D, D0, (size_t)M2 * N2 * 4);
+        omp_set_num_threads(t);
+        kernels_gemm_pair(1, 0, M, N, K, 1.0f, A, M, B, N, 1.0f, C, N, 0, 0, M2, N2, K2, 0.5f, A2, K2, B2, N2, 0.0f, D, N2);
+        CHECK(!memcmp(C, Cw, (size_t)M * N * 4) && !memcmp(D, Dw, (size_t)M2 * N2 * 4),
+              "gemm pair %dx%dx%d + %dx%dx%d at %d threads: other bits than one after the other", M, N, K, M2, N2, K2, t);
+    }
+    free(A), free(B), free(A2), free(B2), free(C0), free(D0), free(C), free(D), free(Cw), free(Dw);
+}
+
 static void check_bn(size_t n, float a) {
     float *dy = rnd(n), *x = rnd(n), *dy0 = malloc(n * 4), gw, gb;
     memcpy(dy0, dy, n * 4);
@@ -349,6 +371,9 @@ int main(void) {
     const int threads = omp_get_max_threads();
     for (size_t i = 0; i < sizeof gs / sizeof *gs; i++)
         for (int t = 0; t < 4; t++) check_gemm(gs[i][0], gs[i][1], gs[i][2], t & 1, t >> 1, t == 3 ? 1.0f : 0.0f);
+    check_gemm_pair(96, 48, 1024, 1024, 48, 96);  /* a stage-1 dW beside its dx */
+    check_gemm_pair(64, 32, 3000, 3000, 32, 64);  /* the dW is split: one after the other */
+    check_gemm_pair(7, 5, 3, 300, 130, 17);
     omp_set_num_threads(threads);
     for (size_t n = 1; n < 70; n += 3) check_bn(n, n % 2 ? 0.5f : 1.0f);
     check_bn(4225, -2.0f);
