@@ -84,7 +84,7 @@ def step(i):
     out = m(xs[i % 8], record=rec)
     loss = F.cross_entropy(out, ys[i % 8], label_smoothing=0.1)
     if less:  # the dp terms carry make_train_fixtures' weight 0.5; attnscope train's default is 0.1
-        loss = loss + 0.1 / 0.5 * (pvt_dp_loss(rec, less, B, "squared") if pvt else dp_loss(m, rec, B))
+        loss = loss + 0.1 / 0.5 * (pvt_dp_loss(rec, less, B, "squared") if pvt else dp_loss(m, rec, B, "squared"))
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_([p for _, p in named], 1.0)
