@@ -28,9 +28,8 @@
 #ifdef AK_X86
 
 int kernels_attn_available(void) {
-    static int known = -1; /* a benign race: every thread stores the same answer */
-    if (known < 0) known = __builtin_cpu_supports("avx512f") != 0;
-    return known;
+    /* read per call (a table filled at load time), not cached in a static that threads write */
+    return __builtin_cpu_supports("avx512f") != 0;
 }
 
 #define AK_TARGET __attribute__((target("avx512f")))

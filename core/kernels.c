@@ -121,7 +121,9 @@ static inline float exp_inline(float x0) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
+    /* a NaN input (n NaN: converting it to int is undefined) takes 2^0; p is NaN and the result
+     * p * scale is p's NaN, as with any scale */
+    int32_t bits = ((int32_t)(n == n ? n : 0.0f) + 127) << 23;
     float scale;
     memcpy(&scale, &bits, 4);
     /* a masked (-inf) score must weigh exactly 0, as in PyTorch */
@@ -450,11 +452,23 @@ KERNEL_CLONES static void softmax_rows_any(float *x, int n, int d) {
     }
 }
 
+static int g_portable;
+
+void kernels_force_portable(int on) { g_portable = on != 0; }
+
+/* This file's AVX-512 paths run (read per call: __builtin_cpu_supports reads a table filled at
+ * load time, and nothing here is written from two threads). */
+static int own_avx512(void) {
+#ifdef KERNELS_X86
+    return !g_portable && __builtin_cpu_supports("avx512f");
+#else
+    return 0;
+#endif
+}
+
 void kernels_softmax_rows(float *x, int n, int d) {
 #ifdef KERNELS_X86
-    static int avx512 = -1; /* a benign race: every thread stores the same answer */
-    if (avx512 < 0) avx512 = __builtin_cpu_supports("avx512f") != 0;
-    if (avx512) {
+    if (own_avx512()) {
         softmax_rows16(x, n, d);
         return;
     }
@@ -616,9 +630,8 @@ void kernels_dwconv3_backward(float *din, float *dw, float *db, const float *dou
             }
     }
     const int blocks = (C + DWB_BLOCK - 1) / DWB_BLOCK;
-#ifdef KERNELS_X86
-    const int avx512 = __builtin_cpu_supports("avx512f") != 0;
-#endif
+    const int avx512 = own_avx512();
+    (void)avx512; /* without x86 intrinsics: the portable blocks only */
 #pragma omp parallel for schedule(dynamic, 1)
     for (int k = 0; k < blocks; k++) {
         const int c0 = k * DWB_BLOCK, nc = C - c0 < DWB_BLOCK ? C - c0 : DWB_BLOCK;

@@ -43,6 +43,11 @@ void kernels_copy(float *dst, const float *src, size_t n);
 /* Row softmax in place. x: (n, d). */
 void kernels_softmax_rows(float *x, int n, int d);
 
+/* For tests: 1 makes this file's own AVX-512 paths (the row softmax, the depth-wise gradient's
+ * 16-channel blocks) step aside for the portable loops they match bit for bit; 0 (the default)
+ * uses them where the CPU has AVX-512F. Set it between parallel regions, not inside one. */
+void kernels_force_portable(int on);
+
 /* The calling thread's scratch buffer `which`, grown to at least `floats` and kept between calls
  * at its largest size (never freed: one per thread and use); NULL without memory, the buffer
  * then as it was. A buffer is valid until the same thread asks for the same one again. */

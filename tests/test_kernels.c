@@ -178,6 +178,27 @@ static void check_softmax(int d, float spread) {
     free(x), free(want);
 }
 
+/* The row softmax's AVX-512 path against the portable loops, bit for bit (the training results
+ * rest on their rounding), with NaN, +inf, all-masked rows and gaps beyond exp's range. */
+static void check_softmax_bits(int d) {
+    const int n = 6;
+    float *x = rnd((size_t)n * d), *y = malloc((size_t)n * d * sizeof(float));
+    for (int i = 0; i < n * d; i++) {
+        const int r = i / d;
+        x[i] *= r == 1 ? 300.0f : 8.0f;
+        if (r == 2 && i % 7 == 0) x[i] = NAN;
+        if (r == 3 && i % 9 == 0) x[i] = INFINITY;
+        if (r == 4 || (r == 5 && i % 3)) x[i] = -INFINITY;
+    }
+    memcpy(y, x, (size_t)n * d * sizeof(float));
+    kernels_softmax_rows(x, n, d);
+    kernels_force_portable(1);
+    kernels_softmax_rows(y, n, d);
+    kernels_force_portable(0);
+    CHECK(memcmp(x, y, (size_t)n * d * sizeof(float)) == 0, "softmax d=%d: other bits than the portable loops", d);
+    free(x), free(y);
+}
+
 /* kernels_dwconv3_backward's weight and bias gradients (NHWC maps, pad 1) against double sums. */
 static void check_dwconv_grad(int n, int gh, int gw, int C) {
     const size_t px = (size_t)n * gh * gw;
@@ -208,6 +229,16 @@ static void check_dwconv_grad(int n, int gh, int gw, int C) {
         worst = e > worst ? e : worst;
     }
     CHECK(worst < 1e-5, "dwconv3 gradient n=%d %dx%d C=%d: off by %.3g", n, gh, gw, C, worst);
+    /* and the bits of the portable blocks (AVX-512 runs the full blocks of 16 channels) */
+    float *pw = malloc((size_t)C * 9 * sizeof(float)), *pb = malloc((size_t)C * sizeof(float));
+    memcpy(pw, dw0, (size_t)C * 9 * sizeof(float));
+    memcpy(pb, db0, (size_t)C * sizeof(float));
+    kernels_force_portable(1);
+    kernels_dwconv3_backward(NULL, pw, pb, dout, in, w, n, gh, gw, C);
+    kernels_force_portable(0);
+    CHECK(!memcmp(pw, dw, (size_t)C * 9 * sizeof(float)) && !memcmp(pb, db, (size_t)C * sizeof(float)),
+          "dwconv3 gradient C=%d: other bits than the portable blocks", C);
+    free(pw), free(pb);
     free(dout), free(in), free(w), free(dw), free(db), free(dw0), free(db0);
 }
 
@@ -362,6 +393,7 @@ int main(void) {
     for (int d = 1; d <= 130; d += (d < 34 ? 1 : 13)) {
         check_softmax(d, 1.0f);
         check_softmax(d, 200.0f); /* score gaps beyond exp's range: weights of exactly 0 */
+        check_softmax_bits(d);
     }
     const int dwc[] = {1, 15, 16, 24, 48, 64};
     for (size_t i = 0; i < sizeof dwc / sizeof *dwc; i++) {
