@@ -630,8 +630,9 @@ void kernels_dwconv3_backward(float *din, float *dw, float *db, const float *dou
             }
     }
     const int blocks = (C + DWB_BLOCK - 1) / DWB_BLOCK;
+#ifdef KERNELS_X86
     const int avx512 = own_avx512();
-    (void)avx512; /* without x86 intrinsics: the portable blocks only */
+#endif
 #pragma omp parallel for schedule(dynamic, 1)
     for (int k = 0; k < blocks; k++) {
         const int c0 = k * DWB_BLOCK, nc = C - c0 < DWB_BLOCK ? C - c0 : DWB_BLOCK;
@@ -820,21 +821,44 @@ static int job_tiles(const gemm_job *g) {
     return ((g->M + KERNELS_GEMM_ROWS - 1) / KERNELS_GEMM_ROWS) * ((g->N + KERNELS_GEMM_COLS - 1) / KERNELS_GEMM_COLS);
 }
 
-/* Tile t of job g: one single-threaded GEMM over the whole inner dimension. */
+/* The whole of job g in one single-threaded OpenBLAS call (inside an OpenMP region OpenBLAS runs
+ * one thread per call, as it does with a team of one). */
+static void job_call(const gemm_job *g) {
+    cblas_sgemm(CblasRowMajor, g->transa ? CblasTrans : CblasNoTrans, g->transb ? CblasTrans : CblasNoTrans, g->M,
+                g->N, g->K, g->alpha, g->A, g->lda, g->B, g->ldb, g->beta, g->C, g->ldc);
+}
+
+/* Tile t of job g: rows and columns of C (KERNELS_GEMM_ROWS x KERNELS_GEMM_COLS) over the whole
+ * inner dimension. */
 static void job_tile(const gemm_job *g, int t) {
     enum { TM = KERNELS_GEMM_ROWS, TN = KERNELS_GEMM_COLS };
     const int tn = (g->N + TN - 1) / TN, i0 = t / tn * TM, j0 = t % tn * TN;
-    const int m = g->M - i0 < TM ? g->M - i0 : TM, n = g->N - j0 < TN ? g->N - j0 : TN;
-    const float *a = g->A + (g->transa ? (size_t)i0 : (size_t)i0 * g->lda);
-    const float *b = g->B + (g->transb ? (size_t)j0 * g->ldb : (size_t)j0);
-    cblas_sgemm(CblasRowMajor, g->transa ? CblasTrans : CblasNoTrans, g->transb ? CblasTrans : CblasNoTrans, m, n,
-                g->K, g->alpha, a, g->lda, b, g->ldb, g->beta, g->C + (size_t)i0 * g->ldc + j0, g->ldc);
+    gemm_job s = *g;
+    s.M = g->M - i0 < TM ? g->M - i0 : TM;
+    s.N = g->N - j0 < TN ? g->N - j0 : TN;
+    s.A = g->A + (g->transa ? (size_t)i0 : (size_t)i0 * g->lda);
+    s.B = g->B + (g->transb ? (size_t)j0 * g->ldb : (size_t)j0);
+    s.C = g->C + (size_t)i0 * g->ldc + j0;
+    job_call(&s);
 }
 
-/* The tiles of one or two independent products in one loop over the threads (inside the region
- * OpenBLAS runs one thread per call, as it does with a team of one). Each tile is the same call
- * whichever thread runs it and whatever runs beside it, so the bits are those of the products
- * one after the other. */
+/* Piece p of job g's inner dimension (KERNELS_GEMM_SPLIT long), into the same C. */
+static gemm_job job_piece(const gemm_job *g, int p) {
+    const int k0 = p * KERNELS_GEMM_SPLIT;
+    gemm_job s = *g;
+    s.K = g->K - k0 < KERNELS_GEMM_SPLIT ? g->K - k0 : KERNELS_GEMM_SPLIT;
+    s.A = g->A + (g->transa ? (size_t)k0 * g->lda : (size_t)k0);
+    s.B = g->B + (g->transb ? (size_t)k0 : (size_t)k0 * g->ldb);
+    return s;
+}
+
+/* The tiles of one or two independent products in one loop over the threads. The tiles stay
+ * KERNELS_GEMM_ROWS x KERNELS_GEMM_COLS even where a product has only one or two (a small
+ * stage's weight gradient over fewer than 2048 rows): OpenBLAS rounds a tile's product
+ * differently from its pieces', and smaller tiles measured +5-8% on lavit_pvt_shapes but changed
+ * six stage models' trained weights (docs/training.md, "Speed"); kernels_gemm_pair runs such a
+ * product beside an independent one instead. Each tile is the same call whichever thread runs
+ * it and whatever runs beside it, so the bits are those of the products one after the other. */
 static void gemm_tiles_jobs(const gemm_job *g, int njobs) {
     const int t0 = job_tiles(&g[0]), total = t0 + (njobs > 1 ? job_tiles(&g[1]) : 0);
 #pragma omp parallel for schedule(dynamic, 1)
@@ -842,26 +866,6 @@ static void gemm_tiles_jobs(const gemm_job *g, int njobs) {
         if (t < t0) job_tile(&g[0], t);
         else job_tile(&g[1], t - t0);
     }
-}
-
-/* The product in fixed tiles of C, each one single-threaded GEMM over the whole inner dimension.
- * The tiles stay KERNELS_GEMM_ROWS x KERNELS_GEMM_COLS even where a product has only one or two
- * (a small stage's weight gradient over fewer than 2048 rows): OpenBLAS rounds a tile's product
- * differently from its pieces', and smaller tiles measured +5-8% on lavit_pvt_shapes but changed
- * six stage models' trained weights (docs/training.md, "Speed"); kernels_gemm_pair runs such a
- * product beside an independent one instead. */
-static void gemm_tiles(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
-                       const float *B, int ldb, float beta, float *C, int ldc) {
-    const gemm_job g = {transa, transb, M, N, K, alpha, beta, A, B, lda, ldb, ldc, C};
-    gemm_tiles_jobs(&g, 1);
-}
-
-/* Where piece p of the inner dimension starts in A and B. */
-static const float *piece_a(const float *A, int transa, int lda, int k0) {
-    return A + (transa ? (size_t)k0 * lda : (size_t)k0);
-}
-static const float *piece_b(const float *B, int transb, int ldb, int k0) {
-    return B + (transb ? (size_t)k0 : (size_t)k0 * ldb);
 }
 
 /* A product of few tiles over a long inner dimension (a small layer's weight gradient, summed
@@ -872,43 +876,48 @@ static const float *piece_b(const float *B, int transb, int ldb, int k0) {
  * (pieces x M x N floats: 19 MB for lmsa_swin_tiny_cifar10's stage-0 MLP at batch 128). Without
  * memory for it, the pieces are added into C one after the other instead: other bits than the
  * buffered sum, but still the same at any thread count. */
-static void gemm_split(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
-                       const float *B, int ldb, float beta, float *C, int ldc) {
-    const int pieces = (K + KERNELS_GEMM_SPLIT - 1) / KERNELS_GEMM_SPLIT;
+static void gemm_split(const gemm_job *g) {
+    const int M = g->M, N = g->N, pieces = (g->K + KERNELS_GEMM_SPLIT - 1) / KERNELS_GEMM_SPLIT;
     const size_t MN = (size_t)M * N, need = (size_t)pieces * MN;
     float *part = kernels_scratch(KERNELS_SCRATCH_GEMM_SPLIT, need);
     if (!part) {
         for (int p = 0; p < pieces; p++) {
-            const int k0 = p * KERNELS_GEMM_SPLIT, kc = K - k0 < KERNELS_GEMM_SPLIT ? K - k0 : KERNELS_GEMM_SPLIT;
-            gemm_tiles(transa, transb, M, N, kc, alpha, piece_a(A, transa, lda, k0), lda,
-                       piece_b(B, transb, ldb, k0), ldb, p ? 1.0f : beta, C, ldc);
+            gemm_job s = job_piece(g, p);
+            s.beta = p ? 1.0f : g->beta;
+            gemm_tiles_jobs(&s, 1);
         }
         return;
     }
 #pragma omp parallel for schedule(dynamic, 1)
     for (int p = 0; p < pieces; p++) {
-        const int k0 = p * KERNELS_GEMM_SPLIT, kc = K - k0 < KERNELS_GEMM_SPLIT ? K - k0 : KERNELS_GEMM_SPLIT;
-        cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, M, N, kc,
-                    alpha, piece_a(A, transa, lda, k0), lda, piece_b(B, transb, ldb, k0), ldb, 0.0f,
-                    part + (size_t)p * MN, N);
+        gemm_job s = job_piece(g, p);
+        s.beta = 0.0f;
+        s.C = part + (size_t)p * MN;
+        s.ldc = N;
+        job_call(&s);
     }
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
-            float s = 0;
-            for (int p = 0; p < pieces; p++) s += part[(size_t)p * MN + (size_t)i * N + j];
-            float *c = C + (size_t)i * ldc + j;
-            *c = beta == 0.0f ? s : beta * *c + s;
+            float sum = 0;
+            for (int p = 0; p < pieces; p++) sum += part[(size_t)p * MN + (size_t)i * N + j];
+            float *c = g->C + (size_t)i * g->ldc + j;
+            *c = g->beta == 0.0f ? sum : g->beta * *c + sum;
         }
 }
 
 static int job_splits(const gemm_job *g) { return job_tiles(g) < 4 && g->K >= 2 * KERNELS_GEMM_SPLIT; }
 
+/* Job g cut into pieces (gemm_split) or tiles. */
+static void gemm_run(const gemm_job *g) {
+    if (job_splits(g)) gemm_split(g);
+    else gemm_tiles_jobs(g, 1);
+}
+
 void kernels_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc) {
     const gemm_job g = {transa, transb, M, N, K, alpha, beta, A, B, lda, ldb, ldc, C};
-    if (job_splits(&g)) gemm_split(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    else gemm_tiles_jobs(&g, 1);
+    gemm_run(&g);
 }
 
 void kernels_gemm_pair(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
@@ -918,8 +927,8 @@ void kernels_gemm_pair(int transa, int transb, int M, int N, int K, float alpha,
     const gemm_job g[2] = {{transa, transb, M, N, K, alpha, beta, A, B, lda, ldb, ldc, C},
                            {transa2, transb2, M2, N2, K2, alpha2, beta2, A2, B2, lda2, ldb2, ldc2, C2}};
     if (job_splits(&g[0]) || job_splits(&g[1])) { /* a split product is parallel on its own */
-        kernels_gemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        kernels_gemm(transa2, transb2, M2, N2, K2, alpha2, A2, lda2, B2, ldb2, beta2, C2, ldc2);
+        gemm_run(&g[0]);
+        gemm_run(&g[1]);
     } else
         gemm_tiles_jobs(g, 2);
 }
