@@ -307,14 +307,14 @@ static int fused_plain(const vit_mech *m, const vit_mech_layout *lay, int D) {
 static void stage_block(const vit_config *c, int l, const vit_geom *g, const vit_block_params *bp,
                         vit_acts *a, int n, const vit_record *rec) {
     const int T = g->T, D = g->D, Hm = g->Hm, M = n * T;
-    const size_t MD = (size_t)M * D * sizeof(float);
+    const size_t MD = (size_t)M * D; /* floats of the residual stream */
     const vit_tape_block *t = a->tape ? &a->tape->blk[l] : NULL;
     float *xn = t ? t->xn1 : a->xn, *qkv = t ? t->qkv : a->qkv, *ao = t ? t->ao : a->ao;
     float *xn2 = t ? t->xn2 : a->xn, *hpre = t ? t->hpre : a->hid, *hid = t ? t->hid : a->hid;
     const vit_mech *m = vit_mech_of(c, l);
     vit_mech_layout lay;
     m->layout(c, l, &lay);
-    if (t) kernels_copy(t->x_in, a->x, MD / sizeof(float));
+    if (t) kernels_copy(t->x_in, a->x, MD);
     kernels_layernorm(xn, a->x, bp->norm1_w, bp->norm1_b, M, D, c->ln_eps);
     for (int i = 0; i < lay.n_proj; i++) {
         const vit_mech_proj *pr = &lay.proj[i];
@@ -352,14 +352,14 @@ static void stage_block(const vit_config *c, int l, const vit_geom *g, const vit
         record_qk(rec_at(rec->q, l), rec_at(rec->k, l), &lay, qkv, xn, n, T, D, g->H, dq);
     if (bp->proj_w) vit_linear(a->x, ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
     else for (size_t i = 0; i < (size_t)M * D; i++) a->x[i] += ao[i];       /* LSLA's NP */
-    if (t) kernels_copy(t->x_mid, a->x, MD / sizeof(float));
+    if (t) kernels_copy(t->x_mid, a->x, MD);
     kernels_layernorm(xn2, a->x, bp->norm2_w, bp->norm2_b, M, D, c->ln_eps);
     vit_linear(hpre, xn2, bp->fc1_w, bp->fc1_b, M, Hm, D, 0);
     if (t) kernels_gelu_to(hid, hpre, (size_t)M * Hm); /* training keeps fc1's output */
     else kernels_gelu(hid, (size_t)M * Hm);
     vit_linear(a->x, hid, bp->fc2_w, bp->fc2_b, M, D, Hm, 1); /* x += fc2(gelu(fc1(xn))) */
     float *tok = rec_at(rec->tokens, l);
-    if (tok) memcpy(tok, a->x, MD);
+    if (tok) memcpy(tok, a->x, MD * sizeof(float));
 }
 
 void vit_stage_forward(const vit_config *c, const vit_params *p, vit_acts *a, const float *images,

@@ -571,9 +571,9 @@ static void forward_monolithic(const vit_config *c, const vit_params *p, vit_act
             linear(xb + (size_t)prefix * D, a->patches + (size_t)b * Np * K, p->patch_w, p->patch_b, Np, D, K, 0);
         vitfam_embed(c, p, xb); /* prefix tokens and position embedding */
     }
-    const size_t MD = (size_t)M * D * sizeof(float);
+    const size_t MD = (size_t)M * D; /* floats of the residual stream */
     if (c->pre_norm) {
-        if (a->tape) kernels_copy(a->tape->embed, a->x, MD / sizeof(float));
+        if (a->tape) kernels_copy(a->tape->embed, a->x, MD);
         kernels_layernorm(a->x, a->x, p->norm_pre_w, p->norm_pre_b, M, D, c->ln_eps);
     }
 
@@ -586,7 +586,7 @@ static void forward_monolithic(const vit_config *c, const vit_params *p, vit_act
         float *hpre = a->hid, *xn2 = a->xn;
         if (a->tape) {
             const vit_tape_block *t = &a->tape->blk[l];
-            kernels_copy(t->x_in, a->x, MD / sizeof(float));
+            kernels_copy(t->x_in, a->x, MD);
             la.xn = t->xn1;
             la.qkv = t->qkv;
             la.att = t->att;
@@ -605,7 +605,7 @@ static void forward_monolithic(const vit_config *c, const vit_params *p, vit_act
             kernels_scaled_add(a->x, bp->proj_w ? branch0 : la.ao, bp->ls1, bs, M, D);
         } else if (bp->proj_w) linear(a->x, la.ao, bp->proj_w, bp->proj_b, M, D, D, 1); /* x += proj(ao) */
         else for (size_t i = 0; i < (size_t)M * D; i++) a->x[i] += la.ao[i];   /* LSLA's NP */
-        if (a->tape) kernels_copy(a->tape->blk[l].x_mid, a->x, MD / sizeof(float));
+        if (a->tape) kernels_copy(a->tape->blk[l].x_mid, a->x, MD);
         kernels_layernorm(xn2, a->x, bp->norm2_w, bp->norm2_b, M, D, eps_b);
         linear(hpre, xn2, bp->fc1_w, bp->fc1_b, M, Hm, D, 0);
         float *hid = a->tape ? a->tape->blk[l].hid : a->hid; /* training keeps fc1's output */
@@ -617,9 +617,9 @@ static void forward_monolithic(const vit_config *c, const vit_params *p, vit_act
             linear(a->x, hid, bp->fc2_w, bp->fc2_b, M, D, Hm, 1); /* x += fc2(gelu(fc1(xn))) */
         }
         float *tok = rec_layer(rec->tokens, l);
-        if (tok) memcpy(tok, a->x, (size_t)M * D * sizeof(float));
+        if (tok) memcpy(tok, a->x, MD * sizeof(float));
     }
-    if (a->tape) kernels_copy(a->tape->x_final, a->x, MD / sizeof(float));
+    if (a->tape) kernels_copy(a->tape->x_final, a->x, MD);
 
     /* head: timm's forward_head. Pool, with the final norm before (norm) or after (fc_norm). */
     const int nout = c->distilled ? 2 : 1;
