@@ -178,10 +178,45 @@ static void check_softmax(int d, float spread) {
     free(x), free(want);
 }
 
+/* The LayerNorm backward takes 4 rows together where d <= 256 (their sums' chains overlap): each
+ * row's dx must have the bits of the row alone (a call with n = 1 takes the row-at-a-time path),
+ * and dw, db the sums of dy xhat and dy (double reference; xhat from a double mean and variance). */
+static void check_ln_backward(int n, int d) {
+    float *x = rnd((size_t)n * d), *dy = rnd((size_t)n * d), *w = rnd((size_t)d);
+    float *dx = calloc((size_t)n * d, sizeof(float)), *dx1 = calloc((size_t)n * d, sizeof(float));
+    float *dw = calloc((size_t)d, sizeof(float)), *db = calloc((size_t)d, sizeof(float));
+    float *dw1 = calloc((size_t)d, sizeof(float)), *db1 = calloc((size_t)d, sizeof(float));
+    float *scratch = malloc((size_t)2 * d * (n / KERNELS_LN_BLOCK + 1) * sizeof(float));
+    for (int i = 0; i < n * d; i++) x[i] = 3.0f * x[i] + 0.5f;
+    kernels_layernorm_backward(dx, dw, db, dy, x, w, scratch, n, d, 1e-6f);
+    for (int r = 0; r < n; r++)
+        kernels_layernorm_backward(dx1 + (size_t)r * d, dw1, db1, dy + (size_t)r * d, x + (size_t)r * d, w, scratch, 1,
+                                   d, 1e-6f);
+    CHECK(memcmp(dx, dx1, (size_t)n * d * sizeof(float)) == 0, "layernorm backward n=%d d=%d: dx of a row in a group of rows has other bits than alone", n, d);
+    double worst = 0, scale = 0;
+    for (int i = 0; i < d; i++) {
+        double sw = 0, sb = 0;
+        for (int r = 0; r < n; r++) {
+            const float *xr = x + (size_t)r * d;
+            double m = 0, v = 0;
+            for (int j = 0; j < d; j++) m += xr[j];
+            m /= d;
+            for (int j = 0; j < d; j++) v += (xr[j] - m) * (xr[j] - m);
+            const double xh = (xr[i] - m) / sqrt(v / d + 1e-6);
+            sw += dy[(size_t)r * d + i] * xh;
+            sb += dy[(size_t)r * d + i];
+        }
+        worst = fmax(worst, fmax(fabs(dw[i] - sw), fabs(db[i] - sb)));
+        scale = fmax(scale, fmax(fabs(sw), fabs(sb)));
+    }
+    CHECK(worst <= 1e-5 * scale + 1e-6, "layernorm backward n=%d d=%d: dw/db off by %.3g (largest %.3g)", n, d, worst, scale);
+    free(x), free(dy), free(w), free(dx), free(dx1), free(dw), free(db), free(dw1), free(db1), free(scratch);
+}
+
 /* The row softmax's AVX-512 path against the portable loops, bit for bit (the training results
  * rest on their rounding), with NaN, +inf, all-masked rows and gaps beyond exp's range. */
 static void check_softmax_bits(int d) {
-    const int n = 6;
+    const int n = 7; /* a group of 4 rows and 3 more (softmax_rows16) */
     float *x = rnd((size_t)n * d), *y = malloc((size_t)n * d * sizeof(float));
     for (int i = 0; i < n * d; i++) {
         const int r = i / d;
@@ -390,6 +425,11 @@ int main(void) {
             }
     const int gs[][3] = {{1, 1, 1}, {5, 7, 3}, {96, 48, 1024}, {128, 256, 64}, {129, 33, 100}, {40, 600, 17},
                          {300, 200, 2100}, {17, 31, 5000}};
+    const int lnd[] = {1, 5, 16, 64, 100, 256, 257, 300};
+    for (size_t i = 0; i < sizeof lnd / sizeof *lnd; i++) {
+        check_ln_backward(67, lnd[i]);
+        check_ln_backward(3, lnd[i]);
+    }
     for (int d = 1; d <= 130; d += (d < 34 ? 1 : 13)) {
         check_softmax(d, 1.0f);
         check_softmax(d, 200.0f); /* score gaps beyond exp's range: weights of exactly 0 */
