@@ -2,15 +2,17 @@
 # rows_ab.sh BUILD_A BUILD_B [ROUNDS]: bench/rows.c built against two builds' core libraries
 # (BUILD/libattnscope_core.a, headers from this checkout's core/), run on one thread in
 # alternating rounds; prints per shape the median and range of each side's ns per element and
-# the ratio of the medians (A over B: above 1, B is faster), and says whether the checksums agree
-# (the same bits). Benchmarks are not tests: nothing here asserts a time.
+# the ratio of the medians (A over B: above 1, B is faster), and whether every output has the
+# same bits (rows.c hashes them). Benchmarks are not tests: nothing here asserts a time.
 #
-#     git worktree add /tmp/base HEAD~1 && (cd /tmp/base && meson setup build && ninja -C build)
+#     # BASE: the commit before the change, e.g. b39261d for ddec9f6's rows together
+#     git worktree add /tmp/base BASE && (cd /tmp/base && meson setup build && ninja -C build)
 #     sh bench/rows_ab.sh /tmp/base/build build 5
 set -eu
 [ $# -ge 2 ] || { echo "usage: $0 BUILD_A BUILD_B [ROUNDS]" >&2; exit 2; }
 here=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${3:-5}
+case $rounds in ''|*[!0-9]*|0) echo "$0: ROUNDS must be a positive integer, not '$rounds'" >&2; exit 2 ;; esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for side in a b; do
@@ -30,7 +32,7 @@ import re, statistics, sys
 def read(path):
     out = {}
     for line in open(path):
-        m = re.match(r"(.*): ([0-9.]+) ns per element \(checksum (.*)\)", line.strip())
+        m = re.match(r"(.*): ([0-9.]+) ns per element \(bits (.*)\)", line.strip())
         out.setdefault(m.group(1), []).append((float(m.group(2)), m.group(3)))
     return out
 a, b = read(sys.argv[1]), read(sys.argv[2])

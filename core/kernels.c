@@ -188,7 +188,7 @@ static void ln_chains(float *a, float *b, float (*tg)[LN_STRIP], float (*tb)[LN_
     for (int i = 0; i < n; i++) {
         a0 += tg[0][i], a1 += tg[1][i], a2 += tg[2][i], a3 += tg[3][i];
         b0 += tb[0][i], b1 += tb[1][i], b2 += tb[2][i], b3 += tb[3][i];
-#if defined(__x86_64__) && defined(__GNUC__) /* one by one: vectorised across q, GCC gathers */
+#if defined(__x86_64__) && defined(__GNUC__) /* one by one: vectorised across q, the compiler gathers */
         __asm__("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(b0), "+x"(b1), "+x"(b2), "+x"(b3));
 #endif
     }
