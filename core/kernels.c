@@ -63,12 +63,26 @@ static inline float lanes_sqdev(const float *x, float mean, int d) {
     return s;
 }
 
+/* A row's mean and 1 / sqrt(variance + eps), for the LayerNorm forward and backward: two passes
+ * (mean, then centred variance) as PyTorch does; one-pass E[x^2]-E[x]^2 loses digits when the
+ * mean is large against the spread. */
+static inline void ln_stats(const float *x, int d, float eps, float *mean, float *rstd) {
+    *mean = lanes_sum(x, d) / (float)d;
+    *rstd = 1.0f / sqrtf(lanes_sqdev(x, *mean, d) / (float)d + eps);
+}
+
+/* The LayerNorm backward's input gradient of one row, given its sums a (of g = dy w) and b (of
+ * g xhat): dx += rstd (g - a / d - xhat b / d). */
+static inline void ln_dx_row(float *dr, const float *xr, const float *gr, const float *w, int d, float mean,
+                             float rstd, float a, float b) {
+    const float ma = a / (float)d, mb = b / (float)d;
+    for (int i = 0; i < d; i++) dr[i] += rstd * (gr[i] * w[i] - ma - (xr[i] - mean) * rstd * mb);
+}
+
 KERNEL_CLONES static void layernorm_row(float *o, const float *x, const float *w, const float *b,
                                         int d, float eps) {
-    /* two passes (mean, then centred variance) as PyTorch does: one-pass E[x^2]-E[x]^2
-     * loses digits when the mean is large against the spread */
-    const float mean = lanes_sum(x, d) / (float)d;
-    const float rstd = 1.0f / sqrtf(lanes_sqdev(x, mean, d) / (float)d + eps);
+    float mean, rstd;
+    ln_stats(x, d, eps, &mean, &rstd);
     for (int i = 0; i < d; i++) o[i] = (x[i] - mean) * rstd * w[i] + b[i];
 }
 
@@ -207,9 +221,7 @@ __attribute__((always_inline)) static inline void layernorm_backward_group(float
     float mean[LN_G], rstd[LN_G], a[LN_G], b[LN_G];
     float tg[LN_G][LN_STRIP], tb[LN_G][LN_STRIP];
     for (int q = 0; q < LN_G; q++) {
-        const float *xr = x + (size_t)q * d;
-        mean[q] = lanes_sum(xr, d) / (float)d;
-        rstd[q] = 1.0f / sqrtf(lanes_sqdev(xr, mean[q], d) / (float)d + eps);
+        ln_stats(x + (size_t)q * d, d, eps, &mean[q], &rstd[q]);
         a[q] = b[q] = 0.0f;
     }
     for (int i0 = 0; i0 < d; i0 += LN_STRIP) {
@@ -228,12 +240,8 @@ __attribute__((always_inline)) static inline void layernorm_backward_group(float
         }
         ln_chains(a, b, tg, tb, n);
     }
-    for (int q = 0; q < LN_G; q++) {
-        const float *xr = x + (size_t)q * d, *gr = dy + (size_t)q * d;
-        float *dr = dx + (size_t)q * d;
-        const float ma = a[q] / (float)d, mb = b[q] / (float)d;
-        for (int i = 0; i < d; i++) dr[i] += rstd[q] * (gr[i] * w[i] - ma - (xr[i] - mean[q]) * rstd[q] * mb);
-    }
+    for (int q = 0; q < LN_G; q++)
+        ln_dx_row(dx + (size_t)q * d, x + (size_t)q * d, dy + (size_t)q * d, w, d, mean[q], rstd[q], a[q], b[q]);
 }
 
 /* One block of rows of the LayerNorm backward: dx += ..., and the block's own partial sums of
@@ -249,10 +257,8 @@ KERNEL_CLONES static void layernorm_backward_block(float *dx, float *pw, float *
         layernorm_backward_group(dx + (size_t)r * d, pw, pb, dy + (size_t)r * d, x + (size_t)r * d, w, d, eps);
     for (; r < rows; r++) { /* a row at a time: the same operations in the same order */
         const float *xr = x + (size_t)r * d, *gr = dy + (size_t)r * d;
-        float *dr = dx + (size_t)r * d;
-        const float mean = lanes_sum(xr, d) / (float)d;
-        const float rstd = 1.0f / sqrtf(lanes_sqdev(xr, mean, d) / (float)d + eps);
-        float a = 0.0f, b = 0.0f;
+        float mean, rstd, a = 0.0f, b = 0.0f;
+        ln_stats(xr, d, eps, &mean, &rstd);
         for (int i = 0; i < d; i++) {
             const float xh = (xr[i] - mean) * rstd, g = gr[i] * w[i];
             a += g;
@@ -260,8 +266,7 @@ KERNEL_CLONES static void layernorm_backward_block(float *dx, float *pw, float *
             pw[i] += gr[i] * xh;
             pb[i] += gr[i];
         }
-        const float ma = a / (float)d, mb = b / (float)d;
-        for (int i = 0; i < d; i++) dr[i] += rstd * (gr[i] * w[i] - ma - (xr[i] - mean) * rstd * mb);
+        ln_dx_row(dx + (size_t)r * d, xr, gr, w, d, mean, rstd, a, b);
     }
 }
 
