@@ -176,6 +176,9 @@ enum {
      * the whole batch's (vit_attn_backward, where its caller does not read them either).
      * Mechanisms without params_backward need no flag. */
     VIT_MECH_PARAMS_NO_MAPS = 1 << 9,
+    /* Its head_backward uses x->X (a problem's (Tq, Tk) scratch, ws->dX) and x->scal (ws->scal):
+     * the monolithic ViT and CaiT always carve them, the window frame only for these. */
+    VIT_MECH_WS_DX = 1 << 10,
 };
 
 typedef struct vit_mech {

@@ -128,7 +128,7 @@ size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_
     if (c->family == VIT_FAMILY_PVT2) return pvt_grad_ws_carve(c, B, base, v);
     if (c->family == VIT_FAMILY_CAIT) return cait_grad_ws_carve(c, B, base, v);
     const size_t b = (size_t)B;
-    size_t TD = 0, TW = 0, TH = 0, maps = 0, rpb = 0, pads = 0, slot = 0, ln = 0, rows = 0, dy = 0;
+    size_t TD = 0, TW = 0, TH = 0, maps = 0, rpb = 0, pads = 0, slot = 0, ln = 0, rows = 0, dy = 0, dx = 0, scal = 0;
     vit_geom g;
     for (int l = 0; l < c->depth; l++) {
         vit_block_geom(c, l, &g);
@@ -138,7 +138,12 @@ size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_
         TH = max_z(TH, b * g.T * g.Hm);
         if (!vit_local_side(c, l)) maps = max_z(maps, b * g.H * g.problems * g.Tq * g.Tk); /* local: none */
         rpb = max_z(rpb, (size_t)g.H * g.Tq * g.Tk);
-        if (vit_mech_of(c, l)->flags & VIT_MECH_WS_DY) dy = max_z(dy, b * g.H * g.problems * g.Tq * g.Tk);
+        const unsigned flags = vit_mech_of(c, l)->flags;
+        if (flags & VIT_MECH_WS_DY) dy = max_z(dy, b * g.H * g.problems * g.Tq * g.Tk);
+        if (flags & VIT_MECH_WS_DX) {
+            dx = max_z(dx, b * g.H * g.problems * g.Tq * g.Tk);
+            scal = max_z(scal, b * g.H * g.problems);
+        }
         pads = max_z(pads, b * g.problems * W);
         slot = max_z(slot, slot_floats(g.Tq, g.D, g.H * vit_qk_head_dim(c, l)));
         ln = max_z(ln, vit_ln_scratch_floats(b * g.T, g.D));
@@ -162,9 +167,14 @@ size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_
     vit_carve_floats(p, &off, TH, &v->dhid);
     vit_carve_floats(p, &off, maps, &v->dS);
     vit_carve_floats(p, &off, max_z(maps, rpb), &v->dA); /* the maps' dA, then the relative table's sum */
-    if (dy) { /* lsla's dynamic scale: dS * (q x^T) in dX, dS * DS in dY */
-        vit_carve_floats(p, &off, dy, &v->dX);
-        vit_carve_floats(p, &off, dy, &v->dY);
+    /* lsla's dynamic scale: dS * (q x^T) in dX, dS * DS in dY; MaiT's soft masks: dS * raw in dX,
+     * its sum per problem in scal */
+    if (max_z(dy, dx)) vit_carve_floats(p, &off, max_z(dy, dx), &v->dX);
+    if (dy) vit_carve_floats(p, &off, dy, &v->dY);
+    if (scal) {
+        float *s = NULL;
+        vit_carve_floats(p, &off, 2 * scal, &s); /* doubles */
+        v->scal = (double *)(void *)s;
     }
     vit_carve_floats(p, &off, pads, &v->padg);
     vit_carve_floats(p, &off, b * Dl, &v->dpool);
@@ -256,7 +266,8 @@ static void window_problem_bwd(const window_bwd *j, int b, int w, float *scr) {
                                     .scale = j->scale, .q = Q + oq, .k = K + oq, .v = V + o, .ldq = Wq,
                                     .ldk = Wq, .ldv = D, .add_mask = j->mask ? j->mask + (size_t)w * NN : NULL};
         vit_mech_head_bwd x = {.p = &p, .dA = dA, .dS = dS, .X = ws->dX ? ws->dX + prob * NN : NULL,
-                               .Y = ws->dY ? ws->dY + prob * NN : NULL, .dR = dS, .s = j->scale};
+                               .Y = ws->dY ? ws->dY + prob * NN : NULL, .scal = ws->scal ? ws->scal + prob : NULL,
+                               .dR = dS, .s = j->scale};
         if (j->m->head_backward) j->m->head_backward(j->mb, &x);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, dq, N, x.s, x.dR, N, K + oq, Wq, 0.0f, dQ + oq, Wq);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, dq, N, x.s, x.dR, N, Q + oq, Wq, 0.0f, dK + oq, Wq);

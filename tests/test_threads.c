@@ -168,7 +168,7 @@ int main(void) {
     if (dp) closedir(dp);
     /* and mechanisms in windows no shipped config trains: LSLA in shifted, padded windows; the
      * convolutional stems' per-channel sums (BatchNorm, conv bias) */
-    static const char *const fixtures[] = {"swin_lsla", "swin_lsla_alt", "swin_lsla_qkv", "swin_hmait", "vit_stem", "swin_stem"};
+    static const char *const fixtures[] = {"swin_lsla", "swin_lsla_alt", "swin_lsla_qkv", "swin_hmait", "swin_hmait_soft", "vit_stem", "swin_stem"};
     for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) {
         char path[1400];
         snprintf(path, sizeof path, "%s/%s/config.json", f ? f : "tests/fixtures", fixtures[i]);

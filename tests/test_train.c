@@ -460,6 +460,8 @@ int main(void) {
         {"swin_lsla_qkv", "inputs.npy", 1},
         /* H-MaiT's stages: global attention over each stage's grid with MaiT's hard masks */
         {"swin_hmait", "inputs28.npy", 1},
+        /* and with MaiT's soft masks (a learnt alpha per head on the masked scores) */
+        {"swin_hmait_soft", "inputs28.npy", 1},
         {"pvt_tiny", "pvt_tiny/inputs58.npy", 1},
         {"pvt_li", "pvt_li/inputs40.npy", 1}, {"pvt_lmsa", "inputs.npy", 1},
         {"pvt_less", "inputs.npy", VIT_DP_COUNT}, {"pvt_lavit", "inputs.npy", VIT_DP_COUNT},

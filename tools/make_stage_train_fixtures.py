@@ -31,7 +31,8 @@ FAIL = []
 # and swin_lsla_alt are made here)
 MODELS = {"swin_tiny": "inputs.npy", "swin_pad": "inputs16_1.npy", "swin_pad_tv": "inputs16_1.npy",
           "swin_lmsa": "inputs.npy", "swin_odd": "inputs28.npy", "swin_lsla": "inputs.npy",
-          "swin_lsla_alt": "inputs.npy", "swin_lsla_qkv": "inputs.npy", "swin_hmait": "inputs28.npy"}
+          "swin_lsla_alt": "inputs.npy", "swin_lsla_qkv": "inputs.npy", "swin_hmait": "inputs28.npy",
+          "swin_hmait_soft": "inputs28.npy"}
 # torchvision computes these exactly (make_swin_fixtures.py; swin_odd: pad_first, and its last
 # grid equals the window, where both clamps keep M and do not shift)
 TORCHVISION = ("swin_tiny", "swin_pad_tv", "swin_odd")
@@ -69,6 +70,11 @@ SWIN_HMAIT = {"architecture": "custom", "family": "swin", "img_size": 28, "patch
               "num_classes": 10, "qkv_bias": True, "patch_norm": True, "scopes": ["global", "global"],
               "attention": [{"blocks": "0-1", "type": "mait", "mask_size": [3, 3], "mask_mode": "zero"},
                             {"blocks": "2-3", "type": "mait", "mask_size": [3, 0, 0, 0], "mask_mode": "zero"}]}
+# H-MaiT's stages with MaiT's soft masks (the masked scores times a learnt alpha per head, paper
+# 003 section 3): soft in stage 0, hard (zero) in stage 1
+SWIN_HMAIT_SOFT = dict(SWIN_HMAIT, attention=[
+    {"blocks": "0-1", "type": "mait", "mask_size": [3, 3], "mask_mode": "soft"},
+    {"blocks": "2-3", "type": "mait", "mask_size": [3, 0, 3, 0], "mask_mode": "soft"}])
 SWIN_LSLA_ALT = dict(SWIN_LSLA, attention=[{"blocks": "0-3", "type": "lsla", "dynamic_scale": False,
                                             "inner_bias": "relative", "outer_bias": "full", "values": "v",
                                             "proj": False, "outer_bias_masked": False}])
@@ -192,7 +198,8 @@ def main():
             pvt_grads(name, inputs)
     made = {"swin_lmsa": (SWIN_LMSA, 320, "inputs.npy"), "swin_odd": (SWIN_ODD, 330, "inputs28.npy"),
             "swin_lsla": (SWIN_LSLA, 340, "inputs.npy"), "swin_lsla_alt": (SWIN_LSLA_ALT, 350, "inputs.npy"),
-            "swin_lsla_qkv": (SWIN_LSLA_QKV, 360, "inputs.npy"), "swin_hmait": (SWIN_HMAIT, 370, "inputs28.npy")}
+            "swin_lsla_qkv": (SWIN_LSLA_QKV, 360, "inputs.npy"), "swin_hmait": (SWIN_HMAIT, 370, "inputs28.npy"),
+            "swin_hmait_soft": (SWIN_HMAIT_SOFT, 380, "inputs28.npy")}
     for name, (cfg, seed, inputs) in made.items():
         if want(name):
             make_fixture(name, cfg, seed, inputs)

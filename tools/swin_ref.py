@@ -218,8 +218,11 @@ class WindowAttention(nn.Module):
                     scores = Mk * scores
                 elif mode == "neg_inf":
                     scores = scores.masked_fill(Mk == 0, float("-inf"))
+                elif mode == "soft":  # (M + (1 - M) alpha_h) * scores: alpha_h where a score is masked
+                    a = self.mask_alpha.to(scores.dtype).reshape(1, h, 1, 1, 1)
+                    scores = (Mk + (1 - Mk) * a) * scores
                 else:
-                    raise ValueError("swin_ref: MaiT mask_mode zero or neg_inf only")
+                    raise ValueError(f"swin_ref: MaiT mask_mode {mode!r}")
         if table is not None:
             scores = scores + bias[None, :, None]
         scores = scores + mask[None, None]
@@ -269,6 +272,8 @@ class Block(nn.Module):
         lsla = {k: v for k, v in spec.items() if k not in ("type", "blocks")} if spec and spec["type"] == "lsla" else None
         self.attn = WindowAttention(dim, heads, table_side, qkv_bias, qk_dim, lsla, rpb)
         self.attn.mait = mait  # MaiT's masks (global stages: the window is the whole grid)
+        if mait and mait.get("mask_mode", "zero") == "soft":  # MaiT's soft mask: a learnt alpha per head
+            self.attn.mask_alpha = nn.Parameter(torch.full((heads,), 0.5))
         self.norm2 = nn.LayerNorm(dim, eps=EPS)
         self.mlp = Mlp(dim, int(mlp_ratio * dim))
 
@@ -426,6 +431,8 @@ def perturb(sd, seed, table_std=1.0):
             p = table_std * torch.randn(p.shape, generator=g)
         elif ln:
             p = 1.0 + 0.2 * torch.randn(p.shape, generator=g)
+        elif name.endswith("mask_alpha"):  # MaiT's soft masks: alpha strictly between 0 and 1
+            p = 0.1 + 0.8 * torch.rand(p.shape, generator=g)
         elif name.endswith("bias"):
             p = p + 0.1 * torch.randn(p.shape, generator=g)
         else:

@@ -274,7 +274,7 @@ static void trace_attrs(const vit_config *c, const vit_params *p, int l, vit_mec
 const vit_mech vit_mech_mait = {
     .name = "mait",
     .summary = "MaiT: R x R spatial masks around the query patch, per head",
-    .flags = VIT_MECH_PARAMS_NO_MAPS, /* params_backward sums ws->scal */
+    .flags = VIT_MECH_PARAMS_NO_MAPS | VIT_MECH_WS_DX, /* soft: head_backward's dS * raw in X, its sum in scal */
     .scopes = 1u << VIT_SCOPE_GLOBAL,
     .keys = keys,
     .n_keys = sizeof keys / sizeof keys[0],
