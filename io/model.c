@@ -341,8 +341,9 @@ static void key_other_family(char *msg, size_t n, const char *prefix, const char
         const char *why = "timm's SwinTransformer has no such option";
         for (size_t i = 0; i < sizeof swin_why / sizeof swin_why[0]; i++)
             if (strcmp(swin_why[i].key, key) == 0) why = swin_why[i].why;
-        snprintf(msg, n, "\"%s%.48s\" is a ViT key and this is a Swin model: %s; remove it", prefix,
-                 key, why);
+        const int cait_only = key_find_fam(key, MK_MODEL, MF_CAIT) && !key_find_fam(key, MK_MODEL, MF_VIT);
+        snprintf(msg, n, "\"%s%.48s\" is a %s key and this is a Swin model: %s; remove it", prefix,
+                 key, cait_only ? "CaiT" : "ViT", why);
     } else if (key_find_fam(key, MK_MODEL, MF_PVT) && !key_find_fam(key, MK_MODEL, MF_SWIN | MF_VIT)) {
         snprintf(msg, n, "\"%s%.48s\" is a PVT v2 key and this is a %s model: add \"family\": "
                  "\"pvt_v2\" (or name a PVT v2 architecture) for a PVT v2, or remove it", prefix, key,
@@ -1015,6 +1016,17 @@ static int swin_from_json(vit_config *c, const cJSON *root, const cJSON *ma, int
                  "width)", last);
         return 0;
     }
+    int windows = 0; /* keys of the windows: nothing to act on when every stage is global */
+    for (int s = 0; s < ns; s++) windows += c->stage[s].scope == VIT_SCOPE_WINDOW;
+    static const char *const window_keys[] = {"window_size", "rel_pos_bias", "pad_order", "window_clamp"};
+    for (size_t i = 0; !windows && i < sizeof window_keys / sizeof window_keys[0]; i++) {
+        const cJSON *j = model_value(root, ma, window_keys[i]);
+        if (j && !cJSON_IsNull(j)) {
+            snprintf(msg, n, "\"%s\" has no effect: every stage is global (\"scopes\"), with no window, "
+                     "shift or relative table; remove it", window_keys[i]);
+            return 0;
+        }
+    }
     return 1;
 }
 
@@ -1487,12 +1499,20 @@ static as_status json_family(const cJSON *root, const char *name, int *family, a
 
 as_status model_config_apply_json(vit_config *cfg, const char *json, const char *name,
                                   as_error *err) {
-    cJSON *root = cJSON_Parse(json);
-    if (!root || !cJSON_IsObject(root)) {
+    const char *end = NULL; /* one object and nothing after it but white space */
+    cJSON *root = cJSON_ParseWithOpts(json, &end, 1);
+    if (!root) {
+        const long at = end ? (long)(end - json) : 0L;
+        cJSON *alone = cJSON_Parse(json); /* parses: the object is followed by more text */
+        cJSON_Delete(alone);
+        return as_fail(err, AS_ERR_FORMAT, alone ? "%s: text after the JSON object at byte %ld: give one object"
+                                                 : "%s: not a JSON object (syntax error near byte %ld): fix the JSON",
+                       name, at);
+    }
+    if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return as_fail(err, AS_ERR_FORMAT, "%s: not a JSON object (syntax error near byte %ld): "
-                       "fix the JSON", name,
-                       cJSON_GetErrorPtr() ? (long)(cJSON_GetErrorPtr() - json) : 0L);
+        return as_fail(err, AS_ERR_FORMAT, "%s: the top level is not a JSON object: write the config "
+                       "as {\"key\": value, ...}", name);
     }
     vit_config c = *cfg;
     int family = -1;
@@ -1606,19 +1626,24 @@ static void swin_to_json(const vit_config *c, cJSON *o) {
         cJSON_AddItemToArray(d, cJSON_CreateNumber(c->stage[s].depth));
         cJSON_AddItemToArray(h, cJSON_CreateNumber(c->stage[s].num_heads));
     }
-    cJSON_AddNumberToObject(o, "window_size", c->stage[0].window);
+    int global = 0, windows = 0;
+    for (int s = 0; s < c->n_stages; s++) {
+        global |= c->stage[s].scope == VIT_SCOPE_GLOBAL;
+        windows |= c->stage[s].scope == VIT_SCOPE_WINDOW;
+    }
+    if (windows) cJSON_AddNumberToObject(o, "window_size", c->stage[0].window);
     cJSON_AddNumberToObject(o, "mlp_ratio", swin_mlp_ratio(c));
     cJSON_AddNumberToObject(o, "num_classes", c->num_classes);
     cJSON_AddBoolToObject(o, "qkv_bias", c->qkv_bias);
     cJSON_AddBoolToObject(o, "patch_norm", c->patch_norm);
     cJSON_AddStringToObject(o, "global_pool", vit_pool_name(c->global_pool));
     cJSON_AddNumberToObject(o, "ln_eps", c->ln_eps);
-    cJSON_AddStringToObject(o, "pad_order", vit_pad_order_name(c->pad_order));
-    cJSON_AddStringToObject(o, "window_clamp", vit_window_clamp_name(c->window_clamp));
+    if (windows) {
+        cJSON_AddStringToObject(o, "pad_order", vit_pad_order_name(c->pad_order));
+        cJSON_AddStringToObject(o, "window_clamp", vit_window_clamp_name(c->window_clamp));
+    }
     if (c->n_stages > 1 && c->stage[1].down == VIT_DOWN_CONV) cJSON_AddStringToObject(o, "downsample", "conv");
-    if (c->no_rel_pos_bias) cJSON_AddBoolToObject(o, "rel_pos_bias", 0);
-    int global = 0;
-    for (int s = 0; s < c->n_stages; s++) global |= c->stage[s].scope == VIT_SCOPE_GLOBAL;
+    if (c->no_rel_pos_bias && windows) cJSON_AddBoolToObject(o, "rel_pos_bias", 0);
     if (global) {
         cJSON *a = cJSON_AddArrayToObject(o, "scopes");
         for (int s = 0; s < c->n_stages && s < VIT_MAX_STAGES; s++)

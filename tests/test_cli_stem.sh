@@ -91,7 +91,7 @@ done
 # (each block's mask sizes for its own stage's heads) reads back to record
 cat >"$T/hm.json" <<'JSON'
 {"architecture": "custom", "family": "swin", "img_size": 32, "patch_size": 4, "embed_dim": 24, "depths": [2, 2],
- "num_heads": [3, 6], "window_size": 4, "mlp_ratio": 2, "num_classes": 6, "scopes": ["global", "global"],
+ "num_heads": [3, 6], "mlp_ratio": 2, "num_classes": 6, "scopes": ["global", "global"],
  "attention": [{"blocks": "0-1", "type": "mait", "mask_size": 3, "mask_mode": "zero"},
                {"blocks": "2-3", "type": "mait", "mask_size": [3, 3, 0, 0, 0, 0], "mask_mode": "zero"}]}
 JSON

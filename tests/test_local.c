@@ -170,7 +170,7 @@ static void backward_case(const lcase *lc, uint32_t *sp) {
 /* ---- a staged model with local and dense heads ---- */
 
 #define STAGED "{\"architecture\": \"custom\", \"family\": \"swin\", \"img_size\": 24, \"patch_size\": 2, " \
-    "\"in_chans\": 3, \"embed_dim\": 8, \"depths\": [1, 1], \"num_heads\": [2, 4], \"window_size\": 6, " \
+    "\"in_chans\": 3, \"embed_dim\": 8, \"depths\": [1, 1], \"num_heads\": [2, 4], " \
     "\"mlp_ratio\": 2, \"num_classes\": 5, \"scopes\": [\"global\", \"global\"], \"attention\": [" \
     "{\"blocks\": \"0\", \"type\": \"mait\", \"mask_size\": [3, 5], \"mask_mode\": \"neg_inf\"}, " \
     "{\"blocks\": \"1\", \"type\": \"mait\", \"mask_size\": [3, 0, 0, 5], \"mask_mode\": \"zero\"}]}"

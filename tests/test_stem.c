@@ -216,10 +216,50 @@ static void test_hmait(void) {
     vit_config c;
     CHECK(!apply(&c, "{\"architecture\": \"hmait_t\", \"scopes\": [\"global\"]}") && strstr(err.msg, "\"scopes\" must list"),
           "scopes of another length: %s", err.msg);
+    /* every stage global: the windows' keys would do nothing, so they are refused, and the
+     * config attnscope writes for such a model (a checkpoint's) leaves them out and reads back */
+    static const char *const window_keys[] = {"\"window_size\": 8", "\"rel_pos_bias\": true",
+                                              "\"pad_order\": \"roll_first\"", "\"window_clamp\": \"torchvision\""};
+    for (int i = 0; i < 4; i++) {
+        char js[256];
+        snprintf(js, sizeof js, "{\"architecture\": \"hmait_t\", %s}", window_keys[i]);
+        CHECK(!apply(&c, js) && strstr(err.msg, "has no effect: every stage is global"), "%s: %s", js, err.msg);
+        snprintf(js, sizeof js, "{\"architecture\": \"hmait_t\", \"scopes\": [\"window\", \"global\", \"global\", "
+                 "\"global\"], \"attention\": [{\"blocks\": \"0-1\", \"type\": \"vanilla\"}], %s}", window_keys[i]);
+        CHECK(apply(&c, js), "%s with a window stage: %s", window_keys[i], err.msg);
+    }
+    CHECK(apply(&c, "{\"architecture\": \"hmait_t\"}"), "hmait_t: %s", err.msg);
+    char *back = model_config_to_json(&c);
+    CHECK(back && !strstr(back, "window_size") && !strstr(back, "pad_order") && !strstr(back, "window_clamp"),
+          "an all-global model's config names the windows' keys: %s", back ? back : "(null)");
+    vit_config d;
+    CHECK(back && apply(&d, back) && d.n_stages == c.n_stages && d.stage[2].scope == VIT_SCOPE_GLOBAL,
+          "an all-global model's config reads back: %s", err.msg);
+    free(back);
+}
+
+/* Config text that is not one JSON object, keys in the message of their own family, and a MaiT
+ * entry that masks nothing. */
+static void test_config_text(void) {
+    vit_config c;
+    CHECK(!apply(&c, "{" VIT_BASE "}{\"depth\": 99}") && strstr(err.msg, "text after the JSON object"),
+          "trailing object: %s", err.msg);
+    CHECK(!apply(&c, "[]") && strstr(err.msg, "top level is not a JSON object"), "array: %s", err.msg);
+    CHECK(!apply(&c, "{" VIT_BASE ",}") && strstr(err.msg, "syntax error"), "syntax: %s", err.msg);
+    CHECK(apply(&c, "{" VIT_BASE "}\n\n"), "trailing white space: %s", err.msg);
+    CHECK(!apply(&c, "{\"architecture\": \"swin_tiny_patch4_window7_224\", \"talking_heads\": true}") &&
+              strstr(err.msg, "is a CaiT key and this is a Swin model"), "talking_heads on Swin: %s", err.msg);
+    CHECK(!apply(&c, "{" VIT_BASE ", \"attention\": [{\"blocks\": \"0-1\", \"type\": \"mait\", \"mask_size\": 3, \"heads\": []}]}") &&
+              strstr(err.msg, "no head is masked"), "mait, no heads: %s", err.msg);
+    CHECK(!apply(&c, "{" VIT_BASE ", \"attention\": [{\"blocks\": \"0-1\", \"type\": \"mait\", \"mask_size\": [0, 0, 0]}]}") &&
+              strstr(err.msg, "no head is masked"), "mait, zero sizes: %s", err.msg);
+    CHECK(apply(&c, "{" VIT_BASE ", \"attention\": [{\"blocks\": \"0-1\", \"type\": \"mait\", \"mask_size\": [0, 3, 0]}]}"),
+          "mait, one head: %s", err.msg);
 }
 
 int main(void) {
     test_hmait();
+    test_config_text();
     test_json();
     test_geometry();
     test_seed_counts();

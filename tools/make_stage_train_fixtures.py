@@ -66,7 +66,7 @@ SWIN_LSLA_QKV = dict(SWIN_LSLA, rel_pos_bias=False,
 # shift or relative table), MaiT's hard 3 x 3 masks on some heads of each stage; an odd grid
 # before the merge (28 px, patch 2: 14 -> 7)
 SWIN_HMAIT = {"architecture": "custom", "family": "swin", "img_size": 28, "patch_size": 2, "in_chans": 3,
-              "embed_dim": 8, "depths": [2, 2], "num_heads": [2, 4], "window_size": 7, "mlp_ratio": 2,
+              "embed_dim": 8, "depths": [2, 2], "num_heads": [2, 4], "mlp_ratio": 2,
               "num_classes": 10, "qkv_bias": True, "patch_norm": True, "scopes": ["global", "global"],
               "attention": [{"blocks": "0-1", "type": "mait", "mask_size": [3, 3], "mask_mode": "zero"},
                             {"blocks": "2-3", "type": "mait", "mask_size": [3, 0, 0, 0], "mask_mode": "zero"}]}

@@ -367,7 +367,7 @@ class SwinRef(nn.Module):
         self.c = c
         self.pad_order = c.get("pad_order", "pad_first")
         self.clamp = c.get("window_clamp", "timm")
-        D, M0 = c["embed_dim"], c["window_size"]
+        D, M0 = c["embed_dim"], c.get("window_size", 7)  # all-global models have none
         stem = c.get("stem")
         if stem:  # a convolutional stem is the patch embedding; patch_norm's LN follows it
             import stem_ref
@@ -398,7 +398,7 @@ class SwinRef(nn.Module):
         if hasattr(self, "stem"):
             x = self.stem(x)
         x = self.patch_embed(x)
-        M0 = self.c["window_size"]
+        M0 = self.c.get("window_size", 7)
         for s, stage in enumerate(self.layers):
             if stage.downsample is not None:
                 x = stage.downsample(x)

@@ -39,6 +39,15 @@ static const vit_mech_key keys[] = {
     {"mask_mode", "\"zero\" (the paper, default), \"soft\" (learnable alpha per head) or \"neg_inf\""},
 };
 
+/* A mait entry that masks no head would be plain attention under MaiT's name. */
+static int any_masked(const vit_attn *a, int H, char *msg, size_t n) {
+    for (int h = 0; h < H; h++)
+        if (a->mask_size[h]) return 1;
+    snprintf(msg, n, "no head is masked (every \"mask_size\" is 0, or \"heads\" is empty): mask at "
+             "least one head, or use \"type\": \"vanilla\" for plain attention");
+    return 0;
+}
+
 static int parse(vit_attn *a, const vit_mech_entry *e, int H, char *msg, size_t n) {
 #define BAD(...) do { snprintf(msg, n, __VA_ARGS__); return 0; } while (0)
     const vit_mv *j;
@@ -60,7 +69,7 @@ static int parse(vit_attn *a, const vit_mech_entry *e, int H, char *msg, size_t 
                 BAD("\"mask_size\" entries must be 0 (unmasked) or odd sizes 1..255");
             a->mask_size[h] = (unsigned char)iv;
         }
-        return 1;
+        return any_masked(a, H, msg, n);
     }
     if (!vit_mv_int(ms, 1, 255, &iv))
         BAD("mait needs \"mask_size\": an odd R (3, 5, ...) or an array with one per head");
@@ -76,7 +85,7 @@ static int parse(vit_attn *a, const vit_mech_entry *e, int H, char *msg, size_t 
     } else {
         BAD("\"heads\" must be an array of head indices");
     }
-    return 1;
+    return any_masked(a, H, msg, n);
 #undef BAD
 }
 
