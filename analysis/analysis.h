@@ -25,6 +25,7 @@
 
 #define ANALYSIS_MAX_THRESHOLDS 16
 
+#define ANALYSIS_MAX_GIVEN 24
 typedef enum { ANALYSIS_FUSE_MEAN = 0, ANALYSIS_FUSE_MAX, ANALYSIS_FUSE_MIN } analysis_fusion;
 
 /* The named choices where the papers leave a definition open (docs/analysis.md says which
@@ -76,7 +77,23 @@ typedef struct analysis_opts {
     void (*progress)(void *ud, long done, long total);  /* or NULL */
     void *progress_ud;
     volatile sig_atomic_t *stop; /* set by a signal handler: stop, write nothing; or NULL */
+    /* the options the user gave that belong to some metrics (analysis_opts_given): with
+     * explicit_metrics, one whose metrics are all left out would do nothing and is refused */
+    struct {
+        char name[40];
+        unsigned metrics;
+    } given[ANALYSIS_MAX_GIVEN];
+    int n_given;
 } analysis_opts;
+
+/* Notes that option NAME (without "--") was given and acts only in the metrics named in the
+ * comma-separated list (registry names), for analysis_run's check. */
+void analysis_opts_given(analysis_opts *o, const char *name, const char *metrics);
+/* The same for one of the metrics' named choices: the metric that declares it. */
+void analysis_choice_given(analysis_opts *o, const char *option);
+/* 0 (err filled) when an option of analysis_opts_given belongs only to metrics that an explicit
+ * --metrics leaves out. analysis_run checks it first. */
+int analysis_opts_check_given(const analysis_opts *o, as_error *err);
 
 typedef struct {
     long images;                 /* images analysed */

@@ -98,6 +98,41 @@ int analysis_choice_set(analysis_opts *o, const char *option, const char *value,
     return 0;
 }
 
+static void given_add(analysis_opts *o, const char *name, unsigned metrics) {
+    for (int i = 0; i < o->n_given; i++)
+        if (strcmp(o->given[i].name, name) == 0) return;
+    if (o->n_given == ANALYSIS_MAX_GIVEN) return;
+    snprintf(o->given[o->n_given].name, sizeof o->given[0].name, "%s", name);
+    o->given[o->n_given++].metrics = metrics;
+}
+
+void analysis_opts_given(analysis_opts *o, const char *name, const char *metrics) {
+    as_error e;
+    given_add(o, name, analysis_metric_mask(metrics, &e));
+}
+
+void analysis_choice_given(analysis_opts *o, const char *option) {
+    for (int m = 0; m < N_METRICS; m++)
+        for (int i = 0; i < registry[m]->n_choices; i++)
+            if (strcmp(registry[m]->choices[i].option, option) == 0) given_add(o, option, 1u << m);
+}
+
+/* An option of metrics that --metrics leaves out: as_fail and 0. */
+int analysis_opts_check_given(const analysis_opts *o, as_error *err) {
+    for (int i = 0; o->explicit_metrics && o->metrics && i < o->n_given; i++) {
+        if (!o->given[i].metrics || (o->given[i].metrics & o->metrics)) continue;
+        char names[256] = "";
+        for (int m = 0; m < N_METRICS; m++)
+            if (o->given[i].metrics & (1u << m))
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "",
+                         registry[m]->name);
+        as_fail(err, AS_ERR_ARG, "--%s has no effect: it is an option of %s, which --metrics leaves out: add "
+                "it to --metrics, or remove --%s", o->given[i].name, names, o->given[i].name);
+        return 0;
+    }
+    return 1;
+}
+
 void analysis_params_choices(analysis_ctx *c) {
     for (int i = 0; i < c->metric->n_choices; i++) {
         const analysis_choice *ch = &c->metric->choices[i];

@@ -573,6 +573,7 @@ as_status analysis_run(const char *trace_path, const char *out_path, const analy
     gsl_set_error_handler_off();
     h5u_quiet();
     memset(rep, 0, sizeof *rep);
+    if (!analysis_opts_check_given(opt, err)) return err->status;
     trace_reader r;
     as_status rc = trace_reader_open(&r, trace_path, err);
     if (rc != AS_OK) return rc;

@@ -27,7 +27,7 @@ static const cli_opt analyze_opts_table[] = {
     {'c', 0,   "csv",             "DIR",    NULL, "no CSV", "also write one long-format CSV table per result into DIR"},
     {'w', 0,   "als-window",      "R",      "odd, 1..99", "a masked head's own mask size, else 3",
      "ALS: side of the R x R neighbourhood (MaiT Eq. 3) for every head"},
-    {'A', 0,   "als-thresholds",  "LOW,HIGH", NULL, "0.35,0.65", "ALS: candidate and mask thresholds for mask placement"},
+    {'A', 0,   "als-thresholds",  "LOW,HIGH", "0 <= LOW < HIGH <= 1", "0.35,0.65", "ALS: candidate and mask thresholds for mask placement"},
     {'Q', 0,   "qk-thresholds",   "LIST",   "up to " CLI_STR(ANALYSIS_MAX_THRESHOLDS) " numbers", "0.1,0.5,1,2",
      "Q/K: magnitudes counted (fraction of |q|, |k| entries above each)"},
     {'f', 0,   "fusion",          "F",      "mean, max, min", "mean", "rollout: how heads are fused"},
@@ -128,7 +128,7 @@ int analyze_option(analysis_opts *o, const char *name, const char *arg, as_error
     switch (op->key) {
     case 'w': ok = cli_parse_int(arg, 1, 99, &o->als_window) && o->als_window % 2 == 1; break;
     case 'A':
-        if ((ok = parse_doubles(arg, th, 2) == 2)) {
+        if ((ok = parse_doubles(arg, th, 2) == 2 && th[0] >= 0 && th[0] < th[1] && th[1] <= 1)) {
             o->als_low = th[0];
             o->als_high = th[1];
         }
@@ -167,6 +167,15 @@ int analyze_option(analysis_opts *o, const char *name, const char *arg, as_error
         as_fail(err, AS_ERR_ARG, "--%s \"%s\": give %s", name, arg, op->values ? op->values : op->arg);
         return -1;
     }
+    /* the metrics each option acts in (analysis_run refuses one that --metrics leaves out) */
+    static const struct {
+        int key;
+        const char *metrics;
+    } owner[] = {{'w', "als"}, {'A', "als"}, {'Q', "qk"}, {'f', "rollout"}, {'d', "rollout"},
+                 {'e', "entropy"}, {'p', "distance"}, {'B', "evolution"}};
+    for (size_t i = 0; i < sizeof owner / sizeof owner[0]; i++)
+        if (owner[i].key == op->key) analysis_opts_given(o, name, owner[i].metrics);
+    if (op->key >= KEY_CHOICE) analysis_choice_given(o, name);
     return 1;
 }
 
@@ -202,6 +211,7 @@ int cmd_analyze(int argc, char **argv) {
     if (optind >= argc) return cli_missing(&analyze_cmd, "TRACE.h5, the trace to analyse");
     if (optind + 1 < argc) return cli_extra(&analyze_cmd, argv[optind + 1]);
     const char *trace = argv[optind];
+    if (!analysis_opts_check_given(&o, &err)) return cli_fail(2, "%s (attnscope analyze --help)", err.msg);
     runtime_set_threads(threads);
     o.threads = runtime_threads();
     char cmdline[4096];

@@ -26,6 +26,18 @@ done
 expect 2 "$A" analyze --als-rwos raw; has "$T/err" "did you mean --als-rows?"; one_line
 expect 2 "$A" analyze "$MC" --als-rows sometimes; has "$T/err" "give normalise, raw, refuse"; one_line
 expect 2 "$A" analyze "$MC" --cka-batch 3; has "$T/err" "cka-batch"; one_line
+# an option of metrics that --metrics leaves out would do nothing: refused, nothing written; with
+# its metric named (or every metric, no --metrics) it runs
+for o in "--fusion max|rollout" "--als-window 5|als" "--als-rows raw|als" "--cka-batch 4|evolution" \
+         "--entropy-normalize|entropy" "--qk-thresholds 0.5|qk" "--distance-prefix renormalise|distance"; do
+    IFS='|' read -r opt metric <<<"$o"
+    other=similarity
+    expect 2 "$A" analyze "$MC" --out "$T/g.h5" --metrics $other $opt
+    has "$T/err" "${opt%% *} has no effect: it is an option of $metric, which --metrics leaves out"; one_line
+    [ ! -e "$T/g.h5" ] && ok || bad "$opt refused, yet $T/g.h5 written"
+done
+expect 0 "$A" analyze "$MC" --out "$T/g.h5" --metrics rollout --fusion max -q
+expect 2 "$A" analyze "$MC" --metrics als --als-thresholds 0.9,0.1; has "$T/err" "0 <= LOW < HIGH <= 1"; one_line
 
 # refuse: a Refiner layer's maps do not sum to 1; the message names the map to analyse instead
 expect 1 "$A" analyze "$MC" --out "$T/r.h5" --metrics als --als-rows refuse
