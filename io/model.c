@@ -203,7 +203,9 @@ static const model_key model_keys[] = {
      "window side M of every stage (limit: M^2 x M^2 maps per head, (2M-1)^2 table rows)", MF_SWIN},
     {"scopes", MK_MODEL, MK_OWN, 0, 0, -1, "\"window\" or \"global\", one per stage", NULL,
      "how each stage's blocks attend: `window` (Swin's shifted windows, default) or `global` (every "
-     "token of the stage's grid, no window, shift or relative table: H-MaiT's stages)", MF_SWIN},
+     "token of the stage's grid, no window, shift or relative table: H-MaiT's stages). With every stage "
+     "global, `window_size`, `rel_pos_bias`, `pad_order` and `window_clamp` would do nothing and are "
+     "refused; the config attnscope writes for such a model leaves them out", MF_SWIN},
     {"rel_pos_bias", MK_MODEL, MK_OWN, 0, 1, -1, "true/false", NULL,
      "each window block's relative position bias table (`attn.relative_position_bias_table`, "
      "default true); false: none, as ViT-LSLA, whose LSLA inner bias is that bias", MF_SWIN},
