@@ -255,6 +255,16 @@ static void test_config_text(void) {
               strstr(err.msg, "no head is masked"), "mait, zero sizes: %s", err.msg);
     CHECK(apply(&c, "{" VIT_BASE ", \"attention\": [{\"blocks\": \"0-1\", \"type\": \"mait\", \"mask_size\": [0, 3, 0]}]}"),
           "mait, one head: %s", err.msg);
+    /* LSLA's outer bias unmasked acts only where a shift mask separates pairs */
+    CHECK(!apply(&c, "{" VIT_BASE ", \"attention\": {\"type\": \"lsla\", \"outer_bias_masked\": false}}") &&
+              strstr(err.msg, "\"outer_bias_masked\": false has no effect"), "lsla in a ViT, unmasked: %s", err.msg);
+    CHECK(apply(&c, "{" VIT_BASE ", \"attention\": {\"type\": \"lsla\", \"outer_bias_masked\": true}}"),
+          "lsla in a ViT, masked (the default, as attnscope writes it): %s", err.msg);
+    CHECK(apply(&c, "{\"architecture\": \"swin_tiny_patch4_window7_224\", \"attention\": {\"type\": \"lsla\", "
+                    "\"outer_bias_masked\": false}}"), "lsla in shifted windows, unmasked: %s", err.msg);
+    CHECK(!apply(&c, "{\"architecture\": \"swin_tiny_patch4_window7_224\", \"attention\": {\"type\": \"lsla\", "
+                     "\"outer_bias\": \"none\", \"outer_bias_masked\": false}}") &&
+              strstr(err.msg, "has no effect"), "lsla without an outer bias, unmasked: %s", err.msg);
 }
 
 int main(void) {

@@ -76,9 +76,25 @@ static void write(const vit_config *c, int l, vit_mech_writer *w) {
     w->boolean(w, "outer_bias_masked", !a->outer_unmasked);
 }
 
+/* 1 when some block of c runs LSLA with an outer bias in shifted windows: the only pairs
+ * "outer_bias_masked": false acts on are those Swin's shift mask separates. */
+static int outer_mask_acts(const vit_config *c) {
+    for (int k = 0; k < c->depth; k++) {
+        if (c->attn[k].kind != VIT_ATTN_LSLA || c->attn[k].outer_bias == VIT_BIAS_NONE) continue;
+        vit_geom gk;
+        vit_block_geom(c, k, &gk);
+        if (gk.scope == VIT_SCOPE_WINDOW && gk.shift) return 1;
+    }
+    return 0;
+}
+
 static as_status validate(const vit_config *c, int l, const vit_geom *g, as_error *err) {
     const vit_attn *a = &c->attn[l];
     const char *n = vit_mech_model_name(c);
+    if (a->outer_unmasked && !outer_mask_acts(c))
+        return as_fail(err, AS_ERR_CONFIG, "%s: block %d: \"outer_bias_masked\": false has no effect: no block "
+                       "runs lsla with an outer bias in shifted windows, where alone the shift mask separates "
+                       "pairs: remove it", n, l);
     if (a->scale > 0.0f && a->dynamic_scale)
         return as_fail(err, AS_ERR_CONFIG, "%s: block %d: \"scale\" has no effect on lsla with a "
                        "dynamic scale (the learnable DS replaces it): remove it, or set "
