@@ -1840,6 +1840,9 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
                        "--compress none|deflate", path, "/usr/lib/x86_64-linux-gnu/hdf5/serial/plugins");
     struct stat sb;
     int exists = lstat(path, &sb) == 0;
+    if (exists && mode == TRACE_CREATE && S_ISDIR(sb.st_mode))
+        return as_fail(err, AS_ERR_EXISTS, "%s: is a folder: give --out a trace file's name (a new one, "
+                       "such as %s/run.h5)", path, path);
     if (exists && mode == TRACE_CREATE)
         return as_fail(err, AS_ERR_EXISTS, "%s: already exists; pass --force to overwrite it or "
                        "--resume to continue it", path);

@@ -54,6 +54,10 @@ if [ -n "$SHIM" ]; then
     first=$!
     for _ in $(seq 50); do [ -e "$T/r.h5" ] && break; sleep 0.1; done
     expect 1 "$A" "${REC[@]}" --out "$T/r.h5";          has "$T/err" "already exists"; one_line
+    # a folder: --force would not help, so the message does not offer it
+    mkdir -p "$T/adir"
+    expect 1 "$A" "${REC[@]}" --out "$T/adir";          has "$T/err" "is a folder: give --out a trace file's name"
+    lacks "$T/err" "force"; one_line
     expect 1 "$A" "${REC[@]}" --out "$T/r.h5" --force;  has "$T/err" "in use by another attnscope run"; one_line
     expect 1 "$A" "${REC[@]}" --out "$T/r.h5" --resume; has "$T/err" "in use by another attnscope run"; one_line
     wait $first && ok || bad "the first run failed: $(cat "$T/first")"
