@@ -226,6 +226,11 @@ typedef struct {
     int resume, keep;       /* keep: newest epoch checkpoints kept (0: all) */
     int quiet;              /* no per-epoch lines (progress still follows the tty rule) */
     const char *command_line;
+    /* names the caller put in out before a fresh run (NULL-terminated; e.g. an experiment's
+     * model.json): a fresh run refuses an out folder that holds anything else */
+    const char *const *preexisting;
+    int others_stay;        /* 1: the caller cleared the run's own names from out (demo --force); what
+                             * else is there stays untouched beside a fresh run */
 } train_opts;
 
 typedef struct {

@@ -122,7 +122,8 @@ static int demo_train_file(const char *e) {
     if (demo_is_numbered(e, "epoch-", 3, "") || demo_is_numbered(e, "step-", 7, "")) return 2;
     if (demo_is_numbered(e, "epoch-", 3, ".tmp") || demo_is_numbered(e, "epoch-", 3, ".old") ||
         demo_is_numbered(e, "step-", 7, ".tmp") || demo_is_numbered(e, "step-", 7, ".old")) return 2;
-    return demo_is(e, "latest") || demo_is(e, ".latest.tmp") || demo_is(e, "log.csv") ||
+    return demo_is(e, "latest") || demo_is(e, ".latest.tmp") || demo_is(e, ".attnscope-train") ||
+           demo_is(e, "log.csv") ||
            demo_is_numbered(e, "trace-epoch-", 3, ".h5") || demo_is_numbered(e, "trace-epoch-", 3, ".analysis.h5");
 }
 static int demo_heldout_class(const char *e) {
@@ -257,6 +258,7 @@ int cmd_demo(int argc, char **argv) {
     to.record_images = count;
     to.keep = 1;
     to.command_line = "attnscope demo";
+    to.others_stay = 1; /* --force cleared the demo's files above; the user's stay beside the run */
     step("  1. train   %s: 4 blocks x 4 heads, dim 64, 4x4 patches of 32x32 images (141,766 "
          "parameters) on the built-in shapes (circle, square, triangle, cross, ring, diamond on textured "
          "backgrounds), %d training images, %d epoch%s",

@@ -238,6 +238,8 @@ static as_status train_model(exp_run *x, exp_model *em, as_error *err) {
     o.config = cfg_path;
     o.out = dir;
     o.resume = have;
+    static const char *const made_here[] = {"model.json", "experiment-stamp", NULL}; /* above, before training */
+    o.preexisting = made_here;
     char cl[1400];
     snprintf(cl, sizeof cl, "attnscope experiment %s (model %s)", x->file, em->name);
     o.command_line = cl;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../core/rng.h"
@@ -60,7 +61,45 @@ typedef struct {
     double seconds;  /* training time so far */
     cJSON *history;  /* array of per-epoch objects */
     cJSON *trained_from; /* what the run started from (state.json "trained_from") */
+    char run[17];        /* the run's stamp in each of its checkpoints ("" in runs from before it) */
 } train_state;
+
+/* Written into --out as a fresh run starts (before any checkpoint), holding its stamp: a run
+ * stopped before its first checkpoint (no DIR/latest) starts again there as the same run. */
+#define TRAIN_MARKER ".attnscope-train"
+
+/* The stamp of the run that began in dir (its TRAIN_MARKER): 1 with id filled, else 0. */
+static int marker_read(const char *dir, char id[17]) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s/" TRAIN_MARKER, dir);
+    char *text = model_read_text(p, NULL);
+    const size_t n = text ? strspn(text + (strncmp(text, "run ", 4) == 0 ? 4 : 0), "0123456789abcdef") : 0;
+    const int got = text && strncmp(text, "run ", 4) == 0 && n == 16;
+    if (got) snprintf(id, 17, "%.16s", text + 4);
+    free(text);
+    return got;
+}
+
+static as_status marker_write(const char *dir, const char *id, as_error *err) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s/" TRAIN_MARKER, dir);
+    atomic_file af;
+    as_status rc = atomic_file_begin(&af, p, err);
+    if (rc != AS_OK) return rc;
+    fprintf(af.fp, "run %s\nattnscope train writes this folder; --resume continues the run in it\n", id);
+    return atomic_file_commit(&af, err);
+}
+
+/* A fresh run's stamp: what prune and save_point recognise as this run's own checkpoints. */
+static void new_run_id(const char *out, char id[17]) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    char real[PATH_MAX], buf[PATH_MAX + 96], hex[SHA256_HEX];
+    int n = snprintf(buf, sizeof buf, "%lld.%09ld %ld %s", (long long)ts.tv_sec, (long)ts.tv_nsec, (long)getpid(),
+                     realpath(out, real) ? real : out);
+    sha256_hex(buf, n < (int)sizeof buf ? (size_t)n : sizeof buf - 1, hex);
+    snprintf(id, 17, "%.16s", hex);
+}
 
 /* The options a resumed run must share with the run it continues. */
 static cJSON *opts_json(const train_opts *o) {
@@ -93,6 +132,7 @@ static char *state_text(const train_opts *o, const train_state *s, const optim_a
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "format", "attnscope-train-state");
     cJSON_AddNumberToObject(j, "version", 1);
+    if (s->run[0]) cJSON_AddStringToObject(j, "run", s->run);
     cJSON_AddNumberToObject(j, "epoch", (double)s->epoch);
     cJSON_AddNumberToObject(j, "batch", (double)s->batch);
     cJSON_AddNumberToObject(j, "step", (double)s->step);
@@ -115,6 +155,34 @@ static double num(const cJSON *j, const char *k) {
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
+/* Whether --config names what the run started from: a file with the same content (by any path),
+ * or the same built-in name. saved: state.json's options; tf: its trained_from. */
+static as_status check_config(const cJSON *saved, const cJSON *tf, const train_opts *o, const char *path,
+                              as_error *err) {
+    char now[SHA256_HEX], real[PATH_MAX];
+    const int is_file = sha256_file(o->config, now, NULL) == AS_OK;
+    const cJSON *was = cJSON_GetObjectItemCaseSensitive(saved, "config");
+    const cJSON *was_sha = cJSON_GetObjectItemCaseSensitive(tf, "config_sha256");
+    const cJSON *was_real = cJSON_GetObjectItemCaseSensitive(tf, "config");
+    const char *name = cJSON_IsString(was) ? was->valuestring : "(unset)";
+    if (cJSON_IsString(was_sha)) {
+        if (!is_file)
+            return as_fail(err, AS_ERR_ARG, "%s: the run was started with the config file %s, not %s; resume "
+                           "with that file (or train into another --out)", path, name, o->config);
+        if (strcmp(was_sha->valuestring, now) != 0)
+            return as_fail(err, AS_ERR_ARG, "%s: changed since the run in %s started (sha256 %.12s then, %.12s "
+                           "now); put back the config the run started with, or train the new one into another "
+                           "--out", o->config, o->out, was_sha->valuestring, now);
+        return AS_OK;
+    }
+    /* no hash: a built-in name, or a run from before the hash was kept (its file by realpath) */
+    if (cJSON_IsString(was) && strcmp(was->valuestring, o->config) == 0) return AS_OK;
+    if (is_file && cJSON_IsString(was_real) && realpath(o->config, real) && strcmp(real, was_real->valuestring) == 0)
+        return AS_OK;
+    return as_fail(err, AS_ERR_ARG, "%s: the run was started with --config %s, not %s; resume with the same "
+                   "config (or train into another --out)", path, name, o->config);
+}
+
 /* Reads state.json into s and checks that o continues the same run. */
 static as_status state_parse(const char *text, const char *path, const train_opts *o, train_state *s,
                              optim_adamw *opt, as_error *err) {
@@ -129,7 +197,14 @@ static as_status state_parse(const char *text, const char *path, const train_opt
     /* runs from before the choice existed used the flipped reading of LaViT's Eq. 9 */
     if (cJSON_IsObject(saved) && !cJSON_GetObjectItemCaseSensitive(saved, "dp_loss"))
         cJSON_AddStringToObject(saved, "dp_loss", vit_dp_loss_name(VIT_DP_FLIPPED));
+    as_status crc = check_config(saved, cJSON_GetObjectItemCaseSensitive(j, "trained_from"), o, path, err);
+    if (crc != AS_OK) {
+        cJSON_Delete(now);
+        cJSON_Delete(j);
+        return crc;
+    }
     for (const cJSON *e = now->child; e; e = e->next) {
+        if (strcmp(e->string, "config") == 0) continue; /* by content, above */
         const cJSON *was = cJSON_GetObjectItemCaseSensitive(saved, e->string);
         if (!was || !cJSON_Compare(was, e, 1)) {
             char *a = was ? cJSON_PrintUnformatted(was) : NULL, *b = cJSON_PrintUnformatted(e);
@@ -152,6 +227,8 @@ static as_status state_parse(const char *text, const char *path, const train_opt
     s->correct = (long)num(j, "epoch_correct");
     s->seen = (long)num(j, "epoch_seen");
     s->seconds = num(j, "seconds");
+    const cJSON *run = cJSON_GetObjectItemCaseSensitive(j, "run");
+    snprintf(s->run, sizeof s->run, "%s", cJSON_IsString(run) ? run->valuestring : "");
     cJSON *tf = cJSON_DetachItemFromObjectCaseSensitive(j, "trained_from");
     if (cJSON_IsObject(tf)) {
         cJSON_Delete(s->trained_from);
@@ -178,10 +255,71 @@ static as_status point_latest(const char *dir, const char *name, as_error *err) 
     return AS_OK;
 }
 
+/* The files of a checkpoint folder: all that checkpoint_remove deletes. */
+static const char *const ckpt_files[] = {"config.json", "model.safetensors", "optimizer.safetensors", "state.json",
+                                         NULL};
+
+/* Whether dir is a folder of checkpoint files only (partial: or the atomic writer's temporaries of
+ * them, as a stopped save leaves), so that removing it loses nothing else. */
+static int only_checkpoint_files(const char *dir, int partial) {
+    DIR *dh = opendir(dir);
+    if (!dh) return 0;
+    int only = 1;
+    for (struct dirent *e = readdir(dh); only && e; e = readdir(dh)) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        int known = 0;
+        for (int i = 0; ckpt_files[i] && !known; i++) {
+            const size_t n = strlen(ckpt_files[i]);
+            known = strcmp(e->d_name, ckpt_files[i]) == 0 ||
+                    (partial && strncmp(e->d_name, ckpt_files[i], n) == 0 && strncmp(e->d_name + n, ".tmp", 4) == 0);
+        }
+        only = known;
+    }
+    closedir(dh);
+    return only;
+}
+
+/* Whether dir is a checkpoint this run wrote: checkpoint files only, and a state.json with the
+ * run's stamp (a run from before the stamp: none, and the same trained_from). */
+static int own_checkpoint(const char *dir, const train_state *st) {
+    if (!only_checkpoint_files(dir, 0)) return 0;
+    char p[1200];
+    snprintf(p, sizeof p, "%s/state.json", dir);
+    char *text = model_read_text(p, NULL);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(j, "format"), *run = cJSON_GetObjectItemCaseSensitive(j, "run");
+    const cJSON *tf = cJSON_GetObjectItemCaseSensitive(j, "trained_from");
+    int own = cJSON_IsString(f) && strcmp(f->valuestring, "attnscope-train-state") == 0;
+    if (own && st->run[0]) own = cJSON_IsString(run) && strcmp(run->valuestring, st->run) == 0;
+    else if (own) own = !run && (!tf || !st->trained_from || cJSON_Compare(tf, st->trained_from, 1));
+    cJSON_Delete(j);
+    return own;
+}
+
+/* checkpoint_save replaces ckpt and clears ckpt.tmp and ckpt.old: only when they are this run's. */
+static as_status check_target(const char *ckpt, const train_state *st, as_error *err) {
+    struct stat sb;
+    if (lstat(ckpt, &sb) == 0 && !(S_ISDIR(sb.st_mode) && own_checkpoint(ckpt, st)))
+        return as_fail(err, AS_ERR_EXISTS, "%s: exists and is not a checkpoint of this run; move it out of the "
+                       "--out folder, then continue with --resume", ckpt);
+    static const char *const aside[] = {".tmp", ".old"};
+    for (int i = 0; i < 2; i++) {
+        char p[1200];
+        snprintf(p, sizeof p, "%s%s", ckpt, aside[i]);
+        if (lstat(p, &sb) == 0 && !(S_ISDIR(sb.st_mode) && only_checkpoint_files(p, 1)))
+            return as_fail(err, AS_ERR_EXISTS, "%s: holds files that are not a checkpoint's; move it out of the "
+                           "--out folder, then continue with --resume", p);
+    }
+    return AS_OK;
+}
+
 /* DIR/name: a checkpoint of where training stands, and DIR/latest pointing at it. */
 static as_status save_point(const trainable *t, const train_opts *o, const train_state *st,
                             const optim_adamw *opt, const char *name, char *ckpt, size_t cn, as_error *err) {
     snprintf(ckpt, cn, "%s/%s", o->out, name);
+    as_status crc = check_target(ckpt, st, err);
+    if (crc != AS_OK) return crc;
     char *text = state_text(o, st, opt);
     as_status rc = text ? checkpoint_save(t, ckpt, text, err) : as_fail(err, AS_ERR_NOMEM, "out of memory");
     free(text);
@@ -285,8 +423,8 @@ static as_status record_epoch(const trainable *t, const train_opts *o, const cha
 }
 
 /* After epoch's checkpoint: mid-epoch (interrupt) checkpoints are superseded, and epoch
- * checkpoints older than the newest keep (0: all kept) go. */
-static void prune(const char *dir, long epoch, int keep) {
+ * checkpoints older than the newest keep (0: all kept) go; only this run's own (own_checkpoint). */
+static void prune(const char *dir, long epoch, int keep, const train_state *st) {
     DIR *dh = opendir(dir);
     for (struct dirent *e = dh ? readdir(dh) : NULL; e; e = readdir(dh)) {
         long k;
@@ -295,7 +433,7 @@ static void prune(const char *dir, long epoch, int keep) {
         if (strncmp(e->d_name, "step-", 5) == 0 || old) {
             char p[1400];
             snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            checkpoint_remove(p);
+            if (own_checkpoint(p, st)) checkpoint_remove(p);
         }
     }
     if (dh) closedir(dh);
@@ -342,14 +480,25 @@ static const char *not_learning_fix(const train_opts *o, int has_dp, double ce, 
     return "check the labels and --lr, or train longer (small models can sit at chance for a few hundred steps)";
 }
 
-/* log.csv from the history, rewritten whole each epoch (so a resumed run's log is complete). */
+#define TRAIN_LOG_HEADER "epoch,step,lr,train_loss,train_acc,val_loss,val_acc,img_per_s,seconds"
+
+/* log.csv from the history, rewritten whole each epoch (so a resumed run's log is complete); a
+ * log.csv that does not start with the run's header is someone else's and stays. */
 static as_status write_log(const char *dir, const cJSON *history, as_error *err) {
-    char p[1200];
+    char p[1200], first[256] = "";
     snprintf(p, sizeof p, "%s/log.csv", dir);
+    FILE *old = fopen(p, "rb");
+    if (old) {
+        const int read = fgets(first, sizeof first, old) != NULL;
+        fclose(old);
+        if (!read || strncmp(first, TRAIN_LOG_HEADER, strlen(TRAIN_LOG_HEADER)) != 0)
+            return as_fail(err, AS_ERR_EXISTS, "%s: not the log attnscope train writes (its first line is not \"%s,"
+                           "...\"); move it out of the --out folder, then continue with --resume", p, TRAIN_LOG_HEADER);
+    }
     atomic_file af;
     as_status rc = atomic_file_begin(&af, p, err);
     if (rc != AS_OK) return rc;
-    fprintf(af.fp, "epoch,step,lr,train_loss,train_acc,val_loss,val_acc,img_per_s,seconds,train_ce,train_dp\n");
+    fprintf(af.fp, TRAIN_LOG_HEADER ",train_ce,train_dp\n");
     for (const cJSON *h = history->child; h; h = h->next) log_line(af.fp, h);
     return atomic_file_commit(&af, err);
 }
@@ -365,6 +514,51 @@ static cJSON *trained_from_json(const train_opts *o) {
     if (sha256_file(o->config, hex, NULL) == AS_OK) cJSON_AddStringToObject(j, "config_sha256", hex);
     cJSON_AddStringToObject(j, "data", o->data);
     return j;
+}
+
+/* The first entry of dir that is not in allowed (NULL-terminated, or NULL): 1 with its name, 0
+ * when there is none (or no folder). */
+static int foreign_entry(const char *dir, const char *const *allowed, char *name, size_t n) {
+    DIR *dh = opendir(dir);
+    int found = 0;
+    for (struct dirent *e = dh ? readdir(dh) : NULL; e && !found; e = readdir(dh)) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        found = 1;
+        for (int i = 0; allowed && allowed[i] && found; i++) found = strcmp(e->d_name, allowed[i]) != 0;
+        if (found) snprintf(name, n, "%s", e->d_name);
+    }
+    if (dh) closedir(dh);
+    return found;
+}
+
+/* DIR/heldout before a run (re)writes it: absent, or only what train_write_heldout writes
+ * (CLASS/NNNNN.png: the same images again), never anyone else's files. */
+static as_status check_heldout(const char *dir, const traindata *d, as_error *err) {
+    DIR *dh = opendir(dir);
+    char bad[1400] = "";
+    for (struct dirent *e = dh ? readdir(dh) : NULL; e && !bad[0]; e = readdir(dh)) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        int cls = 0;
+        for (int c = 0; c < d->n_classes && !cls; c++) cls = strcmp(e->d_name, d->classes[c]) == 0;
+        char p[1400];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        DIR *ch = cls ? opendir(p) : NULL;
+        if (!ch) snprintf(bad, sizeof bad, "%s", p);
+        for (struct dirent *f = ch ? readdir(ch) : NULL; f && !bad[0]; f = readdir(ch)) {
+            const char *q = f->d_name;
+            if (strcmp(q, ".") == 0 || strcmp(q, "..") == 0) continue;
+            int digits = 0;
+            while (digits < 5 && q[digits] >= '0' && q[digits] <= '9') digits++;
+            const int png = digits == 5 && strncmp(q + 5, ".png", 4) == 0 && (!q[9] || strncmp(q + 9, ".tmp", 4) == 0);
+            if (!png) snprintf(bad, sizeof bad, "%.700s/%.600s", p, q);
+        }
+        if (ch) closedir(ch);
+    }
+    if (dh) closedir(dh);
+    if (bad[0])
+        return as_fail(err, AS_ERR_EXISTS, "%s: not a held-out image that attnscope train writes; move it out of "
+                       "%s (or train into another --out)", bad, dir);
+    return AS_OK;
 }
 
 as_status train_run(const train_opts *o, train_result *res, as_error *err) {
@@ -393,6 +587,9 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
     res->n_val = d.n_val;
     res->n_classes = d.n_classes;
     const int B = o->batch < d.n_train ? o->batch : d.n_train;
+    if (o->batch > d.n_train) /* every image each step: one step per epoch */
+        fprintf(stderr, "attnscope train: note: batch %d is more than the %d training images of %s; each step "
+                "takes all %d\n", o->batch, d.n_train, o->data, d.n_train);
     const long per_epoch = d.n_train / B, total_steps = per_epoch * o->epochs;
     const int pad = o->crop_pad == -2 ? d.size / 8 : o->crop_pad;
 
@@ -411,9 +608,22 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
         return as_fail(err, AS_ERR_IO, "%s: no checkpoint to resume (%s is missing); run without --resume "
                        "to start", o->out, latest);
     }
+    char other[256], run[17] = "";
+    const int began = !have && marker_read(o->out, run); /* a fresh run stopped before its first checkpoint */
+    /* never anyone else's files: a fresh run needs an empty folder (or one its own start left) */
+    if (!have && !began && !o->others_stay && foreign_entry(o->out, o->preexisting, other, sizeof other)) {
+        traindata_free(&d);
+        return as_fail(err, AS_ERR_EXISTS, "%s: not empty (it holds %s) and not a training run; train into a new "
+                       "or empty --out folder (or add --resume to continue an attnscope run there)", o->out, other);
+    }
     if (cli_make_dirs(o->out)) {
         traindata_free(&d);
         return as_fail(err, AS_ERR_IO, "%s: cannot create the output folder", o->out);
+    }
+    if (!have && !began) new_run_id(o->out, run);
+    if (!have && !began && (rc = marker_write(o->out, run, err)) != AS_OK) {
+        traindata_free(&d);
+        return rc;
     }
     model m;
     rc = have ? model_load(&m, latest, NULL, 0, err) : model_init_random(&m, &cfg, o->seed, err);
@@ -434,7 +644,10 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
     runtime_info ri;
     runtime_get_info(&ri);
     runtime_info_for_model(&ri, NULL, NULL); /* training never packs: its weights change every step */
-    if (!have) st.trained_from = trained_from_json(o);
+    if (!have) {
+        st.trained_from = trained_from_json(o);
+        snprintf(st.run, sizeof st.run, "%s", run);
+    }
     optim_adamw opt = {.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = o->weight_decay};
     if (have) {
         char *text = NULL;
@@ -471,7 +684,8 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
     char heldout[1100] = "", ckpt[1100] = "", name[64];
     if (rc == AS_OK && o->record_every > 0) {
         snprintf(heldout, sizeof heldout, "%s/heldout", o->out);
-        rc = train_write_heldout(&d, o->record_images, heldout, err);
+        rc = check_heldout(heldout, &d, err);
+        if (rc == AS_OK) rc = train_write_heldout(&d, o->record_images, heldout, err);
         snprintf(res->heldout, sizeof res->heldout, "%s", heldout);
     }
     if (rc == AS_OK && !o->quiet) {
@@ -596,7 +810,7 @@ as_status train_run(const train_opts *o, train_result *res, as_error *err) {
         snprintf(name, sizeof name, "epoch-%03ld", st.epoch);
         rc = save_point(&t, o, &st, &opt, name, ckpt, sizeof ckpt, err);
         if (rc == AS_OK) rc = write_log(o->out, st.history, err);
-        if (rc == AS_OK) prune(o->out, st.epoch, o->keep);
+        if (rc == AS_OK) prune(o->out, st.epoch, o->keep, &st);
         progress_finish(&pg);
         if (rc == AS_OK && !o->quiet) {
             /* the held-out loss is the cross-entropy alone */
@@ -675,24 +889,28 @@ static const cli_opt train_opts_table[] = {
     {'d',          'd', "data",          "DATA", NULL, "required", "shapes[:COUNT[:SIZE]] (built in, 6 classes), a "
      "CIFAR-10/100 binary folder or .bin file, an MNIST folder of IDX files, or an ImageFolder tree (CLASS/ "
      "folders, or train/ and val/ each with CLASS/ folders)"},
-    {'o',          'o', "out",           "DIR",  NULL, "required", "checkpoint folder"},
+    {'o',          'o', "out",           "DIR",  NULL, "required", "checkpoint folder: new or empty (another "
+     "folder is refused), or the run to continue with --resume"},
     {K_NUM_CLASSES, 0,  "num-classes",   "C",    "1..1048576", "the config's", "override the config's classes (e.g. "
      "a built-in architecture such as deit_tiny_patch16_224 on shapes: --num-classes 6 --img-size 32)"},
     {K_IMG_SIZE,   0,   "img-size",      "S",    "1..16384", "the config's", "override the config's input size"},
     {'e',          'e', "epochs",        "N",    "1..100000", "20", "epochs"},
-    {'b',          'b', "batch",         "N",    "1..4096", "128", "images per optimizer step"},
+    {'b',          'b', "batch",         "N",    "1..4096", "128", "images per optimizer step (above the "
+     "training images: all of them, with a note on stderr)"},
     {K_LR,         0,   "lr",            "LR",   "0..10", "1e-3", "peak learning rate (after warm-up; cosine decay to --min-lr)"},
-    {K_MIN_LR,     0,   "min-lr",        "LR",   "0..10", "1e-5", "learning rate at the end of the cosine decay"},
-    {K_WARMUP,     0,   "warmup-epochs", "E",    "0..1000", "1", "linear warm-up from 1e-6, in epochs"},
+    {K_MIN_LR,     0,   "min-lr",        "LR",   "0..10", "1e-5", "learning rate at the end of the cosine decay "
+     "(at most --lr)"},
+    {K_WARMUP,     0,   "warmup-epochs", "E",    "0..1000", "1", "linear warm-up from 1e-6, in epochs (given: "
+     "fewer than --epochs)"},
     {K_WD,         0,   "weight-decay",  "W",    "0..10", "0.05", "AdamW's decoupled weight decay"},
     {K_CLIP,       0,   "clip",          "C",    "0..1e6", "1", "gradient clipping by global norm"},
     {K_SMOOTH,     0,   "smoothing",     "S",    "0..0.99", "0.1", "label smoothing of the cross-entropy"},
     {K_DP,         0,   "dp-weight",     "W",    "0..1000", "0.1", "weight of LaViT's diagonality-preserving loss on "
-     "less-attention blocks (no effect on other models)"},
+     "less-attention blocks (refused for models without them)"},
     {K_DP_LOSS,    0,   "dp-loss",       "R",    "squared, hinge, flipped", "squared", "reading of LaViT's Eq. 8/9 "
      "(docs/training.md): squared, zero once maps are symmetric with dominant diagonals; hinge, the same with "
      "absolute values, which can hold LaViT at chance; flipped, Eq. 9 with its sign flipped, which rewards "
-     "identity maps"},
+     "identity maps (refused for models without less-attention blocks)"},
     {K_VAL,        0,   "val-fraction",  "F",    "0.001..0.9", "0.1", "share of the data held out for evaluation "
      "(when the data has no val/ split)"},
     {K_CROP,       0,   "crop-pad",      "P",    "-1..512 (-1: no random crop)", "S/8", "pad by P pixels, then take a "
@@ -701,11 +919,13 @@ static const cli_opt train_opts_table[] = {
     {K_SEED,       0,   "seed",          "S",    "0..2000000000", "0", "initialisation and data order"},
     {K_REC_EVERY,  0,   "record-every",  "N",    "1..100000", "no traces", "record DIR/trace-epoch-NNN.h5 of held-out "
      "images before training and every N epochs"},
-    {K_REC_IMAGES, 0,   "record-images", "K",    "1..100000", "64", "held-out images in those traces (saved in DIR/heldout/)"},
-    {K_RECORD,     0,   "record",        "LIST", "as record --record", "attn", "quantities in those traces"},
+    {K_REC_IMAGES, 0,   "record-images", "K",    "1..100000", "64", "held-out images in those traces (saved in "
+     "DIR/heldout/; needs --record-every)"},
+    {K_RECORD,     0,   "record",        "LIST", "as record --record", "attn", "quantities in those traces "
+     "(needs --record-every)"},
     {K_RESUME,     0,   "resume",        NULL,   NULL, NULL, "continue the run in DIR exactly where it stopped"},
-    {K_KEEP,       0,   "keep",          "K",    "0..100000 (0: all)", "2", "newest epoch checkpoints kept; older ones "
-     "are deleted"},
+    {K_KEEP,       0,   "keep",          "K",    "0..100000 (0: all)", "2", "newest epoch checkpoints kept; the run's "
+     "older ones are deleted"},
     {'t',          't', "threads",       "N",    "1..1024", "$OMP_NUM_THREADS, else all cores", "threads"},
     {'q',          'q', "quiet",         NULL,   NULL, NULL, "no per-epoch lines"},
     {0}};
@@ -719,13 +939,41 @@ static const cli_cmd train_cmd = {
     "Deterministic given --seed and --threads. See docs/training.md.",
     train_opts_table, NULL};
 
+/* Options that would take no effect together, refused (exit 2) with the fix; given[K]: the
+ * option with key K was on the command line. */
+static int check_combination(const train_opts *o, const unsigned char *given) {
+    const char *rec = given[K_REC_IMAGES] ? "record-images" : "record";
+    if (!o->record_every && (given[K_REC_IMAGES] || given[K_RECORD]))
+        return cli_fail(2, "--%s: traces are recorded only with --record-every N; add it, or drop --%s", rec, rec);
+    if (o->min_lr > o->lr)
+        return cli_fail(2, "--min-lr %g%s is above --lr %g%s: the cosine decay would raise the learning rate; give "
+                        "--min-lr at most --lr", (double)o->min_lr, given[K_MIN_LR] ? "" : " (the default)",
+                        (double)o->lr, given[K_LR] ? "" : " (the default)");
+    if (given[K_WARMUP] && o->warmup_epochs > 0 && o->warmup_epochs >= (float)o->epochs)
+        return cli_fail(2, "--warmup-epochs %g is not below --epochs %d: the learning rate would still be warming up "
+                        "at the last step, never reaching --lr; give fewer warm-up epochs (0: none) or more --epochs",
+                        (double)o->warmup_epochs, o->epochs);
+    if (given[K_DP] || given[K_DP_LOSS]) {
+        vit_config cfg = {0};
+        as_error err = {0};
+        const char *flag = given[K_DP] ? "--dp-weight" : "--dp-loss";
+        /* a config that does not load is train_run's to report */
+        if (model_config_from_arch(&cfg, o->config, &err) == AS_OK && !vit_any_attn(&cfg, VIT_ATTN_LESS))
+            return cli_fail(2, "%s: %s has no less-attention blocks, so LaViT's diagonality term has no effect; "
+                            "drop %s (it applies to LaViT models only)", flag, o->config, flag);
+    }
+    return 0;
+}
+
 int cmd_train(int argc, char **argv) {
     train_opts o;
     train_opts_default(&o);
     int threads = 0, ch, v;
+    unsigned char given[K_DP_LOSS + 1] = {0};
     optind = 1;
     while ((ch = cli_opts_next(&train_cmd, argc, argv)) >= 0) {
         int ok = 1;
+        if (ch > 0 && ch <= K_DP_LOSS) given[ch] = 1;
         switch (ch) {
         case 'c': o.config = optarg; break;
         case 'd': o.data = optarg; break;
@@ -763,6 +1011,8 @@ int cmd_train(int argc, char **argv) {
     if (!o.config) return cli_missing(&train_cmd, "--config MODEL.json|ARCH");
     if (!o.data) return cli_missing(&train_cmd, "--data DATA");
     if (!o.out) return cli_missing(&train_cmd, "--out DIR");
+    const int bad = check_combination(&o, given);
+    if (bad) return bad;
     runtime_set_threads(threads);
     char cmdline[2048];
     cli_command_line(argc, argv, cmdline, sizeof cmdline);
