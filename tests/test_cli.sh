@@ -170,6 +170,24 @@ expect 1 V "$T/an.h5" --script "$T/v3.txt"; has "$T/err" "unknown command"; one_
 expect 1 env -u DISPLAY -u WAYLAND_DISPLAY SDL_VIDEODRIVER=x11 "$A" view "$T/an.h5"
 has "$T/err" "cannot open a window"; one_line
 expect 1 "$A" plot rollout "$T/res.h5" -o "$T/x.pdf"; has "$T/err" "give the trace"; one_line
+# plot never overwrites a file without --force, and --force replaces only figures (as record's)
+echo "my notes" >"$T/mine.png"
+expect 1 "$A" plot als "$T/an.h5" -o "$T/mine.png"; has "$T/err" "mine.png: already exists; pass --force"; one_line
+has "$T/mine.png" "my notes"
+expect 1 "$A" plot als "$T/an.h5" -o "$T/mine.png" --force; has "$T/err" "is not a figure"; one_line
+has "$T/mine.png" "my notes"
+expect 0 "$A" plot als "$T/an.h5" -o "$T/als.pdf" --force
+expect 1 "$A" plot als "$T/an.h5" -o "$T/als.pdf"; has "$T/err" "pass --force"; one_line
+mkdir "$T/adir.png"
+expect 1 "$A" plot als "$T/an.h5" -o "$T/adir.png" --force; has "$T/err" "a folder, not a figure"; one_line
+expect 0 "$A" plot --help; has "$T/out" "--force"
+# the size of a PNG, --dpi's range, and one way to set the width
+expect 1 "$A" plot als "$T/an.h5" -o "$T/big.png" --dpi 2400 --width 2000; has "$T/err" "pixels"
+lacks "$T/err" "writable"; one_line
+expect 2 "$A" plot als "$T/an.h5" -o "$T/d.png" --dpi 0; has "$T/err" "10..2400"; one_line
+expect 2 "$A" plot als "$T/an.h5" -o "$T/c.pdf" --column --double; has "$T/err" "give one"; one_line
+expect 2 "$A" plot als "$T/an.h5" -o "$T/c.pdf" --column --width 100; has "$T/err" "give one"; one_line
+[ ! -e "$T/c.pdf" ] && ok || bad "plot drew with two widths"
 
 # experiment: record -> analyze -> plot with an index; a rerun redoes only what changed
 FXA=$(cd "$FX" && pwd)
