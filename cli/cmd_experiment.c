@@ -496,13 +496,314 @@ static int exp_name_ok(const char *s, size_t max) {
     return 1;
 }
 
+/* ---- the file's keys and values, checked before anything runs ----------------------------- */
+
+static const char *const top_keys[] = {"name", "description", "train", "images", "limit", "record",
+                                       "models", "analyze", "figures", NULL};
+static const char *const model_keys[] = {"name", "model", "arch", "config", "seed", "train", NULL};
+static const char *const figure_keys[] = {"figure", "models", "name", "formats", "layer", "head", "image",
+                                          "query", "definition", "cmap", "range", "width", "height",
+                                          "dpi", NULL};
+static const char *const synthetic_keys[] = {"synthetic", "size", "seed", NULL};
+static const char *const heldout_keys[] = {"heldout", NULL};
+
+/* Refuses a key of object o that is not in keys: "FILE: WHERE: unknown key "K"; did you mean
+ * "L"? (WHERE takes ...)". where is "" for the top level. */
+static as_status keys_known(const cJSON *o, const char *const *keys, const char *file, const char *where,
+                            as_error *err) {
+    for (const cJSON *e = o->child; e; e = e->next) {
+        int n = 0, known = 0;
+        for (; keys[n]; n++) known |= strcmp(e->string, keys[n]) == 0;
+        for (const cJSON *d = o->child; known && d != e; d = d->next)
+            if (strcmp(d->string, e->string) == 0) /* cJSON would read the first only */
+                return as_fail(err, AS_ERR_CONFIG, "%s: %s%s\"%.64s\" is given twice: keep one", file, where,
+                               where[0] ? ": " : "", e->string);
+        if (known) continue;
+        char list[512] = "";
+        for (int k = 0; keys[k]; k++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "", keys[k]);
+        const char *near = cli_closest(e->string, keys, n);
+        char hint[160] = "";
+        if (near) snprintf(hint, sizeof hint, "; did you mean \"%s\"?", near);
+        return as_fail(err, AS_ERR_CONFIG, "%s: %s%sunknown key \"%.64s\"%s (%s takes %s; docs/experiments.md)",
+                       file, where, where[0] ? ": " : "", e->string, hint, where[0] ? where : "the file", list);
+    }
+    return AS_OK;
+}
+
+/* j, when present, is a whole number in lo..hi (not a string, not 1.9). */
+static as_status int_in(const cJSON *o, const char *key, double lo, double hi, const char *file,
+                        const char *where, as_error *err) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!j) return AS_OK;
+    if (cJSON_IsNumber(j) && j->valuedouble == (double)(long long)j->valuedouble && j->valuedouble >= lo &&
+        j->valuedouble <= hi)
+        return AS_OK;
+    char v[64];
+    if (cJSON_IsNumber(j)) snprintf(v, sizeof v, "%g", j->valuedouble);
+    else snprintf(v, sizeof v, "%s", cJSON_IsString(j) ? "a string" : "not a number");
+    return as_fail(err, AS_ERR_CONFIG, "%s: %s%s\"%s\": %s: give a whole number in %.0f..%.0f (no quotes)", file,
+                   where, where[0] ? ": " : "", key, v, lo, hi);
+}
+
+/* j, when present, is a number in (lo, hi) or [lo, hi] (closed). */
+static as_status num_in(const cJSON *o, const char *key, double lo, double hi, int closed, const char *file,
+                        const char *where, as_error *err) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!j) return AS_OK;
+    const double v = cJSON_IsNumber(j) ? j->valuedouble : 0;
+    if (cJSON_IsNumber(j) && (closed ? v >= lo && v <= hi : v > lo && v < hi)) return AS_OK;
+    char s[64];
+    if (cJSON_IsNumber(j)) snprintf(s, sizeof s, "%g", v);
+    else snprintf(s, sizeof s, "%s", cJSON_IsString(j) ? "a string" : "not a number");
+    return as_fail(err, AS_ERR_CONFIG, "%s: %s: \"%s\": %s: give a number %s%g..%g%s (no quotes)", file, where, key, s,
+                   closed ? "in " : "in (", lo, hi, closed ? "" : ")");
+}
+
+/* j, when present, is a string. */
+static as_status str_is(const cJSON *o, const char *key, const char *file, const char *where, as_error *err) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!j || cJSON_IsString(j)) return AS_OK;
+    return as_fail(err, AS_ERR_CONFIG, "%s: %s%s\"%s\" must be a string (in quotes)", file, where,
+                   where[0] ? ": " : "", key);
+}
+
+#define EXP_SEED_MAX 2000000000.0 /* attnscope train --seed's range */
+
+static as_status check_images(const cJSON *root, const char *file, as_error *err) {
+    const cJSON *im = cJSON_GetObjectItemCaseSensitive(root, "images");
+    if (!im)
+        return as_fail(err, AS_ERR_CONFIG, "%s: needs \"images\": a path, {\"synthetic\": N, \"size\": S, "
+                       "\"seed\": K} or {\"heldout\": N} (docs/experiments.md)", file);
+    if (cJSON_IsString(im)) return AS_OK;
+    if (!cJSON_IsObject(im))
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"images\" must be a path, {\"synthetic\": N, \"size\": S, "
+                       "\"seed\": K} or {\"heldout\": N} (docs/experiments.md)", file);
+    const int held = cJSON_GetObjectItemCaseSensitive(im, "heldout") != NULL;
+    if (keys_known(im, held ? heldout_keys : synthetic_keys, file, "images", err) != AS_OK) return err->status;
+    if (held) return int_in(im, "heldout", 1, 100000, file, "images", err);
+    if (!cJSON_GetObjectItemCaseSensitive(im, "synthetic"))
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"images\" needs \"synthetic\": N (or \"heldout\": N, or a path)", file);
+    if (int_in(im, "synthetic", 1, 100000, file, "images", err) != AS_OK ||
+        int_in(im, "size", 16, 4096, file, "images", err) != AS_OK ||
+        int_in(im, "seed", 0, EXP_SEED_MAX, file, "images", err) != AS_OK)
+        return err->status;
+    return AS_OK;
+}
+
+static as_status check_budget(const cJSON *root, const char *file, as_error *err) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "train");
+    if (!cJSON_IsObject(t)) return AS_OK; /* parse_budget says what it must be */
+    if (keys_known(t, budget_keys, file, "train", err) != AS_OK) return err->status;
+    if (int_in(t, "epochs", 1, 100000, file, "train", err) != AS_OK ||
+        int_in(t, "batch", 1, 4096, file, "train", err) != AS_OK ||
+        int_in(t, "seed", 0, EXP_SEED_MAX, file, "train", err) != AS_OK)
+        return err->status;
+    return AS_OK;
+}
+
+static as_status check_model(const cJSON *m, int i, const char *file, as_error *err) {
+    char where[128];
+    snprintf(where, sizeof where, "models[%d] (\"%.64s\")", i, jstr(m, "name", "?"));
+    if (!cJSON_IsObject(m))
+        return as_fail(err, AS_ERR_CONFIG, "%s: models[%d] must be an object such as {\"name\": \"a\", \"config\": "
+                       "\"vit_tiny_patch16_224\"}", file, i);
+    if (keys_known(m, model_keys, file, where, err) != AS_OK) return err->status;
+    const int has_model = cJSON_GetObjectItemCaseSensitive(m, "model") != NULL;
+    const int has_config = cJSON_GetObjectItemCaseSensitive(m, "config") != NULL;
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(m, "config");
+    const int trains = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "train"));
+    const char *why = NULL;
+    if (has_model && has_config) why = "give \"model\" (a checkpoint) or \"config\" (a model config), not both";
+    else if (!has_model && !has_config) why = "give \"model\" (a checkpoint) or \"config\" (a model config)";
+    else if (cJSON_GetObjectItemCaseSensitive(m, "arch") && !has_model)
+        why = "\"arch\" names a checkpoint's architecture: it goes with \"model\"; a \"config\" says its own";
+    else if (has_config && !cJSON_IsString(cfg) && !cJSON_IsObject(cfg))
+        why = "\"config\" must be an object, a config file or a built-in name";
+    else if (cJSON_GetObjectItemCaseSensitive(m, "seed") && has_model)
+        why = "\"seed\" seeds random weights: a checkpoint has its own; leave it out";
+    else if (cJSON_GetObjectItemCaseSensitive(m, "seed") && trains)
+        why = "\"seed\" seeds random weights: a trained model takes the budget's \"seed\"; leave it out";
+    if (why) return as_fail(err, AS_ERR_CONFIG, "%s: %s: %s (docs/experiments.md)", file, where, why);
+    if (str_is(m, "model", file, where, err) != AS_OK || str_is(m, "arch", file, where, err) != AS_OK ||
+        int_in(m, "seed", 0, EXP_SEED_MAX, file, where, err) != AS_OK)
+        return err->status;
+    return AS_OK;
+}
+
+static int has_png(const cJSON *fj) {
+    const cJSON *fm = cJSON_GetObjectItemCaseSensitive(fj, "formats"), *f;
+    if (!fm) return 1; /* pdf and png */
+    cJSON_ArrayForEach(f, fm) if (cJSON_IsString(f) && strcmp(f->valuestring, "png") == 0) return 1;
+    return 0;
+}
+
+/* A figure entry's plot options into o (o->src untouched), each checked as attnscope plot checks
+ * its flag; fj's keys and types were checked by check_figure. */
+static as_status figure_opts_of(const cJSON *fj, const char *file, const char *where, fig_opts *o, as_error *err) {
+    o->layer = jint(fj, "layer", -1);
+    o->head = jint(fj, "head", -1);
+    o->image = jint(fj, "image", -1);
+    o->query = jint(fj, "query", -1);
+    o->definition = jstr(fj, "definition", NULL);
+    o->width = jnum(fj, "width", 0);
+    o->height = jnum(fj, "height", 0);
+    o->dpi = jnum(fj, "dpi", 200);
+    o->dpi_set = 0; /* "dpi" applies to the PNG among the formats */
+    const char *cm = jstr(fj, "cmap", NULL);
+    if (cm && plot_cmap_parse(cm) < 0)
+        return as_fail(err, AS_ERR_CONFIG, "%s: %s: cmap \"%s\": use viridis, magma or diverging", file, where, cm);
+    if (cm) {
+        o->cmap = (plot_cmap)plot_cmap_parse(cm);
+        o->cmap_set = 1;
+    }
+    const char *rg = jstr(fj, "range", NULL);
+    if (rg && mapscale_range_parse(rg) < 0)
+        return as_fail(err, AS_ERR_CONFIG, "%s: %s: range \"%s\": use zero or minmax", file, where, rg);
+    if (rg) {
+        o->range = (mapscale_range)mapscale_range_parse(rg);
+        o->range_set = 1;
+    }
+    return AS_OK;
+}
+
+/* One figure entry: its keys, their types and ranges (those of attnscope plot's flags), its
+ * formats, its models (names in models), and the options its recipe takes. */
+static as_status check_figure(const cJSON *fj, int idx, const cJSON *models, const char *file, as_error *err) {
+    char where[128];
+    snprintf(where, sizeof where, "figures[%d]", idx);
+    if (!cJSON_IsObject(fj))
+        return as_fail(err, AS_ERR_CONFIG, "%s: %s must be an object such as {\"figure\": \"entropy\"}", file, where);
+    if (keys_known(fj, figure_keys, file, where, err) != AS_OK) return err->status;
+    const char *strs[] = {"figure", "name", "definition", "cmap", "range"};
+    for (int i = 0; i < 5; i++)
+        if (str_is(fj, strs[i], file, where, err) != AS_OK) return err->status;
+    const char *ints[] = {"layer", "head", "image", "query"};
+    for (int i = 0; i < 4; i++)
+        if (int_in(fj, ints[i], 0, 1 << 30, file, where, err) != AS_OK) return err->status;
+    if (num_in(fj, "width", 0, 20000, 0, file, where, err) != AS_OK ||
+        num_in(fj, "height", 0, 20000, 0, file, where, err) != AS_OK ||
+        num_in(fj, "dpi", 10, 2400, 1, file, where, err) != AS_OK)
+        return err->status;
+    const figure_recipe *r = figure_find(jstr(fj, "figure", ""));
+    if (!r) {
+        const char *names[64];
+        int n = 0;
+        for (int i = 0; i < figure_count() && n < 64; i++) names[n++] = figure_get(i)->name;
+        const char *near = cli_closest(jstr(fj, "figure", ""), names, n);
+        char hint[96] = "";
+        if (near) snprintf(hint, sizeof hint, "; did you mean \"%s\"?", near);
+        return as_fail(err, AS_ERR_CONFIG, "%s: %s: unknown figure \"%s\"%s (attnscope plot --list)", file, where,
+                       jstr(fj, "figure", ""), hint);
+    }
+    const cJSON *fm = cJSON_GetObjectItemCaseSensitive(fj, "formats"), *f;
+    if (fm) {
+        int nf = 0;
+        if (!cJSON_IsArray(fm) || cJSON_GetArraySize(fm) < 1)
+            return as_fail(err, AS_ERR_CONFIG, "%s: %s: \"formats\" must be a list such as [\"pdf\", \"png\"]",
+                           file, where);
+        cJSON_ArrayForEach(f, fm) {
+            const char *v = cJSON_IsString(f) ? f->valuestring : "";
+            if (strcmp(v, "pdf") && strcmp(v, "png") && strcmp(v, "svg"))
+                return as_fail(err, AS_ERR_CONFIG, "%s: %s: format \"%s\": use pdf, png or svg", file, where,
+                               cJSON_IsString(f) ? v : "(not a string)");
+            int k = 0;
+            for (const cJSON *g = fm->child; g != f; g = g->next, k++)
+                if (strcmp(g->valuestring, v) == 0)
+                    return as_fail(err, AS_ERR_CONFIG, "%s: %s: format \"%s\" is listed twice: give it once",
+                                   file, where, v);
+            nf++;
+        }
+    }
+    if (cJSON_GetObjectItemCaseSensitive(fj, "dpi") && !has_png(fj))
+        return as_fail(err, AS_ERR_CONFIG, "%s: %s: \"dpi\" applies to PNG output only (PDF and SVG are vector): "
+                       "leave it out or add \"png\" to \"formats\"", file, where);
+    const cJSON *ms = cJSON_GetObjectItemCaseSensitive(fj, "models"), *m;
+    if (ms) {
+        if (!cJSON_IsArray(ms) || cJSON_GetArraySize(ms) < 1)
+            return as_fail(err, AS_ERR_CONFIG, "%s: %s: \"models\" must be a non-empty list of model names such "
+                           "as [\"a\", \"b\"]", file, where);
+        if (cJSON_GetArraySize(ms) > r->max_sources)
+            return as_fail(err, AS_ERR_CONFIG, "%s: %s: the %s figure takes %d model%s, not %d", file, where,
+                           r->name, r->max_sources, r->max_sources == 1 ? "" : "s", cJSON_GetArraySize(ms));
+        cJSON_ArrayForEach(m, ms) {
+            int found = 0;
+            const cJSON *mm;
+            cJSON_ArrayForEach(mm, models) found |= cJSON_IsString(m) && strcmp(jstr(mm, "name", ""), m->valuestring) == 0;
+            if (!found)
+                return as_fail(err, AS_ERR_CONFIG, "%s: %s: unknown model %s%s%s: use a name of \"models\"", file,
+                               where, cJSON_IsString(m) ? "\"" : "", cJSON_IsString(m) ? m->valuestring : "(not a string)",
+                               cJSON_IsString(m) ? "\"" : "");
+        }
+    }
+    fig_opts *o = calloc(1, sizeof *o);
+    if (!o) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+    as_error e2 = {0};
+    as_status rc = figure_opts_of(fj, file, where, o, err);
+    if (rc == AS_OK && figure_check_options(r, o, NULL, &e2) != AS_OK) {
+        char msg[AS_ERROR_MSG_MAX]; /* the keys of the file, not the flags of attnscope plot */
+        size_t k = 0;
+        for (const char *p = e2.msg; *p && k + 1 < sizeof msg; p++) {
+            if (p[0] == '-' && p[1] == '-' && (p == e2.msg || p[-1] == ' ' || p[-1] == '(')) p += 2;
+            msg[k++] = *p;
+        }
+        msg[k] = 0;
+        rc = as_fail(err, AS_ERR_CONFIG, "%s: %s: %s", file, where, msg);
+    }
+    free(o);
+    return rc;
+}
+
+/* Every key of the file and the values this file can check without the models: unknown keys
+ * (with a "did you mean"), types, ranges, formats, duplicate figure names, each figure's
+ * options, the record quantities. */
+static as_status check_schema(const cJSON *root, const char *file, as_error *err) {
+    if (keys_known(root, top_keys, file, "", err) != AS_OK) return err->status;
+    if (str_is(root, "description", file, "", err) != AS_OK || str_is(root, "record", file, "", err) != AS_OK ||
+        int_in(root, "limit", 0, 2147483647.0, file, "", err) != AS_OK)
+        return err->status;
+    const cJSON *models = cJSON_GetObjectItemCaseSensitive(root, "models"), *m, *f;
+    int i = 0;
+    cJSON_ArrayForEach(m, models) if (check_model(m, i++, file, err) != AS_OK) return err->status;
+    if (check_images(root, file, err) != AS_OK || check_budget(root, file, err) != AS_OK) return err->status;
+    const cJSON *figs = cJSON_GetObjectItemCaseSensitive(root, "figures");
+    if (figs && !cJSON_IsArray(figs))
+        return as_fail(err, AS_ERR_CONFIG, "%s: \"figures\" must be a list such as [{\"figure\": \"entropy\"}]", file);
+    i = 0;
+    cJSON_ArrayForEach(f, figs) {
+        if (check_figure(f, i, models, file, err) != AS_OK) return err->status;
+        const char *base = jstr(f, "name", jstr(f, "figure", ""));
+        int k = 0;
+        for (const cJSON *g = figs->child; g != f; g = g->next, k++)
+            if (strcmp(jstr(g, "name", jstr(g, "figure", "")), base) == 0)
+                return as_fail(err, AS_ERR_CONFIG, "%s: figures[%d] and figures[%d] are both named \"%s\" and would "
+                               "overwrite each other: give one a \"name\"", file, k, i, base);
+        i++;
+    }
+    const char *rec = jstr(root, "record", NULL);
+    if (rec) {
+        record_opts *ro = calloc(1, sizeof *ro);
+        if (!ro) return as_fail(err, AS_ERR_NOMEM, "out of memory");
+        vit_config c;
+        memset(&c, 0, sizeof c);
+        c.depth = c.num_heads = 1;
+        as_error e2 = {0};
+        const int bad = record_parse_selection(ro, &c, rec, "all", "all", "f16", "none", "all", &e2);
+        free(ro);
+        if (bad) return as_fail(err, AS_ERR_CONFIG, "%s: \"record\": %s", file, e2.msg);
+    }
+    return AS_OK;
+}
+
 as_status experiment_check(const char *text, const char *file, as_error *err) {
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = cJSON_ParseWithOpts(text, NULL, 1);
     as_status rc = AS_OK;
     const cJSON *models = cJSON_GetObjectItemCaseSensitive(root, "models"), *m, *f;
     const char *name = cJSON_IsObject(root) ? jstr(root, "name", NULL) : NULL;
     if (!cJSON_IsObject(root)) {
-        rc = as_fail(err, AS_ERR_CONFIG, "%s: not valid JSON: see docs/experiments.md", file);
+        rc = as_fail(err, AS_ERR_CONFIG, "%s: not valid JSON (or text after its object): see docs/experiments.md", file);
+    } else if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(root, "name")) && cJSON_GetObjectItemCaseSensitive(root, "name")) {
+        rc = as_fail(err, AS_ERR_CONFIG, "%s: \"name\" must be a string (in quotes)", file);
     } else if (!name || !cJSON_IsArray(models) || cJSON_GetArraySize(models) < 1) {
         rc = as_fail(err, AS_ERR_CONFIG, "%s: needs \"name\" and a non-empty \"models\" list: see "
                      "docs/experiments.md", file);
@@ -524,6 +825,7 @@ as_status experiment_check(const char *text, const char *file, as_error *err) {
         }
         i++;
     }
+    if (rc == AS_OK) rc = check_schema(root, file, err);
     const cJSON *figs = rc == AS_OK ? cJSON_GetObjectItemCaseSensitive(root, "figures") : NULL;
     int k = 0;
     if (!cJSON_IsArray(figs)) figs = NULL;
@@ -545,9 +847,110 @@ as_status experiment_check(const char *text, const char *file, as_error *err) {
     analysis_opts scratch;
     if (an) rc = analyze_opts(an, &scratch, file, err);
     const char *ms = rc == AS_OK && an ? jstr(an, "metrics", NULL) : NULL;
-    if (ms && !analysis_metric_mask(ms, err)) rc = err->status;
+    as_error e2 = {0};
+    if (ms && !analysis_metric_mask(ms, &e2))
+        rc = as_fail(err, AS_ERR_CONFIG, "%s: analyze: \"metrics\": %s", file, e2.msg);
     cJSON_Delete(root);
     return rc;
+}
+
+/* Files in OUT the experiment may replace: only those it wrote itself, which have a stamp in
+ * OUT/.state (a figure's is written before the figure is begun). index.md, written before its
+ * stamp was kept, is also recognised by its "Reproduce everything" line. */
+static int stamped(const exp_run *x, const char *key) {
+    char path[1400];
+    snprintf(path, sizeof path, "%s/.state/%s", x->out, key);
+    return access(path, F_OK) == 0;
+}
+
+static int our_index(const exp_run *x, const char *path) {
+    if (stamped(x, "index")) return 1;
+    char *t = model_read_text(path, NULL);
+    const int ours = t && strncmp(t, "# ", 2) == 0 && strstr(t, "Reproduce everything: `attnscope experiment ");
+    free(t);
+    return ours;
+}
+
+static as_status foreign(const exp_run *x, const char *path, as_error *err) {
+    return as_fail(err, AS_ERR_EXISTS, "%s: exists and was not written by this experiment (no stamp in "
+                   "%s/.state): move it away or choose another --out", path, x->out);
+}
+
+/* A model's config without its weights (cheap: nothing is built), for checks before anything
+ * runs: 1 when known, 0 for a checkpoint (its config is read when it is loaded), or an error. */
+static int model_config_of(const exp_run *x, const exp_model *em, vit_config *c, as_error *err) {
+    memset(c, 0, sizeof *c);
+    const cJSON *cfgj = cJSON_GetObjectItemCaseSensitive(em->spec, "config");
+    if (cJSON_IsString(cfgj)) {
+        char p[1200];
+        resolve(x, cfgj->valuestring, p, sizeof p);
+        struct stat sb;
+        return model_config_from_arch(c, stat(p, &sb) == 0 ? p : cfgj->valuestring, err) == AS_OK ? 1 : -1;
+    }
+    if (!cJSON_IsObject(cfgj)) return 0;
+    char *json = cJSON_PrintUnformatted(cfgj), what[256];
+    snprintf(what, sizeof what, "%s (model %s)", x->file, em->name);
+    as_status rc = json ? model_config_apply_json(c, json, what, err) : as_fail(err, AS_ERR_NOMEM, "out of memory");
+    free(json);
+    return rc == AS_OK ? 1 : -1;
+}
+
+/* Before anything runs: each figure's "layer" (and "head") within every model it draws whose
+ * config is known (all are recorded whole). */
+static as_status check_figure_layers(const exp_run *x, const cJSON *root, as_error *err) {
+    static vit_config cfg[EXP_MAX_MODELS];
+    int known[EXP_MAX_MODELS];
+    for (int i = 0; i < x->n_models; i++)
+        if ((known[i] = model_config_of(x, &x->models[i], &cfg[i], err)) < 0) return err->status;
+    const cJSON *figs = cJSON_GetObjectItemCaseSensitive(root, "figures"), *fj, *m;
+    int idx = 0;
+    cJSON_ArrayForEach(fj, figs) {
+        const int layer = jint(fj, "layer", -1), head = jint(fj, "head", -1);
+        const cJSON *ms = cJSON_GetObjectItemCaseSensitive(fj, "models");
+        for (int i = 0; i < x->n_models; i++) {
+            int used = !ms && i == 0;
+            cJSON_ArrayForEach(m, ms) used |= strcmp(m->valuestring, x->models[i].name) == 0;
+            if (!used || known[i] != 1) continue;
+            const vit_config *c = &cfg[i];
+            if (layer >= c->depth)
+                return as_fail(err, AS_ERR_CONFIG, "%s: figures[%d]: \"layer\": %d: model \"%s\" has layers 0..%d",
+                               x->file, idx, layer, x->models[i].name, c->depth - 1);
+            if (c->n_stages == 0 && head >= c->num_heads)
+                return as_fail(err, AS_ERR_CONFIG, "%s: figures[%d]: \"head\": %d: model \"%s\" has heads 0..%d",
+                               x->file, idx, head, x->models[i].name, c->num_heads - 1);
+        }
+        idx++;
+    }
+    return AS_OK;
+}
+
+/* Before anything runs: every figure file and index.md that exists in OUT must be the
+ * experiment's own. */
+static as_status check_outputs(const exp_run *x, const cJSON *root, as_error *err) {
+    struct stat sb;
+    char path[1300], key[160];
+    const cJSON *figs = cJSON_GetObjectItemCaseSensitive(root, "figures"), *fj, *f;
+    cJSON_ArrayForEach(fj, figs) {
+        const char *base = jstr(fj, "name", jstr(fj, "figure", ""));
+        const char *def[] = {"pdf", "png"};
+        const cJSON *fm = cJSON_GetObjectItemCaseSensitive(fj, "formats");
+        int nf = 0;
+        const char *formats[3];
+        if (fm) {
+            cJSON_ArrayForEach(f, fm) if (nf < 3) formats[nf++] = f->valuestring;
+        } else {
+            formats[nf++] = def[0];
+            formats[nf++] = def[1];
+        }
+        for (int i = 0; i < nf; i++) {
+            snprintf(path, sizeof path, "%s/%s.%s", x->out, base, formats[i]);
+            snprintf(key, sizeof key, "figure.%s.%s", base, formats[i]);
+            if (lstat(path, &sb) == 0 && !stamped(x, key)) return foreign(x, path, err);
+        }
+    }
+    snprintf(path, sizeof path, "%s/index.md", x->out);
+    if (lstat(path, &sb) == 0 && !our_index(x, path)) return foreign(x, path, err);
+    return AS_OK;
 }
 
 static const exp_model *find_model(const exp_run *x, const char *name) {
@@ -577,29 +980,11 @@ static as_status run_figure(exp_run *x, const cJSON *fj, int idx, FILE *index, a
     }
     fig_opts o;
     memset(&o, 0, sizeof o);
-    o.layer = jint(fj, "layer", -1);
-    o.head = jint(fj, "head", -1);
-    o.image = jint(fj, "image", -1);
-    o.query = jint(fj, "query", -1);
-    o.definition = jstr(fj, "definition", NULL);
-    o.width = jnum(fj, "width", 0);
-    o.height = jnum(fj, "height", 0);
-    o.dpi = jnum(fj, "dpi", 200);
-    const char *cm = jstr(fj, "cmap", NULL);
-    if (cm && plot_cmap_parse(cm) < 0)
-        return as_fail(err, AS_ERR_CONFIG, "%s: figures[%d]: cmap \"%s\": use viridis, magma or diverging",
-                       x->file, idx, cm);
-    if (cm) {
-        o.cmap = (plot_cmap)plot_cmap_parse(cm);
-        o.cmap_set = 1;
-    }
-    const char *rg = jstr(fj, "range", NULL);
-    if (rg && mapscale_range_parse(rg) < 0)
-        return as_fail(err, AS_ERR_CONFIG, "%s: figures[%d]: range \"%s\": use zero or minmax", x->file, idx, rg);
-    if (rg) {
-        o.range = (mapscale_range)mapscale_range_parse(rg);
-        o.range_set = 1;
-    }
+    struct stat sb;
+    char where[64];
+    snprintf(where, sizeof where, "figures[%d]", idx);
+    if (figure_opts_of(fj, x->file, where, &o, err) != AS_OK) return err->status;
+    const char *cm = jstr(fj, "cmap", NULL), *rg = jstr(fj, "range", NULL);
     char base[96];
     if (!exp_name_ok(jstr(fj, "name", fname), sizeof base))
         return as_fail(err, AS_ERR_CONFIG, "%s: figures[%d]: name \"%s\" is not a plain file name: "
@@ -640,7 +1025,10 @@ static as_status run_figure(exp_run *x, const cJSON *fj, int idx, FILE *index, a
         for (; opened < n && rc == AS_OK; opened++)
             rc = fig_source_open(&o.src[opened], use[opened]->trace, use[opened]->name, err);
         o.n_sources = opened;
-        if (rc == AS_OK) rc = figure_render(r, &o, path, err);
+        if (rc == AS_OK && stat(path, &sb) != 0) rc = stamp_write(x, key, "", err); /* ours from now on */
+        as_error e2 = {0};
+        if (rc == AS_OK && figure_render(r, &o, path, &e2) != AS_OK) /* name the experiment and the figure */
+            rc = as_fail(err, e2.status, "%s: %s (\"%s\"): %s", x->file, where, base, e2.msg);
         if (rc == AS_OK) rc = stamp_write(x, key, fstamp, err);
         drawn++;
     }
@@ -666,6 +1054,8 @@ static as_status run_figure(exp_run *x, const cJSON *fj, int idx, FILE *index, a
     if (o.definition) fprintf(index, " --definition %s", o.definition);
     if (cm) fprintf(index, " --cmap %s", cm);
     if (rg) fprintf(index, " --range %s", rg);
+    if (o.width > 0) fprintf(index, " --width %g", o.width);
+    if (o.height > 0) fprintf(index, " --height %g", o.height);
     fprintf(index, " -o %s/%s.pdf\n```\n\n", x->out, base);
     return AS_OK;
 }
@@ -710,10 +1100,19 @@ int cmd_experiment(int argc, char **argv) {
     as_error err = {0};
     char *text = model_read_text(x.file, &err);
     if (!text) return cli_error(&err);
-    cJSON *root = cJSON_Parse(text);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1); /* nothing may follow the object */
     if (!cJSON_IsObject(root)) { /* the error pointer points into text: report before freeing */
-        cli_fail(1, "%s: not valid JSON (near \"%.30s\"): see docs/experiments.md", x.file,
-                 cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : "");
+        cJSON *head = root ? NULL : cJSON_ParseWithOpts(text, &end, 0);
+        const char *near = cJSON_IsObject(head) ? (end ? end + strspn(end, " \t\r\n") : "")
+                           : cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : "";
+        const int nl = (int)strcspn(near, "\r\n"); /* one line */
+        if (cJSON_IsObject(head))
+            cli_fail(1, "%s: text after the JSON object (near \"%.*s\"): the file holds one object; remove "
+                     "the rest (docs/experiments.md)", x.file, nl < 30 ? nl : 30, near);
+        else
+            cli_fail(1, "%s: not valid JSON (near \"%.*s\"): see docs/experiments.md", x.file, nl < 30 ? nl : 30, near);
+        cJSON_Delete(head);
         free(text);
         cJSON_Delete(root);
         return 1;
@@ -791,11 +1190,22 @@ int cmd_experiment(int argc, char **argv) {
             return 1;
         }
     }
+    if (check_figure_layers(&x, root, &err) != AS_OK || check_outputs(&x, root, &err) != AS_OK) {
+        cJSON_Delete(root);
+        return cli_error(&err);
+    }
     int trains = 0;
     for (int i = 0; i < x.n_models; i++) trains += x.models[i].train;
     if (x.train && !trains) {
         cli_fail(1, "%s: a \"train\" budget but no model with \"train\": true; mark the models "
                  "to train or remove the budget (docs/experiments.md)", x.file);
+        cJSON_Delete(root);
+        return 1;
+    }
+    const cJSON *imj = cJSON_GetObjectItemCaseSensitive(root, "images");
+    if (!trains && cJSON_IsObject(imj) && cJSON_GetObjectItemCaseSensitive(imj, "heldout")) {
+        cli_fail(1, "%s: \"images\": {\"heldout\": N} takes held-out images of the training data: it needs the "
+                 "\"train\" budget and a model with \"train\": true (docs/experiments.md)", x.file);
         cJSON_Delete(root);
         return 1;
     }
@@ -855,6 +1265,8 @@ int cmd_experiment(int argc, char **argv) {
                 if (rc) break;
                 if (run_figure(&x, fj, idx++, af.fp, &err) != AS_OK) rc = cli_error(&err);
             }
+            if (!rc && !stamped(&x, "index") && stamp_write(&x, "index", "index.md\n", &err) != AS_OK)
+                rc = cli_error(&err); /* ours before it is in place */
             if (rc) atomic_file_abort(&af);
             else if (atomic_file_commit(&af, &err) != AS_OK) rc = cli_error(&err);
         }

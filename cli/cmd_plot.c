@@ -4,13 +4,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../plot/figures.h"
 #include "cli.h"
 
 static const cli_opt plot_opts_table[] = {
     /* key alias name        ARG     values                         default          help */
-    {'o', 'o', "out",        "FIG",  ".pdf, .svg, .png", "required", "the figure file; its extension picks the format"},
+    {'o', 'o', "out",        "FIG",  ".pdf, .svg, .png", "required", "the figure file; its extension picks the format; "
+     "never overwritten without --force"},
+    {'f', 0,   "force",      NULL,   NULL, NULL, "replace an existing figure (only a regular file that is a PDF, SVG "
+     "or PNG, or an empty file: never a folder, a device or a symlink's target)"},
     {'L', 0,   "layer",      "L",    "a recorded layer", "the last recorded", "layer of the map figures (attention, lsla, rollout)"},
     {'H', 0,   "head",       "H",    "a recorded head", "the first recorded", "head of the map figures"},
     {'I', 0,   "image",      "I",    "0..images-1", "0", "image of the map figures"},
@@ -23,11 +27,11 @@ static const cli_opt plot_opts_table[] = {
     {'R', 0,   "range",      "R",    "zero, minmax", "zero", "colour scale of the maps (attention, grid, rollout): zero "
      "colours each map from 0 to its peak with the uniform level 1/T marked; minmax from its min to its max; grid puts "
      "every map on one such scale over all of them, with one colour bar"},
-    {'W', 0,   "width",      "PT",   "> 0", "the figure's", "width in points"},
-    {'E', 0,   "height",     "PT",   "> 0", "the figure's", "height in points"},
+    {'W', 0,   "width",      "PT",   "> 0 and < 20000", "the figure's", "width in points (or --column or --double: one of the three)"},
+    {'E', 0,   "height",     "PT",   "> 0 and < 20000", "the figure's", "height in points"},
     {'1', 0,   "column",     NULL,   NULL, NULL, "width of a LaTeX column (" CLI_STR(PLOT_COLUMN) " pt)"},
     {'2', 0,   "double",     NULL,   NULL, NULL, "width of a LaTeX text block (" CLI_STR(PLOT_DOUBLE) " pt)"},
-    {'d', 0,   "dpi",        "N",    "> 0", "300", "resolution of a PNG"},
+    {'d', 0,   "dpi",        "N",    "10..2400", "300", "resolution of a PNG (at most 32767 pixels a side)"},
     {'x', 0,   "list",       NULL,   NULL, NULL, "list the figures, what each mirrors and what it needs"},
     {0}};
 
@@ -59,13 +63,40 @@ static void list(void) {
     }
 }
 
+/* As attnscope record's --out: an existing file is replaced only with --force, and then only a
+ * regular file that is a figure (PDF, SVG or PNG by its first bytes) or empty. */
+static as_status replaceable(const char *path, int force, as_error *err) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) return AS_OK;
+    if (!force)
+        return as_fail(err, AS_ERR_EXISTS, "%s: already exists; pass --force to overwrite it or choose another "
+                       "--out", path);
+    if (!S_ISREG(sb.st_mode))
+        return as_fail(err, AS_ERR_EXISTS, "%s: is %s, not a figure: attnscope plot replaces only regular files; "
+                       "choose another --out", path,
+                       S_ISLNK(sb.st_mode) ? "a symbolic link" : S_ISDIR(sb.st_mode) ? "a folder"
+                       : "a device, FIFO or socket");
+    if (sb.st_size == 0) return AS_OK;
+    char head[256] = "";
+    FILE *fp = fopen(path, "rb");
+    size_t n = fp ? fread(head, 1, sizeof head - 1, fp) : 0;
+    if (fp) fclose(fp);
+    head[n] = 0;
+    const int figure = (n >= 5 && memcmp(head, "%PDF-", 5) == 0) || (n >= 8 && memcmp(head, "\x89PNG\r\n\x1a\n", 8) == 0) ||
+                       (n >= 5 && (memcmp(head, "<?xml", 5) == 0 || memcmp(head, "<svg", 4) == 0) && strstr(head, "<svg"));
+    if (!figure)
+        return as_fail(err, AS_ERR_EXISTS, "%s: exists and is not a figure (PDF, SVG or PNG) or cannot be read: "
+                       "--force replaces only figures; remove it yourself or choose another --out", path);
+    return AS_OK;
+}
+
 int cmd_plot(int argc, char **argv) {
     fig_opts o;
     memset(&o, 0, sizeof o);
     o.layer = o.head = o.image = o.query = -1;
     o.dpi = 300;
-    const char *out = NULL, *labels = NULL;
-    int ch, v, do_list = 0;
+    const char *out = NULL, *labels = NULL, *width_by = NULL;
+    int ch, v, do_list = 0, force = 0;
     optind = 1;
     while ((ch = cli_opts_next(&plot_cmd, argc, argv)) >= 0) {
         int *dst = ch == 'L' ? &o.layer : ch == 'H' ? &o.head : ch == 'I' ? &o.image : ch == 'Q' ? &o.query : NULL;
@@ -87,17 +118,26 @@ int cmd_plot(int argc, char **argv) {
             o.cmap = (plot_cmap)v;
             o.cmap_set = 1;
             break;
-        case 'W': case 'E': case 'd': {
-            char *end;
-            double x = strtod(optarg, &end);
-            if (end == optarg || *end || !(x > 0)) return cli_bad_value(&plot_cmd, ch, optarg);
-            if (ch == 'W') o.width = x;
-            else if (ch == 'E') o.height = x;
-            else o.dpi = x, o.dpi_set = 1;
+        case 'W': case 'E': case 'd': case '1': case '2': {
+            double x = 0;
+            if (ch == 'W' || ch == 'E' || ch == 'd') {
+                char *end;
+                x = strtod(optarg, &end);
+                if (end == optarg || *end || !(ch == 'd' ? x >= 10 && x <= 2400 : x > 0 && x < 20000))
+                    return cli_bad_value(&plot_cmd, ch, optarg);
+            }
+            if (ch == 'E') o.height = x;
+            else if (ch == 'd') o.dpi = x, o.dpi_set = 1;
+            if (ch == 'E' || ch == 'd') break;
+            /* --width, --column and --double each set the width: one of them */
+            const char *by = ch == 'W' ? "--width" : ch == '1' ? "--column" : "--double";
+            if (width_by && strcmp(width_by, by) != 0)
+                return cli_fail(2, "%s and %s both set the width: give one", width_by, by);
+            width_by = by;
+            o.width = ch == '1' ? PLOT_COLUMN : ch == '2' ? PLOT_DOUBLE : x;
             break;
         }
-        case '1': o.width = PLOT_COLUMN; break;
-        case '2': o.width = PLOT_DOUBLE; break;
+        case 'f': force = 1; break;
         case 'x': do_list = 1; break;
         }
     }
@@ -138,6 +178,7 @@ int cmd_plot(int argc, char **argv) {
                             nlab == 1 ? "" : "s", argc - optind - 1, argc - optind - 1 == 1 ? "" : "s");
     }
     as_error err = {0};
+    if (replaceable(out, force, &err) != AS_OK) return cli_error(&err);
     int rc = 0;
     for (int i = optind + 1; i < argc; i++) {
         if (o.n_sources == FIG_MAX_SOURCES) {

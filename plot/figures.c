@@ -438,6 +438,12 @@ static as_status check_options(const figure_recipe *r, const fig_opts *o, const 
     return AS_OK;
 }
 
+as_status figure_check_options(const figure_recipe *r, const fig_opts *o, const char *path, as_error *err) {
+    if (check_options(r, o, path, err) != AS_OK) return err->status;
+    if (o->definition && fig_definition(o, r, err) < 0) return err->status;
+    return AS_OK;
+}
+
 static int is_sep(char c) { return c == '/' || c == '-' || c == '_' || c == '.' || c == ' '; }
 
 /* The distinguishing part of path i among paths[0..n): the characters between the longest

@@ -76,6 +76,10 @@ const figure_recipe *figure_find(const char *name);
 /* Opens a trace or results file as a source; closes it. */
 as_status fig_source_open(fig_source *s, const char *path, const char *label, as_error *err);
 void fig_source_close(fig_source *s);
+/* Refuses, before any input is opened, every option in o that recipe r does not use (naming
+ * it and the ones r takes), a --definition r does not know, and --dpi for a path that is not a
+ * PNG (path NULL: no file). attnscope experiment checks its figures with it before it runs. */
+as_status figure_check_options(const figure_recipe *r, const fig_opts *o, const char *path, as_error *err);
 /* Renders recipe r from o into path (format from the extension). */
 as_status figure_render(const figure_recipe *r, const fig_opts *o, const char *path, as_error *err);
 /* Draws recipe r from o into f (figure_render without the file: tests inspect f afterwards). */

@@ -124,6 +124,13 @@ as_status plot_figure_begin(plot_figure **out, const char *path, double width, d
         return as_fail(err, AS_ERR_ARG, "%s: figure size %.0f x %.0f points is out of range", path, width, height);
     if (k == KIND_PNG && !(dpi >= 10 && dpi <= 2400))
         return as_fail(err, AS_ERR_ARG, "%s: --dpi %g: give 10..2400", path, dpi);
+    if (k == KIND_PNG) { /* cairo's image surfaces stop at 32767 pixels a side */
+        const double px = ceil(width * dpi / 72), py = ceil(height * dpi / 72);
+        if (px > 32767 || py > 32767)
+            return as_fail(err, AS_ERR_ARG, "%s: a PNG of %.0f x %.0f points at %g dpi would be %.0f x %.0f pixels, "
+                           "over the 32767 a side a PNG can have: lower --dpi or the size", path, width, height,
+                           dpi, px, py);
+    }
     plot_figure *f = calloc(1, sizeof *f);
     if (!f) return as_fail(err, AS_ERR_NOMEM, "out of memory");
     f->k = k;
@@ -151,8 +158,12 @@ as_status plot_figure_begin(plot_figure **out, const char *path, double width, d
     }
     f->cr = cairo_create(f->surface);
     if (cairo_status(f->cr) != CAIRO_STATUS_SUCCESS) {
-        as_status rc = as_fail(err, AS_ERR_IO, "%s: cannot create the figure (%s): check the folder "
-                               "exists and is writable", path, cairo_status_to_string(cairo_status(f->cr)));
+        as_status rc = k == KIND_PNG /* nothing is written before the end: the image itself failed */
+            ? as_fail(err, AS_ERR_NOMEM, "%s: cannot make a %.0f x %.0f pixel image (%s): lower --dpi or the "
+                      "size", path, ceil(width * dpi / 72), ceil(height * dpi / 72),
+                      cairo_status_to_string(cairo_status(f->cr)))
+            : as_fail(err, AS_ERR_IO, "%s: cannot create the figure (%s): check the folder exists and is "
+                      "writable", path, cairo_status_to_string(cairo_status(f->cr)));
         plot_figure_abort(f);
         return rc;
     }

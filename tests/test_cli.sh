@@ -170,6 +170,24 @@ expect 1 V "$T/an.h5" --script "$T/v3.txt"; has "$T/err" "unknown command"; one_
 expect 1 env -u DISPLAY -u WAYLAND_DISPLAY SDL_VIDEODRIVER=x11 "$A" view "$T/an.h5"
 has "$T/err" "cannot open a window"; one_line
 expect 1 "$A" plot rollout "$T/res.h5" -o "$T/x.pdf"; has "$T/err" "give the trace"; one_line
+# plot never overwrites a file without --force, and --force replaces only figures (as record's)
+echo "my notes" >"$T/mine.png"
+expect 1 "$A" plot als "$T/an.h5" -o "$T/mine.png"; has "$T/err" "mine.png: already exists; pass --force"; one_line
+has "$T/mine.png" "my notes"
+expect 1 "$A" plot als "$T/an.h5" -o "$T/mine.png" --force; has "$T/err" "is not a figure"; one_line
+has "$T/mine.png" "my notes"
+expect 0 "$A" plot als "$T/an.h5" -o "$T/als.pdf" --force
+expect 1 "$A" plot als "$T/an.h5" -o "$T/als.pdf"; has "$T/err" "pass --force"; one_line
+mkdir "$T/adir.png"
+expect 1 "$A" plot als "$T/an.h5" -o "$T/adir.png" --force; has "$T/err" "a folder, not a figure"; one_line
+expect 0 "$A" plot --help; has "$T/out" "--force"
+# the size of a PNG, --dpi's range, and one way to set the width
+expect 1 "$A" plot als "$T/an.h5" -o "$T/big.png" --dpi 2400 --width 2000; has "$T/err" "pixels"
+lacks "$T/err" "writable"; one_line
+expect 2 "$A" plot als "$T/an.h5" -o "$T/d.png" --dpi 0; has "$T/err" "10..2400"; one_line
+expect 2 "$A" plot als "$T/an.h5" -o "$T/c.pdf" --column --double; has "$T/err" "give one"; one_line
+expect 2 "$A" plot als "$T/an.h5" -o "$T/c.pdf" --column --width 100; has "$T/err" "give one"; one_line
+[ ! -e "$T/c.pdf" ] && ok || bad "plot drew with two widths"
 
 # experiment: record -> analyze -> plot with an index; a rerun redoes only what changed
 FXA=$(cd "$FX" && pwd)
@@ -203,6 +221,62 @@ echo '{"name": "x"}' >"$T/bad.json"
 expect 1 "$A" experiment "$T/bad.json"; has "$T/err" "models"; one_line
 echo '{"name": ' >"$T/bad.json"
 expect 1 "$A" experiment "$T/bad.json"; has "$T/err" "not valid JSON"; one_line
+# an experiment replaces only what it wrote (stamps in OUT/.state): a user's figure or index.md
+# in OUT is refused, before anything runs, and kept
+exp_json 1
+mkdir -p "$T/own"; echo mine >"$T/own/index.md"; echo mine >"$T/own/evolution.png"
+expect 1 "$A" experiment "$T/exp.json" --out "$T/own"; has "$T/err" "own/evolution.png: exists and was not written"
+one_line; has "$T/own/evolution.png" "^mine"; [ ! -e "$T/own/a.h5" ] && ok || bad "recorded before refusing"
+rm "$T/own/evolution.png"
+expect 1 "$A" experiment "$T/exp.json" --out "$T/own"; has "$T/err" "own/index.md: exists and was not written"
+one_line; has "$T/own/index.md" "^mine"
+rm "$T/own/index.md"
+expect 0 "$A" experiment "$T/exp.json" --out "$T/own"
+exp_json 0   # its own figures and index are redrawn in place
+expect 0 "$A" experiment "$T/exp.json" --out "$T/own"; has "$T/out" "figure     attention    drawn"
+# every key and value of the file is checked before anything runs: refused in one line naming
+# the file and the key, with nothing recorded
+xj() { # TOP IMAGES MODEL FIGURE [TAIL]
+local img='{"synthetic": 2, "size": 32, "seed": 3}' fig='{"figure": "entropy", "formats": ["png"]}' seed=', "seed": 5'
+cat >"$T/x.json" <<EOF
+{"name": "x", "images": ${2:-$img}${1:-},
+ "models": [{"name": "b", "config": {"architecture": "custom", "img_size": 32, "patch_size": 8, "embed_dim": 24,
+   "depth": 2, "num_heads": 2, "num_classes": 3}${3-$seed}}],
+ "analyze": {"metrics": "entropy"},
+ "figures": [${4:-$fig}]}${5:-}
+EOF
+}
+xbad() { # PATTERN: the run is refused naming x.json and PATTERN, before anything is recorded
+    rm -rf "$T/xo"
+    expect 1 "$A" experiment "$T/x.json" --out "$T/xo"; has "$T/err" "x.json: .*$1"; one_line
+    [ ! -e "$T/xo/b.h5" ] && ok || bad "recorded before refusing $1"
+}
+xj; expect 0 "$A" experiment "$T/x.json" --out "$T/xo"
+xj ', "colour": 1'; xbad 'unknown key "colour"'
+xj '' '{"synthetic": 2, "sise": 32}'; xbad 'images: unknown key "sise"; did you mean "size"'
+xj '' '{"synthetic": "2"}'; xbad '"synthetic": a string'
+xj '' '{"synthetic": 1.9}'; xbad '"synthetic": 1.9: give a whole number'
+xj '' '{"synthetic": 2, "seed": 1e12}'; xbad '"seed": 1e+12'
+xj ', "limit": -1'; xbad '"limit": -1'
+xj ', "record": "atn"'; xbad '"record": .*"atn"'
+xj ', "analyze2": {}'; xbad 'did you mean "analyze"'
+xj ', "train": {"data": "shapes:64", "epochs": 1.5}' '' ', "train": true'; xbad '"epochs": 1.5'
+xj '' '' ', "seed": 5, "colour": 1'; xbad 'models\[0\] ("b"): unknown key "colour"'
+xj '' '' ', "seed": -1'; xbad '"seed": -1'
+xj '' '' ', "seed": 5, "arch": "deit_tiny_patch16_224"'; xbad '"arch" names a checkpoint'
+xj '' '' '' '{"figure": "entropy", "colour": "red"}'; xbad 'figures\[0\]: unknown key "colour"'
+xj '' '' '' '{"figure": "entropy", "formats": "svg"}'; xbad '"formats" must be a list'
+xj '' '' '' '{"figure": "entropy", "formats": ["jpg"]}'; xbad 'format "jpg"'
+xj '' '' '' '{"figure": "entropy", "dpi": -5}'; xbad '"dpi": -5: give a number in 10..2400'
+xj '' '' '' '{"figure": "entropy", "models": ["zz"]}'; xbad 'unknown model "zz"'
+xj '' '' '' '{"figure": "entropy", "cmap": "jet"}'; xbad 'cmap "jet"'
+xj '' '' '' '{"figure": "entropy", "layer": 0}'; xbad 'figures\[0\]: the entropy figure does not use layer'
+xj '' '' '' '{"figure": "attention", "layer": 5}'; xbad '"layer": 5: model "b" has layers 0..1'
+xj '' '' '' '{"figure": "attention", "layer": "1"}'; xbad '"layer": a string'
+xj '' '' '' '{"figure": "entropy"}, {"figure": "entropy", "formats": ["svg"]}'; xbad 'both named "entropy"'
+xj '' '' ', "seed": 5, "seed": 6'; xbad '"seed" is given twice'
+xj '' '' '' '' '{"name": "y"}'; xbad 'text after the JSON object'
+xj; sed -i 's/"metrics": "entropy"/"metrics": "entrop"/' "$T/x.json"; xbad 'analyze: "metrics"'
 # ---- attnscope train: every data source, checkpoints that record loads, errors ----
 M=${MODELS:-$(dirname "$FX")/../experiments/models}
 small() { printf '{"architecture": "custom", "img_size": %s, "patch_size": 4, "embed_dim": 16, "depth": 2, "num_heads": 2, "mlp_ratio": 2, "num_classes": %s, "attention": %s}' "$1" "$2" "${3:-{\"type\": \"vanilla\"\}}" >"$T/small.json"; }
