@@ -400,6 +400,21 @@ static as_status analyze_opts(const cJSON *a, analysis_opts *o, const char *file
             return as_fail(err, AS_ERR_CONFIG, "%s: analyze: %s: %s", file, e->string,
                            ok ? e2.msg : "give a string, a number, a list of numbers, or true for a flag");
     }
+    const char *ms = jstr(a, "metrics", NULL);
+    as_error e2 = {0};
+    if (ms && !(o->metrics = analysis_metric_mask(ms, &e2)))
+        return as_fail(err, AS_ERR_CONFIG, "%s: analyze: \"metrics\": %s", file, e2.msg);
+    o->explicit_metrics = ms != NULL;
+    /* an option of metrics that "metrics" leaves out would do nothing (analysis_run refuses it) */
+    for (int i = 0; ms && i < o->n_given; i++)
+        if (o->given[i].metrics && !(o->given[i].metrics & o->metrics)) {
+            char key[64];
+            snprintf(key, sizeof key, "%s", o->given[i].name);
+            for (char *c = key; *c; c++) *c = *c == '-' ? '_' : *c;
+            return as_fail(err, AS_ERR_CONFIG, "%s: analyze: \"%s\" has no effect: its metric is not in \"metrics\" "
+                           "(\"%s\"): add the metric, or remove \"%s\" (attnscope analyze --help says which "
+                           "metric each option is for)", file, key, ms, key);
+        }
     return AS_OK;
 }
 
@@ -471,9 +486,6 @@ static as_status run_model(exp_run *x, exp_model *em, const cJSON *root, const c
     if (analyze_opts(a, &ao, x->file, err) != AS_OK) return err->status;
     ao.quiet = 1;
     ao.command_line = "attnscope experiment";
-    const char *ms = a ? jstr(a, "metrics", NULL) : NULL;
-    if (ms && !(ao.metrics = analysis_metric_mask(ms, err))) return err->status;
-    ao.explicit_metrics = ms != NULL;
     progress pg;
     progress_init(&pg, "analyze", 0, 0);
     ao.progress = progress_callback;
@@ -845,11 +857,7 @@ as_status experiment_check(const char *text, const char *file, as_error *err) {
     /* the analysis options and metric names, before anything is trained or recorded */
     const cJSON *an = rc == AS_OK ? cJSON_GetObjectItemCaseSensitive(root, "analyze") : NULL;
     analysis_opts scratch;
-    if (an) rc = analyze_opts(an, &scratch, file, err);
-    const char *ms = rc == AS_OK && an ? jstr(an, "metrics", NULL) : NULL;
-    as_error e2 = {0};
-    if (ms && !analysis_metric_mask(ms, &e2))
-        rc = as_fail(err, AS_ERR_CONFIG, "%s: analyze: \"metrics\": %s", file, e2.msg);
+    if (an) rc = analyze_opts(an, &scratch, file, err); /* its metrics too */
     cJSON_Delete(root);
     return rc;
 }
@@ -1056,7 +1064,7 @@ static as_status run_figure(exp_run *x, const cJSON *fj, int idx, FILE *index, a
     if (rg) fprintf(index, " --range %s", rg);
     if (o.width > 0) fprintf(index, " --width %g", o.width);
     if (o.height > 0) fprintf(index, " --height %g", o.height);
-    fprintf(index, " -o %s/%s.pdf\n```\n\n", x->out, base);
+    fprintf(index, " -o %s/%s.pdf --force\n```\n\n", x->out, base); /* the experiment's own figure */
     return AS_OK;
 }
 

@@ -203,13 +203,24 @@ static as_status state_parse(const char *text, const char *path, const train_opt
         cJSON_Delete(j);
         return crc;
     }
+    int no_less = -1; /* the model has no less-attention blocks: LaViT's term's options do nothing */
     for (const cJSON *e = now->child; e; e = e->next) {
         if (strcmp(e->string, "config") == 0) continue; /* by content, above */
+        if (strncmp(e->string, "dp_", 3) == 0) {
+            if (no_less < 0) {
+                vit_config cfg = {0};
+                as_error ignored;
+                no_less = model_config_from_arch(&cfg, o->config, &ignored) == AS_OK && !vit_any_attn(&cfg, VIT_ATTN_LESS);
+            }
+            if (no_less) continue;
+        }
         const cJSON *was = cJSON_GetObjectItemCaseSensitive(saved, e->string);
         if (!was || !cJSON_Compare(was, e, 1)) {
-            char *a = was ? cJSON_PrintUnformatted(was) : NULL, *b = cJSON_PrintUnformatted(e);
+            char *a = was ? cJSON_PrintUnformatted(was) : NULL, *b = cJSON_PrintUnformatted(e), flag[64];
+            snprintf(flag, sizeof flag, "%s", e->string); /* the state's key as the flag: min_lr -> --min-lr */
+            for (char *q = flag; *q; q++) *q = *q == '_' ? '-' : *q;
             as_fail(err, AS_ERR_ARG, "%s: the run was started with --%s %s, not %s; resume with the same "
-                    "options (or train into another --out)", path, e->string, a ? a : "(unset)", b);
+                    "options (or train into another --out)", path, flag, a ? a : "(unset)", b);
             free(a);
             free(b);
             cJSON_Delete(now);
@@ -1011,7 +1022,9 @@ int cmd_train(int argc, char **argv) {
     if (!o.config) return cli_missing(&train_cmd, "--config MODEL.json|ARCH");
     if (!o.data) return cli_missing(&train_cmd, "--data DATA");
     if (!o.out) return cli_missing(&train_cmd, "--out DIR");
-    const int bad = check_combination(&o, given);
+    /* a resumed run takes the options it was started with (state_parse compares them), which an
+     * older attnscope may have accepted in combinations refused now: they are not checked again */
+    const int bad = o.resume ? 0 : check_combination(&o, given);
     if (bad) return bad;
     runtime_set_threads(threads);
     char cmdline[2048];

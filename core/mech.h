@@ -176,9 +176,6 @@ enum {
      * the whole batch's (vit_attn_backward, where its caller does not read them either).
      * Mechanisms without params_backward need no flag. */
     VIT_MECH_PARAMS_NO_MAPS = 1 << 9,
-    /* Its head_backward uses x->X (a problem's (Tq, Tk) scratch, ws->dX) and x->scal (ws->scal):
-     * the monolithic ViT and CaiT always carve them, the window frame only for these. */
-    VIT_MECH_WS_DX = 1 << 10,
 };
 
 typedef struct vit_mech {
@@ -197,6 +194,14 @@ typedef struct vit_mech {
     /* Everything its forward relies on, for block l in geometry g; the message names the fix.
      * The frame has checked the scope, the kind and "scale" already. */
     as_status (*validate)(const vit_config *c, int l, const vit_geom *g, as_error *err);
+    /* A setting of block l that acts nowhere in c (a valid config): 1 and what to remove in msg.
+     * Checked on configs a user writes (model_config_apply_json), not on those attnscope stored
+     * with a checkpoint or trace, which older versions wrote with such settings. NULL: none. */
+    int (*no_effect)(const vit_config *c, int l, char *msg, size_t n);
+    /* 1 when block l's head_backward uses x->X (a problem's (Tq, Tk) scratch, ws->dX) and x->scal
+     * (ws->scal): the monolithic ViT and CaiT always carve them, the window frame only where this
+     * says so. NULL: never. */
+    int (*uses_ws_x)(const vit_config *c, int l);
     /* Appends its settings to buf after the name (" qk_dim=8 (2 per head)"). */
     void (*describe)(const vit_config *c, int l, char *buf, size_t n);
     /* Shapes. */

@@ -138,9 +138,9 @@ size_t vit_stage_grad_ws_carve(const vit_config *c, int B, void *base, vit_grad_
         TH = max_z(TH, b * g.T * g.Hm);
         if (!vit_local_side(c, l)) maps = max_z(maps, b * g.H * g.problems * g.Tq * g.Tk); /* local: none */
         rpb = max_z(rpb, (size_t)g.H * g.Tq * g.Tk);
-        const unsigned flags = vit_mech_of(c, l)->flags;
-        if (flags & VIT_MECH_WS_DY) dy = max_z(dy, b * g.H * g.problems * g.Tq * g.Tk);
-        if (flags & VIT_MECH_WS_DX) {
+        const vit_mech *m = vit_mech_of(c, l);
+        if (m->flags & VIT_MECH_WS_DY) dy = max_z(dy, b * g.H * g.problems * g.Tq * g.Tk);
+        if (m->uses_ws_x && m->uses_ws_x(c, l) && !vit_local_side(c, l)) {
             dx = max_z(dx, b * g.H * g.problems * g.Tq * g.Tk);
             scal = max_z(scal, b * g.H * g.problems);
         }

@@ -23,6 +23,11 @@
 #include "../core/gemm.h"
 #include "sha256.h"
 
+/* 1 while model_config_apply_stored_json reads a config attnscope stored (a checkpoint's, a
+ * trace's): settings that act nowhere are taken as they are, not refused (older versions wrote
+ * them). */
+static _Thread_local int g_stored_config;
+
 char *model_read_text(const char *path, as_error *err) {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -1018,7 +1023,9 @@ static int swin_from_json(vit_config *c, const cJSON *root, const cJSON *ma, int
                  "width)", last);
         return 0;
     }
-    int windows = 0; /* keys of the windows: nothing to act on when every stage is global */
+    int windows = g_stored_config; /* keys of the windows: nothing to act on when every stage is
+                                      global (read as they are from stored configs: older
+                                      versions wrote them for every Swin) */
     for (int s = 0; s < ns; s++) windows += c->stage[s].scope == VIT_SCOPE_WINDOW;
     static const char *const window_keys[] = {"window_size", "rel_pos_bias", "pad_order", "window_clamp"};
     for (size_t i = 0; !windows && i < sizeof window_keys / sizeof window_keys[0]; i++) {
@@ -1499,6 +1506,25 @@ static as_status json_family(const cJSON *root, const char *name, int *family, a
                    "supported yet)", name, list);
 }
 
+/* A setting that acts nowhere in c, a valid config (vit_mech.no_effect), for configs a user
+ * writes: as_fail. */
+static as_status no_effect_settings(const vit_config *c, const char *name, as_error *err) {
+    for (int l = 0; l < c->depth; l++) {
+        const vit_mech *m = vit_mech_of(c, l);
+        char msg[300];
+        if (m && m->no_effect && m->no_effect(c, l, msg, sizeof msg))
+            return as_fail(err, AS_ERR_CONFIG, "%s: block %d (%s): %s", name, l, m->name, msg);
+    }
+    return AS_OK;
+}
+
+as_status model_config_apply_stored_json(vit_config *cfg, const char *json, const char *name, as_error *err) {
+    g_stored_config = 1;
+    const as_status rc = model_config_apply_json(cfg, json, name, err);
+    g_stored_config = 0;
+    return rc;
+}
+
 as_status model_config_apply_json(vit_config *cfg, const char *json, const char *name,
                                   as_error *err) {
     const char *end = NULL; /* one object and nothing after it but white space */
@@ -1563,6 +1589,7 @@ as_status model_config_apply_json(vit_config *cfg, const char *json, const char 
     as_error verr = {0};
     rc = vit_config_validate(&c, &verr);
     if (rc != AS_OK) return as_fail(err, rc, "%s: %s", name, verr.msg);
+    if (!g_stored_config && (rc = no_effect_settings(&c, name, err)) != AS_OK) return rc;
     *cfg = c; /* a failing call leaves *cfg untouched */
     return AS_OK;
 }
@@ -2027,7 +2054,7 @@ as_status model_load_report(model *m, const char *path, const char *arch, int im
     char *json = NULL;
     if (cfgpath[0] && path_is_file(cfgpath)) {
         if (!(json = model_read_text(cfgpath, err))) return err ? err->status : AS_ERR_IO;
-        rc = model_config_apply_json(&cfg, json, cfgpath, err);
+        rc = model_config_apply_stored_json(&cfg, json, cfgpath, err);
         free(json);
         json = NULL;
         if (rc != AS_OK) return rc;

@@ -46,6 +46,10 @@ void model_layout_note(const model *m, char *buf, size_t n);
 
 /* Applies a JSON config (timm config.json or attnscope's own; see docs/models.md) on top of
  * *cfg. name is the file name for messages. */
+/* The same for a config attnscope stored with a checkpoint or a trace: settings that act nowhere
+ * in the model (an all-global Swin's window keys, vit_mech.no_effect), which older versions
+ * wrote, are taken as they are instead of refused. */
+as_status model_config_apply_stored_json(vit_config *cfg, const char *json, const char *name, as_error *err);
 as_status model_config_apply_json(vit_config *cfg, const char *json, const char *name,
                                   as_error *err);
 /* A small text file (model configs, experiment files; at most 16 MiB) as a NUL-terminated

@@ -2233,9 +2233,15 @@ as_status trace_reader_open(trace_reader *r, const char *path, as_error *err) {
     r->staged = v >= TRACE_FORMAT_VERSION_STAGED;
     r->model_config = h5u_attr_read_str_alloc(f, "model_config");
     vit_config c = {0};
-    if (!r->model_config || model_config_apply_json(&c, r->model_config, path, err) != AS_OK) {
+    as_error cerr = {0};
+    if (!r->model_config || model_config_apply_stored_json(&c, r->model_config, path, &cerr) != AS_OK) {
+        const int missing = !r->model_config;
         trace_reader_close(r);
-        return as_fail(err, AS_ERR_FORMAT, "%s: model_config attribute is missing or invalid", path);
+        if (missing) return as_fail(err, AS_ERR_FORMAT, "%s: the model_config attribute is missing: not a trace "
+                                    "attnscope record wrote, or a damaged one; record it again", path);
+        /* cerr names the trace itself: its message is the config's */
+        return as_fail(err, AS_ERR_FORMAT, "%s (its model_config attribute); this attnscope cannot read "
+                       "the model the trace was recorded from: record it again", cerr.msg);
     }
     r->cfg = c;
     char q[128], rows[16], dt[16];

@@ -209,6 +209,9 @@ has "$T/out" "record     a"; has "$T/out" "figure     attention    drawn"
 for f in evolution.pdf evolution.png attention.svg index.md a.h5 b.h5; do [ -s "$T/exp/$f" ] && ok || bad "experiment lacks $f"; done
 has "$T/exp/index.md" "attnscope plot evolution"; has "$T/exp/index.md" "Numbers (a, .evolution.)"
 has "$T/exp/index.md" "(evolution.png)"
+# the index's redraw command runs as printed (it replaces the experiment's own figure)
+cmd=$(grep "^attnscope plot evolution" "$T/exp/index.md" | head -1)
+expect 0 bash -c "cd '$PWD' && ${cmd/attnscope/$A}"
 expect 0 "$A" experiment "$T/exp.json" --out "$T/exp"
 [ "$(grep -c "up to date" "$T/out")" -eq 6 ] && ok || bad "rerun is not all up to date: $(cat "$T/out")"
 exp_json 0
@@ -252,6 +255,8 @@ xbad() { # PATTERN: the run is refused naming x.json and PATTERN, before anythin
     [ ! -e "$T/xo/b.h5" ] && ok || bad "recorded before refusing $1"
 }
 xj; expect 0 "$A" experiment "$T/x.json" --out "$T/xo"
+xj; sed -i 's/"analyze": {"metrics": "entropy"}/"analyze": {"metrics": "entropy", "fusion": "max"}/' "$T/x.json"
+xbad 'analyze: "fusion" has no effect: its metric is not in "metrics"'
 xj ', "colour": 1'; xbad 'unknown key "colour"'
 xj '' '{"synthetic": 2, "sise": 32}'; xbad 'images: unknown key "sise"; did you mean "size"'
 xj '' '{"synthetic": "2"}'; xbad '"synthetic": a string'

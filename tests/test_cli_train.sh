@@ -90,7 +90,7 @@ has "$T/out" "held-out accuracy"
 # resuming with another reading is refused, naming it
 expect 1 "$A" train --config "$M/lavit_shapes.json" "${TINY[@]}" --epochs 1 --record-every 1 \
     --record-images 4 --out "$T/lavit" --resume --dp-loss flipped
-has "$T/err" "dp_loss"; has "$T/err" "squared"; one_line
+has "$T/err" "started with --dp-loss"; has "$T/err" "squared"; one_line
 
 # the flipped reading at a high weight drives the total loss below zero: a warning says so and
 # names the fix; the model stays at chance, and after 3 epochs a second warning says that

@@ -148,4 +148,28 @@ has "$T/err" "note: batch 100 is more than the 64 training images"
 expect 0 "$A" train --help
 has_wrapped "$T/out" "needs --record-every"; has_wrapped "$T/out" "refused for models without them"
 has_wrapped "$T/out" "at most --lr"; has_wrapped "$T/out" "with a note on stderr"; has_wrapped "$T/out" "new or empty"
+
+# ---- a resumed run keeps the options it was started with, as older versions accepted them
+# a state from before --dp-loss existed (no dp_loss: the flipped reading) on a model without
+# less-attention blocks resumes without naming LaViT's options, which do nothing there
+expect 0 "$A" train --config "$M/vit_shapes.json" "${TINY[@]}" --epochs 1 --out "$T/old" -q
+"$PY" - "$T/old/latest/state.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+del s["options"]["dp_loss"]
+json.dump(s, open(sys.argv[1], "w"))
+PY
+expect 0 "$A" train --config "$M/vit_shapes.json" "${TINY[@]}" --epochs 1 --out "$T/old" -q --resume
+# options that are refused now for a new run (--min-lr above --lr) resume a run that has them
+expect 0 "$A" train --config "$M/vit_shapes.json" "${TINY[@]}" --epochs 1 --out "$T/lr" -q
+"$PY" - "$T/lr/latest/state.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["options"]["min_lr"] = 0.25
+json.dump(s, open(sys.argv[1], "w"))
+PY
+expect 0 "$A" train --config "$M/vit_shapes.json" "${TINY[@]}" --epochs 1 --min-lr 0.25 --out "$T/lr" -q --resume
+# a resume with other options names them as flags
+expect 1 "$A" train --config "$M/vit_shapes.json" "${TINY[@]}" --epochs 1 --min-lr 0.5 --out "$T/lr" -q --resume
+has "$T/err" "started with --min-lr 0.25, not 0.5"; one_line
 t_done

@@ -236,6 +236,15 @@ static void test_hmait(void) {
     CHECK(back && apply(&d, back) && d.n_stages == c.n_stages && d.stage[2].scope == VIT_SCOPE_GLOBAL,
           "an all-global model's config reads back: %s", err.msg);
     free(back);
+    /* a config attnscope stored (a checkpoint's, a trace's) that an older version wrote with the
+     * windows' keys reads as it is */
+    for (int i = 0; i < 4; i++) {
+        char js[256];
+        snprintf(js, sizeof js, "{\"architecture\": \"hmait_t\", %s}", window_keys[i]);
+        memset(&d, 0, sizeof d);
+        CHECK(model_config_apply_stored_json(&d, js, "config.json", &err) == AS_OK && d.n_stages == 4,
+              "stored %s: %s", js, err.msg);
+    }
 }
 
 /* Config text that is not one JSON object, keys in the message of their own family, and a MaiT
@@ -265,6 +274,14 @@ static void test_config_text(void) {
     CHECK(!apply(&c, "{\"architecture\": \"swin_tiny_patch4_window7_224\", \"attention\": {\"type\": \"lsla\", "
                      "\"outer_bias\": \"none\", \"outer_bias_masked\": false}}") &&
               strstr(err.msg, "has no effect"), "lsla without an outer bias, unmasked: %s", err.msg);
+    /* stored configs (older versions wrote these): taken as they are */
+    memset(&c, 0, sizeof c);
+    CHECK(model_config_apply_stored_json(&c, "{" VIT_BASE ", \"attention\": {\"type\": \"lsla\", \"outer_bias_masked\": "
+                                         "false}}", "config.json", &err) == AS_OK, "stored lsla: %s", err.msg);
+    memset(&c, 0, sizeof c);
+    CHECK(model_config_apply_stored_json(&c, "{" VIT_BASE ", \"attention\": [{\"blocks\": \"0-1\", \"type\": \"mait\", "
+                                         "\"mask_size\": [0, 0, 0]}]}", "config.json", &err) == AS_OK,
+          "stored mait, no head masked: %s", err.msg);
 }
 
 int main(void) {

@@ -88,13 +88,16 @@ static int outer_mask_acts(const vit_config *c) {
     return 0;
 }
 
+static int no_effect(const vit_config *c, int l, char *msg, size_t n) {
+    if (!c->attn[l].outer_unmasked || outer_mask_acts(c)) return 0;
+    snprintf(msg, n, "\"outer_bias_masked\": false has no effect: no block runs lsla with an outer bias in "
+             "shifted windows, where alone the shift mask separates pairs: remove it");
+    return 1;
+}
+
 static as_status validate(const vit_config *c, int l, const vit_geom *g, as_error *err) {
     const vit_attn *a = &c->attn[l];
     const char *n = vit_mech_model_name(c);
-    if (a->outer_unmasked && !outer_mask_acts(c))
-        return as_fail(err, AS_ERR_CONFIG, "%s: block %d: \"outer_bias_masked\": false has no effect: no block "
-                       "runs lsla with an outer bias in shifted windows, where alone the shift mask separates "
-                       "pairs: remove it", n, l);
     if (a->scale > 0.0f && a->dynamic_scale)
         return as_fail(err, AS_ERR_CONFIG, "%s: block %d: \"scale\" has no effect on lsla with a "
                        "dynamic scale (the learnable DS replaces it): remove it, or set "
@@ -328,6 +331,7 @@ const vit_mech vit_mech_lsla = {
     .parse = parse,
     .write = write,
     .validate = validate,
+    .no_effect = no_effect,
     .describe = describe,
     .has_proj = has_proj,
     .product_scale = product_scale,

@@ -39,14 +39,6 @@ static const vit_mech_key keys[] = {
     {"mask_mode", "\"zero\" (the paper, default), \"soft\" (learnable alpha per head) or \"neg_inf\""},
 };
 
-/* A mait entry that masks no head would be plain attention under MaiT's name. */
-static int any_masked(const vit_attn *a, int H, char *msg, size_t n) {
-    for (int h = 0; h < H; h++)
-        if (a->mask_size[h]) return 1;
-    snprintf(msg, n, "no head is masked (every \"mask_size\" is 0, or \"heads\" is empty): mask at "
-             "least one head, or use \"type\": \"vanilla\" for plain attention");
-    return 0;
-}
 
 static int parse(vit_attn *a, const vit_mech_entry *e, int H, char *msg, size_t n) {
 #define BAD(...) do { snprintf(msg, n, __VA_ARGS__); return 0; } while (0)
@@ -69,7 +61,7 @@ static int parse(vit_attn *a, const vit_mech_entry *e, int H, char *msg, size_t 
                 BAD("\"mask_size\" entries must be 0 (unmasked) or odd sizes 1..255");
             a->mask_size[h] = (unsigned char)iv;
         }
-        return any_masked(a, H, msg, n);
+        return 1;
     }
     if (!vit_mv_int(ms, 1, 255, &iv))
         BAD("mait needs \"mask_size\": an odd R (3, 5, ...) or an array with one per head");
@@ -85,7 +77,7 @@ static int parse(vit_attn *a, const vit_mech_entry *e, int H, char *msg, size_t 
     } else {
         BAD("\"heads\" must be an array of head indices");
     }
-    return any_masked(a, H, msg, n);
+    return 1;
 #undef BAD
 }
 
@@ -94,6 +86,18 @@ static int block_heads(const vit_config *c, int l) {
     vit_geom g;
     vit_block_geom(c, l, &g);
     return g.H < VIT_MAX_MASK_HEADS ? g.H : VIT_MAX_MASK_HEADS;
+}
+
+/* Soft masks: head_backward's dS * raw in X, its sum over the problem in scal. */
+static int uses_ws_x(const vit_config *c, int l) { return c->attn[l].mask_mode == VIT_MASK_SOFT; }
+
+/* A mait block that masks no head is plain attention under MaiT's name. */
+static int no_effect(const vit_config *c, int l, char *msg, size_t n) {
+    for (int h = 0; h < block_heads(c, l); h++)
+        if (c->attn[l].mask_size[h]) return 0;
+    snprintf(msg, n, "no head is masked (every \"mask_size\" is 0, or \"heads\" is empty): mask at "
+             "least one head, or use \"type\": \"vanilla\" for plain attention");
+    return 1;
 }
 
 static void write(const vit_config *c, int l, vit_mech_writer *w) {
@@ -283,13 +287,15 @@ static void trace_attrs(const vit_config *c, const vit_params *p, int l, vit_mec
 const vit_mech vit_mech_mait = {
     .name = "mait",
     .summary = "MaiT: R x R spatial masks around the query patch, per head",
-    .flags = VIT_MECH_PARAMS_NO_MAPS | VIT_MECH_WS_DX, /* soft: head_backward's dS * raw in X, its sum in scal */
+    .flags = VIT_MECH_PARAMS_NO_MAPS, /* params_backward sums ws->scal */
     .scopes = 1u << VIT_SCOPE_GLOBAL,
     .keys = keys,
     .n_keys = sizeof keys / sizeof keys[0],
     .parse = parse,
     .write = write,
     .validate = validate,
+    .no_effect = no_effect,
+    .uses_ws_x = uses_ws_x,
     .describe = describe,
     .layout = vit_mech_fused_layout,
     .specs = specs,
