@@ -1635,6 +1635,13 @@ static as_status resume_check(trace_writer *w, as_error *err) {
                        "choose another --out", w->path);
     char *want = model_config_to_json(&s->cfg), *have = h5u_attr_read_str_alloc(w->file, "model_config");
     int same_model = want && have && strcmp(want, have) == 0;
+    if (!same_model && want && have) { /* as this version writes it: older ones wrote settings that act nowhere */
+        vit_config was = {0};
+        as_error ignored;
+        char *again = model_config_apply_stored_json(&was, have, w->path, &ignored) == AS_OK ? model_config_to_json(&was) : NULL;
+        same_model = again && strcmp(want, again) == 0;
+        free(again);
+    }
     free(want);
     free(have);
     char q[128] = "", qhave[128], dt[16];

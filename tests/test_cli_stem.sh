@@ -99,6 +99,22 @@ expect 0 "$A" train -c "$T/hm.json" -d shapes:96 -e 1 -b 16 --threads 1 -o "$T/h
 expect 0 "$A" record --model "$T/hm/latest" --images "$FX/inputs.npy" --out "$T/hm.h5"
 expect 0 "$A" info "$T/hm.h5"
 has_wrapped "$T/out" "layer 2: stage 1, 4x4 tokens every 8 px, width 48, heads 6; global attention"
+# a checkpoint and a trace of it as attnscope wrote them before 33cc1ee (an all-global Swin's
+# config with the windows' keys, which a user's config may no longer give) load, analyse and resume
+py 'import sys, json, h5py
+p = sys.argv[1] + "/hm/latest/config.json"
+c = json.load(open(p))
+assert "window_size" not in c, c
+c.update(window_size=4, pad_order="pad_first", window_clamp="timm")
+json.dump(c, open(p, "w"))
+with h5py.File(sys.argv[1] + "/hm.h5", "r+") as f:
+    m = json.loads(f.attrs["model_config"])
+    m.update(window_size=4, pad_order="pad_first", window_clamp="timm")
+    f.attrs["model_config"] = json.dumps(m)' "$T"
+expect 0 "$A" info "$T/hm/latest"
+expect 0 "$A" analyze "$T/hm.h5" --out "$T/hm.analysis.h5" -q --metrics entropy
+expect 0 "$A" record --model "$T/hm/latest" --images "$FX/inputs.npy" --out "$T/hm.h5" --resume
+expect 1 "$A" info "$T/hm/latest/config.json"; has "$T/err" "window_size\" has no effect"
 expect 0 "$A" info hmait_t
 has "$T/out" "^28.27 M parameters; 4.49 GMACs"
 has "$T/out" "blocks 4-9: mait R=\[3,3,3,3,0,0,0,0,0,0,0,0\] zero"
