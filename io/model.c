@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
@@ -1878,6 +1879,25 @@ static void problem(char *list, size_t cap, int *count, FILE *report, const char
     if (report) fprintf(report, "%-12s %s%s\n", kind, name, detail);
 }
 
+/* The index of the first NaN or infinity of x[0..n), or n. Blocks spread over the threads: a
+ * ViT-B's 86 M weights are read at memory speed. */
+static size_t first_non_finite(const float *x, size_t n) {
+    const size_t blk = (size_t)1 << 16, nb = (n + blk - 1) / blk;
+    size_t first = n;
+#pragma omp parallel for schedule(static) reduction(min : first)
+    for (size_t b = 0; b < nb; b++) {
+        const size_t e = (b + 1) * blk < n ? (b + 1) * blk : n;
+        int bad = 0;
+        for (size_t i = b * blk; i < e; i++) bad |= !(fabsf(x[i]) <= FLT_MAX);
+        for (size_t i = b * blk; bad && i < e; i++)
+            if (!(fabsf(x[i]) <= FLT_MAX)) {
+                first = i < first ? i : first;
+                break;
+            }
+    }
+    return first;
+}
+
 static as_status bind_specs(model *m, const vit_tensor_spec *specs, int n, FILE *report,
                             as_error *err);
 
@@ -2000,6 +2020,17 @@ static as_status bind_specs(model *m, const vit_tensor_spec *specs, int n, FILE 
             cursor += T * (size_t)D;
         }
         *specs[i].slot = val;
+    }
+    /* 3. every value finite: a NaN or inf weight (a damaged file, or one saved after training
+     * diverged) would give NaN maps and logits in a trace marked complete */
+    for (int i = 0; i < n; i++) {
+        const safetensors_tensor *t = safetensors_find(st, specs[i].name);
+        const size_t count = specs[i].is_pos_embed ? T * (size_t)D : t->numel;
+        const size_t at = first_non_finite(*specs[i].slot, count);
+        if (at < count)
+            return as_fail(err, AS_ERR_FORMAT, "%s: tensor %s holds %s at index %zu: the weights are damaged, or were "
+                           "saved after training diverged; use another checkpoint", st->path, specs[i].name,
+                           isnan((*specs[i].slot)[at]) ? "NaN" : "an infinity", at);
     }
     m->n_tensors = (size_t)n;
     return AS_OK;

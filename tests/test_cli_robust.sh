@@ -21,6 +21,28 @@ f = h5py.File(sys.argv[1], 'r', swmr=True)
 print(int(f['images/done'][:].sum()), int(f.attrs['complete']))" "$1" 2>&1 | tail -1; }
 
 $PY -c "import numpy as np; x = np.load('$FX/inputs.npy'); np.save('$T/in12.npy', np.concatenate([x] * 6))"
+
+# weights with a NaN or an infinity (a damaged file, a diverged training's checkpoint) are refused
+# at load, naming the tensor, instead of giving a trace of NaN marked complete
+for bad in nan inf; do
+    cp -r "$FX/mech_cls" "$T/w_$bad"
+    $PY - "$T/w_$bad/model.safetensors" "$bad" <<'PY'
+import sys
+import json, struct
+p, kind = sys.argv[1], sys.argv[2]
+b = bytearray(open(p, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+t = h["blocks.0.attn.qkv.weight"]
+assert t["dtype"] == "F32", t
+at = 8 + n + t["data_offsets"][0] + 4 * 5
+b[at:at + 4] = struct.pack("<f", float(kind))
+open(p, "wb").write(b)
+PY
+    expect 1 "$A" record --model "$T/w_$bad" --images "$FX/img.png" --out "$T/w_$bad.h5"
+    has "$T/err" "tensor blocks.0.attn.qkv.weight holds $([ $bad = nan ] && echo NaN || echo an infinity) at index 5"
+    one_line; [ ! -e "$T/w_$bad.h5" ] && ok || bad "a trace of $bad weights was written"
+done
 REC=(record --model "$FX/vit_cls" --images "$T/in12.npy" --batch 2 --threads 1)
 
 # ---- item 2: a kill at any write of record leaves a trace that opens with every completed
