@@ -148,6 +148,16 @@ static as_status open_list(pathvec *pv, const char *path, as_error *err) {
     char dir[1024] = ".";
     const char *slash = strrchr(path, '/');
     if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    /* not a list: binary data (an HDF5 file, an image of a format attnscope does not read) */
+    unsigned char head[4096];
+    const size_t got = fread(head, 1, sizeof head, f);
+    if (memchr(head, 0, got)) {
+        fclose(f);
+        return as_fail(err, AS_ERR_FORMAT, "%s: not an image attnscope reads (PNG or JPEG), a .npy "
+                       "or .safetensors of images, a folder, or a list of image paths (it holds binary data): "
+                       "convert it, or give its images another way", path);
+    }
+    rewind(f);
     char line[4096];
     int lineno = 0;
     while (fgets(line, sizeof line, f)) {
@@ -170,6 +180,18 @@ static as_status open_list(pathvec *pv, const char *path, as_error *err) {
         char p[4096];
         if (line[0] == '/') snprintf(p, sizeof p, "%s", line);
         else snprintf(p, sizeof p, "%s/%s", dir, line);
+        if (label < 0 && sep && access(p, F_OK) != 0) { /* "img.png abc": a label that is not one */
+            char q[4096];
+            const int cut = (int)(sep - line);
+            if (line[0] == '/') snprintf(q, sizeof q, "%.*s", cut, line);
+            else snprintf(q, sizeof q, "%s/%.*s", dir, cut, line);
+            if (access(q, F_OK) == 0) {
+                fclose(f);
+                return as_fail(err, AS_ERR_FORMAT, "%s: line %d: label \"%s\" is not a whole number >= 0: write "
+                               "each line as a path, optionally followed by a tab or space and its class index",
+                               path, lineno, sep + 1);
+            }
+        }
         if (!pv_push(pv, p, label)) {
             fclose(f);
             return as_fail(err, AS_ERR_NOMEM, "%s: out of memory", path);

@@ -2048,6 +2048,23 @@ static void model_identify(model *m, const char *weights) {
     sha256_cached(m->source, &m->st.file, m->st.map, m->st.map_size, (size_t)32 << 20, m->sha256);
 }
 
+/* What a file given as weights is when it is plainly not a safetensors file (whose first 8 bytes
+ * are its header's length and whose header starts with '{'), or NULL. */
+static const char *not_weights(const char *path) {
+    unsigned char b[9] = {0};
+    FILE *f = fopen(path, "rb");
+    const size_t got = f ? fread(b, 1, sizeof b, f) : 0;
+    if (f) fclose(f);
+    if (!f) return NULL; /* the loader says why it cannot be read */
+    if (got == sizeof b && b[8] == '{') return NULL;
+    if (got >= 4 && memcmp(b, "\x89PNG", 4) == 0) return "a PNG image";
+    if (got >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff) return "a JPEG image";
+    if (got >= 6 && memcmp(b, "\x93NUMPY", 6) == 0) return "a .npy array";
+    if (got >= 4 && memcmp(b, "\x89HDF", 4) == 0) return "an HDF5 file: a trace or results file, which attnscope info reads";
+    if (got >= 2 && b[0] == '{') return "a JSON file: a model config is given with --arch, or in a checkpoint folder as config.json";
+    return "its first bytes are not a safetensors header";
+}
+
 as_status model_load(model *m, const char *path, const char *arch, int img_size, as_error *err) {
     return model_load_report(m, path, arch, img_size, NULL, err);
 }
@@ -2064,6 +2081,10 @@ as_status model_load_report(model *m, const char *path, const char *arch, int im
             return as_fail(err, AS_ERR_IO, "%s: no model.safetensors in this folder: give a "
                            "timm-layout folder (config.json + model.safetensors) or the file", path);
     } else if (path_is_file(path)) {
+        const char *what = not_weights(path);
+        if (what)
+            return as_fail(err, AS_ERR_FORMAT, "%s: not a model's weights (%s): give a checkpoint folder (config.json + "
+                           "model.safetensors) or a .safetensors file", path, what);
         snprintf(weights, sizeof weights, "%s", path);
         const char *slash = strrchr(path, '/');
         if (slash) snprintf(cfgpath, sizeof cfgpath, "%.*s/config.json", (int)(slash - path), path);

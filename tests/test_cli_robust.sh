@@ -43,6 +43,17 @@ PY
     has "$T/err" "tensor blocks.0.attn.qkv.weight holds $([ $bad = nan ] && echo NaN || echo an infinity) at index 5"
     one_line; [ ! -e "$T/w_$bad.h5" ] && ok || bad "a trace of $bad weights was written"
 done
+# a file that is not weights, given as the model, is named for what it is
+expect 1 "$A" record --model "$FX/img.png" --images "$FX/img.png" --out "$T/x.h5"
+has "$T/err" "img.png: not a model's weights (a PNG image)"; one_line
+expect 1 "$A" record --model "$FX/inputs.npy" --images "$FX/img.png" --out "$T/x.h5"; has "$T/err" "(a .npy array)"
+# --images: a binary file is not read as a list of paths; a list line's label must be a number
+expect 1 "$A" record --model "$FX/mech_cls" --images "$FX/analysis/mech_cls.h5" --out "$T/x.h5"
+has "$T/err" "mech_cls.h5: not an image attnscope reads (PNG or JPEG)"; one_line
+cp "$FX/img.png" "$T/lst.png"; printf 'lst.png 1\nlst.png abc\n' >"$T/labels.txt"
+expect 1 "$A" record --model "$FX/mech_cls" --images "$T/labels.txt" --out "$T/x.h5"
+has "$T/err" "labels.txt: line 2: label \"abc\" is not a whole number"; one_line
+[ ! -e "$T/x.h5" ] && ok || bad "a refused record wrote $T/x.h5"
 REC=(record --model "$FX/vit_cls" --images "$T/in12.npy" --batch 2 --threads 1)
 
 # ---- item 2: a kill at any write of record leaves a trace that opens with every completed
