@@ -204,21 +204,21 @@ static as_status open_list(pathvec *pv, const char *path, as_error *err) {
 as_status dataset_parse_npy(const unsigned char *buf, size_t len, const char *name, int shape[4],
                             size_t *data_offset, as_error *err) {
     if (len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0)
-        return as_fail(err, AS_ERR_FORMAT, "%s: not a .npy file (bad magic)", name);
+        return as_fail(err, AS_ERR_FORMAT, "%s: not a .npy file (bad magic): save the images with np.save", name);
     size_t hlen, hstart;
     if (buf[6] == 1) {
         hlen = buf[8] | (size_t)buf[9] << 8;
         hstart = 10;
     } else if (buf[6] == 2 || buf[6] == 3) {
-        if (len < 12) return as_fail(err, AS_ERR_FORMAT, "%s: truncated .npy header", name);
+        if (len < 12) return as_fail(err, AS_ERR_FORMAT, "%s: truncated .npy header: the file is cut short; save it again", name);
         hlen = buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
         hstart = 12;
     } else {
-        return as_fail(err, AS_ERR_FORMAT, "%s: unknown .npy version %d", name, buf[6]);
+        return as_fail(err, AS_ERR_FORMAT, "%s: unknown .npy version %d: save it with numpy's np.save (versions 1-3)", name, buf[6]);
     }
     if (hlen > 65536 || hstart + hlen > len)
         return as_fail(err, AS_ERR_FORMAT, "%s: .npy header runs past the end of the file: "
-                       "truncated", name);
+                       "truncated; save it again", name);
     char h[65537];
     memcpy(h, buf + hstart, hlen);
     h[hlen] = 0;
@@ -231,15 +231,17 @@ as_status dataset_parse_npy(const unsigned char *buf, size_t len, const char *na
     const char *sp = strstr(h, "'shape': (");
     long long v[4];
     if (!sp || sscanf(sp, "'shape': (%lld, %lld, %lld, %lld)", &v[0], &v[1], &v[2], &v[3]) != 4)
-        return as_fail(err, AS_ERR_SHAPE, "%s: .npy must be 4-D (N, C, H, W)", name);
+        return as_fail(err, AS_ERR_SHAPE, "%s: .npy must be 4-D (N, C, H, W); a single image: x[None], "
+                           "channels last: x.transpose(0, 3, 1, 2)", name);
     size_t n = 4;
     for (int i = 0; i < 4; i++) {
         if (v[i] <= 0 || v[i] > (1 << 24) || !as_mul_size(n, (size_t)v[i], &n))
-            return as_fail(err, AS_ERR_SHAPE, "%s: .npy shape out of range", name);
+            return as_fail(err, AS_ERR_SHAPE, "%s: .npy shape (%lld, %lld, %lld, %lld) out of range: every "
+                           "dimension 1..16777216, the whole within memory", name, v[0], v[1], v[2], v[3]);
         shape[i] = (int)v[i];
     }
     if (n > len - hstart - hlen)
-        return as_fail(err, AS_ERR_FORMAT, "%s: .npy data is %zu bytes short: truncated", name,
+        return as_fail(err, AS_ERR_FORMAT, "%s: .npy data is %zu bytes short: truncated; save it again", name,
                        n - (len - hstart - hlen));
     *data_offset = hstart + hlen;
     return AS_OK;
@@ -291,7 +293,7 @@ static as_status open_tensor(dataset *ds, const char *path, as_error *err) {
                            "\"images\" (or the file's only tensor)", path);
         for (int i = 0; i < 4; i++) {
             if (t->shape[i] <= 0 || t->shape[i] > (1 << 24))
-                return as_fail(err, AS_ERR_SHAPE, "%s: tensor shape out of range", path);
+                return as_fail(err, AS_ERR_SHAPE, "%s: tensor shape out of range: every dimension 1..16777216", path);
             shape[i] = (int)t->shape[i];
         }
         if (!(ds->tensor_copy = malloc(t->numel * sizeof(float))))
@@ -300,7 +302,8 @@ static as_status open_tensor(dataset *ds, const char *path, as_error *err) {
         ds->tensor = ds->tensor_copy;
     }
     if (shape[2] != shape[3])
-        return as_fail(err, AS_ERR_SHAPE, "%s: images must be square (got %dx%d)", path, shape[2], shape[3]);
+        return as_fail(err, AS_ERR_SHAPE, "%s: images must be square (N, C, H, W with H = W; got H %d, W %d): "
+                           "crop or resize them, or transpose channels-last arrays to (N, C, H, W)", path, shape[2], shape[3]);
     return name_items(ds, shape[0], shape[1], shape[2], path, err);
 }
 

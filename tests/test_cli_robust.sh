@@ -54,6 +54,10 @@ cp "$FX/img.png" "$T/lst.png"; printf 'lst.png 1\nlst.png abc\n' >"$T/labels.txt
 expect 1 "$A" record --model "$FX/mech_cls" --images "$T/labels.txt" --out "$T/x.h5"
 has "$T/err" "labels.txt: line 2: label \"abc\" is not a whole number"; one_line
 [ ! -e "$T/x.h5" ] && ok || bad "a refused record wrote $T/x.h5"
+# .npy arrays of the wrong layout say how to fix them
+$PY -c "import numpy as np; np.save('$T/nhwc.npy', np.zeros((2, 32, 32, 3), np.float32)); np.save('$T/d3.npy', np.zeros((3, 32, 32), np.float32))"
+expect 1 "$A" record --model "$FX/mech_cls" --images "$T/nhwc.npy" --out "$T/x.h5"; has "$T/err" "transpose channels-last"; one_line
+expect 1 "$A" record --model "$FX/mech_cls" --images "$T/d3.npy" --out "$T/x.h5"; has "$T/err" "a single image: x\[None\]"; one_line
 REC=(record --model "$FX/vit_cls" --images "$T/in12.npy" --batch 2 --threads 1)
 
 # ---- item 2: a kill at any write of record leaves a trace that opens with every completed
