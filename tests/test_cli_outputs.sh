@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# test_cli_outputs.sh: bench, view and info lose nothing a user made and ignore no option. bench
+# refuses an existing --out without --force (and a --force that would replace a non-trace)
+# before it times anything, and its recording options without --record; view never overwrites a
+# screenshot or an export and checks its folders before the script runs; info --json prints JSON
+# only, and --arch/--img-size are refused where they take no effect.
+set -u
+. "$(dirname "$0")/lib.sh"
+t_init test_cli_outputs outputs
+B() { "$A" bench --model "$FX/mech_cls" --seconds 0.1 --rounds 1 --batch 1 --threads 1 "$@"; }
+
+# ---- bench: --out is checked before any work; it is never overwritten without --force ----------
+expect 0 B --record --out "$T/base.h5"
+[ -s "$T/base.h5" ] && ok || bad "bench --record --out wrote no trace"
+cp "$T/base.h5" "$T/base.copy"
+expect 1 B --record --out "$T/base.h5"; has "$T/err" "base.h5: already exists; pass --force"; one_line
+lacks "$T/out" "forward"  # refused before the timing runs
+cmp -s "$T/base.h5" "$T/base.copy" && ok || bad "bench overwrote an existing trace without --force"
+expect 0 B --record --out "$T/base.h5" --force --rounds 2  # replaces a trace, round after round
+echo "my notes" >"$T/notes.txt"
+expect 1 B --record --out "$T/notes.txt" --force; has "$T/err" "notes.txt: exists and is not an attnscope trace"
+one_line; lacks "$T/out" "forward"; grep -q "my notes" "$T/notes.txt" && ok || bad "bench replaced a non-trace"
+expect 1 B --record --out "$T/nodir/x.h5"; has "$T/err" "nodir/x.h5: the folder .*nodir does not exist"
+one_line; lacks "$T/out" "forward"
+expect 2 B --record --force; has "$T/err" "^attnscope bench: --force replaces --out's trace"; one_line
+
+# ---- bench: the recording options act only with --record; their values are always checked -----
+for o in "--dtype f32" "--compress lz4" "--record-what scores" "--out $T/n.h5" "--force" "--dtype f64"; do
+    expect 2 B $o; has "$T/err" "^attnscope bench: ${o%% *} acts only with --record: add --record"; one_line
+done
+[ ! -e "$T/n.h5" ] && ok || bad "bench wrote --out without --record"
+expect 2 B --record --dtype f64; has "$T/err" "^attnscope bench: --dtype \"f64\": use f16 or f32"; one_line
+expect 2 B --record --record-what foo; has "$T/err" "^attnscope bench: --record-what \"foo\": unknown quantity"; one_line
+expect 2 B --record --compress zip; has "$T/err" "^attnscope bench: --compress \"zip\""; one_line
+
+# ---- bench: the linear layers' line says what is true -----------------------------------------
+expect 0 env -u ATTNSCOPE_GEMM "$A" bench --model "$FX/mech_cls" --seconds 0.1 --rounds 1 --batch 1
+lacks "$T/out" "ATTNSCOPE_GEMM=openblas: on OpenBLAS"
+if grep -q "^linear      layers on OpenBLAS" "$T/out"; then lacks "$T/out" "ATTNSCOPE_GEMM"; fi
+expect 0 env ATTNSCOPE_GEMM=openblas "$A" bench --model "$FX/mech_cls" --seconds 0.1 --rounds 1 --batch 1
+has "$T/out" "^linear      layers on OpenBLAS (ATTNSCOPE_GEMM=openblas)$"
+
+t_done
