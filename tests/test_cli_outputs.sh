@@ -40,4 +40,20 @@ if grep -q "^linear      layers on OpenBLAS" "$T/out"; then lacks "$T/out" "ATTN
 expect 0 env ATTNSCOPE_GEMM=openblas "$A" bench --model "$FX/mech_cls" --seconds 0.1 --rounds 1 --batch 1
 has "$T/out" "^linear      layers on OpenBLAS (ATTNSCOPE_GEMM=openblas)$"
 
+# ---- info: --json prints JSON only; options that take no effect are refused -------------------
+J() { "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); assert eval(sys.argv[2]), d' "$@" >"$T/py" 2>&1 \
+      && ok || bad "not the JSON wanted ($2): $(head -c 300 "$T/out") $(tail -2 "$T/py")"; }
+# a checkpoint that lacks tensors the architecture needs: the mismatches inside the JSON
+expect 1 "$A" info "$FX/vit_cls/model.safetensors" --arch deit_tiny_patch16_224 --json
+J "$T/out" '"does not match" in d["error"] and any(m.startswith("missing      blocks.11.norm1.weight") for m in d["mismatches"])'
+lacks "$T/out" "^missing"; has "$T/err" "^attnscope info: .*does not match deit_tiny_patch16_224"; one_line
+expect 0 "$A" info "$FX/vit_cls" --json; J "$T/out" '"cost" in d and "mismatches" not in d'
+expect 0 "$A" info --list-archs --json
+J "$T/out" 'any(a["name"] == "deit_tiny_patch16_224" and a["params"] > 5e6 for a in d["architectures"])'
+expect 2 "$A" info --list-archs --img-size 384; has "$T/err" "^attnscope info: --img-size applies to one model"; one_line
+for o in "--arch deit_tiny_patch16_224" "--img-size 384"; do
+    expect 2 "$A" info "$T/base.h5" $o; has "$T/err" "base.h5: ${o%% *} applies to a model, not to a trace"; one_line
+done
+expect 0 "$A" info "$T/base.h5" --json; J "$T/out" '"model" in d'
+
 t_done
