@@ -40,6 +40,34 @@ if grep -q "^linear      layers on OpenBLAS" "$T/out"; then lacks "$T/out" "ATTN
 expect 0 env ATTNSCOPE_GEMM=openblas "$A" bench --model "$FX/mech_cls" --seconds 0.1 --rounds 1 --batch 1
 has "$T/out" "^linear      layers on OpenBLAS (ATTNSCOPE_GEMM=openblas)$"
 
+# ---- view: never overwrites a screenshot or an export; its folders are checked first -----------
+V() { SDL_VIDEODRIVER=dummy "$A" view "$@"; }
+printf 'status\n' >"$T/s.txt"
+echo "mine" >"$T/mine.png"
+expect 1 V "$T/base.h5" --script "$T/s.txt" --screenshot "$T/mine.png"
+has "$T/err" "^attnscope view: --screenshot .*mine.png: already exists and is never overwritten"; one_line
+lacks "$T/out" "status:"; grep -q "^mine$" "$T/mine.png" && ok || bad "view overwrote mine.png"
+expect 2 V "$T/base.h5" --script "$T/s.txt" --screenshot "$T/x.jpg"
+has "$T/err" "x.jpg: the viewer writes PNG: give a file name ending in .png"; one_line
+[ ! -e "$T/x.jpg" ] && ok || bad "view wrote PNG data into x.jpg"
+expect 1 V "$T/base.h5" --script "$T/s.txt" --screenshot "$T/nodir/x.png"
+has "$T/err" "nodir/x.png: the folder .*nodir does not exist"; one_line; lacks "$T/out" "status:"
+expect 1 V "$T/base.h5" --script "$T/s.txt" --export-dir "$T/nodir"
+has "$T/err" "^attnscope view: --export-dir .*nodir: no such folder"; one_line; lacks "$T/out" "status:"
+expect 1 V "$T/base.h5" --script "$T/s.txt" --export-dir "$T/mine.png"; has "$T/err" "not a folder"; one_line
+expect 0 V "$T/base.h5" --script "$T/s.txt" --screenshot "$T/shot.png"; [ -s "$T/shot.png" ] && ok || bad "no screenshot"
+# a script's screenshot takes the same rule
+printf 'screenshot %s\n' "$T/mine.png" >"$T/s2.txt"
+expect 1 V "$T/base.h5" --script "$T/s2.txt"; has "$T/err" "script line 1: screenshot .*mine.png: already exists"
+one_line; grep -q "^mine$" "$T/mine.png" && ok || bad "a script's screenshot overwrote mine.png"
+# e twice on the same view: the second export takes a new name, the first stays
+mkdir "$T/ex"; printf 'key e\nkey e\n' >"$T/e.txt"
+expect 0 V "$T/base.h5" --script "$T/e.txt" --export-dir "$T/ex"
+[ "$(ls "$T/ex" | grep -c '\.png$')" -eq 2 ] && ok || bad "two exports did not make two files: $(ls "$T/ex")"
+first=$(grep -m1 "^saved " "$T/out" | sed 's/^saved //'); second=$(grep "^saved " "$T/out" | sed -n 2p | sed 's/^saved //')
+[ -n "$second" ] && [ "$second" = "${first%.png}-2.png" ] && ok || bad "second export: '$second' after '$first'"
+grep -q "${second%.png}\.pdf" "$T/out" && ok || bad "the second plot command does not name ${second%.png}.pdf"
+
 # ---- info: --json prints JSON only; options that take no effect are refused -------------------
 J() { "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); assert eval(sys.argv[2]), d' "$@" >"$T/py" 2>&1 \
       && ok || bad "not the JSON wanted ($2): $(head -c 300 "$T/out") $(tail -2 "$T/py")"; }
