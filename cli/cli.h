@@ -198,6 +198,10 @@ typedef struct {
     int complete;
 } record_result;
 
+/* The quantities of a --record LIST ("attn,scores", "all") into *q (bits 1 << trace_quantity);
+ * returns 0, or 2 with err filled, naming the option as flag ("--record", bench's
+ * "--record-what"). */
+int record_parse_quantities(const char *what, const char *flag, unsigned *q, as_error *err);
 /* Fills o->spec's selection from the --record/--layers/--heads/--dtype/--compress/--query-rows
  * strings; returns 0, or 2 (usage error) with err filled. */
 int record_parse_selection(record_opts *o, const vit_config *c, const char *what,

@@ -24,7 +24,10 @@ static const cli_opt bench_opts_table[] = {
     {'w', 0,   "record-what",  "LIST",  "as record --record", "attn", "quantities recorded with --record"},
     {'d', 0,   "dtype",        "T",     "f16, f32", "f16", "storage precision with --record"},
     {'c', 0,   "compress",     "C",     "none, lz4, deflate[:1-9]", "none", "compression with --record"},
-    {'o', 0,   "out",          "FILE",  NULL, "a temporary file, removed", "keep the trace --record writes here"},
+    {'o', 0,   "out",          "FILE",  NULL, "a temporary file, removed", "keep the trace --record writes here "
+     "(never overwritten without --force)"},
+    {'f', 0,   "force",        NULL,    NULL, NULL, "with --record --out: replace an existing trace (as record "
+     "--force: only a regular file that is a trace, or an empty file)"},
     {'X', 0,   "precision",    "P",     "f32, bf16", "f32", "the linear layers' products (as record --precision); "
      "bf16 also times the float32 forward in the same rounds and prints the speed-up and bfloat16's "
      "difference to float32 on one image"},
@@ -114,7 +117,9 @@ static void bench_model_free(model *m, vit_gemm_pack *f32_pack) {
 int cmd_bench(int argc, char **argv) {
     const char *arch = "deit_tiny_patch16_224", *model_path = NULL, *what = "attn", *dtype = "f16";
     const char *compress = "none", *out = NULL, *precision = "f32";
-    int B = 8, threads = 0, record = 0, json = 0, rounds = 3, ch;
+    int B = 8, threads = 0, record = 0, json = 0, rounds = 3, force = 0, ch;
+    /* the options that act only with --record, as given (first one named when refused) */
+    const char *record_only = NULL;
     double seconds = 5;
     optind = 1;
     while ((ch = cli_opts_next(&bench_cmd, argc, argv)) >= 0) {
@@ -126,10 +131,11 @@ int cmd_bench(int argc, char **argv) {
         case 't': ok = cli_parse_int(optarg, 1, 1024, &threads); break;
         case 's': seconds = atof(optarg); ok = seconds > 0 && seconds < 3600; break;
         case 'r': record = 1; break;
-        case 'w': what = optarg; break;
-        case 'd': dtype = optarg; break;
-        case 'c': compress = optarg; break;
-        case 'o': out = optarg; break;
+        case 'w': what = optarg; record_only = record_only ? record_only : "--record-what"; break;
+        case 'd': dtype = optarg; record_only = record_only ? record_only : "--dtype"; break;
+        case 'c': compress = optarg; record_only = record_only ? record_only : "--compress"; break;
+        case 'o': out = optarg; record_only = record_only ? record_only : "--out"; break;
+        case 'f': force = 1; record_only = record_only ? record_only : "--force"; break;
         case 'X': precision = optarg; break;
         case 'j': json = 1; break;
         case 'R': ok = cli_parse_int(optarg, 1, 16, &rounds); break;
@@ -138,13 +144,25 @@ int cmd_bench(int argc, char **argv) {
     }
     if (ch != CLI_END) return cli_opts_exit(ch);
     if (optind < argc) return cli_extra(&bench_cmd, argv[optind]);
-    runtime_set_threads(threads);
+    if (record_only && !record)
+        return cli_fail(2, "%s acts only with --record: add --record, or drop %s", record_only, record_only);
+    if (force && !out)
+        return cli_fail(2, "--force replaces --out's trace: give --out FILE, or drop --force");
     as_error err = {0};
     int bf16 = 0;
     if (record_parse_precision(precision, &bf16, &err)) {
         cli_error(&err);
         return 2;
     }
+    /* what --record takes is checked before anything is loaded or timed */
+    unsigned quantities;
+    if (record && record_parse_quantities(what, "--record-what", &quantities, &err)) {
+        cli_error(&err);
+        return 2;
+    }
+    if (record && out && trace_out_check(out, force ? TRACE_FORCE : TRACE_CREATE, &err) != AS_OK)
+        return cli_error(&err);
+    runtime_set_threads(threads);
     model m;
     if (model_path) {
         if (model_load(&m, model_path, strcmp(arch, "deit_tiny_patch16_224") ? arch : NULL, 0, &err) != AS_OK)
@@ -174,6 +192,13 @@ int cmd_bench(int argc, char **argv) {
     runtime_info ri;
     runtime_get_info(&ri);
     runtime_info_for_model(&ri, &m.cfg, m.params.pack); /* what this model's linear layers run on */
+    record_opts o;
+    memset(&o, 0, sizeof o);
+    if (record && record_parse_selection(&o, c, what, "all", "all", dtype, compress, "all", &err)) {
+        bench_model_free(&m, f32_pack);
+        cli_error(&err);
+        return 2;
+    }
     const int T = vit_num_tokens(c);
     double ceiling = runtime_gemm_ceiling(B * T, c->mlp_hidden, c->embed_dim, seconds < 2 ? 0.5 : 1.0);
     if (!json) {
@@ -181,8 +206,11 @@ int cmd_bench(int argc, char **argv) {
                bf16 ? "bfloat16 products (float32 elsewhere)" : "float32");
         printf("OpenBLAS    kernel %s; SGEMM ceiling %.1f GFLOP/s (M=%d N=%d K=%d, measured now)\n",
                core, ceiling, B * T, c->mlp_hidden, c->embed_dim);
-        printf("linear      layers on %s%s\n", ri.gemm,
-               m.params.pack ? " (ATTNSCOPE_GEMM=openblas: on OpenBLAS; the ceiling is OpenBLAS's)" : "");
+        /* the ceiling is OpenBLAS's SGEMM whatever the layers run on */
+        const char *gemm_env = getenv("ATTNSCOPE_GEMM");
+        cli_printf_wrap(12, "linear      layers on %s%s", ri.gemm,
+               m.params.pack ? " (the ceiling is OpenBLAS's; ATTNSCOPE_GEMM=openblas runs them on OpenBLAS)"
+               : gemm_env && strcmp(gemm_env, "openblas") == 0 ? " (ATTNSCOPE_GEMM=openblas)" : "");
         if (warn) printf("WARNING     "), cli_wrap(stdout, 12, 12, advice);
         fflush(stdout);
     }
@@ -195,8 +223,6 @@ int cmd_bench(int argc, char **argv) {
     char tmp[512];
     dataset ds;
     memset(&ds, 0, sizeof ds);
-    record_opts o;
-    memset(&o, 0, sizeof o);
     if (record) {
         snprintf(tmp, sizeof tmp, "%s", out ? out : "");
         if (!out) snprintf(tmp, sizeof tmp, "%s/attnscope-bench-%ld.h5",
@@ -219,16 +245,12 @@ int cmd_bench(int argc, char **argv) {
             else memcpy(tensor + per * (size_t)i, tensor + per * (size_t)(i % B), per * sizeof(float));
         }
         o.out = tmp;
-        o.mode = TRACE_FORCE;
+        /* --out: the first round creates it (replaces it only with --force); later rounds
+         * replace the trace this run wrote. The temporary file is ours from the start. */
+        o.mode = out && !force ? TRACE_CREATE : TRACE_FORCE;
         o.spec.batch = B;
         o.spec.command_line = "attnscope bench --record";
         o.quiet = 1;
-        if (record_parse_selection(&o, c, what, "all", "all", dtype, compress, "all", &err)) {
-            dataset_free(&ds);
-            bench_model_free(&m, f32_pack);
-            cli_error(&err);
-            return 2;
-        }
     }
     for (int r = 0; r < rounds && !rc; r++) {
         if (bf16) { /* the float32 forward, alternating with the bfloat16 one */
@@ -245,6 +267,7 @@ int cmd_bench(int argc, char **argv) {
             rc = cli_error(&err);
             break;
         }
+        o.mode = TRACE_FORCE;
         rec_v[r] = res.recorded / res.seconds;
         wcpu_v[r] = 1e3 * res.writer_cpu / (double)(res.recorded > 0 ? res.recorded : 1);
         struct stat sb;

@@ -298,6 +298,7 @@ static cJSON *cost_json(const vit_config *c) {
 }
 
 static int print_json(cJSON *j);
+static cJSON *json_lines(const char *text);
 
 /* The model as text, or with --json its full config (what traces record) and its cost. */
 static int print_config(const vit_config *c, const char *source, const char *dtype, size_t n, int json) {
@@ -310,6 +311,18 @@ static int print_config(const vit_config *c, const char *source, const char *dty
     free(s);
     if (!j) return cli_fail(1, "out of memory");
     cJSON_AddItemToObject(j, "cost", cost_json(c));
+    return print_json(j);
+}
+
+/* A loaded checkpoint's --json: print_config's, with the loader's report lines (tensors it
+ * ignored) under "mismatches" when there are any. */
+static int print_model_json(const vit_config *c, const char *report) {
+    char *s = model_config_to_json(c);
+    cJSON *j = s ? cJSON_Parse(s) : NULL;
+    free(s);
+    if (!j) return cli_fail(1, "out of memory");
+    cJSON_AddItemToObject(j, "cost", cost_json(c));
+    if (report && report[0]) cJSON_AddItemToObject(j, "mismatches", json_lines(report));
     return print_json(j);
 }
 
@@ -652,23 +665,41 @@ static int info_trace(const char *path, int json) {
     return 0;
 }
 
-static void list_archs(void) {
+/* The built-in architectures: a table, or with --json an array of objects with the same facts. */
+static int list_archs(int json) {
     int w = 34; /* the longest name sets the column */
     for (int i = 0; i < vit_arch_count(); i++)
         if ((int)strlen(vit_arch_get(i)->name) > w) w = (int)strlen(vit_arch_get(i)->name);
-    printf("%-*s %8s %7s  %s\n", w, "architecture", "params", "GMACs", "notes");
+    cJSON *j = json ? cJSON_CreateObject() : NULL, *a = json ? cJSON_AddArrayToObject(j, "architectures") : NULL;
+    if (json && !a) {
+        cJSON_Delete(j);
+        return cli_fail(1, "out of memory");
+    }
+    if (!json) printf("%-*s %8s %7s  %s\n", w, "architecture", "params", "GMACs", "notes");
     for (int i = 0; i < vit_arch_count(); i++) {
         const vit_config *c = vit_arch_get(i);
         vit_cost cost;
         vit_config_cost(c, &cost);
         const char *mech = c->attn[0].kind != VIT_ATTN_VANILLA ? vit_attn_name(c->attn[0].kind) : NULL;
-        printf("%-*s %7.1fM %7.2f  %s%s%s%s%s%s%s\n", w, c->name, cost.params_total / 1e6, cost.macs_total / 1e9,
-               c->n_stages ? vit_family_name(c->family) : "", c->n_stages ? ", " : "", mech ? mech : "",
-               mech ? " attention, " : "", c->distilled ? "distilled, " : "",
-               c->num_classes ? "" : "no head, ",
-               c->mean[0] > 0.49f ? "inception mean/std" : c->std[0] > 0.26f ? "openai clip mean/std"
-                                                                             : "imagenet mean/std");
+        char notes[512];
+        snprintf(notes, sizeof notes, "%s%s%s%s%s%s%s", c->n_stages ? vit_family_name(c->family) : "",
+                 c->n_stages ? ", " : "", mech ? mech : "", mech ? " attention, " : "",
+                 c->distilled ? "distilled, " : "", c->num_classes ? "" : "no head, ",
+                 c->mean[0] > 0.49f ? "inception mean/std" : c->std[0] > 0.26f ? "openai clip mean/std"
+                                                                               : "imagenet mean/std");
+        if (!json) {
+            printf("%-*s %7.1fM %7.2f  %s\n", w, c->name, cost.params_total / 1e6, cost.macs_total / 1e9, notes);
+            continue;
+        }
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", c->name);
+        cJSON_AddNumberToObject(e, "params", cost.params_total);
+        cJSON_AddNumberToObject(e, "macs", cost.macs_total);
+        cJSON_AddNumberToObject(e, "flops", cost.flops_total);
+        cJSON_AddStringToObject(e, "notes", notes);
+        cJSON_AddItemToArray(a, e);
     }
+    return json ? print_json(j) : 0;
 }
 
 int cmd_info(int argc, char **argv) {
@@ -688,15 +719,21 @@ int cmd_info(int argc, char **argv) {
     if (ch != CLI_END) return cli_opts_exit(ch);
     if (list) {
         if (optind < argc) return cli_extra(&info_cmd, argv[optind]);
-        list_archs();
-        return 0;
+        if (arch || img_size)
+            return cli_fail(2, "%s applies to one model, not to the --list-archs table: drop it", arch ? "--arch" : "--img-size");
+        return list_archs(json);
     }
     if (optind >= argc) return cli_missing(&info_cmd, "MODEL, TRACE.h5 or RESULTS.h5: what to describe");
     if (optind + 1 < argc) return cli_extra(&info_cmd, argv[optind + 1]);
     const char *target = argv[optind];
     size_t L = strlen(target);
-    if ((L > 3 && strcmp(target + L - 3, ".h5") == 0) || (L > 5 && strcmp(target + L - 5, ".hdf5") == 0))
+    if ((L > 3 && strcmp(target + L - 3, ".h5") == 0) || (L > 5 && strcmp(target + L - 5, ".hdf5") == 0)) {
+        if (arch || img_size) /* a trace holds its model's configuration: nothing to override */
+            return cli_fail(2, "%s: %s applies to a model, not to a trace or results file (they hold their "
+                            "model's configuration): drop %s", target, arch ? "--arch" : "--img-size",
+                            arch ? "--arch" : "--img-size");
         return info_trace(target, json);
+    }
     as_error err = {0};
     vit_config named;
     /* a name that is no file: a built-in architecture or one of its timm tags; an unknown
@@ -722,8 +759,29 @@ int cmd_info(int argc, char **argv) {
         return print_config(&c, NULL, NULL, 0, json);
     }
     model m;
-    if (model_load_report(&m, target, arch, img_size, stdout, &err) != AS_OK) return cli_error(&err);
-    int rc = print_config(&m.cfg, m.source, m.weights_dtype, m.n_tensors, json);
+    /* every mismatching tensor on a line of its own; with --json those lines go into the JSON
+     * ("mismatches"), stdout being JSON, and the one-line error to stderr */
+    char *rep = NULL;
+    size_t rep_n = 0;
+    FILE *report = json ? open_memstream(&rep, &rep_n) : stdout;
+    if (!report) return cli_fail(1, "out of memory");
+    const as_status st = model_load_report(&m, target, arch, img_size, report, &err);
+    if (json) fclose(report);
+    if (json && (st != AS_OK || (rep && rep[0]))) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "model", target);
+        if (st != AS_OK) cJSON_AddStringToObject(j, "error", err.msg);
+        cJSON_AddItemToObject(j, "mismatches", json_lines(rep));
+        if (st != AS_OK) {
+            print_json(j);
+            free(rep);
+            return cli_error(&err);
+        }
+        cJSON_Delete(j); /* loaded: the mismatches join the configuration below */
+    }
+    if (st != AS_OK) return cli_error(&err);
+    int rc = json ? print_model_json(&m.cfg, rep) : print_config(&m.cfg, m.source, m.weights_dtype, m.n_tensors, 0);
+    free(rep);
     char note[512];
     model_layout_note(&m, note, sizeof note);
     if (!json && note[0]) line("layout      %s", note);

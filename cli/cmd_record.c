@@ -325,32 +325,37 @@ int record_parse_windows(trace_spec *s, const vit_config *c, const char *list, a
     return 0;
 }
 
+int record_parse_quantities(const char *what, const char *flag, unsigned *q, as_error *err) {
+    *q = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", what);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (strcmp(tok, "attn") == 0) *q |= 1u << TRACE_Q_ATTN;
+        else if (strcmp(tok, "scores") == 0) *q |= 1u << TRACE_Q_SCORES;
+        else if (strcmp(tok, "qk") == 0) *q |= 1u << TRACE_Q_Q | 1u << TRACE_Q_K;
+        else if (strcmp(tok, "q") == 0) *q |= 1u << TRACE_Q_Q;
+        else if (strcmp(tok, "k") == 0) *q |= 1u << TRACE_Q_K;
+        else if (strcmp(tok, "tokens") == 0) *q |= 1u << TRACE_Q_TOKENS;
+        else if (strcmp(tok, "internals") == 0) *q |= 1u << TRACE_Q_X0 | 1u << TRACE_Q_X1;
+        else if (strcmp(tok, "all") == 0) *q |= (1u << TRACE_Q_COUNT) - 1;
+        else {
+            as_fail(err, AS_ERR_ARG, "%s \"%s\": unknown quantity; use attn, scores, qk, q, "
+                    "k, tokens, internals or all", flag, tok);
+            return 2;
+        }
+    }
+    if (!*q) {
+        as_fail(err, AS_ERR_ARG, "%s: name at least one of attn, scores, qk, tokens", flag);
+        return 2;
+    }
+    return 0;
+}
+
 int record_parse_selection(record_opts *o, const vit_config *c, const char *what,
                                   const char *layers, const char *heads, const char *dtype,
                                   const char *compress, const char *rows, as_error *err) {
     trace_spec *s = &o->spec;
-    s->quantities = 0;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", what);
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        if (strcmp(tok, "attn") == 0) s->quantities |= 1u << TRACE_Q_ATTN;
-        else if (strcmp(tok, "scores") == 0) s->quantities |= 1u << TRACE_Q_SCORES;
-        else if (strcmp(tok, "qk") == 0) s->quantities |= 1u << TRACE_Q_Q | 1u << TRACE_Q_K;
-        else if (strcmp(tok, "q") == 0) s->quantities |= 1u << TRACE_Q_Q;
-        else if (strcmp(tok, "k") == 0) s->quantities |= 1u << TRACE_Q_K;
-        else if (strcmp(tok, "tokens") == 0) s->quantities |= 1u << TRACE_Q_TOKENS;
-        else if (strcmp(tok, "internals") == 0) s->quantities |= 1u << TRACE_Q_X0 | 1u << TRACE_Q_X1;
-        else if (strcmp(tok, "all") == 0) s->quantities |= (1u << TRACE_Q_COUNT) - 1;
-        else {
-            as_fail(err, AS_ERR_ARG, "--record \"%s\": unknown quantity; use attn, scores, qk, q, "
-                    "k, tokens, internals or all", tok);
-            return 2;
-        }
-    }
-    if (!s->quantities) {
-        as_fail(err, AS_ERR_ARG, "--record: name at least one of attn, scores, qk, tokens");
-        return 2;
-    }
+    if (record_parse_quantities(what, "--record", &s->quantities, err)) return 2;
     if ((s->n_layers = cli_parse_list(layers, c->depth, s->layers, VIT_MAX_DEPTH, "--layers", err)) < 0) return 2;
     if (c->n_stages > 0) {
         if (record_parse_staged_heads(s, c, heads, err)) return 2;

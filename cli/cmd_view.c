@@ -28,9 +28,10 @@ static const cli_opt view_opts_table[] = {
     {'s', 0,   "size",       "WxH",    "320x240 .. 8192x8192 points", "1280x800", "initial window size"},
     {'S', 0,   "scale",      "S",      "0.5..4", "ATTNSCOPE_SCALE or GDK_SCALE, else 1",
      "interface scale on top of the display's pixel ratio (the window never grows past the screen)"},
-    {'x', 0,   "export-dir", "DIR",    NULL, "the current folder", "where e (export) writes its PNG"},
+    {'x', 0,   "export-dir", "DIR",    NULL, "the current folder", "where e (export) writes its PNG (an existing "
+     "folder; an earlier export is never overwritten: the name takes -2, -3, ...)"},
     {'r', 0,   "script",     "FILE|-", NULL, "interactive", "run scripted events, then close (docs/viewer.md)"},
-    {'p', 0,   "screenshot", "FILE.png", NULL, "none", "save the last frame as a PNG when the window closes"},
+    {'p', 0,   "screenshot", "FILE.png", NULL, "none", "save the last frame as a PNG when the window closes (a new file: never overwritten)"},
     {'t', 0,   "timing",     NULL,     NULL, NULL, "print redraw times on stderr when closing"},
     {0}};
 
@@ -98,6 +99,12 @@ int cmd_view(int argc, char **argv) {
         if (m == VIEW_MODE_COUNT) return cli_bad_value(&view_cmd, 'M', mode);
     }
     as_error err = {0};
+    /* where it will write, checked before the trace opens and the script runs */
+    if (wo.screenshot && view_png_out_check(wo.screenshot, "--screenshot", &err) != AS_OK) {
+        const int rc = cli_error(&err);
+        return err.status == AS_ERR_ARG ? 2 : rc; /* a name that is no PNG's: a usage error */
+    }
+    if (wo.export_dir && view_dir_check(wo.export_dir, "--export-dir", &err) != AS_OK) return cli_error(&err);
     view vw;
     if (view_open(&vw, argv[optind], &err) != AS_OK) return cli_error(&err);
     int rc = 0;

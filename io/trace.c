@@ -1753,6 +1753,33 @@ static as_status check_replaceable(const char *path, const struct stat *sb, trac
     return AS_OK;
 }
 
+as_status trace_out_check(const char *path, trace_mode mode, as_error *err) {
+    struct stat sb;
+    if (lstat(path, &sb) == 0) {
+        if (mode == TRACE_CREATE && S_ISDIR(sb.st_mode))
+            return as_fail(err, AS_ERR_EXISTS, "%s: is a folder: give --out a trace file's name (a new "
+                           "one, such as %s/run.h5)", path, path);
+        if (mode == TRACE_CREATE)
+            return as_fail(err, AS_ERR_EXISTS, "%s: already exists; pass --force to overwrite it or "
+                           "choose another --out", path);
+        return check_replaceable(path, &sb, mode, err);
+    }
+    /* a new file: its folder must exist and take new files */
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return as_fail(err, AS_ERR_IO, "%s: the folder %s does not exist: create it first or choose "
+                       "another --out", path, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return as_fail(err, AS_ERR_IO, "%s: the folder %s is not writable: choose another --out",
+                       path, dir);
+    return AS_OK;
+}
+
 static as_status busy(const char *path, as_error *err) {
     return as_fail(err, AS_ERR_EXISTS, "%s: in use by another attnscope run writing it: wait for "
                    "it to finish (or stop it), or choose another --out", path);

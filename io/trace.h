@@ -113,6 +113,11 @@ typedef struct trace_writer trace_writer;
  * ((*done) strings of 1024 bytes; free with free()). */
 as_status trace_writer_open(trace_writer **w, const char *path, const trace_spec *spec,
                             trace_mode mode, int *done, char (**done_paths)[1024], as_error *err);
+/* Before any work: whether trace_writer_open(path, mode) may write path. An existing path is
+ * refused for TRACE_CREATE ("pass --force"), and for TRACE_FORCE/TRACE_RESUME unless it is a
+ * regular file that is a trace (or, for TRACE_FORCE, empty); a new path needs an existing,
+ * writable folder. Messages name path as --out. */
+as_status trace_out_check(const char *path, trace_mode mode, as_error *err);
 /* Bytes of engine buffers per slot (for messages and --dry-run). */
 size_t trace_slot_bytes(const trace_spec *spec);
 trace_slot *trace_writer_acquire(trace_writer *w);

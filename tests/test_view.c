@@ -664,7 +664,9 @@ static void test_window(const char *dir, const char *trace) {
         long n2 = png_stats(last, &w, &h);
         CHECK(n2 > 20 && w == 900 && h == 600, "%s: last frame after resize %d x %d with %ld colours", drivers[k], w, h, n2);
     }
-    /* a UI scale of 2 (HiDPI without a pixel ratio from the system): twice the pixels */
+    /* a UI scale of 2 (HiDPI without a pixel ratio from the system): twice the pixels (the
+     * earlier screenshot removed: --screenshot never overwrites) */
+    remove(last);
     snprintf(cmd, sizeof cmd, "env SDL_VIDEODRIVER=dummy %s view %s --scale 2 --script /dev/null --screenshot %s > %s/out.txt 2>&1",
              bin, trace, last, dir);
     CHECK(system(cmd) == 0, "--scale 2 run");

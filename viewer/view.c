@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../analysis/analysis.h"
 #include "../analysis/geometry.h"
@@ -2274,6 +2277,42 @@ static as_status export_png(view *v, const char *path, as_error *err) {
     return rc;
 }
 
+as_status view_dir_check(const char *dir, const char *flag, as_error *err) {
+    struct stat sb;
+    if (stat(dir, &sb) != 0)
+        return as_fail(err, AS_ERR_IO, "%s %s: no such folder: create it first or give an existing one",
+                       flag, dir);
+    if (!S_ISDIR(sb.st_mode))
+        return as_fail(err, AS_ERR_IO, "%s %s: not a folder: give a folder", flag, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return as_fail(err, AS_ERR_IO, "%s %s: the folder is not writable: give another", flag, dir);
+    return AS_OK;
+}
+
+as_status view_png_out_check(const char *path, const char *flag, as_error *err) {
+    const size_t L = strlen(path);
+    if (L < 5 || strcasecmp(path + L - 4, ".png") != 0 || path[L - 5] == '/')
+        return as_fail(err, AS_ERR_ARG, "%s %s: the viewer writes PNG: give a file name ending in .png",
+                       flag, path);
+    struct stat sb;
+    if (lstat(path, &sb) == 0)
+        return as_fail(err, AS_ERR_EXISTS, "%s %s: already exists and is never overwritten: remove it "
+                       "yourself or choose another name", flag, path);
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return as_fail(err, AS_ERR_IO, "%s %s: the folder %s does not exist: create it first or choose "
+                       "another name", flag, path, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return as_fail(err, AS_ERR_IO, "%s %s: the folder %s is not writable: choose another name", flag,
+                       path, dir);
+    return AS_OK;
+}
+
 as_status view_export(view *v, const char *dir, char *path, size_t pn, char *cmd, size_t cn,
                       as_error *err) {
     const char *b = strrchr(v->src.path, '/');
@@ -2287,7 +2326,17 @@ as_status view_export(view *v, const char *dir, char *path, size_t pn, char *cmd
     const char *row = !rowed ? "" : v->row == VIEW_ROW_ROLLOUT ? "-rollout" : v->row == VIEW_ROW_CLASS ? "-class" : "";
     snprintf(name, sizeof name, "%s/%s-%s%s-i%ld-l%d-h%d-q%d", dir && dir[0] ? dir : ".", stem,
              mode_names[v->mode], row, v->image, view_layer(v), view_head(v), v->query);
-    snprintf(path, pn, "%s.png", name);
+    /* never over an earlier export (or anything else): the next free NAME-K */
+    const size_t base = strlen(name);
+    struct stat sb;
+    for (int k = 2;; k++) {
+        snprintf(path, pn, "%s.png", name);
+        if (lstat(path, &sb) != 0) break;
+        if (k > 9999)
+            return as_fail(err, AS_ERR_EXISTS, "%s: exists, as do 9998 numbered names beside it: "
+                           "remove some or start with another --export-dir", path);
+        snprintf(name + base, sizeof name - base, "-%d", k);
+    }
     if (export_png(v, path, err) != AS_OK) return err->status;
     view_plot_command(v, name, cmd, cn);
     note(v, "saved %s", path);

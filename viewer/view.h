@@ -198,10 +198,18 @@ void view_draw(view *v, cairo_t *cr, double width, double height);
  * writing NAME.pdf. */
 void view_plot_command(const view *v, const char *name, char *out, size_t n);
 /* Saves the panels of the last frame (no title line, status bar or empty window around them)
- * at VIEW_EXPORT_DPI as DIR/STEM-...png and fills path and the plot command. */
+ * at VIEW_EXPORT_DPI as DIR/STEM-...png and fills path and the plot command. An existing file
+ * is never replaced: the name takes -2, -3, ... (and the plot command's PDF the same). */
 #define VIEW_EXPORT_DPI 300
 as_status view_export(view *v, const char *dir, char *path, size_t pn, char *cmd, size_t cn,
                       as_error *err);
+
+/* Whether the viewer may write a new PNG at path (flag names it in messages: "--screenshot"):
+ * refused when it does not end in .png, already exists (the viewer never overwrites) or its
+ * folder does not exist or is not writable. */
+as_status view_png_out_check(const char *path, const char *flag, as_error *err);
+/* Whether dir is an existing, writable folder (flag: "--export-dir"). */
+as_status view_dir_check(const char *dir, const char *flag, as_error *err);
 
 /* Non-zero, with err naming the analyze command, when mode m needs analysis results the trace
  * lacks (similarity, ALS). */

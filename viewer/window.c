@@ -285,6 +285,9 @@ static int script_step(win *w, view *v, FILE *fp, int *line, as_error *err) {
         printf("title: %s\n", v->title);
         fflush(stdout);
     } else if (strcmp(cmd, "screenshot") == 0) {
+        char what[48];
+        snprintf(what, sizeof what, "script line %d: screenshot", *line);
+        if (view_png_out_check(a, what, err) != AS_OK) return -1;
         if (!w->surface || screenshot(w, a, err) != AS_OK) return -1;
         printf("screenshot: %s (%d x %d)\n", a, w->pw, w->ph);
     } else {
@@ -417,7 +420,10 @@ as_status view_window_run(view *v, const view_window_opts *o, as_error *err) {
         }
     }
     if (dirty && (rc = frame(&w, v, err)) != AS_OK) goto cleanup;
-    if (o->screenshot && (rc = screenshot(&w, o->screenshot, err)) != AS_OK) goto cleanup;
+    /* checked before the window opened, and again now: never over a file made meanwhile */
+    if (o->screenshot && ((rc = view_png_out_check(o->screenshot, "--screenshot", err)) != AS_OK ||
+                          (rc = screenshot(&w, o->screenshot, err)) != AS_OK))
+        goto cleanup;
     if (o->timing) print_timing(&w);
 cleanup:
     if (script && script != stdin) fclose(script);
