@@ -407,13 +407,12 @@ int record_parse_selection(record_opts *o, const vit_config *c, const char *what
     }
     if (named_internals) {
         int any = 0;
-        for (int li = 0; li < s->n_layers && !any; li++)
-            any = record_q_in_layer(c, TRACE_Q_X0, s->layers[li]) || record_q_in_layer(c, TRACE_Q_X1, s->layers[li]);
+        for (int l = 0; l < c->depth && !any; l++)
+            any = record_q_in_layer(c, TRACE_Q_X0, l) || record_q_in_layer(c, TRACE_Q_X1, l);
         if (!any) {
-            as_fail(err, AS_ERR_ARG, "--record internals: no recorded layer of this model (%s) has a "
+            as_fail(err, AS_ERR_ARG, "--record internals: no block of this model (%s) has a "
                     "mechanism with intermediate maps (LSLA's and Refiner's blocks have them): leave "
-                    "internals out%s", s->model_source ? s->model_source : c->name, strcmp(layers, "all") != 0 ? " or choose --layers "
-                    "with such blocks" : "");
+                    "internals out", s->model_source ? s->model_source : c->name);
             return 2;
         }
     }

@@ -1978,7 +1978,7 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
             writer_free(w);
             return as_fail(err, AS_ERR_NOMEM, "out of memory for recording buffers (%.1f MB per "
                            "batch): lower --batch or record fewer --layers/--heads",
-                           trace_slot_bytes(spec) / 1e6);
+                           trace_slot_bytes(given) / 1e6); /* w (and w->spec) is freed */
         }
         w->free_q[w->nfree++] = &w->slots[i];
     }

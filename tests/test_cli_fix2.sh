@@ -126,7 +126,7 @@ one_line; has "$T/err" "--heads 0: no recorded quantity is kept per head.*leave 
 expect 2 "$A" record --model "$FX/swin_tiny" --images "$FX/inputs.npy" --out "$T/q.h5" --record tokens --windows 0
 one_line; has "$T/err" "--windows 0: no recorded quantity is kept per window.*leave --windows out"
 expect 2 "$A" record --model "$FX/vit_cls" --images "$FX/img.png" --out "$T/q.h5" --record internals
-one_line; has "$T/err" "--record internals: no recorded layer of this model (.*vit_cls.*) has a mechanism with intermediate maps"
+one_line; has "$T/err" "--record internals: no block of this model (.*vit_cls.*) has a mechanism with intermediate maps"
 [ -e "$T/q.h5" ] && bad "a refused record left $T/q.h5" || ok
 # prefix rows with tokens: info says the tokens keep every row; cls is prefix's documented alias
 expect 0 "$A" record --model "$FX/vit_cls" --images "$FX/img.png" --out "$T/p.h5" --record attn,tokens --query-rows cls -q
