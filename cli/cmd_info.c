@@ -622,7 +622,10 @@ static int info_trace(const char *path, int json) {
     for (int i = 0; i < TRACE_Q_COUNT; i++)
         if ((r.quantities & (1u << i)) && i != TRACE_Q_X1)
             printf("%s%s", q++ ? "," : "", trace_quantity_name((trace_quantity)i));
-    printf("  (query rows: %s)\n", r.prefix_rows_only ? "prefix tokens only" : "all");
+    const unsigned whole = 1u << TRACE_Q_TOKENS | 1u << TRACE_Q_Q | 1u << TRACE_Q_K;
+    printf("  (query rows: %s)\n", !r.prefix_rows_only ? "all"
+           : r.quantities & whole ? "prefix tokens only in the maps; tokens, q and k keep every token"
+           : "prefix tokens only");
     if (r.has_pool_attn)
         line("pool        /pool/attn: the attention pooling's map, %d heads of its learnt query over the "
              "%d patch tokens", r.cfg.num_heads, vit_num_patches(&r.cfg));

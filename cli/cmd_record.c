@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "../core/local.h"
+#include "../core/mech.h"
 
 /* The one mutable global: a signal handler can only talk through a sig_atomic_t. */
 static volatile sig_atomic_t record_signal = 0;
@@ -73,6 +74,22 @@ static as_status resume_position(const dataset *ds, const vit_config *c, long to
     return rc;
 }
 
+/* resume_position as the trace writer's check: before anything in the trace changes. */
+typedef struct {
+    const dataset *ds;
+    const vit_config *c;
+    long total, start;
+    int skip_bad;
+    const char *out;
+    skip_list *sk;
+} resume_ctx;
+
+static as_status resume_check_images(void *ctx, int done, char (*done_paths)[1024], as_error *err) {
+    resume_ctx *r = ctx;
+    return resume_position(r->ds, r->c, r->total, done_paths, done, r->skip_bad, r->out, r->sk,
+                           &r->start, err);
+}
+
 as_status record_run(const model *m, const dataset *ds, record_opts *o, record_result *res,
                      as_error *err) {
     const vit_config *c = &m->cfg;
@@ -116,18 +133,15 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
     }
     trace_writer *w = NULL;
     int done = 0;
-    char(*done_paths)[1024] = NULL;
-    rc = trace_writer_open(&w, o->out, s, o->mode, &done, &done_paths, err);
-    if (rc != AS_OK) return rc;
     skip_list sk = {0};
-    long start = 0;
-    rc = resume_position(ds, c, total, done_paths, done, o->skip_bad, o->out, &sk, &start, err);
-    free(done_paths);
+    resume_ctx rx = {ds, c, total, 0, o->skip_bad, o->out, &sk};
+    /* a refused resume (other images among them) leaves the trace as it was */
+    rc = trace_writer_open(&w, o->out, s, o->mode, &done, NULL, resume_check_images, &rx, err);
     if (rc != AS_OK) {
         free(sk.v);
-        trace_writer_close(w, 0, "resume mismatch", NULL);
         return rc;
     }
+    const long start = rx.start;
     res->resumed = done;
 
     size_t act_bytes = vit_acts_carve(c, B, NULL, NULL);
@@ -267,6 +281,32 @@ as_status record_run(const model *m, const dataset *ds, record_opts *o, record_r
     return AS_OK;
 }
 
+/* Does block l store quantity q (as io/trace.c's q_in_layer: q/k not in less-attention blocks,
+ * internals per mechanism)? */
+static int record_q_in_layer(const vit_config *c, int q, int l) {
+    if (q == TRACE_Q_Q || q == TRACE_Q_K) return vit_has_keys(c, l);
+    if (q == TRACE_Q_X0 || q == TRACE_Q_X1) return vit_extra_info(c, l, q - TRACE_Q_X0, NULL);
+    return 1;
+}
+
+/* Is some recorded quantity of s kept per model head (--heads), a map (--query-rows: of a global
+ * block; --windows: of a window block)? what: 0 heads, 1 query rows, 2 windows. */
+static int record_selects(const trace_spec *s, const vit_config *c, int what) {
+    for (int li = 0; li < s->n_layers; li++) {
+        const int l = s->layers[li];
+        vit_geom g;
+        vit_block_geom(c, l, &g);
+        for (int q = 0; q < TRACE_Q_COUNT; q++) {
+            if (!(s->quantities & (1u << q)) || q == TRACE_Q_TOKENS || !record_q_in_layer(c, q, l)) continue;
+            const int map = q != TRACE_Q_Q && q != TRACE_Q_K;
+            if (what == 0 && !((q == TRACE_Q_X0 || q == TRACE_Q_X1) && vit_mech_of(c, l)->maps)) return 1;
+            if (what == 1 && map && g.scope == VIT_SCOPE_GLOBAL) return 1;
+            if (what == 2 && map && g.scope == VIT_SCOPE_WINDOW) return 1;
+        }
+    }
+    return 0;
+}
+
 /* Staged models: head counts differ between stages. "all" keeps each layer's own heads; a list
  * must name heads that every recorded layer has. */
 static int record_parse_staged_heads(trace_spec *s, const vit_config *c, const char *heads,
@@ -322,6 +362,13 @@ int record_parse_windows(trace_spec *s, const vit_config *c, const char *list, a
         s->n_windows = 0;
         return 2;
     }
+    if (!record_selects(s, c, 2)) {
+        as_fail(err, AS_ERR_ARG, "--windows %s: no recorded quantity is kept per window (only the "
+                "maps are: attn, scores, internals; tokens, q and k are whole): leave --windows out "
+                "or record attn or scores", list);
+        s->n_windows = 0;
+        return 2;
+    }
     return 0;
 }
 
@@ -356,10 +403,31 @@ int record_parse_selection(record_opts *o, const vit_config *c, const char *what
                                   const char *compress, const char *rows, as_error *err) {
     trace_spec *s = &o->spec;
     if (record_parse_quantities(what, "--record", &s->quantities, err)) return 2;
+    int named_internals = 0; /* "internals" itself, not through "all" */
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", what);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) named_internals |= strcmp(tok, "internals") == 0;
     if ((s->n_layers = cli_parse_list(layers, c->depth, s->layers, VIT_MAX_DEPTH, "--layers", err)) < 0) return 2;
     if (c->n_stages > 0) {
         if (record_parse_staged_heads(s, c, heads, err)) return 2;
     } else if ((s->n_heads = cli_parse_list(heads, c->num_heads, s->heads, 1024, "--heads", err)) < 0) {
+        return 2;
+    }
+    if (named_internals) {
+        int any = 0;
+        for (int l = 0; l < c->depth && !any; l++)
+            any = record_q_in_layer(c, TRACE_Q_X0, l) || record_q_in_layer(c, TRACE_Q_X1, l);
+        if (!any) {
+            as_fail(err, AS_ERR_ARG, "--record internals: no block of this model (%s) has a "
+                    "mechanism with intermediate maps (LSLA's and Refiner's blocks have them): leave "
+                    "internals out", s->model_source ? s->model_source : c->name);
+            return 2;
+        }
+    }
+    if (strcmp(heads, "all") != 0 && !record_selects(s, c, 0)) {
+        as_fail(err, AS_ERR_ARG, "--heads %s: no recorded quantity is kept per head of the model "
+                "(tokens are whole blocks' outputs; Refiner's internals keep their own heads): leave "
+                "--heads out or record attn, scores, q or k", heads);
         return 2;
     }
     if (strcmp(dtype, "f16") == 0 || strcmp(dtype, "float16") == 0) s->f16 = 1;
@@ -395,8 +463,14 @@ int record_parse_selection(record_opts *o, const vit_config *c, const char *what
             return 2;
         }
         s->prefix_rows_only = 1;
+        if (!record_selects(s, c, 1)) {
+            as_fail(err, AS_ERR_ARG, "--query-rows %s: it selects the query rows of the attention "
+                    "maps (attn, scores, internals) and none is recorded (tokens, q and k keep every "
+                    "token): leave --query-rows out or record attn or scores", rows);
+            return 2;
+        }
     } else {
-        as_fail(err, AS_ERR_ARG, "--query-rows \"%s\": use all or prefix", rows);
+        as_fail(err, AS_ERR_ARG, "--query-rows \"%s\": use all or prefix (cls: the same)", rows);
         return 2;
     }
     return 0;
@@ -419,7 +493,8 @@ static const cli_opt record_opts_table[] = {
     {'W', 0,   "windows",   "LIST",  "0-63, 0,5-7 or all", "all", "windows to record in window-attention layers "
      "(Swin): indices row-major over the layer's shifted, padded window grid (attnscope info TRACE shows "
      "it); every recorded window layer must have them; refused for models without window layers"},
-    {'R', 0,   "query-rows", "R",    "all, prefix", "all", "query rows recorded: every token's, or prefix: only the class/distillation tokens'"},
+    {'R', 0,   "query-rows", "R",    "all, prefix (or cls, the same)", "all", "query rows of the recorded maps (attn, scores, "
+     "internals): every token's, or prefix: only the class/distillation tokens'; tokens, q and k keep every token"},
     {'D', 0,   "dense-maps", NULL,   NULL, NULL, "store the maps of layers whose heads are all local (H-MaiT's "
      "masked stages: an R x R neighbourhood plus one background weight per query) as dense T x T maps "
      "instead of their local form (attn_local, scores_local); every reader expands either"},
@@ -469,7 +544,7 @@ int cmd_record(int argc, char **argv) {
     const char *layers = "all", *heads = "all", *dtype = "f16", *compress = "none", *rows = "all";
     const char *windows = "all", *precision = "f32";
     int batch = 8, threads = 0, img_size = 0, limit = 0, resume = 0, force = 0, quiet = 0, skip_bad = 0, ch;
-    int dense_maps = 0;
+    int dense_maps = 0, compress_given = 0;
     optind = 1;
     while ((ch = cli_opts_next(&record_cmd, argc, argv)) >= 0) {
         int ok = 1;
@@ -483,7 +558,7 @@ int cmd_record(int argc, char **argv) {
         case 'H': heads = optarg; break;
         case 'W': windows = optarg; break;
         case 'd': dtype = optarg; break;
-        case 'c': compress = optarg; break;
+        case 'c': compress = optarg, compress_given = 1; break;
         case 'X': precision = optarg; break;
         case 'R': rows = optarg; break;
         case 'b': ok = cli_parse_int(optarg, 1, TRACE_MAX_BATCH, &batch); break;
@@ -532,10 +607,12 @@ int cmd_record(int argc, char **argv) {
     o.mode = resume ? TRACE_RESUME : force ? TRACE_FORCE : TRACE_CREATE;
     o.spec.batch = batch;
     o.spec.command_line = cmdline;
+    o.spec.model_source = m.source; /* for messages; record_run sets it again */
     o.max_images = limit;
     o.quiet = quiet;
     o.skip_bad = skip_bad;
     int rc = record_parse_selection(&o, &m.cfg, what, layers, heads, dtype, compress, rows, &err);
+    o.spec.compress_given = compress_given;
     if (!rc) rc = record_parse_windows(&o.spec, &m.cfg, windows, &err);
     if (!rc && dense_maps) rc = record_dense_maps(&o.spec, &m.cfg, &err);
     if (rc) {

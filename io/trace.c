@@ -891,13 +891,18 @@ static int write_provenance_attrs(hid_t f, const trace_spec *s) {
 /* A resumed trace must come from the same weights (same config alone is not the same model);
  * a resume under other kernels or threads is noted in resumed_with, since its later images may
  * differ from a single run's in the last bits. */
-static as_status resume_provenance(hid_t f, const trace_spec *s, const char *path, as_error *err) {
+static as_status resume_weights(hid_t f, const trace_spec *s, const char *path, as_error *err) {
     char had[80] = "";
     h5u_attr_read_str(f, "model_sha256", had, sizeof had);
     if (had[0] && s->model_sha256 && s->model_sha256[0] && strcmp(had, s->model_sha256) != 0)
         return as_fail(err, AS_ERR_ARG, "%s: recorded from weights with sha256 %.12s..., these "
                        "have %.12s...: resume with the same --model or write a new trace", path,
                        had, s->model_sha256);
+    return AS_OK;
+}
+
+/* After every check passed (resume_weights among them): note other kernels or threads. */
+static as_status resume_provenance(hid_t f, const trace_spec *s, const char *path, as_error *err) {
     char core[64] = "", gemm[288] = "OpenBLAS", note[512] = "";
     int threads = 0;
     const char *ours = s->gemm ? s->gemm : "OpenBLAS";
@@ -1861,17 +1866,48 @@ static as_status create_and_claim(trace_writer *w, const trace_spec *spec, trace
     return rc;
 }
 
+/* --resume: the trace's storage (its root attribute "compression") goes on; a --compress that
+ * names another is refused. Reads only. */
+static as_status resume_storage(const char *path, trace_compress *c, int *level, int given,
+                                as_error *err) {
+    hid_t fapl = h5u_swmr_read_fapl();
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    if (f < 0) f = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
+    H5Pclose(fapl);
+    if (f < 0) return AS_OK; /* the reopen for writing says why */
+    char comp[64] = "";
+    h5u_attr_read_str(f, "compression", comp, sizeof comp);
+    H5Fclose(f);
+    trace_compress tc;
+    int tl = 1;
+    if (strcmp(comp, "none") == 0) tc = TRACE_COMPRESS_NONE;
+    else if (strcmp(comp, "lz4+shuffle") == 0) tc = TRACE_COMPRESS_LZ4;
+    else if (sscanf(comp, "deflate-%d+shuffle", &tl) == 1 && tl >= 1 && tl <= 9) tc = TRACE_COMPRESS_DEFLATE;
+    else if (!comp[0]) return AS_OK; /* not a trace, or one before the attribute: checked later */
+    else
+        return as_fail(err, AS_ERR_FORMAT, "%s: stored with compression \"%s\", which this version "
+                       "cannot continue: write a new trace", path, comp);
+    if (given && (tc != *c || (tc == TRACE_COMPRESS_DEFLATE && tl != *level))) {
+        char want[32];
+        if (*c == TRACE_COMPRESS_DEFLATE) snprintf(want, sizeof want, "deflate:%d", *level);
+        else snprintf(want, sizeof want, "%s", trace_c_names[*c]);
+        return as_fail(err, AS_ERR_ARG, "%s: stored with compression %s; --compress %s cannot change "
+                       "it on --resume: leave --compress out (a resume keeps the trace's storage) or "
+                       "write a new trace", path, comp, want);
+    }
+    *c = tc;
+    *level = tl;
+    return AS_OK;
+}
+
 as_status trace_writer_open(trace_writer **out, const char *path, const trace_spec *spec,
-                            trace_mode mode, int *done, char (**done_paths)[1024], as_error *err) {
+                            trace_mode mode, int *done, char (**done_paths)[1024],
+                            trace_resume_check check, void *check_ctx, as_error *err) {
     as_status rc0;
     h5u_quiet();
     *out = NULL;
     if (done) *done = 0;
     if (done_paths) *done_paths = NULL;
-    if (spec->compress == TRACE_COMPRESS_LZ4 && H5Zfilter_avail(TRACE_LZ4_FILTER) <= 0)
-        return as_fail(err, AS_ERR_UNSUPPORTED, "%s: the LZ4 HDF5 filter is not installed: "
-                       "apt-get install hdf5-filter-plugin (and set HDF5_PLUGIN_PATH=%s), or use "
-                       "--compress none|deflate", path, "/usr/lib/x86_64-linux-gnu/hdf5/serial/plugins");
     struct stat sb;
     int exists = lstat(path, &sb) == 0;
     if (exists && mode == TRACE_CREATE && S_ISDIR(sb.st_mode))
@@ -1883,9 +1919,21 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
     if (!exists && mode == TRACE_RESUME) mode = TRACE_CREATE;
     if (exists && mode != TRACE_CREATE && (rc0 = check_replaceable(path, &sb, mode, err)) != AS_OK)
         return rc0;
+    trace_compress comp = spec->compress;
+    int level = spec->level;
+    if (mode == TRACE_RESUME && (rc0 = resume_storage(path, &comp, &level, spec->compress_given, err)) != AS_OK)
+        return rc0;
+    if (comp == TRACE_COMPRESS_LZ4 && H5Zfilter_avail(TRACE_LZ4_FILTER) <= 0)
+        return as_fail(err, AS_ERR_UNSUPPORTED, "%s: the LZ4 HDF5 filter is not installed: "
+                       "apt-get install hdf5-filter-plugin (and set HDF5_PLUGIN_PATH=%s), or use "
+                       "--compress none|deflate", path, "/usr/lib/x86_64-linux-gnu/hdf5/serial/plugins");
     trace_writer *w = calloc(1, sizeof *w);
     if (!w) return as_fail(err, AS_ERR_NOMEM, "out of memory");
     w->spec = *spec;
+    w->spec.compress = comp;
+    w->spec.level = level;
+    const trace_spec *given = spec; /* with the class names, for a new trace */
+    spec = &w->spec; /* the sizes below follow the storage a resume keeps */
     w->spec.class_names = NULL; /* only needed while creating */
     w->file = -1;
     w->lock_fd = -1;
@@ -1957,7 +2005,7 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
             writer_free(w);
             return as_fail(err, AS_ERR_NOMEM, "out of memory for recording buffers (%.1f MB per "
                            "batch): lower --batch or record fewer --layers/--heads",
-                           trace_slot_bytes(spec) / 1e6);
+                           trace_slot_bytes(given) / 1e6); /* w (and w->spec) is freed */
         }
         w->free_q[w->nfree++] = &w->slots[i];
     }
@@ -1977,12 +2025,8 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
             return as_fail(err, AS_ERR_HDF5, "%s: cannot reopen for --resume (corrupt or not "
                            "HDF5); try h5clear -s %s, or write a new trace", path, path);
         }
-        /* A writer killed mid-batch can leave chunks allocated (their addresses flushed, as SWMR
-         * orders metadata) past the end-of-allocation its superblock recorded; HDF5 would then
-         * write at or hand out those addresses again ("addr overflow"). Move the end of
-         * allocation to the file's end first, as h5clear --increment does. */
-        H5Fincrement_filesize(w->file, 0);
-        if ((rc = resume_check(w, err)) != AS_OK || (rc = resume_provenance(w->file, &w->spec, path, err)) != AS_OK ||
+        /* Every check first, reading only: a refused resume leaves the file as it was. */
+        if ((rc = resume_check(w, err)) != AS_OK || (rc = resume_weights(w->file, &w->spec, path, err)) != AS_OK ||
             layout(w->file, &w->spec, &w->d, 0) < 0) {
             if (rc == AS_OK)
                 rc = as_fail(err, AS_ERR_FORMAT, "%s: trace is missing datasets its attributes "
@@ -1991,25 +2035,43 @@ as_status trace_writer_open(trace_writer **out, const char *path, const trace_sp
             return rc;
         }
         w->done = w->flagged = w->meta.start = count_done(w->d.done);
+        char(*paths)[1024] = NULL;
+        if ((done_paths || check) && w->done > 0) {
+            paths = malloc((size_t)w->done * TRACE_PATH_LEN);
+            if (paths && read_paths(w->d.path, 0, (hsize_t)w->done, paths) < 0) {
+                free(paths);
+                paths = NULL;
+            }
+        }
+        if (check && (rc = check(check_ctx, (int)w->done, paths, err)) != AS_OK) {
+            free(paths);
+            writer_free(w);
+            return rc;
+        }
+        if (done_paths) *done_paths = paths;
+        else free(paths);
+        /* A writer killed mid-batch can leave chunks allocated (their addresses flushed, as SWMR
+         * orders metadata) past the end-of-allocation its superblock recorded; HDF5 would then
+         * write at or hand out those addresses again ("addr overflow"). Move the end of
+         * allocation to the file's end before the first change, as h5clear --increment does. */
+        H5Fincrement_filesize(w->file, 0);
         hid_t ids[TRACE_Q_COUNT * VIT_MAX_DEPTH + 16];
         int nids;
         all_dsets(&w->d, ids, &nids);
         for (int i = 0; i < nids; i++) extend(ids[i], w->done); /* drop a partial batch */
-        if (done_paths && w->done > 0) {
-            *done_paths = malloc((size_t)w->done * TRACE_PATH_LEN);
-            if (!*done_paths || read_paths(w->d.path, 0, (hsize_t)w->done, *done_paths) < 0) {
+        int zero = 0;
+        if ((rc = resume_provenance(w->file, &w->spec, path, err)) != AS_OK ||
+            h5u_attr_overwrite(w->file, "complete", H5T_NATIVE_INT, &zero) < 0 ||
+            h5u_attr_overwrite_str(w->file, "interrupted", "") < 0 || H5Fflush(w->file, H5F_SCOPE_GLOBAL) < 0) {
+            if (done_paths) {
                 free(*done_paths);
                 *done_paths = NULL;
             }
-        }
-        int zero = 0;
-        if (h5u_attr_overwrite(w->file, "complete", H5T_NATIVE_INT, &zero) < 0 ||
-            h5u_attr_overwrite_str(w->file, "interrupted", "") < 0 || H5Fflush(w->file, H5F_SCOPE_GLOBAL) < 0) {
             writer_free(w);
-            return as_fail(err, AS_ERR_IO, "%s: cannot mark the trace as being resumed (disk "
-                           "full?); it is unchanged: free space and run again", path);
+            return rc != AS_OK ? rc : as_fail(err, AS_ERR_IO, "%s: cannot mark the trace as being resumed (disk "
+                           "full?): free space and run again", path);
         }
-    } else if ((rc = create_and_claim(w, spec, mode, err)) != AS_OK) {
+    } else if ((rc = create_and_claim(w, given, mode, err)) != AS_OK) {
         writer_free(w);
         return rc;
     }

@@ -85,6 +85,8 @@ typedef struct {
     int f16;                     /* store maps/scores/q/k/tokens as float16 */
     trace_compress compress;
     int level;                   /* deflate level 1..9 */
+    int compress_given;          /* record --compress was given: --resume refuses a trace stored
+                                    otherwise; without it a resume keeps the trace's storage */
     int batch;                   /* images per slot, 1..TRACE_MAX_BATCH */
     long direct_min;             /* uncompressed records of at least this many bytes per chunk are
                                     written with O_DIRECT where the file system allows it; 0: the
@@ -108,11 +110,18 @@ typedef struct {
 
 typedef struct trace_writer trace_writer;
 
+/* --resume: the caller's check of the images already in the trace (done of them, their paths,
+ * or NULL when they could not be read), called before anything in the file changes; a status
+ * other than AS_OK (with err set) refuses the resume and leaves the file as it was. */
+typedef as_status (*trace_resume_check)(void *ctx, int done, char (*done_paths)[1024], as_error *err);
+
 /* Creates (or with TRACE_RESUME reopens) the trace; *done receives the number of completed
  * images already in it (0 for a new trace). done_paths, if not NULL, receives them
- * ((*done) strings of 1024 bytes; free with free()). */
+ * ((*done) strings of 1024 bytes; free with free()). A resume that is refused (another spec,
+ * other weights, storage or check's verdict) leaves the file byte for byte as it was. */
 as_status trace_writer_open(trace_writer **w, const char *path, const trace_spec *spec,
-                            trace_mode mode, int *done, char (**done_paths)[1024], as_error *err);
+                            trace_mode mode, int *done, char (**done_paths)[1024],
+                            trace_resume_check check, void *check_ctx, as_error *err);
 /* Before any work: whether trace_writer_open(path, mode) may write path. An existing path is
  * refused for TRACE_CREATE ("pass --force"), and for TRACE_FORCE/TRACE_RESUME unless it is a
  * regular file that is a trace (or, for TRACE_FORCE, empty); a new path needs an existing,

@@ -152,7 +152,7 @@ static inline as_status staged_write_fill(const char *path, const vit_config *c,
     s->threads = 1;
     trace_writer *w;
     int done;
-    as_status rc = trace_writer_open(&w, path, s, TRACE_CREATE, &done, NULL, err);
+    as_status rc = trace_writer_open(&w, path, s, TRACE_CREATE, &done, NULL, NULL, NULL, err);
     if (rc != AS_OK) return rc;
     const int S = c->img_size;
     for (long b0 = 0; b0 < n; b0 += s->batch) {

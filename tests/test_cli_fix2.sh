@@ -98,4 +98,41 @@ assert np.allclose(np.diag(cb), 1) and not np.allclose(cb, cu), (cb, cu)' "$T/hb
 expect 2 "$A" analyze "$MC" --metrics evolution --cka-hsic centred --out "$T/hx.h5"
 one_line; has "$T/err" "cka-hsic"
 
+# ---- 6. record: a refused --resume changes nothing; options that would do nothing are refused ----
+expect 0 "$A" record --model "$FX/mech_cls" --images "$FX/img.png" --out "$T/base.h5" --threads 1 -q
+cp "$T/base.h5" "$T/r.h5"
+# other images: refused before anything in the trace changes (it stays complete, byte for byte)
+expect 1 "$A" record --model "$FX/mech_cls" --images "$FX/img.jpg" --out "$T/r.h5" --resume
+one_line; has "$T/err" "r.h5: --resume: image 0 in the trace is .*img.png.*resume with the same --images"
+if cmp -s "$T/base.h5" "$T/r.h5"; then ok; else bad "a refused resume (other images) changed the trace"; fi
+# another storage: refused, naming the trace's; without --compress a resume keeps the trace's
+expect 1 "$A" record --model "$FX/mech_cls" --images "$FX/img.png" --out "$T/r.h5" --resume --compress deflate:9
+one_line; has "$T/err" "r.h5: stored with compression none; --compress deflate:9 cannot change it on --resume: leave --compress out"
+if cmp -s "$T/base.h5" "$T/r.h5"; then ok; else bad "a refused resume (--compress) changed the trace"; fi
+expect 0 "$A" record --model "$FX/mech_cls" --images "$FX/inputs.npy" --out "$T/c.h5" --compress deflate:5 --limit 1 -q
+expect 0 "$A" record --model "$FX/mech_cls" --images "$FX/inputs.npy" --out "$T/c.h5" --resume -q
+# the resumed image's records go through the trace's filter (they were raw chunks, unreadable)
+if command -v h5dump >/dev/null; then
+    h5dump -d /layers/00/attn -s "1,0,0,0" -c "1,1,1,1" "$T/c.h5" >"$T/dump" 2>&1
+    has "$T/dump" "(1,0,0,0): [0-9]"
+fi
+expect 1 "$A" record --model "$FX/mech_cls" --images "$FX/inputs.npy" --out "$T/c.h5" --resume --compress deflate:4
+one_line; has "$T/err" "stored with compression deflate-5+shuffle; --compress deflate:4"
+# selections that nothing recorded would use
+expect 2 "$A" record --model "$FX/mech_cls" --images "$FX/img.png" --out "$T/q.h5" --record tokens --query-rows prefix
+one_line; has "$T/err" "--query-rows prefix: .*none is recorded.*leave --query-rows out"
+expect 2 "$A" record --model "$FX/mech_cls" --images "$FX/img.png" --out "$T/q.h5" --record tokens --heads 0
+one_line; has "$T/err" "--heads 0: no recorded quantity is kept per head.*leave --heads out"
+expect 2 "$A" record --model "$FX/swin_tiny" --images "$FX/inputs.npy" --out "$T/q.h5" --record tokens --windows 0
+one_line; has "$T/err" "--windows 0: no recorded quantity is kept per window.*leave --windows out"
+expect 2 "$A" record --model "$FX/vit_cls" --images "$FX/img.png" --out "$T/q.h5" --record internals
+one_line; has "$T/err" "--record internals: no block of this model (.*vit_cls.*) has a mechanism with intermediate maps"
+[ -e "$T/q.h5" ] && bad "a refused record left $T/q.h5" || ok
+# prefix rows with tokens: info says the tokens keep every row; cls is prefix's documented alias
+expect 0 "$A" record --model "$FX/vit_cls" --images "$FX/img.png" --out "$T/p.h5" --record attn,tokens --query-rows cls -q
+expect 0 "$A" info "$T/p.h5"
+has "$T/out" "query rows: prefix tokens only in the maps; tokens, q and k keep every token"
+expect 0 "$A" record --help
+has "$T/out" "all, prefix (or cls, the same)"
+
 t_done

@@ -505,7 +505,7 @@ static void live_child(const char *path, int to_parent, int from_parent) {
     s->weights_dtype = M.weights_dtype;
     trace_writer *w;
     int done;
-    if (trace_writer_open(&w, path, s, TRACE_CREATE, &done, NULL, &err) != AS_OK) _exit(4);
+    if (trace_writer_open(&w, path, s, TRACE_CREATE, &done, NULL, NULL, NULL, &err) != AS_OK) _exit(4);
     const int S = c->img_size, B = 2;
     size_t ab = vit_acts_carve(c, B, NULL, NULL);
     void *arena = aligned_alloc(64, (ab + 63) & ~(size_t)63);
