@@ -4,6 +4,7 @@
  * was flushed, and /images/done marks which images are complete. */
 #define _GNU_SOURCE /* O_DIRECT */
 #include "trace.h"
+#include "paths.h"
 #include "../core/local.h"
 #include "../core/cait.h"
 
@@ -1771,15 +1772,11 @@ as_status trace_out_check(const char *path, trace_mode mode, as_error *err) {
     }
     /* a new file: its folder must exist and take new files */
     char dir[1100];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    const int where = path_parent_writable(path, dir, sizeof dir);
+    if (where == -1)
         return as_fail(err, AS_ERR_IO, "%s: the folder %s does not exist: create it first or choose "
                        "another --out", path, dir);
-    if (access(dir, W_OK | X_OK) != 0)
+    if (where == -2)
         return as_fail(err, AS_ERR_IO, "%s: the folder %s is not writable: choose another --out",
                        path, dir);
     return AS_OK;

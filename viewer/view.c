@@ -17,6 +17,7 @@
 #include "../analysis/analysis.h"
 #include "../analysis/geometry.h"
 #include "../core/vitfam.h"
+#include "../io/paths.h"
 #include "../plot/keymap.h"
 
 static const char *const map_names[VIEW_N_MAPS] = {"attn", "scores", "attn_softmax",
@@ -2299,15 +2300,11 @@ as_status view_png_out_check(const char *path, const char *flag, as_error *err) 
         return as_fail(err, AS_ERR_EXISTS, "%s %s: already exists and is never overwritten: remove it "
                        "yourself or choose another name", flag, path);
     char dir[1100];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    const int where = path_parent_writable(path, dir, sizeof dir);
+    if (where == -1)
         return as_fail(err, AS_ERR_IO, "%s %s: the folder %s does not exist: create it first or choose "
                        "another name", flag, path, dir);
-    if (access(dir, W_OK | X_OK) != 0)
+    if (where == -2)
         return as_fail(err, AS_ERR_IO, "%s %s: the folder %s is not writable: choose another name", flag,
                        path, dir);
     return AS_OK;
