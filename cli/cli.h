@@ -186,6 +186,9 @@ typedef struct {
     int quiet;        /* no summary lines (progress still follows the tty rule) */
     int max_images;   /* 0: all */
     int skip_bad;     /* unreadable inputs are listed in /skipped and passed over, not fatal */
+    /* record's own --record: "internals" on a model without any is refused (an experiment's or
+     * training's one list of quantities applies to models with and without them) */
+    int refuse_idle_internals;
 } record_opts;
 
 typedef struct {

@@ -413,7 +413,7 @@ int record_parse_selection(record_opts *o, const vit_config *c, const char *what
     } else if ((s->n_heads = cli_parse_list(heads, c->num_heads, s->heads, 1024, "--heads", err)) < 0) {
         return 2;
     }
-    if (named_internals) {
+    if (named_internals && o->refuse_idle_internals) {
         int any = 0;
         for (int l = 0; l < c->depth && !any; l++)
             any = record_q_in_layer(c, TRACE_Q_X0, l) || record_q_in_layer(c, TRACE_Q_X1, l);
@@ -611,6 +611,7 @@ int cmd_record(int argc, char **argv) {
     o.max_images = limit;
     o.quiet = quiet;
     o.skip_bad = skip_bad;
+    o.refuse_idle_internals = 1;
     int rc = record_parse_selection(&o, &m.cfg, what, layers, heads, dtype, compress, rows, &err);
     o.spec.compress_given = compress_given;
     if (!rc) rc = record_parse_windows(&o.spec, &m.cfg, windows, &err);

@@ -255,6 +255,9 @@ xbad() { # PATTERN: the run is refused naming x.json and PATTERN, before anythin
     [ ! -e "$T/xo/b.h5" ] && ok || bad "recorded before refusing $1"
 }
 xj; expect 0 "$A" experiment "$T/x.json" --out "$T/xo"
+# one list of quantities for every model: internals where a model has them (here none), as
+# experiments/lsla.json records its two models
+xj ', "record": "attn,internals"'; expect 0 "$A" experiment "$T/x.json" --out "$T/xi"
 xj; sed -i 's/"analyze": {"metrics": "entropy"}/"analyze": {"metrics": "entropy", "fusion": "max"}/' "$T/x.json"
 xbad 'analyze: "fusion" has no effect: its metric is not in "metrics"'
 xj ', "colour": 1'; xbad 'unknown key "colour"'
